@@ -1,0 +1,32 @@
+#include "hvd/common/logging.h"
+
+#include <spdlog/sinks/stdout_sinks.h>
+
+#include <algorithm>
+#include <cctype>
+
+namespace hvd {
+
+void init_logging(const std::string& name, spdlog::level::level_enum level) {
+  auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+  auto logger = std::make_shared<spdlog::logger>(name, sink);
+  logger->set_pattern("[%H:%M:%S.%e] [%n] [%^%l%$] %v");
+  logger->set_level(level);
+  logger->flush_on(spdlog::level::trace);
+  spdlog::set_default_logger(logger);
+}
+
+spdlog::level::level_enum parse_log_level(const std::string& text) {
+  std::string t = text;
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (t == "trace") return spdlog::level::trace;
+  if (t == "debug") return spdlog::level::debug;
+  if (t == "info") return spdlog::level::info;
+  if (t == "warning" || t == "warn") return spdlog::level::warn;
+  if (t == "error") return spdlog::level::err;
+  if (t == "fatal" || t == "critical") return spdlog::level::critical;
+  if (t == "off") return spdlog::level::off;
+  return spdlog::level::info;
+}
+
+}  // namespace hvd

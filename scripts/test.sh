@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds hvdrun and runs the whole test suite. Does all set-up on a fresh
+# Debian bookworm machine (installs packages through scripts/setup.sh).
+#   scripts/test.sh                 # everything
+#   scripts/test.sh -L unit         # extra arguments go to ctest
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BUILD="${HVD_BUILD_DIR:-$ROOT/build}"
+bash "$ROOT/scripts/setup.sh"
+cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$BUILD" -j"$(nproc)"
+cd "$BUILD"
+ctest --output-on-failure --timeout 600 "$@"

@@ -1,0 +1,84 @@
+#include "hvd/common/env.h"
+#include "hvd/common/error.h"
+#include "hvd/common/io.h"
+#include "hvd/common/secret.h"
+
+#include <catch2/catch.hpp>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <thread>
+
+using namespace hvd;
+
+TEST_CASE("env parses integers strictly", "[common][env]") {
+  ::setenv("HVD_TEST_INT", "42", 1);
+  CHECK(env::get_int_or("HVD_TEST_INT", 0) == 42);
+  ::setenv("HVD_TEST_INT", "4x", 1);
+  CHECK_THROWS_AS(env::get_int("HVD_TEST_INT"), InvalidArgument);
+  ::unsetenv("HVD_TEST_INT");
+  CHECK(env::get_int_or("HVD_TEST_INT", 7) == 7);
+  CHECK_FALSE(env::parse_int("").has_value());
+  CHECK(env::parse_int("-3").value() == -3);
+}
+
+TEST_CASE("env parses booleans and doubles", "[common][env]") {
+  ::setenv("HVD_TEST_B", "TRUE", 1);
+  CHECK(env::get_bool_or("HVD_TEST_B", false));
+  ::setenv("HVD_TEST_B", "0", 1);
+  CHECK_FALSE(env::get_bool_or("HVD_TEST_B", true));
+  ::setenv("HVD_TEST_B", "maybe", 1);
+  CHECK_THROWS_AS(env::get_bool_or("HVD_TEST_B", true), InvalidArgument);
+  ::setenv("HVD_TEST_D", "2.5", 1);
+  CHECK(env::get_double_or("HVD_TEST_D", 0) == 2.5);
+  ::unsetenv("HVD_TEST_B");
+  ::unsetenv("HVD_TEST_D");
+}
+
+TEST_CASE("secrets are random hex and compare in constant time", "[common][secret]") {
+  auto a = random_secret(16);
+  auto b = random_secret(16);
+  CHECK(a.size() == 32);
+  CHECK(a != b);
+  CHECK(a.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(constant_time_equal(a, a));
+  CHECK_FALSE(constant_time_equal(a, b));
+  CHECK_FALSE(constant_time_equal(a, a.substr(1)));
+}
+
+TEST_CASE("frames round-trip and bound what a peer can make us allocate", "[common][io]") {
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  UniqueFd a(sv[0]), b(sv[1]);
+  write_frame(a.get(), "hello");
+  write_frame(a.get(), "");
+  CHECK(read_frame(b.get(), 100) == "hello");
+  CHECK(read_frame(b.get(), 100).empty());
+  write_frame(a.get(), std::string(200, 'x'));
+  CHECK_THROWS_AS(read_frame(b.get(), 100), IoError);
+}
+
+TEST_CASE("reads time out and report a closed peer", "[common][io]") {
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  UniqueFd a(sv[0]), b(sv[1]);
+  char c;
+  auto start = Clock::now();
+  CHECK_THROWS_AS(read_exact(b.get(), &c, 1, Deadline::after(std::chrono::milliseconds(50))), TimeoutError);
+  CHECK(Clock::now() - start < std::chrono::seconds(2));
+  a.reset();
+  CHECK_THROWS_AS(read_exact(b.get(), &c, 1), IoError);
+}
+
+TEST_CASE("HVD_ENFORCE_EQ prints both values", "[common][error]") {
+  try {
+    HVD_ENFORCE_EQ(1 + 1, 3);
+    FAIL("should have thrown");
+  } catch (const Error& e) {
+    std::string what = e.what();
+    CHECK(what.find("2 vs 3") != std::string::npos);
+    CHECK(what.find("test_common.cpp") != std::string::npos);
+  }
+}
