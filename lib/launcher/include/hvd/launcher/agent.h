@@ -1,0 +1,23 @@
+#pragma once
+/// The hvdrun agent: `hvdrun --agent` runs one worker and guarantees it dies
+/// when the launcher goes away. Spawners start it with stdin connected to the
+/// launcher (a pipe locally, the SSH channel remotely); the worker inherits
+/// the agent's stdout and stderr.
+///
+/// Protocol on the agent's stdin:
+///  1. one frame (hvd::write_frame: 4-byte LE length + payload, at most
+///     16 MiB) holding JSON {"argv": [...], "env": {"NAME": "value", ...},
+///     "cwd": "..."}. The environment travels here, never on a command line
+///     that `ps` shows.
+///  2. then single control bytes: 'I' SIGINT, 'T' SIGTERM, 'H' SIGHUP,
+///     'K' SIGKILL -- delivered to the worker's process group.
+///  3. EOF on stdin (launcher died, channel closed): SIGTERM to the group,
+///     SIGKILL after the grace period (HVDRUN_KILL_GRACE_MS, default 3000).
+/// Exit status: the worker's exit code; 128+N if it was killed by signal N;
+/// 127 with "hvdrun: <cmd>: command not found" on stderr if exec failed
+/// with ENOENT (126 for other exec failures).
+namespace hvd::launcher {
+
+int agent_main(int argc, char** argv);
+
+}  // namespace hvd::launcher

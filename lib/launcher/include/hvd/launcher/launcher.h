@@ -1,0 +1,39 @@
+#pragma once
+/// The launcher library's entry points, in the order main() calls them.
+#include "hvd/launcher/job.h"
+#include "hvd/launcher/options.h"
+
+#include <optional>
+#include <string>
+
+namespace hvd::launcher {
+
+/// Result of parsing argv. Either `options` is set, or `exit_code` and
+/// `message` say what to print (help/version to stdout, errors to stderr).
+struct ParseOutcome {
+  std::optional<Options> options;
+  int exit_code = 0;
+  std::string message;
+  bool message_to_stdout = false;
+};
+
+/// Command line + --config-file + environment -> Options (cli.cpp).
+ParseOutcome parse_command_line(int argc, char** argv);
+
+/// Hosts, placement and worker environments (plan.cpp). Pure apart from
+/// reading the hostfile and the launcher's environment. Throws
+/// hvd::InvalidArgument with a one-line message on any usage problem.
+JobPlan make_plan(const Options& options);
+
+/// --dry-run output: a placement table plus each worker's exact command, or
+/// JSON (dry_run.cpp).
+std::string render_dry_run(const JobPlan& plan, const Options& options, DryRunFormat format);
+
+/// --check-build output (what this build supports).
+std::string render_check_build();
+
+/// Starts the job and supervises it to the end; returns hvdrun's exit code
+/// (run.cpp). Never calls exit().
+int run_job(const Options& options, const JobPlan& plan);
+
+}  // namespace hvd::launcher

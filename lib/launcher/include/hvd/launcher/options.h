@@ -1,0 +1,103 @@
+#pragma once
+/// Everything hvdrun was asked to do, after command line, config file and
+/// environment have been merged (command line > config file > environment >
+/// defaults). Filled by cli.cpp; consumed by planning, spawning and
+/// supervision. Plain data with named fields: no behaviour here.
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hvd::launcher {
+
+enum class DryRunFormat { None, Text, Json };
+enum class Engine { Native, Mpi, Gloo };  // Gloo == Native (hvdrun's own spawning)
+
+struct TuningOptions {
+  // Each becomes a HOROVOD_* variable for workers when set (see docs/cli.md).
+  std::optional<double> fusion_threshold_mb;      // HOROVOD_FUSION_THRESHOLD (bytes)
+  std::optional<double> cycle_time_ms;            // HOROVOD_CYCLE_TIME
+  std::optional<long> cache_capacity;             // HOROVOD_CACHE_CAPACITY
+  std::optional<bool> hierarchical_allreduce;     // HOROVOD_HIERARCHICAL_ALLREDUCE
+  std::optional<bool> hierarchical_allgather;     // HOROVOD_HIERARCHICAL_ALLGATHER
+  std::optional<bool> autotune;                   // HOROVOD_AUTOTUNE
+  std::optional<std::string> autotune_log_file;   // HOROVOD_AUTOTUNE_LOG
+  std::optional<long> autotune_warmup_samples;    // HOROVOD_AUTOTUNE_WARMUP_SAMPLES
+  std::optional<long> autotune_steps_per_sample;  // HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE
+  std::optional<long> autotune_bayes_opt_max_samples;
+  std::optional<double> autotune_gaussian_process_noise;
+  std::optional<std::string> timeline_filename;   // HOROVOD_TIMELINE
+  std::optional<bool> timeline_mark_cycles;       // HOROVOD_TIMELINE_MARK_CYCLES
+  std::optional<bool> no_stall_check;             // HOROVOD_STALL_CHECK_DISABLE
+  std::optional<long> stall_check_warning_time_seconds;   // HOROVOD_STALL_CHECK_TIME_SECONDS
+  std::optional<long> stall_check_shutdown_time_seconds;  // HOROVOD_STALL_SHUTDOWN_TIME_SECONDS
+  std::optional<std::string> log_level;           // HOROVOD_LOG_LEVEL
+  std::optional<bool> log_hide_timestamp;         // HOROVOD_LOG_HIDE_TIME
+  std::optional<long> num_nccl_streams;           // HOROVOD_NUM_NCCL_STREAMS
+  std::optional<long> thread_affinity;            // HOROVOD_THREAD_AFFINITY
+};
+
+struct ElasticOptions {
+  std::optional<int> min_np;
+  std::optional<int> max_np;
+  std::optional<int> slots_per_host;
+  std::optional<std::string> host_discovery_script;
+  std::chrono::seconds elastic_timeout{600};
+  std::optional<int> reset_limit;
+  std::optional<std::pair<int, int>> blacklist_cooldown_range;  // seconds
+};
+
+struct Options {
+  // Placement
+  std::optional<int> num_proc;                 // -np; default: total slots? no: required unless elastic
+  std::string hosts;                           // -H text as given ("h1:2,h2:4"); empty if not given
+  std::optional<std::string> hostfile;         // --hostfile path
+  // SSH
+  std::optional<int> ssh_port;                 // -p
+  std::optional<std::string> ssh_identity_file;  // -i
+  bool ssh_strict_host_key_checking = false;   // --ssh-strict-host-key-checking (hvdrun addition)
+  std::chrono::seconds start_timeout{30};      // --start-timeout / HOROVOD_START_TIMEOUT
+  std::vector<std::string> network_interfaces; // --network-interface (comma list accepted)
+  // Output
+  std::optional<std::string> output_filename;  // --output-filename DIR
+  bool prefix_output_with_timestamp = false;
+  bool verbose = false;
+  // Misc horovodrun flags
+  std::optional<std::string> config_file;
+  bool disable_cache = false;
+  bool check_build = false;
+  DryRunFormat dry_run = DryRunFormat::None;   // hvdrun addition
+  Engine engine = Engine::Native;              // --mpi / --gloo
+  std::optional<std::string> mpi_args;         // --mpi-args
+  bool tcp_flag = false;                       // --tcp (accepted, no effect)
+  bool binding_args_given = false;
+  TuningOptions tuning;
+  ElasticOptions elastic;
+  /// -x NAME or -x NAME=VALUE, in order given.
+  std::vector<std::string> env_exports;
+  /// Forward LD_PRELOAD-style loader variables (--forward-loader-env).
+  bool forward_loader_env = false;
+  /// Serve Horovod-style unauthenticated store requests (issue 3 flag).
+  bool insecure_store = false;
+  /// Grace period between SIGTERM and SIGKILL on teardown.
+  std::chrono::milliseconds kill_grace{3000};
+  /// The worker command, untouched.
+  std::vector<std::string> command;
+};
+
+/// Documented exit codes of hvdrun itself (docs/exit-codes.md). A failed
+/// worker's own status is passed through instead when a worker failed.
+namespace exit_code {
+inline constexpr int kOk = 0;
+inline constexpr int kUsage = 2;          // bad flags, hosts, hostfile, config, too few slots
+inline constexpr int kLaunch = 3;         // host unreachable, auth failed, start timeout
+inline constexpr int kNotSupported = 4;   // a flag whose feature is not implemented yet
+inline constexpr int kInternal = 70;      // EX_SOFTWARE: a bug in hvdrun
+inline constexpr int kCommandNotFound = 127;
+inline constexpr int kSigHup = 129;
+inline constexpr int kSigInt = 130;
+inline constexpr int kSigTerm = 143;
+}  // namespace exit_code
+
+}  // namespace hvd::launcher
