@@ -1,0 +1,46 @@
+#pragma once
+/// A connected group of ranks: a full mesh of authenticated point-to-point
+/// links (lib/transport) formed through a Store. Owned and used by one
+/// thread at a time. Implemented by the data-plane work (comm.cpp).
+#include "hvd/store/store.h"
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace hvd::transport {
+class Link;  // lib/transport: one point-to-point connection
+}
+
+namespace hvd::collective {
+
+struct CommOptions {
+  int rank = 0;
+  int size = 1;
+  /// Store key prefix for this communicator's rendezvous ("gen0/", ...), so
+  /// a re-formed job never reads a stale address.
+  std::string prefix;
+  /// Address to listen on and publish; empty: the source address of the
+  /// route to `route_hint`, else 127.0.0.1.
+  std::string bind_address;
+  std::string route_hint;
+  /// Job secret; peers that do not prove it are refused.
+  std::string secret;
+  std::chrono::milliseconds timeout{30000};
+};
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// The link to `peer` (peer != rank()).
+  virtual transport::Link& link(int peer) = 0;
+  /// Closes every link so that peers blocked on us fail fast. Idempotent.
+  virtual void abort(const std::string& reason) = 0;
+  virtual bool aborted() const = 0;
+};
+
+std::unique_ptr<Comm> connect_comm(store::Store& store, const CommOptions& options);
+
+}  // namespace hvd::collective

@@ -1,0 +1,34 @@
+#pragma once
+/// Element types and reduction operators shared by the C++ API, the C ABI,
+/// the algorithms and (later) the CUDA path. Values are part of the C ABI:
+/// never renumber.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace hvd::collective {
+
+enum class DataType : int32_t {
+  UInt8 = 0,
+  Int8 = 1,
+  Int32 = 2,
+  Int64 = 3,
+  Float16 = 4,
+  BFloat16 = 5,
+  Float32 = 6,
+  Float64 = 7,
+};
+
+enum class ReduceOp : int32_t {
+  Sum = 0,
+  Average = 1,
+  Min = 2,
+  Max = 3,
+  Product = 4,
+};
+
+std::size_t dtype_size(DataType dtype);
+const char* dtype_name(DataType dtype);
+const char* reduce_op_name(ReduceOp op);
+
+}  // namespace hvd::collective
