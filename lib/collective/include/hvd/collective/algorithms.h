@@ -15,7 +15,12 @@ namespace hvd::collective {
 
 /// In place. Average divides by size after summing (integer types: truncating
 /// division). prescale multiplies inputs before, postscale the result after
-/// (floating types only; 1.0 is a no-op).
+/// (1.0 is a no-op; meant for floating types -- integer types get the product
+/// computed in double and truncated, as Horovod's ScaleBuffer does).
+/// float16/bfloat16 are reduced in float32 and rounded back (nearest even)
+/// at every pairwise step. Results are bit-identical on every rank.
+/// Small messages (<= 64 KiB, <= 8 ranks) take one all-to-all round; larger
+/// ones the bandwidth-optimal ring (reduce-scatter + allgather).
 void allreduce(Comm& comm, void* data, std::size_t count, DataType dtype, ReduceOp op,
                double prescale = 1.0, double postscale = 1.0);
 

@@ -5,8 +5,10 @@
 #include "hvd/store/store.h"
 
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace hvd::transport {
 class Link;  // lib/transport: one point-to-point connection
@@ -27,7 +29,13 @@ struct CommOptions {
   /// Job secret; peers that do not prove it are refused.
   std::string secret;
   std::chrono::milliseconds timeout{30000};
+  /// SO_SNDBUF/SO_RCVBUF for every link in bytes; 0 keeps the kernel's
+  /// auto-tuning, negative picks the library default (kDefaultSocketBuffer).
+  int socket_buffer_bytes = -1;
 };
+
+/// Socket buffer size used when CommOptions::socket_buffer_bytes < 0.
+inline constexpr int kDefaultSocketBuffer = 0;
 
 class Comm {
  public:
@@ -39,6 +47,21 @@ class Comm {
   /// Closes every link so that peers blocked on us fail fast. Idempotent.
   virtual void abort(const std::string& reason) = 0;
   virtual bool aborted() const = 0;
+  /// Why the Comm was aborted (empty while it is healthy).
+  virtual std::string abort_reason() const { return {}; }
+
+  /// Scratch memory owned by the Comm and reused by every collective (grown,
+  /// never shrunk): fresh pages cost ~10 us per 4 KiB, so algorithms never
+  /// allocate per call. `slot` separates buffers needed at the same time.
+  /// Only the thread that runs collectives may use it.
+  char* scratch(std::size_t slot, std::size_t bytes);
+
+ private:
+  struct ScratchBuffer {
+    std::unique_ptr<char[]> data;
+    std::size_t size = 0;
+  };
+  std::vector<ScratchBuffer> scratch_;
 };
 
 std::unique_ptr<Comm> connect_comm(store::Store& store, const CommOptions& options);

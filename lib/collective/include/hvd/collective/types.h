@@ -31,4 +31,11 @@ std::size_t dtype_size(DataType dtype);
 const char* dtype_name(DataType dtype);
 const char* reduce_op_name(ReduceOp op);
 
+/// IEEE binary16 / bfloat16 bit patterns <-> float32, rounding to nearest
+/// even (for tools, tests and bindings that fill or read half buffers).
+float float16_to_float(uint16_t bits);
+uint16_t float_to_float16(float value);
+float bfloat16_to_float(uint16_t bits);
+uint16_t float_to_bfloat16(float value);
+
 }  // namespace hvd::collective

@@ -16,8 +16,21 @@
 /// Exit status: the worker's exit code; 128+N if it was killed by signal N;
 /// 127 with "hvdrun: <cmd>: command not found" on stderr if exec failed
 /// with ENOENT (126 for other exec failures).
+#include "hvd/launcher/job.h"
+
+#include <string>
+
 namespace hvd::launcher {
 
 int agent_main(int argc, char** argv);
+
+/// The JSON payload of the spec frame for `worker` (argv, env, cwd), as the
+/// agent expects it; spawners send it with hvd::write_frame. Environment
+/// values that are not valid UTF-8 have the bad bytes replaced by U+FFFD.
+std::string encode_agent_spec(const WorkerSpec& worker);
+
+/// The agent's exit status when the agent itself failed (unreadable spec,
+/// fork failure) -- distinct from the worker statuses it passes through.
+inline constexpr int kAgentFailureStatus = 125;
 
 }  // namespace hvd::launcher

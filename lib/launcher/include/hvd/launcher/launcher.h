@@ -3,6 +3,7 @@
 #include "hvd/launcher/job.h"
 #include "hvd/launcher/options.h"
 
+#include <map>
 #include <optional>
 #include <string>
 
@@ -24,6 +25,11 @@ ParseOutcome parse_command_line(int argc, char** argv);
 /// reading the hostfile and the launcher's environment. Throws
 /// hvd::InvalidArgument with a one-line message on any usage problem.
 JobPlan make_plan(const Options& options);
+
+/// make_plan with the launcher environment and working directory given
+/// explicitly (tests and golden files use this for stable output).
+JobPlan make_plan(const Options& options, const std::map<std::string, std::string>& launcher_env,
+                  const std::string& cwd);
 
 /// --dry-run output: a placement table plus each worker's exact command, or
 /// JSON (dry_run.cpp).

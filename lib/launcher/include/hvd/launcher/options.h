@@ -36,6 +36,8 @@ struct TuningOptions {
   std::optional<bool> log_hide_timestamp;         // HOROVOD_LOG_HIDE_TIME
   std::optional<long> num_nccl_streams;           // HOROVOD_NUM_NCCL_STREAMS
   std::optional<long> thread_affinity;            // HOROVOD_THREAD_AFFINITY
+  std::optional<long> gloo_timeout_seconds;       // HOROVOD_GLOO_TIMEOUT_SECONDS
+  std::optional<bool> mpi_threads_disable;        // HOROVOD_MPI_THREADS_DISABLE (MPI mode)
 };
 
 struct ElasticOptions {

@@ -11,6 +11,7 @@
 #include "hvd/launcher/job.h"
 
 #include <cstddef>
+#include <stdexcept>
 #include <string>
 #include <vector>
 

@@ -1,0 +1,113 @@
+/* The stable C ABI of libhvd_collective, for bindings (Python ctypes, ...).
+ *
+ * Conventions:
+ *  - Every function returning int returns HVD_OK (0) or a negative HVD_ERR_*
+ *    code; hvd_last_error() then gives this thread's message for the last
+ *    failed call (valid until the next failing call on the same thread).
+ *  - Handles are opaque; every handle returned must be released with
+ *    hvd_release(), finished or not (an unfinished operation still runs).
+ *  - dtype values are HVD_UINT8..HVD_FLOAT64, op values HVD_SUM..HVD_PRODUCT;
+ *    both match hvd::collective::DataType / ReduceOp and never change.
+ *  - Input and output memory must stay valid until the handle is finished.
+ *  - The header is C89/C99 and C++ compatible. */
+#ifndef HVD_COLLECTIVE_C_API_H
+#define HVD_COLLECTIVE_C_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Error codes. */
+#define HVD_OK 0
+#define HVD_ERR_INVALID (-1)         /* bad argument / environment variable */
+#define HVD_ERR_IO (-2)              /* communicator failed: peer died, link dropped */
+#define HVD_ERR_TIMEOUT (-3)         /* rendezvous timed out or tensor stalled */
+#define HVD_ERR_MISMATCH (-4)        /* ranks disagree on a tensor's parameters */
+#define HVD_ERR_NOT_INITIALIZED (-5) /* hvd_init() not called, or after hvd_shutdown() */
+#define HVD_ERR_SHUTDOWN (-6)        /* the job shut down before the operation ran */
+#define HVD_ERR_INTERNAL (-7)        /* anything else (a bug: please report) */
+
+/* Data types. */
+#define HVD_UINT8 0
+#define HVD_INT8 1
+#define HVD_INT32 2
+#define HVD_INT64 3
+#define HVD_FLOAT16 4
+#define HVD_BFLOAT16 5
+#define HVD_FLOAT32 6
+#define HVD_FLOAT64 7
+
+/* Reduce operations. */
+#define HVD_SUM 0
+#define HVD_AVERAGE 1
+#define HVD_MIN 2
+#define HVD_MAX 3
+#define HVD_PRODUCT 4
+
+typedef struct hvd_handle* hvd_handle_t;
+
+/* Allocates `bytes` for an output of shape[0..ndim) (called on the library's
+ * background thread). Return NULL to fail the operation. */
+typedef void* (*hvd_alloc_fn)(void* user, int ndim, const int64_t* shape, size_t bytes);
+
+int hvd_init(void);
+int hvd_shutdown(void);
+int hvd_is_initialized(void);
+/* Return the value, or -1 (with hvd_last_error set) when not initialised. */
+int hvd_rank(void);
+int hvd_size(void);
+int hvd_local_rank(void);
+int hvd_local_size(void);
+int hvd_cross_rank(void);
+int hvd_cross_size(void);
+
+/* This thread's message for its last failed call ("" if none). */
+const char* hvd_last_error(void);
+
+/* Elementwise reduction of `count` elements; in may equal out. */
+int hvd_allreduce_async(const char* name, const void* in, void* out, int64_t count, int dtype, int op,
+                        double prescale, double postscale, hvd_handle_t* out_handle);
+/* Concatenation along the first dimension of shape[0..ndim) (which may
+ * differ per rank). Output from alloc (may be NULL: the handle owns it). */
+int hvd_allgather_async(const char* name, const void* in, int ndim, const int64_t* shape, int dtype,
+                        hvd_alloc_fn alloc, void* alloc_user, hvd_handle_t* out_handle);
+/* `count` elements from root's in to every rank's out (in may equal out). */
+int hvd_broadcast_async(const char* name, const void* in, void* out, int64_t count, int dtype, int root,
+                        hvd_handle_t* out_handle);
+/* splits: hvd_size() entries, rows sent to each rank, or NULL for even. */
+int hvd_alltoall_async(const char* name, const void* in, int ndim, const int64_t* shape, int dtype,
+                       const int64_t* splits, hvd_alloc_fn alloc, void* alloc_user, hvd_handle_t* out_handle);
+int hvd_reducescatter_async(const char* name, const void* in, int ndim, const int64_t* shape, int dtype, int op,
+                            double prescale, double postscale, hvd_alloc_fn alloc, void* alloc_user,
+                            hvd_handle_t* out_handle);
+/* name may be NULL. */
+int hvd_barrier_async(const char* name, hvd_handle_t* out_handle);
+
+/* 1 when finished (then hvd_wait returns at once), 0 while running, <0 on a
+ * bad handle. */
+int hvd_poll(hvd_handle_t handle);
+/* Blocks until finished; returns the operation's outcome. */
+int hvd_wait(hvd_handle_t handle);
+/* After a successful hvd_wait: the output of allgather/alltoall/
+ * reducescatter (owned by the handle unless an allocator was given). */
+int hvd_handle_output(hvd_handle_t handle, const void** data, size_t* bytes);
+/* Output shape: writes up to `capacity` dims, stores the rank in *ndim. */
+int hvd_handle_output_shape(hvd_handle_t handle, int64_t* shape, int capacity, int* ndim);
+/* Alltoall: rows received from each rank (capacity >= hvd_size()). */
+int hvd_handle_recv_splits(hvd_handle_t handle, int64_t* splits, int capacity);
+/* Frees the handle (and a handle-owned output). NULL is ignored. */
+void hvd_release(hvd_handle_t handle);
+
+/* Synchronous conveniences: submit, wait, release. */
+int hvd_allreduce(const char* name, const void* in, void* out, int64_t count, int dtype, int op);
+int hvd_broadcast(const char* name, const void* in, void* out, int64_t count, int dtype, int root);
+int hvd_barrier(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HVD_COLLECTIVE_C_API_H */

@@ -1,0 +1,212 @@
+#pragma once
+/// One member of a collective job: its settings, the Store it met its peers
+/// through, the connected Comm, and the background thread that negotiates
+/// and executes operations (docs/collective.md). Not a global: tests run N
+/// Contexts as threads of one process; hvd.h wraps one per process.
+#include "hvd/collective/comm.h"
+#include "hvd/collective/errors.h"
+#include "hvd/collective/handle.h"
+#include "hvd/collective/types.h"
+#include "hvd/store/store.h"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hvd::collective {
+
+/// Everything a Context needs, normally read from the environment hvdrun
+/// sets (settings_from_env); tests fill it in directly.
+struct Settings {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  int cross_rank = 0;
+  int cross_size = 1;
+  std::string hostname;
+
+  /// HOROVOD_CYCLE_TIME: pause between negotiation cycles when idle (a
+  /// submission wakes the thread early).
+  std::chrono::microseconds cycle_time{1000};
+  /// HOROVOD_FUSION_THRESHOLD: bytes of one fused allreduce; 0 disables fusion.
+  std::size_t fusion_threshold = 64u << 20;
+  /// HOROVOD_CACHE_CAPACITY: response-cache entries; 0 disables the cache.
+  std::size_t cache_capacity = 1024;
+  /// HOROVOD_STALL_CHECK_DISABLE inverted.
+  bool stall_check = true;
+  /// HOROVOD_STALL_CHECK_TIME_SECONDS.
+  std::chrono::milliseconds stall_warn_after{60000};
+  /// HOROVOD_STALL_SHUTDOWN_TIME_SECONDS; 0 = never fail stalled tensors.
+  std::chrono::milliseconds stall_fail_after{0};
+
+  /// Rendezvous through the store (size > 1 only). HOROVOD_START_TIMEOUT.
+  std::chrono::milliseconds start_timeout{30000};
+  /// Key prefix of this communicator generation in the store.
+  std::string comm_prefix = "gen0/";
+  /// HVDRUN_SECRET: peers prove it on every link.
+  std::string secret;
+  /// Listen address (HOROVOD_GLOO_IFACE's address); empty: derived from route_hint.
+  std::string bind_address;
+  /// The store's host, used to pick the interface peers can reach.
+  std::string route_hint;
+};
+
+/// What a Context has done; used by tests and logs.
+struct ContextStats {
+  uint64_t cycles = 0;
+  uint64_t cache_hits = 0;
+  uint64_t cache_misses = 0;
+  uint64_t fused_responses = 0;
+  uint64_t fused_tensors = 0;
+  uint64_t responses = 0;
+  /// Stall warnings issued (rank 0 only), newest last.
+  std::vector<std::string> stall_warnings;
+};
+
+/// Tensor arguments: `shape` describes the tensor (its element count is the
+/// product; {} is a scalar). Input may equal output for in-place operations.
+/// A name identifies the operation across ranks; an empty name gets an
+/// automatic one ("allreduce.noname.N"), which only matches if every rank
+/// submits its unnamed operations in the same order.
+struct AllreduceArgs {
+  std::string name;
+  const void* input = nullptr;
+  void* output = nullptr;
+  DataType dtype = DataType::Float32;
+  std::vector<int64_t> shape;
+  ReduceOp op = ReduceOp::Sum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+};
+
+/// Concatenates every rank's tensor along the first dimension, which may
+/// differ per rank. The output comes from `allocator` or the handle.
+struct AllgatherArgs {
+  std::string name;
+  const void* input = nullptr;
+  DataType dtype = DataType::Float32;
+  std::vector<int64_t> shape;
+  Allocator allocator;
+};
+
+/// Copies root's input into every rank's output (input may equal output;
+/// non-root ranks' input is ignored).
+struct BroadcastArgs {
+  std::string name;
+  const void* input = nullptr;
+  void* output = nullptr;
+  DataType dtype = DataType::Float32;
+  std::vector<int64_t> shape;
+  int root = 0;
+};
+
+/// Sends splits[r] rows (first-dimension slices) to rank r; empty splits
+/// divide the first dimension evenly. Rows received from each rank are
+/// learned during negotiation (Handle::recv_splits).
+struct AlltoallArgs {
+  std::string name;
+  const void* input = nullptr;
+  DataType dtype = DataType::Float32;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> splits;
+  Allocator allocator;
+};
+
+/// Reduces across ranks, then rank r keeps its share of the first
+/// dimension: shape[0]/size rows, the first shape[0]%size ranks one more.
+struct ReducescatterArgs {
+  std::string name;
+  const void* input = nullptr;
+  DataType dtype = DataType::Float32;
+  std::vector<int64_t> shape;
+  ReduceOp op = ReduceOp::Sum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  Allocator allocator;
+};
+
+struct BarrierArgs {
+  std::string name;
+};
+
+/// Rows of the first dimension reducescatter gives `rank` out of `rows`.
+int64_t reducescatter_rows(int64_t rows, int rank, int size);
+
+class Context {
+ public:
+  /// Rendezvous: connects the Comm through `store` (size > 1; may be null
+  /// for size 1) within settings.start_timeout, then starts the thread.
+  /// Throws hvd::TimeoutError / hvd::IoError naming the store on failure.
+  static std::unique_ptr<Context> create(const Settings& settings, std::shared_ptr<store::Store> store);
+
+  /// Uses an already connected Comm (size must match settings); null for a
+  /// job of size 1.
+  Context(const Settings& settings, std::unique_ptr<Comm> comm, std::shared_ptr<store::Store> store = nullptr);
+  /// Shuts down if still running.
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const Settings& settings() const;
+  int rank() const;
+  int size() const;
+  int local_rank() const;
+  int local_size() const;
+  int cross_rank() const;
+  int cross_size() const;
+
+  /// Asynchronous operations. Argument errors (null pointers, bad root or
+  /// splits, a name already pending) throw hvd::InvalidArgument here; after a
+  /// communicator failure they throw its hvd::IoError; after shutdown,
+  /// ShutdownError. Everything else is reported by the handle.
+  Handle allreduce_async(const AllreduceArgs& args);
+  Handle allgather_async(const AllgatherArgs& args);
+  Handle broadcast_async(const BroadcastArgs& args);
+  Handle alltoall_async(const AlltoallArgs& args);
+  Handle reducescatter_async(const ReducescatterArgs& args);
+  Handle barrier_async(const BarrierArgs& args = {});
+
+  /// Synchronous forms: submit and wait.
+  void allreduce(const AllreduceArgs& args) { allreduce_async(args).wait(); }
+  Handle allgather(const AllgatherArgs& args);
+  void broadcast(const BroadcastArgs& args) { broadcast_async(args).wait(); }
+  Handle alltoall(const AlltoallArgs& args);
+  Handle reducescatter(const ReducescatterArgs& args);
+  void barrier(const BarrierArgs& args = {}) { barrier_async(args).wait(); }
+
+  /// Tells every rank to stop after the current cycle, fails whatever is
+  /// still pending with ShutdownError and joins the thread. Idempotent; clean
+  /// after a failure.
+  void shutdown();
+
+  /// Aborts the communicator (as a peer failure would): every pending and
+  /// later operation here fails with hvd::IoError naming `reason`, and peers
+  /// fail within the transport's detection time.
+  void abort(const std::string& reason);
+
+  /// Whether the communicator has failed (operations now throw IoError).
+  bool failed() const;
+  ContextStats stats() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Reads the environment hvdrun sets (docs/collective.md lists it):
+/// all of HOROVOD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE, _CROSS_RANK,
+/// _CROSS_SIZE present -> that job; none present -> a job of size 1; some
+/// present or any garbage -> hvd::InvalidArgument naming the variable.
+Settings settings_from_env();
+
+/// settings_from_env(), then the store from HOROVOD_GLOO_RENDEZVOUS_ADDR/
+/// _PORT (size > 1) and Context::create. `comm_prefix` names the
+/// communicator generation in the store (every rank must pass the same).
+std::unique_ptr<Context> context_from_env(const std::string& comm_prefix = "gen0/");
+
+}  // namespace hvd::collective

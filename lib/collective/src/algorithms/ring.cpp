@@ -1,0 +1,84 @@
+// The ring, as in Gloo and Baidu's ring-allreduce.
+//
+// Ranks form a ring: each sends to its right neighbour (rank + 1) and
+// receives from its left neighbour (rank - 1), both at once. The buffer is
+// cut into one chunk per rank.
+//
+// Reduce-scatter: in step s (0 .. size-2) rank r sends chunk (r - 1 - s) and
+// receives chunk (r - 2 - s), which it reduces into its own copy of that
+// chunk. Every chunk thus travels once around the ring collecting one
+// contribution per hop, and after size-1 steps rank r holds the complete
+// reduction of chunk r. Each chunk is reduced in one fixed order, so all
+// ranks end with bit-identical results.
+//
+// Allgather: in step s rank r sends block (r - s) and receives block
+// (r - s - 1) straight into place; after size-1 steps every rank has every
+// block.
+//
+// Within a step, received data lands in a segment-sized scratch buffer
+// (kSegmentBytes, small enough to stay in L2) and is reduced into place as
+// soon as a segment is complete: the freshly received bytes are still in
+// cache when the reduction reads them, and a large chunk never needs a
+// chunk-sized (cache-thrashing) staging buffer.
+#include "ring.h"
+
+#include "common.h"
+#include "../reduce.h"
+
+#include "hvd/transport/link.h"
+
+#include <algorithm>
+
+namespace hvd::collective::detail {
+
+void ring_reduce_scatter(Comm& comm, char* work, const std::vector<std::size_t>& chunk_elems, DataType dtype,
+                         ReduceOp op, char* tmp) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  if (n == 1) return;
+  const std::size_t es = dtype_size(dtype);
+  std::vector<std::size_t> chunk_bytes(chunk_elems.size());
+  for (std::size_t i = 0; i < chunk_elems.size(); ++i) chunk_bytes[i] = chunk_elems[i] * es;
+  const std::vector<std::size_t> off = offsets_of(chunk_bytes);
+  transport::Link& right = comm.link(mod(r + 1, n));
+  transport::Link& left = comm.link(mod(r - 1, n));
+
+  for (int s = 0; s < n - 1; ++s) {
+    const int send_chunk = mod(r - 1 - s, n);
+    const int recv_chunk = mod(r - 2 - s, n);
+    char* target = work + off[recv_chunk];
+    const std::size_t recv_bytes = chunk_bytes[recv_chunk];
+    // The receive lands segment by segment in the small (cache-resident)
+    // tmp buffer; each full segment is reduced into place and tmp reused.
+    std::size_t reduced = 0;
+    transport::Transfer ts[2] = {
+        transport::Transfer::send(right, work + off[send_chunk], chunk_bytes[send_chunk]),
+        transport::Transfer::recv(left, tmp, std::min(kSegmentBytes, recv_bytes))};
+    auto consume = [&] {
+      if (!ts[1].complete() || ts[1].size == 0) return;
+      reduce_into(dtype, op, target + reduced, tmp, ts[1].size / es);
+      reduced += ts[1].size;
+      ts[1].size = std::min(kSegmentBytes, recv_bytes - reduced);
+      ts[1].done = 0;
+    };
+    transport::progress(ts, 2, Deadline::never(), consume);
+    HVD_ENFORCE(reduced == recv_bytes, "ring reduce-scatter reduced {} of {} bytes", reduced, recv_bytes);
+  }
+}
+
+void ring_allgather(Comm& comm, char* buf, const std::vector<std::size_t>& block_bytes) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  if (n == 1) return;
+  const std::vector<std::size_t> off = offsets_of(block_bytes);
+  transport::Link& right = comm.link(mod(r + 1, n));
+  transport::Link& left = comm.link(mod(r - 1, n));
+  for (int s = 0; s < n - 1; ++s) {
+    const int send_block = mod(r - s, n);
+    const int recv_block = mod(r - s - 1, n);
+    transport::sendrecv(right, buf + off[send_block], block_bytes[send_block], left, buf + off[recv_block],
+                        block_bytes[recv_block]);
+  }
+}
+
+}  // namespace hvd::collective::detail

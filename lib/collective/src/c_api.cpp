@@ -1,0 +1,221 @@
+// The C ABI: exceptions become error codes plus a thread-local message.
+#include "hvd/collective/c_api.h"
+
+#include "hvd/collective/errors.h"
+#include "hvd/collective/hvd.h"
+
+#include <fmt/format.h>
+
+#include <exception>
+#include <functional>
+#include <vector>
+#include <string>
+
+struct hvd_handle {
+  hvd::collective::Handle handle;
+};
+
+namespace {
+
+thread_local std::string t_last_error;
+
+int set_error(int code, const std::string& message) {
+  t_last_error = message;
+  return code;
+}
+
+/// Runs f, mapping the hvd exception hierarchy onto HVD_ERR_* codes.
+template <typename F>
+int guarded(F&& f) {
+  try {
+    f();
+    return HVD_OK;
+  } catch (const hvd::collective::MismatchError& e) {
+    return set_error(HVD_ERR_MISMATCH, e.what());
+  } catch (const hvd::collective::NotInitializedError& e) {
+    return set_error(HVD_ERR_NOT_INITIALIZED, e.what());
+  } catch (const hvd::collective::ShutdownError& e) {
+    return set_error(HVD_ERR_SHUTDOWN, e.what());
+  } catch (const hvd::InvalidArgument& e) {
+    return set_error(HVD_ERR_INVALID, e.what());
+  } catch (const hvd::IoError& e) {
+    return set_error(HVD_ERR_IO, e.what());
+  } catch (const hvd::TimeoutError& e) {
+    return set_error(HVD_ERR_TIMEOUT, e.what());
+  } catch (const std::exception& e) {
+    return set_error(HVD_ERR_INTERNAL, e.what());
+  } catch (...) {
+    return set_error(HVD_ERR_INTERNAL, "unknown error");
+  }
+}
+
+int topology(int (*get)()) {
+  int value = -1;
+  guarded([&] { value = get(); });
+  return value;
+}
+
+int invalid(const char* what) { return set_error(HVD_ERR_INVALID, what); }
+
+std::vector<int64_t> shape_of(int ndim, const int64_t* shape) {
+  if (ndim < 0 || ndim > 64) throw hvd::InvalidArgument(fmt::format("ndim {} is out of range [0, 64]", ndim));
+  if (ndim > 0 && shape == nullptr) throw hvd::InvalidArgument("shape is NULL but ndim > 0");
+  return std::vector<int64_t>(shape, shape + ndim);
+}
+
+std::vector<int64_t> count_shape(int64_t count) {
+  if (count < 0) throw hvd::InvalidArgument(fmt::format("count {} is negative", count));
+  return {count};
+}
+
+hvd::collective::Allocator allocator_of(hvd_alloc_fn fn, void* user) {
+  if (fn == nullptr) return {};
+  return [fn, user](const std::vector<int64_t>& shape, std::size_t bytes) -> void* {
+    return fn(user, static_cast<int>(shape.size()), shape.data(), bytes);
+  };
+}
+
+std::string name_of(const char* name) { return name ? std::string(name) : std::string(); }
+
+int submit(hvd_handle_t* out, const std::function<hvd::collective::Handle()>& f) {
+  if (out == nullptr) return invalid("out_handle is NULL");
+  *out = nullptr;
+  return guarded([&] { *out = new hvd_handle{f()}; });
+}
+
+}  // namespace
+
+extern "C" {
+
+int hvd_init(void) { return guarded([] { hvd::init(); }); }
+int hvd_shutdown(void) { return guarded([] { hvd::shutdown(); }); }
+int hvd_is_initialized(void) { return hvd::is_initialized() ? 1 : 0; }
+int hvd_rank(void) { return topology(hvd::rank); }
+int hvd_size(void) { return topology(hvd::size); }
+int hvd_local_rank(void) { return topology(hvd::local_rank); }
+int hvd_local_size(void) { return topology(hvd::local_size); }
+int hvd_cross_rank(void) { return topology(hvd::cross_rank); }
+int hvd_cross_size(void) { return topology(hvd::cross_size); }
+const char* hvd_last_error(void) { return t_last_error.c_str(); }
+
+int hvd_allreduce_async(const char* name, const void* in, void* out, int64_t count, int dtype, int op,
+                        double prescale, double postscale, hvd_handle_t* out_handle) {
+  return submit(out_handle, [&] {
+    return hvd::allreduce_async(hvd::collective::AllreduceArgs{
+        name_of(name), in, out, static_cast<hvd::collective::DataType>(dtype), count_shape(count),
+        static_cast<hvd::collective::ReduceOp>(op), prescale, postscale});
+  });
+}
+
+int hvd_allgather_async(const char* name, const void* in, int ndim, const int64_t* shape, int dtype,
+                        hvd_alloc_fn alloc, void* alloc_user, hvd_handle_t* out_handle) {
+  return submit(out_handle, [&] {
+    return hvd::allgather_async(hvd::collective::AllgatherArgs{name_of(name), in,
+                                                               static_cast<hvd::collective::DataType>(dtype),
+                                                               shape_of(ndim, shape), allocator_of(alloc, alloc_user)});
+  });
+}
+
+int hvd_broadcast_async(const char* name, const void* in, void* out, int64_t count, int dtype, int root,
+                        hvd_handle_t* out_handle) {
+  return submit(out_handle, [&] {
+    return hvd::broadcast_async(hvd::collective::BroadcastArgs{
+        name_of(name), in, out, static_cast<hvd::collective::DataType>(dtype), count_shape(count), root});
+  });
+}
+
+int hvd_alltoall_async(const char* name, const void* in, int ndim, const int64_t* shape, int dtype,
+                       const int64_t* splits, hvd_alloc_fn alloc, void* alloc_user, hvd_handle_t* out_handle) {
+  return submit(out_handle, [&] {
+    std::vector<int64_t> split_vec;
+    if (splits != nullptr) split_vec.assign(splits, splits + hvd::size());
+    return hvd::alltoall_async(hvd::collective::AlltoallArgs{name_of(name), in,
+                                                             static_cast<hvd::collective::DataType>(dtype),
+                                                             shape_of(ndim, shape), split_vec,
+                                                             allocator_of(alloc, alloc_user)});
+  });
+}
+
+int hvd_reducescatter_async(const char* name, const void* in, int ndim, const int64_t* shape, int dtype, int op,
+                            double prescale, double postscale, hvd_alloc_fn alloc, void* alloc_user,
+                            hvd_handle_t* out_handle) {
+  return submit(out_handle, [&] {
+    return hvd::reducescatter_async(hvd::collective::ReducescatterArgs{
+        name_of(name), in, static_cast<hvd::collective::DataType>(dtype), shape_of(ndim, shape),
+        static_cast<hvd::collective::ReduceOp>(op), prescale, postscale, allocator_of(alloc, alloc_user)});
+  });
+}
+
+int hvd_barrier_async(const char* name, hvd_handle_t* out_handle) {
+  return submit(out_handle, [&] { return hvd::barrier_async(hvd::collective::BarrierArgs{name_of(name)}); });
+}
+
+int hvd_poll(hvd_handle_t handle) {
+  if (handle == nullptr) return invalid("handle is NULL");
+  int done = 0;
+  int rc = guarded([&] { done = handle->handle.poll() ? 1 : 0; });
+  return rc == HVD_OK ? done : rc;
+}
+
+int hvd_wait(hvd_handle_t handle) {
+  if (handle == nullptr) return invalid("handle is NULL");
+  return guarded([&] { handle->handle.wait(); });
+}
+
+int hvd_handle_output(hvd_handle_t handle, const void** data, size_t* bytes) {
+  if (handle == nullptr) return invalid("handle is NULL");
+  return guarded([&] {
+    const void* d = handle->handle.output();
+    std::size_t b = handle->handle.output_bytes();
+    if (data) *data = d;
+    if (bytes) *bytes = b;
+  });
+}
+
+int hvd_handle_output_shape(hvd_handle_t handle, int64_t* shape, int capacity, int* ndim) {
+  if (handle == nullptr) return invalid("handle is NULL");
+  return guarded([&] {
+    const auto& s = handle->handle.output_shape();
+    if (ndim) *ndim = static_cast<int>(s.size());
+    for (int i = 0; i < capacity && i < static_cast<int>(s.size()); ++i) shape[i] = s[i];
+  });
+}
+
+int hvd_handle_recv_splits(hvd_handle_t handle, int64_t* splits, int capacity) {
+  if (handle == nullptr) return invalid("handle is NULL");
+  return guarded([&] {
+    const auto& s = handle->handle.recv_splits();
+    if (capacity < static_cast<int>(s.size())) {
+      throw hvd::InvalidArgument(fmt::format("capacity {} is smaller than the {} ranks", capacity, s.size()));
+    }
+    for (std::size_t i = 0; i < s.size(); ++i) splits[i] = s[i];
+  });
+}
+
+void hvd_release(hvd_handle_t handle) { delete handle; }
+
+int hvd_allreduce(const char* name, const void* in, void* out, int64_t count, int dtype, int op) {
+  hvd_handle_t h = nullptr;
+  int rc = hvd_allreduce_async(name, in, out, count, dtype, op, 1.0, 1.0, &h);
+  if (rc == HVD_OK) rc = hvd_wait(h);
+  hvd_release(h);
+  return rc;
+}
+
+int hvd_broadcast(const char* name, const void* in, void* out, int64_t count, int dtype, int root) {
+  hvd_handle_t h = nullptr;
+  int rc = hvd_broadcast_async(name, in, out, count, dtype, root, &h);
+  if (rc == HVD_OK) rc = hvd_wait(h);
+  hvd_release(h);
+  return rc;
+}
+
+int hvd_barrier(void) {
+  hvd_handle_t h = nullptr;
+  int rc = hvd_barrier_async(nullptr, &h);
+  if (rc == HVD_OK) rc = hvd_wait(h);
+  hvd_release(h);
+  return rc;
+}
+
+}  // extern "C"

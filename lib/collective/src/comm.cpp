@@ -1,0 +1,159 @@
+// connect_comm: forms a full mesh of authenticated TCP links through a Store.
+//
+// Every rank listens on an ephemeral port and publishes "<prefix>rank_<r>"
+// -> "host:port". Then it connects to every lower rank and accepts every
+// higher one. The scheme cannot deadlock: rank 0 only accepts, and rank k's
+// connections complete as soon as the lower ranks reach their accept phase,
+// which they do after their own (lower) connections complete.
+//
+// abort() shuts every link down. Peers blocked on us then see EOF/RST at
+// once, fail, and abort their own links in turn, so a failure anywhere
+// cascades to every rank within a few round trips.
+#include "hvd/collective/comm.h"
+
+#include "hvd/common/error.h"
+#include "hvd/transport/tcp.h"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
+namespace hvd::collective {
+
+char* Comm::scratch(std::size_t slot, std::size_t bytes) {
+  if (scratch_.size() <= slot) scratch_.resize(slot + 1);
+  ScratchBuffer& b = scratch_[slot];
+  if (b.size < bytes) {
+    // Grow geometrically so a sweep over sizes allocates O(log) times.
+    std::size_t n = b.size == 0 ? 4096 : b.size;
+    while (n < bytes) n *= 2;
+    b.data.reset(new char[n]);
+    b.size = n;
+  }
+  return b.data.get();
+}
+
+namespace {
+
+class TcpComm final : public Comm {
+ public:
+  TcpComm(int rank, int size) : rank_(rank), size_(size), links_(static_cast<std::size_t>(size)) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  transport::Link& link(int peer) override {
+    HVD_ENFORCE(peer >= 0 && peer < size_ && peer != rank_ && links_[peer], "no link from rank {} to rank {}",
+                rank_, peer);
+    return *links_[peer];
+  }
+
+  void abort(const std::string& reason) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!aborted_.load()) {
+        reason_ = reason;
+        aborted_.store(true);
+        spdlog::warn("rank {}: communicator aborted: {}", rank_, reason);
+      }
+    }
+    for (auto& l : links_) {
+      if (l) l->shutdown();
+    }
+  }
+
+  bool aborted() const override { return aborted_.load(); }
+
+  std::string abort_reason() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reason_;
+  }
+
+  void set_link(int peer, std::unique_ptr<transport::Link> l) { links_[peer] = std::move(l); }
+  bool has_link(int peer) const { return links_[peer] != nullptr; }
+
+ private:
+  int rank_;
+  int size_;
+  std::vector<std::unique_ptr<transport::Link>> links_;
+  std::atomic<bool> aborted_{false};
+  mutable std::mutex mu_;
+  std::string reason_;
+};
+
+std::string rank_key(const CommOptions& o, int r) { return fmt::format("{}rank_{}", o.prefix, r); }
+
+}  // namespace
+
+std::unique_ptr<Comm> connect_comm(store::Store& store, const CommOptions& options) {
+  if (options.size < 1) throw InvalidArgument(fmt::format("communicator size must be >= 1, got {}", options.size));
+  if (options.rank < 0 || options.rank >= options.size) {
+    throw InvalidArgument(fmt::format("rank {} is outside [0, {})", options.rank, options.size));
+  }
+  auto comm = std::make_unique<TcpComm>(options.rank, options.size);
+  if (options.size == 1) return comm;
+
+  std::string bind = options.bind_address;
+  if (bind.empty() && !options.route_hint.empty()) bind = transport::source_address_for(options.route_hint);
+  if (bind.empty()) bind = "127.0.0.1";
+
+  const Deadline deadline = Deadline::after(options.timeout);
+  transport::TcpListener listener(bind, 0, options.size + 16);
+  // A wildcard bind is not an address peers can dial: advertise the route's
+  // source address (or loopback) instead.
+  std::string advertise = listener.endpoint();
+  if (bind == "0.0.0.0" || bind == "::") {
+    std::string host = options.route_hint.empty() ? "" : transport::source_address_for(options.route_hint);
+    if (host.empty()) host = bind == "::" ? "::1" : "127.0.0.1";
+    advertise = host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, listener.port())
+                                                    : fmt::format("{}:{}", host, listener.port());
+  }
+  store.set_string(rank_key(options, options.rank), advertise);
+
+  transport::TcpOptions tcp;
+  tcp.socket_buffer_bytes =
+      options.socket_buffer_bytes < 0 ? kDefaultSocketBuffer : options.socket_buffer_bytes;
+
+  transport::Handshake hs;
+  hs.secret = options.secret;
+  hs.scope = options.prefix;
+  hs.self_rank = options.rank;
+
+  // Lower ranks: connect.
+  for (int p = 0; p < options.rank; ++p) {
+    std::string endpoint;
+    try {
+      endpoint = store.get_string(rank_key(options, p), deadline.remaining());
+    } catch (const TimeoutError&) {
+      throw TimeoutError(fmt::format("rank {}: rank {} never published its address (key '{}') within {} ms",
+                                     options.rank, p, rank_key(options, p), options.timeout.count()));
+    }
+    comm->set_link(p, transport::connect(endpoint, p, hs, deadline, tcp));
+  }
+
+  // Higher ranks: accept, refusing strangers and duplicates.
+  int missing = options.size - 1 - options.rank;
+  while (missing > 0) {
+    std::unique_ptr<transport::TcpLink> l;
+    try {
+      l = listener.accept(
+          hs, [&](int p) { return p > options.rank && p < options.size && !comm->has_link(p); }, deadline, tcp);
+    } catch (const TimeoutError&) {
+      std::string absent;
+      for (int p = options.rank + 1; p < options.size; ++p) {
+        if (!comm->has_link(p)) absent += fmt::format("{}{}", absent.empty() ? "" : ", ", p);
+      }
+      throw TimeoutError(fmt::format("rank {}: ranks [{}] did not connect within {} ms", options.rank, absent,
+                                     options.timeout.count()));
+    }
+    int p = l->peer();
+    comm->set_link(p, std::move(l));
+    --missing;
+  }
+  spdlog::debug("rank {}: connected to {} peers (listening on {})", options.rank, options.size - 1, advertise);
+  return comm;
+}
+
+}  // namespace hvd::collective

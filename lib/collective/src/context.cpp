@@ -1,0 +1,503 @@
+#include "hvd/collective/context.h"
+
+#include "controller.h"
+#include "fusion.h"
+#include "message.h"
+#include "operations.h"
+#include "stall_inspector.h"
+
+#include "hvd/collective/algorithms.h"
+#include "hvd/common/error.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+namespace hvd::collective {
+
+using detail::OpState;
+using detail::OpType;
+using detail::Request;
+
+namespace {
+
+/// The communicator of a job of size 1: no links, nothing to wait for.
+class LocalComm final : public Comm {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  transport::Link& link(int peer) override {
+    throw InvalidArgument(fmt::format("a job of size 1 has no link to rank {}", peer));
+  }
+  void abort(const std::string&) override { aborted_ = true; }
+  bool aborted() const override { return aborted_; }
+
+ private:
+  std::atomic<bool> aborted_{false};
+};
+
+/// Negotiation messages travel in fixed slots so that the common case (small
+/// messages) needs one all-gather; longer ones spill into a second.
+constexpr std::size_t kSlot = 128;
+constexpr std::size_t kSlotPayload = kSlot - 4;
+constexpr std::size_t kMaxMessage = 256u << 20;
+
+enum class FailureKind { Io, Timeout, Other };
+
+}  // namespace
+
+struct Context::Impl {
+  Settings settings;
+  std::shared_ptr<store::Store> store;
+  std::unique_ptr<Comm> comm;
+  detail::Controller controller;
+  detail::StallInspector stall;
+  detail::FusionBuffer fusion;
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  /// Submitted since the last cycle began (not yet announced).
+  std::vector<std::shared_ptr<OpState>> queue;
+  /// Every unfinished operation by name (announced or not).
+  std::unordered_map<std::string, std::shared_ptr<OpState>> pending;
+  bool shutdown_requested = false;
+  bool abort_requested = false;
+  std::string abort_reason;
+  enum class State { Running, Failed, Stopped } state = State::Running;
+  FailureKind failure_kind = FailureKind::Io;
+  std::string failure;
+  std::array<uint64_t, 6> noname_counter{};
+  ContextStats stats;
+  std::thread thread;
+  std::mutex join_mu;
+
+  // Background-thread only.
+  std::vector<uint8_t> slot, all_slots, overflow;
+  Clock::time_point last_stall_check;
+
+  Impl(const Settings& s, std::unique_ptr<Comm> c, std::shared_ptr<store::Store> st)
+      : settings(s),
+        store(std::move(st)),
+        comm(c ? std::move(c) : std::make_unique<LocalComm>()),
+        controller(detail::ControllerOptions{s.rank, s.size, s.cache_capacity, s.fusion_threshold}),
+        stall(detail::StallOptions{s.stall_check, s.stall_warn_after, s.stall_fail_after}),
+        fusion(s.fusion_threshold) {}
+
+  std::string tag() const { return fmt::format("hvd[{}]", settings.rank); }
+
+  [[noreturn]] void throw_failure() const {
+    switch (failure_kind) {
+      case FailureKind::Io: throw IoError(failure);
+      case FailureKind::Timeout: throw TimeoutError(failure);
+      case FailureKind::Other: throw Error(failure);
+    }
+    throw Error(failure);
+  }
+  std::exception_ptr failure_ptr() const {
+    try {
+      throw_failure();
+    } catch (...) {
+      return std::current_exception();
+    }
+  }
+
+  Handle submit(std::shared_ptr<OpState> op) {
+    std::unique_lock<std::mutex> lock(mu);
+    Request& q = op->request;
+    if (q.name.empty()) {
+      q.name = fmt::format("{}.noname.{}", detail::op_type_name(q.type),
+                           noname_counter[static_cast<std::size_t>(q.type)]++);
+    }
+    if (state == State::Failed) throw_failure();
+    if (state == State::Stopped || shutdown_requested) {
+      throw ShutdownError(fmt::format("hvd: {} of tensor '{}' submitted after the job was shut down",
+                                      detail::op_type_name(q.type), q.name));
+    }
+    detail::check_request(*op, settings.size);
+    if (pending.count(q.name)) {
+      throw InvalidArgument(fmt::format(
+          "hvd: tensor '{}' is already pending on rank {}; wait for it before submitting the name again", q.name,
+          settings.rank));
+    }
+    op->submitted = Clock::now();
+    pending.emplace(q.name, op);
+    queue.push_back(op);
+    lock.unlock();
+    cv.notify_all();
+    return Handle(std::move(op));
+  }
+
+  // ---- background thread ---------------------------------------------------
+
+  void run() {
+    try {
+      loop();
+    } catch (const IoError& e) {
+      fail(FailureKind::Io, e.what());
+    } catch (const TimeoutError& e) {
+      fail(FailureKind::Timeout, e.what());
+    } catch (const std::exception& e) {
+      fail(FailureKind::Other, e.what());
+    } catch (...) {
+      fail(FailureKind::Other, "unknown exception in the background thread");
+    }
+  }
+
+  void loop() {
+    auto next_cycle = Clock::now();
+    while (true) {
+      std::vector<std::shared_ptr<OpState>> fresh;
+      bool shutting;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait_until(lock, next_cycle, [&] { return !queue.empty() || shutdown_requested || abort_requested; });
+        if (abort_requested) throw IoError(abort_reason);
+        fresh.swap(queue);
+        shutting = shutdown_requested;
+      }
+      const auto now = Clock::now();
+      next_cycle = now + settings.cycle_time;
+
+      std::vector<Request> requests;
+      requests.reserve(fresh.size());
+      for (const auto& op : fresh) requests.push_back(op->request);
+
+      std::vector<std::string> stalled;
+      if (settings.rank == 0) stalled = check_stalls(now);
+
+      detail::RankMessage mine = controller.make_message(requests, shutting, std::move(stalled));
+      std::vector<detail::RankMessage> all = exchange(mine);
+      detail::Controller::Outcome outcome = controller.process(all, now);
+      // Before any handle completes, so a waiter sees this cycle's counts.
+      publish_stats();
+      for (const detail::Response& r : outcome.responses) run_response(r);
+      if (outcome.shutdown_rank >= 0) {
+        stop(outcome.shutdown_rank);
+        return;
+      }
+    }
+  }
+
+  std::vector<std::string> check_stalls(Clock::time_point now) {
+    if (!settings.stall_check) return {};
+    // Scanning the table every cycle would cost more than the check is worth.
+    auto period = std::min<std::chrono::milliseconds>(settings.stall_warn_after / 10, std::chrono::milliseconds(100));
+    if (now - last_stall_check < period) return {};
+    last_stall_check = now;
+    detail::StallInspector::Report report = stall.check(controller.pending(), now);
+    for (const std::string& w : report.warnings) spdlog::warn("{}: {}", tag(), w);
+    if (!report.warnings.empty()) {
+      std::lock_guard<std::mutex> lock(mu);
+      for (auto& w : report.warnings) stats.stall_warnings.push_back(std::move(w));
+    }
+    return report.to_fail;
+  }
+
+  std::vector<detail::RankMessage> exchange(const detail::RankMessage& mine) {
+    std::vector<uint8_t> bytes = detail::encode(mine);
+    const int size = settings.size;
+    if (size == 1) return {detail::decode(bytes.data(), bytes.size())};
+    if (bytes.size() > kMaxMessage) throw Error(fmt::format("negotiation message of {} bytes is too large", bytes.size()));
+
+    slot.assign(kSlot, 0);
+    const uint32_t len = static_cast<uint32_t>(bytes.size());
+    for (int i = 0; i < 4; ++i) slot[i] = static_cast<uint8_t>(len >> (8 * i));
+    std::memcpy(slot.data() + 4, bytes.data(), std::min(bytes.size(), kSlotPayload));
+    all_slots.resize(kSlot * size);
+    allgatherv(*comm, slot.data(), kSlot, all_slots.data(), std::vector<std::size_t>(size, kSlot));
+
+    std::vector<std::size_t> lens(size), spill(size);
+    std::size_t spill_total = 0;
+    for (int r = 0; r < size; ++r) {
+      const uint8_t* s = all_slots.data() + r * kSlot;
+      uint32_t l = 0;
+      for (int i = 0; i < 4; ++i) l |= static_cast<uint32_t>(s[i]) << (8 * i);
+      if (l > kMaxMessage) throw IoError(fmt::format("rank {} sent a negotiation message of {} bytes", r, l));
+      lens[r] = l;
+      spill[r] = l > kSlotPayload ? l - kSlotPayload : 0;
+      spill_total += spill[r];
+    }
+    if (spill_total > 0) {
+      overflow.resize(spill_total);
+      const uint8_t* my_spill = bytes.size() > kSlotPayload ? bytes.data() + kSlotPayload : nullptr;
+      allgatherv(*comm, my_spill, spill[settings.rank], overflow.data(), spill);
+    }
+    std::vector<detail::RankMessage> out;
+    out.reserve(size);
+    std::size_t spill_offset = 0;
+    std::vector<uint8_t> buf;
+    for (int r = 0; r < size; ++r) {
+      const uint8_t* s = all_slots.data() + r * kSlot + 4;
+      if (spill[r] == 0) {
+        out.push_back(detail::decode(s, lens[r]));
+      } else {
+        buf.assign(s, s + kSlotPayload);
+        buf.insert(buf.end(), overflow.begin() + spill_offset, overflow.begin() + spill_offset + spill[r]);
+        spill_offset += spill[r];
+        out.push_back(detail::decode(buf.data(), buf.size()));
+      }
+    }
+    return out;
+  }
+
+  void run_response(const detail::Response& resp) {
+    std::vector<std::shared_ptr<OpState>> ops;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (const auto& t : resp.tensors) {
+        auto it = pending.find(t[0].name);
+        if (it != pending.end()) {
+          ops.push_back(it->second);
+        } else if (resp.ok()) {
+          throw IoError(fmt::format("negotiation state diverged: tensor '{}' is ready but not pending on rank {}",
+                                    t[0].name, settings.rank));
+        }
+      }
+    }
+    if (resp.ok()) {
+      std::vector<OpState*> raw;
+      for (auto& op : ops) raw.push_back(op.get());
+      detail::execute(resp, *comm, raw, fusion);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (auto& op : ops) pending.erase(op->request.name);
+    }
+    for (auto& op : ops) {
+      std::exception_ptr e = op->local_error;
+      if (resp.error == detail::ResponseError::Mismatch) e = std::make_exception_ptr(MismatchError(resp.message));
+      if (resp.error == detail::ResponseError::Stalled) e = std::make_exception_ptr(TimeoutError(resp.message));
+      op->finish(e);
+    }
+    if (!resp.ok()) spdlog::error("{}: {}", tag(), resp.message);
+  }
+
+  void publish_stats() {
+    const detail::ControllerStats& c = controller.stats();
+    std::lock_guard<std::mutex> lock(mu);
+    stats.cycles = c.cycles;
+    stats.cache_hits = c.cache_hits;
+    stats.cache_misses = c.cache_misses;
+    stats.fused_responses = c.fused_responses;
+    stats.fused_tensors = c.fused_tensors;
+    stats.responses = c.responses;
+  }
+
+  /// Every rank agreed to stop: fail what is left.
+  void stop(int by_rank) {
+    std::vector<std::shared_ptr<OpState>> left;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      state = State::Stopped;
+      for (auto& [name, op] : pending) left.push_back(op);
+      pending.clear();
+      queue.clear();
+    }
+    for (auto& op : left) {
+      op->finish(std::make_exception_ptr(ShutdownError(
+          fmt::format("hvd: rank {} shut down the job before tensor '{}' could run", by_rank, op->request.name))));
+    }
+  }
+
+  /// The communicator failed: fail everything now and later.
+  void fail(FailureKind kind, const std::string& what) noexcept {
+    try {
+      std::string reason;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        reason = abort_requested ? "aborted: " + abort_reason : what;
+      }
+      std::string message = fmt::format("hvd: rank {} lost its communicator: {}", settings.rank, reason);
+      try {
+        comm->abort(message);
+      } catch (...) {
+      }
+      std::vector<std::shared_ptr<OpState>> left;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        state = State::Failed;
+        failure_kind = abort_requested ? FailureKind::Io : kind;
+        failure = message;
+        for (auto& [name, op] : pending) left.push_back(op);
+        pending.clear();
+        queue.clear();
+      }
+      spdlog::error("{}: {}; failing {} pending operation(s)", tag(), message, left.size());
+      std::exception_ptr e = failure_ptr();
+      for (auto& op : left) op->finish(e);
+    } catch (...) {
+      // Never let anything escape the background thread.
+    }
+  }
+};
+
+// ---- Context ---------------------------------------------------------------
+
+std::unique_ptr<Context> Context::create(const Settings& settings, std::shared_ptr<store::Store> store) {
+  if (settings.size < 1 || settings.rank < 0 || settings.rank >= settings.size) {
+    throw InvalidArgument(fmt::format("hvd: rank {} is not valid for a job of size {}", settings.rank, settings.size));
+  }
+  if (settings.size == 1) return std::make_unique<Context>(settings, nullptr, std::move(store));
+  if (!store) throw InvalidArgument("hvd: a job of size > 1 needs a rendezvous store");
+  CommOptions options;
+  options.rank = settings.rank;
+  options.size = settings.size;
+  options.prefix = settings.comm_prefix;
+  options.bind_address = settings.bind_address;
+  options.route_hint = settings.route_hint;
+  options.secret = settings.secret;
+  options.timeout = settings.start_timeout;
+  std::unique_ptr<Comm> comm;
+  const std::string where = settings.route_hint.empty() ? "the store" : "the store at " + settings.route_hint;
+  try {
+    comm = connect_comm(*store, options);
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(fmt::format("hvd init: rank {} of {} could not rendezvous through {} within {} ms: {}",
+                                   settings.rank, settings.size, where, settings.start_timeout.count(), e.what()));
+  } catch (const IoError& e) {
+    throw IoError(fmt::format("hvd init: rank {} of {} could not rendezvous through {}: {}", settings.rank,
+                              settings.size, where, e.what()));
+  }
+  return std::make_unique<Context>(settings, std::move(comm), std::move(store));
+}
+
+Context::Context(const Settings& settings, std::unique_ptr<Comm> comm, std::shared_ptr<store::Store> store) {
+  if (settings.size < 1 || settings.rank < 0 || settings.rank >= settings.size) {
+    throw InvalidArgument(fmt::format("hvd: rank {} is not valid for a job of size {}", settings.rank, settings.size));
+  }
+  if (comm && (comm->size() != settings.size || comm->rank() != settings.rank)) {
+    throw InvalidArgument(fmt::format("hvd: communicator is rank {} of {} but settings say rank {} of {}",
+                                      comm->rank(), comm->size(), settings.rank, settings.size));
+  }
+  if (!comm && settings.size != 1) throw InvalidArgument("hvd: a job of size > 1 needs a communicator");
+  impl_ = std::make_unique<Impl>(settings, std::move(comm), std::move(store));
+  impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
+}
+
+Context::~Context() { shutdown(); }
+
+void Context::shutdown() {
+  std::lock_guard<std::mutex> join_lock(impl_->join_mu);
+  if (!impl_->thread.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->shutdown_requested = true;
+  }
+  impl_->cv.notify_all();
+  impl_->thread.join();
+}
+
+void Context::abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->state != Impl::State::Running || impl_->abort_requested) return;
+    impl_->abort_requested = true;
+    impl_->abort_reason = reason;
+  }
+  impl_->cv.notify_all();
+  // Unblocks the background thread if it is inside a collective.
+  impl_->comm->abort(reason);
+}
+
+bool Context::failed() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->state == Impl::State::Failed;
+}
+
+ContextStats Context::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+const Settings& Context::settings() const { return impl_->settings; }
+int Context::rank() const { return impl_->settings.rank; }
+int Context::size() const { return impl_->settings.size; }
+int Context::local_rank() const { return impl_->settings.local_rank; }
+int Context::local_size() const { return impl_->settings.local_size; }
+int Context::cross_rank() const { return impl_->settings.cross_rank; }
+int Context::cross_size() const { return impl_->settings.cross_size; }
+
+namespace {
+std::shared_ptr<OpState> make_op(OpType type, const std::string& name, DataType dtype,
+                                 const std::vector<int64_t>& shape) {
+  auto op = std::make_shared<OpState>();
+  op->request.type = type;
+  op->request.name = name;
+  op->request.dtype = dtype;
+  op->request.shape = shape;
+  return op;
+}
+}  // namespace
+
+Handle Context::allreduce_async(const AllreduceArgs& a) {
+  auto op = make_op(OpType::Allreduce, a.name, a.dtype, a.shape);
+  op->request.op = a.op;
+  op->request.prescale = a.prescale;
+  op->request.postscale = a.postscale;
+  op->input = a.input;
+  op->output = a.output;
+  return impl_->submit(std::move(op));
+}
+
+Handle Context::allgather_async(const AllgatherArgs& a) {
+  auto op = make_op(OpType::Allgather, a.name, a.dtype, a.shape);
+  op->input = a.input;
+  op->allocator = a.allocator;
+  return impl_->submit(std::move(op));
+}
+
+Handle Context::broadcast_async(const BroadcastArgs& a) {
+  auto op = make_op(OpType::Broadcast, a.name, a.dtype, a.shape);
+  op->request.root = a.root;
+  op->input = a.input;
+  op->output = a.output;
+  return impl_->submit(std::move(op));
+}
+
+Handle Context::alltoall_async(const AlltoallArgs& a) {
+  auto op = make_op(OpType::Alltoall, a.name, a.dtype, a.shape);
+  op->request.splits = a.splits;
+  op->input = a.input;
+  op->allocator = a.allocator;
+  return impl_->submit(std::move(op));
+}
+
+Handle Context::reducescatter_async(const ReducescatterArgs& a) {
+  auto op = make_op(OpType::Reducescatter, a.name, a.dtype, a.shape);
+  op->request.op = a.op;
+  op->request.prescale = a.prescale;
+  op->request.postscale = a.postscale;
+  op->input = a.input;
+  op->allocator = a.allocator;
+  return impl_->submit(std::move(op));
+}
+
+Handle Context::barrier_async(const BarrierArgs& a) {
+  auto op = make_op(OpType::Barrier, a.name, DataType::UInt8, {0});
+  return impl_->submit(std::move(op));
+}
+
+Handle Context::allgather(const AllgatherArgs& args) {
+  Handle h = allgather_async(args);
+  h.wait();
+  return h;
+}
+Handle Context::alltoall(const AlltoallArgs& args) {
+  Handle h = alltoall_async(args);
+  h.wait();
+  return h;
+}
+Handle Context::reducescatter(const ReducescatterArgs& args) {
+  Handle h = reducescatter_async(args);
+  h.wait();
+  return h;
+}
+
+}  // namespace hvd::collective

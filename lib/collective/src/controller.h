@@ -1,0 +1,103 @@
+#pragma once
+/// The negotiation logic (Horovod's Controller), free of any I/O so that it
+/// can be unit-tested without sockets.
+///
+/// Every cycle each rank builds a RankMessage with make_message(), the
+/// Context all-gathers the messages, and every rank feeds the identical list
+/// to process(). process() updates the message table (which ranks have
+/// announced which names), and returns, in one agreed order, the tensors that
+/// every rank has now announced: validated (mismatches become error
+/// responses naming the disagreeing ranks) and grouped for fusion. Because
+/// the inputs and the code are identical on every rank, so are the outputs.
+#include "message.h"
+#include "response_cache.h"
+#include "stall_inspector.h"
+
+#include "hvd/common/io.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace hvd::collective::detail {
+
+enum class ResponseError { None, Mismatch, Stalled };
+
+/// One unit of work for the executor: a single tensor, or several fused
+/// allreduces. tensors[i][r] is rank r's request for the i-th tensor.
+struct Response {
+  OpType type = OpType::Allreduce;
+  std::vector<TensorRequests> tensors;
+  ResponseError error = ResponseError::None;
+  /// The message every rank reports when error != None.
+  std::string message;
+
+  bool ok() const { return error == ResponseError::None; }
+  const std::string& name(std::size_t i = 0) const { return tensors[i][0].name; }
+};
+
+struct ControllerOptions {
+  int rank = 0;
+  int size = 1;
+  std::size_t cache_capacity = 1024;
+  std::size_t fusion_threshold = 64u << 20;
+};
+
+struct ControllerStats {
+  uint64_t cycles = 0;
+  /// Requests this rank announced as a cache bit / in full.
+  uint64_t cache_hits = 0;
+  uint64_t cache_misses = 0;
+  /// Responses holding more than one tensor, and the tensors in them.
+  uint64_t fused_responses = 0;
+  uint64_t fused_tensors = 0;
+  uint64_t responses = 0;
+};
+
+class Controller {
+ public:
+  explicit Controller(ControllerOptions options);
+
+  /// This rank's message for the coming cycle. `fresh` are requests
+  /// submitted since the last cycle (each name at most once while pending).
+  RankMessage make_message(const std::vector<Request>& fresh, bool shutdown,
+                           std::vector<std::string> stalled);
+
+  struct Outcome {
+    std::vector<Response> responses;
+    /// Lowest rank that asked to shut down, or -1.
+    int shutdown_rank = -1;
+  };
+
+  /// Feeds all ranks' messages (index = rank). Throws hvd::IoError when the
+  /// messages are inconsistent with the shared state (desynchronised peers).
+  Outcome process(const std::vector<RankMessage>& messages, Clock::time_point now);
+
+  /// Tensors announced by some but not all ranks, oldest first.
+  std::vector<PendingTensor> pending() const;
+
+  const ControllerStats& stats() const { return stats_; }
+  const ResponseCache& cache() const { return cache_; }
+
+ private:
+  struct Entry {
+    TensorRequests requests;  // index = rank; empty name = not yet announced
+    std::vector<bool> have;
+    int count = 0;
+    uint64_t order = 0;
+    Clock::time_point first_seen;
+  };
+
+  void announce(int rank, Request request, Clock::time_point now, std::vector<std::string>& ready);
+  Response validate(TensorRequests requests) const;
+
+  ControllerOptions options_;
+  ResponseCache cache_;
+  std::map<std::string, Entry> table_;
+  uint64_t next_order_ = 0;
+  ControllerStats stats_;
+};
+
+}  // namespace hvd::collective::detail

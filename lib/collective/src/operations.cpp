@@ -1,0 +1,279 @@
+#include "operations.h"
+
+#include "hvd/collective/algorithms.h"
+#include "hvd/collective/context.h"
+#include "hvd/collective/errors.h"
+#include "hvd/common/error.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+namespace hvd::collective {
+
+// ---- Handle ---------------------------------------------------------------
+
+namespace {
+detail::OpState& state_of(const std::shared_ptr<detail::OpState>& s) {
+  if (!s) throw InvalidArgument("hvd: operation on an empty Handle");
+  return *s;
+}
+const detail::OpState& finished_state(const std::shared_ptr<detail::OpState>& s) {
+  detail::OpState& st = state_of(s);
+  std::lock_guard<std::mutex> lock(st.mu);
+  if (!st.done) throw InvalidArgument(fmt::format("hvd: tensor '{}' has not finished; wait() first", st.request.name));
+  if (st.error) std::rethrow_exception(st.error);
+  return st;
+}
+}  // namespace
+
+bool Handle::poll() const {
+  detail::OpState& st = state_of(state_);
+  std::lock_guard<std::mutex> lock(st.mu);
+  return st.done;
+}
+
+void Handle::wait() const {
+  detail::OpState& st = state_of(state_);
+  std::unique_lock<std::mutex> lock(st.mu);
+  st.cv.wait(lock, [&] { return st.done; });
+  if (st.error) std::rethrow_exception(st.error);
+}
+
+bool Handle::wait_for(std::chrono::milliseconds timeout) const {
+  detail::OpState& st = state_of(state_);
+  std::unique_lock<std::mutex> lock(st.mu);
+  if (!st.cv.wait_for(lock, timeout, [&] { return st.done; })) return false;
+  if (st.error) std::rethrow_exception(st.error);
+  return true;
+}
+
+const void* Handle::output() const { return finished_state(state_).out_data; }
+std::size_t Handle::output_bytes() const { return finished_state(state_).out_bytes; }
+const std::vector<int64_t>& Handle::output_shape() const { return finished_state(state_).out_shape; }
+const std::vector<int64_t>& Handle::recv_splits() const { return finished_state(state_).recv_splits; }
+const std::string& Handle::name() const { return state_of(state_).request.name; }
+
+int64_t reducescatter_rows(int64_t rows, int rank, int size) {
+  return rows / size + (rank < rows % size ? 1 : 0);
+}
+
+}  // namespace hvd::collective
+
+namespace hvd::collective::detail {
+
+void OpState::finish(std::exception_ptr e) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (done) return;
+    done = true;
+    error = std::move(e);
+  }
+  cv.notify_all();
+}
+
+namespace {
+
+bool is_floating(DataType t) {
+  return t == DataType::Float16 || t == DataType::BFloat16 || t == DataType::Float32 || t == DataType::Float64;
+}
+
+int64_t row_elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (std::size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+void copy_bytes(void* dst, const void* src, std::size_t bytes) {
+  if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
+}
+
+/// Output memory from the caller's allocator, or owned by the handle. An
+/// allocator failure fails only this operation: the rank still takes part in
+/// the collective (into a scratch buffer) so its peers are not desynchronised.
+void* allocate_output(OpState& op, std::vector<int64_t> shape, std::size_t bytes) {
+  op.out_shape = std::move(shape);
+  op.out_bytes = bytes;
+  if (op.allocator) {
+    try {
+      void* p = op.allocator(op.out_shape, bytes);
+      if (p != nullptr || bytes == 0) {
+        op.out_data = p;
+        return p;
+      }
+      op.local_error = std::make_exception_ptr(
+          Error(fmt::format("tensor '{}': the output allocator returned null for {} bytes", op.request.name, bytes)));
+    } catch (const std::exception& e) {
+      op.local_error = std::make_exception_ptr(
+          Error(fmt::format("tensor '{}': the output allocator failed: {}", op.request.name, e.what())));
+    } catch (...) {
+      op.local_error = std::make_exception_ptr(
+          Error(fmt::format("tensor '{}': the output allocator threw", op.request.name)));
+    }
+  }
+  op.owned.reset(new uint8_t[bytes > 0 ? bytes : 1]);
+  op.out_data = op.owned.get();
+  return op.out_data;
+}
+
+void run_allreduce(const Response& resp, Comm& comm, const std::vector<OpState*>& ops, FusionBuffer& fusion) {
+  const Request& head = resp.tensors[0][comm.rank()];
+  if (ops.size() == 1) {
+    OpState& op = *ops[0];
+    std::size_t bytes = tensor_bytes(op.request);
+    copy_bytes(op.output, op.input, bytes);
+    allreduce(comm, op.output, static_cast<std::size_t>(num_elements(op.request.shape)), head.dtype, head.op,
+              head.prescale, head.postscale);
+    return;
+  }
+  std::size_t total = 0;
+  for (OpState* op : ops) total += tensor_bytes(op->request);
+  uint8_t* buffer = fusion.get(total);
+  std::size_t offset = 0;
+  for (OpState* op : ops) {
+    std::size_t b = tensor_bytes(op->request);
+    copy_bytes(buffer + offset, op->input, b);
+    offset += b;
+  }
+  allreduce(comm, buffer, total / dtype_size(head.dtype), head.dtype, head.op, head.prescale, head.postscale);
+  offset = 0;
+  for (OpState* op : ops) {
+    std::size_t b = tensor_bytes(op->request);
+    copy_bytes(op->output, buffer + offset, b);
+    offset += b;
+  }
+}
+
+void run_allgather(const Response& resp, Comm& comm, OpState& op) {
+  const TensorRequests& t = resp.tensors[0];
+  const std::size_t row_bytes = static_cast<std::size_t>(row_elements(op.request.shape)) * dtype_size(op.request.dtype);
+  std::vector<std::size_t> recv_bytes(t.size());
+  int64_t rows = 0;
+  for (std::size_t r = 0; r < t.size(); ++r) {
+    recv_bytes[r] = static_cast<std::size_t>(t[r].shape[0]) * row_bytes;
+    rows += t[r].shape[0];
+  }
+  std::vector<int64_t> shape = op.request.shape;
+  shape[0] = rows;
+  std::size_t total = static_cast<std::size_t>(rows) * row_bytes;
+  void* out = allocate_output(op, shape, total);
+  allgatherv(comm, op.input, recv_bytes[comm.rank()], out, recv_bytes);
+}
+
+void run_broadcast(const Response& resp, Comm& comm, OpState& op) {
+  std::size_t bytes = tensor_bytes(op.request);
+  if (comm.rank() == op.request.root && op.input != nullptr) copy_bytes(op.output, op.input, bytes);
+  broadcast(comm, op.output, bytes, op.request.root);
+}
+
+void run_alltoall(const Response& resp, Comm& comm, OpState& op) {
+  const TensorRequests& t = resp.tensors[0];
+  const int size = comm.size();
+  const std::size_t row_bytes = static_cast<std::size_t>(row_elements(op.request.shape)) * dtype_size(op.request.dtype);
+  std::vector<int64_t> mine = alltoall_splits(op.request, size);
+  std::vector<std::size_t> send_bytes(size), recv_bytes(size);
+  op.recv_splits.assign(size, 0);
+  int64_t rows = 0;
+  for (int r = 0; r < size; ++r) {
+    send_bytes[r] = static_cast<std::size_t>(mine[r]) * row_bytes;
+    int64_t from_r = alltoall_splits(t[r], size)[comm.rank()];
+    op.recv_splits[r] = from_r;
+    recv_bytes[r] = static_cast<std::size_t>(from_r) * row_bytes;
+    rows += from_r;
+  }
+  std::vector<int64_t> shape = op.request.shape;
+  shape[0] = rows;
+  void* out = allocate_output(op, shape, static_cast<std::size_t>(rows) * row_bytes);
+  alltoallv(comm, op.input, send_bytes, out, recv_bytes);
+}
+
+void run_reducescatter(const Response& resp, Comm& comm, OpState& op) {
+  const Request& q = op.request;
+  const int size = comm.size();
+  const int64_t row_elems = row_elements(q.shape);
+  std::vector<std::size_t> counts(size);
+  for (int r = 0; r < size; ++r) {
+    counts[r] = static_cast<std::size_t>(reducescatter_rows(q.shape[0], r, size) * row_elems);
+  }
+  std::vector<int64_t> shape = q.shape;
+  shape[0] = reducescatter_rows(q.shape[0], comm.rank(), size);
+  void* out = allocate_output(op, shape, counts[comm.rank()] * dtype_size(q.dtype));
+  reducescatter(comm, op.input, out, counts, q.dtype, q.op, q.prescale, q.postscale);
+}
+
+}  // namespace
+
+std::vector<int64_t> alltoall_splits(const Request& request, int size) {
+  if (!request.splits.empty()) return request.splits;
+  int64_t rows = request.shape.empty() ? 0 : request.shape[0];
+  return std::vector<int64_t>(size, rows / size);
+}
+
+void check_request(const OpState& op, int size) {
+  const Request& q = op.request;
+  auto bad = [&](const std::string& what) {
+    throw InvalidArgument(fmt::format("hvd {} of tensor '{}': {}", op_type_name(q.type), q.name, what));
+  };
+  if (q.name.size() > 4096) bad("name longer than 4096 bytes");
+  if (static_cast<int32_t>(q.dtype) < 0 || static_cast<int32_t>(q.dtype) > static_cast<int32_t>(DataType::Float64)) {
+    bad(fmt::format("unknown dtype {}", static_cast<int32_t>(q.dtype)));
+  }
+  if (static_cast<int32_t>(q.op) < 0 || static_cast<int32_t>(q.op) > static_cast<int32_t>(ReduceOp::Product)) {
+    bad(fmt::format("unknown reduce op {}", static_cast<int32_t>(q.op)));
+  }
+  for (int64_t d : q.shape) {
+    if (d < 0) bad(fmt::format("negative dimension in shape [{}]", fmt::join(q.shape, ",")));
+  }
+  if (q.shape.size() > 64) bad("more than 64 dimensions");
+  const bool empty = num_elements(q.shape) == 0;
+  if (q.type == OpType::Barrier) return;
+  if (!empty && op.input == nullptr && !(q.type == OpType::Broadcast && op.output != nullptr)) bad("input is null");
+  if (!empty && op.output == nullptr && (q.type == OpType::Allreduce || q.type == OpType::Broadcast)) {
+    bad("output is null");
+  }
+  if (q.type == OpType::Broadcast && (q.root < 0 || q.root >= size)) {
+    bad(fmt::format("root rank {} is out of range for a job of size {}", q.root, size));
+  }
+  if ((q.type == OpType::Allgather || q.type == OpType::Alltoall || q.type == OpType::Reducescatter) &&
+      q.shape.empty()) {
+    bad("needs a tensor with at least one dimension (got a scalar)");
+  }
+  if ((q.type == OpType::Allreduce || q.type == OpType::Reducescatter) && !is_floating(q.dtype) &&
+      (q.prescale != 1.0 || q.postscale != 1.0)) {
+    bad(fmt::format("prescale/postscale need a floating dtype (got {})", dtype_name(q.dtype)));
+  }
+  if (!std::isfinite(q.prescale) || !std::isfinite(q.postscale)) bad("prescale/postscale must be finite");
+  if (q.type == OpType::Alltoall) {
+    const int64_t rows = q.shape[0];
+    if (q.splits.empty()) {
+      if (rows % size != 0) {
+        bad(fmt::format("first dimension {} does not divide evenly among {} ranks; pass splits", rows, size));
+      }
+    } else {
+      if (static_cast<int>(q.splits.size()) != size) {
+        bad(fmt::format("{} splits given for a job of size {}", q.splits.size(), size));
+      }
+      int64_t sum = 0;
+      for (int64_t s : q.splits) {
+        if (s < 0) bad("negative split");
+        sum += s;
+      }
+      if (sum != rows) bad(fmt::format("splits sum to {} but the first dimension is {}", sum, rows));
+    }
+  }
+}
+
+void execute(const Response& response, Comm& comm, const std::vector<OpState*>& ops, FusionBuffer& fusion) {
+  switch (response.type) {
+    case OpType::Allreduce: run_allreduce(response, comm, ops, fusion); return;
+    case OpType::Allgather: run_allgather(response, comm, *ops[0]); return;
+    case OpType::Broadcast: run_broadcast(response, comm, *ops[0]); return;
+    case OpType::Alltoall: run_alltoall(response, comm, *ops[0]); return;
+    case OpType::Reducescatter: run_reducescatter(response, comm, *ops[0]); return;
+    case OpType::Barrier: barrier(comm); return;
+  }
+}
+
+}  // namespace hvd::collective::detail

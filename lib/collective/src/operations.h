@@ -1,0 +1,60 @@
+#pragma once
+/// The state behind a Handle, and the executor that runs one agreed
+/// Response on this rank through the data-plane algorithms.
+#include "controller.h"
+#include "fusion.h"
+
+#include "hvd/collective/comm.h"
+#include "hvd/collective/handle.h"
+#include "hvd/common/io.h"
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace hvd::collective::detail {
+
+struct OpState {
+  Request request;
+  const void* input = nullptr;
+  void* output = nullptr;
+  Allocator allocator;
+  Clock::time_point submitted;
+
+  // Results, written by the background thread before finish().
+  std::unique_ptr<uint8_t[]> owned;
+  void* out_data = nullptr;
+  std::size_t out_bytes = 0;
+  std::vector<int64_t> out_shape;
+  std::vector<int64_t> recv_splits;
+  /// A failure of this operation alone (its allocator failed) found while
+  /// executing; reported by finish() after the collective completed.
+  std::exception_ptr local_error;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+
+  /// Marks the operation finished (with `e` as its error, if any) and wakes
+  /// waiters. Called exactly once, by the background thread or at failure.
+  void finish(std::exception_ptr e);
+};
+
+/// Validates the local parts of a request at submit time (null pointers,
+/// negative dims, root range, alltoall splits, scale factors on integer
+/// types); throws hvd::InvalidArgument naming the tensor.
+void check_request(const OpState& op, int size);
+
+/// Rows this rank sends to each rank in an alltoall (even split if empty).
+std::vector<int64_t> alltoall_splits(const Request& request, int size);
+
+/// Runs `response` (ok() only) on this rank; ops[i] is this rank's state for
+/// response.tensors[i]. Data-plane errors (hvd::IoError, ...) propagate:
+/// they are fatal for the Context.
+void execute(const Response& response, Comm& comm, const std::vector<OpState*>& ops, FusionBuffer& fusion);
+
+}  // namespace hvd::collective::detail

@@ -1,0 +1,23 @@
+#pragma once
+/// Internals shared by the "run" half of the launcher (agent, local spawner,
+/// run_job). Not part of the library's public surface.
+#include <csignal>
+#include <string>
+#include <vector>
+
+namespace hvd::launcher {
+
+/// For a freshly forked child, before exec: an empty signal mask and default
+/// dispositions. Signal masks and SIG_IGN survive exec, so without this a
+/// worker would inherit hvdrun's blocked SIGINT/SIGTERM (handled through a
+/// signalfd) or ignored SIGPIPE and could not be stopped. Async-signal-safe.
+void reset_signals_for_exec();
+
+/// The control byte of the agent protocol for `sig` ('I', 'T', 'H', 'K'),
+/// or 0 when the protocol cannot carry it.
+char control_byte_for(int sig);
+
+/// The signals hvdrun forwards to workers (SIGINT, SIGTERM, SIGHUP).
+sigset_t forwarded_signals();
+
+}  // namespace hvd::launcher

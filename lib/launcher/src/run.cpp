@@ -1,0 +1,207 @@
+// run_job: signals, rendezvous store, one spawner per host, the Supervisor.
+#include "hvd/common/error.h"
+#include "hvd/common/io.h"
+#include "hvd/common/logging.h"
+#include "hvd/common/secret.h"
+#include "hvd/launcher/launcher.h"
+#include "hvd/launcher/local_spawner.h"
+#include "hvd/launcher/network.h"
+#include "hvd/launcher/output.h"
+#include "hvd/launcher/run_internal.h"
+#include "hvd/launcher/ssh_spawner.h"
+#include "hvd/launcher/supervisor.h"
+#include "hvd/launcher/worker_env.h"
+#include "hvd/store/http_store.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <future>
+#include <map>
+#include <thread>
+
+namespace hvd::launcher {
+
+namespace {
+
+/// SIGINT/SIGTERM/SIGHUP are blocked in this thread before any other thread
+/// exists (threads inherit the mask) and read from a signalfd by one watcher
+/// thread; SIGPIPE is ignored so a closed stdout cannot kill hvdrun. Children
+/// get both back to defaults (reset_signals_for_exec) before they exec.
+class SignalGuard {
+ public:
+  SignalGuard() {
+    sigset_t set = forwarded_signals();
+    pthread_sigmask(SIG_BLOCK, &set, &old_mask_);
+    fd_.reset(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+    if (!fd_) throw IoError(fmt::format("signalfd failed: {}", std::strerror(errno)));
+    stop_.reset(::eventfd(0, EFD_CLOEXEC));
+    if (!stop_) throw IoError(fmt::format("eventfd failed: {}", std::strerror(errno)));
+    struct sigaction ign{};
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    ::sigaction(SIGPIPE, &ign, &old_pipe_);
+  }
+
+  /// Starts delivering signals to `on_signal` from a watcher thread.
+  void watch(std::function<void(int)> on_signal) {
+    watcher_ = std::thread([this, on_signal = std::move(on_signal)] {
+      for (;;) {
+        struct pollfd fds[2] = {{fd_.get(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
+        if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
+        if (fds[1].revents) return;
+        struct signalfd_siginfo si;
+        while (::read(fd_.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+          on_signal(static_cast<int>(si.ssi_signo));
+        }
+      }
+    });
+  }
+
+  /// Stops the watcher thread; nothing is delivered after this returns.
+  void stop_watching() {
+    if (!watcher_.joinable()) return;
+    uint64_t one = 1;
+    ssize_t ignored = ::write(stop_.get(), &one, sizeof one);
+    (void)ignored;
+    watcher_.join();
+  }
+
+  ~SignalGuard() {
+    stop_watching();
+    // Signals that came after the job ended are consumed here rather than
+    // killing hvdrun on unblock: the job's exit code already says it all.
+    struct signalfd_siginfo si;
+    while (::read(fd_.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {}
+    ::sigaction(SIGPIPE, &old_pipe_, nullptr);
+    pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
+  }
+
+ private:
+  sigset_t old_mask_;
+  struct sigaction old_pipe_{};
+  UniqueFd fd_;
+  UniqueFd stop_;
+  std::thread watcher_;
+};
+
+std::string host_summary(const std::vector<HostLaunch>& hosts) {
+  std::string out;
+  for (const auto& h : hosts) {
+    if (!out.empty()) out += ", ";
+    out += fmt::format("{} ({} worker{}, {})", h.host, h.workers.size(), h.workers.size() == 1 ? "" : "s",
+                       h.launch_on_caller_thread ? "local" : "ssh");
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_job(const Options& options, const JobPlan& plan_in) {
+  init_logging("hvdrun", options.verbose ? spdlog::level::debug : spdlog::level::info);
+  // Before the store's threads or any spawner thread exist.
+  SignalGuard signals;
+
+  JobPlan plan = plan_in;
+  if (plan.workers.empty()) {
+    spdlog::warn("nothing to run: the job has no workers");
+    return exit_code::kOk;
+  }
+
+  std::unique_ptr<OutputRouter> output;
+  try {
+    OutputOptions oo;
+    oo.num_workers = static_cast<int>(plan.workers.size());
+    oo.timestamp = options.prefix_output_with_timestamp;
+    oo.directory = options.output_filename;
+    output = std::make_unique<OutputRouter>(oo);
+  } catch (const IoError& e) {
+    std::fprintf(stderr, "hvdrun: error: --output-filename: %s\n", e.what());
+    return exit_code::kUsage;
+  }
+
+  // Rendezvous: the store workers find each other through.
+  const std::string secret = random_secret();
+  const std::string driver_addr = choose_driver_address(options.network_interfaces, plan.hosts);
+  store::ServerOptions so;
+  so.bind_address = driver_addr;
+  so.port = 0;
+  so.secret = secret;
+  so.allow_unauthenticated = options.insecure_store;
+  store::HttpStoreServer store_server(so);
+  try {
+    store_server.start();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hvdrun: error: cannot start the rendezvous store on %s: %s\n", driver_addr.c_str(),
+                 e.what());
+    return exit_code::kLaunch;
+  }
+  add_rendezvous_env(plan, driver_addr, store_server.port(), secret);
+
+  // One spawner per host, in the order the hosts were given. Whether a host
+  // is this machine may take a (bounded) name lookup: ask for all at once.
+  std::map<std::string, std::future<bool>> local;
+  for (const auto& w : plan.workers) {
+    if (!local.count(w.slot.hostname)) {
+      local.emplace(w.slot.hostname, std::async(std::launch::async, [host = w.slot.hostname] {
+        return is_local_host(host);
+      }));
+    }
+  }
+  std::vector<HostLaunch> hosts;
+  std::map<std::string, std::size_t> index;
+  for (const auto& w : plan.workers) {
+    auto it = index.find(w.slot.hostname);
+    if (it == index.end()) {
+      it = index.emplace(w.slot.hostname, hosts.size()).first;
+      HostLaunch h;
+      h.host = w.slot.hostname;
+      h.launch_on_caller_thread = local.at(h.host).get();
+      if (h.launch_on_caller_thread) {
+        LocalSpawnerOptions lo;
+        lo.agent_command = {self_executable(), "--agent"};
+        lo.kill_grace = options.kill_grace;
+        h.spawner = make_local_spawner(lo);
+      } else {
+        SshSpawnerOptions ssh;
+        ssh.port = options.ssh_port;
+        ssh.identity_file = options.ssh_identity_file;
+        ssh.strict_host_key_checking = options.ssh_strict_host_key_checking;
+        ssh.agent_command = {self_executable(), "--agent"};
+        ssh.verbose = options.verbose;
+        h.spawner = make_ssh_spawner(ssh);
+      }
+      hosts.push_back(std::move(h));
+    }
+    hosts[it->second].workers.push_back(w);
+  }
+  spdlog::info("{} worker{} on {} host{}: {}", plan.workers.size(), plan.workers.size() == 1 ? "" : "s",
+               hosts.size(), hosts.size() == 1 ? "" : "s", host_summary(hosts));
+
+  SupervisorOptions sup_options;
+  sup_options.start_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options.start_timeout);
+  sup_options.kill_grace = options.kill_grace;
+  Supervisor supervisor(sup_options, output.get());
+  signals.watch([&supervisor](int sig) { supervisor.interrupt(sig); });
+  struct StopWatching {
+    SignalGuard& guard;
+    ~StopWatching() { guard.stop_watching(); }  // before `supervisor` goes away
+  } stop_watching{signals};
+  int code = supervisor.run(std::move(hosts));
+  store_server.stop();
+  return code;
+}
+
+}  // namespace hvd::launcher

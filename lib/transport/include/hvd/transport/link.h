@@ -1,0 +1,110 @@
+#pragma once
+/// Point-to-point links: the only thing the collective algorithms know about
+/// the wire (cf. gloo::transport::Pair).
+///
+/// A Link is one reliable, ordered, full-duplex byte stream to one peer. It
+/// exposes *non-blocking* primitives (try_send/try_recv plus a pollable fd)
+/// rather than blocking calls, because a ring step must send to the right
+/// neighbour while receiving from the left one: if both were blocking, two
+/// ranks sending large messages to each other would each fill the other's
+/// socket buffer and deadlock. `progress()` drives any number of transfers on
+/// any number of links concurrently from one thread with poll(2); `send`,
+/// `recv` and `sendrecv` are thin conveniences over it.
+///
+/// A shared-memory link can implement the same interface later: its
+/// poll_fd() would be an eventfd signalled by the peer.
+#include "hvd/common/io.h"
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+namespace hvd::transport {
+
+class Link {
+ public:
+  virtual ~Link() = default;
+
+  /// The rank at the other end.
+  virtual int peer() const = 0;
+
+  /// Moves up to `len` bytes without blocking; returns how many moved
+  /// (0 when the kernel buffer is full/empty). Throws hvd::IoError when the
+  /// link failed, was shut down, or the peer closed it (EOF).
+  virtual std::size_t try_send(const void* data, std::size_t len) = 0;
+  virtual std::size_t try_recv(void* data, std::size_t len) = 0;
+
+  /// A file descriptor poll(2) reports readable/writable when try_recv /
+  /// try_send can make progress (or the link failed).
+  virtual int poll_fd() const = 0;
+
+  /// Shuts both directions down so that the peer and any local thread
+  /// blocked in progress() on this link fail at once. Does not close the fd
+  /// (closing could let another thread's poll see a reused descriptor); the
+  /// destructor closes. Idempotent, thread-safe.
+  virtual void shutdown() = 0;
+  virtual bool is_shutdown() const = 0;
+
+  /// Human-readable description for error messages ("rank 3 at 10.0.0.2:4711").
+  virtual std::string describe() const = 0;
+
+  /// Blocking conveniences (built on progress()).
+  void send(const void* data, std::size_t len, Deadline deadline = Deadline::never());
+  void recv(void* data, std::size_t len, Deadline deadline = Deadline::never());
+};
+
+/// One direction of one message on one link, driven by progress().
+struct Transfer {
+  enum class Dir { Send, Recv };
+  Link* link = nullptr;
+  Dir dir = Dir::Send;
+  char* data = nullptr;
+  /// Total bytes of the message.
+  std::size_t size = 0;
+  /// Bytes moved so far (progress() advances it).
+  std::size_t done = 0;
+  /// Send only: bytes that may be sent so far (defaults to `size` when left
+  /// at SIZE_MAX). A pipeline (chain broadcast) raises it from the progress
+  /// callback as data arrives from upstream.
+  std::size_t ready = static_cast<std::size_t>(-1);
+
+  static Transfer send(Link& l, const void* d, std::size_t n) {
+    Transfer t;
+    t.link = &l;
+    t.dir = Dir::Send;
+    t.data = static_cast<char*>(const_cast<void*>(d));
+    t.size = n;
+    return t;
+  }
+  static Transfer recv(Link& l, void* d, std::size_t n) {
+    Transfer t;
+    t.link = &l;
+    t.dir = Dir::Recv;
+    t.data = static_cast<char*>(d);
+    t.size = n;
+    return t;
+  }
+  bool complete() const { return done == size; }
+};
+
+/// Drives every transfer to completion concurrently. `on_progress` (may be
+/// empty) runs on the calling thread after each batch of received bytes so
+/// callers can consume data as it arrives (ring reduction of finished
+/// segments, forwarding in a chain); it may raise `ready` on send transfers
+/// and re-arm a completed receive (new data/size, done = 0).
+/// Plain sends totalling >= 1 MiB alongside receives are driven by a helper
+/// thread owned by the calling thread (one per thread, created on first
+/// use), so send and receive copies overlap on two cores;
+/// HVD_TRANSPORT_SEND_THREAD=0 disables that.
+/// Throws hvd::IoError naming the link on failure, hvd::TimeoutError when the
+/// deadline passes; after a failure the links involved may be shut down
+/// (the caller is expected to abort its communicator anyway).
+void progress(Transfer* transfers, std::size_t count, Deadline deadline = Deadline::never(),
+              const std::function<void()>& on_progress = {});
+
+/// Sends `send_len` bytes to `to` while receiving `recv_len` bytes from
+/// `from` (which may be the same link).
+void sendrecv(Link& to, const void* send_data, std::size_t send_len, Link& from, void* recv_data,
+              std::size_t recv_len, Deadline deadline = Deadline::never());
+
+}  // namespace hvd::transport

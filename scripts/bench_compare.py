@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Allreduce comparison for docs/performance.md: hvdbench vs Gloo vs Open MPI.
+
+Runs, ROUNDS times and interleaved (so background load hits every
+implementation alike), 2-rank in-place float32 sum allreduces from 4 KiB to
+64 MiB with:
+  * hvdbench under hvdrun (this project, TCP links),
+  * torch.distributed's Gloo backend over TCP (scripts/bench_torch_gloo.py),
+  * Open MPI with its default transports (shared memory "vader" on one host),
+  * Open MPI restricted to TCP (--mca btl tcp,self).
+Each run reports per size the median over iterations of the slowest rank;
+the table shows the best (lowest) median over the rounds, in microseconds.
+
+    /usr/bin/python3 scripts/bench_compare.py --hvdrun build/apps/hvdrun/hvdrun \\
+        --hvdbench build/apps/hvdbench/hvdbench --rounds 3
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(cmd, timeout):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}: {p.stderr[-2000:]}")
+    return p.stdout
+
+
+def parse_json_blob(text):
+    # hvdrun prefixes worker lines ("[0]<stdout>:"); strip that, keep the JSON.
+    lines = [re.sub(r"^\[\d+\]<stdout>:", "", l) for l in text.splitlines()]
+    body = "\n".join(l for l in lines if not l.startswith("[") or l.startswith("[\n"))
+    start = body.index("{")
+    doc, _ = json.JSONDecoder().raw_decode(body[start:])
+    return doc
+
+
+def hvdbench(args):
+    out = run([args.hvdrun, "-np", "2", "-H", "localhost:2", args.hvdbench, "--op", "allreduce",
+               "--min-bytes", args.min_bytes, "--max-bytes", args.max_bytes, "--iters", str(args.iters),
+               "--max-seconds", str(args.max_seconds), "--json"], 600)
+    doc = parse_json_blob(out)
+    return {r["bytes"]: (r["time_us"], r["check"]) for r in doc["results"]}
+
+
+def gloo(args):
+    out = run(["/usr/bin/python3", os.path.join(HERE, "bench_torch_gloo.py"), "--world", "2", "--min-bytes",
+               args.min_bytes, "--max-bytes", args.max_bytes, "--iters", str(args.iters), "--max-seconds",
+               str(args.max_seconds), "--json"], 600)
+    doc = parse_json_blob(out)
+    return {r["bytes"]: (r["time_us"], r["check"]) for r in doc["results"]}
+
+
+def mpi(args, binary, tcp_only):
+    # Loopback only (other interfaces on this host may be test namespaces).
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "--mca", "btl_tcp_if_include", "lo",
+           "--mca", "oob_tcp_if_include", "lo"]
+    if tcp_only:
+        cmd += ["--mca", "btl", "tcp,self"]
+    out = run(cmd + [binary, str(parse_bytes(args.min_bytes)), str(parse_bytes(args.max_bytes))], 600)
+    rows = {}
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) == 5 and f[0].isdigit():
+            rows[int(f[0])] = (float(f[2]), f[4])
+    return rows
+
+
+def parse_bytes(text):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--hvdrun", required=True)
+    p.add_argument("--hvdbench", required=True)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--min-bytes", default="4K")
+    p.add_argument("--max-bytes", default="64M")
+    p.add_argument("--iters", type=int, default=30)
+    p.add_argument("--max-seconds", type=float, default=0.5)
+    p.add_argument("--skip-mpi", action="store_true")
+    args = p.parse_args()
+
+    impls = {"hvdbench": lambda: hvdbench(args), "gloo": lambda: gloo(args)}
+    if not args.skip_mpi:
+        binary = os.path.join(tempfile.gettempdir(), "bench_mpi_allreduce")
+        subprocess.run(["mpicc", "-O2", "-o", binary, os.path.join(HERE, "bench_mpi_allreduce.c")], check=True)
+        impls["mpi (vader)"] = lambda: mpi(args, binary, False)
+        impls["mpi (tcp)"] = lambda: mpi(args, binary, True)
+
+    best = {name: {} for name in impls}
+    checks = {name: set() for name in impls}
+    for rnd in range(args.rounds):
+        for name, fn in impls.items():
+            rows = fn()
+            for size, (t, check) in rows.items():
+                best[name][size] = min(t, best[name].get(size, float("inf")))
+                checks[name].add(check)
+            print(f"round {rnd + 1}/{args.rounds}: {name} done", file=sys.stderr)
+
+    names = list(impls)
+    print("| size | " + " | ".join(f"{n} (us)" for n in names) + " | hvdbench / gloo |")
+    print("|---:|" + "---:|" * len(names) + "---:|")
+    for size in sorted(best["hvdbench"]):
+        cells = [f"{best[n].get(size, float('nan')):.1f}" for n in names]
+        ratio = best["hvdbench"][size] / best["gloo"][size] if size in best["gloo"] else float("nan")
+        print(f"| {size} | " + " | ".join(cells) + f" | {ratio:.2f} |")
+    for n in names:
+        print(f"checks {n}: {sorted(checks[n])}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

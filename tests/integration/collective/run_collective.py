@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Runs a multi-process collective test and checks its outcome.
+
+  run_collective.py --launcher hvdrun|self --launcher-bin PATH --np N
+                    --program PATH [--mode MODE] [--expect REGEX]
+
+'self' is collective_launch (an in-test store server plus forked workers);
+'hvdrun' is the real launcher on localhost. Normal modes pass when the
+launcher exits 0 and every rank printed a line matching --expect (default
+"rank R: MODE ok"). Mode 'kill' passes when one rank was SIGKILLed, every
+survivor failed with IoError within 2 s of the kill, and the launcher exited
+non-zero. Every run is bounded in time and must leave no process behind
+(found by a unique tag on the workers' command line).
+"""
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+
+def leftover_processes(tag):
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if tag.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--launcher", choices=["hvdrun", "self"], required=True)
+    ap.add_argument("--launcher-bin", required=True)
+    ap.add_argument("--np", type=int, required=True)
+    ap.add_argument("--program", required=True)
+    ap.add_argument("--mode")
+    ap.add_argument("--expect")
+    ap.add_argument("--timeout", type=float, default=50)
+    args = ap.parse_args()
+
+    tag = "hvdtest-" + uuid.uuid4().hex
+    prog = [args.program] + ([args.mode] if args.mode else []) + [tag]
+    if args.launcher == "hvdrun":
+        cmd = [args.launcher_bin, "-np", str(args.np), "-H", f"localhost:{args.np}"] + prog
+    else:
+        cmd = [args.launcher_bin, str(args.np)] + prog
+    env = dict(os.environ)
+    env.setdefault("HOROVOD_LOG_LEVEL", "warning")
+
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        print(out.decode(errors="replace"))
+        print(f"FAIL: {' '.join(cmd)} did not finish within {args.timeout} s")
+        return 1
+    text = out.decode(errors="replace")
+    elapsed = time.monotonic() - start
+    print(text)
+    print(f"exit {proc.returncode} after {elapsed:.2f} s: {' '.join(cmd)}")
+
+    errors = []
+    time.sleep(0.3)
+    left = leftover_processes(tag)
+    if left:
+        errors.append(f"processes left behind: {left}")
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    if args.mode == "kill":
+        if proc.returncode == 0:
+            errors.append("the launcher exited 0 although a rank was killed")
+        killed = re.search(r"rank (\d+): KILLING_AT (\d+)", text)
+        if not killed:
+            errors.append("no rank reported KILLING_AT")
+        else:
+            victim, t_kill = int(killed.group(1)), int(killed.group(2))
+            for r in range(args.np):
+                if r == victim:
+                    continue
+                m = re.search(rf"rank {r}: FAILED_AT (\d+) iter \d+ IoError: (.+)", text)
+                if not m:
+                    errors.append(f"survivor rank {r} did not report an IoError")
+                    continue
+                delay = (int(m.group(1)) - t_kill) / 1e9
+                print(f"rank {r} failed {delay * 1000:.1f} ms after the kill: {m.group(2)}")
+                if delay > 2.0:
+                    errors.append(f"survivor rank {r} took {delay:.2f} s (> 2 s) to fail")
+    else:
+        if proc.returncode != 0:
+            errors.append(f"the launcher exited {proc.returncode}")
+        pattern = args.expect or rf"rank (\d+): {re.escape(args.mode)} ok"
+        ranks = set()
+        for line in text.splitlines():
+            m = re.search(pattern, line)
+            if m:
+                ranks.add(m.group(1) if m.groups() else line)
+        if len(ranks) != args.np:
+            errors.append(f"expected {args.np} ranks to match '{pattern}', got {len(ranks)}")
+
+    for e in errors:
+        print("FAIL: " + e)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

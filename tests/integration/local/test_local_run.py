@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""Black-box tests of the real hvdrun binary on localhost (cf. ninja's
+misc/output_test.py): rank environment, output prefixing, teardown on
+failure, signals, no orphans, exit codes.
+
+Run one case:  HVDRUN=/path/to/hvdrun python3 test_local_run.py LocalRun.test_sigint
+Each case is its own CTest entry (tests/integration/local/CMakeLists.txt).
+"""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import uuid
+
+HVDRUN = os.environ.get("HVDRUN", "hvdrun")
+
+
+def processes_with_token(token, exclude=()):
+    """PIDs whose environment carries HVD_TEST_TOKEN=<token> (workers, their
+    children and agents), zombies excluded."""
+    needle = ("HVD_TEST_TOKEN=" + token).encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in exclude:
+            continue
+        try:
+            with open("/proc/%s/environ" % name, "rb") as f:
+                env = f.read()
+        except OSError:
+            continue
+        if needle in env.split(b"\0"):
+            found.append(int(name))
+    return found
+
+
+class Job:
+    """One hvdrun run with a unique token in its (and so its workers') environment."""
+
+    def __init__(self, args, grace_ms=None, extra_env=None):
+        self.token = uuid.uuid4().hex
+        env = dict(os.environ)
+        env["HVD_TEST_TOKEN"] = self.token
+        if extra_env:
+            env.update(extra_env)
+        self.proc = subprocess.Popen([HVDRUN] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+
+    def wait_for_stdout_lines(self, n, timeout=10):
+        """Reads stdout until n lines arrived; returns them."""
+        lines = []
+        deadline = time.monotonic() + timeout
+        while len(lines) < n and time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line.decode())
+        return lines
+
+    def finish(self, timeout=30):
+        out, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+    def leftovers(self, within=5.0):
+        deadline = time.monotonic() + within
+        while True:
+            left = processes_with_token(self.token, exclude=(self.proc.pid,) if self.proc.returncode is None else ())
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.05)
+
+
+def run(args, timeout=30, **kw):
+    job = Job(args, **kw)
+    try:
+        return job.finish(timeout)
+    finally:
+        if job.proc.poll() is None:
+            job.proc.kill()
+
+
+def sh(script):
+    return ["sh", "-c", script]
+
+
+class LocalRun(unittest.TestCase):
+    def assertNoLeftovers(self, job):
+        left = job.leftovers()
+        self.assertEqual(left, [], "processes left behind: %s" % left)
+
+    # ----------------------------------------------------------- environment
+    def check_rank_env(self, np, hosts):
+        code, out, err = run(["-np", str(np), "-H", hosts] + sh(
+            'echo "R=$HOROVOD_RANK S=$HOROVOD_SIZE LR=$HOROVOD_LOCAL_RANK LS=$HOROVOD_LOCAL_SIZE '
+            'CR=$HOROVOD_CROSS_RANK CS=$HOROVOD_CROSS_SIZE H=$HOROVOD_HOSTNAME '
+            'STORE=${HOROVOD_GLOO_RENDEZVOUS_ADDR:+set} SECRET=${HVDRUN_SECRET:+set} PWD=$PWD"'))
+        self.assertEqual(code, 0, err)
+        seen = {}
+        for line in out.splitlines():
+            m = re.fullmatch(r"\[(\d+)\]<stdout>:R=(\d+) (.*)", line)
+            self.assertIsNotNone(m, line)
+            self.assertEqual(m.group(1), m.group(2), "prefix rank differs from HOROVOD_RANK")
+            seen[int(m.group(1))] = m.group(3)
+        self.assertEqual(sorted(seen), list(range(np)))
+        return seen
+
+    def test_rank_env_np2(self):
+        seen = self.check_rank_env(2, "localhost:2")
+        cwd = os.getcwd()
+        for r in range(2):
+            self.assertEqual(seen[r], "S=2 LR=%d LS=2 CR=0 CS=1 H=localhost STORE=set SECRET=set PWD=%s" % (r, cwd))
+
+    def test_rank_env_np4_two_local_hosts(self):
+        seen = self.check_rank_env(4, "localhost:2,127.0.0.1:2")
+        for r in range(4):
+            host = "localhost" if r < 2 else "127.0.0.1"
+            self.assertTrue(seen[r].startswith("S=4 LR=%d LS=2 CR=%d CS=2 H=%s " % (r % 2, r // 2, host)), seen[r])
+
+    # ---------------------------------------------------------------- output
+    def test_output_two_ranks_10000_lines(self):
+        n = 10000
+        code, out, err = run(["-np", "2", "-H", "localhost:2"] + sh(
+            'seq 1 %d | sed "s/^/rank$HOROVOD_RANK-line-/; s/$/-padding-padding-padding/"' % n))
+        self.assertEqual(code, 0, err)
+        lines = out.split("\n")
+        self.assertEqual(lines[-1], "")
+        nxt = {0: 1, 1: 1}
+        for line in lines[:-1]:
+            m = re.fullmatch(r"\[(\d)\]<stdout>:rank(\d)-line-(\d+)-padding-padding-padding", line)
+            self.assertIsNotNone(m, "broken line: %r" % line[:200])
+            r = int(m.group(1))
+            self.assertEqual(r, int(m.group(2)))
+            self.assertEqual(int(m.group(3)), nxt[r], "line lost or reordered for rank %d" % r)
+            nxt[r] += 1
+        self.assertEqual(nxt, {0: n + 1, 1: n + 1})
+
+    def test_last_line_without_newline_and_stderr(self):
+        code, out, err = run(["-np", "1", "-H", "localhost:1"] + sh("echo to-err >&2; printf 'no newline'"))
+        self.assertEqual(code, 0, err)
+        self.assertEqual(out, "[0]<stdout>:no newline\n")
+        self.assertIn("[0]<stderr>:to-err\n", err)
+
+    def test_prefix_output_with_timestamp(self):
+        code, out, err = run(["-np", "1", "-H", "localhost:1", "--prefix-output-with-timestamp", "echo", "hello"])
+        self.assertEqual(code, 0, err)
+        self.assertRegex(out, r"^[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}\[0\]<stdout>:hello\n$")
+
+    def test_output_filename_writes_rank_files(self):
+        d = tempfile.mkdtemp(prefix="hvd_outdir_")
+        try:
+            target = os.path.join(d, "logs")
+            code, out, err = run(["-np", "2", "-H", "localhost:2", "--output-filename", target] +
+                                 sh('echo "out $HOROVOD_RANK"; echo "err $HOROVOD_RANK" >&2'))
+            self.assertEqual(code, 0, err)
+            for r in range(2):
+                with open(os.path.join(target, "rank.%d" % r, "stdout")) as f:
+                    self.assertEqual(f.read(), "out %d\n" % r)
+                with open(os.path.join(target, "rank.%d" % r, "stderr")) as f:
+                    self.assertEqual(f.read(), "err %d\n" % r)
+            self.assertIn("[1]<stdout>:out 1\n", out)  # still printed too
+        finally:
+            shutil.rmtree(d)
+
+    def test_closed_stdout_does_not_kill_the_job(self):
+        # `hvdrun ... | head -1`: the reader goes away; the job still ends normally.
+        job = Job(["-np", "2", "-H", "localhost:2"] + sh("seq 1 200000; exit 0"))
+        job.proc.stdout.readline()
+        job.proc.stdout.close()
+        err = job.proc.stderr.read().decode()
+        job.proc.wait(timeout=30)
+        self.assertEqual(job.proc.returncode, 0, err)
+
+    # ----------------------------------------------------------- supervision
+    def test_failure_tears_down_others_and_propagates_code(self):
+        job = Job(["-np", "3", "-H", "localhost:3"] + sh(
+            'if [ "$HOROVOD_RANK" = 1 ]; then sleep 0.3; echo "boom: bad shape" >&2; exit 7; fi; exec sleep 60'))
+        t0 = time.monotonic()
+        code, out, err = job.finish(timeout=30)
+        self.assertEqual(code, 7, err)
+        self.assertLess(time.monotonic() - t0, 5.0, "teardown was slow")
+        self.assertIn("rank 1 on localhost: exited with code 7", err)
+        self.assertIn("[1] boom: bad shape", err)
+        self.assertNoLeftovers(job)
+
+    def test_killed_worker_status_is_128_plus_signal(self):
+        code, out, err = run(["-np", "2", "-H", "localhost:2"] + sh(
+            'if [ "$HOROVOD_RANK" = 0 ]; then kill -SEGV $$; fi; exec sleep 60'))
+        self.assertEqual(code, 128 + signal.SIGSEGV, err)
+        self.assertIn("killed by SIGSEGV", err)
+
+    def test_command_not_found(self):
+        code, out, err = run(["-np", "2", "-H", "localhost:2", "hvd-no-such-command-xyz", "arg"])
+        self.assertEqual(code, 127, err)
+        self.assertIn("hvdrun: hvd-no-such-command-xyz: command not found", err)
+
+    def check_signal(self, sig, expected):
+        job = Job(["-np", "2", "-H", "localhost:2"] + sh("echo ready; exec sleep 60"))
+        ready = job.wait_for_stdout_lines(2)
+        self.assertEqual(len(ready), 2, "workers did not start")
+        t0 = time.monotonic()
+        job.proc.send_signal(sig)
+        code, out, err = job.finish(timeout=20)
+        self.assertEqual(code, expected, err)
+        self.assertLess(time.monotonic() - t0, 3.0)
+        self.assertNoLeftovers(job)
+
+    def test_sigint_exits_130(self):
+        self.check_signal(signal.SIGINT, 130)
+
+    def test_sigterm_exits_143(self):
+        self.check_signal(signal.SIGTERM, 143)
+
+    def test_sighup_exits_129(self):
+        self.check_signal(signal.SIGHUP, 129)
+
+    def test_second_sigint_kills_at_once(self):
+        job = Job(["-np", "2", "-H", "localhost:2"] + sh("trap '' INT; echo ready; while :; do sleep 0.05; done"))
+        self.assertEqual(len(job.wait_for_stdout_lines(2)), 2)
+        t0 = time.monotonic()
+        job.proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        self.assertIsNone(job.proc.poll(), "workers ignoring SIGINT must keep hvdrun waiting")
+        job.proc.send_signal(signal.SIGINT)
+        code, out, err = job.finish(timeout=20)
+        self.assertEqual(code, 130, err)
+        self.assertLess(time.monotonic() - t0, 2.5, "the second SIGINT did not escalate")
+        self.assertNoLeftovers(job)
+
+    def test_sigkill_to_hvdrun_leaves_no_workers(self):
+        job = Job(["-np", "2", "-H", "localhost:2"] + sh("echo ready; sleep 60 & wait"))
+        self.assertEqual(len(job.wait_for_stdout_lines(2)), 2)
+        self.assertGreaterEqual(len(processes_with_token(job.token, exclude=(job.proc.pid,))), 4)
+        job.proc.kill()
+        job.finish(timeout=10)
+        self.assertNoLeftovers(job)
+
+    # ---------------------------------------------------------------- usage
+    def check_usage_error(self, args):
+        code, out, err = run(args + ["true"])
+        self.assertEqual(code, 2, err)
+        lines = [l for l in err.splitlines() if l.strip()]
+        self.assertEqual(len(lines), 1, "expected one line, got: %r" % err)
+        self.assertTrue(lines[0].startswith("hvdrun"), lines[0])
+
+    def test_usage_bad_host_slots(self):
+        self.check_usage_error(["-np", "1", "-H", "h:abc"])
+
+    def test_usage_np_exceeds_slots(self):
+        self.check_usage_error(["-np", "5", "-H", "localhost:2"])
+
+    def test_usage_missing_hostfile(self):
+        self.check_usage_error(["-np", "1", "--hostfile", "/nonexistent/hvd_hosts"])
+
+    # ----------------------------------------------------------- start speed
+    def test_startup_is_fast(self):
+        best = None
+        for _ in range(5):
+            t0 = time.monotonic()
+            code, _, err = run(["-np", "2", "-H", "localhost:2", "true"])
+            self.assertEqual(code, 0, err)
+            took = time.monotonic() - t0
+            best = took if best is None else min(best, took)
+        # Typically ~15 ms; horovodrun takes ~2.3 s. Generous for loaded CI.
+        self.assertLess(best, 0.5)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,317 @@
+#!/usr/bin/env python3
+"""Test hosts in network namespaces, each running a real OpenSSH sshd.
+
+    with NetnsHosts(count=2) as hosts:   # hosts.addrs == ["198.18.X.2", "198.18.X.3"]
+        ... run hvdrun with HOME=hosts.home, -i hosts.key ...
+
+Layout (names carry this process's pid, so concurrent runs never collide):
+  * a bridge hvdb<pid> in the root namespace with 198.18.X.1/24, where X is
+    derived from the pid (198.18.0.0/15 only: never real addresses);
+  * namespaces hvdt<pid>a, hvdt<pid>b, ... each with loopback up and one veth
+    end (eth0, 198.18.X.2, .3, ...) whose peer is enslaved to the bridge;
+  * a temporary directory with an ed25519 client key (authorized in every
+    sshd), a second key that is authorized nowhere (for wrong-key tests), the
+    host key, per-namespace sshd configs/logs, and an empty HOME for hvdrun.
+  * every sshd listens on ports 22 and 2222 (for -p tests);
+  * 198.18.X.9 is in the subnet with nothing behind it (unreachable host).
+
+Teardown (always: context exit, atexit, SIGTERM/SIGINT) kills every process
+in each namespace (`ip netns pids`), deletes the namespaces (which removes
+the veths) and the bridge, and removes the temporary directory. Leftovers of
+runs that were SIGKILLed (their pid is gone) are removed on the next start.
+
+Also a small CLI for manual use:  netns_hosts.py up [N]  /  netns_hosts.py down PID
+"""
+import atexit
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP_CODE = 77
+SKIP_MESSAGE = "SKIPPED: needs root and ip netns"
+
+
+def run(*args, check=True, **kw):
+    return subprocess.run(list(args), check=check, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, **kw)
+
+
+def available():
+    """True when we can create namespaces and run sshd."""
+    if os.geteuid() != 0:
+        return False
+    if shutil.which("ip") is None or not os.path.exists("/usr/sbin/sshd") or shutil.which("ssh-keygen") is None:
+        return False
+    return run("ip", "netns", "list", check=False).returncode == 0
+
+
+def skip_unless_available():
+    if not available():
+        print(SKIP_MESSAGE, flush=True)
+        sys.exit(SKIP_CODE)
+
+
+def ns_pids(ns):
+    r = run("ip", "netns", "pids", ns, check=False)
+    return [int(p) for p in r.stdout.split() if p.strip().isdigit()]
+
+
+def proc_cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _kill_namespace(ns):
+    for _ in range(20):
+        pids = ns_pids(ns)
+        if not pids:
+            break
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
+    run("ip", "netns", "del", ns, check=False)
+
+
+def cleanup_pid(pid):
+    """Removes every namespace and link that run `pid` created."""
+    for line in run("ip", "netns", "list", check=False).stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        if re.fullmatch(rf"hvdt{pid}[a-z]", name):
+            _kill_namespace(name)
+    run("ip", "link", "del", f"hvdb{pid}", check=False)
+
+
+def cleanup_stale():
+    """Leftovers of earlier runs whose process is gone (e.g. SIGKILLed by a timeout)."""
+    seen = set()
+    for line in run("ip", "netns", "list", check=False).stdout.splitlines():
+        m = re.match(r"hvdt(\d+)[a-z]\b", line)
+        if m:
+            seen.add(int(m.group(1)))
+    for line in run("ip", "-o", "link", "show", check=False).stdout.splitlines():
+        m = re.search(r"\bhvdb(\d+)\b", line)
+        if m:
+            seen.add(int(m.group(1)))
+    for pid in seen:
+        if pid != os.getpid() and not os.path.exists(f"/proc/{pid}"):
+            cleanup_pid(pid)
+
+
+class NetnsHosts:
+    def __init__(self, count=2, client_alive_interval=1):
+        self.pid = os.getpid()
+        self.count = count
+        self.client_alive_interval = client_alive_interval
+        self._set_subnet(1 + self.pid % 250)
+        self.namespaces = [f"hvdt{self.pid}{chr(ord('a') + i)}" for i in range(count)]
+        self.bridge = f"hvdb{self.pid}"
+        self.tmp = None
+        self.sshd = []  # Popen per namespace
+        self._up = False
+
+    def _set_subnet(self, x):
+        self.subnet = f"198.18.{x}"  # 198.18.X.0/24
+        self.gateway = f"{self.subnet}.1"
+        self.addrs = [f"{self.subnet}.{2 + i}" for i in range(self.count)]
+        self.unreachable = f"{self.subnet}.9"
+
+    def _claim_subnet(self):
+        """Picks a 198.18.X.0/24 no other run uses (under a lock, since
+        concurrent runs scan and claim at the same time) and creates the
+        bridge with its gateway address."""
+        import fcntl
+        os.makedirs("/run/lock", exist_ok=True)
+        with open("/run/lock/hvd-netns.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            used = set(int(m) for m in re.findall(r"inet 198\.18\.(\d+)\.", run("ip", "-o", "-4", "addr").stdout))
+            start = 1 + self.pid % 250
+            for k in range(250):
+                x = 1 + (start - 1 + k) % 250
+                if x not in used:
+                    break
+            else:
+                raise RuntimeError("no free 198.18.X.0/24 test subnet")
+            self._set_subnet(x)
+            run("ip", "link", "add", self.bridge, "type", "bridge")
+            run("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+            run("ip", "link", "set", self.bridge, "up")
+
+    # ---- paths
+    @property
+    def home(self):
+        return os.path.join(self.tmp, "home")
+
+    @property
+    def key(self):
+        return os.path.join(self.tmp, "id_client")
+
+    @property
+    def wrong_key(self):
+        return os.path.join(self.tmp, "id_wrong")
+
+    @property
+    def known_hosts(self):
+        return os.path.join(self.home, ".ssh", "known_hosts")
+
+    def host_pub_key(self):
+        with open(os.path.join(self.tmp, "host_key.pub")) as f:
+            return f.read().strip()
+
+    # ---- lifecycle
+    def __enter__(self):
+        try:
+            self.up()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.down()
+        return False
+
+    def up(self):
+        cleanup_stale()
+        atexit.register(self.down)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+        self._up = True
+        self.tmp = tempfile.mkdtemp(prefix=f"hvdnetns{self.pid}-")
+        os.makedirs(self.home, mode=0o700)
+        for name in ("id_client", "id_wrong", "host_key"):
+            run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", os.path.join(self.tmp, name))
+        shutil.copy(self.key + ".pub", os.path.join(self.tmp, "authorized_keys"))
+        os.makedirs("/run/sshd", exist_ok=True)
+
+        self._claim_subnet()
+        for i, ns in enumerate(self.namespaces):
+            outer, inner = f"hv{self.pid}{i}r", f"hv{self.pid}{i}n"
+            run("ip", "netns", "add", ns)
+            run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
+            run("ip", "link", "set", inner, "netns", ns)
+            run("ip", "link", "set", outer, "master", self.bridge)
+            run("ip", "link", "set", outer, "up")
+            run("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+            run("ip", "netns", "exec", ns, "ip", "link", "set", inner, "name", "eth0")
+            run("ip", "netns", "exec", ns, "ip", "addr", "add", f"{self.addrs[i]}/24", "dev", "eth0")
+            run("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
+            self.sshd.append(self._start_sshd(i))
+        for i in range(self.count):
+            self._wait_port(self.addrs[i], 22)
+        return self
+
+    def _start_sshd(self, i):
+        cfg = os.path.join(self.tmp, f"sshd_{i}.conf")
+        with open(cfg, "w") as f:
+            f.write(
+                f"ListenAddress {self.addrs[i]}:22\n"
+                f"ListenAddress {self.addrs[i]}:2222\n"
+                f"HostKey {os.path.join(self.tmp, 'host_key')}\n"
+                f"PidFile {os.path.join(self.tmp, f'sshd_{i}.pid')}\n"
+                f"AuthorizedKeysFile {os.path.join(self.tmp, 'authorized_keys')}\n"
+                "PermitRootLogin yes\n"
+                "StrictModes no\n"
+                "UsePAM no\n"
+                "PasswordAuthentication no\n"
+                "KbdInteractiveAuthentication no\n"
+                "MaxStartups 100:30:200\n"
+                "MaxSessions 64\n"
+                f"ClientAliveInterval {self.client_alive_interval}\n"
+                "ClientAliveCountMax 3\n"
+                "LogLevel VERBOSE\n")
+        log = os.path.join(self.tmp, f"sshd_{i}.log")
+        return subprocess.Popen(["ip", "netns", "exec", self.namespaces[i], "/usr/sbin/sshd", "-D", "-f", cfg,
+                                 "-E", log], stdin=subprocess.DEVNULL)
+
+    def _wait_port(self, addr, port, timeout=10.0):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                with socket.create_connection((addr, port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"sshd on {addr}:{port} did not come up; see {self.tmp}/sshd_*.log")
+
+    def sshd_log(self, i):
+        try:
+            with open(os.path.join(self.tmp, f"sshd_{i}.log")) as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def processes(self, i):
+        """(pid, cmdline) of every process in namespace i except the listening
+        sshd and sshd's per-connection processes ("sshd: root@notty")."""
+        daemon = self.sshd[i].pid if i < len(self.sshd) else -1
+        out = []
+        for p in ns_pids(self.namespaces[i]):
+            cmd = proc_cmdline(p)
+            if p == daemon or cmd == "" or cmd.startswith("sshd:"):
+                continue
+            out.append((p, cmd))
+        return out
+
+    def leftovers(self):
+        """Every worker-side process (agent, shell, worker) in any namespace."""
+        return [(self.namespaces[i], p, cmd) for i in range(self.count) for p, cmd in self.processes(i)]
+
+    def wait_no_leftovers(self, timeout):
+        end = time.monotonic() + timeout
+        while True:
+            left = self.leftovers()
+            if not left or time.monotonic() >= end:
+                return left
+            time.sleep(0.1)
+
+    def _on_signal(self, signum, frame):
+        self.down()
+        sys.exit(128 + signum)
+
+    def down(self):
+        if not self._up:
+            return
+        self._up = False
+        for p in self.sshd:
+            try:
+                p.kill()
+                p.wait(timeout=5)
+            except Exception:
+                pass
+        for ns in self.namespaces:
+            _kill_namespace(ns)
+        run("ip", "link", "del", self.bridge, check=False)
+        if self.tmp and os.environ.get("HVD_NETNS_KEEP_TMP") != "1":
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def main(argv):
+    if len(argv) >= 2 and argv[1] == "up":
+        skip_unless_available()
+        hosts = NetnsHosts(count=int(argv[2]) if len(argv) > 2 else 2)
+        hosts.up()
+        atexit.unregister(hosts.down)
+        print(f"pid={hosts.pid} addrs={','.join(hosts.addrs)} key={hosts.key} home={hosts.home} tmp={hosts.tmp}")
+        print(f"tear down with: {argv[0]} down {hosts.pid}")
+        os._exit(0)  # keep the namespaces (sshd keeps running inside them)
+    if len(argv) == 3 and argv[1] == "down":
+        cleanup_pid(int(argv[2]))
+        return 0
+    print(f"usage: {argv[0]} up [N] | down PID", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,408 @@
+#!/usr/bin/env python3
+"""Cross-host tests of hvdrun's SSH spawning, against real sshd's in network
+namespaces (netns_hosts.py). One CTest test per case:
+
+    test_netns.py --hvdrun PATH [--driver PATH] CASE
+
+Each case creates its own hosts and always tears them down. Without root or
+`ip netns` every case prints "SKIPPED: needs root and ip netns" and exits 77
+(CTest SKIP_RETURN_CODE).
+"""
+import argparse
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import netns_hosts  # noqa: E402
+
+ARGS = None
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what, *details):
+    if not cond:
+        raise Failure(what + "".join("\n--- " + str(d) for d in details))
+
+
+def env_for(hosts, **extra):
+    env = dict(os.environ)
+    env.pop("SSH_AUTH_SOCK", None)  # only the key given with -i
+    env.pop("HVDRUN_REMOTE_AGENT", None)
+    env["HOME"] = hosts.home
+    env["USER"] = "root"
+    env.update(extra)
+    return env
+
+
+def hvdrun_argv(hosts, *args, key=None):
+    if key == "":  # no -i: ssh-agent / default keys
+        return [ARGS.hvdrun, *args]
+    return [ARGS.hvdrun, "-i", key or hosts.key, *args]
+
+
+def run_hvdrun(hosts, args, timeout=30, key=None, env=None):
+    t0 = time.monotonic()
+    p = subprocess.run(hvdrun_argv(hosts, *args, key=key), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=timeout, env=env or env_for(hosts), stdin=subprocess.DEVNULL)
+    return p, time.monotonic() - t0
+
+
+def start_hvdrun(hosts, args, key=None):
+    return subprocess.Popen(hvdrun_argv(hosts, *args, key=key), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env_for(hosts), stdin=subprocess.DEVNULL)
+
+
+def wait_workers(hosts, pattern, per_ns, timeout=15):
+    """Waits until each namespace runs `per_ns` processes whose cmdline matches."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        counts = [sum(1 for _, c in hosts.processes(i) if re.search(pattern, c)) for i in range(hosts.count)]
+        if all(c >= per_ns for c in counts):
+            return counts
+        time.sleep(0.1)
+    raise Failure(f"workers matching {pattern!r} did not start in every namespace: "
+                  f"{[hosts.processes(i) for i in range(hosts.count)]}")
+
+
+def assert_no_leftovers(hosts, timeout, context):
+    left = hosts.wait_no_leftovers(timeout)
+    check(not left, f"{context}: processes left in the namespaces after {timeout} s", left)
+
+
+# ---------------------------------------------------------------------------
+# cases
+
+def case_two_hosts(hosts):
+    """2 hosts x 2 slots: ranks, hosts, prefixes, env transport, accept-new."""
+    a, b = hosts.addrs
+    marker = "hvdmark" + secrets.token_hex(8)
+    worker = (
+        "import os, glob\n"
+        "m = os.environ.get('HVDTEST_MARKER', '')\n"
+        "seen = 0\n"
+        "for f in glob.glob('/proc/[0-9]*/cmdline'):\n"
+        "    try:\n"
+        "        seen += m.encode() in open(f, 'rb').read()\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "addr = [l.split()[3] for l in os.popen('ip -o -4 addr show dev eth0')][0]\n"
+        "print('rank=%s size=%s local=%s host=%s addr=%s marker=%s cmdline_hits=%d' % (\n"
+        "    os.environ['HOROVOD_RANK'], os.environ['HOROVOD_SIZE'], os.environ['HOROVOD_LOCAL_RANK'],\n"
+        "    os.environ['HOROVOD_HOSTNAME'], addr, m == os.environ.get('HVDTEST_EXPECT'), seen))\n"
+        "import sys; sys.stderr.write('err-from-%s\\n' % os.environ['HOROVOD_RANK'])\n")
+    p, took = run_hvdrun(hosts, ["--verbose", "-np", "4", "-H", f"{a}:2,{b}:2", "python3", "-c", worker],
+                         env=env_for(hosts, HVDTEST_MARKER=marker, HVDTEST_EXPECT=marker))
+    check(p.returncode == 0, f"hvdrun exited {p.returncode}", p.stdout, p.stderr)
+    lines = [l for l in p.stdout.splitlines() if "rank=" in l]
+    check(len(lines) == 4, "expected 4 rank lines", p.stdout, p.stderr)
+    for rank in range(4):
+        host = a if rank < 2 else b
+        want = re.compile(rf"^\[{rank}\]<stdout>:rank={rank} size=4 local={rank % 2} host={re.escape(host)} "
+                          rf"addr={re.escape(host)}/24 marker=True cmdline_hits=0$")
+        check(any(want.match(l) for l in lines), f"rank {rank}: no line matching {want.pattern}", p.stdout)
+        check(f"[{rank}]<stderr>:err-from-{rank}" in p.stderr, f"rank {rank}: stderr line missing", p.stderr)
+    check(marker not in p.stderr, "the environment value leaked into hvdrun's log", p.stderr)
+    # accept-new: both host keys recorded.
+    with open(hosts.known_hosts) as f:
+        known = f.read()
+    host_key = " ".join(hosts.host_pub_key().split()[:2])
+    for h in (a, b):
+        check(f"{h} {host_key}" in known, f"{h} not recorded in known_hosts", known)
+    # A second run uses the recorded keys (no new lines).
+    p2, _ = run_hvdrun(hosts, ["-np", "2", "-H", f"{a}:1,{b}:1", "true"])
+    check(p2.returncode == 0, f"second run exited {p2.returncode}", p2.stderr)
+    with open(hosts.known_hosts) as f:
+        check(f.read() == known, "known_hosts changed on the second run")
+    assert_no_leftovers(hosts, 5, "after a successful job")
+    print(f"two_hosts: ok ({took:.1f} s)")
+
+
+def case_failure_teardown(hosts):
+    """One remote rank exits 3: hvdrun exits 3 quickly and nothing is left."""
+    a, b = hosts.addrs
+    cmd = 'if [ "$HOROVOD_RANK" = 3 ]; then sleep 1; echo bye >&2; exit 3; fi; exec sleep 60'
+    p, took = run_hvdrun(hosts, ["-np", "4", "-H", f"{a}:2,{b}:2", "sh", "-c", cmd], timeout=40)
+    check(p.returncode == 3, f"hvdrun exited {p.returncode}, want 3", p.stdout, p.stderr)
+    check(took < 15, f"hvdrun took {took:.1f} s to tear down")
+    check("rank 3" in p.stderr, "the failed rank is not named", p.stderr)
+    assert_no_leftovers(hosts, 5, "after a rank failed")
+    print(f"failure_teardown: ok ({took:.1f} s)")
+
+
+def _interrupt(hosts, sig, want_code):
+    a, b = hosts.addrs
+    proc = start_hvdrun(hosts, ["-np", "4", "-H", f"{a}:2,{b}:2", "sleep", "61"])
+    try:
+        wait_workers(hosts, r"^sleep 61", 2)
+        t0 = time.monotonic()
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=20)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if want_code is not None:
+        check(proc.returncode == want_code, f"hvdrun exited {proc.returncode}, want {want_code}", err)
+    assert_no_leftovers(hosts, 6, f"after signal {sig}")
+    return took
+
+
+def case_ctrl_c(hosts):
+    took = _interrupt(hosts, signal.SIGINT, 130)
+    print(f"ctrl_c: ok ({took:.1f} s)")
+
+
+def case_sigkill(hosts):
+    """hvdrun killed with SIGKILL: the TCP connections drop, sshd closes the
+    channels, the agents see EOF and kill their workers."""
+    _interrupt(hosts, signal.SIGKILL, None)
+    print("sigkill: ok")
+
+
+def case_unreachable(hosts):
+    a = hosts.addrs[0]
+    bad = hosts.unreachable
+    p, took = run_hvdrun(hosts, ["-np", "2", "-H", f"{a}:1,{bad}:1", "--start-timeout", "3", "true"], timeout=20)
+    check(p.returncode == 3, f"hvdrun exited {p.returncode}, want 3", p.stderr)
+    check(took < 6.5, f"took {took:.1f} s with --start-timeout 3")
+    lines = [l for l in p.stderr.splitlines() if bad in l and "error" in l]
+    check(lines, f"no error line naming {bad}", p.stderr)
+    check(re.search(r"timed out|no route to host|unreachable", lines[0]), "cause missing", lines[0])
+    assert_no_leftovers(hosts, 5, "after a failed launch")
+    print(f"unreachable: ok ({took:.1f} s): {lines[0]}")
+
+
+def case_refused(hosts):
+    """A host whose port 22 is closed: 'connection refused', fast."""
+    a = hosts.addrs[0]
+    p, took = run_hvdrun(hosts, ["-np", "1", "-H", f"{a}:1", "-p", "1", "true"], timeout=20)
+    check(p.returncode == 3, f"hvdrun exited {p.returncode}, want 3", p.stderr)
+    lines = [l for l in p.stderr.splitlines() if "connection refused" in l]
+    check(lines and a in lines[0] and "port 1" in lines[0], "no 'connection refused' line naming host and port",
+          p.stderr)
+    check(took < 3, f"took {took:.1f} s")
+    print(f"refused: ok ({took:.1f} s): {lines[0]}")
+
+
+def case_wrong_key(hosts):
+    a = hosts.addrs[0]
+    p, took = run_hvdrun(hosts, ["-np", "1", "-H", f"{a}:1", "true"], key=hosts.wrong_key, timeout=20)
+    check(p.returncode == 3, f"hvdrun exited {p.returncode}, want 3", p.stderr)
+    lines = [l for l in p.stderr.splitlines() if "authentication failed" in l]
+    check(lines, "no 'authentication failed' line", p.stderr)
+    check(a in lines[0] and "root" in lines[0] and "id_wrong" in lines[0], "message lacks host/user/key", lines[0])
+    check(len([l for l in p.stderr.splitlines() if "error" in l.lower()]) <= 2, "more than one error line", p.stderr)
+    print(f"wrong_key: ok ({took:.1f} s): {lines[0]}")
+
+
+def case_missing_key(hosts):
+    a = hosts.addrs[0]
+    p, _ = run_hvdrun(hosts, ["-np", "1", "-H", f"{a}:1", "true"], key=hosts.key + ".nope", timeout=20)
+    check(p.returncode == 3, f"hvdrun exited {p.returncode}, want 3", p.stderr)
+    check("does not exist" in p.stderr and ".nope" in p.stderr, "no clear message", p.stderr)
+    print("missing_key: ok")
+
+
+def case_strict_host_key(hosts):
+    a = hosts.addrs[0]
+    p, _ = run_hvdrun(hosts, ["-np", "1", "-H", f"{a}:1", "--ssh-strict-host-key-checking", "true"], timeout=20)
+    check(p.returncode == 3, f"strict, unknown host: exited {p.returncode}, want 3", p.stderr)
+    check("not in" in p.stderr and hosts.known_hosts in p.stderr, "unclear refusal", p.stderr)
+    check(not os.path.exists(hosts.known_hosts) or a not in open(hosts.known_hosts).read(),
+          "strict mode recorded the key")
+    # Once known (recorded by a non-strict run), strict mode accepts it.
+    p, _ = run_hvdrun(hosts, ["-np", "1", "-H", f"{a}:1", "true"], timeout=20)
+    check(p.returncode == 0, f"accept-new run exited {p.returncode}", p.stderr)
+    p, _ = run_hvdrun(hosts, ["-np", "1", "-H", f"{a}:1", "--ssh-strict-host-key-checking", "true"], timeout=20)
+    check(p.returncode == 0, f"strict, known host: exited {p.returncode}", p.stderr)
+    # Hashed entries (HashKnownHosts) are understood too.
+    subprocess.run(["ssh-keygen", "-q", "-H", "-f", hosts.known_hosts], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    with open(hosts.known_hosts) as f:
+        hashed = f.read()
+    check(hashed.startswith("|1|") and a not in hashed, "ssh-keygen -H did not hash the file", hashed)
+    p, _ = run_hvdrun(hosts, ["-np", "1", "-H", f"{a}:1", "--ssh-strict-host-key-checking", "true"], timeout=20)
+    check(p.returncode == 0, f"strict, hashed entry: exited {p.returncode}", p.stderr)
+    print("strict_host_key: ok")
+
+
+def case_custom_port(hosts):
+    """-p 2222: connects there and records the key as [host]:2222, as OpenSSH does."""
+    a = hosts.addrs[0]
+    p, _ = run_hvdrun(hosts, ["-p", "2222", "-np", "1", "-H", f"{a}:1", "echo", "port-ok"], timeout=20)
+    check(p.returncode == 0 and "port-ok" in p.stdout, f"exited {p.returncode}", p.stderr)
+    with open(hosts.known_hosts) as f:
+        known = f.read()
+    check(known.startswith(f"[{a}]:2222 ssh-ed25519 "), "not recorded as [host]:2222", known)
+    # The port-22 identity of the same host is a different known_hosts name: strict refuses it.
+    p, _ = run_hvdrun(hosts, ["--ssh-strict-host-key-checking", "-np", "1", "-H", f"{a}:1", "true"], timeout=20)
+    check(p.returncode == 3, f"strict on port 22 exited {p.returncode}", p.stderr)
+    p, _ = run_hvdrun(hosts, ["--ssh-strict-host-key-checking", "-p", "2222", "-np", "1", "-H", f"{a}:1", "true"],
+                      timeout=20)
+    check(p.returncode == 0, f"strict on port 2222 exited {p.returncode}", p.stderr)
+    print("custom_port: ok")
+
+
+def case_host_key_mismatch(hosts):
+    """A recorded key that differs is refused, naming file and line; the file is untouched."""
+    a = hosts.addrs[0]
+    os.makedirs(os.path.dirname(hosts.known_hosts), exist_ok=True)
+    other = subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", os.path.join(hosts.tmp, "other")],
+                           check=True)
+    del other
+    with open(os.path.join(hosts.tmp, "other.pub")) as f:
+        other_key = " ".join(f.read().split()[:2])
+    content = f"# a comment\n@cert-authority *.example ssh-ed25519 AAAA\n{a} {other_key}\n"
+    with open(hosts.known_hosts, "w") as f:
+        f.write(content)
+    p, _ = run_hvdrun(hosts, ["-np", "1", "-H", f"{a}:1", "true"], timeout=20)
+    check(p.returncode == 3, f"exited {p.returncode}, want 3", p.stderr)
+    check(f"{hosts.known_hosts}:3" in p.stderr, "file:line of the old key not named", p.stderr)
+    with open(hosts.known_hosts) as f:
+        check(f.read() == content, "known_hosts was modified")
+    print("host_key_mismatch: ok")
+
+
+def case_lost_connection(hosts):
+    """The link to a host goes down mid-job: its workers are reported lost
+    within ~3 keepalive intervals (driver uses 1 s) and, on the host, sshd's
+    ClientAlive check closes the session so the agent kills the worker."""
+    check(ARGS.driver, "--driver is required for this case")
+    a = hosts.addrs[0]
+    proc = subprocess.Popen([ARGS.driver, "--host", a, "--identity", hosts.key, "--keepalive", "1",
+                             "--ranks", "2", "--timeout", "10", "--agent", ARGS.hvdrun, "--", "sleep", "62"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_for(hosts))
+    try:
+        wait_workers_ns0 = time.monotonic() + 15
+        while sum(1 for _, c in hosts.processes(0) if c.startswith("sleep 62")) < 2:
+            check(time.monotonic() < wait_workers_ns0, "workers did not start", proc.poll())
+            time.sleep(0.1)
+        t0 = time.monotonic()
+        subprocess.run(["ip", "netns", "exec", hosts.namespaces[0], "ip", "link", "set", "eth0", "down"], check=True)
+        out, err = proc.communicate(timeout=20)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    exits = [l for l in out.splitlines() if l.startswith("exit ")]
+    check(len(exits) == 2, "want exactly one exit per rank", out, err)
+    for l in exits:
+        check("status=255" in l and f"SSH connection to {a} lost" in l, "not reported as lost", l)
+    check(took < 8, f"loss noticed after {took:.1f} s")
+    assert_no_leftovers(hosts, 8, "after the connection was lost")
+    print(f"lost_connection: ok ({took:.1f} s): {exits[0]}")
+
+
+def case_driver_signals(hosts):
+    """Spawner-level: output, per-rank exit codes and signal forwarding via control bytes."""
+    check(ARGS.driver, "--driver is required for this case")
+    a = hosts.addrs[0]
+    script = ('echo "out-$HOROVOD_RANK"; trap "echo got-term-$HOROVOD_RANK; exit 7" TERM; '
+              'if [ "$HOROVOD_RANK" = 0 ]; then exit 5; fi; sleep 30 & wait')
+    p = subprocess.run([ARGS.driver, "--host", a, "--identity", hosts.key, "--ranks", "3", "--timeout", "10",
+                        "--agent", ARGS.hvdrun, "--signal-after-ms", "1500", "--signal", "TERM", "--", "sh", "-c",
+                        script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_for(hosts),
+                       timeout=30)
+    check(p.returncode == 0, f"driver exited {p.returncode}", p.stdout, p.stderr)
+    for r in range(3):
+        check(f"out {r} stdout out-{r}" in p.stdout, f"rank {r} output missing", p.stdout)
+    check("exit 0 status=5 signal=0" in p.stdout, "rank 0 status", p.stdout)
+    for r in (1, 2):
+        check(f"exit {r} status=7 signal=0" in p.stdout, f"rank {r} did not exit 7 after TERM", p.stdout, p.stderr)
+    check(len([l for l in p.stdout.splitlines() if l.startswith("exit ")]) == 3, "exactly one exit per rank",
+          p.stdout)
+    assert_no_leftovers(hosts, 5, "after the driver")
+    print("driver_signals: ok")
+
+
+def case_output_volume(hosts):
+    """4 remote ranks print 20,000 lines each: nothing lost, no broken lines."""
+    a, b = hosts.addrs
+    n = 20000
+    cmd = f'seq -f "$HOROVOD_RANK-%g-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" {n}'
+    p, took = run_hvdrun(hosts, ["-np", "4", "-H", f"{a}:2,{b}:2", "sh", "-c", cmd], timeout=40)
+    check(p.returncode == 0, f"exited {p.returncode}", p.stderr[-2000:])
+    lines = p.stdout.splitlines()
+    for rank in range(4):
+        got = [l for l in lines if l.startswith(f"[{rank}]<stdout>:")]
+        check(len(got) == n, f"rank {rank}: {len(got)} lines, want {n}")
+        want = [f"[{rank}]<stdout>:{rank}-{i}-" + "x" * 48 for i in range(1, n + 1)]
+        check(got == want, f"rank {rank}: lines differ or are out of order")
+    check(len(lines) == 4 * n, f"{len(lines)} stdout lines, want {4 * n}")
+    print(f"output_volume: ok ({took:.1f} s for {4 * n} lines)")
+
+
+def case_agent_and_default_keys(hosts):
+    """Without -i: ssh-agent first, then ~/.ssh/id_ed25519."""
+    a = hosts.addrs[0]
+    sock = os.path.join(hosts.tmp, "agent.sock")
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        end = time.monotonic() + 5
+        while not os.path.exists(sock):
+            check(time.monotonic() < end, "ssh-agent did not start")
+            time.sleep(0.05)
+        subprocess.run(["ssh-add", "-q", hosts.key], env=dict(os.environ, SSH_AUTH_SOCK=sock), check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        p, _ = run_hvdrun(hosts, ["-np", "1", "-H", f"{a}:1", "echo", "via-agent"], key="",
+                          env=env_for(hosts, SSH_AUTH_SOCK=sock))
+        check(p.returncode == 0 and "via-agent" in p.stdout, f"agent auth: exited {p.returncode}", p.stderr)
+    finally:
+        agent.kill()
+        agent.wait()
+    # No agent, no keys: a clear message.
+    p, _ = run_hvdrun(hosts, ["-np", "1", "-H", f"{a}:1", "true"], key="")
+    check(p.returncode == 3 and "authentication failed" in p.stderr and "no keys" in p.stderr,
+          f"no keys: exited {p.returncode}", p.stderr)
+    # Default key file.
+    shutil.copy(hosts.key, os.path.join(hosts.home, ".ssh", "id_ed25519"))
+    os.chmod(os.path.join(hosts.home, ".ssh", "id_ed25519"), 0o600)
+    p, _ = run_hvdrun(hosts, ["-np", "1", "-H", f"{a}:1", "echo", "via-default"], key="")
+    check(p.returncode == 0 and "via-default" in p.stdout, f"default key: exited {p.returncode}", p.stderr)
+    # A dead agent socket falls through to the default keys.
+    p, _ = run_hvdrun(hosts, ["-np", "1", "-H", f"{a}:1", "echo", "fallback"], key="",
+                      env=env_for(hosts, SSH_AUTH_SOCK=sock))
+    check(p.returncode == 0 and "fallback" in p.stdout, f"dead agent: exited {p.returncode}", p.stderr)
+    print("agent_and_default_keys: ok")
+
+
+CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hvdrun", required=True)
+    ap.add_argument("--driver")
+    ap.add_argument("case", choices=sorted(CASES))
+    ARGS = ap.parse_args()
+    netns_hosts.skip_unless_available()
+    check(os.access(ARGS.hvdrun, os.X_OK), f"{ARGS.hvdrun} is not executable (build target hvdrun)")
+    t0 = time.monotonic()
+    with netns_hosts.NetnsHosts(count=2) as hosts:
+        try:
+            CASES[ARGS.case](hosts)
+        except Failure as e:
+            print(f"FAILED: {ARGS.case}: {e}", file=sys.stderr)
+            for i in range(hosts.count):
+                log = hosts.sshd_log(i)[-3000:]
+                if log:
+                    print(f"--- sshd log of {hosts.namespaces[i]} (tail):\n{log}", file=sys.stderr)
+            return 1
+    print(f"{ARGS.case}: {time.monotonic() - t0:.1f} s including setup and teardown")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

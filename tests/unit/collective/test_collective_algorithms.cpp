@@ -1,0 +1,714 @@
+// Thread-per-rank grids over loopback TCP: every collective x dtype x world
+// size 1..8 x element count, with expected values in closed form, plus the
+// failure semantics (abort cascade, vanished rank, wrong secret, timeouts).
+//
+// Catch2 assertions are not thread-safe, so rank threads record failures as
+// strings and the main thread asserts on them.
+#include "hvd/collective/algorithms.h"
+#include "hvd/collective/comm.h"
+#include "hvd/collective/types.h"
+#include "hvd/common/error.h"
+#include "hvd/store/memory_store.h"
+
+#include "half.h"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+using namespace hvd;
+using namespace hvd::collective;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+using Comms = std::vector<std::unique_ptr<Comm>>;
+
+const DataType kAllTypes[] = {DataType::UInt8,   DataType::Int8,     DataType::Int32,   DataType::Int64,
+                              DataType::Float16, DataType::BFloat16, DataType::Float32, DataType::Float64};
+const ReduceOp kAllOps[] = {ReduceOp::Sum, ReduceOp::Average, ReduceOp::Min, ReduceOp::Max, ReduceOp::Product};
+// 1000 elements take the small (direct) paths, 70001 the ring paths for every dtype.
+const std::size_t kCounts[] = {0, 1, 7, 1000, 70001};
+constexpr std::size_t kBig = 1u << 20;
+
+CommOptions options(int rank, int size, const std::string& prefix, const std::string& secret = "job-secret",
+                    std::chrono::milliseconds timeout = 10s) {
+  CommOptions o;
+  o.rank = rank;
+  o.size = size;
+  o.prefix = prefix;
+  o.secret = secret;
+  o.timeout = timeout;
+  return o;
+}
+
+Comms make_world(store::Store& st, int n, const std::string& prefix) {
+  Comms comms(n);
+  std::vector<std::exception_ptr> errs(n);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r) {
+    ts.emplace_back([&, r] {
+      try {
+        comms[r] = connect_comm(st, options(r, n, prefix));
+      } catch (...) {
+        errs[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (auto& e : errs) {
+    if (e) std::rethrow_exception(e);
+  }
+  return comms;
+}
+
+/// Failures recorded by one rank (bounded so a broken kernel cannot flood).
+struct Failures {
+  std::vector<std::string> items;
+  template <class... A>
+  void add(const char* fmt_str, A&&... a) {
+    if (items.size() < 8) items.push_back(fmt::format(fmt_str, std::forward<A>(a)...));
+  }
+};
+
+using Body = std::function<void(int rank, Comm& comm, Failures& f)>;
+
+/// Runs body on one thread per rank; exceptions become failures.
+std::vector<std::string> run_ranks(Comms& comms, const Body& body) {
+  const int n = static_cast<int>(comms.size());
+  std::vector<Failures> fails(n);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r) {
+    ts.emplace_back([&, r] {
+      try {
+        body(r, *comms[r], fails[r]);
+      } catch (const std::exception& e) {
+        fails[r].add("exception: {}", e.what());
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  std::vector<std::string> all;
+  for (int r = 0; r < n; ++r) {
+    for (auto& s : fails[r].items) all.push_back(fmt::format("n={} rank {}: {}", n, r, s));
+  }
+  return all;
+}
+
+void expect_no_failures(const std::vector<std::string>& fails) {
+  if (!fails.empty()) {
+    std::string text;
+    for (std::size_t i = 0; i < fails.size() && i < 20; ++i) text += fails[i] + "\n";
+    FAIL(text);
+  }
+}
+
+/// Worlds of size 1..8 on one shared store, formed once per test case.
+struct Worlds {
+  store::InMemoryStore store;
+  std::map<int, Comms> worlds;
+  Comms& get(int n) {
+    auto it = worlds.find(n);
+    if (it == worlds.end()) it = worlds.emplace(n, make_world(store, n, fmt::format("w{}/", n))).first;
+    return it->second;
+  }
+};
+
+bool floating(DataType t) {
+  return t == DataType::Float16 || t == DataType::BFloat16 || t == DataType::Float32 || t == DataType::Float64;
+}
+
+double load(DataType t, const void* p, std::size_t i) {
+  switch (t) {
+    case DataType::UInt8: return static_cast<const uint8_t*>(p)[i];
+    case DataType::Int8: return static_cast<const int8_t*>(p)[i];
+    case DataType::Int32: return static_cast<const int32_t*>(p)[i];
+    case DataType::Int64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case DataType::Float16: return detail::half_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DataType::BFloat16: return detail::bfloat16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DataType::Float32: return static_cast<const float*>(p)[i];
+    case DataType::Float64: return static_cast<const double*>(p)[i];
+  }
+  return 0;
+}
+
+void put(DataType t, void* p, std::size_t i, double v) {
+  switch (t) {
+    case DataType::UInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    case DataType::Int8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+    case DataType::Int32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DataType::Int64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+    case DataType::Float16: static_cast<uint16_t*>(p)[i] = detail::float_to_half(static_cast<float>(v)); break;
+    case DataType::BFloat16:
+      static_cast<uint16_t*>(p)[i] = detail::float_to_bfloat16(static_cast<float>(v));
+      break;
+    case DataType::Float32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DataType::Float64: static_cast<double*>(p)[i] = v; break;
+  }
+}
+
+/// The value a type can actually hold for v.
+double quantize(DataType t, double v) {
+  char tmp[8];
+  put(t, tmp, 0, v);
+  return load(t, tmp, 0);
+}
+
+/// Rank r's input element i: small values so sums/products stay in range of
+/// every type; fractional for floating sums so half rounding is exercised.
+double input(DataType t, ReduceOp op, int r, std::size_t i) {
+  const bool uns = t == DataType::UInt8;
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Average:
+      if (floating(t)) return (static_cast<int>((r * 5 + i) % 17) - 8) * 0.37 + 0.01 * r;
+      return uns ? static_cast<double>((r * 3 + i) % 17) : static_cast<double>((r * 3 + i) % 17) - 8;
+    case ReduceOp::Min:
+    case ReduceOp::Max: {
+      double v = static_cast<double>((r * 7 + i * 3) % 13);
+      return uns ? v : v - 6;
+    }
+    case ReduceOp::Product: {
+      double v = (i + r) % 3 == 0 ? 2 : 1;
+      if (!uns && (i + 2 * r) % 5 == 0) v = -v;
+      return v;
+    }
+  }
+  return 0;
+}
+
+/// Unit roundoff of the type (floating) for tolerances.
+double eps(DataType t) {
+  switch (t) {
+    case DataType::Float16: return std::ldexp(1.0, -11);
+    case DataType::BFloat16: return std::ldexp(1.0, -8);
+    case DataType::Float32: return std::ldexp(1.0, -24);
+    case DataType::Float64: return std::ldexp(1.0, -53);
+    default: return 0;
+  }
+}
+
+/// Closed-form expectation for element i over n ranks (before scaling), plus
+/// the sum of magnitudes that bounds the rounding error.
+struct Expect {
+  double value;
+  double magnitude;
+};
+
+Expect expected(DataType t, ReduceOp op, int n, std::size_t i, double prescale = 1.0, double postscale = 1.0) {
+  double acc = 0, mag = 0;
+  for (int r = 0; r < n; ++r) {
+    double q = quantize(t, input(t, op, r, i));
+    if (prescale != 1.0) q = floating(t) ? q * prescale : std::trunc(q * prescale);
+    mag += std::fabs(q);
+    if (r == 0) {
+      acc = q;
+      continue;
+    }
+    switch (op) {
+      case ReduceOp::Sum:
+      case ReduceOp::Average: acc += q; break;
+      case ReduceOp::Min: acc = std::min(acc, q); break;
+      case ReduceOp::Max: acc = std::max(acc, q); break;
+      case ReduceOp::Product: acc *= q; break;
+    }
+  }
+  if (op == ReduceOp::Average) acc = floating(t) ? acc / n : std::trunc(acc / n);
+  if (postscale != 1.0) acc = floating(t) ? acc * postscale : std::trunc(acc * postscale);
+  return {acc, mag * std::max(1.0, std::fabs(postscale))};
+}
+
+/// Checks one reduced element; float16/bfloat16/float32 get a tolerance of
+/// (n + 2) unit roundoffs of the magnitude sum: each of the n-1 pairwise
+/// reductions rounds once, plus prescale/average/postscale roundings.
+/// input() depends on i only modulo 17 (sums), 13 (min/max) and 15
+/// (products), so expectations repeat with this period.
+constexpr std::size_t kPeriod = 17 * 13 * 15;
+
+/// expected() for i in [0, kPeriod), computed once per (dtype, op, n).
+std::vector<Expect> expected_table(DataType t, ReduceOp op, int n, double prescale = 1.0, double postscale = 1.0) {
+  std::vector<Expect> table(kPeriod);
+  for (std::size_t i = 0; i < kPeriod; ++i) table[i] = expected(t, op, n, i, prescale, postscale);
+  return table;
+}
+
+bool close_enough(DataType t, int n, double got, const Expect& e) {
+  if (!floating(t)) return got == e.value;
+  const double tol = (n + 2) * eps(t) * (e.magnitude + std::fabs(e.value)) + 1e-300;
+  return std::fabs(got - e.value) <= tol;
+}
+
+uint64_t fnv(const void* p, std::size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
+  return h;
+}
+
+bool big_case(DataType t, ReduceOp op) {
+  return (t == DataType::Float32 && op == ReduceOp::Sum) || (t == DataType::Float16 && op == ReduceOp::Sum) ||
+         (t == DataType::BFloat16 && op == ReduceOp::Average) || (t == DataType::Int64 && op == ReduceOp::Max);
+}
+
+}  // namespace
+
+TEST_CASE("allreduce grid: every dtype x op x world 1..8 x count", "[collective][allreduce]") {
+  Worlds worlds;
+  for (int n = 1; n <= 8; ++n) {
+    Comms& comms = worlds.get(n);
+    std::vector<std::vector<uint64_t>> hashes(n);
+    auto fails = run_ranks(comms, [&](int r, Comm& comm, Failures& f) {
+      std::vector<char> buf;
+      for (DataType t : kAllTypes) {
+        for (ReduceOp op : kAllOps) {
+          std::vector<std::size_t> counts(std::begin(kCounts), std::end(kCounts));
+          if (big_case(t, op)) counts.push_back(kBig);
+          const std::vector<Expect> table = expected_table(t, op, n);
+          for (std::size_t count : counts) {
+            buf.assign(count * dtype_size(t) + 1, 0);
+            buf.back() = 0x5a;  // guard byte: must survive
+            for (std::size_t i = 0; i < count; ++i) put(t, buf.data(), i, input(t, op, r, i));
+            allreduce(comm, buf.data(), count, t, op);
+            std::size_t bad = 0;
+            for (std::size_t i = 0; i < count; ++i) {
+              const Expect& e = table[i % kPeriod];
+              double got = load(t, buf.data(), i);
+              if (!close_enough(t, n, got, e) && bad++ == 0) {
+                f.add("{} {} count {} element {}: got {} expected {}", dtype_name(t), reduce_op_name(op), count, i,
+                      got, e.value);
+              }
+            }
+            if (buf.back() != 0x5a) f.add("{} {} count {}: wrote past the end", dtype_name(t), reduce_op_name(op), count);
+            hashes[r].push_back(fnv(buf.data(), buf.size()));
+          }
+        }
+      }
+    });
+    expect_no_failures(fails);
+    for (int r = 1; r < n; ++r) CHECK(hashes[r] == hashes[0]);  // bit-identical on every rank
+  }
+}
+
+TEST_CASE("allreduce prescale and postscale", "[collective][allreduce]") {
+  Worlds worlds;
+  const DataType types[] = {DataType::Float16, DataType::BFloat16, DataType::Float32, DataType::Float64,
+                            DataType::Int32};
+  for (int n : {1, 2, 3, 5, 8}) {
+    auto fails = run_ranks(worlds.get(n), [&](int r, Comm& comm, Failures& f) {
+      for (DataType t : types) {
+        for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Average}) {
+          const double pre = 0.5, post = 3.0;
+          const std::vector<Expect> table = expected_table(t, op, n, pre, post);
+          for (std::size_t count : {std::size_t(7), std::size_t(1000), std::size_t(70001)}) {
+            std::vector<char> buf(count * dtype_size(t));
+            for (std::size_t i = 0; i < count; ++i) put(t, buf.data(), i, input(t, op, r, i));
+            allreduce(comm, buf.data(), count, t, op, pre, post);
+            for (std::size_t i = 0; i < count; ++i) {
+              const Expect& e = table[i % kPeriod];
+              double got = load(t, buf.data(), i);
+              if (!close_enough(t, n, got, e)) {
+                f.add("{} {} count {} element {}: got {} expected {}", dtype_name(t), reduce_op_name(op), count, i,
+                      got, e.value);
+                break;
+              }
+            }
+          }
+        }
+      }
+    });
+    expect_no_failures(fails);
+  }
+}
+
+TEST_CASE("half-precision sums are rounded, not bit-summed", "[collective][allreduce][half]") {
+  // 1 + 2^-11 (float16) rounds; bit-summing 0x3c00 + 0x3c00 would give 0x7800 (32768).
+  store::InMemoryStore st;
+  Comms comms = make_world(st, 2, "h/");
+  auto fails = run_ranks(comms, [&](int r, Comm& comm, Failures& f) {
+    uint16_t h[3] = {detail::float_to_half(1.0f), detail::float_to_half(0.1f), detail::float_to_half(-3.5f)};
+    allreduce(comm, h, 3, DataType::Float16, ReduceOp::Sum);
+    if (detail::half_to_float(h[0]) != 2.0f) f.add("1+1 = {}", detail::half_to_float(h[0]));
+    if (h[1] != detail::float_to_half(0.2f)) f.add("0.1+0.1 = {}", detail::half_to_float(h[1]));
+    if (detail::half_to_float(h[2]) != -7.0f) f.add("-3.5-3.5 = {}", detail::half_to_float(h[2]));
+    uint16_t b[2] = {detail::float_to_bfloat16(1.5f), detail::float_to_bfloat16(-0.25f)};
+    allreduce(comm, b, 2, DataType::BFloat16, ReduceOp::Sum);
+    if (detail::bfloat16_to_float(b[0]) != 3.0f) f.add("bf16 1.5+1.5 = {}", detail::bfloat16_to_float(b[0]));
+    if (detail::bfloat16_to_float(b[1]) != -0.5f) f.add("bf16 -0.25-0.25 = {}", detail::bfloat16_to_float(b[1]));
+  });
+  expect_no_failures(fails);
+}
+
+TEST_CASE("allgatherv grid with uneven and empty contributions", "[collective][allgather]") {
+  Worlds worlds;
+  for (int n = 1; n <= 8; ++n) {
+    auto fails = run_ranks(worlds.get(n), [&](int r, Comm& comm, Failures& f) {
+      for (std::size_t base : {std::size_t(0), std::size_t(1), std::size_t(7), std::size_t(1000), std::size_t(70001),
+                               kBig}) {
+        for (int pattern = 0; pattern < 2; ++pattern) {
+          // pattern 0: everyone sends base + small skew; 1: odd ranks send nothing.
+          auto bytes_of = [&](int q) -> std::size_t {
+            if (base == 0) return 0;
+            if (pattern == 1) return q % 2 ? 0 : base;
+            return base + static_cast<std::size_t>((q * 3) % 5);
+          };
+          std::vector<std::size_t> recv_bytes(n);
+          std::size_t total = 0;
+          for (int q = 0; q < n; ++q) total += recv_bytes[q] = bytes_of(q);
+          std::vector<unsigned char> send(recv_bytes[r]);
+          for (std::size_t j = 0; j < send.size(); ++j) send[j] = static_cast<unsigned char>(r * 31 + j * 7 + 1);
+          std::vector<unsigned char> recv(total + 1, 0xa5);  // poisoned, plus a guard byte
+          allgatherv(comm, send.data(), send.size(), recv.data(), recv_bytes);
+          std::size_t off = 0;
+          for (int q = 0; q < n; ++q) {
+            for (std::size_t j = 0; j < recv_bytes[q]; ++j) {
+              if (recv[off + j] != static_cast<unsigned char>(q * 31 + j * 7 + 1)) {
+                f.add("base {} pattern {}: block {} byte {} wrong", base, pattern, q, j);
+                break;
+              }
+            }
+            off += recv_bytes[q];
+          }
+          if (recv[total] != 0xa5) f.add("base {}: wrote past the end", base);
+        }
+      }
+    });
+    expect_no_failures(fails);
+  }
+}
+
+TEST_CASE("broadcast grid from every root", "[collective][broadcast]") {
+  Worlds worlds;
+  for (int n = 1; n <= 8; ++n) {
+    auto fails = run_ranks(worlds.get(n), [&](int r, Comm& comm, Failures& f) {
+      for (int root = 0; root < n; ++root) {
+        for (std::size_t bytes : {std::size_t(0), std::size_t(1), std::size_t(7), std::size_t(1000),
+                                  std::size_t(70001), std::size_t(300001), kBig + 3}) {
+          std::vector<unsigned char> buf(bytes + 1, 0xa5);
+          if (r == root) {
+            for (std::size_t j = 0; j < bytes; ++j) buf[j] = static_cast<unsigned char>(root * 13 + j);
+          }
+          broadcast(comm, buf.data(), bytes, root);
+          for (std::size_t j = 0; j < bytes; ++j) {
+            if (buf[j] != static_cast<unsigned char>(root * 13 + j)) {
+              f.add("root {} bytes {}: byte {} wrong", root, bytes, j);
+              break;
+            }
+          }
+          if (buf[bytes] != 0xa5) f.add("root {} bytes {}: wrote past the end", root, bytes);
+        }
+      }
+    });
+    expect_no_failures(fails);
+  }
+}
+
+TEST_CASE("alltoallv grid with uneven splits", "[collective][alltoall]") {
+  Worlds worlds;
+  for (int n = 1; n <= 8; ++n) {
+    auto fails = run_ranks(worlds.get(n), [&](int r, Comm& comm, Failures& f) {
+      for (std::size_t base : {std::size_t(0), std::size_t(1), std::size_t(7), std::size_t(1000),
+                               std::size_t(70001)}) {
+        // Rank a sends split(a, b) bytes to rank b; some pairs send nothing.
+        auto split = [&](int a, int b) -> std::size_t {
+          if (base == 0 || (a + b) % 4 == 3) return 0;
+          return base + static_cast<std::size_t>((a + 2 * b) % 4) * 3;
+        };
+        std::vector<std::size_t> sb(n), rb(n);
+        std::size_t stot = 0, rtot = 0;
+        for (int p = 0; p < n; ++p) {
+          stot += sb[p] = split(r, p);
+          rtot += rb[p] = split(p, r);
+        }
+        std::vector<unsigned char> send(stot), recv(rtot + 1, 0xa5);
+        std::size_t off = 0;
+        for (int p = 0; p < n; ++p) {
+          for (std::size_t j = 0; j < sb[p]; ++j) send[off + j] = static_cast<unsigned char>(r * 17 + p * 29 + j);
+          off += sb[p];
+        }
+        alltoallv(comm, send.data(), sb, recv.data(), rb);
+        off = 0;
+        for (int q = 0; q < n; ++q) {
+          for (std::size_t j = 0; j < rb[q]; ++j) {
+            if (recv[off + j] != static_cast<unsigned char>(q * 17 + r * 29 + j)) {
+              f.add("base {}: block from {} byte {} wrong", base, q, j);
+              break;
+            }
+          }
+          off += rb[q];
+        }
+        if (recv[rtot] != 0xa5) f.add("base {}: wrote past the end", base);
+      }
+    });
+    expect_no_failures(fails);
+  }
+}
+
+TEST_CASE("reducescatter grid with uneven counts", "[collective][reducescatter]") {
+  Worlds worlds;
+  for (int n = 1; n <= 8; ++n) {
+    auto fails = run_ranks(worlds.get(n), [&](int r, Comm& comm, Failures& f) {
+      for (DataType t : kAllTypes) {
+        for (ReduceOp op : kAllOps) {
+          const std::vector<Expect> table = expected_table(t, op, n);
+          for (std::size_t base : kCounts) {
+            // pattern 1 (odd ranks own nothing) for two types only, to keep the grid fast.
+            const int patterns = (t == DataType::Float32 || t == DataType::Int8) ? 2 : 1;
+            for (int pattern = 0; pattern < patterns; ++pattern) {
+              std::vector<std::size_t> counts(n);
+              std::size_t total = 0;
+              for (int p = 0; p < n; ++p) {
+                counts[p] = base == 0 ? 0 : (pattern == 1 && p % 2 ? 0 : base + static_cast<std::size_t>(p % 3));
+                total += counts[p];
+              }
+              const std::size_t es = dtype_size(t);
+              std::vector<char> send(total * es);
+              for (std::size_t g = 0; g < total; ++g) put(t, send.data(), g, input(t, op, r, g));
+              std::vector<char> recv(counts[r] * es + 1, static_cast<char>(0xa5));
+              reducescatter(comm, send.data(), recv.data(), counts, t, op);
+              std::size_t first = 0;
+              for (int p = 0; p < r; ++p) first += counts[p];
+              for (std::size_t i = 0; i < counts[r]; ++i) {
+                const Expect& e = table[(first + i) % kPeriod];
+                double got = load(t, recv.data(), i);
+                if (!close_enough(t, n, got, e)) {
+                  f.add("{} {} base {} pattern {} element {}: got {} expected {}", dtype_name(t), reduce_op_name(op),
+                        base, pattern, i, got, e.value);
+                  break;
+                }
+              }
+              if (recv.back() != static_cast<char>(0xa5)) f.add("{} base {}: wrote past the end", dtype_name(t), base);
+            }
+          }
+        }
+      }
+      // Prescale/postscale once.
+      std::vector<float> send(3 * n), recv(3);
+      for (int i = 0; i < 3 * n; ++i) send[i] = static_cast<float>(r + 1);
+      reducescatter(comm, send.data(), recv.data(), std::vector<std::size_t>(n, 3), DataType::Float32,
+                    ReduceOp::Sum, 2.0, 0.25);
+      const float want = 0.5f * n * (n + 1) / 2.0f;
+      if (recv[0] != want || recv[2] != want) f.add("scaled reducescatter: got {} expected {}", recv[0], want);
+    });
+    expect_no_failures(fails);
+  }
+}
+
+TEST_CASE("barrier holds every rank until all arrived", "[collective][barrier]") {
+  Worlds worlds;
+  for (int n : {1, 2, 3, 5, 8}) {
+    std::vector<Clock::time_point> entered(n), left(n);
+    auto fails = run_ranks(worlds.get(n), [&](int r, Comm& comm, Failures&) {
+      barrier(comm);  // align
+      std::this_thread::sleep_for(std::chrono::milliseconds(15 * r));
+      entered[r] = Clock::now();
+      barrier(comm);
+      left[r] = Clock::now();
+    });
+    expect_no_failures(fails);
+    auto last_in = *std::max_element(entered.begin(), entered.end());
+    for (int r = 0; r < n; ++r) CHECK(left[r] >= last_in);
+  }
+}
+
+TEST_CASE("bad arguments are refused before any traffic", "[collective]") {
+  store::InMemoryStore st;
+  CHECK_THROWS_AS(connect_comm(st, options(2, 2, "x/")), InvalidArgument);
+  CHECK_THROWS_AS(connect_comm(st, options(0, 0, "x/")), InvalidArgument);
+  Comms comms = make_world(st, 2, "args/");
+  auto fails = run_ranks(comms, [&](int r, Comm& comm, Failures& f) {
+    char buf[8] = {};
+    try {
+      broadcast(comm, buf, 8, 5);
+      f.add("broadcast root 5 accepted");
+    } catch (const InvalidArgument&) {
+    }
+    try {
+      allgatherv(comm, buf, 4, buf, {4});
+      f.add("allgatherv with one size for two ranks accepted");
+    } catch (const InvalidArgument&) {
+    }
+    try {
+      alltoallv(comm, buf, {1, 1, 1}, buf, {1, 1});
+      f.add("alltoallv with three splits accepted");
+    } catch (const InvalidArgument&) {
+    }
+    // The communicator still works after refused calls.
+    int v = r + 1;
+    allreduce(comm, &v, 1, DataType::Int32, ReduceOp::Sum);
+    if (v != 3) f.add("allreduce after refused calls: {}", v);
+  });
+  expect_no_failures(fails);
+}
+
+TEST_CASE("binding the wildcard address advertises a dialable one", "[collective]") {
+  store::InMemoryStore st;
+  Comms comms(2);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r) {
+    ts.emplace_back([&, r] {
+      CommOptions o = options(r, 2, "wild/");
+      o.bind_address = "0.0.0.0";
+      o.route_hint = "127.0.0.1";
+      try {
+        comms[r] = connect_comm(st, o);
+      } catch (const std::exception&) {
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  REQUIRE(comms[0]);
+  REQUIRE(comms[1]);
+  CHECK(st.get_string("wild/rank_0", 1s).rfind("127.0.0.1:", 0) == 0);
+  auto fails = run_ranks(comms, [&](int r, Comm& comm, Failures& f) {
+    int64_t v = r + 10;
+    allreduce(comm, &v, 1, DataType::Int64, ReduceOp::Sum);
+    if (v != 21) f.add("sum {}", v);
+  });
+  expect_no_failures(fails);
+}
+
+TEST_CASE("a peer with the wrong secret is refused", "[collective][security]") {
+  store::InMemoryStore st;
+  std::exception_ptr e0, e1;
+  std::thread t0([&] {
+    try {
+      connect_comm(st, options(0, 2, "sec/", "right", 1500ms));
+    } catch (...) {
+      e0 = std::current_exception();
+    }
+  });
+  std::thread t1([&] {
+    try {
+      connect_comm(st, options(1, 2, "sec/", "wrong", 1500ms));
+    } catch (...) {
+      e1 = std::current_exception();
+    }
+  });
+  t0.join();
+  t1.join();
+  REQUIRE(e0);
+  REQUIRE(e1);
+  try {
+    std::rethrow_exception(e0);
+  } catch (const TimeoutError& e) {
+    CHECK(std::string(e.what()).find("[1]") != std::string::npos);
+  }
+  CHECK_THROWS_AS(std::rethrow_exception(e1), IoError);
+}
+
+TEST_CASE("a rank that never shows up is named in the timeout", "[collective]") {
+  store::InMemoryStore st;
+  std::vector<std::string> msgs(2);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r) {
+    ts.emplace_back([&, r] {
+      try {
+        connect_comm(st, options(r, 3, "miss/", "s", 500ms));
+      } catch (const TimeoutError& e) {
+        msgs[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (auto& m : msgs) {
+    INFO(m);
+    CHECK(m.find("[2]") != std::string::npos);
+  }
+}
+
+namespace {
+
+/// Every rank loops allreduce until it fails; `kill` runs on the main thread
+/// once they are busy. Returns, per surviving rank, seconds from the kill to
+/// its IoError (negative: no IoError).
+std::vector<double> failure_latencies(int n, std::size_t count, int victim, bool vanish) {
+  store::InMemoryStore st;
+  Comms comms = make_world(st, n, "fail/");
+  std::atomic<int> started{0};
+  std::atomic<bool> victim_stop{false};
+  std::atomic<int64_t> kill_ns{0};
+  std::vector<double> latency(n, -1);
+  std::vector<std::string> what(n);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r) {
+    ts.emplace_back([&, r] {
+      std::vector<float> buf(count, 1.0f);
+      const auto limit = Clock::now() + 20s;
+      try {
+        while (Clock::now() < limit) {
+          if (r == victim && vanish && victim_stop.load()) {
+            kill_ns = Clock::now().time_since_epoch().count();
+            comms[r].reset();  // like a process dying: the kernel closes its sockets
+            return;
+          }
+          allreduce(*comms[r], buf.data(), count, DataType::Float32, ReduceOp::Sum);
+          std::fill(buf.begin(), buf.end(), 1.0f);
+          started.fetch_add(1);
+        }
+      } catch (const IoError& e) {
+        latency[r] = (Clock::now().time_since_epoch().count() - kill_ns.load()) / 1e9;
+        what[r] = e.what();
+      } catch (const std::exception& e) {
+        what[r] = e.what();
+      }
+    });
+  }
+  while (started.load() < 3 * n) std::this_thread::sleep_for(1ms);
+  if (vanish) {
+    victim_stop = true;
+  } else {
+    kill_ns = Clock::now().time_since_epoch().count();
+    comms[victim]->abort("test abort");
+  }
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < n; ++r) {
+    if (r != victim) INFO("rank " << r << ": " << what[r]);
+  }
+  return latency;
+}
+
+}  // namespace
+
+TEST_CASE("aborting one rank mid-allreduce fails every other rank within 2 s", "[collective][failure]") {
+  const std::size_t count = GENERATE(std::size_t(100), std::size_t(1) << 21);
+  const int n = 4, victim = 1;
+  auto lat = failure_latencies(n, count, victim, false);
+  for (int r = 0; r < n; ++r) {
+    INFO("count " << count << " rank " << r << " latency " << lat[r] << " s");
+    if (r == victim) continue;
+    CHECK(lat[r] >= 0);
+    CHECK(lat[r] < 2.0);
+  }
+}
+
+TEST_CASE("a rank that vanishes mid-job fails every survivor within 2 s", "[collective][failure]") {
+  const std::size_t count = GENERATE(std::size_t(100), std::size_t(1) << 21);
+  const int n = 5, victim = 3;
+  auto lat = failure_latencies(n, count, victim, true);
+  for (int r = 0; r < n; ++r) {
+    INFO("count " << count << " rank " << r << " latency " << lat[r] << " s");
+    if (r == victim) continue;
+    CHECK(lat[r] >= 0);
+    CHECK(lat[r] < 2.0);
+  }
+}
+
+TEST_CASE("an aborted communicator refuses further collectives", "[collective][failure]") {
+  store::InMemoryStore st;
+  Comms comms = make_world(st, 2, "ab/");
+  comms[0]->abort("done");
+  CHECK(comms[0]->aborted());
+  CHECK(comms[0]->abort_reason() == "done");
+  int v = 1;
+  CHECK_THROWS_AS(allreduce(*comms[0], &v, 1, DataType::Int32, ReduceOp::Sum), IoError);
+  // The peer learns on its next operation.
+  CHECK_THROWS_AS(barrier(*comms[1]), IoError);
+  CHECK(comms[1]->aborted());
+}

@@ -1,0 +1,74 @@
+/* Compiled as C99: proves c_api.h is a C header, and exercises the ABI in a
+ * job of size 1 (no hvdrun environment). Exit status 0 = pass. */
+#include "hvd/collective/c_api.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int failures = 0;
+
+#define EXPECT(cond)                                                     \
+  do {                                                                   \
+    if (!(cond)) {                                                       \
+      fprintf(stderr, "%s:%d: expected %s (last error: %s)\n", __FILE__, \
+              __LINE__, #cond, hvd_last_error());                        \
+      ++failures;                                                        \
+    }                                                                    \
+  } while (0)
+
+static void* my_alloc(void* user, int ndim, const int64_t* shape, size_t bytes) {
+  (void)ndim;
+  (void)shape;
+  return bytes <= 64 ? user : NULL;
+}
+
+int main(void) {
+  float data[4] = {1, 2, 3, 4};
+  float out[4];
+  int32_t gin[3] = {7, 8, 9};
+  int32_t gbuf[16];
+  int64_t shape[1] = {3};
+  int64_t got_shape[2] = {0, 0};
+  int ndim = 0;
+  const void* p = NULL;
+  size_t bytes = 0;
+  hvd_handle_t h = NULL;
+
+  EXPECT(hvd_rank() == -1);
+  EXPECT(strstr(hvd_last_error(), "not initialised") != NULL);
+  EXPECT(hvd_allreduce("x", data, out, 4, HVD_FLOAT32, HVD_SUM) == HVD_ERR_NOT_INITIALIZED);
+
+  EXPECT(hvd_init() == HVD_OK);
+  EXPECT(hvd_is_initialized() == 1);
+  EXPECT(hvd_rank() == 0);
+  EXPECT(hvd_size() == 1);
+
+  EXPECT(hvd_allreduce_async("x", data, out, 4, HVD_FLOAT32, HVD_SUM, 2.0, 1.0, &h) == HVD_OK);
+  EXPECT(hvd_wait(h) == HVD_OK);
+  EXPECT(hvd_poll(h) == 1);
+  hvd_release(h);
+  EXPECT(out[3] == 8.0f);
+
+  EXPECT(hvd_allgather_async("g", gin, 1, shape, HVD_INT32, my_alloc, gbuf, &h) == HVD_OK);
+  EXPECT(hvd_wait(h) == HVD_OK);
+  EXPECT(hvd_handle_output(h, &p, &bytes) == HVD_OK);
+  EXPECT(p == (const void*)gbuf);
+  EXPECT(bytes == 3 * sizeof(int32_t));
+  EXPECT(hvd_handle_output_shape(h, got_shape, 2, &ndim) == HVD_OK);
+  EXPECT(ndim == 1 && got_shape[0] == 3);
+  EXPECT(gbuf[2] == 9);
+  hvd_release(h);
+
+  EXPECT(hvd_broadcast("b", data, data, 4, HVD_FLOAT32, 0) == HVD_OK);
+  EXPECT(hvd_broadcast("b2", data, data, 4, HVD_FLOAT32, 1) == HVD_ERR_INVALID);
+  EXPECT(strstr(hvd_last_error(), "root rank 1 is out of range") != NULL);
+  EXPECT(hvd_allreduce("bad", data, out, 4, 99, HVD_SUM) == HVD_ERR_INVALID);
+  EXPECT(hvd_allreduce_async("x", data, out, 4, HVD_FLOAT32, HVD_SUM, 1.0, 1.0, NULL) == HVD_ERR_INVALID);
+  EXPECT(hvd_barrier() == HVD_OK);
+  EXPECT(hvd_poll(NULL) == HVD_ERR_INVALID);
+
+  EXPECT(hvd_shutdown() == HVD_OK);
+  EXPECT(hvd_is_initialized() == 0);
+  if (failures == 0) printf("c_api: all checks passed\n");
+  return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,236 @@
+// TCP links: handshake (mutual proof of the job secret, refusal of strangers
+// and garbage), full-duplex transfers without deadlock, and fast failure.
+#include "hvd/common/error.h"
+#include "hvd/transport/link.h"
+#include "hvd/transport/tcp.h"
+
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+using namespace hvd;
+using namespace hvd::transport;
+using namespace std::chrono_literals;
+
+namespace {
+
+Handshake hs(int rank, std::string secret = "s3cret", std::string scope = "gen0/") {
+  Handshake h;
+  h.secret = std::move(secret);
+  h.scope = std::move(scope);
+  h.self_rank = rank;
+  h.handshake_timeout = 300ms;
+  return h;
+}
+
+/// Rank 0 listens, rank 1 connects; returns {link at 0 (to 1), link at 1 (to 0)}.
+std::pair<std::unique_ptr<Link>, std::unique_ptr<Link>> linked_pair() {
+  TcpListener listener("127.0.0.1");
+  auto fut = std::async(std::launch::async,
+                        [&] { return connect(listener.endpoint(), 0, hs(1), Deadline::after(5s)); });
+  auto a = listener.accept(hs(0), [](int p) { return p == 1; }, Deadline::after(5s));
+  auto b = fut.get();
+  return {std::move(a), std::move(b)};
+}
+
+/// A raw TCP connection to the listener that speaks whatever the test says.
+int raw_connect(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  return fd;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+TEST_CASE("endpoints parse strictly", "[transport]") {
+  std::string host;
+  uint16_t port = 0;
+  split_endpoint("127.0.0.1:4711", host, port);
+  CHECK(host == "127.0.0.1");
+  CHECK(port == 4711);
+  split_endpoint("[::1]:80", host, port);
+  CHECK(host == "::1");
+  CHECK(port == 80);
+  CHECK_THROWS_AS(split_endpoint("127.0.0.1", host, port), InvalidArgument);
+  CHECK_THROWS_AS(split_endpoint("h:0", host, port), InvalidArgument);
+  CHECK_THROWS_AS(split_endpoint("h:99999", host, port), InvalidArgument);
+  CHECK_THROWS_AS(split_endpoint("h:12x", host, port), InvalidArgument);
+  CHECK_THROWS_AS(split_endpoint("[::1:80", host, port), InvalidArgument);
+}
+
+TEST_CASE("source address for loopback is loopback", "[transport]") {
+  CHECK(source_address_for("127.0.0.1") == "127.0.0.1");
+  CHECK(source_address_for("no-such-host.invalid") == "");
+}
+
+TEST_CASE("authenticated link carries bytes both ways", "[transport]") {
+  auto [a, b] = linked_pair();
+  CHECK(a->peer() == 1);
+  CHECK(b->peer() == 0);
+  const char msg[] = "hello";
+  char got[sizeof(msg)] = {};
+  a->send(msg, sizeof(msg), Deadline::after(2s));
+  b->recv(got, sizeof(got), Deadline::after(2s));
+  CHECK(std::string(got) == "hello");
+}
+
+TEST_CASE("large simultaneous sends in both directions do not deadlock", "[transport]") {
+  // Each side sends 32 MiB to the other at once: far more than the socket
+  // buffers hold, so blocking sends would deadlock.
+  auto [a, b] = linked_pair();
+  const std::size_t n = 32u << 20;
+  std::vector<char> sa(n), sb(n), ra(n, 0), rb(n, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    sa[i] = static_cast<char>(i * 7 + 1);
+    sb[i] = static_cast<char>(i * 13 + 5);
+  }
+  auto fut = std::async(std::launch::async, [&] { sendrecv(*b, sb.data(), n, *b, rb.data(), n, Deadline::after(20s)); });
+  sendrecv(*a, sa.data(), n, *a, ra.data(), n, Deadline::after(20s));
+  fut.get();
+  CHECK(ra == sb);
+  CHECK(rb == sa);
+}
+
+TEST_CASE("a peer with the wrong secret is refused and the listener keeps waiting", "[transport][security]") {
+  TcpListener listener("127.0.0.1");
+  auto intruder = std::async(std::launch::async, [&] {
+    return connect(listener.endpoint(), 0, hs(1, "wrong"), Deadline::after(3s));
+  });
+  auto stale = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(50ms);
+    return connect(listener.endpoint(), 0, hs(1, "s3cret", "gen1/"), Deadline::after(3s));
+  });
+  auto good = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(300ms);
+    return connect(listener.endpoint(), 0, hs(1), Deadline::after(3s));
+  });
+  auto link = listener.accept(hs(0), [](int p) { return p == 1; }, Deadline::after(5s));
+  REQUIRE(link);
+  CHECK(link->peer() == 1);
+  CHECK_THROWS_AS(intruder.get(), IoError);
+  CHECK_THROWS_AS(stale.get(), IoError);
+  auto g = good.get();
+  // The accepted link is the good one: it carries data.
+  int v = 42, w = 0;
+  g->send(&v, sizeof(v), Deadline::after(2s));
+  link->recv(&w, sizeof(w), Deadline::after(2s));
+  CHECK(w == 42);
+}
+
+TEST_CASE("garbage, silent and unexpected-rank connections are dropped", "[transport][security]") {
+  TcpListener listener("127.0.0.1");
+  int garbage = raw_connect(listener.port());
+  const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n0123456789012345678901234567890123456789012345678901234567890";
+  REQUIRE(::write(garbage, junk, sizeof(junk)) > 0);
+  int silent = raw_connect(listener.port());  // says nothing: handshake timeout drops it
+  auto wrong_rank = std::async(std::launch::async, [&] {
+    return connect(listener.endpoint(), 0, hs(5), Deadline::after(3s));
+  });
+  auto good = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(200ms);
+    return connect(listener.endpoint(), 0, hs(1), Deadline::after(5s));
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  auto link = listener.accept(hs(0), [](int p) { return p == 1; }, Deadline::after(5s));
+  CHECK(link->peer() == 1);
+  CHECK(seconds_since(t0) < 3.0);
+  CHECK_THROWS_AS(wrong_rank.get(), IoError);
+  good.get();
+  ::close(garbage);
+  ::close(silent);
+}
+
+TEST_CASE("accept times out when nobody comes", "[transport]") {
+  TcpListener listener("127.0.0.1");
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(listener.accept(hs(0), [](int) { return true; }, Deadline::after(200ms)), TimeoutError);
+  CHECK(seconds_since(t0) < 2.0);
+}
+
+TEST_CASE("connect to a closed port times out with the peer named", "[transport]") {
+  uint16_t port;
+  {
+    TcpListener gone("127.0.0.1");
+    port = gone.port();
+  }
+  try {
+    connect("127.0.0.1:" + std::to_string(port), 3, hs(1), Deadline::after(200ms));
+    FAIL("connect should have failed");
+  } catch (const TimeoutError& e) {
+    CHECK(std::string(e.what()).find("rank 3") != std::string::npos);
+  }
+}
+
+TEST_CASE("peer close fails a blocked receive with IoError", "[transport][failure]") {
+  auto [a, b] = linked_pair();
+  auto t0 = std::chrono::steady_clock::now();
+  std::thread closer([&, bp = b.get()] {
+    std::this_thread::sleep_for(100ms);
+    bp->shutdown();
+  });
+  char buf[16];
+  CHECK_THROWS_AS(a->recv(buf, sizeof(buf), Deadline::after(5s)), IoError);
+  closer.join();
+  CHECK(seconds_since(t0) < 2.0);
+  // The local side: a shut-down link refuses further use at once.
+  CHECK(b->is_shutdown());
+  CHECK_THROWS_AS(b->send(buf, 1), IoError);
+}
+
+TEST_CASE("local shutdown wakes a thread blocked on the link", "[transport][failure]") {
+  auto [a, b] = linked_pair();
+  std::vector<char> big(64u << 20);
+  auto t0 = std::chrono::steady_clock::now();
+  // The sender blocks once the socket buffers are full (b never reads).
+  auto fut = std::async(std::launch::async, [&, ap = a.get()] { ap->send(big.data(), big.size(), Deadline::after(10s)); });
+  std::this_thread::sleep_for(200ms);
+  a->shutdown();
+  CHECK_THROWS_AS(fut.get(), IoError);
+  CHECK(seconds_since(t0) < 2.0);
+}
+
+TEST_CASE("progress times out and names the link", "[transport]") {
+  auto [a, b] = linked_pair();
+  char buf[4];
+  try {
+    a->recv(buf, sizeof(buf), Deadline::after(100ms));
+    FAIL("recv should time out");
+  } catch (const TimeoutError& e) {
+    CHECK(std::string(e.what()).find("rank 1") != std::string::npos);
+  }
+}
+
+TEST_CASE("pipelined forwarding through `ready`", "[transport]") {
+  // b receives from a and forwards to c as bytes arrive (a chain broadcast).
+  auto [a, b1] = linked_pair();
+  auto [b2, c] = linked_pair();
+  const std::size_t n = 8u << 20;
+  std::vector<char> src(n), mid(n), dst(n);
+  std::iota(src.begin(), src.end(), 0);
+  auto fa = std::async(std::launch::async, [&, ap = a.get()] { ap->send(src.data(), n, Deadline::after(10s)); });
+  auto fc = std::async(std::launch::async, [&, cp = c.get()] { cp->recv(dst.data(), n, Deadline::after(10s)); });
+  Transfer ts[2] = {Transfer::recv(*b1, mid.data(), n), Transfer::send(*b2, mid.data(), n)};
+  ts[1].ready = 0;
+  progress(ts, 2, Deadline::after(10s), [&] { ts[1].ready = ts[0].done; });
+  fa.get();
+  fc.get();
+  CHECK(dst == src);
+}
