@@ -6,7 +6,7 @@ set -euo pipefail
 
 PKGS=(
   build-essential cmake pkg-config git
-  libcli11-dev libboost1.81-all-dev libssh2-1-dev libspdlog-dev libfmt-dev
+  libcli11-dev libboost1.81-all-dev libssh2-1-dev libssl-dev libspdlog-dev libfmt-dev
   nlohmann-json3-dev catch2 libyaml-cpp-dev
   openmpi-bin libopenmpi-dev
   openssh-server openssh-client iproute2 procps psmisc

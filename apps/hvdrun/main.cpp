@@ -2,6 +2,7 @@
 #include "hvd/common/error.h"
 #include "hvd/launcher/agent.h"
 #include "hvd/launcher/launcher.h"
+#include "hvd/launcher/mpi_launch.h"
 
 #include <cstdio>
 #include <cstring>
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
       return hl::exit_code::kOk;
     }
     hl::JobPlan plan = hl::make_plan(options);
+    if (options.engine == hl::Engine::Mpi) return hl::run_mpi_mode(options, plan);
     if (options.dry_run != hl::DryRunFormat::None) {
       std::fputs(hl::render_dry_run(plan, options, options.dry_run).c_str(), stdout);
       return hl::exit_code::kOk;

@@ -12,6 +12,7 @@
 #include "hvd/collective/comm.h"
 
 #include "hvd/common/error.h"
+#include "hvd/common/secret.h"
 #include "hvd/transport/tcp.h"
 
 #include <spdlog/spdlog.h>
@@ -95,6 +96,10 @@ std::unique_ptr<Comm> connect_comm(store::Store& store, const CommOptions& optio
   auto comm = std::make_unique<TcpComm>(options.rank, options.size);
   if (options.size == 1) return comm;
 
+  if (options.secret.empty()) {
+    spdlog::warn("rank {}: no job secret ({} unset?): data-plane links are not authenticated", options.rank,
+                 kSecretEnv);
+  }
   std::string bind = options.bind_address;
   if (bind.empty() && !options.route_hint.empty()) bind = transport::source_address_for(options.route_hint);
   if (bind.empty()) bind = "127.0.0.1";

@@ -184,10 +184,11 @@ uint16_t parse_port(const std::string& name, const std::string& text) {
   return static_cast<uint16_t>(*v);
 }
 
-/// Rank 0's store server on `port` (0: ephemeral), all interfaces.
-std::unique_ptr<store::HttpStoreServer> start_server(uint16_t port, const std::string& secret) {
+/// Rank 0's store server on `port` (0: ephemeral): on loopback when every
+/// rank is on this host, else on HVD_MASTER_BIND (default all interfaces).
+std::unique_ptr<store::HttpStoreServer> start_server(uint16_t port, const std::string& secret, bool all_local) {
   store::ServerOptions so;
-  so.bind_address = env::get_or("HVD_MASTER_BIND", "0.0.0.0");
+  so.bind_address = all_local ? std::string("127.0.0.1") : env::get_or("HVD_MASTER_BIND", "0.0.0.0");
   so.port = port;
   so.secret = secret;
   auto server = std::make_unique<store::HttpStoreServer>(so);
@@ -279,7 +280,7 @@ JobStore find_job_store(const WorldInfo& w) {
     }
     if (w.rank == 0) {
       try {
-        js.server = start_server(js.port, js.secret);
+        js.server = start_server(js.port, js.secret, false);
       } catch (const Error& e) {
         throw IoError(fmt::format("rank 0 cannot serve the store on HVD_MASTER_PORT={}: {}", js.port, e.what()));
       }
@@ -299,7 +300,7 @@ JobStore find_job_store(const WorldInfo& w) {
   if (w.rank == 0) {
     try {
       js.secret = random_secret();
-      js.server = start_server(0, js.secret);
+      js.server = start_server(0, js.secret, w.local_size == w.size && env::get_or("HOROVOD_GLOO_IFACE", "").empty());
       payload = fmt::format("{} {} {}", advertised_address(w), js.server->port(), js.secret);
     } catch (const std::exception& e) {
       // The others are waiting in the broadcast: tell them why, then fail.

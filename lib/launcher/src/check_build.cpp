@@ -17,7 +17,7 @@ std::string render_check_build() {
          "    [ ] MXNet\n"
          "\n"
          "Available Controllers:\n"
-         "    [ ] MPI (not supported yet, issue 4)\n"
+         "    [X] MPI (hvdrun --mpi drives an installed mpirun: Open MPI, MPICH, Intel MPI)\n"
          "    [X] Gloo (hvdrun's native controller: Gloo-compatible rendezvous, HOROVOD_CONTROLLER=gloo)\n"
          "\n"
          "Available Tensor Operations:\n"

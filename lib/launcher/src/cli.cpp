@@ -42,8 +42,6 @@ constexpr NotSupported kNotSupported[] = {
     {"--elastic-timeout", "elastic mode, issue 5"},
     {"--reset-limit", "elastic mode, issue 5"},
     {"--blacklist-cooldown-range", "elastic mode, issue 5"},
-    {"--mpi", "MPI mode, issue 4"},
-    {"--mpi-args", "MPI mode, issue 4"},
     {"--jsrun", "jsrun/LSF mode"},
     {"--mpi-threads-disable", "MPI mode, issue 4"},
 };
@@ -147,9 +145,9 @@ class Cli {
     value("--binding-args", "ARGS", "Accepted for compatibility; only used by MPI/jsrun modes", tune);
     // Controllers.
     flag("--gloo", "Gloo-compatible controller (hvdrun's native engine; the default)", "Controller");
-    flag("--mpi", "MPI controller (not supported yet, issue 4)", "Controller");
+    flag("--mpi", "Start workers through mpirun (Open MPI, MPICH, Intel MPI; see docs/mpi.md)", "Controller");
     flag("--jsrun,--jsm", "jsrun launcher (not supported)", "Controller");
-    value("--mpi-args", "ARGS", "Extra mpirun arguments (not supported yet, issue 4)", "Controller");
+    value("--mpi-args", "ARGS", "Extra arguments for mpirun, split shell-style (with --mpi)", "Controller");
     pair("--mpi-threads-disable", "--no-mpi-threads-disable", "MPI threading off (not supported yet, issue 4)",
          "Controller");
     // Elastic (issue 5).

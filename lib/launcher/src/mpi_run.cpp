@@ -309,4 +309,18 @@ int run_mpi_job(const Options& options, const JobPlan& plan, const std::map<std:
   return code;
 }
 
+int run_mpi_mode(const Options& options, const JobPlan& plan) {
+  const auto job_env = mpi_job_env(options, current_environment());
+  if (options.dry_run == DryRunFormat::None) return run_mpi_job(options, plan, job_env);
+  try {
+    const std::string text =
+        render_mpi_dry_run(probe_mpirun(), options, plan, job_env, ::geteuid() == 0, options.dry_run);
+    std::fputs(text.c_str(), stdout);
+  } catch (const Error& e) {  // no/unsupported mpirun, uneven Intel MPI slots, bad --mpi-args
+    std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
+    return exit_code::kLaunch;
+  }
+  return exit_code::kOk;
+}
+
 }  // namespace hvd::launcher

@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -126,7 +127,9 @@ bool progress_loop(Transfer* transfers, std::size_t count, Deadline deadline,
       short ev;
       if (t.dir == Transfer::Dir::Send) {
         if (t.done >= send_limit(t)) continue;  // waiting on upstream data, not on the socket
-        ev = POLLOUT;
+        // POLLRDHUP: a peer that aborted (shutdown) sends FIN, not RST, and
+        // a sender blocked on its full buffer would otherwise wait forever.
+        ev = POLLOUT | POLLRDHUP;
       } else {
         ev = POLLIN;
       }
@@ -155,6 +158,19 @@ bool progress_loop(Transfer* transfers, std::size_t count, Deadline deadline,
     }
     if (rc < 0 && errno != EINTR) throw IoError(fmt::format("poll failed: {}", std::strerror(errno)));
     if (rc > 0 && wake_fd >= 0 && (fds.back().revents & POLLIN)) return false;
+    if (rc > 0) {
+      for (std::size_t k = 0; k < fds.size(); ++k) {
+        if (fd_owner[k] == count) continue;
+        const Transfer& t = transfers[fd_owner[k]];
+        // Peers never half-close: a FIN on a link we still have to send on
+        // means the peer aborted or died before taking bytes it needs.
+        if (t.dir == Transfer::Dir::Send && (fds[k].revents & (POLLRDHUP | POLLHUP)) &&
+            !(fds[k].revents & POLLOUT)) {
+          throw IoError(fmt::format("connection to {} closed by peer while sending ({} of {} bytes)",
+                                    t.link->describe(), t.done, t.size));
+        }
+      }
+    }
     // Readiness (including POLLERR/POLLHUP) is turned into progress or an
     // IoError by the next try_send/try_recv pass.
   }
@@ -258,8 +274,17 @@ bool offload_enabled() {
 }
 
 SendHelper& helper() {
-  thread_local SendHelper h;
-  return h;
+  // One helper per calling thread. After fork() the child inherits the
+  // object but not its thread: abandon it (never join a thread that does
+  // not exist here) and start a fresh one.
+  thread_local std::unique_ptr<SendHelper> h;
+  thread_local pid_t owner = 0;
+  if (h && owner != ::getpid()) (void)h.release();
+  if (!h) {
+    h = std::make_unique<SendHelper>();
+    owner = ::getpid();
+  }
+  return *h;
 }
 
 }  // namespace

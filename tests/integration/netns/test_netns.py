@@ -377,6 +377,20 @@ def case_agent_and_default_keys(hosts):
     print("agent_and_default_keys: ok")
 
 
+def case_collective_allreduce(hosts):
+    """Issue 3: a 2-host x 2-slot job of the collective test program. Ranks
+    rendezvous through hvdrun's store (reached over the test subnet) and run
+    every collective across the namespaces."""
+    check(ARGS.worker, "--worker is required for this case")
+    a, b = hosts.addrs
+    p, took = run_hvdrun(hosts, ["-np", "4", "-H", f"{a}:2,{b}:2", ARGS.worker, "ops"], timeout=60)
+    check(p.returncode == 0, f"hvdrun exited {p.returncode}", p.stdout, p.stderr)
+    for rank in range(4):
+        check(f"[{rank}]<stdout>:rank {rank}: ops ok" in p.stdout, f"rank {rank} did not pass", p.stdout, p.stderr)
+    assert_no_leftovers(hosts, 5, "after the collective job")
+    print(f"collective_allreduce: ok ({took:.1f} s)")
+
+
 CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
@@ -385,6 +399,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hvdrun", required=True)
     ap.add_argument("--driver")
+    ap.add_argument("--worker", help="collective_worker binary (case collective_allreduce)")
     ap.add_argument("case", choices=sorted(CASES))
     ARGS = ap.parse_args()
     netns_hosts.skip_unless_available()

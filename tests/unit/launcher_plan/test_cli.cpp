@@ -113,8 +113,6 @@ TEST_CASE("cli: flags of later issues parse and are refused with exit 4", "[cli]
       {{"--reset-limit", "3", "-np", "1", "cmd"}, "--reset-limit is not supported yet (elastic mode, issue 5)"},
       {{"--blacklist-cooldown-range", "10", "100", "-np", "1", "cmd"},
        "--blacklist-cooldown-range is not supported yet (elastic mode, issue 5)"},
-      {{"--mpi", "-np", "1", "cmd"}, "--mpi is not supported yet (MPI mode, issue 4)"},
-      {{"--mpi-args=--map-by ppr:6:node", "-np", "1", "cmd"}, "--mpi-args is not supported yet (MPI mode, issue 4)"},
       {{"--jsrun", "-np", "1", "cmd"}, "--jsrun is not supported yet (jsrun/LSF mode)"},
       {{"--mpi-threads-disable", "-np", "1", "cmd"}, "--mpi-threads-disable is not supported yet (MPI mode, issue 4)"},
   };
@@ -135,6 +133,12 @@ TEST_CASE("cli: --gloo is accepted", "[cli]") {
   CHECK(o.engine == Engine::Gloo);
   CHECK(parse_ok({"-np", "1", "cmd"}).engine == Engine::Native);
   CHECK(parse({"--gloo", "--mpi", "-np", "1", "cmd"}).exit_code != 0);
+}
+
+TEST_CASE("cli: --mpi and --mpi-args select the mpirun engine", "[cli]") {
+  auto o = parse_ok({"--mpi", "--mpi-args=--map-by ppr:6:node", "-np", "2", "cmd"});
+  CHECK(o.engine == Engine::Mpi);
+  CHECK(o.mpi_args == std::optional<std::string>("--map-by ppr:6:node"));
 }
 
 TEST_CASE("cli: tuning flags fill TuningOptions", "[cli]") {

@@ -234,3 +234,45 @@ TEST_CASE("pipelined forwarding through `ready`", "[transport]") {
   fc.get();
   CHECK(dst == src);
 }
+
+TEST_CASE("a large send failing on the helper thread ends a receive from another peer", "[transport][failure]") {
+  // A sends 64 MiB to B (driven by the send helper thread) while receiving
+  // from C, which stays silent. B dies: A's receive from the live C must not
+  // keep A waiting.
+  auto [a_to_b, b] = linked_pair();
+  auto [a_from_c, c] = linked_pair();
+  std::vector<char> big(64u << 20, 'x');
+  char small[16];
+  std::thread killer([&, bp = b.get()] {
+    std::this_thread::sleep_for(200ms);
+    bp->shutdown();
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(sendrecv(*a_to_b, big.data(), big.size(), *a_from_c, small, sizeof(small), Deadline::after(10s)),
+                  IoError);
+  killer.join();
+  CHECK(seconds_since(t0) < 2.0);
+  // The link to the dead peer is unusable; the link to C still works.
+  int v = 7, w = 0;
+  c->send(&v, sizeof(v), Deadline::after(2s));
+  a_from_c->recv(&w, sizeof(w), Deadline::after(2s));
+  CHECK(w == 7);
+}
+
+TEST_CASE("large sends to one peer while receiving from another complete", "[transport]") {
+  auto [a_to_b, b] = linked_pair();
+  auto [a_from_c, c] = linked_pair();
+  const std::size_t n = 16u << 20;
+  std::vector<char> out(n), in(n, 0), at_b(n, 0), from_c(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = static_cast<char>(i * 3);
+    from_c[i] = static_cast<char>(i * 5 + 1);
+  }
+  auto fb = std::async(std::launch::async, [&, bp = b.get()] { bp->recv(at_b.data(), n, Deadline::after(20s)); });
+  auto fc = std::async(std::launch::async, [&, cp = c.get()] { cp->send(from_c.data(), n, Deadline::after(20s)); });
+  sendrecv(*a_to_b, out.data(), n, *a_from_c, in.data(), n, Deadline::after(20s));
+  fb.get();
+  fc.get();
+  CHECK(at_b == out);
+  CHECK(in == from_c);
+}

@@ -117,4 +117,9 @@ std::string render_mpi_dry_run(const MpiInfo& info, const Options& options, cons
 /// Never calls exit().
 int run_mpi_job(const Options& options, const JobPlan& plan, const std::map<std::string, std::string>& job_env);
 
+/// Everything hvdrun does for --mpi after planning: --dry-run prints the
+/// mpirun command (exit_code::kLaunch with one line when mpirun is missing
+/// or unsupported), otherwise run_mpi_job. Returns hvdrun's exit code.
+int run_mpi_mode(const Options& options, const JobPlan& plan);
+
 }  // namespace hvd::launcher
