@@ -6,29 +6,13 @@
 
 #include "hvd/launcher/hosts.h"
 #include "hvd/launcher/launcher.h"
+#include "hvd/launcher/shell.h"
 #include "hvd/launcher/worker_env.h"
 
 namespace hvd::launcher {
 
 namespace {
 
-/// POSIX-shell quoting: safe words stay bare, the rest go in single quotes.
-std::string shell_quote(const std::string& word) {
-  if (word.empty()) return "''";
-  bool safe = std::all_of(word.begin(), word.end(), [](unsigned char c) {
-    return std::isalnum(c) || std::string("@%+=:,./-_").find(static_cast<char>(c)) != std::string::npos;
-  });
-  if (safe) return word;
-  std::string out = "'";
-  for (char c : word) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
-}
 
 std::string join_command(const std::vector<std::string>& argv) {
   std::string out;

@@ -108,22 +108,6 @@ std::vector<std::string> split_shell_words(const std::string& text) {
   return words;
 }
 
-std::string shell_quote(const std::string& word) {
-  if (word.empty()) return "''";
-  bool plain = std::all_of(word.begin(), word.end(), [](unsigned char c) {
-    return std::isalnum(c) || std::string("@%+=:,./-_^").find(static_cast<char>(c)) != std::string::npos;
-  });
-  if (plain) return word;
-  std::string out = "'";
-  for (char c : word) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
-}
 
 std::map<std::string, std::string> mpi_job_env(const Options& options,
                                                const std::map<std::string, std::string>& launcher_env) {

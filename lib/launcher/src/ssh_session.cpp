@@ -84,37 +84,6 @@ void ensure_libssh2_initialized() {
   });
 }
 
-std::string shell_quote(const std::string& word) {
-  if (word.empty()) return "''";
-  bool safe = true;
-  for (unsigned char c : word) {
-    if (!(std::isalnum(c) || std::strchr("@%+=:,./-_", c) != nullptr)) {
-      safe = false;
-      break;
-    }
-  }
-  if (safe) return word;
-  std::string out = "'";
-  for (char c : word) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  out += '\'';
-  return out;
-}
-
-std::string shell_join(const std::vector<std::string>& words) {
-  std::string out;
-  for (const auto& w : words) {
-    if (!out.empty()) out += ' ';
-    out += shell_quote(w);
-  }
-  return out;
-}
-
 std::string encode_spec_frame(const WorkerSpec& spec) {
   const std::string payload = encode_agent_spec(spec);  // the agent's own encoder (agent.h)
   if (payload.size() > kMaxFrame) {

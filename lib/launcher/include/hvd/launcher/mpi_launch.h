@@ -16,6 +16,7 @@
 #include "hvd/common/io.h"
 #include "hvd/launcher/job.h"
 #include "hvd/launcher/options.h"
+#include "hvd/launcher/shell.h"
 
 #include <chrono>
 #include <map>
@@ -89,8 +90,6 @@ std::vector<std::string> build_mpirun_command(const MpiInfo& info, const Options
 /// unterminated quote.
 std::vector<std::string> split_shell_words(const std::string& text);
 
-/// Quotes one word for a POSIX shell (only when needed).
-std::string shell_quote(const std::string& word);
 
 /// --dry-run for --mpi. Text: a comment naming the implementation, the exact
 /// mpirun command as one shell-quoted line, then one comment line per

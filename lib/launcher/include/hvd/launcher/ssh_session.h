@@ -27,17 +27,16 @@
 // libssh2's opaque types, so that users of this header need not include it.
 struct _LIBSSH2_SESSION;
 
+#include "hvd/launcher/shell.h"
+
 namespace hvd::launcher::ssh {
 
 /// libssh2_init() exactly once per process, thread-safely (libssh2_init is
 /// not thread-safe itself and must precede any session).
 void ensure_libssh2_initialized();
 
-/// Quotes one word for a POSIX shell: safe words stay as they are, anything
-/// else is wrapped in single quotes ('it'\''s').
-std::string shell_quote(const std::string& word);
-/// shell_quote each word and join with spaces.
-std::string shell_join(const std::vector<std::string>& words);
+using launcher::shell_join;   // hvd/launcher/shell.h
+using launcher::shell_quote;
 
 /// The bytes the agent expects first on its stdin: a 4-byte little-endian
 /// length followed by encode_agent_spec(spec) (agent.h), i.e. hvd::write_frame
