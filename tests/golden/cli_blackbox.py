@@ -21,7 +21,7 @@ CASES = [
     (["-np", "2", "-H", "h:abc", "true"], 2, "", "hvdrun: error: 'h:abc': slot count 'abc' is not a number\n"),
     (["-np", "5", "-H", "a:2,b:2", "true"], 2, "", "hvdrun: error: -np 5 but only 4 slots on 2 hosts (a:2, b:2)\n"),
     (["-np", "2", "--hostfile", GOLDEN_DIR + "/bad.hosts", "true"], 2, "",
-     "hvdrun: error: " + GOLDEN_DIR + "/bad.hosts:3: 'bad slots=': slot count 'zero' is not a number\n"),
+     "hvdrun: error: " + GOLDEN_DIR + "/bad.hosts:3: 'bad slots=zero': slot count 'zero' is not a number\n"),
     (["-np", "2", "--hostfile", "/nonexistent/hvd.hosts", "true"], 2, "",
      "hvdrun: error: cannot read hostfile '/nonexistent/hvd.hosts': No such file or directory\n"),
     (["--min-np", "2", "-np", "2", "true"], 4, "", "hvdrun: error: --min-np is not supported yet (elastic mode, issue 5)\n"),

@@ -168,7 +168,7 @@ std::vector<HostSpec> parse_hostfile_text(const std::string& text, const std::st
         if (key == "slots") {
           if (eq == std::string::npos) throw InvalidArgument("'slots' needs a value: slots=N");
           if (slots) throw InvalidArgument("'slots=' given twice");
-          slots = parse_slots(value, host_field + " slots=");
+          slots = parse_slots(value, host_field + " slots=" + value);
         } else if (key == "max_slots" || key == "max-slots") {
           if (eq == std::string::npos || value.empty()) {
             throw InvalidArgument(fmt::format("'{}' needs a value: {}=N", key, key));

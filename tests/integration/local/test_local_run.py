@@ -121,6 +121,38 @@ class LocalRun(unittest.TestCase):
             self.assertTrue(seen[r].startswith("S=4 LR=%d LS=2 CR=%d CS=2 H=%s " % (r % 2, r // 2, host)), seen[r])
 
     # ---------------------------------------------------------------- output
+    def test_environment_forwarding_edge_cases(self):
+        """What breaks horovodrun's forwarding: dotted names, multi-line
+        values, exported shell functions, an environment larger than a
+        command line may be, and -x."""
+        big = {"HVD_BIG_%03d" % i: ("v%03d" % i) * 512 for i in range(300)}  # ~600 KiB
+        extra = dict(big)
+        extra.update({
+            "HVD.DOTTED.NAME": "dots ok",
+            "HVD_MULTI": "line one\nline two\n  'quoted' \"and\" $dollar",
+            "BASH_FUNC_hvdfn%%": "() {  echo leaked\n}",
+        })
+        probe = ("import os, json; e = os.environ; print(json.dumps({"
+                 "'dotted': e.get('HVD.DOTTED.NAME'), 'multi': e.get('HVD_MULTI'),"
+                 "'func': [k for k in e if k.startswith('BASH_FUNC_')],"
+                 "'big': sum(1 for k, v in e.items() if k.startswith('HVD_BIG_') and v == (k[-3:].join(['v', '']) * 512)),"
+                 "'x_set': e.get('HVD_X_SET'), 'x_fwd': e.get('HVD_X_FWD')}))")
+        extra["HVD_X_FWD"] = "forwarded"
+        code, out, err = run(["-np", "2", "-H", "localhost:2", "-x", "HVD_X_SET=set by -x", "-x", "HVD_X_FWD",
+                              sys.executable, "-c", probe], extra_env=extra)
+        self.assertEqual(code, 0, err)
+        import json
+        for rank in range(2):
+            line = [l for l in out.splitlines() if l.startswith("[%d]<stdout>:" % rank)]
+            self.assertEqual(len(line), 1, out)
+            got = json.loads(line[0].split(":", 1)[1])
+            self.assertEqual(got["dotted"], "dots ok")
+            self.assertEqual(got["multi"], extra["HVD_MULTI"])
+            self.assertEqual(got["func"], [], "exported shell functions must be dropped")
+            self.assertEqual(got["big"], 300, "every large variable arrives intact")
+            self.assertEqual(got["x_set"], "set by -x")
+            self.assertEqual(got["x_fwd"], "forwarded")
+
     def test_output_two_ranks_10000_lines(self):
         n = 10000
         code, out, err = run(["-np", "2", "-H", "localhost:2"] + sh(

@@ -69,8 +69,8 @@ TEST_CASE("hostfile: slots= host:N bare host comments blank lines max_slots", "[
 
 TEST_CASE("hostfile errors are reported as path:LINE: message", "[hosts][hostfile]") {
   auto msg = [](const std::string& text) { return invalid_message([&] { parse_hostfile_text(text, "hf"); }); };
-  CHECK(msg("a slots=2\nb slots=abc\n") == "hf:2: 'b slots=': slot count 'abc' is not a number");
-  CHECK(msg("a slots=0\n") == "hf:1: 'a slots=': slot count must be at least 1, not 0");
+  CHECK(msg("a slots=2\nb slots=abc\n") == "hf:2: 'b slots=abc': slot count 'abc' is not a number");
+  CHECK(msg("a slots=0\n") == "hf:1: 'a slots=0': slot count must be at least 1, not 0");
   CHECK(msg("\n\na cpus=2\n") == "hf:3: unexpected 'cpus=2' (expected 'host slots=N', 'host:N' or 'host')");
   CHECK(msg("a slots\n") == "hf:1: 'slots' needs a value: slots=N");
   CHECK(msg("a slots=1 slots=2\n") == "hf:1: 'slots=' given twice");
