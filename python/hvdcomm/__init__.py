@@ -1,0 +1,4 @@
+"""hvdcomm: Python binding of hvdrun's collective library (docs/python.md).
+
+Use ``hvdcomm.torch`` (the horovod.torch-compatible API)."""
+from hvdcomm._core import HorovodInternalError, MismatchError  # noqa: F401

@@ -1,0 +1,605 @@
+"""horovod.torch-compatible API on hvdrun's collective library.
+
+Tensors are passed to the native core as raw CPU buffers (data_ptr, shape,
+dtype code); the extension does not link libtorch. See docs/python.md."""
+import collections
+import io
+import pickle
+
+import torch
+
+from hvdcomm import _core
+from hvdcomm._core import HorovodInternalError, MismatchError  # noqa: F401
+
+
+# ---------------------------------------------------------------- basics
+def init(comm=None, process_sets=None):
+    _core.init()
+
+
+shutdown = _core.shutdown
+is_initialized = _core.is_initialized
+rank = _core.rank
+size = _core.size
+local_rank = _core.local_rank
+local_size = _core.local_size
+cross_rank = _core.cross_rank
+cross_size = _core.cross_size
+
+
+def is_homogeneous():
+    """True when every host runs the same number of ranks."""
+    return size() == local_size() * cross_size()
+
+
+# Build facts: the data plane is a Gloo-style TCP controller; no MPI, NCCL or CUDA.
+def mpi_built(verbose=False):
+    return False
+
+
+def mpi_enabled():
+    return False
+
+
+def gloo_built(verbose=False):
+    return True
+
+
+def gloo_enabled():
+    return True
+
+
+def nccl_built(verbose=False):
+    return 0
+
+
+def cuda_built(verbose=False):
+    return False
+
+
+def rocm_built(verbose=False):
+    return False
+
+
+def ddl_built(verbose=False):
+    return False
+
+
+def ccl_built(verbose=False):
+    return False
+
+
+def mpi_threads_supported():
+    return False
+
+
+# ---------------------------------------------------------------- ops
+class ReduceOp(int):
+    pass
+
+
+Sum = ReduceOp(0)
+Average = ReduceOp(1)
+Min = ReduceOp(2)
+Max = ReduceOp(3)
+Product = ReduceOp(4)
+Adasum = ReduceOp(100)
+
+_DTYPES = {
+    torch.uint8: 0, torch.int8: 1, torch.int32: 2, torch.int64: 3,
+    torch.float16: 4, torch.bfloat16: 5, torch.float32: 6, torch.float64: 7,
+}
+
+
+def _dtype_code(t):
+    try:
+        return _DTYPES[t.dtype]
+    except KeyError:
+        raise ValueError(f"hvdcomm: dtype {t.dtype} is not supported (use one of "
+                         f"{', '.join(str(d) for d in _DTYPES)})") from None
+
+
+def _check(t):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"hvdcomm: expected a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cpu":
+        raise ValueError("hvdcomm: only CPU tensors are supported (this build has no CUDA path)")
+
+
+def _op_code(op, average):
+    if op is None:
+        op = Average if (average is None or average) else Sum
+    elif average is not None:
+        raise ValueError("hvdcomm: pass either op or average, not both")
+    if op == Adasum:
+        raise NotImplementedError("hvdcomm: Adasum is not supported by this library; use Average or Sum")
+    if int(op) not in (0, 1, 2, 3, 4):
+        raise ValueError(f"hvdcomm: unknown reduce op {op}")
+    return int(op)
+
+
+_counter = collections.defaultdict(int)
+
+
+def _name(kind, name):
+    if name:
+        return name
+    _counter[kind] += 1
+    return f"{kind}.noname.{_counter[kind]}"
+
+
+class _Pending:
+    """A native handle plus what keeps its buffers alive and turns it into a result."""
+
+    def __init__(self, handle, keep, finish):
+        self.handle, self.keep, self.finish = handle, keep, finish
+        self.result, self.done = None, False
+
+
+_handles = {}
+_next_handle = [0]
+
+
+def _register(p):
+    _next_handle[0] += 1
+    _handles[_next_handle[0]] = p
+    return _next_handle[0]
+
+
+def poll(handle):
+    """True when the operation behind `handle` has finished."""
+    return _handles[handle].handle.poll()
+
+
+def synchronize(handle):
+    """Waits for `handle` and returns its output tensor."""
+    p = _handles.get(handle)
+    if p is None:
+        raise ValueError(f"hvdcomm: unknown or already synchronized handle {handle}")
+    try:
+        p.handle.wait()
+    except BaseException:
+        # Interrupted (Ctrl-C) while still running: keep the entry, and with it
+        # the buffers the library will still write; synchronize() may be retried.
+        if p.handle.poll():
+            del _handles[handle]
+        raise
+    del _handles[handle]
+    return p.finish()
+
+
+def _allreduce_into(tensor, output, name, op, prescale, postscale):
+    h = _core.allreduce_async(name, tensor.data_ptr(), output.data_ptr(), _dtype_code(tensor),
+                              list(tensor.shape), op, float(prescale), float(postscale))
+    return _register(_Pending(h, (tensor, output), lambda: output))
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, compression=None, process_set=None):
+    _check(tensor)
+    opc = _op_code(op, average)
+    src = tensor.detach().contiguous()
+    out = torch.empty_like(src)
+    return _allreduce_into(src, out, _name("allreduce", name), opc, prescale_factor, postscale_factor)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=None):
+    _check(tensor)
+    opc = _op_code(op, average)
+    if tensor.is_contiguous():
+        return _allreduce_into(tensor, tensor, _name("allreduce", name), opc, prescale_factor, postscale_factor)
+    buf = tensor.detach().contiguous()
+    h = _core.allreduce_async(_name("allreduce", name), buf.data_ptr(), buf.data_ptr(), _dtype_code(buf),
+                              list(buf.shape), opc, float(prescale_factor), float(postscale_factor))
+
+    def finish():
+        tensor.data.copy_(buf)
+        return tensor
+    return _register(_Pending(h, (buf,), finish))
+
+
+class _AllreduceFn(torch.autograd.Function):
+    """allreduce as a differentiable op: for Sum/Average the gradient is the
+    same allreduce of the incoming gradient (as in Horovod)."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale, postscale):
+        ctx.name, ctx.op, ctx.pre, ctx.post = name, op, prescale, postscale
+        return synchronize(allreduce_async(tensor, None, name, op, prescale, postscale))
+
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.op not in (Sum, Average):
+            raise NotImplementedError("hvdcomm: allreduce gradient is only defined for Sum and Average")
+        g = synchronize(allreduce_async(grad.contiguous(), None, ctx.name + ".grad", ctx.op, ctx.pre, ctx.post))
+        return g, None, None, None, None
+
+
+def allreduce(tensor, average=None, name=None, compression=None, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    if tensor.requires_grad and torch.is_grad_enabled():
+        _check(tensor)
+        opc = ReduceOp(_op_code(op, average))
+        return _AllreduceFn.apply(tensor, _name("allreduce", name), opc, float(prescale_factor),
+                                  float(postscale_factor))
+    compression = compression or Compression.none
+    compressed, ctx = compression.compress(tensor)
+    out = synchronize(allreduce_async(compressed, average, name, op, prescale_factor, postscale_factor))
+    return compression.decompress(out, ctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=None):
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor))
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=None):
+    base = _name("grouped_allreduce", name)
+    hs = [allreduce_async(t, average, f"{base}.{i}", op, prescale_factor, postscale_factor)
+          for i, t in enumerate(tensors)]
+    return _register(_Pending(_Group(hs), (), lambda: [synchronize(h) for h in hs]))
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=None):
+    base = _name("grouped_allreduce", name)
+    hs = [allreduce_async_(t, average, f"{base}.{i}", op, prescale_factor, postscale_factor)
+          for i, t in enumerate(tensors)]
+    return _register(_Pending(_Group(hs), (), lambda: [synchronize(h) for h in hs]))
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor))
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=None):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor))
+
+
+class _Group:
+    """Handle-like view of several registered handles."""
+
+    def __init__(self, hs):
+        self.hs = hs
+
+    def poll(self):
+        return all(_handles[h].handle.poll() for h in self.hs)
+
+    def wait(self):
+        for h in self.hs:
+            _handles[h].handle.wait()
+
+
+def _copy_out(h, dtype, shape):
+    out = torch.empty(shape, dtype=dtype)
+    h.copy_output(out.data_ptr(), out.numel() * out.element_size())
+    return out
+
+
+def allgather_async(tensor, name=None, process_set=None):
+    _check(tensor)
+    src = tensor.detach().contiguous()
+    if src.dim() == 0:
+        src = src.reshape(1)
+    h = _core.allgather_async(_name("allgather", name), src.data_ptr(), _dtype_code(src), list(src.shape))
+    return _register(_Pending(h, (src,), lambda: _copy_out(h, src.dtype, list(h.output_shape))))
+
+
+def allgather(tensor, name=None, process_set=None):
+    return synchronize(allgather_async(tensor, name))
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=None):
+    _check(tensor)
+    src = tensor.detach().contiguous()
+    out = torch.empty_like(src)
+    h = _core.broadcast_async(_name("broadcast", name), src.data_ptr(), out.data_ptr(), _dtype_code(src),
+                              list(src.shape), int(root_rank))
+    return _register(_Pending(h, (src, out), lambda: out))
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=None):
+    _check(tensor)
+    buf = tensor.data if tensor.is_contiguous() else tensor.detach().contiguous()
+    h = _core.broadcast_async(_name("broadcast", name), buf.data_ptr(), buf.data_ptr(), _dtype_code(buf),
+                              list(buf.shape), int(root_rank))
+
+    def finish():
+        if buf.data_ptr() != tensor.data_ptr():
+            tensor.data.copy_(buf)
+        return tensor
+    return _register(_Pending(h, (buf,), finish))
+
+
+def broadcast(tensor, root_rank, name=None, process_set=None):
+    return synchronize(broadcast_async(tensor, root_rank, name))
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=None):
+    return synchronize(broadcast_async_(tensor, root_rank, name))
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=None):
+    _check(tensor)
+    src = tensor.detach().contiguous()
+    sp = [] if splits is None else [int(x) for x in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
+    h = _core.alltoall_async(_name("alltoall", name), src.data_ptr(), _dtype_code(src), list(src.shape), sp)
+
+    def finish():
+        out = _copy_out(h, src.dtype, list(h.output_shape))
+        return out, torch.tensor(list(h.recv_splits), dtype=torch.int32)
+    return _register(_Pending(h, (src,), finish))
+
+
+def alltoall(tensor, splits=None, name=None, process_set=None):
+    """Returns (output, received_splits), like horovod.torch.alltoall with splits."""
+    return synchronize(alltoall_async(tensor, splits, name))
+
+
+def reducescatter_async(tensor, name=None, compression=None, op=Average, process_set=None,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    _check(tensor)
+    opc = _op_code(op, None)
+    src = tensor.detach().contiguous()
+    h = _core.reducescatter_async(_name("reducescatter", name), src.data_ptr(), _dtype_code(src),
+                                  list(src.shape), opc, float(prescale_factor), float(postscale_factor))
+    return _register(_Pending(h, (src,), lambda: _copy_out(h, src.dtype, list(h.output_shape))))
+
+
+def reducescatter(tensor, name=None, compression=None, op=Average, process_set=None,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    return synchronize(reducescatter_async(tensor, name, compression, op, process_set,
+                                           prescale_factor, postscale_factor))
+
+
+def barrier(process_set=None):
+    h = _core.barrier_async(_name("barrier", None))
+    h.wait()
+
+
+def join(device=-1):
+    """Limited join: a barrier. Unlike Horovod, ranks that joined do not feed
+    zeros into other ranks' pending allreduces; every rank must call it."""
+    barrier()
+    return -1
+
+
+# ---------------------------------------------------------------- compression
+class _NoneCompressor:
+    @staticmethod
+    def compress(tensor):
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor
+
+
+class _FP16Compressor:
+    @staticmethod
+    def compress(tensor):
+        if tensor.dtype.is_floating_point:
+            return tensor.type(torch.float16), tensor.dtype
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor.type(ctx) if ctx is not None else tensor
+
+
+class Compression:
+    none = _NoneCompressor
+    fp16 = _FP16Compressor
+
+
+# ---------------------------------------------------------------- objects / state
+def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+    name = _name("broadcast_object", name)
+    if rank() == root_rank:
+        buf = io.BytesIO()
+        pickle.dump(obj, buf)
+        payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+        sz = torch.tensor([payload.numel()], dtype=torch.int64)
+        broadcast_(sz, root_rank, name + ".sz")
+        broadcast_(payload, root_rank, name + ".data")
+        return obj
+    sz = torch.zeros(1, dtype=torch.int64)
+    broadcast_(sz, root_rank, name + ".sz")
+    payload = torch.zeros(int(sz.item()), dtype=torch.uint8)
+    broadcast_(payload, root_rank, name + ".data")
+    return pickle.loads(payload.numpy().tobytes())
+
+
+def allgather_object(obj, name=None, process_set=None):
+    name = _name("allgather_object", name)
+    data = pickle.dumps(obj)
+    payload = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.zeros(0, dtype=torch.uint8)
+    sizes = allgather(torch.tensor([len(data)], dtype=torch.int64), name + ".sz").tolist()
+    everything = allgather(payload, name + ".data").numpy().tobytes()
+    out, off = [], 0
+    for s in sizes:
+        out.append(pickle.loads(everything[off:off + s]))
+        off += s
+    return out
+
+
+def broadcast_parameters(params, root_rank):
+    """Broadcasts a state_dict or a list of (name, tensor) from root_rank, in place."""
+    if isinstance(params, dict):
+        items = sorted(params.items())
+    elif isinstance(params, list):
+        items = [p if isinstance(p, tuple) else (str(i), p) for i, p in enumerate(params)]
+    else:
+        raise ValueError("hvdcomm: broadcast_parameters expects a dict or a list of (name, tensor)")
+    handles = []
+    for n, p in items:
+        if p is None:
+            continue
+        t = p.data if isinstance(p, torch.nn.Parameter) else p
+        if not isinstance(t, torch.Tensor):
+            continue
+        handles.append(broadcast_async_(t, root_rank, name=f"broadcast_parameters.{n}"))
+    for h in handles:
+        synchronize(h)
+
+
+def broadcast_optimizer_state(optimizer, root_rank):
+    """Makes every rank's optimizer state and hyper-parameters equal root's.
+    State is pickled (broadcast_object) and tensors copied in place, so ranks
+    whose state is still empty (no step yet) receive root's."""
+    if isinstance(optimizer, _DistributedOptimizer):
+        optimizer = optimizer._opt
+    state = broadcast_object(optimizer.state_dict(), root_rank, name="broadcast_optimizer_state")
+    if rank() != root_rank:
+        optimizer.load_state_dict(state)
+
+
+# ---------------------------------------------------------------- optimizer
+class _DistributedOptimizer:
+    """Wraps a torch optimizer: a hook on each parameter's gradient
+    accumulator starts an async allreduce of the gradient as soon as backward
+    produces it; step() waits for all of them first (synchronize())."""
+
+    def __init__(self, optimizer, named_parameters, compression, backward_passes_per_step, op,
+                 gradient_predivide_factor):
+        if op == Adasum:
+            raise NotImplementedError("hvdcomm: Adasum is not supported by this library; use Average or Sum")
+        if gradient_predivide_factor != 1.0 and op != Average:
+            raise ValueError("hvdcomm: gradient_predivide_factor requires op=Average")
+        self._opt = optimizer
+        self._compression = compression
+        self._op = op
+        self._predivide = gradient_predivide_factor
+        self.backward_passes_per_step = backward_passes_per_step
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        if named_parameters is not None:
+            named = list(named_parameters)
+            names = {id(p): n for n, p in named}
+            if len(names) != len(named):
+                raise ValueError("hvdcomm: named_parameters contains duplicate parameters")
+            missing = [p for p in params if id(p) not in names]
+            if missing:
+                raise ValueError("hvdcomm: named_parameters does not cover every parameter of the optimizer")
+        else:
+            names = {id(p): f"param.{i}" for i, p in enumerate(params)}
+        self._names = names
+        self._params = params
+        self._handles = {}
+        self._delay = {id(p): backward_passes_per_step for p in params}
+        self._hooks = []
+        self._synchronized = False
+        if size() > 1:
+            self._register_hooks()
+
+    def __getattr__(self, item):
+        return getattr(self.__dict__["_opt"], item)
+
+    @property
+    def param_groups(self):
+        return self._opt.param_groups
+
+    @property
+    def state(self):
+        return self._opt.state
+
+    def state_dict(self):
+        return self._opt.state_dict()
+
+    def load_state_dict(self, sd):
+        return self._opt.load_state_dict(sd)
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise AssertionError("hvdcomm: zero_grad() called while gradient allreduces are pending; "
+                                 "call step() or synchronize() first")
+        return self._opt.zero_grad(*args, **kwargs)
+
+    def _register_hooks(self):
+        for p in self._params:
+            if p.requires_grad:
+                p_tmp = p.expand_as(p)
+                acc = p_tmp.grad_fn.next_functions[0][0]
+                acc.register_hook(self._make_hook(p))
+                self._hooks.append(acc)  # keep the accumulator alive
+
+    def _make_hook(self, p):
+        def hook(*ignore):
+            if id(p) in self._handles and self._handles[id(p)][0] is not None:
+                raise AssertionError("hvdcomm: gradients computed more than backward_passes_per_step times "
+                                     "before step(); raise backward_passes_per_step")
+            self._delay[id(p)] -= 1
+            handle, ctx = None, None
+            if self._delay[id(p)] == 0:
+                handle, ctx = self._allreduce_grad(p)
+            self._handles[id(p)] = (handle, ctx)
+        return hook
+
+    def _allreduce_grad(self, p):
+        name = "grad." + self._names[id(p)]
+        grad = p.grad
+        if self._op == Average:
+            pre, post = 1.0 / self._predivide, self._predivide / size()
+            op = Sum
+        else:
+            pre, post, op = 1.0, 1.0, self._op
+        if self.backward_passes_per_step > 1 and self._op == Average:
+            pre /= self.backward_passes_per_step
+        compressed, ctx = self._compression.compress(grad)
+        if compressed is grad:
+            return allreduce_async_(grad, name=name, op=op, prescale_factor=pre, postscale_factor=post), None
+        return allreduce_async_(compressed, name=name, op=op, prescale_factor=pre, postscale_factor=post), \
+            (compressed, ctx)
+
+    def synchronize(self):
+        if size() == 1:
+            self._synchronized = True
+            return
+        for p in self._params:
+            if p.requires_grad and p.grad is not None and id(p) not in self._handles:
+                # no hook fired (e.g. grad set by hand): reduce it now
+                self._handles[id(p)] = self._allreduce_grad(p)
+        for p in self._params:
+            entry = self._handles.get(id(p))
+            if entry is None:
+                continue
+            handle, ctx = entry
+            if handle is None:
+                handle, ctx = self._allreduce_grad(p)
+            out = synchronize(handle)
+            if ctx is not None:
+                compressed, orig = ctx
+                p.grad.copy_(self._compression.decompress(out, orig))
+            self._delay[id(p)] = self.backward_passes_per_step
+        self._handles.clear()
+        self._synchronized = True
+
+    class _SkipSync:
+        def __init__(self, opt):
+            self.opt = opt
+
+        def __enter__(self):
+            self.opt._skip = True
+
+        def __exit__(self, *a):
+            self.opt._skip = False
+
+    def skip_synchronize(self):
+        return _DistributedOptimizer._SkipSync(self)
+
+    def step(self, closure=None):
+        if not getattr(self, "_skip", False):
+            self.synchronize()
+        self._synchronized = False
+        return self._opt.step(closure)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None, sparse_as_dense=False, process_set=None):
+    """Horovod's DistributedOptimizer: averages gradients across ranks during backward()."""
+    return _DistributedOptimizer(optimizer, named_parameters, compression, backward_passes_per_step, op,
+                                 gradient_predivide_factor)

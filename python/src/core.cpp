@@ -1,0 +1,99 @@
+// hvdcomm._core: raw-buffer binding of the process-wide collective API
+// (hvd/collective/hvd.h). Python passes (name, data pointer, dtype code,
+// shape); outputs whose size is known only after negotiation stay owned by
+// the handle and are copied out by Python (Handle.copy_output).
+#include "hvd/collective/hvd.h"
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <cstring>
+
+namespace py = pybind11;
+using namespace hvd::collective;
+
+namespace {
+
+/// Waits in short slices with the GIL released, so Ctrl-C interrupts it.
+void wait_interruptible(const Handle& h) {
+  for (;;) {
+    bool done;
+    {
+      py::gil_scoped_release nogil;
+      done = h.wait_for(std::chrono::milliseconds(50));
+    }
+    if (done) break;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  }
+  py::gil_scoped_release nogil;
+  h.wait();  // rethrows the operation's error
+}
+
+const void* cptr(uintptr_t p) { return reinterpret_cast<const void*>(p); }
+void* mptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "hvdcomm native core (raw buffers; see docs/python.md)";
+
+  static py::exception<hvd::Error> internal_error(m, "HorovodInternalError", PyExc_RuntimeError);
+  static py::exception<MismatchError> mismatch_error(m, "MismatchError", PyExc_ValueError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const MismatchError& e) {
+      mismatch_error(e.what());
+    } catch (const hvd::InvalidArgument& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const hvd::Error& e) {
+      internal_error(e.what());
+    }
+  });
+
+  m.def("init", [] { py::gil_scoped_release nogil; hvd::init(); });
+  m.def("shutdown", [] { py::gil_scoped_release nogil; hvd::shutdown(); });
+  m.def("is_initialized", &hvd::is_initialized);
+  m.def("rank", &hvd::rank);
+  m.def("size", &hvd::size);
+  m.def("local_rank", &hvd::local_rank);
+  m.def("local_size", &hvd::local_size);
+  m.def("cross_rank", &hvd::cross_rank);
+  m.def("cross_size", &hvd::cross_size);
+
+  py::class_<Handle>(m, "Handle")
+      .def("poll", &Handle::poll)
+      .def("wait", &wait_interruptible)
+      .def_property_readonly("output_bytes", &Handle::output_bytes)
+      .def_property_readonly("output_shape", &Handle::output_shape)
+      .def_property_readonly("recv_splits", &Handle::recv_splits)
+      .def_property_readonly("name", &Handle::name)
+      .def("copy_output", [](const Handle& h, uintptr_t dst, size_t bytes) {
+        if (bytes != h.output_bytes()) throw hvd::InvalidArgument("copy_output: destination size mismatch");
+        if (bytes) std::memcpy(mptr(dst), h.output(), bytes);
+      });
+
+  m.def("allreduce_async", [](const std::string& name, uintptr_t in, uintptr_t out, int dtype,
+                              std::vector<int64_t> shape, int op, double pre, double post) {
+    return hvd::allreduce_async(AllreduceArgs{name, cptr(in), mptr(out), DataType(dtype), std::move(shape),
+                                              ReduceOp(op), pre, post});
+  });
+  m.def("allgather_async", [](const std::string& name, uintptr_t in, int dtype, std::vector<int64_t> shape) {
+    return hvd::allgather_async(AllgatherArgs{name, cptr(in), DataType(dtype), std::move(shape), {}});
+  });
+  m.def("broadcast_async", [](const std::string& name, uintptr_t in, uintptr_t out, int dtype,
+                              std::vector<int64_t> shape, int root) {
+    return hvd::broadcast_async(BroadcastArgs{name, cptr(in), mptr(out), DataType(dtype), std::move(shape), root});
+  });
+  m.def("alltoall_async", [](const std::string& name, uintptr_t in, int dtype, std::vector<int64_t> shape,
+                             std::vector<int64_t> splits) {
+    return hvd::alltoall_async(AlltoallArgs{name, cptr(in), DataType(dtype), std::move(shape), std::move(splits), {}});
+  });
+  m.def("reducescatter_async", [](const std::string& name, uintptr_t in, int dtype, std::vector<int64_t> shape,
+                                  int op, double pre, double post) {
+    return hvd::reducescatter_async(
+        ReducescatterArgs{name, cptr(in), DataType(dtype), std::move(shape), ReduceOp(op), pre, post, {}});
+  });
+  m.def("barrier_async", [](const std::string& name) { return hvd::barrier_async(BarrierArgs{name}); });
+}
