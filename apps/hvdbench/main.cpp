@@ -6,6 +6,7 @@
 // threads of this process over loopback TCP. Rank 0 prints the table.
 #include "api_backend.h"
 #include "bench.h"
+#include "cuda_bench.h"
 
 #include "hvd/collective/algorithms.h"
 #include "hvd/common/env.h"
@@ -37,6 +38,8 @@ struct Cli {
   bool api = false;
   std::size_t step_factor = 2;
   bool json = false;
+  std::string device = "cpu";
+  bool no_naive = false;
 };
 
 collective::ReduceOp parse_reduce(const std::string& text) {
@@ -108,6 +111,25 @@ int run_process(const Cli& cli, const bench::BenchOptions& o) {
   co.timeout = timeout;
   co.socket_buffer_bytes = static_cast<int>(env::get_int_or("HVDBENCH_SOCKET_BUFFER", -1));
   auto comm = collective::connect_comm(st ? *st : alone, co);
+  if (cli.device == "cuda") {
+    bench::CudaRankInfo info;
+    info.local_rank = static_cast<int>(env::get_int_or("HOROVOD_LOCAL_RANK", 0));
+    info.local_size = static_cast<int>(env::get_int_or("HOROVOD_LOCAL_SIZE", 1));
+    info.cross_rank = static_cast<int>(env::get_int_or("HOROVOD_CROSS_RANK", 0));
+    info.cross_size = static_cast<int>(env::get_int_or("HOROVOD_CROSS_SIZE", 1));
+    auto results = bench::run_cuda(*comm, st ? *st : alone, info, o, !cli.no_naive);
+    if (rank == 0) {
+      if (cli.json) {
+        bench::print_cuda_json(std::cout, *comm, o, results);
+      } else {
+        bench::print_cuda_table(std::cout, *comm, o, results);
+      }
+    }
+    for (const auto& r : results) {
+      if (!r.ok) return 1;
+    }
+    return 0;
+  }
   bench::CommBackend backend(*comm);
   auto results = bench::run(backend, o);
   report(backend, "comm", cli, o, results);
@@ -170,10 +192,25 @@ int main(int argc, char** argv) {
   app.add_option("--threads", cli.threads, "run N ranks as threads of this process (without hvdrun)");
   app.add_flag("--json", cli.json, "print JSON instead of the table");
   app.add_flag("--api", cli.api, "go through the public named-tensor API instead of the raw collectives");
+  app.add_option("--device", cli.device, "where the buffers live: cpu, or cuda (allreduce of device buffers on "
+                                         "one host, beside the naive copy-to-host and the staged cross-host paths)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  app.add_flag("--no-naive", cli.no_naive, "with --device cuda: skip timing the naive and staged paths");
   CLI11_PARSE(app, argc, argv);
   try {
     const bench::BenchOptions o = to_options(cli);
     if (cli.threads > 0 && cli.api) throw InvalidArgument("--api and --threads cannot be combined");
+    if (cli.device == "cuda") {
+      if (cli.api || cli.threads > 0) throw InvalidArgument("--device cuda cannot be combined with --api or --threads");
+      std::string why;
+      if (!bench::cuda_bench_available(why)) {
+        // 77: the conventional "skipped" status, so scripts can tell a
+        // missing GPU from a failure.
+        std::cerr << "hvdbench: SKIPPED: --device cuda: " << why << "\n";
+        return 77;
+      }
+    }
     if (cli.api) return run_api(cli, o);
     if (cli.threads > 0) return run_threads(cli, o);
     return run_process(cli, o);

@@ -1,0 +1,249 @@
+// hvdbench --device cuda (see cuda_bench.h). Built with or without CUDA: the
+// CUDA-less build reports that it cannot run.
+#include "cuda_bench.h"
+
+#include "hvd/collective/algorithms.h"
+#include "hvd/collective/cuda.h"
+#include "hvd/common/error.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#ifdef HVDBENCH_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace hvd::bench {
+
+using collective::DataType;
+using collective::ReduceOp;
+
+bool cuda_bench_available(std::string& why) {
+  if (!collective::cuda::cuda_built()) {
+    why = "this hvd_collective was built without the CUDA component (HVD_WITH_CUDA)";
+    return false;
+  }
+#ifndef HVDBENCH_WITH_CUDA
+  why = "hvdbench was built without CUDA";
+  return false;
+#else
+  if (collective::cuda::device_count() == 0) {
+    why = "no CUDA device is visible (cudaGetDeviceCount reports none)";
+    return false;
+  }
+  return true;
+#endif
+}
+
+#ifdef HVDBENCH_WITH_CUDA
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void ck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw collective::CudaError(fmt::format("{} failed: {}", what, cudaGetErrorString(e)), e);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+/// Iterations agreed by all ranks: as many as fit in max_seconds (estimated
+/// from the warm-up), at most options.iters.
+int agree_iters(collective::Comm& comm, double per_iter_s, const BenchOptions& o) {
+  double worst = per_iter_s;
+  collective::allreduce(comm, &worst, 1, DataType::Float64, ReduceOp::Max);
+  const double fit = worst > 0 ? o.max_seconds_per_size / worst : o.iters;
+  return static_cast<int>(std::clamp<double>(std::floor(fit), 1, o.iters));
+}
+
+/// Times `body` (which must leave the stream synchronised) `iters` times;
+/// returns the median over iterations of the slowest rank.
+template <class F>
+double time_it(collective::Comm& comm, const BenchOptions& o, F&& body) {
+  const auto w0 = Clock::now();
+  for (int i = 0; i < o.warmup; ++i) body();
+  const double warm = std::chrono::duration<double>(Clock::now() - w0).count() / std::max(1, o.warmup);
+  const int iters = agree_iters(comm, warm, o);
+  std::vector<double> t(iters);
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = Clock::now();
+    body();
+    t[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  }
+  collective::allreduce(comm, t.data(), t.size(), DataType::Float64, ReduceOp::Max);
+  return median(t);
+}
+
+void put(DataType t, void* p, std::size_t i, double v) {
+  switch (t) {
+    case DataType::UInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    case DataType::Int8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+    case DataType::Int32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DataType::Int64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+    case DataType::Float16: static_cast<uint16_t*>(p)[i] = collective::float_to_float16(static_cast<float>(v)); break;
+    case DataType::BFloat16: static_cast<uint16_t*>(p)[i] = collective::float_to_bfloat16(static_cast<float>(v)); break;
+    case DataType::Float32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DataType::Float64: static_cast<double*>(p)[i] = v; break;
+  }
+}
+
+double get(DataType t, const void* p, std::size_t i) {
+  switch (t) {
+    case DataType::UInt8: return static_cast<const uint8_t*>(p)[i];
+    case DataType::Int8: return static_cast<const int8_t*>(p)[i];
+    case DataType::Int32: return static_cast<const int32_t*>(p)[i];
+    case DataType::Int64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case DataType::Float16: return collective::float16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DataType::BFloat16: return collective::bfloat16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DataType::Float32: return static_cast<const float*>(p)[i];
+    case DataType::Float64: return static_cast<const double*>(p)[i];
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::vector<CudaResult> run_cuda(collective::Comm& comm, store::Store& store, const CudaRankInfo& info,
+                                 const BenchOptions& o, bool naive) {
+  if (info.cross_size != 1 || info.local_size != comm.size()) {
+    throw InvalidArgument(fmt::format(
+        "--device cuda measures the ranks of one host (cross size {}, local size {}, job size {}): run with "
+        "-H localhost:N",
+        info.cross_size, info.local_size, comm.size()));
+  }
+  if (o.min_bytes == 0 || o.max_bytes < o.min_bytes || o.step_factor < 2 || o.iters < 1 || o.warmup < 0) {
+    throw InvalidArgument("need 0 < min-bytes <= max-bytes, step factor >= 2, iters >= 1, warmup >= 0");
+  }
+  const std::size_t es = collective::dtype_size(o.dtype);
+  const int device = info.local_rank % collective::cuda::device_count();
+  ck(cudaSetDevice(device), "cudaSetDevice");
+  cudaStream_t stream;
+  ck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  const std::size_t cap = std::max(o.max_bytes, es);
+  void* dev = nullptr;
+  void* host = nullptr;
+  ck(cudaMalloc(&dev, cap), "cudaMalloc");
+  ck(cudaMallocHost(&host, cap), "cudaMallocHost");
+  std::vector<char> check_buf(cap);
+
+  collective::cuda::DeviceAllreducerOptions ao;
+  ao.local_rank = info.local_rank;
+  ao.local_size = info.local_size;
+  ao.device = device;
+  ao.prefix = "hvdbench/cuda/";
+  std::vector<CudaResult> results;
+  try {
+    collective::cuda::DeviceAllreducer ar(store, ao);
+    collective::cuda::StagedAllreducer staged(collective::cuda::StagedAllreducerOptions{device, 4u << 20});
+    const int n = comm.size();
+    for (std::size_t size = o.min_bytes; size <= o.max_bytes; size *= o.step_factor) {
+      CudaResult r;
+      r.count = std::max<std::size_t>(1, size / es);
+      r.bytes = r.count * es;
+      // Correctness on a known pattern (closed form), checked on every rank.
+      for (std::size_t i = 0; i < r.count; ++i) put(o.dtype, check_buf.data(), i, (comm.rank() % 3) + double(i % 5));
+      ck(cudaMemcpy(dev, check_buf.data(), r.bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+      ar.allreduce(dev, r.count, o.dtype, ReduceOp::Sum, stream);
+      ck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      std::memset(check_buf.data(), 0xff, r.bytes);
+      ck(cudaMemcpy(check_buf.data(), dev, r.bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+      double ranks = 0;
+      for (int q = 0; q < n; ++q) ranks += q % 3;
+      bool ok = true;
+      for (std::size_t i = 0; i < r.count && ok; ++i) ok = get(o.dtype, check_buf.data(), i) == ranks + n * double(i % 5);
+      int32_t all_ok = ok ? 1 : 0;
+      collective::allreduce(comm, &all_ok, 1, DataType::Int32, ReduceOp::Min);
+      r.ok = all_ok == 1;
+
+      ck(cudaMemset(dev, 0, r.bytes), "cudaMemset");  // zeros: repeated sums stay finite
+      ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      r.device_us = time_it(comm, o, [&] {
+        ar.allreduce(dev, r.count, o.dtype, o.reduce_op, stream);
+        ck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      });
+      if (naive) {
+        r.naive_us = time_it(comm, o, [&] {
+          ck(cudaMemcpyAsync(host, dev, r.bytes, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync D2H");
+          ck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+          collective::allreduce(comm, host, r.count, o.dtype, o.reduce_op);
+          ck(cudaMemcpyAsync(dev, host, r.bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync H2D");
+          ck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+        });
+        r.staged_us = time_it(comm, o, [&] {
+          staged.allreduce(dev, r.count, o.dtype, stream, [&](void* h, std::size_t c) {
+            collective::allreduce(comm, h, c, o.dtype, o.reduce_op);
+          });
+          ck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+        });
+      }
+      r.algbw_gbps = r.device_us > 0 ? r.bytes / (r.device_us * 1e3) : 0;
+      r.busbw_gbps = r.algbw_gbps * 2.0 * (n - 1) / n;
+      results.push_back(r);
+    }
+  } catch (...) {
+    cudaFree(dev);
+    cudaFreeHost(host);
+    cudaStreamDestroy(stream);
+    throw;
+  }
+  cudaFree(dev);
+  cudaFreeHost(host);
+  cudaStreamDestroy(stream);
+  return results;
+}
+
+#else
+
+std::vector<CudaResult> run_cuda(collective::Comm&, store::Store&, const CudaRankInfo&, const BenchOptions&, bool) {
+  std::string why;
+  cuda_bench_available(why);
+  throw InvalidArgument("--device cuda is unavailable: " + why);
+}
+
+#endif
+
+void print_cuda_table(std::ostream& out, const collective::Comm& comm, const BenchOptions& o,
+                      const std::vector<CudaResult>& results) {
+  out << fmt::format("# hvdbench allreduce on CUDA device buffers: {} ranks on one host, dtype {}, op {}\n",
+                     comm.size(), collective::dtype_name(o.dtype), collective::reduce_op_name(o.reduce_op));
+  out << fmt::format("# device: DeviceAllreducer (CUDA IPC); naive: D2H + CPU allreduce + H2D; staged: the\n"
+                     "# cross-host path (StagedAllreducer, pinned chunks overlapping the network); speedup = naive/device\n");
+  out << fmt::format("{:>12} {:>12} {:>12} {:>10} {:>10} {:>12} {:>12} {:>9} {:>6}\n", "size(B)", "count",
+                     "device(us)", "algbw", "busbw", "naive(us)", "staged(us)", "speedup", "check");
+  for (const auto& r : results) {
+    out << fmt::format("{:>12} {:>12} {:>12.1f} {:>10.2f} {:>10.2f} {:>12.1f} {:>12.1f} {:>9.1f} {:>6}\n", r.bytes,
+                       r.count, r.device_us, r.algbw_gbps, r.busbw_gbps, r.naive_us, r.staged_us,
+                       r.device_us > 0 && r.naive_us > 0 ? r.naive_us / r.device_us : 0.0, r.ok ? "ok" : "FAIL");
+  }
+}
+
+void print_cuda_json(std::ostream& out, const collective::Comm& comm, const BenchOptions& o,
+                     const std::vector<CudaResult>& results) {
+  nlohmann::json j;
+  j["device"] = "cuda";
+  j["ranks"] = comm.size();
+  j["dtype"] = collective::dtype_name(o.dtype);
+  j["reduce_op"] = collective::reduce_op_name(o.reduce_op);
+  j["results"] = nlohmann::json::array();
+  for (const auto& r : results) {
+    j["results"].push_back({{"op", "allreduce"},
+                            {"bytes", r.bytes},
+                            {"count", r.count},
+                            {"device_time_us", r.device_us},
+                            {"naive_time_us", r.naive_us},
+                            {"staged_time_us", r.staged_us},
+                            {"algbw_gbps", r.algbw_gbps},
+                            {"busbw_gbps", r.busbw_gbps},
+                            {"ok", r.ok}});
+  }
+  out << j.dump(2) << "\n";
+}
+
+}  // namespace hvd::bench

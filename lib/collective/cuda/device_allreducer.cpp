@@ -1,0 +1,392 @@
+// Intra-host device allreduce through CUDA IPC (see DeviceAllreducer in
+// hvd/collective/cuda.h and docs/cuda.md). The per-step protocol lives in
+// pipeline.cpp (tested without a GPU); this file supplies the CUDA device:
+// an exchange buffer of `slots` slots per local rank, a "ready" and a "done"
+// interprocess event per slot, an internal copy stream (copy-in of chunk k+1
+// overlaps the reduction of chunk k on the caller's stream).
+#include "check.h"
+#include "chunk_plan.h"
+#include "control_block.h"
+#include "ipc_record.h"
+#include "kernels.h"
+#include "pipeline.h"
+
+#include "hvd/common/io.h"
+
+#include <cuda_runtime.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <thread>
+
+namespace hvd::collective::cuda {
+
+namespace {
+
+using detail::ControlBlock;
+using detail::Counter;
+using detail::IpcHandle;
+
+static_assert(sizeof(cudaIpcMemHandle_t) == detail::kIpcHandleBytes, "cudaIpcMemHandle_t size changed");
+static_assert(sizeof(cudaIpcEventHandle_t) == detail::kIpcHandleBytes, "cudaIpcEventHandle_t size changed");
+
+/// Published as `done` once a rank has closed its mappings of every peer.
+constexpr uint64_t kClosed = std::numeric_limits<uint64_t>::max();
+constexpr std::size_t kAlign = 256;
+
+/// Makes `device` current for the scope, restoring the caller's device.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) : device_(device) {
+    HVD_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device_) HVD_CUDA_CHECK(cudaSetDevice(device_));
+  }
+  ~DeviceGuard() {
+    if (previous_ != device_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int device_;
+  int previous_ = 0;
+};
+
+/// Waits for `ev` like cudaEventSynchronize, but gives up at `deadline`
+/// (a dead peer's work may never complete). Returns whether it completed.
+bool wait_event(cudaEvent_t ev, const Deadline& deadline) {
+  for (;;) {
+    const cudaError_t e = cudaEventQuery(ev);
+    if (e != cudaErrorNotReady) {
+      cudaGetLastError();
+      return e == cudaSuccess;
+    }
+    if (deadline.expired()) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+template <class H>
+IpcHandle to_bytes(const H& h) {
+  IpcHandle out{};
+  std::memcpy(out.data(), &h, sizeof(h));
+  return out;
+}
+template <class H>
+H from_bytes(const IpcHandle& b) {
+  H h;
+  std::memcpy(&h, b.data(), sizeof(h));
+  return h;
+}
+
+}  // namespace
+
+struct DeviceAllreducer::Impl {
+  DeviceAllreducerOptions options;
+  std::size_t slot_bytes = 0;
+  bool broken = false;
+  uint64_t seq = 0;  // last step issued
+
+  cudaStream_t copy_stream = nullptr;
+  cudaEvent_t start_event = nullptr;
+  void* buffer = nullptr;  // mine: slots * slot_bytes
+  // Per local rank (mine included): the exchange buffer as mapped here and
+  // its events (my own, or opened from IPC handles).
+  std::vector<uint8_t*> buffers;
+  std::vector<std::vector<cudaEvent_t>> ready;
+  std::vector<std::vector<cudaEvent_t>> done;
+  std::optional<ControlBlock> control;
+
+  int me() const { return options.local_rank; }
+  int n() const { return options.local_size; }
+
+  void setup(store::Store& store);
+  void run(uint8_t* data, std::size_t count, DataType dtype, ReduceOp op, cudaStream_t stream, double prescale,
+           double postscale);
+  void teardown() noexcept;
+};
+
+void DeviceAllreducer::Impl::setup(store::Store& store) {
+  const int slots = options.slots;
+  HVD_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
+  HVD_CUDA_CHECK(cudaEventCreateWithFlags(&start_event, cudaEventDisableTiming));
+  HVD_CUDA_CHECK(cudaMalloc(&buffer, slot_bytes * static_cast<std::size_t>(slots)));
+
+  detail::IpcRecord mine;
+  mine.local_rank = me();
+  mine.device = options.device;
+  mine.pid = static_cast<int32_t>(::getpid());
+  cudaDeviceProp prop{};
+  HVD_CUDA_CHECK(cudaGetDeviceProperties(&prop, options.device));
+  std::memcpy(mine.device_uuid.data(), &prop.uuid, std::min(sizeof(prop.uuid), mine.device_uuid.size()));
+  cudaIpcMemHandle_t mh;
+  HVD_CUDA_CHECK(cudaIpcGetMemHandle(&mh, buffer));
+  mine.buffer = to_bytes(mh);
+  mine.slot_bytes = slot_bytes;
+  mine.slots = slots;
+
+  buffers.assign(n(), nullptr);
+  ready.assign(n(), std::vector<cudaEvent_t>(slots, nullptr));
+  done.assign(n(), std::vector<cudaEvent_t>(slots, nullptr));
+  buffers[me()] = static_cast<uint8_t*>(buffer);
+  for (int s = 0; s < slots; ++s) {
+    for (auto* list : {&ready, &done}) {
+      cudaEvent_t ev;
+      HVD_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming | cudaEventInterprocess));
+      (*list)[me()][s] = ev;
+      cudaIpcEventHandle_t eh;
+      HVD_CUDA_CHECK(cudaIpcGetEventHandle(&eh, ev));
+      (list == &ready ? mine.ready_events : mine.done_events).push_back(to_bytes(eh));
+    }
+  }
+  if (me() == 0) {
+    control.emplace(ControlBlock::create(ControlBlock::make_name(), n()));
+    mine.control_name = control->name();
+  }
+  detail::publish_ipc_record(store, options.prefix, mine);
+  const auto records = detail::gather_ipc_records(store, options.prefix, mine, n(), options.timeout);
+  if (me() != 0) control.emplace(ControlBlock::open(records[0].control_name, n()));
+  control->attach();
+
+  for (int p = 0; p < n(); ++p) {
+    if (p == me()) continue;
+    void* mapped = nullptr;
+    const auto what = fmt::format("cudaIpcOpenMemHandle(local rank {} exchange buffer, its device {})", p,
+                                  records[p].device);
+    detail::check(cudaIpcOpenMemHandle(&mapped, from_bytes<cudaIpcMemHandle_t>(records[p].buffer),
+                                       cudaIpcMemLazyEnablePeerAccess),
+                  what.c_str());
+    buffers[p] = static_cast<uint8_t*>(mapped);
+    for (int s = 0; s < slots; ++s) {
+      HVD_CUDA_CHECK(cudaIpcOpenEventHandle(&ready[p][s], from_bytes<cudaIpcEventHandle_t>(records[p].ready_events[s])));
+      HVD_CUDA_CHECK(cudaIpcOpenEventHandle(&done[p][s], from_bytes<cudaIpcEventHandle_t>(records[p].done_events[s])));
+    }
+  }
+  if (me() == 0) {
+    // Once everyone has mapped the control block its name can go: nothing
+    // is left in /dev/shm even if a rank is killed later.
+    control->wait_attached(Deadline::after(options.timeout));
+    control->unlink();
+  }
+  spdlog::debug("device allreducer: local rank {}/{} on device {} ready ({} slots of {} bytes)", me(), n(),
+                options.device, slots, slot_bytes);
+}
+
+namespace {
+
+/// The CUDA side of one allreduce call (see pipeline.h for the protocol).
+class CudaPipelineDevice final : public detail::PipelineDevice {
+ public:
+  CudaPipelineDevice(DeviceAllreducer::Impl& im, uint8_t* data, DataType dtype, ReduceOp op, cudaStream_t stream,
+                     double prescale, double postscale)
+      : im_(im), data_(data), stream_(stream) {
+    esize_ = detail::element_size(dtype);
+    launch_.num_inputs = im.n();
+    launch_.dtype = dtype;
+    launch_.op = op;
+    launch_.prescale = prescale;
+    launch_.postscale = postscale;
+    launch_.average_divisor = im.n();
+  }
+  void begin() override {
+    HVD_CUDA_CHECK(cudaEventRecord(im_.start_event, stream_));
+    HVD_CUDA_CHECK(cudaStreamWaitEvent(im_.copy_stream, im_.start_event, 0));
+  }
+  void copy_wait_done(int rank, int slot) override {
+    HVD_CUDA_CHECK(cudaStreamWaitEvent(im_.copy_stream, im_.done[rank][slot], 0));
+  }
+  void copy_in(const detail::Chunk& chunk, int slot) override {
+    HVD_CUDA_CHECK(cudaMemcpyAsync(slot_ptr(im_.me(), slot), data_ + chunk.offset, chunk.bytes,
+                                   cudaMemcpyDeviceToDevice, im_.copy_stream));
+    HVD_CUDA_CHECK(cudaEventRecord(im_.ready[im_.me()][slot], im_.copy_stream));
+  }
+  void reduce_wait_ready(int rank, int slot) override {
+    HVD_CUDA_CHECK(cudaStreamWaitEvent(stream_, im_.ready[rank][slot], 0));
+  }
+  void reduce_out(const detail::Chunk& chunk, int slot) override {
+    // Local-rank order: every rank computes bit-identical results.
+    for (int p = 0; p < im_.n(); ++p) launch_.inputs[p] = slot_ptr(p, slot);
+    launch_.out = data_ + chunk.offset;
+    launch_.count = chunk.bytes / esize_;
+    detail::launch_reduce(launch_, stream_);
+    HVD_CUDA_CHECK(cudaEventRecord(im_.done[im_.me()][slot], stream_));
+  }
+
+ private:
+  uint8_t* slot_ptr(int rank, int slot) const {
+    return im_.buffers[rank] + static_cast<std::size_t>(slot) * im_.slot_bytes;
+  }
+  DeviceAllreducer::Impl& im_;
+  uint8_t* data_;
+  cudaStream_t stream_;
+  std::size_t esize_ = 1;
+  detail::ReduceLaunch launch_;
+};
+
+}  // namespace
+
+void DeviceAllreducer::Impl::run(uint8_t* data, std::size_t count, DataType dtype, ReduceOp op, cudaStream_t stream,
+                                 double prescale, double postscale) {
+  const std::size_t esize = detail::element_size(dtype);
+  const auto chunks = detail::plan_chunks(count * esize, esize, slot_bytes, kAlign);
+  const auto steps = detail::plan_steps(seq + 1, chunks, options.slots);
+  CudaPipelineDevice device(*this, data, dtype, op, stream, prescale, postscale);
+  detail::run_pipeline(*control, me(), steps, device, Deadline::after(options.timeout));
+  if (!steps.empty()) seq = steps.back().seq;
+}
+
+void DeviceAllreducer::Impl::teardown() noexcept {
+  std::optional<DeviceGuard> guard;  // held for the whole teardown
+  bool peers_ok = false;
+  try {
+    guard.emplace(options.device);
+    if (control && !control->aborted()) {
+      // Peers must have finished reading my buffer before it is freed, and I
+      // theirs before I unmap them.
+      const Deadline deadline = Deadline::after(options.timeout);
+      for (int p = 0; p < n(); ++p) control->wait_at_least(p, Counter::Done, seq, deadline);
+      peers_ok = true;
+    }
+  } catch (const std::exception& e) {
+    spdlog::warn("device allreducer: local rank {} tears down without its peers: {}", me(), e.what());
+  }
+  // A dead peer's events may never complete: only wait on peers that kept
+  // up, and never past the timeout.
+  const Deadline drain = Deadline::after(options.timeout);
+  for (int p = 0; p < n() && !done.empty(); ++p) {
+    if (p != me() && !peers_ok) continue;
+    for (auto ev : done[p]) {
+      if (ev && !wait_event(ev, drain)) {
+        spdlog::warn("device allreducer: local rank {}: work of local rank {} did not finish in time", me(), p);
+      }
+    }
+  }
+  if (copy_stream && start_event && peers_ok) {
+    // Everything on the copy stream is before this record.
+    if (cudaEventRecord(start_event, copy_stream) == cudaSuccess) wait_event(start_event, drain);
+    cudaGetLastError();
+  }
+  if (!peers_ok && seq > 0) {
+    // Work on my streams may still be queued behind a dead peer's events;
+    // unmapping or cudaFree could wait for it forever. The process is
+    // failing anyway: leave buffers, mappings and events to process exit.
+    spdlog::warn("device allreducer: local rank {} leaves its CUDA resources to process exit", me());
+    if (control) control->publish(me(), Counter::Done, kClosed);
+    control.reset();
+    return;
+  }
+  for (int p = 0; p < n() && !buffers.empty(); ++p) {
+    if (p == me()) continue;
+    for (auto* list : {&ready, &done}) {
+      for (auto& ev : (*list)[p]) {
+        if (ev) cudaEventDestroy(ev);
+        ev = nullptr;
+      }
+    }
+    if (buffers[p]) cudaIpcCloseMemHandle(buffers[p]);
+    buffers[p] = nullptr;
+  }
+  if (control) {
+    try {
+      control->publish(me(), Counter::Done, kClosed);
+      if (!control->aborted()) {
+        const Deadline deadline = Deadline::after(options.timeout);
+        for (int p = 0; p < n(); ++p) control->wait_at_least(p, Counter::Done, kClosed, deadline);
+      }
+    } catch (const std::exception& e) {
+      spdlog::warn("device allreducer: local rank {} frees its buffer before every peer unmapped it: {}", me(),
+                   e.what());
+    }
+  }
+  if (!ready.empty()) {
+    for (auto* list : {&ready, &done}) {
+      for (auto& ev : (*list)[me()]) {
+        if (ev) cudaEventDestroy(ev);
+      }
+    }
+  }
+  if (buffer) cudaFree(buffer);
+  if (start_event) cudaEventDestroy(start_event);
+  if (copy_stream) cudaStreamDestroy(copy_stream);
+  cudaGetLastError();
+  control.reset();
+}
+
+DeviceAllreducer::DeviceAllreducer(store::Store& store, const DeviceAllreducerOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  const auto& o = options;
+  if (o.local_size < 1 || o.local_size > detail::kMaxReduceInputs) {
+    throw InvalidArgument(fmt::format("DeviceAllreducer: local_size must be 1..{}, got {}", detail::kMaxReduceInputs,
+                                      o.local_size));
+  }
+  if (o.local_rank < 0 || o.local_rank >= o.local_size) {
+    throw InvalidArgument(fmt::format("DeviceAllreducer: local_rank {} is outside 0..{}", o.local_rank,
+                                      o.local_size - 1));
+  }
+  if (o.slots < 1 || o.slots > 64) throw InvalidArgument(fmt::format("DeviceAllreducer: slots must be 1..64, got {}", o.slots));
+  if (o.chunk_bytes == 0) throw InvalidArgument("DeviceAllreducer: chunk_bytes must be positive");
+  const int devices = device_count();
+  if (o.device < 0 || o.device >= devices) {
+    throw InvalidArgument(fmt::format("DeviceAllreducer: device {} does not exist ({} CUDA devices visible)", o.device,
+                                      devices));
+  }
+  impl_->options = o;
+  impl_->slot_bytes = (o.chunk_bytes + kAlign - 1) / kAlign * kAlign;
+  if (o.local_size == 1) return;  // nothing to exchange
+  DeviceGuard guard(o.device);
+  try {
+    impl_->setup(store);
+  } catch (...) {
+    if (impl_->control) impl_->control->abort(o.local_rank);
+    impl_->teardown();
+    throw;
+  }
+}
+
+DeviceAllreducer::~DeviceAllreducer() {
+  if (impl_ && impl_->options.local_size > 1) impl_->teardown();
+}
+
+void DeviceAllreducer::allreduce(void* data, std::size_t count, DataType dtype, ReduceOp op, CUstream_st* stream,
+                                 double prescale, double postscale) {
+  auto& im = *impl_;
+  if (im.broken) {
+    throw IoError(fmt::format("device allreducer of local rank {} failed earlier; create a new one", im.me()));
+  }
+  if (count == 0) return;
+  if (data == nullptr) throw InvalidArgument("DeviceAllreducer::allreduce: data is null");
+  DeviceGuard guard(im.options.device);
+  if (im.n() == 1) {
+    // Alone on the host: only the scaling (and Average by 1) remains.
+    if (prescale == 1.0 && postscale == 1.0) return;
+    detail::ReduceLaunch launch;
+    launch.inputs[0] = data;
+    launch.num_inputs = 1;
+    launch.out = data;
+    launch.count = count;
+    launch.dtype = dtype;
+    launch.op = op;
+    launch.prescale = prescale;
+    launch.postscale = postscale;
+    detail::launch_reduce(launch, stream);
+    return;
+  }
+  try {
+    im.run(static_cast<uint8_t*>(data), count, dtype, op, static_cast<cudaStream_t>(stream), prescale, postscale);
+  } catch (...) {
+    // Peers blocked on this rank fail at once instead of at their deadline.
+    im.broken = true;
+    im.control->abort(im.me());
+    throw;
+  }
+}
+
+const DeviceAllreducerOptions& DeviceAllreducer::options() const { return impl_->options; }
+
+uint64_t DeviceAllreducer::steps() const { return impl_->seq; }
+
+}  // namespace hvd::collective::cuda

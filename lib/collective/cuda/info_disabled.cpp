@@ -1,0 +1,56 @@
+// The CUDA component's entry points in a build without CUDA
+// (HVD_WITH_CUDA=OFF or no nvcc): truthful answers, and a clear error for
+// anything that would need a device.
+#include "hvd/collective/cuda.h"
+#include "staging_pool.h"
+
+namespace hvd::collective::cuda {
+
+namespace {
+[[noreturn]] void not_built(const char* what) {
+  throw InvalidArgument(fmt::format("{} needs the CUDA component, but this hvd_collective was built without CUDA "
+                                    "(configure with nvcc available and -DHVD_WITH_CUDA=ON)",
+                                    what));
+}
+}  // namespace
+
+bool cuda_built() { return false; }
+bool nccl_built() { return false; }
+std::string nccl_version() { return ""; }
+int device_count() { return 0; }
+bool is_device_pointer(const void*) { return false; }
+
+struct DeviceAllreducer::Impl {};
+
+DeviceAllreducer::DeviceAllreducer(store::Store&, const DeviceAllreducerOptions&) { not_built("DeviceAllreducer"); }
+DeviceAllreducer::~DeviceAllreducer() = default;
+void DeviceAllreducer::allreduce(void*, std::size_t, DataType, ReduceOp, CUstream_st*, double, double) {
+  not_built("DeviceAllreducer::allreduce");
+}
+const DeviceAllreducerOptions& DeviceAllreducer::options() const { not_built("DeviceAllreducer::options"); }
+uint64_t DeviceAllreducer::steps() const { return 0; }
+
+struct StagedAllreducer::Impl {};
+StagedAllreducer::StagedAllreducer(const StagedAllreducerOptions&) { not_built("StagedAllreducer"); }
+StagedAllreducer::~StagedAllreducer() = default;
+void StagedAllreducer::allreduce(void*, std::size_t, DataType, CUstream_st*, const HostAllreduce&) {
+  not_built("StagedAllreducer::allreduce");
+}
+
+DeviceFusionBuffer::DeviceFusionBuffer(int, std::size_t) { not_built("DeviceFusionBuffer"); }
+DeviceFusionBuffer::~DeviceFusionBuffer() = default;
+void* DeviceFusionBuffer::pack(const std::vector<Tensor>&, CUstream_st*, std::size_t&) {
+  not_built("DeviceFusionBuffer::pack");
+}
+void DeviceFusionBuffer::unpack(const std::vector<Tensor>&, CUstream_st*) { not_built("DeviceFusionBuffer::unpack"); }
+
+void batched_copy(const std::vector<CopyItem>&, CUstream_st*) { not_built("cuda::batched_copy"); }
+void reduce(const std::vector<const void*>&, void*, std::size_t, DataType, ReduceOp, double, double, CUstream_st*) {
+  not_built("cuda::reduce");
+}
+
+namespace detail {
+std::unique_ptr<HostAllocator> make_pinned_allocator() { not_built("the pinned staging allocator"); }
+}  // namespace detail
+
+}  // namespace hvd::collective::cuda

@@ -1,0 +1,136 @@
+// The reduce kernel's arithmetic on the CPU: emulate_reduce_on_host() runs the
+// kernel's own __host__ __device__ element code (vector body and scalar
+// tail), so every dtype x op x input count x alignment is checked against
+// the float64 reference without a GPU. tests/integration/cuda repeats this
+// on a device.
+#include "kernels.h"
+#include "reference.h"
+
+#include <catch2/catch.hpp>
+
+#include <memory>
+
+using namespace hvd::collective;
+using namespace hvd::collective::testref;
+using hvd::collective::cuda::detail::ReduceLaunch;
+
+namespace {
+
+/// 16-byte aligned host storage with room for a misalignment and the guard.
+struct HostBuffer {
+  explicit HostBuffer(std::size_t bytes) : storage(new uint8_t[bytes + 32]) {
+    base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(storage.get()) + 15) & ~uintptr_t{15});
+  }
+  std::unique_ptr<uint8_t[]> storage;
+  uint8_t* base;
+};
+
+std::string run_case(DataType t, ReduceOp op, int n, std::size_t count, int misalign, bool alias, double pre,
+                     double post, uint64_t seed) {
+  const std::size_t es = ref_size(t);
+  std::vector<Tensor> host;
+  std::vector<std::unique_ptr<HostBuffer>> bufs;
+  ReduceLaunch l;
+  for (int j = 0; j < n; ++j) {
+    host.push_back(random_tensor(t, op, count, seed + j));
+    bufs.push_back(std::make_unique<HostBuffer>((count + kGuard + 1) * es));
+    uint8_t* p = bufs.back()->base + misalign * es;
+    std::memcpy(p, host.back().bytes.data(), count * es);
+    l.inputs[j] = p;
+  }
+  HostBuffer out_buf((count + kGuard + 1) * es);
+  uint8_t* out = alias ? static_cast<uint8_t*>(const_cast<void*>(l.inputs[0])) : out_buf.base + misalign * es;
+  if (!alias) {
+    const auto poison = poison_bytes(t, count * es);
+    std::memcpy(out, poison.data(), poison.size());
+  }
+  const auto guard = poison_bytes(t, kGuard * es);
+  std::memcpy(out + count * es, guard.data(), guard.size());
+  l.num_inputs = n;
+  l.out = out;
+  l.count = count;
+  l.dtype = t;
+  l.op = op;
+  l.prescale = pre;
+  l.postscale = post;
+  l.average_divisor = n;
+  cuda::detail::emulate_reduce_on_host(l);
+  std::vector<const Tensor*> refs;
+  for (auto& h : host) refs.push_back(&h);
+  return verify(t, op, refs, out, count, pre, post, n, guard);
+}
+
+}  // namespace
+
+TEST_CASE("cuda: kernel arithmetic matches the float64 reference for every dtype and op", "[cuda][kernel]") {
+  uint64_t seed = 1;
+  int cases = 0;
+  for (DataType t : kTypes) {
+    for (ReduceOp op : kOps) {
+      for (int n : {1, 2, 3, 4, 16}) {
+        for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{33}, std::size_t{1000}}) {
+          for (int misalign : {0, 1}) {
+            for (bool alias : {false, true}) {
+              const bool scaled = count == 1000 && !alias;
+              // Integer scaling stays in range: prescale 2 on inputs <= 60.
+              const double pre = scaled ? (is_float(t) ? 0.5 : 2.0) : 1.0;
+              const double post = scaled && is_float(t) ? 0.25 : 1.0;
+              const std::string err = run_case(t, op, n, count, misalign, alias, pre, post, seed);
+              seed += 100;
+              ++cases;
+              INFO("misalign " << misalign << ", alias " << alias);
+              REQUIRE(err == "");
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(cases == 8 * 5 * 5 * 4 * 4);
+}
+
+TEST_CASE("cuda: kernel arithmetic: integer wrap, truncating average and half rounding", "[cuda][kernel]") {
+  ReduceLaunch l;
+  SECTION("int8 sum wraps like two's complement") {
+    int8_t a[3] = {100, -128, 7}, b[3] = {100, -1, 0}, out[3] = {};
+    l.inputs[0] = a;
+    l.inputs[1] = b;
+    l.num_inputs = 2;
+    l.out = out;
+    l.count = 3;
+    l.dtype = DataType::Int8;
+    l.op = ReduceOp::Sum;
+    cuda::detail::emulate_reduce_on_host(l);
+    CHECK(out[0] == static_cast<int8_t>(200 - 256));
+    CHECK(out[1] == 127);
+    CHECK(out[2] == 7);
+  }
+  SECTION("int32 average truncates toward zero, by the job size") {
+    int32_t a[2] = {7, -7}, out[2] = {};
+    l.inputs[0] = a;
+    l.num_inputs = 1;
+    l.out = out;
+    l.count = 2;
+    l.dtype = DataType::Int32;
+    l.op = ReduceOp::Average;
+    l.average_divisor = 2;  // a later stage of a 2-rank job
+    cuda::detail::emulate_reduce_on_host(l);
+    CHECK(out[0] == 3);
+    CHECK(out[1] == -3);
+  }
+  SECTION("float16 accumulates in float32 and rounds once") {
+    // 2048 + 1 + 1 in half: pairwise rounding would give 2048 twice; one
+    // rounding of the float32 sum 2050 is exact.
+    uint16_t a = detail::float_to_half(2048.0f), b = detail::float_to_half(1.0f), c = b, out = 0;
+    l.inputs[0] = &a;
+    l.inputs[1] = &b;
+    l.inputs[2] = &c;
+    l.num_inputs = 3;
+    l.out = &out;
+    l.count = 1;
+    l.dtype = DataType::Float16;
+    l.op = ReduceOp::Sum;
+    cuda::detail::emulate_reduce_on_host(l);
+    CHECK(detail::half_to_float(out) == 2050.0f);
+  }
+}
