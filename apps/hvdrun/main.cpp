@@ -23,6 +23,14 @@ int main(int argc, char** argv) {
       std::fputs(hl::render_check_build().c_str(), stdout);
       return hl::exit_code::kOk;
     }
+    if (options.elastic.host_discovery_script) {
+      if (options.dry_run != hl::DryRunFormat::None) {
+        std::fputs("hvdrun: error: --dry-run does not apply to elastic jobs: placement is decided at run time "
+                   "from the discovery script\n", stderr);
+        return hl::exit_code::kUsage;
+      }
+      return hl::run_elastic_job(options);
+    }
     hl::JobPlan plan = hl::make_plan(options);
     if (options.engine == hl::Engine::Mpi) return hl::run_mpi_mode(options, plan);
     if (options.dry_run != hl::DryRunFormat::None) {

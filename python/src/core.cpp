@@ -3,6 +3,7 @@
 // shape); outputs whose size is known only after negotiation stay owned by
 // the handle and are copied out by Python (Handle.copy_output).
 #include "hvd/collective/hvd.h"
+#include "hvd/collective/elastic.h"
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -30,6 +31,11 @@ void wait_interruptible(const Handle& h) {
   h.wait();  // rethrows the operation's error
 }
 
+// Tags that name the Python-only exception classes below.
+struct HostsUpdatedTag {};
+struct WorkerRemovedTag {};
+struct PeerFailureTag {};
+
 const void* cptr(uintptr_t p) { return reinterpret_cast<const void*>(p); }
 void* mptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 
@@ -40,9 +46,25 @@ PYBIND11_MODULE(_core, m) {
 
   static py::exception<hvd::Error> internal_error(m, "HorovodInternalError", PyExc_RuntimeError);
   static py::exception<MismatchError> mismatch_error(m, "MismatchError", PyExc_ValueError);
+  // Elastic (docs/python.md, "Elastic"): a new world was published; every
+  // rank raises it at the same commit. `skip_sync` is Horovod's attribute;
+  // here it is always False (sync after every re-join is never skipped).
+  static py::exception<HostsUpdatedTag> hosts_updated(m, "HostsUpdatedInterrupt", PyExc_RuntimeError);
+  hosts_updated.attr("skip_sync") = false;
+  // This worker is not part of the job any more (removed, or the job ended).
+  static py::exception<WorkerRemovedTag> worker_removed(m, "WorkerRemovedError", PyExc_RuntimeError);
+  // A peer died or a link dropped (hvd::elastic::PeerFailureError): the one
+  // HorovodInternalError elastic run() recovers from by restore + re-join.
+  static py::exception<PeerFailureTag> peer_failure(m, "PeerFailureError", internal_error);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
+    } catch (const hvd::elastic::HostsUpdatedInterrupt& e) {
+      hosts_updated(e.what());
+    } catch (const hvd::elastic::WorkerRemovedError& e) {
+      worker_removed(e.what());
+    } catch (const hvd::elastic::PeerFailureError& e) {
+      peer_failure(e.what());
     } catch (const MismatchError& e) {
       mismatch_error(e.what());
     } catch (const hvd::InvalidArgument& e) {
@@ -61,6 +83,25 @@ PYBIND11_MODULE(_core, m) {
   m.def("local_size", &hvd::local_size);
   m.def("cross_rank", &hvd::cross_rank);
   m.def("cross_size", &hvd::cross_size);
+
+  m.def("elastic_enabled", &hvd::elastic::enabled);
+  m.def("world_version", &hvd::elastic::world_version);
+  m.def("hosts_updated", &hvd::elastic::hosts_updated);
+  // Blocks until this worker is in a newer world (HOROVOD_ELASTIC_TIMEOUT);
+  // the GIL is released, but Ctrl-C does not cut it short.
+  m.def("elastic_reset", [] {
+    py::gil_scoped_release nogil;
+    hvd::elastic::reset();
+  });
+
+  // Throws the named library error, so tests can check the translation above.
+  m.def("_throw_for_test", [](const std::string& kind, const std::string& message) {
+    if (kind == "peer_failure") throw hvd::elastic::PeerFailureError(message);
+    if (kind == "hosts_updated") throw hvd::elastic::HostsUpdatedInterrupt(message);
+    if (kind == "worker_removed") throw hvd::elastic::WorkerRemovedError(message);
+    if (kind == "io") throw hvd::IoError(message);
+    throw hvd::InvalidArgument("_throw_for_test: unknown kind '" + kind + "'");
+  });
 
   py::class_<Handle>(m, "Handle")
       .def("poll", &Handle::poll)

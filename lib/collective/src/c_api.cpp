@@ -1,6 +1,7 @@
 // The C ABI: exceptions become error codes plus a thread-local message.
 #include "hvd/collective/c_api.h"
 
+#include "hvd/collective/elastic.h"
 #include "hvd/collective/errors.h"
 #include "hvd/collective/hvd.h"
 
@@ -38,6 +39,12 @@ int guarded(F&& f) {
     return set_error(HVD_ERR_SHUTDOWN, e.what());
   } catch (const hvd::InvalidArgument& e) {
     return set_error(HVD_ERR_INVALID, e.what());
+  } catch (const hvd::elastic::PeerFailureError& e) {
+    return set_error(HVD_ERR_PEER_FAILURE, e.what());
+  } catch (const hvd::elastic::HostsUpdatedInterrupt& e) {
+    return set_error(HVD_ERR_HOSTS_UPDATED, e.what());
+  } catch (const hvd::elastic::WorkerRemovedError& e) {
+    return set_error(HVD_ERR_REMOVED, e.what());
   } catch (const hvd::IoError& e) {
     return set_error(HVD_ERR_IO, e.what());
   } catch (const hvd::TimeoutError& e) {
@@ -217,5 +224,30 @@ int hvd_barrier(void) {
   hvd_release(h);
   return rc;
 }
+
+
+int hvd_elastic_enabled(void) {
+  int value = 0;
+  guarded([&] { value = hvd::elastic::enabled() ? 1 : 0; });
+  return value;
+}
+
+int hvd_elastic_hosts_updated(void) {
+  int value = 0;
+  guarded([&] { value = hvd::elastic::hosts_updated() ? 1 : 0; });
+  return value;
+}
+
+int64_t hvd_elastic_world_version(void) {
+  int64_t value = 0;
+  guarded([&] { value = static_cast<int64_t>(hvd::elastic::world_version()); });
+  return value;
+}
+
+int hvd_elastic_check_host_updates(void) {
+  return guarded([] { hvd::elastic::check_host_updates(); });
+}
+
+int hvd_elastic_reset(void) { return guarded([] { hvd::elastic::reset(); }); }
 
 }  // extern "C"

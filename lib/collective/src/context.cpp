@@ -7,6 +7,7 @@
 #include "stall_inspector.h"
 
 #include "hvd/collective/algorithms.h"
+#include "hvd/collective/elastic.h"
 #include "hvd/common/error.h"
 
 #include <fmt/format.h>
@@ -94,7 +95,8 @@ struct Context::Impl {
 
   [[noreturn]] void throw_failure() const {
     switch (failure_kind) {
-      case FailureKind::Io: throw IoError(failure);
+      // A peer died or a link dropped: typed for elastic recovery (still an IoError).
+      case FailureKind::Io: throw elastic::PeerFailureError(failure);
       case FailureKind::Timeout: throw TimeoutError(failure);
       case FailureKind::Other: throw Error(failure);
     }

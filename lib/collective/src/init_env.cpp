@@ -1,5 +1,7 @@
 // Init from the environment hvdrun sets, and the process-wide C++ API (hvd.h).
 #include "hvd/collective/context.h"
+#include "hvd/collective/elastic.h"
+#include "hvd/collective/elastic_member.h"
 #include "hvd/collective/hvd.h"
 #include "hvd/collective/mpi_env.h"
 
@@ -176,6 +178,8 @@ namespace {
 std::mutex g_mu;
 std::shared_ptr<collective::Context> g_context;
 int g_generation = 0;
+/// Set in an elastic job (HOROVOD_ELASTIC=1): owns g_context's world.
+std::shared_ptr<elastic::ElasticMember> g_member;
 
 /// Runs at exit for programs that never call shutdown(). Registered after
 /// the logger exists, so it runs before the logger is destroyed (a static
@@ -200,11 +204,23 @@ void init() {
   auto level = parse_log_level(env::get_or("HOROVOD_LOG_LEVEL", "warning"));
   auto rank = env::get("HOROVOD_RANK");
   init_logging(fmt::format("hvd[{}]", rank ? *rank : "0"), level);
-  // Every init after a shutdown forms a new communicator generation, so a
-  // re-init never reads the previous generation's addresses.
-  g_context = collective::context_from_env(fmt::format("gen{}/", g_generation));
-  ++g_generation;
-  if (!rank) init_logging(fmt::format("hvd[{}]", g_context->rank()), level);  // rank learned from MPI
+  if (elastic::enabled()) {
+    // Elastic job: rank and size come from the world hvdrun publishes, and
+    // the member's generations are the world versions.
+    elastic::MemberOptions options = elastic::member_options_from_env();
+    init_logging(fmt::format("hvd[{}]", options.worker_id), level);
+    auto member = std::make_shared<elastic::ElasticMember>(std::move(options));
+    member->join();
+    g_context = member->shared_context();
+    g_member = std::move(member);
+    init_logging(fmt::format("hvd[{}]", g_context->rank()), level);
+  } else {
+    // Every init after a shutdown forms a new communicator generation, so a
+    // re-init never reads the previous generation's addresses.
+    g_context = collective::context_from_env(fmt::format("gen{}/", g_generation));
+    ++g_generation;
+    if (!rank) init_logging(fmt::format("hvd[{}]", g_context->rank()), level);  // rank learned from MPI
+  }
   static bool at_exit_registered = false;
   if (!at_exit_registered) {
     std::atexit(shutdown_at_exit);
@@ -214,11 +230,15 @@ void init() {
 
 void shutdown() {
   std::shared_ptr<collective::Context> ctx;
+  std::shared_ptr<elastic::ElasticMember> member;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     ctx = std::move(g_context);
     g_context.reset();
+    member = std::move(g_member);
+    g_member.reset();
   }
+  if (member) member->close();
   if (ctx) ctx->shutdown();
 }
 
@@ -265,3 +285,54 @@ collective::Handle reducescatter(const collective::ReducescatterArgs& a) {
 void barrier(const collective::BarrierArgs& a) { barrier_async(a).wait(); }
 
 }  // namespace hvd
+
+namespace hvd::elastic {
+
+namespace {
+
+std::shared_ptr<ElasticMember> process_member() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_member;
+}
+
+/// The process-wide Membership: hvd::init()'s Context and member.
+class ProcessMembership final : public Membership {
+ public:
+  collective::Context& context() override { return hvd::context(); }
+  bool elastic() const override { return process_member() != nullptr; }
+  bool hosts_updated() const override { return elastic::hosts_updated(); }
+  void reset() override { elastic::reset(); }
+};
+
+}  // namespace
+
+Membership& process_membership() {
+  static ProcessMembership membership;
+  return membership;
+}
+
+uint64_t world_version() {
+  auto m = process_member();
+  return m ? m->version() : 0;
+}
+
+bool hosts_updated() {
+  auto m = process_member();
+  return m && m->hosts_updated();
+}
+
+void reset() {
+  auto m = process_member();
+  if (!m) {
+    throw InvalidArgument(
+        "hvd::elastic::reset: not an elastic job (HOROVOD_ELASTIC=1 unset) or hvd::init() was not called");
+  }
+  m->reset();
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_member != m) return;  // shut down meanwhile
+  g_context = m->shared_context();
+  init_logging(fmt::format("hvd[{}]", g_context->rank()),
+               parse_log_level(env::get_or("HOROVOD_LOG_LEVEL", "warning")));
+}
+
+}  // namespace hvd::elastic

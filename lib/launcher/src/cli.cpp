@@ -8,8 +8,14 @@
 //  * numbers are parsed here so that messages name the flag as typed.
 #include <fmt/format.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <sstream>
 
@@ -35,15 +41,7 @@ struct NotSupported {
 };
 
 constexpr NotSupported kNotSupported[] = {
-    {"--min-np", "elastic mode, issue 5"},
-    {"--max-np", "elastic mode, issue 5"},
-    {"--slots-per-host", "elastic mode, issue 5"},
-    {"--host-discovery-script", "elastic mode, issue 5"},
-    {"--elastic-timeout", "elastic mode, issue 5"},
-    {"--reset-limit", "elastic mode, issue 5"},
-    {"--blacklist-cooldown-range", "elastic mode, issue 5"},
     {"--jsrun", "jsrun/LSF mode"},
-    {"--mpi-threads-disable", "MPI mode, issue 4"},
 };
 
 const std::map<std::string, std::string>& legacy_names() {
@@ -117,6 +115,8 @@ class Cli {
     value("-i,--ssh-identity-file", "FILE", "SSH private key file", "SSH");
     flag("--ssh-strict-host-key-checking", "Refuse hosts not in known_hosts (default: accept and record new hosts)",
          "SSH");
+    value("--ssh-keepalive", "SECONDS",
+          "TCP keepalive interval of SSH connections; a host silent for about 4 intervals is lost (default 5)", "SSH");
     // Tuning parameters -> HOROVOD_* variables.
     const char* tune = "Tuning (become HOROVOD_* variables for workers)";
     value("--fusion-threshold-mb", "MB", "Fusion buffer threshold in MB (HOROVOD_FUSION_THRESHOLD, bytes)", tune);
@@ -148,20 +148,28 @@ class Cli {
     flag("--mpi", "Start workers through mpirun (Open MPI, MPICH, Intel MPI; see docs/mpi.md)", "Controller");
     flag("--jsrun,--jsm", "jsrun launcher (not supported)", "Controller");
     value("--mpi-args", "ARGS", "Extra arguments for mpirun, split shell-style (with --mpi)", "Controller");
-    pair("--mpi-threads-disable", "--no-mpi-threads-disable", "MPI threading off (not supported yet, issue 4)",
+    pair("--mpi-threads-disable", "--no-mpi-threads-disable", "HOROVOD_MPI_THREADS_DISABLE=1/0 for workers (MPI threading off)",
          "Controller");
-    // Elastic (issue 5).
-    const char* elastic = "Elastic (not supported yet, issue 5)";
-    value("--min-np,--min-num-proc", "N", "Minimum number of processes", elastic);
-    value("--max-np,--max-num-proc", "N", "Maximum number of processes", elastic);
-    value("--slots-per-host", "N", "Slots per discovered host", elastic);
-    value("--host-discovery-script", "FILE", "Script printing available hosts", elastic);
-    value("--elastic-timeout", "SECONDS", "Seconds to wait for hosts after re-scaling", elastic);
-    value("--reset-limit", "N", "Maximum number of re-scalings", elastic);
-    auto* cooldown =
-        app_.add_option("--blacklist-cooldown-range", cooldown_, "MIN MAX seconds a failing host is blacklisted");
+    // Elastic (issue 5): on when a discovery script is given.
+    const char* elastic = "Elastic (on with --host-discovery-script; see docs/elastic.md)";
+    value("--host-discovery-script", "SCRIPT",
+          "Script (or shell command) printing 'host' or 'host:slots' lines; turns elastic mode on", elastic);
+    value("--min-np,--min-num-proc", "N", "Fewest workers to train with (default: -np)", elastic);
+    value("--max-np,--max-num-proc", "N", "Most workers to run (default: no limit)", elastic);
+    value("--slots-per-host", "N", "Slots of a discovered host printed without :slots (default 1)", elastic);
+    value("--elastic-timeout", "SECONDS",
+          "Give up after this long below --min-np (default 600, or HOROVOD_ELASTIC_TIMEOUT)", elastic);
+    value("--reset-limit", "N", "Give up after this many re-formations (default: no limit)", elastic);
+    auto* cooldown = app_.add_option("--blacklist-cooldown-range", cooldown_,
+                                     "MIN MAX seconds a blacklisted host is ignored (grows on repeated failures)");
     cooldown->expected(2)->group(elastic)->type_name("MIN MAX");
     options_["--blacklist-cooldown-range"] = cooldown;
+    value("--discovery-interval", "SECONDS", "Seconds between discovery runs (default 1, fractions allowed)",
+          elastic);
+    value("--discovery-timeout", "SECONDS", "A discovery run taking longer is killed (default 10)", elastic);
+    value("--blacklist-failures", "N",
+          "Worker failures on one host within --blacklist-window that blacklist it (default 3)", elastic);
+    value("--blacklist-window", "SECONDS", "Window for --blacklist-failures (default 60)", elastic);
     // hvdrun additions.
     const char* add = "hvdrun additions";
     auto* dry = app_.add_option("--dry-run", values_["--dry-run"],
@@ -224,6 +232,16 @@ class Cli {
   std::optional<std::string> string(const std::string& key) {
     if (!given(key)) return std::nullopt;
     return values_[key];
+  }
+  /// A positive number of seconds (fractions allowed), as milliseconds.
+  std::optional<std::chrono::milliseconds> seconds(const std::string& key) {
+    if (!given(key)) return std::nullopt;
+    auto v = hvd::env::parse_double(values_[key]);
+    if (!v) throw InvalidArgument(fmt::format("{} '{}' is not a number of seconds", key, values_[key]));
+    if (!(*v > 0) || *v > 1e6) {
+      throw InvalidArgument(fmt::format("{} must be a number of seconds > 0, not {}", key, values_[key]));
+    }
+    return std::chrono::milliseconds(std::max(1LL, std::llround(*v * 1000)));
   }
   /// optional<bool> from a --x/--no-x pair.
   std::optional<bool> toggle(const std::string& yes, const std::string& no) {
@@ -324,6 +342,7 @@ void fill_options(Cli& cli, Options& o) {
     throw InvalidArgument(fmt::format("-p/--ssh-port {} is not a port number", *o.ssh_port));
   o.ssh_identity_file = cli.string("--ssh-identity-file");
   o.ssh_strict_host_key_checking = cli.on("--ssh-strict-host-key-checking");
+  if (auto k = cli.integer("--ssh-keepalive", "--ssh-keepalive", 1)) o.ssh_keepalive = std::chrono::seconds(*k);
 
   TuningOptions& t = o.tuning;
   t.fusion_threshold_mb = cli.number("--fusion-threshold-mb", 0, 1e308);
@@ -364,6 +383,7 @@ void fill_options(Cli& cli, Options& o) {
   // enabling it is a one-line change there.
   if (cli.on("--mpi")) o.engine = Engine::Mpi;
   o.mpi_args = cli.string("--mpi-args");
+  if (!o.mpi_args) o.mpi_args = hvd::env::get("HOROVOD_MPI_ARGS");  // used only with --mpi
   t.mpi_threads_disable = cli.toggle("--mpi-threads-disable", "--no-mpi-threads-disable");
 
   if (cli.given("--dry-run")) {
@@ -387,6 +407,163 @@ void fill_options(Cli& cli, Options& o) {
   o.forward_loader_env = cli.on("--forward-loader-env");
   o.insecure_store = cli.on("--insecure-store");
   if (auto ms = cli.integer("--kill-grace-ms", "--kill-grace-ms", 0)) o.kill_grace = std::chrono::milliseconds(*ms);
+}
+
+/// The elastic flags that only make sense with --host-discovery-script.
+constexpr const char* kElasticFlags[] = {
+    "--min-np",          "--max-np",           "--slots-per-host",     "--elastic-timeout",    "--reset-limit",
+    "--blacklist-cooldown-range", "--discovery-interval", "--discovery-timeout", "--blacklist-failures",
+    "--blacklist-window",
+};
+
+/// The elastic flags given on the command line, each range-checked.
+ElasticSettings elastic_from_cli(Cli& cli) {
+  ElasticSettings e;
+  e.min_np = to_int(cli.integer("--min-np", "--min-np", 1));
+  e.max_np = to_int(cli.integer("--max-np", "--max-np", 1));
+  e.slots_per_host = to_int(cli.integer("--slots-per-host", "--slots-per-host", 1));
+  if (auto script = cli.string("--host-discovery-script")) {
+    if (script->find_first_not_of(" \t") == std::string::npos) {
+      throw InvalidArgument(
+          "--host-discovery-script: empty script (expected e.g. --host-discovery-script ./discover.sh)");
+    }
+    e.host_discovery_script = *script;
+  }
+  if (auto t = to_int(cli.integer("--elastic-timeout", "--elastic-timeout", 1))) {
+    e.elastic_timeout = std::chrono::seconds(*t);
+  }
+  e.reset_limit = to_int(cli.integer("--reset-limit", "--reset-limit", 0));
+  if (cli.given("--blacklist-cooldown-range")) {
+    const auto& range = cli.cooldown();
+    HVD_ENFORCE(range.size() == 2, "--blacklist-cooldown-range takes exactly two values");
+    int bounds[2];
+    for (int k = 0; k < 2; ++k) {
+      auto v = hvd::env::parse_int(range[static_cast<size_t>(k)]);
+      if (!v || *v < 0 || *v > 1000000000L) {
+        throw InvalidArgument(fmt::format("--blacklist-cooldown-range: '{}' is not a number of seconds >= 0",
+                                          range[static_cast<size_t>(k)]));
+      }
+      bounds[k] = static_cast<int>(*v);
+    }
+    if (bounds[0] > bounds[1]) {
+      throw InvalidArgument(
+          fmt::format("--blacklist-cooldown-range: MIN {} is greater than MAX {}", bounds[0], bounds[1]));
+    }
+    e.blacklist_cooldown_range = std::make_pair(bounds[0], bounds[1]);
+  }
+  e.discovery_interval = cli.seconds("--discovery-interval");
+  e.discovery_timeout = cli.seconds("--discovery-timeout");
+  e.blacklist_failures = to_int(cli.integer("--blacklist-failures", "--blacklist-failures", 1));
+  e.blacklist_window = cli.seconds("--blacklist-window");
+  return e;
+}
+
+/// Is `name` an executable file in a folder of PATH?
+bool in_path(const std::string& name) {
+  const auto path = hvd::env::get("PATH");
+  if (!path) return false;
+  std::stringstream ss(*path);
+  std::string dir;
+  while (std::getline(ss, dir, ':')) {
+    if (dir.empty()) dir = ".";
+    const std::string candidate = dir + "/" + name;
+    struct stat st {};
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(candidate.c_str(), X_OK) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/// A discovery script given as one word must exist now: a typo found at
+/// the first discovery run would look like a broken script. A command with
+/// spaces is left to the shell (its first run reports what went wrong).
+void check_discovery_script(const std::string& script) {
+  if (script.find_first_of(" \t\n;|&<>()$`'\"") != std::string::npos) return;
+  const std::string flag = "--host-discovery-script";
+  if (script.find('/') == std::string::npos) {
+    if (in_path(script)) return;
+    struct stat st {};
+    if (::stat(script.c_str(), &st) == 0) {
+      throw InvalidArgument(
+          fmt::format("{} '{}' is not a command in PATH; give it as a path, e.g. ./{}", flag, script, script));
+    }
+    throw InvalidArgument(fmt::format("{} '{}': no such file or command", flag, script));
+  }
+  struct stat st {};
+  if (::stat(script.c_str(), &st) != 0) {
+    throw InvalidArgument(fmt::format("{} '{}': {}", flag, script, std::strerror(errno)));
+  }
+  if (S_ISDIR(st.st_mode)) throw InvalidArgument(fmt::format("{} '{}' is a directory", flag, script));
+  if (::access(script.c_str(), X_OK) != 0) {
+    throw InvalidArgument(fmt::format("{} '{}' is not executable (chmod +x {})", flag, script, script));
+  }
+}
+
+/// Merges the elastic settings (command line over config file over
+/// HOROVOD_ELASTIC_TIMEOUT over defaults) into `o` and checks them together.
+/// Elastic mode is on exactly when a discovery script is given.
+void finish_elastic(Cli& cli, Options& o, const ElasticSettings& from_cli, const ConfigFileValues* file) {
+  const ElasticSettings merged = file ? overlay(from_cli, file->elastic) : from_cli;
+  if (!merged.host_discovery_script) {
+    for (const char* flag : kElasticFlags) {
+      if (cli.given(flag)) throw InvalidArgument(fmt::format("{} needs --host-discovery-script (elastic mode)", flag));
+    }
+    if (file && file->elastic_given) {
+      spdlog::warn("{}: elastic settings ignored: no host_discovery_script or --host-discovery-script "
+                   "(elastic mode is off)",
+                   *o.config_file);
+    }
+    return;
+  }
+  const std::string script_source = from_cli.host_discovery_script
+                                        ? std::string("--host-discovery-script")
+                                        : fmt::format("elastic.host_discovery_script in {}", *o.config_file);
+  if (cli.given("--hosts")) {
+    throw InvalidArgument(fmt::format(
+        "{} and -H/--hosts cannot be used together: in elastic mode the discovery script lists the hosts",
+        script_source));
+  }
+  if (o.hostfile) {
+    throw InvalidArgument(fmt::format(
+        "{} and --hostfile cannot be used together: in elastic mode the discovery script lists the hosts",
+        script_source));
+  }
+  if (o.engine == Engine::Mpi) {
+    throw InvalidArgument(fmt::format("{} (elastic mode) cannot be used with --mpi: elastic jobs use hvdrun's "
+                                      "own controller",
+                                      script_source));
+  }
+  ElasticOptions& e = o.elastic;
+  apply_elastic_settings(merged, e);
+  if (!merged.elastic_timeout) {
+    if (auto env_text = hvd::env::get("HOROVOD_ELASTIC_TIMEOUT")) {
+      auto v = hvd::env::parse_int(*env_text);
+      if (!v || *v < 1 || *v > 1000000000L) {
+        throw InvalidArgument(
+            fmt::format("HOROVOD_ELASTIC_TIMEOUT='{}' is not a positive number of seconds", *env_text));
+      }
+      e.elastic_timeout = std::chrono::seconds(*v);
+    }
+  }
+  if (e.min_np && e.max_np && *e.min_np > *e.max_np) {
+    throw InvalidArgument(fmt::format("--min-np {} is greater than --max-np {}", *e.min_np, *e.max_np));
+  }
+  if (!o.num_proc) {
+    if (!e.min_np) {
+      throw InvalidArgument(
+          "-np or --min-np is required in elastic mode (e.g. hvdrun --min-np 2 --host-discovery-script "
+          "./discover.sh python train.py)");
+    }
+    o.num_proc = e.min_np;  // horovodrun starts elastic jobs at --min-np when -np is absent
+  }
+  if (e.min_np && *e.min_np > *o.num_proc) {
+    throw InvalidArgument(fmt::format("--min-np {} is greater than -np {}", *e.min_np, *o.num_proc));
+  }
+  if (e.max_np && *o.num_proc > *e.max_np) {
+    throw InvalidArgument(fmt::format("-np {} is greater than --max-np {}", *o.num_proc, *e.max_np));
+  }
+  check_discovery_script(*e.host_discovery_script);
 }
 
 /// True while `flag` is listed in kNotSupported.
@@ -465,20 +642,20 @@ ParseOutcome parse_command_line(int argc, char** argv) {
   Options o;
   try {
     fill_options(cli, o);
+    const ElasticSettings elastic_cli = elastic_from_cli(cli);
+    std::optional<ConfigFileValues> file;
     if (o.config_file) {
-      ConfigFileValues file = load_config_file(*o.config_file);
-      if (file.elastic_given) {
-        return not_supported(fmt::format("'elastic:' in {}", *o.config_file), "elastic mode, issue 5");
-      }
-      if (file.engine && !cli.given("--gloo") && !cli.given("--mpi")) o.engine = *file.engine;
+      file = load_config_file(*o.config_file);
+      if (file->engine && !cli.given("--gloo") && !cli.given("--mpi")) o.engine = *file->engine;
       if (o.engine == Engine::Mpi && refused_flag_named("--mpi")) {
         return not_supported(fmt::format("'controller: mpi' in {}", *o.config_file), "MPI mode, issue 4");
       }
-      if (file.ccl_bgt_affinity) {
+      if (file->ccl_bgt_affinity) {
         spdlog::warn("{}: library_options.ccl_bgt_affinity only applies to CCL; ignored", *o.config_file);
       }
-      merge_config(o, file);
+      merge_config(o, *file);
     }
+    finish_elastic(cli, o, elastic_cli, file ? &*file : nullptr);
   } catch (const InvalidArgument& e) {
     return usage_error(e.what());
   }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -218,30 +219,56 @@ ConfigFileValues parse_config_text(const std::string& text, const std::string& o
           {"with_timestamp", [&](const YAML::Node& v) { t.log_hide_timestamp = !s.as_bool(v); }},
       });
     } else if (key == "elastic") {
-      ElasticOptions& e = out.elastic;
-      auto as_int = [&](const YAML::Node& v) {
-        out.elastic_given = true;
-        return static_cast<int>(s.as_nonnegative(v));
+      ElasticSettings& e = out.elastic;
+      auto at_least = [&](const YAML::Node& v, long min) {
+        long n = s.as_long(v);
+        if (n < min) s.fail(v, fmt::format("an integer >= {}", min));
+        if (n > 1000000000L) s.fail(v, "a smaller integer");
+        return static_cast<int>(n);
       };
-      s.each(Handlers{
-          {"min_np", [&](const YAML::Node& v) { e.min_np = as_int(v); }},
-          {"max_np", [&](const YAML::Node& v) { e.max_np = as_int(v); }},
-          {"slots_per_host", [&](const YAML::Node& v) { e.slots_per_host = as_int(v); }},
-          {"elastic_timeout", [&](const YAML::Node& v) { e.elastic_timeout = std::chrono::seconds(as_int(v)); }},
-          {"reset_limit", [&](const YAML::Node& v) { e.reset_limit = as_int(v); }},
-          {"host_discovery_script",
-           [&](const YAML::Node& v) {
-             out.elastic_given = true;
-             e.host_discovery_script = s.as_string(v);
-           }},
-          {"blacklist_cooldown_range",
-           [&](const YAML::Node& v) {
-             if (!v.IsSequence() || v.size() != 2) s.fail(v, "a list [MIN, MAX] of seconds");
-             out.elastic_given = true;
-             e.blacklist_cooldown_range =
-                 std::make_pair(static_cast<int>(s.as_nonnegative(v[0])), static_cast<int>(s.as_nonnegative(v[1])));
-           }},
-      });
+      auto seconds = [&](const YAML::Node& v) {
+        double d = s.as_double(v);
+        if (!(d > 0) || d > 1e6) s.fail(v, "a number of seconds > 0");
+        return std::chrono::milliseconds(std::max(1LL, std::llround(d * 1000)));
+      };
+      auto cooldown = [&](const YAML::Node& v) {
+        if (!v.IsSequence() || v.size() != 2) s.fail(v, "a list [MIN, MAX] of seconds");
+        int lo = at_least(v[0], 0), hi = at_least(v[1], 0);
+        if (lo > hi) s.fail(v, "a list [MIN, MAX] with MIN <= MAX");
+        e.blacklist_cooldown_range = std::make_pair(lo, hi);
+      };
+      auto script = [&](const YAML::Node& v) {
+        std::string text = s.as_string(v);
+        if (text.empty()) s.fail(v, "a script path or command");
+        e.host_discovery_script = text;
+      };
+      Handlers handlers{
+          {"min_np", [&](const YAML::Node& v) { e.min_np = at_least(v, 1); }},
+          {"min_num_proc", [&](const YAML::Node& v) { e.min_np = at_least(v, 1); }},
+          {"max_np", [&](const YAML::Node& v) { e.max_np = at_least(v, 1); }},
+          {"max_num_proc", [&](const YAML::Node& v) { e.max_np = at_least(v, 1); }},
+          {"slots_per_host", [&](const YAML::Node& v) { e.slots_per_host = at_least(v, 1); }},
+          {"slots", [&](const YAML::Node& v) { e.slots_per_host = at_least(v, 1); }},
+          {"host_discovery_script", script},
+          {"elastic_timeout", [&](const YAML::Node& v) { e.elastic_timeout = std::chrono::seconds(at_least(v, 1)); }},
+          {"reset_limit", [&](const YAML::Node& v) { e.reset_limit = at_least(v, 0); }},
+          {"blacklist_cooldown_range", cooldown},
+          {"cooldown_range", cooldown},
+          {"discovery_interval", [&](const YAML::Node& v) { e.discovery_interval = seconds(v); }},
+          {"discovery_timeout", [&](const YAML::Node& v) { e.discovery_timeout = seconds(v); }},
+          {"blacklist_failures", [&](const YAML::Node& v) { e.blacklist_failures = at_least(v, 1); }},
+          {"blacklist_window", [&](const YAML::Node& v) { e.blacklist_window = seconds(v); }},
+      };
+      // Any elastic key with a value marks the file as meant for elastic
+      // mode (cli.cpp warns when no discovery script turns that mode on).
+      for (auto& [name, handler] : handlers) {
+        auto inner = std::move(handler);
+        handler = [&out, inner](const YAML::Node& v) {
+          out.elastic_given = true;
+          inner(v);
+        };
+      }
+      s.each(handlers);
     } else {
       spdlog::warn("{}:{}: unknown section '{}' (ignored)", origin, line, key);
     }
@@ -255,6 +282,39 @@ ConfigFileValues load_config_file(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_config_text(ss.str(), path);
+}
+
+ElasticSettings overlay(const ElasticSettings& preferred, const ElasticSettings& fallback) {
+  ElasticSettings r = preferred;
+  auto fill = [](auto& dst, const auto& src) {
+    if (!dst && src) dst = src;
+  };
+  fill(r.min_np, fallback.min_np);
+  fill(r.max_np, fallback.max_np);
+  fill(r.slots_per_host, fallback.slots_per_host);
+  fill(r.host_discovery_script, fallback.host_discovery_script);
+  fill(r.elastic_timeout, fallback.elastic_timeout);
+  fill(r.reset_limit, fallback.reset_limit);
+  fill(r.blacklist_cooldown_range, fallback.blacklist_cooldown_range);
+  fill(r.discovery_interval, fallback.discovery_interval);
+  fill(r.discovery_timeout, fallback.discovery_timeout);
+  fill(r.blacklist_failures, fallback.blacklist_failures);
+  fill(r.blacklist_window, fallback.blacklist_window);
+  return r;
+}
+
+void apply_elastic_settings(const ElasticSettings& s, ElasticOptions& e) {
+  if (s.min_np) e.min_np = s.min_np;
+  if (s.max_np) e.max_np = s.max_np;
+  if (s.slots_per_host) e.slots_per_host = s.slots_per_host;
+  if (s.host_discovery_script) e.host_discovery_script = s.host_discovery_script;
+  if (s.elastic_timeout) e.elastic_timeout = *s.elastic_timeout;
+  if (s.reset_limit) e.reset_limit = s.reset_limit;
+  if (s.blacklist_cooldown_range) e.blacklist_cooldown_range = s.blacklist_cooldown_range;
+  if (s.discovery_interval) e.discovery_interval = *s.discovery_interval;
+  if (s.discovery_timeout) e.discovery_timeout = *s.discovery_timeout;
+  if (s.blacklist_failures) e.blacklist_failures = *s.blacklist_failures;
+  if (s.blacklist_window) e.blacklist_window = *s.blacklist_window;
 }
 
 void merge_config(Options& options, const ConfigFileValues& file) {

@@ -129,7 +129,7 @@ OutputRouter::OutputRouter(OutputOptions options) : options_(std::move(options))
       make_directory(dir.substr(0, pos));
     }
     make_directory(dir);
-    for (int rank = 0; rank < options_.num_workers; ++rank) {
+    for (int rank = 0; rank < options_.num_workers && !options_.lazy_worker_dirs; ++rank) {
       std::string rank_dir = fmt::format("{}/rank.{}", dir, padded_rank(rank, options_.num_workers));
       make_directory(rank_dir);
       RankState& st = state(rank);
@@ -150,7 +150,22 @@ OutputRouter::~OutputRouter() {
 
 OutputRouter::RankState& OutputRouter::state(int rank) {
   auto it = ranks_.find(rank);
-  if (it == ranks_.end()) it = ranks_.emplace(rank, std::make_unique<RankState>(options_.max_line)).first;
+  if (it == ranks_.end()) {
+    it = ranks_.emplace(rank, std::make_unique<RankState>(options_.max_line)).first;
+    if (options_.directory && options_.lazy_worker_dirs) {
+      // Elastic jobs: one directory per worker process, made when it first
+      // writes. A failure here must not stop the job: the terminal copy of
+      // the output still works.
+      std::string dir = fmt::format("{}/worker.{}", *options_.directory, rank);
+      try {
+        make_directory(dir);
+        it->second->out_file = open_output_file(dir + "/stdout");
+        it->second->err_file = open_output_file(dir + "/stderr");
+      } catch (const std::exception& e) {
+        spdlog::warn("--output-filename: {}", e.what());
+      }
+    }
+  }
   return *it->second;
 }
 

@@ -8,6 +8,7 @@
 #include "hvd/launcher/network.h"
 #include "hvd/launcher/output.h"
 #include "hvd/launcher/run_internal.h"
+#include "hvd/launcher/signal_guard.h"
 #include "hvd/launcher/ssh_spawner.h"
 #include "hvd/launcher/supervisor.h"
 #include "hvd/launcher/worker_env.h"
@@ -16,11 +17,6 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <poll.h>
-#include <pthread.h>
-#include <sys/eventfd.h>
-#include <sys/signalfd.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -36,67 +32,6 @@ namespace hvd::launcher {
 
 namespace {
 
-/// SIGINT/SIGTERM/SIGHUP are blocked in this thread before any other thread
-/// exists (threads inherit the mask) and read from a signalfd by one watcher
-/// thread; SIGPIPE is ignored so a closed stdout cannot kill hvdrun. Children
-/// get both back to defaults (reset_signals_for_exec) before they exec.
-class SignalGuard {
- public:
-  SignalGuard() {
-    sigset_t set = forwarded_signals();
-    pthread_sigmask(SIG_BLOCK, &set, &old_mask_);
-    fd_.reset(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
-    if (!fd_) throw IoError(fmt::format("signalfd failed: {}", std::strerror(errno)));
-    stop_.reset(::eventfd(0, EFD_CLOEXEC));
-    if (!stop_) throw IoError(fmt::format("eventfd failed: {}", std::strerror(errno)));
-    struct sigaction ign{};
-    ign.sa_handler = SIG_IGN;
-    sigemptyset(&ign.sa_mask);
-    ::sigaction(SIGPIPE, &ign, &old_pipe_);
-  }
-
-  /// Starts delivering signals to `on_signal` from a watcher thread.
-  void watch(std::function<void(int)> on_signal) {
-    watcher_ = std::thread([this, on_signal = std::move(on_signal)] {
-      for (;;) {
-        struct pollfd fds[2] = {{fd_.get(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
-        if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
-        if (fds[1].revents) return;
-        struct signalfd_siginfo si;
-        while (::read(fd_.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-          on_signal(static_cast<int>(si.ssi_signo));
-        }
-      }
-    });
-  }
-
-  /// Stops the watcher thread; nothing is delivered after this returns.
-  void stop_watching() {
-    if (!watcher_.joinable()) return;
-    uint64_t one = 1;
-    ssize_t ignored = ::write(stop_.get(), &one, sizeof one);
-    (void)ignored;
-    watcher_.join();
-  }
-
-  ~SignalGuard() {
-    stop_watching();
-    // Signals that came after the job ended are consumed here rather than
-    // killing hvdrun on unblock: the job's exit code already says it all.
-    struct signalfd_siginfo si;
-    while (::read(fd_.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {}
-    ::sigaction(SIGPIPE, &old_pipe_, nullptr);
-    pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
-  }
-
- private:
-  sigset_t old_mask_;
-  struct sigaction old_pipe_{};
-  UniqueFd fd_;
-  UniqueFd stop_;
-  std::thread watcher_;
-};
-
 std::string host_summary(const std::vector<HostLaunch>& hosts) {
   std::string out;
   for (const auto& h : hosts) {
@@ -108,6 +43,23 @@ std::string host_summary(const std::vector<HostLaunch>& hosts) {
 }
 
 }  // namespace
+
+std::unique_ptr<Spawner> make_spawner_for(const Options& options, bool local) {
+  if (local) {
+    LocalSpawnerOptions lo;
+    lo.agent_command = {self_executable(), "--agent"};
+    lo.kill_grace = options.kill_grace;
+    return make_local_spawner(lo);
+  }
+  SshSpawnerOptions ssh;
+  ssh.port = options.ssh_port;
+  ssh.identity_file = options.ssh_identity_file;
+  ssh.strict_host_key_checking = options.ssh_strict_host_key_checking;
+  ssh.agent_command = {self_executable(), "--agent"};
+  ssh.verbose = options.verbose;
+  ssh.keepalive = options.ssh_keepalive;
+  return make_ssh_spawner(ssh);
+}
 
 int run_job(const Options& options, const JobPlan& plan_in) {
   init_logging("hvdrun", options.verbose ? spdlog::level::debug : spdlog::level::info);
@@ -169,20 +121,7 @@ int run_job(const Options& options, const JobPlan& plan_in) {
       HostLaunch h;
       h.host = w.slot.hostname;
       h.launch_on_caller_thread = local.at(h.host).get();
-      if (h.launch_on_caller_thread) {
-        LocalSpawnerOptions lo;
-        lo.agent_command = {self_executable(), "--agent"};
-        lo.kill_grace = options.kill_grace;
-        h.spawner = make_local_spawner(lo);
-      } else {
-        SshSpawnerOptions ssh;
-        ssh.port = options.ssh_port;
-        ssh.identity_file = options.ssh_identity_file;
-        ssh.strict_host_key_checking = options.ssh_strict_host_key_checking;
-        ssh.agent_command = {self_executable(), "--agent"};
-        ssh.verbose = options.verbose;
-        h.spawner = make_ssh_spawner(ssh);
-      }
+      h.spawner = make_spawner_for(options, h.launch_on_caller_thread);
       hosts.push_back(std::move(h));
     }
     hosts[it->second].workers.push_back(w);

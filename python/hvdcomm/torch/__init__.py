@@ -5,11 +5,13 @@ dtype code); the extension does not link libtorch. See docs/python.md."""
 import collections
 import io
 import pickle
+import weakref
 
 import torch
 
 from hvdcomm import _core
-from hvdcomm._core import HorovodInternalError, MismatchError  # noqa: F401
+from hvdcomm._core import (HorovodInternalError, HostsUpdatedInterrupt, MismatchError,  # noqa: F401
+                           PeerFailureError, WorkerRemovedError)
 
 
 # ---------------------------------------------------------------- basics
@@ -494,6 +496,16 @@ class _DistributedOptimizer:
         self._synchronized = False
         if size() > 1:
             self._register_hooks()
+        _optimizers.add(self)
+
+    def _on_reset(self):
+        """After an elastic re-join: handles of the old world are gone, the
+        delay counters start over, and hooks exist if the new size needs them."""
+        self._handles.clear()
+        self._delay = {id(p): self.backward_passes_per_step for p in self._params}
+        self._synchronized = False
+        if size() > 1 and not self._hooks:
+            self._register_hooks()
 
     def __getattr__(self, item):
         return getattr(self.__dict__["_opt"], item)
@@ -528,6 +540,8 @@ class _DistributedOptimizer:
 
     def _make_hook(self, p):
         def hook(*ignore):
+            if size() == 1:
+                return  # hooks outlive a shrink to one rank (elastic): nothing to reduce
             if id(p) in self._handles and self._handles[id(p)][0] is not None:
                 raise AssertionError("hvdcomm: gradients computed more than backward_passes_per_step times "
                                      "before step(); raise backward_passes_per_step")
@@ -597,9 +611,30 @@ class _DistributedOptimizer:
         return self._opt.step(closure)
 
 
+_optimizers = weakref.WeakSet()
+
+
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False, process_set=None):
     """Horovod's DistributedOptimizer: averages gradients across ranks during backward()."""
     return _DistributedOptimizer(optimizer, named_parameters, compression, backward_passes_per_step, op,
                                  gradient_predivide_factor)
+
+
+# ---------------------------------------------------------------- elastic
+def _elastic_reset():
+    """Re-joins the newest elastic world (hvd/collective/elastic.h reset())
+    and drops what this module cached about the old one: pending handles,
+    the counters behind generated op names (a newcomer starts at zero, so
+    survivors must too, or unnamed ops would never match across ranks), and
+    each DistributedOptimizer's in-flight gradients. rank(), size() & co.
+    are not cached: they ask the library each time."""
+    _core.elastic_reset()
+    _handles.clear()
+    _counter.clear()
+    for opt in list(_optimizers):
+        opt._on_reset()
+
+
+from hvdcomm.torch import elastic  # noqa: E402,F401  (hvd.elastic.run etc.)

@@ -1,3 +1,5 @@
+#include <sys/stat.h>
+
 #include "hvd/launcher/config_file.h"
 #include "test_util.h"
 
@@ -115,7 +117,7 @@ TEST_CASE("config: the command line overrides the file - the file fills the rest
   CHECK(o2.tuning.fusion_threshold_mb == std::optional<double>(64));
 }
 
-TEST_CASE("config: bad or missing files are usage errors - elastic/mpi are refused", "[config]") {
+TEST_CASE("config: bad or missing files are usage errors - controller mpi is read", "[config]") {
   auto missing = parse({"-np", "1", "--config-file", "/nonexistent/c.yaml", "cmd"});
   CHECK(missing.exit_code == exit_code::kUsage);
   CHECK(missing.message == "hvdrun: error: cannot read config file '/nonexistent/c.yaml': No such file or directory\n");
@@ -123,17 +125,116 @@ TEST_CASE("config: bad or missing files are usage errors - elastic/mpi are refus
   auto out = parse({"-np", "1", "--config-file", bad.path(), "cmd"});
   CHECK(out.exit_code == exit_code::kUsage);
   CHECK(out.message == "hvdrun: error: " + bad.path() + ":2: params.cycle_time_ms: expected a number, got 'soon'\n");
-  TempFile elastic("elastic:\n  min_np: 2\n", ".yaml");
-  auto e = parse({"-np", "1", "--config-file", elastic.path(), "cmd"});
-  CHECK(e.exit_code == exit_code::kNotSupported);
-  CHECK(e.message ==
-        "hvdrun: error: 'elastic:' in " + elastic.path() + " is not supported yet (elastic mode, issue 5)\n");
   TempFile mpi("controller: mpi\n", ".yaml");
   auto m = parse({"-np", "1", "--config-file", mpi.path(), "cmd"});
   REQUIRE(m.options.has_value());
   CHECK(m.options->engine == Engine::Mpi);
   // --gloo on the command line beats the file's controller.
   CHECK(parse({"--gloo", "-np", "1", "--config-file", mpi.path(), "cmd"}).options.has_value());
+}
+
+TEST_CASE("config: the elastic section, with flag names or horovodrun's dest names", "[config][elastic]") {
+  auto v = parse_config_text(
+      "elastic:\n  min_np: 2\n  max_np: 8\n  slots_per_host: 4\n  host_discovery_script: ./d.sh\n"
+      "  elastic_timeout: 120\n  reset_limit: 3\n  blacklist_cooldown_range: [5, 50]\n"
+      "  discovery_interval: 0.5\n  discovery_timeout: 4\n  blacklist_failures: 5\n  blacklist_window: 90\n",
+      "c.yaml");
+  const ElasticSettings& e = v.elastic;
+  CHECK(v.elastic_given);
+  CHECK(e.min_np == std::optional<int>(2));
+  CHECK(e.max_np == std::optional<int>(8));
+  CHECK(e.slots_per_host == std::optional<int>(4));
+  CHECK(e.host_discovery_script == std::optional<std::string>("./d.sh"));
+  CHECK(e.elastic_timeout == std::optional<std::chrono::seconds>(120));
+  CHECK(e.reset_limit == std::optional<int>(3));
+  CHECK(e.blacklist_cooldown_range == std::optional<std::pair<int, int>>(std::make_pair(5, 50)));
+  CHECK(e.discovery_interval == std::optional<std::chrono::milliseconds>(500));
+  CHECK(e.discovery_timeout == std::optional<std::chrono::milliseconds>(4000));
+  CHECK(e.blacklist_failures == std::optional<int>(5));
+  CHECK(e.blacklist_window == std::optional<std::chrono::milliseconds>(90000));
+  auto d = parse_config_text("elastic:\n  min_num_proc: 1\n  max_num_proc: 3\n  slots: 2\n  cooldown_range: [1, 2]\n",
+                             "c.yaml");
+  CHECK(d.elastic.min_np == std::optional<int>(1));
+  CHECK(d.elastic.max_np == std::optional<int>(3));
+  CHECK(d.elastic.slots_per_host == std::optional<int>(2));
+  CHECK(d.elastic.blacklist_cooldown_range == std::optional<std::pair<int, int>>(std::make_pair(1, 2)));
+  CHECK_FALSE(d.elastic.host_discovery_script);
+}
+
+TEST_CASE("config: bad elastic values name file line and key", "[config][elastic]") {
+  auto msg = [](const std::string& text) { return invalid_message([&] { parse_config_text(text, "c.yaml"); }); };
+  CHECK(msg("elastic:\n  min_np: 0\n") == "c.yaml:2: elastic.min_np: expected an integer >= 1, got '0'");
+  CHECK(msg("elastic:\n  slots_per_host: -2\n") ==
+        "c.yaml:2: elastic.slots_per_host: expected an integer >= 1, got '-2'");
+  CHECK(msg("elastic:\n  reset_limit: many\n") == "c.yaml:2: elastic.reset_limit: expected an integer, got 'many'");
+  CHECK(msg("elastic:\n  blacklist_cooldown_range: [5, 1]\n") ==
+        "c.yaml:2: elastic.blacklist_cooldown_range: expected a list [MIN, MAX] with MIN <= MAX, got a list");
+  CHECK(msg("elastic:\n  cooldown_range: 5\n") ==
+        "c.yaml:2: elastic.cooldown_range: expected a list [MIN, MAX] of seconds, got '5'");
+  CHECK(msg("elastic:\n  discovery_interval: 0\n") ==
+        "c.yaml:2: elastic.discovery_interval: expected a number of seconds > 0, got '0'");
+  CHECK(msg("elastic:\n  host_discovery_script: ''\n") ==
+        "c.yaml:2: elastic.host_discovery_script: expected a script path or command, got ''");
+  CHECK(msg("elastic: 3\n") == "c.yaml:1: elastic: expected a mapping of settings");
+}
+
+TEST_CASE("config: elastic settings merge under the command line", "[config][elastic]") {
+  unsetenv("HOROVOD_ELASTIC_TIMEOUT");
+  TempFile script("#!/bin/sh\necho localhost:2\n", ".sh");
+  REQUIRE(::chmod(script.path().c_str(), 0755) == 0);
+  TempFile f("elastic:\n  min_np: 2\n  max_np: 8\n  elastic_timeout: 120\n  host_discovery_script: " + script.path() +
+                 "\n  discovery_interval: 0.5\n  blacklist_failures: 5\n",
+             ".yaml");
+  // The file alone turns elastic mode on; -np defaults to its min_np.
+  auto o = parse_ok({"--config-file", f.path(), "cmd"});
+  CHECK(o.elastic.host_discovery_script == std::optional<std::string>(script.path()));
+  CHECK(o.num_proc == std::optional<int>(2));
+  CHECK(o.elastic.max_np == std::optional<int>(8));
+  CHECK(o.elastic.elastic_timeout == std::chrono::seconds(120));
+  CHECK(o.elastic.discovery_interval == std::chrono::milliseconds(500));
+  CHECK(o.elastic.blacklist_failures == 5);
+  CHECK(o.elastic.discovery_timeout == std::chrono::milliseconds(10000));  // default
+  // Flags win, field by field.
+  auto c = parse_ok({"--config-file", f.path(), "--max-np", "4", "--elastic-timeout", "9", "--blacklist-failures",
+                     "1", "-np", "3", "cmd"});
+  CHECK(c.elastic.max_np == std::optional<int>(4));
+  CHECK(c.elastic.min_np == std::optional<int>(2));
+  CHECK(c.elastic.elastic_timeout == std::chrono::seconds(9));
+  CHECK(c.elastic.blacklist_failures == 1);
+  CHECK(c.num_proc == std::optional<int>(3));
+  // The file's timeout beats HOROVOD_ELASTIC_TIMEOUT.
+  setenv("HOROVOD_ELASTIC_TIMEOUT", "33", 1);
+  CHECK(parse_ok({"--config-file", f.path(), "cmd"}).elastic.elastic_timeout == std::chrono::seconds(120));
+  unsetenv("HOROVOD_ELASTIC_TIMEOUT");
+  // Checks across fields see the merged values.
+  auto over = parse({"--config-file", f.path(), "-np", "9", "cmd"});
+  CHECK(over.exit_code == exit_code::kUsage);
+  CHECK(over.message == "hvdrun: error: -np 9 is greater than --max-np 8\n");
+  // A script in the file and -H on the command line contradict each other.
+  auto h = parse({"--config-file", f.path(), "-H", "a:2", "cmd"});
+  CHECK(h.exit_code == exit_code::kUsage);
+  CHECK(h.message == "hvdrun: error: elastic.host_discovery_script in " + f.path() +
+                         " and -H/--hosts cannot be used together: in elastic mode the discovery script lists "
+                         "the hosts\n");
+  // The file's script must exist too.
+  TempFile missing("elastic:\n  host_discovery_script: /nonexistent/d.sh\n", ".yaml");
+  CHECK(parse({"--config-file", missing.path(), "-np", "1", "cmd"}).message ==
+        "hvdrun: error: --host-discovery-script '/nonexistent/d.sh': No such file or directory\n");
+}
+
+TEST_CASE("config: elastic settings without a script are ignored (elastic mode off)", "[config][elastic]") {
+  TempFile f("elastic:\n  min_np: 2\n  max_np: 4\n", ".yaml");
+  auto o = parse_ok({"-np", "1", "--config-file", f.path(), "cmd"});
+  CHECK_FALSE(o.elastic.host_discovery_script);
+  CHECK_FALSE(o.elastic.min_np);
+  CHECK_FALSE(o.elastic.max_np);
+  // With a script on the command line the file's settings apply.
+  TempFile script("#!/bin/sh\n", ".sh");
+  REQUIRE(::chmod(script.path().c_str(), 0755) == 0);
+  auto e = parse_ok({"--host-discovery-script", script.path(), "--config-file", f.path(), "cmd"});
+  CHECK(e.elastic.min_np == std::optional<int>(2));
+  CHECK(e.num_proc == std::optional<int>(2));
+  CHECK(e.elastic.max_np == std::optional<int>(4));
 }
 
 TEST_CASE("config: the shipped example conf/hvdrun.example.yaml is valid", "[config]") {

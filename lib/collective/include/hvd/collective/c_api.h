@@ -29,6 +29,13 @@ extern "C" {
 #define HVD_ERR_NOT_INITIALIZED (-5) /* hvd_init() not called, or after hvd_shutdown() */
 #define HVD_ERR_SHUTDOWN (-6)        /* the job shut down before the operation ran */
 #define HVD_ERR_INTERNAL (-7)        /* anything else (a bug: please report) */
+/* Elastic jobs (docs/elastic.md). HVD_ERR_PEER_FAILURE is the HVD_ERR_IO of a
+ * communicator whose peer died or whose link dropped mid-operation (every
+ * communicator failure reports it): restore the last commit, call
+ * hvd_elastic_reset() and go on. */
+#define HVD_ERR_PEER_FAILURE (-8)
+#define HVD_ERR_HOSTS_UPDATED (-9)   /* a new world was published: hvd_elastic_reset() */
+#define HVD_ERR_REMOVED (-10)        /* this worker is no longer in the job (or it ended) */
 
 /* Data types. */
 #define HVD_UINT8 0
@@ -105,6 +112,24 @@ void hvd_release(hvd_handle_t handle);
 int hvd_allreduce(const char* name, const void* in, void* out, int64_t count, int dtype, int op);
 int hvd_broadcast(const char* name, const void* in, void* out, int64_t count, int dtype, int root);
 int hvd_barrier(void);
+
+/* Elastic mode (hvdrun --host-discovery-script; hvd/collective/elastic.h).
+ * 1 when this process runs in an elastic job (HOROVOD_ELASTIC=1), else 0. */
+int hvd_elastic_enabled(void);
+/* 1 when a world newer than the current one has been published, else 0
+ * (never blocks; always 0 outside an elastic job). */
+int hvd_elastic_hosts_updated(void);
+/* The world version this process is a member of (0 before joining or
+ * outside an elastic job). */
+int64_t hvd_elastic_world_version(void);
+/* Collective: HVD_ERR_HOSTS_UPDATED on every rank if any rank has seen a
+ * newer world, else HVD_OK (also outside an elastic job). */
+int hvd_elastic_check_host_updates(void);
+/* Leaves the current communicator and joins the newest world (new rank,
+ * size, ...). HVD_ERR_REMOVED when this worker was removed or the job is
+ * ending; HVD_ERR_TIMEOUT after HOROVOD_ELASTIC_TIMEOUT; HVD_ERR_INVALID
+ * outside an elastic job. */
+int hvd_elastic_reset(void);
 
 #ifdef __cplusplus
 }

@@ -1,10 +1,20 @@
 #pragma once
-/// Host discovery for elastic jobs (issue 5, first increment).
+/// Host discovery for elastic jobs (issue 5; docs/elastic.md, "How discovery
+/// works").
 ///
-/// Only the pure parsing half exists so far: the output of
-/// --host-discovery-script is turned into a host list or a one-line error.
-/// Running the script (bounded, process-group kill on timeout) and the
-/// ElasticDriver state machine are not implemented yet; see docs/elastic.md.
+/// parse_discovery_output turns the output of --host-discovery-script into a
+/// host list or a one-line error (pure, discovery.cpp). run_discovery_script
+/// runs the script once with /bin/sh -c in its own process group, bounded by
+/// --discovery-timeout and 1 MiB of output, and always SIGKILLs the whole
+/// group afterwards so no child outlives a run (discovery_runner.cpp).
+///
+/// run_elastic_job (elastic_run.cpp) runs the script once before anything
+/// starts (a failure there ends the job with exit_code::kLaunch), then on its
+/// own thread every --discovery-interval after the previous run ended, and
+/// hands each result to ElasticDriver (elastic_driver.h). A failing later run
+/// keeps the previous host set; each distinct reason is logged once.
+#include <chrono>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,5 +44,25 @@ struct DiscoveryResult {
 /// non-positive slots, embedded whitespace) or a host listed twice yields an
 /// error naming the line number and text. Empty output is a valid, empty set.
 DiscoveryResult parse_discovery_output(const std::string& output, int default_slots);
+
+struct DiscoveryScriptOptions {
+  /// --host-discovery-script: a path or shell command, run with /bin/sh -c.
+  std::string script;
+  /// --slots-per-host, else 1.
+  int default_slots = 1;
+  /// A run taking longer is killed (its whole process group: children too).
+  std::chrono::milliseconds timeout{10000};
+  /// Output beyond this many bytes makes the run fail ("printed more than").
+  std::size_t max_output_bytes = 1 << 20;
+};
+
+/// Runs the discovery script once, in its own process group, stdin from
+/// /dev/null, and parses its stdout. Never throws for the script's faults:
+/// a non-zero exit ("host discovery script 'S' exited with code 2: <last
+/// stderr line>"), a signal, a timeout ("... timed out after 10 s and was
+/// killed") or malformed output come back as DiscoveryResult::error, one
+/// line. Returns within timeout + a small bound even if the script's
+/// children keep its pipes open.
+DiscoveryResult run_discovery_script(const DiscoveryScriptOptions& options);
 
 }  // namespace hvd::launcher

@@ -1,5 +1,6 @@
 #pragma once
 /// The launcher library's entry points, in the order main() calls them.
+#include "hvd/launcher/elastic_driver.h"
 #include "hvd/launcher/job.h"
 #include "hvd/launcher/options.h"
 
@@ -41,5 +42,13 @@ std::string render_check_build();
 /// Starts the job and supervises it to the end; returns hvdrun's exit code
 /// (run.cpp). Never calls exit().
 int run_job(const Options& options, const JobPlan& plan);
+
+/// Elastic mode (--host-discovery-script): the driver's policy from the
+/// options (elastic_run.cpp).
+ElasticPolicy elastic_policy(const Options& options);
+
+/// Runs an elastic job to the end (discovery, membership changes, recovery;
+/// docs/elastic.md); returns hvdrun's exit code. Never calls exit().
+int run_elastic_job(const Options& options);
 
 }  // namespace hvd::launcher

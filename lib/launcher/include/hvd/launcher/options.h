@@ -48,6 +48,11 @@ struct ElasticOptions {
   std::chrono::seconds elastic_timeout{600};
   std::optional<int> reset_limit;
   std::optional<std::pair<int, int>> blacklist_cooldown_range;  // seconds
+  // hvdrun extensions (coordinator-defined names; the CLI fills them):
+  std::chrono::milliseconds discovery_interval{1000};  // --discovery-interval
+  std::chrono::milliseconds discovery_timeout{10000};  // --discovery-timeout
+  int blacklist_failures = 3;                          // --blacklist-failures
+  std::chrono::milliseconds blacklist_window{60000};   // --blacklist-window
 };
 
 struct Options {
@@ -59,6 +64,7 @@ struct Options {
   std::optional<int> ssh_port;                 // -p
   std::optional<std::string> ssh_identity_file;  // -i
   bool ssh_strict_host_key_checking = false;   // --ssh-strict-host-key-checking (hvdrun addition)
+  std::chrono::seconds ssh_keepalive{5};      // --ssh-keepalive: liveness probe interval of SSH connections
   std::chrono::seconds start_timeout{30};      // --start-timeout / HOROVOD_START_TIMEOUT
   std::vector<std::string> network_interfaces; // --network-interface (comma list accepted)
   // Output
@@ -95,6 +101,7 @@ inline constexpr int kOk = 0;
 inline constexpr int kUsage = 2;          // bad flags, hosts, hostfile, config, too few slots
 inline constexpr int kLaunch = 3;         // host unreachable, auth failed, start timeout
 inline constexpr int kNotSupported = 4;   // a flag whose feature is not implemented yet
+inline constexpr int kElastic = 5;        // elastic job gave up: below --min-np past --elastic-timeout, --reset-limit exceeded
 inline constexpr int kInternal = 70;      // EX_SOFTWARE: a bug in hvdrun
 inline constexpr int kCommandNotFound = 127;
 inline constexpr int kSigHup = 129;

@@ -70,6 +70,9 @@ struct OutputOptions {
   /// --output-filename DIR: DIR/rank.<N>/{stdout,stderr} receive each
   /// rank's raw (unprefixed) bytes as well. Created if missing.
   std::optional<std::string> directory;
+  /// Elastic jobs: instead of DIR/rank.<N> made up front, DIR/worker.<N>
+  /// is made when worker N first writes (workers come and go; ranks change).
+  bool lazy_worker_dirs = false;
   /// Longest line held back before it is flushed in pieces.
   std::size_t max_line = 64 * 1024;
   /// Lines of stderr remembered per rank for failure reports.

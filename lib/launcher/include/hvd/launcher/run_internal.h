@@ -1,7 +1,11 @@
 #pragma once
 /// Internals shared by the "run" half of the launcher (agent, local spawner,
 /// run_job). Not part of the library's public surface.
+#include "hvd/launcher/options.h"
+#include "hvd/launcher/spawner.h"
+
 #include <csignal>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,5 +23,9 @@ char control_byte_for(int sig);
 
 /// The signals hvdrun forwards to workers (SIGINT, SIGTERM, SIGHUP).
 sigset_t forwarded_signals();
+
+/// The spawner for one host: a local spawner (agents forked here) when
+/// `local`, else an SSH spawner configured from the SSH options.
+std::unique_ptr<Spawner> make_spawner_for(const Options& options, bool local);
 
 }  // namespace hvd::launcher

@@ -1,0 +1,110 @@
+// elastic_trainer: a deterministic "training" loop for elastic jobs.
+//
+//   hvdrun -np 2 --min-np 1 --max-np 3 --host-discovery-script ./discover.sh
+//          build/apps/examples/elastic_trainer
+//
+// The model is 1024 floats; each step allreduces (Average) a gradient that
+// depends only on the step number and the parameters, never on the rank or
+// the world size, so every world computes the same update. The gradient is
+// int64: Average of identical integers is exact at any size (a float
+// average rounds differently at size 3 than at size 2), which makes the
+// final checksum identical whatever failures and resizes happened -- the
+// end-to-end tests compare it with an undisturbed run.
+//
+// Environment: HVD_TRAINER_STEPS (default 100), HVD_TRAINER_STEP_MS
+// (default 50). Output, one line per step (a step redone after a failure
+// prints again):
+//   step <k> size <n> rank <r> version <v> checksum <x>
+// and at the end:
+//   final checksum <x> steps <k>
+// Exit status: 0 when done (or when hvdrun removed this worker), 1 on error.
+#include "hvd/collective/elastic.h"
+#include "hvd/collective/hvd.h"
+#include "hvd/common/env.h"
+#include "hvd/common/error.h"
+
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr std::size_t kParams = 1024;
+
+/// FNV-1a over the parameters' bytes and the step counter.
+uint64_t checksum(const std::vector<float>& params, int64_t step) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const void* p, std::size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (std::size_t i = 0; i < n; ++i) {
+      h ^= b[i];
+      h *= 1099511628211ull;
+    }
+  };
+  mix(params.data(), params.size() * sizeof(float));
+  mix(&step, sizeof step);
+  return h;
+}
+
+/// The gradient of step `step`: a function of the step and the parameters only.
+void gradient(const std::vector<float>& params, int64_t step, std::vector<int64_t>& grad) {
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const int64_t q = static_cast<int64_t>(std::llround(static_cast<double>(params[i]) * 4096.0));
+    grad[i] = q / 8 + ((step * 31 + static_cast<int64_t>(i) * 7) % 13) - 6;
+  }
+}
+
+int64_t positive_env(const char* name, int64_t fallback) {
+  const int64_t v = hvd::env::get_int_or(name, fallback);
+  if (v < 0) throw hvd::InvalidArgument(std::string(name) + " must be >= 0");
+  return v;
+}
+
+}  // namespace
+
+int main() {
+  try {
+    const int64_t steps = positive_env("HVD_TRAINER_STEPS", 100);
+    const int64_t step_ms = positive_env("HVD_TRAINER_STEP_MS", 50);
+    hvd::init();
+
+    std::vector<float> params(kParams);
+    for (std::size_t i = 0; i < kParams; ++i) params[i] = static_cast<float>(i % 17) * 0.0625f - 0.5f;
+    std::vector<int64_t> step{0};
+    std::vector<int64_t> grad(kParams);
+
+    hvd::elastic::BufferState state;
+    state.add("params", params);
+    state.add("step", step);
+
+    hvd::elastic::run(state, [&](hvd::elastic::State& s) {
+      while (step[0] < steps) {
+        gradient(params, step[0], grad);
+        // Identical on every rank, so the average is the same at any size.
+        hvd::allreduce("elastic_trainer.grad", grad, hvd::collective::ReduceOp::Average);
+        for (std::size_t i = 0; i < kParams; ++i) params[i] -= 0.001f * static_cast<float>(grad[i]);
+        ++step[0];
+        std::printf("step %" PRId64 " size %d rank %d version %" PRIu64 " checksum %016" PRIx64 "\n", step[0],
+                    hvd::size(), hvd::rank(), hvd::elastic::world_version(), checksum(params, step[0]));
+        std::fflush(stdout);
+        if (step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
+        s.commit();
+      }
+    });
+    std::printf("final checksum %016" PRIx64 " steps %" PRId64 "\n", checksum(params, step[0]), step[0]);
+    std::fflush(stdout);
+    hvd::shutdown();
+    return 0;
+  } catch (const hvd::elastic::WorkerRemovedError& e) {
+    std::fprintf(stderr, "elastic_trainer: %s; exiting\n", e.what());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "elastic_trainer: error: %s\n", e.what());
+    return 1;
+  }
+}

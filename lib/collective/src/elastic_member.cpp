@@ -1,0 +1,411 @@
+// ElasticMember: joining the worlds hvdrun publishes, the arrival barrier
+// that makes a world form entirely or not at all, and the watcher thread
+// (protocol in hvd/collective/elastic_member.h and hvd/store/elastic_world.h).
+#include "hvd/collective/elastic_member.h"
+
+#include "hvd/common/env.h"
+#include "hvd/common/error.h"
+#include "hvd/common/io.h"
+#include "hvd/store/http_store.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+
+namespace hvd::elastic {
+
+namespace selastic = hvd::store::elastic;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+/// Added to "<prefix>arrived" to cancel a barrier. Far beyond any job size,
+/// so a poisoned counter stays negative whatever arrives later.
+constexpr int64_t kPoison = int64_t(1) << 40;
+
+std::string text_of(const store::Bytes& b) { return std::string(b.begin(), b.end()); }
+
+std::chrono::milliseconds remaining(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return std::max(left, std::chrono::milliseconds(0));
+}
+
+/// Latest published version (0 before the first).
+uint64_t latest_version(store::Store& st) {
+  auto v = st.try_get(selastic::kVersionKey);
+  if (!v) return 0;
+  auto n = env::parse_int(text_of(*v));
+  if (!n || *n < 0) {
+    throw IoError(fmt::format("elastic: store key '{}' holds '{}', not a version number", selastic::kVersionKey,
+                              text_of(*v)));
+  }
+  return static_cast<uint64_t>(*n);
+}
+
+std::set<std::string> ids_of(const selastic::World& w) {
+  std::set<std::string> ids;
+  for (const auto& m : w.members) ids.insert(m.worker_id);
+  return ids;
+}
+
+}  // namespace
+
+/// State shared by the joining thread and the watcher.
+struct WatchState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  /// The watcher waits for world `base + 1`.
+  uint64_t base = 0;
+  /// World base+1 has been seen (it may be final).
+  bool newer = false;
+  bool newer_final = false;
+  /// Members of world `base` (to tell whether base+1 dropped one).
+  std::set<std::string> members;
+  /// The Context of world `base` once formed; aborted when base+1 drops a member.
+  std::weak_ptr<collective::Context> context;
+  std::string worker_id;
+
+  /// Called with mu held, after `newer` or `context` changed.
+  void abort_if_departed_locked(const selastic::World& next) {
+    if (!newer || newer_final) return;
+    auto ctx = context.lock();
+    if (!ctx) return;
+    std::string gone;
+    for (const auto& id : members) {
+      if (!next.find(id)) gone += (gone.empty() ? "" : ", ") + id;
+    }
+    if (gone.empty()) return;
+    ctx->abort(fmt::format("world {} dropped worker(s) {} ({})", next.version, gone,
+                           next.reason.empty() ? "no reason given" : next.reason));
+  }
+  std::optional<selastic::World> next_world;
+};
+
+struct ElasticMember::Impl {
+  MemberOptions options;
+  std::shared_ptr<store::Store> store;
+  std::shared_ptr<collective::Context> context;
+  selastic::World world;
+  /// Read by hosts_updated() from any thread.
+  std::atomic<bool> ever_member{false};
+  bool closed = false;
+  std::shared_ptr<WatchState> watch = std::make_shared<WatchState>();
+  std::thread watcher;
+  mutable std::mutex mu;  // guards context and world for readers on other threads
+
+  std::string tag() const { return fmt::format("elastic worker {}", options.worker_id); }
+
+  void start_watcher() {
+    if (watcher.joinable()) return;
+    std::shared_ptr<store::Store> own = options.open_store();
+    if (!own) throw InvalidArgument("elastic: open_store returned no store");
+    watcher = std::thread([w = watch, own, slice = options.watch_slice] { watch_loop(*w, *own, slice); });
+  }
+
+  static void watch_loop(WatchState& w, store::Store& st, std::chrono::milliseconds slice) {
+    std::string last_error;
+    for (;;) {
+      uint64_t target = 0;
+      {
+        std::unique_lock<std::mutex> lock(w.mu);
+        w.cv.wait(lock, [&] { return w.stop || !w.newer; });
+        if (w.stop) return;
+        target = w.base + 1;
+      }
+      std::optional<selastic::World> next;
+      try {
+        next = selastic::decode_world(text_of(st.get(selastic::world_key(target), slice)));
+        last_error.clear();
+      } catch (const TimeoutError&) {
+        continue;
+      } catch (const std::exception& e) {
+        // Store unreachable or a malformed world: say so once, retry calmly.
+        if (last_error != e.what()) spdlog::warn("elastic watcher of {}: {}", w.worker_id, e.what());
+        last_error = e.what();
+        std::unique_lock<std::mutex> lock(w.mu);
+        w.cv.wait_for(lock, slice, [&] { return w.stop; });
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(w.mu);
+      if (w.stop) return;
+      if (target != w.base + 1) continue;  // retargeted while polling
+      w.newer = true;
+      w.newer_final = next->final;
+      w.next_world = next;
+      spdlog::info("elastic worker {}: world {} published ({} members{}{})", w.worker_id, next->version,
+                   next->members.size(), next->final ? ", final" : "",
+                   next->reason.empty() ? "" : ": " + next->reason);
+      w.abort_if_departed_locked(*next);
+    }
+  }
+
+  void stop_watcher() {
+    {
+      std::lock_guard<std::mutex> lock(watch->mu);
+      watch->stop = true;
+    }
+    watch->cv.notify_all();
+    if (watcher.joinable()) watcher.join();
+  }
+
+  /// Points the watcher at world `w` (not yet formed: no context).
+  void retarget(const selastic::World& w) {
+    {
+      std::lock_guard<std::mutex> lock(watch->mu);
+      watch->base = w.version;
+      watch->newer = false;
+      watch->newer_final = false;
+      watch->next_world.reset();
+      watch->members = ids_of(w);
+      watch->context.reset();
+    }
+    watch->cv.notify_all();
+  }
+
+  bool newer_seen() const {
+    std::lock_guard<std::mutex> lock(watch->mu);
+    return watch->newer;
+  }
+
+  void shutdown_context() {
+    std::shared_ptr<collective::Context> ctx;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ctx = context;
+    }
+    if (ctx) ctx->shutdown();
+  }
+
+  enum class Rendezvous { Formed, Abandoned, Failed };
+
+  /// Steps 2 and 3 of the join (header comment).
+  Rendezvous rendezvous(const selastic::World& w, const selastic::Member& me, Clock::time_point deadline) {
+    const std::string prefix = selastic::comm_prefix(w.version);
+    const int n = w.size();
+    if (n > 1) {
+      const std::string arrived = prefix + "arrived", formed = prefix + "formed", abandoned = prefix + "abandoned";
+      int64_t count = store->add(arrived, 1);
+      if (count < 0) return Rendezvous::Abandoned;
+      if (count == n) {
+        store->set_string(formed, "1");
+      } else {
+        for (;;) {
+          try {
+            store->wait({formed}, std::min(options.barrier_slice, remaining(deadline)));
+            break;
+          } catch (const TimeoutError&) {
+          }
+          if (store->try_get(abandoned)) return Rendezvous::Abandoned;
+          const bool out_of_time = Clock::now() >= deadline;
+          if (!newer_seen() && !out_of_time) continue;
+          // Cancel the barrier unless it completed meanwhile.
+          const int64_t before = store->add(arrived, -kPoison) + kPoison;
+          if (before == n) break;  // complete: "formed" is on its way; join in
+          store->set_string(abandoned, "1");
+          if (out_of_time) {
+            throw TimeoutError(fmt::format(
+                "elastic: {} gave up on world {} after HOROVOD_ELASTIC_TIMEOUT ({} s): {} of {} members arrived",
+                tag(), w.version, options.timeout.count() / 1000.0, before, n));
+          }
+          return Rendezvous::Abandoned;
+        }
+      }
+    }
+    collective::Settings s = options.settings;
+    s.rank = me.rank;
+    s.size = n;
+    s.local_rank = me.local_rank;
+    s.local_size = me.local_size;
+    s.cross_rank = me.cross_rank;
+    s.cross_size = me.cross_size;
+    if (!me.host.empty()) s.hostname = me.host;
+    s.comm_prefix = prefix;
+    s.start_timeout = std::max(std::chrono::milliseconds(1), std::min(s.start_timeout, remaining(deadline)));
+    try {
+      std::shared_ptr<collective::Context> ctx = collective::Context::create(s, n > 1 ? store : nullptr);
+      std::lock_guard<std::mutex> lock(mu);
+      context = std::move(ctx);
+      world = w;
+      return Rendezvous::Formed;
+    } catch (const IoError& e) {
+      spdlog::warn("{}: world {} did not form: {}", tag(), w.version, e.what());
+    } catch (const TimeoutError& e) {
+      spdlog::warn("{}: world {} did not form: {}", tag(), w.version, e.what());
+    }
+    return Rendezvous::Failed;
+  }
+
+  /// Joins the newest world with a version >= `wanted` that lists us.
+  void join_from(uint64_t wanted) {
+    const auto deadline = Clock::now() + options.timeout;
+    const auto started = Clock::now();
+    for (;;) {
+      if (Clock::now() >= deadline) {
+        throw TimeoutError(fmt::format(
+            "elastic: {} was not admitted to a world (version >= {}) within HOROVOD_ELASTIC_TIMEOUT ({} s)", tag(),
+            wanted, options.timeout.count() / 1000.0));
+      }
+      const uint64_t candidate = std::max(wanted, latest_version(*store));
+      selastic::World w;
+      try {
+        w = selastic::decode_world(text_of(store->get(selastic::world_key(candidate), remaining(deadline))));
+      } catch (const TimeoutError&) {
+        continue;  // the deadline check above reports it
+      }
+      if (w.final) {
+        throw WorkerRemovedError(fmt::format("elastic: {}: the job is ending (world {} is final{}{})", tag(),
+                                             w.version, w.reason.empty() ? "" : ": ", w.reason));
+      }
+      const selastic::Member* me = w.find(options.worker_id);
+      if (!me) {
+        if (ever_member) {
+          throw WorkerRemovedError(fmt::format("elastic: {} was removed from the job in world {}{}{}", tag(),
+                                               w.version, w.reason.empty() ? "" : ": ", w.reason));
+        }
+        wanted = candidate + 1;  // not admitted yet
+        continue;
+      }
+      if (store->try_get(selastic::world_key(candidate + 1))) {
+        wanted = candidate + 1;  // already superseded
+        continue;
+      }
+      retarget(w);
+      const selastic::Member mine = *me;
+      switch (rendezvous(w, mine, deadline)) {
+        case Rendezvous::Formed: {
+          ever_member = true;
+          std::lock_guard<std::mutex> lock(watch->mu);
+          watch->context = context;
+          if (watch->next_world) watch->abort_if_departed_locked(*watch->next_world);
+          spdlog::info("{}: joined world {} as rank {} of {} in {:.3f} s", tag(), w.version, mine.rank, w.size(),
+                       std::chrono::duration<double>(Clock::now() - started).count());
+          return;
+        }
+        case Rendezvous::Abandoned:
+          spdlog::info("{}: world {} superseded while forming; moving on", tag(), w.version);
+          wanted = candidate + 1;
+          break;
+        case Rendezvous::Failed: wanted = candidate + 1; break;
+      }
+    }
+  }
+};
+
+ElasticMember::ElasticMember(MemberOptions options) : impl_(std::make_unique<Impl>()) {
+  if (options.worker_id.empty()) throw InvalidArgument("elastic: worker id is empty (HVDRUN_WORKER_ID)");
+  if (!options.open_store) throw InvalidArgument("elastic: MemberOptions::open_store is not set");
+  if (options.timeout.count() <= 0) throw InvalidArgument("elastic: HOROVOD_ELASTIC_TIMEOUT must be positive");
+  if (options.barrier_slice.count() <= 0) options.barrier_slice = std::chrono::milliseconds(100);
+  if (options.watch_slice.count() <= 0) options.watch_slice = std::chrono::milliseconds(250);
+  impl_->options = std::move(options);
+  impl_->watch->worker_id = impl_->options.worker_id;
+}
+
+ElasticMember::~ElasticMember() {
+  try {
+    close();
+  } catch (...) {
+  }
+}
+
+void ElasticMember::join() {
+  Impl& d = *impl_;
+  if (d.closed) throw collective::ShutdownError(fmt::format("elastic: {} was closed", d.tag()));
+  if (d.ever_member) return;
+  if (!d.store) {
+    d.store = d.options.open_store();
+    if (!d.store) throw InvalidArgument("elastic: open_store returned no store");
+    d.store->set_string(selastic::ready_key(d.options.worker_id), d.options.ready_value);
+  }
+  d.start_watcher();
+  d.join_from(1);
+}
+
+void ElasticMember::reset() {
+  Impl& d = *impl_;
+  if (d.closed) throw collective::ShutdownError(fmt::format("elastic: {} was closed", d.tag()));
+  if (!d.ever_member) {
+    join();
+    return;
+  }
+  d.shutdown_context();
+  d.join_from(d.world.version + 1);
+}
+
+void ElasticMember::close() {
+  Impl& d = *impl_;
+  if (d.closed) return;
+  d.closed = true;
+  d.stop_watcher();
+  d.shutdown_context();
+}
+
+collective::Context& ElasticMember::context() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (!impl_->context) {
+    throw collective::NotInitializedError(
+        fmt::format("elastic: {} has not joined a world yet", impl_->options.worker_id));
+  }
+  return *impl_->context;
+}
+
+std::shared_ptr<collective::Context> ElasticMember::shared_context() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->context;
+}
+
+bool ElasticMember::hosts_updated() const {
+  std::lock_guard<std::mutex> lock(impl_->watch->mu);
+  return impl_->watch->newer && !impl_->watch->newer_final && impl_->ever_member;
+}
+
+uint64_t ElasticMember::version() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->world.version;
+}
+
+store::elastic::World ElasticMember::world() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->world;
+}
+
+const std::string& ElasticMember::worker_id() const { return impl_->options.worker_id; }
+
+MemberOptions member_options_from_env() {
+  MemberOptions o;
+  auto id = env::get("HVDRUN_WORKER_ID");
+  if (!id || id->empty()) {
+    throw InvalidArgument(
+        "HOROVOD_ELASTIC=1 but HVDRUN_WORKER_ID is not set: elastic workers must be started by hvdrun "
+        "--host-discovery-script");
+  }
+  o.worker_id = *id;
+  o.settings = collective::settings_from_env();
+  if (!env::get("HOROVOD_GLOO_RENDEZVOUS_ADDR")) {
+    throw InvalidArgument("HOROVOD_ELASTIC=1 but HOROVOD_GLOO_RENDEZVOUS_ADDR is not set: start the job with hvdrun");
+  }
+  double seconds = env::get_double_or("HOROVOD_ELASTIC_TIMEOUT", 600);
+  if (!std::isfinite(seconds) || seconds <= 0 || seconds > 1e7) {
+    throw InvalidArgument(fmt::format("HOROVOD_ELASTIC_TIMEOUT={} must be a positive number of seconds", seconds));
+  }
+  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000.0)));
+  const auto connect_timeout = o.settings.start_timeout;
+  o.open_store = [connect_timeout]() -> std::shared_ptr<store::Store> {
+    return std::shared_ptr<store::Store>(store::make_store_from_env(connect_timeout));
+  };
+  o.ready_value = fmt::format("{} {}", o.settings.hostname, ::getpid());
+  return o;
+}
+
+}  // namespace hvd::elastic

@@ -1,0 +1,82 @@
+#pragma once
+/// The elastic membership contract between hvdrun (which decides who is in
+/// the job) and the collective library (which re-forms communicators).
+/// Both sides only meet in the job's authenticated rendezvous store, so this
+/// header is the whole protocol (docs/elastic.md, "Protocol"):
+///
+///  * hvdrun publishes world versions 1, 2, 3, ... in order. Version v is the
+///    JSON value of world_key(v) (written first) and then "elastic/version"
+///    is set to v (decimal). A key world_key(v) never changes once written.
+///  * A worker process is identified by HVDRUN_WORKER_ID (stable for the
+///    process's life; a restarted slot gets a new id). A freshly started
+///    worker sets ready_key(id) once it can take part, then waits for the
+///    first world that lists its id. hvdrun admits it in the next version.
+///  * Members of world v rendezvous under comm_prefix(v) with the rank,
+///    local and cross ranks the world gives them. A member learns that a
+///    newer world exists by waiting on world_key(v + 1) (a long-poll over
+///    the authenticated store: no file polling, no extra port).
+///  * A world with `final` set ends the job: no member re-forms after it.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hvd::store::elastic {
+
+/// Latest published version, as decimal text. Absent before version 1.
+inline constexpr const char* kVersionKey = "elastic/version";
+
+/// "elastic/world/<v>": the JSON of World v.
+std::string world_key(uint64_t version);
+
+/// "elastic/ready/<worker_id>": set by a new worker once it is ready to join.
+std::string ready_key(const std::string& worker_id);
+
+/// "elastic/gen<v>/": the store prefix members of world v rendezvous under.
+std::string comm_prefix(uint64_t version);
+
+/// One worker's place in a world.
+struct Member {
+  std::string worker_id;
+  std::string host;
+  int rank = 0;
+  int local_rank = 0;
+  int local_size = 1;
+  int cross_rank = 0;
+  int cross_size = 1;
+  bool operator==(const Member& o) const {
+    return worker_id == o.worker_id && host == o.host && rank == o.rank && local_rank == o.local_rank &&
+           local_size == o.local_size && cross_rank == o.cross_rank && cross_size == o.cross_size;
+  }
+};
+
+/// One version of the job's membership. Members are ordered by rank and
+/// ranks are 0..size-1.
+struct World {
+  uint64_t version = 0;
+  std::vector<Member> members;
+  /// One line for logs: why this version exists ("worker h1#2 failed").
+  std::string reason;
+  /// The job is ending; members must not wait for another version.
+  bool final = false;
+
+  int size() const { return static_cast<int>(members.size()); }
+  /// The member with this id, or null.
+  const Member* find(const std::string& worker_id) const;
+};
+
+/// JSON text of a world.
+std::string encode_world(const World& world);
+
+/// Parses encode_world's output. Throws hvd::InvalidArgument with a one-line
+/// reason on malformed input (bad JSON, missing fields, ranks that are not
+/// exactly 0..size-1 in order, duplicate worker ids).
+World decode_world(const std::string& text);
+
+/// A world's members from (worker_id, host) pairs listed in rank order:
+/// rank = position; local_rank = position among members on the same host;
+/// local_size = members on that host; cross_rank = index of this host among
+/// the hosts that have a member at this local_rank (in order of first
+/// appearance); cross_size = number of such hosts (horovodrun's rules).
+std::vector<Member> assign_ranks(const std::vector<std::pair<std::string, std::string>>& ids_and_hosts);
+
+}  // namespace hvd::store::elastic

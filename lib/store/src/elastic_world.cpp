@@ -1,0 +1,101 @@
+// The elastic membership contract: key names and the world's JSON form.
+#include "hvd/store/elastic_world.h"
+
+#include "hvd/common/error.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <set>
+
+namespace hvd::store::elastic {
+
+std::string world_key(uint64_t version) { return fmt::format("elastic/world/{}", version); }
+
+std::string ready_key(const std::string& worker_id) { return "elastic/ready/" + worker_id; }
+
+std::string comm_prefix(uint64_t version) { return fmt::format("elastic/gen{}/", version); }
+
+const Member* World::find(const std::string& worker_id) const {
+  for (const auto& m : members) {
+    if (m.worker_id == worker_id) return &m;
+  }
+  return nullptr;
+}
+
+std::string encode_world(const World& world) {
+  nlohmann::json j;
+  j["version"] = world.version;
+  j["reason"] = world.reason;
+  j["final"] = world.final;
+  nlohmann::json members = nlohmann::json::array();
+  for (const auto& m : world.members) {
+    members.push_back({{"id", m.worker_id},
+                       {"host", m.host},
+                       {"rank", m.rank},
+                       {"local_rank", m.local_rank},
+                       {"local_size", m.local_size},
+                       {"cross_rank", m.cross_rank},
+                       {"cross_size", m.cross_size}});
+  }
+  j["members"] = std::move(members);
+  return j.dump();
+}
+
+World decode_world(const std::string& text) {
+  World w;
+  try {
+    auto j = nlohmann::json::parse(text);
+    w.version = j.at("version").get<uint64_t>();
+    w.reason = j.value("reason", std::string());
+    w.final = j.value("final", false);
+    std::set<std::string> ids;
+    for (const auto& jm : j.at("members")) {
+      Member m;
+      m.worker_id = jm.at("id").get<std::string>();
+      m.host = jm.at("host").get<std::string>();
+      m.rank = jm.at("rank").get<int>();
+      m.local_rank = jm.at("local_rank").get<int>();
+      m.local_size = jm.at("local_size").get<int>();
+      m.cross_rank = jm.at("cross_rank").get<int>();
+      m.cross_size = jm.at("cross_size").get<int>();
+      if (m.worker_id.empty()) throw InvalidArgument("a member has an empty id");
+      if (m.rank != static_cast<int>(w.members.size())) {
+        throw InvalidArgument(fmt::format("member {} has rank {}, expected {}", m.worker_id, m.rank, w.members.size()));
+      }
+      if (!ids.insert(m.worker_id).second) throw InvalidArgument("worker id " + m.worker_id + " listed twice");
+      w.members.push_back(std::move(m));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgument(fmt::format("malformed elastic world: {}", e.what()));
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("malformed elastic world: {}", e.what()));
+  }
+  return w;
+}
+
+std::vector<Member> assign_ranks(const std::vector<std::pair<std::string, std::string>>& ids_and_hosts) {
+  std::vector<Member> out;
+  std::map<std::string, int> per_host;  // members seen so far on each host
+  for (const auto& [id, host] : ids_and_hosts) {
+    Member m;
+    m.worker_id = id;
+    m.host = host;
+    m.rank = static_cast<int>(out.size());
+    m.local_rank = per_host[host]++;
+    out.push_back(std::move(m));
+  }
+  // Hosts having a member at local rank L, in order of first appearance.
+  std::map<int, std::vector<std::string>> hosts_at;
+  for (auto& m : out) {
+    m.local_size = per_host[m.host];
+    auto& hosts = hosts_at[m.local_rank];
+    m.cross_rank = static_cast<int>(hosts.size());
+    hosts.push_back(m.host);
+  }
+  for (auto& m : out) m.cross_size = static_cast<int>(hosts_at[m.local_rank].size());
+  return out;
+}
+
+}  // namespace hvd::store::elastic

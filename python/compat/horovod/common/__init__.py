@@ -1,0 +1,1 @@
+"""horovod.common names that scripts import (exceptions)."""

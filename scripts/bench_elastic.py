@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""Elastic-mode recovery benchmarks (issue 5 targets), printed as tables.
+
+    python3 scripts/bench_elastic.py [--build build] [--repeat 5] [--big 64]
+
+Runs real hvdrun elastic jobs on this host with the bundled
+apps/examples/elastic_trainer (1024-parameter model, one int64 allreduce
+and a commit per step, HVD_TRAINER_STEP_MS sleep after each step) and
+measures, from the moment of the event, when workers print steps again:
+
+  kill9    one of 2 workers (host still listed) gets SIGKILL:
+             resume = the survivor's first step in a newer world
+             back2  = both workers stepping at size 2 in a newer world
+  newhost  discovery starts printing a second host (127.0.0.1 beside
+           localhost, so no SSH is involved):
+             train  = the new worker's first step, measured from the moment
+                      hvdrun logged the discovery run that listed the host
+  big      --big workers on one host, one gets SIGKILL:
+             reform = every survivor stepping in a newer world
+             full   = all --big workers stepping at full size again
+
+Times are the arrival of hvdrun's output lines in this script (stdout is
+line-buffered by the trainer and relayed by hvdrun), so they include the
+relay, and up to one HVD_TRAINER_STEP_MS of sleep. Every job is stopped
+with SIGINT afterwards and no process is left behind.
+"""
+import argparse
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+STEP_RE = re.compile(r"^\[(\d+)\]<stdout>:step (\d+) size (\d+) rank (\d+) version (\d+) checksum")
+
+
+class Job:
+    def __init__(self, hvdrun, trainer, hosts, args, step_ms, interval):
+        self.dir = tempfile.mkdtemp(prefix="hvd-bench-elastic-")
+        self.hosts = os.path.join(self.dir, "hosts")
+        self.set_hosts(hosts)
+        self.token = uuid.uuid4().hex
+        env = dict(os.environ, HVD_TEST_TOKEN=self.token, HVD_TRAINER_STEPS="100000000",
+                   HVD_TRAINER_STEP_MS=str(step_ms))
+        cmd = [hvdrun, "--host-discovery-script", "cat " + self.hosts, "--discovery-interval", str(interval)] + \
+            args + [trainer]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                     env=env, text=True, bufsize=1, start_new_session=True)
+        self.steps = []  # (t, worker, step, size, rank, version)
+        self.err = []  # (t, line)
+        self.cv = threading.Condition()
+        for stream, fn in ((self.proc.stdout, self._out), (self.proc.stderr, self._err)):
+            threading.Thread(target=self._read, args=(stream, fn), daemon=True).start()
+
+    def set_hosts(self, text):
+        tmp = self.hosts + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, self.hosts)
+
+    def _read(self, stream, fn):
+        for line in stream:
+            t = time.monotonic()
+            with self.cv:
+                fn(t, line.rstrip("\n"))
+                self.cv.notify_all()
+
+    def _out(self, t, line):
+        m = STEP_RE.match(line)
+        if m:
+            self.steps.append((t,) + tuple(int(x) for x in m.groups()))
+
+    def _err(self, t, line):
+        self.err.append((t, line))
+
+    def wait(self, pred, timeout, what):
+        deadline = time.monotonic() + timeout
+        with self.cv:
+            while True:
+                r = pred()
+                if r:
+                    return r
+                left = deadline - time.monotonic()
+                if left <= 0 or self.proc.poll() is not None:
+                    tail = "\n".join(l for _, l in self.err[-15:])
+                    raise RuntimeError("timed out waiting for %s\n%s" % (what, tail))
+                self.cv.wait(min(left, 0.05))
+
+    def version(self):
+        return max((s[5] for s in self.steps), default=0)
+
+    def worker_pid(self, worker_id):
+        token = ("HVD_TEST_TOKEN=" + self.token).encode()
+        wid = ("HVDRUN_WORKER_ID=" + worker_id).encode()
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open("/proc/%s/environ" % name, "rb") as f:
+                    env = f.read().split(b"\0")
+                with open("/proc/%s/cmdline" % name, "rb") as f:
+                    cmd = f.read().split(b"\0")
+            except OSError:
+                continue
+            if token in env and wid in env and b"--agent" not in cmd:
+                return int(name)
+        return None
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGINT)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def first_after(job, t0, v0, cond):
+    """Arrival time of the first step line after t0 in a world newer than v0 matching cond."""
+    for s in job.steps:
+        if s[0] > t0 and s[5] > v0 and cond(s):
+            return s[0]
+    return None
+
+
+def bench_kill9(a, step_ms):
+    j = Job(a.hvdrun, a.trainer, "localhost:2\n", ["-np", "2", "--min-np", "1"], step_ms, 1.0)
+    try:
+        j.wait(lambda: len({s[1] for s in j.steps if s[2] >= 20}) == 2, 30, "2 workers at step 20")
+        pid = j.worker_pid("w2")
+        with j.cv:
+            v0 = j.version()
+        t0 = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        resume = j.wait(lambda: first_after(j, t0, v0, lambda s: s[1] == 1), 10, "the survivor to resume")
+        back = j.wait(lambda: (lambda x, y: max(x, y) if x and y else None)(
+            first_after(j, t0, v0, lambda s: s[1] == 1 and s[3] == 2),
+            first_after(j, t0, v0, lambda s: s[1] >= 3 and s[3] == 2)), 10, "2 workers again")
+        return resume - t0, back - t0
+    finally:
+        j.stop()
+
+
+def bench_newhost(a, step_ms):
+    j = Job(a.hvdrun, a.trainer, "localhost:1\n", ["-np", "1", "--min-np", "1"], step_ms, 1.0)
+    try:
+        j.wait(lambda: any(s[2] >= 10 for s in j.steps), 30, "step 10")
+        with j.cv:
+            v0 = j.version()
+            n_err = len(j.err)
+        t_write = time.monotonic()
+        j.set_hosts("localhost:1\n127.0.0.1:1\n")
+        t_disc = j.wait(lambda: next((t for t, l in j.err[n_err:] if "discovery: " in l and "127.0.0.1" in l), None),
+                        10, "the discovery run listing 127.0.0.1")
+        t_train = j.wait(lambda: first_after(j, t_write, v0, lambda s: s[1] == 2), 10, "the new worker to train")
+        return t_train - t_disc, t_train - t_write
+    finally:
+        j.stop()
+
+
+def bench_big(a, n, step_ms):
+    j = Job(a.hvdrun, a.trainer, "localhost:%d\n" % n, ["-np", str(n), "--min-np", "1"], step_ms, 1.0)
+    try:
+        j.wait(lambda: len({s[1] for s in j.steps if s[2] >= 5}) == n, 120, "%d workers at step 5" % n)
+        victim = "w%d" % (n // 2)
+        pid = j.worker_pid(victim)
+        with j.cv:
+            v0 = j.version()
+        survivors = set(range(1, n + 1)) - {n // 2}
+        t0 = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+
+        def reform():
+            firsts = {}
+            for s in j.steps:
+                if s[0] > t0 and s[5] > v0 and s[1] in survivors and s[1] not in firsts:
+                    firsts[s[1]] = s[0]
+            return max(firsts.values()) if len(firsts) == len(survivors) else None
+
+        def full():
+            firsts = {}
+            for s in j.steps:
+                if s[0] > t0 and s[5] > v0 and s[3] == n and s[1] not in firsts:
+                    firsts[s[1]] = s[0]
+            return max(firsts.values()) if len(firsts) == n else None
+
+        t_reform = j.wait(reform, 30, "survivors to re-form")
+        t_full = j.wait(full, 30, "%d workers again" % n)
+        return t_reform - t0, t_full - t0
+    finally:
+        j.stop()
+
+
+def table(title, header, rows):
+    print("\n" + title)
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+
+
+def stats_row(name, xs, target):
+    ms = [x * 1000 for x in xs]
+    return [name, "%.0f" % statistics.median(ms), "%.0f" % min(ms), "%.0f" % max(ms), target]
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--build", default=os.path.join(here, "..", "build"))
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--big", type=int, default=64, help="workers on one host for the big case (0: skip)")
+    p.add_argument("--step-ms", type=int, default=5, help="sleep after each training step (ms)")
+    a = p.parse_args()
+    a.hvdrun = os.path.join(a.build, "apps", "hvdrun", "hvdrun")
+    a.trainer = os.path.join(a.build, "apps", "examples", "elastic_trainer")
+    for f in (a.hvdrun, a.trainer):
+        if not os.access(f, os.X_OK):
+            sys.exit("bench_elastic: %s not built (cmake --build %s)" % (f, a.build))
+    print("bench_elastic: %d cores, %d repeats, step sleep %d ms" % (os.cpu_count(), a.repeat, a.step_ms))
+    resume, back, disc, write = [], [], [], []
+    for _ in range(a.repeat):
+        r, b = bench_kill9(a, a.step_ms)
+        resume.append(r)
+        back.append(b)
+        d, w = bench_newhost(a, a.step_ms)
+        disc.append(d)
+        write.append(w)
+    rows = [stats_row("kill -9 of 1 of 2: survivor resumes", resume, "< 100"),
+            stats_row("kill -9 of 1 of 2: back at 2 workers", back, "< 1000"),
+            stats_row("new host: training after its discovery run", disc, "< 1500"),
+            stats_row("new host: training after the hosts file changed (1 s interval)", write, "-")]
+    if a.big:
+        reform, full = [], []
+        for _ in range(max(1, a.repeat // 2)):
+            r, f = bench_big(a, a.big, max(a.step_ms, 20))
+            reform.append(r)
+            full.append(f)
+        rows.append(stats_row("%d workers, kill -9 of one: survivors re-formed" % a.big, reform, "-"))
+        rows.append(stats_row("%d workers, kill -9 of one: all %d training again" % (a.big, a.big), full, "< 2000"))
+    table("elastic recovery (ms, from the event to the first step line)",
+          ["case", "median", "min", "max", "target"], rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,348 @@
+#!/usr/bin/env python3
+"""End-to-end tests of elastic mode on localhost: the real hvdrun, a
+discovery script that reads a hosts file the test edits, and the bundled
+deterministic C++ trainer (apps/examples/elastic_trainer.cpp), which commits
+every step and prints "step K size N rank R version V checksum X" and at the
+end "final checksum X steps K". Its result does not depend on the world
+size, so every faulty run must end with the checksum of a fault-free one.
+
+Run one case:
+  HVDRUN=... TRAINER=... python3 test_elastic.py Elastic.test_scale_up
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import uuid
+
+HVDRUN = os.environ.get("HVDRUN", "hvdrun")
+TRAINER = os.environ.get("TRAINER", "elastic_trainer")
+
+STEP_RE = re.compile(r"\[(\d+)\]<stdout>:step (\d+) size (\d+) rank (\d+) version (\d+) checksum (\S+)")
+FINAL_RE = re.compile(r"\[(\d+)\]<stdout>:final checksum (\S+) steps (\d+)")
+
+
+def processes_with_token(token, exclude=()):
+    needle = ("HVD_TEST_TOKEN=" + token).encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in exclude:
+            continue
+        try:
+            with open("/proc/%s/environ" % name, "rb") as f:
+                env = f.read().split(b"\0")
+            with open("/proc/%s/stat" % name, "rb") as f:
+                if f.read().split(b")")[-1].split()[0] == b"Z":
+                    continue
+        except OSError:
+            continue
+        if needle in env:
+            found.append(int(name))
+    return found
+
+
+def worker_pid(token, worker_id):
+    """The trainer process (not its agent) of worker `worker_id`."""
+    needle = ("HVDRUN_WORKER_ID=" + worker_id).encode()
+    for pid in processes_with_token(token):
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                env = f.read().split(b"\0")
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                cmd = f.read().split(b"\0")
+        except OSError:
+            continue
+        if needle in env and b"--agent" not in cmd:
+            return pid
+    return None
+
+
+_reference = {}
+
+
+def reference_checksum(steps):
+    """The trainer's result without hvdrun (a job of size 1, no faults)."""
+    if steps not in _reference:
+        env = dict(os.environ, HVD_TRAINER_STEPS=str(steps), HVD_TRAINER_STEP_MS="0")
+        for k in list(env):
+            if k.startswith("HOROVOD_") or k.startswith("HVDRUN_"):
+                del env[k]
+        out = subprocess.run([TRAINER], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60,
+                             check=True).stdout.decode()
+        m = re.search(r"final checksum (\S+) steps (\d+)", out)
+        assert m, out
+        _reference[steps] = m.group(1)
+    return _reference[steps]
+
+
+class ElasticJob:
+    """hvdrun in elastic mode with `cat <hosts file>` as discovery script.
+    stdout/stderr are collected by threads, with arrival times."""
+
+    def __init__(self, hosts, args=(), steps=40, step_ms=50, extra_env=None, script=None, command=None,
+                 drop_env=()):
+        self.dir = tempfile.mkdtemp(prefix="hvd-elastic-")
+        self.hosts_file = os.path.join(self.dir, "hosts")
+        self.set_hosts(hosts)
+        self.token = uuid.uuid4().hex
+        env = dict(os.environ, HVD_TEST_TOKEN=self.token, HVD_TRAINER_STEPS=str(steps),
+                   HVD_TRAINER_STEP_MS=str(step_ms))
+        if extra_env:
+            env.update(extra_env)
+        for k in drop_env:
+            env.pop(k, None)
+        script = script or "cat %s" % self.hosts_file
+        cmd = [HVDRUN, "--host-discovery-script", script, "--discovery-interval", "0.2"] + list(args) + \
+            (command or [TRAINER])
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        self.out = []  # (time, line)
+        self.err = []
+        self.cv = threading.Condition()
+        self.readers = [threading.Thread(target=self._read, args=(self.proc.stdout, self.out), daemon=True),
+                        threading.Thread(target=self._read, args=(self.proc.stderr, self.err), daemon=True)]
+        for t in self.readers:
+            t.start()
+
+    def _read(self, stream, sink):
+        for raw in iter(stream.readline, b""):
+            with self.cv:
+                sink.append((time.monotonic(), raw.decode(errors="replace").rstrip("\n")))
+                self.cv.notify_all()
+
+    def set_hosts(self, text):
+        tmp = self.hosts_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, self.hosts_file)
+
+    def steps(self):
+        with self.cv:
+            lines = list(self.out)
+        res = []
+        for t, line in lines:
+            m = STEP_RE.search(line)
+            if m:
+                res.append(dict(t=t, worker=int(m.group(1)), step=int(m.group(2)), size=int(m.group(3)),
+                                rank=int(m.group(4)), version=int(m.group(5))))
+        return res
+
+    def wait_for(self, pred, timeout=30, what="condition"):
+        deadline = time.monotonic() + timeout
+        with self.cv:
+            while True:
+                r = pred()
+                if r:
+                    return r
+                left = deadline - time.monotonic()
+                if left <= 0 or self.proc.poll() is not None and not any(t.is_alive() for t in self.readers):
+                    raise AssertionError("timed out waiting for %s\nstdout:\n%s\nstderr:\n%s" %
+                                         (what, self.text(self.out)[-4000:], self.text(self.err)[-4000:]))
+                self.cv.wait(min(left, 0.1))
+
+    def wait_for_step(self, size, min_step=0, timeout=30):
+        def pred():
+            for s in self.steps():
+                if s["size"] == size and s["step"] >= min_step:
+                    return s
+            return None
+        return self.wait_for(pred, timeout, "a step at size %d" % size)
+
+    @staticmethod
+    def text(lines):
+        return "\n".join(l for _, l in lines)
+
+    def finish(self, timeout=60):
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            raise
+        for t in self.readers:
+            t.join(5)
+        return self.proc.returncode, self.text(self.out), self.text(self.err)
+
+    def final_checksums(self, out):
+        return [m.group(2) for m in FINAL_RE.finditer(out)]
+
+    def leftovers(self, within=5.0):
+        deadline = time.monotonic() + within
+        while True:
+            left = processes_with_token(self.token)
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.05)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+class Elastic(unittest.TestCase):
+    def setUp(self):
+        self.jobs = []
+
+    def tearDown(self):
+        for j in self.jobs:
+            j.kill()
+            for pid in processes_with_token(j.token):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+    def job(self, *a, **kw):
+        j = ElasticJob(*a, **kw)
+        self.jobs.append(j)
+        return j
+
+    def assert_success(self, j, steps, code_out_err):
+        code, out, err = code_out_err
+        self.assertEqual(code, 0, "stdout:\n%s\nstderr:\n%s" % (out[-3000:], err[-3000:]))
+        finals = j.final_checksums(out)
+        self.assertTrue(finals, out[-2000:])
+        self.assertEqual(set(finals), {reference_checksum(steps)}, out[-2000:])
+        self.assertEqual(j.leftovers(), [])
+
+    def test_fixed_size(self):
+        j = self.job("localhost:2\n", ["-np", "2"], steps=20, step_ms=10)
+        res = j.finish()
+        self.assert_success(j, 20, res)
+        self.assertEqual({s["size"] for s in j.steps()}, {2})
+        self.assertEqual(len(j.final_checksums(res[1])), 2)
+
+    def test_scale_up_1_2_3(self):
+        j = self.job("localhost:1\n", ["-np", "1", "--max-np", "3"], steps=60, step_ms=40)
+        j.wait_for_step(1, 3)
+        j.set_hosts("localhost:2\n")
+        j.wait_for_step(2)
+        j.set_hosts("localhost:3\n")
+        s3 = j.wait_for_step(3)
+        res = j.finish()
+        self.assert_success(j, 60, res)
+        sizes = [s["size"] for s in j.steps() if s["rank"] == 0]
+        self.assertEqual(sorted(set(sizes)), [1, 2, 3])
+        # rank 0 stays worker 1 (the original) through both scale-ups
+        self.assertEqual({s["worker"] for s in j.steps() if s["rank"] == 0}, {1})
+        self.assertIn("joined", res[2])
+        self.assertGreater(s3["step"], 3)
+
+    def test_scale_down_3_2(self):
+        j = self.job("localhost:3\n", ["-np", "3", "--min-np", "2"], steps=50, step_ms=40)
+        j.wait_for_step(3, 3)
+        j.set_hosts("localhost:2\n")
+        j.wait_for_step(2)
+        res = j.finish()
+        self.assert_success(j, 50, res)
+        self.assertIn("left", res[2])
+
+    def test_kill9_mid_training_restarts_slot(self):
+        j = self.job("localhost:2\n", ["-np", "2", "--min-np", "1"], steps=60, step_ms=40)
+        before = j.wait_for_step(2, 5)
+        pid = worker_pid(j.token, "w2")
+        self.assertIsNotNone(pid)
+        killed_at = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        # the failed worker leaves the world at once; the restarted slot
+        # joins (often before the survivor has re-formed at size 1, in which
+        # case the survivor goes straight to the world of 2)
+        j.wait_for(lambda: "size 2 -> 1" in j.text(j.err), 10, "a world without w2")
+        back = j.wait_for(lambda: [s for s in j.steps() if s["t"] > killed_at and s["size"] == 2], 10,
+                          "size 2 again")
+        res = j.finish()
+        self.assert_success(j, 60, res)
+        # training resumed from the last commit: no step after the kill is
+        # earlier than the last step committed before it
+        after = [s["step"] for s in j.steps() if s["t"] > killed_at]
+        self.assertGreaterEqual(min(after), before["step"])
+        self.assertTrue(any(s["worker"] >= 3 for s in back), back)  # the new process
+
+    def test_discovery_fails_on_first_run(self):
+        start = time.monotonic()
+        j = self.job("", ["-np", "1"], script="echo no cluster here >&2; exit 3")
+        code, out, err = j.finish(20)
+        self.assertEqual(code, 3, err)
+        self.assertIn("exited with code 3", err)
+        self.assertIn("no cluster here", err)
+        self.assertLess(time.monotonic() - start, 10)
+        self.assertEqual(j.leftovers(), [])
+
+    def test_flaky_discovery_keeps_hosts(self):
+        # odd runs fail, even runs print garbage, the first run is good
+        d = tempfile.mkdtemp()
+        counter = os.path.join(d, "n")
+        script = os.path.join(d, "disc.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\nn=$(cat %s 2>/dev/null || echo 0); echo $((n+1)) > %s\n"
+                    "if [ $n -eq 0 ]; then echo localhost:2; exit 0; fi\n"
+                    "if [ $((n %% 2)) -eq 1 ]; then echo broken >&2; exit 1; fi\n"
+                    "echo 'local host:x'\n" % (counter, counter))
+        os.chmod(script, 0o755)
+        j = self.job("", ["-np", "2"], steps=30, step_ms=40, script=script)
+        res = j.finish()
+        self.assert_success(j, 30, res)
+        self.assertEqual({s["size"] for s in j.steps()}, {2})
+        err = res[2]
+        self.assertIn("broken", err)
+        self.assertIn("malformed", err)
+        # each distinct reason is logged once, not every second
+        self.assertLessEqual(err.count("broken"), 2, err)
+
+    def test_hanging_discovery_is_killed(self):
+        d = tempfile.mkdtemp()
+        counter = os.path.join(d, "n")
+        script = os.path.join(d, "disc.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\nn=$(cat %s 2>/dev/null || echo 0); echo $((n+1)) > %s\n"
+                    "if [ $n -eq 0 ]; then echo localhost:1; exit 0; fi\n"
+                    "sleep 300 & sleep 300\n" % (counter, counter))
+        os.chmod(script, 0o755)
+        j = self.job("", ["-np", "1", "--discovery-timeout", "1"], steps=40, step_ms=50, script=script)
+        res = j.finish()
+        self.assert_success(j, 40, res)
+        self.assertIn("timed out", res[2])
+
+    def test_sigint_stops_everything(self):
+        j = self.job("localhost:2\n", ["-np", "2"], steps=1000, step_ms=50)
+        j.wait_for_step(2, 2)
+        os.kill(j.proc.pid, signal.SIGINT)
+        code, out, err = j.finish(20)
+        self.assertEqual(code, 130, err)
+        self.assertEqual(j.leftovers(), [])
+
+    def test_reset_limit(self):
+        j = self.job("localhost:2\n", ["-np", "2", "--min-np", "1", "--reset-limit", "1"], steps=1000, step_ms=40)
+        j.wait_for_step(2, 2)
+        os.kill(worker_pid(j.token, "w2"), signal.SIGKILL)
+        code, out, err = j.finish(30)
+        self.assertEqual(code, 5, err)
+        self.assertIn("--reset-limit 1", err)
+        self.assertEqual(j.leftovers(), [])
+
+    def test_below_min_np_times_out(self):
+        start = time.monotonic()
+        j = self.job("localhost:1\n", ["-np", "2", "--min-np", "2", "--elastic-timeout", "2"], steps=10)
+        code, out, err = j.finish(30)
+        self.assertEqual(code, 5, err)
+        self.assertIn("min-np", err)
+        self.assertLess(time.monotonic() - start, 15)
+        self.assertEqual(j.leftovers(), [])
+
+    def test_missing_command_fails_fast(self):
+        start = time.monotonic()
+        j = self.job("localhost:1\n", ["-np", "1"], command=["/nonexistent/trainer"])
+        code, out, err = j.finish(30)
+        self.assertEqual(code, 127, err)
+        self.assertLess(time.monotonic() - start, 10)
+        self.assertEqual(j.leftovers(), [])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Elastic jobs across network-namespace hosts, each with its own sshd
+(tests/integration/netns/netns_hosts.py): hvdrun in the root namespace
+reaches the hosts over SSH; the trainer runs in the namespaces and meets
+through hvdrun's store on the bridge address.
+
+Cases (one CTest entry each):
+  remove_host  the hosts file loses a host: its worker is stopped and the
+               job goes on at the smaller size, with the fault-free result;
+  cut_host     a host's link goes down mid-training: its worker is lost,
+               the host is blacklisted, survivors go on; the link comes back
+               and after the cooldown the host is admitted again.
+Both end with no process left in any namespace.
+"""
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "netns"))
+import netns_hosts  # noqa: E402
+import test_elastic as te  # noqa: E402
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what, *details):
+    if not cond:
+        raise Failure(what + "".join("\n--- " + str(d)[-3000:] for d in details))
+
+
+def start(hosts, text, args, steps, step_ms):
+    env = {"HOME": hosts.home, "USER": "root"}
+    return te.ElasticJob(text, ["-i", hosts.key] + args, steps=steps, step_ms=step_ms, extra_env=env,
+                         drop_env=("SSH_AUTH_SOCK", "HVDRUN_REMOTE_AGENT"))
+
+
+def case_remove_host(hosts):
+    a, b = hosts.addrs
+    j = start(hosts, f"{a}:1\n{b}:1\n", ["-np", "2", "--min-np", "1"], steps=60, step_ms=60)
+    try:
+        j.wait_for_step(2, 3, timeout=30)
+        j.set_hosts(f"{a}:1\n")
+        j.wait_for_step(1, timeout=20)
+        code, out, err = j.finish(60)
+    finally:
+        j.kill()
+    check(code == 0, f"hvdrun exited {code}", out, err)
+    finals = set(j.final_checksums(out))
+    check(finals == {te.reference_checksum(60)}, f"wrong result {finals}", out)
+    check("left" in err, "the removal was not logged", err)
+    left = hosts.wait_no_leftovers(8)
+    check(not left, "processes left in the namespaces", left)
+
+
+def case_cut_host(hosts):
+    a, b = hosts.addrs
+    outer = f"hv{hosts.pid}1r"  # the bridge side of host b's veth
+    j = start(hosts, f"{a}:1\n{b}:1\n",
+              ["-np", "2", "--min-np", "1", "--blacklist-failures", "1", "--blacklist-cooldown-range", "3", "4",
+               "--ssh-keepalive", "1"], steps=400, step_ms=50)
+    try:
+        j.wait_for_step(2, 3, timeout=30)
+        cut = time.monotonic()
+        subprocess.run(["ip", "link", "set", outer, "down"], check=True)
+        s1 = j.wait_for(lambda: [s for s in j.steps() if s["t"] > cut and s["size"] == 1], 30, "size 1 after cut")
+        lost_after = s1[0]["t"] - cut
+        # sshd inside b notices the dead client (ClientAlive) and the agent
+        # kills the worker: nothing may be left on b
+        left_b = []
+        end = time.monotonic() + 15
+        while time.monotonic() < end:
+            left_b = hosts.processes(1)
+            if not left_b:
+                break
+            time.sleep(0.2)
+        check(not left_b, "the cut-off host kept its worker", left_b)
+        subprocess.run(["ip", "link", "set", outer, "up"], check=True)
+        back = time.monotonic()
+        s2 = j.wait_for(lambda: [s for s in j.steps() if s["t"] > back and s["size"] == 2], 40,
+                        "size 2 after the cooldown")
+        regrow = s2[0]["t"] - back
+        code, out, err = j.finish(90)
+    finally:
+        subprocess.run(["ip", "link", "set", outer, "up"], check=False)
+        j.kill()
+    check(code == 0, f"hvdrun exited {code}", out, err)
+    check(set(j.final_checksums(out)) == {te.reference_checksum(400)}, "wrong result", out)
+    check("blacklisted" in err, "the blacklisting was not logged", err)
+    left = hosts.wait_no_leftovers(8)
+    check(not left, "processes left in the namespaces", left)
+    print(f"cut_host: survivor at size 1 {lost_after:.1f} s after the cut; size 2 {regrow:.1f} s after the link came back")
+
+
+CASES = {"remove_host": case_remove_host, "cut_host": case_cut_host}
+
+
+def main():
+    case = sys.argv[1]
+    netns_hosts.skip_unless_available()
+    t0 = time.monotonic()
+    with netns_hosts.NetnsHosts(count=2) as hosts:
+        try:
+            CASES[case](hosts)
+        except Failure as e:
+            print(f"FAILED: {case}: {e}", file=sys.stderr)
+            return 1
+    print(f"{case}: ok, {time.monotonic() - t0:.1f} s including setup and teardown")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

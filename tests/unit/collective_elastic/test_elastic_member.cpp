@@ -1,0 +1,379 @@
+// ElasticMember against a fake driver: workers are threads of this process,
+// each with its own store connections and Context, meeting in a real
+// authenticated HttpStoreServer on 127.0.0.1.
+#include "elastic_fixture.h"
+
+#include "hvd/collective/context.h"
+#include "hvd/collective/elastic.h"
+#include "hvd/collective/elastic_member.h"
+#include "hvd/common/env.h"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <mutex>
+#include <thread>
+
+using namespace hvd;
+using namespace hvd::elastic;
+using namespace hvd::elastic::testing;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+template <typename Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = 5s) {
+  const auto end = Clock::now() + limit;
+  while (Clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return pred();
+}
+
+int64_t sum_of_ones(collective::Context& ctx, const std::string& name) {
+  int64_t one = 1;
+  ctx.allreduce(collective::AllreduceArgs{name, &one, &one, collective::DataType::Int64, {1},
+                                          collective::ReduceOp::Sum});
+  return one;
+}
+
+/// A tiny trainer: `value` counts the steps taken; each step allreduces
+/// Average(1) (= 1 at any size) into it and commits.
+struct Counter {
+  std::vector<int64_t> value{0};
+  BufferState state;
+  std::atomic<uint64_t> commits{0};
+  std::atomic<int> size_seen{0};
+  Counter() { state.add("value", value); }
+};
+
+void train(Counter& c, uint64_t steps, std::chrono::milliseconds step_time,
+           const std::function<void(Counter&)>& after_commit = {}) {
+  while (c.state.commits() < steps) {
+    collective::Context& ctx = c.state.membership().context();
+    c.size_seen = ctx.size();
+    int64_t one = 1;
+    ctx.allreduce(collective::AllreduceArgs{"step", &one, &one, collective::DataType::Int64, {1},
+                                            collective::ReduceOp::Average});
+    c.value[0] += one;
+    std::this_thread::sleep_for(step_time);
+    c.state.commit();
+    c.commits = c.state.commits();
+    if (after_commit) after_commit(c);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("elastic members join the first world with the ranks it gives them", "[elastic][member]") {
+  FakeDriver driver;
+  ElasticMember a(driver.options("a")), b(driver.options("b"));
+  auto ja = std::async(std::launch::async, [&] { a.join(); });
+  auto jb = std::async(std::launch::async, [&] { b.join(); });
+  // Both announce themselves before any world exists.
+  REQUIRE(eventually([&] {
+    return driver.store().try_get(store::elastic::ready_key("a")) && driver.store().try_get(store::elastic::ready_key("b"));
+  }));
+  driver.publish(1, {"b", "a"});
+  ja.get();
+  jb.get();
+  CHECK(a.version() == 1);
+  CHECK(a.context().rank() == 1);
+  CHECK(b.context().rank() == 0);
+  CHECK(a.context().size() == 2);
+  CHECK(a.context().local_size() == 2);
+  CHECK(a.context().settings().comm_prefix == "elastic/gen1/");
+  auto sa = std::async(std::launch::async, [&] { return sum_of_ones(a.context(), "x"); });
+  CHECK(sum_of_ones(b.context(), "x") == 2);
+  CHECK(sa.get() == 2);
+  CHECK_FALSE(a.hosts_updated());
+}
+
+TEST_CASE("elastic a worker not listed yet waits and joins the world that admits it", "[elastic][member]") {
+  FakeDriver driver;
+  driver.publish(1, {"a"});
+  ElasticMember a(driver.options("a")), b(driver.options("b"));
+  a.join();
+  CHECK(a.context().size() == 1);
+  auto jb = std::async(std::launch::async, [&] { b.join(); });
+  CHECK(jb.wait_for(300ms) == std::future_status::timeout);  // world 1 does not list b
+  driver.publish(2, {"a", "b"});
+  REQUIRE(eventually([&] { return a.hosts_updated(); }, 3s));
+  a.reset();
+  jb.get();
+  CHECK(a.version() == 2);
+  CHECK(b.version() == 2);
+  CHECK(b.context().rank() == 1);
+  CHECK_FALSE(a.hosts_updated());
+}
+
+TEST_CASE("elastic hosts_updated turns true when a newer world is published, without aborting", "[elastic][member]") {
+  FakeDriver driver;
+  driver.publish(1, {"a", "b"});
+  ElasticMember a(driver.options("a")), b(driver.options("b"));
+  auto jb = std::async(std::launch::async, [&] { b.join(); });
+  a.join();
+  jb.get();
+  CHECK_FALSE(a.hosts_updated());
+  const auto t0 = Clock::now();
+  driver.publish(2, {"a", "b", "c"});  // a newcomer: nobody left
+  CHECK(eventually([&] { return a.hosts_updated() && b.hosts_updated(); }, 3s));
+  INFO("noticed after " << seconds_since(t0) << " s");
+  CHECK(seconds_since(t0) < 1.0);
+  // Growth only: the current communicator keeps working.
+  CHECK_FALSE(a.context().failed());
+  auto sb = std::async(std::launch::async, [&] { return sum_of_ones(b.context(), "y"); });
+  CHECK(sum_of_ones(a.context(), "y") == 2);
+  CHECK(sb.get() == 2);
+}
+
+TEST_CASE("elastic reset into a larger world: the newcomer gets the survivor's state by sync", "[elastic][run]") {
+  FakeDriver driver;
+  driver.publish(1, {"a"});
+  ElasticMember ma(driver.options("a")), mb(driver.options("b"));
+  ma.join();
+  Counter a, b;
+  a.state.set_membership(ma);
+  b.state.set_membership(mb);
+  std::atomic<int> a_resets{0};
+  a.state.register_reset_callbacks({[&] { ++a_resets; }});
+  int64_t b_first_value = -1;
+  uint64_t b_first_commits = 0;
+
+  constexpr uint64_t kSteps = 40;
+  auto ta = std::async(std::launch::async, [&] { run(a.state, [&](State&) { train(a, kSteps, 5ms); }); });
+  REQUIRE(eventually([&] { return a.commits >= 5; }));
+  auto tb = std::async(std::launch::async, [&] {
+    mb.join();
+    run(b.state, [&](State&) {
+      if (b_first_value < 0) {
+        b_first_value = b.value[0];
+        b_first_commits = b.state.commits();
+      }
+      train(b, kSteps, 5ms);
+    });
+  });
+  REQUIRE(eventually([&] { return driver.store().try_get(store::elastic::ready_key("b")).has_value(); }));
+  driver.publish(2, {"a", "b"});
+  REQUIRE(ta.wait_for(20s) == std::future_status::ready);
+  REQUIRE(tb.wait_for(20s) == std::future_status::ready);
+  ta.get();
+  tb.get();
+  CHECK(a_resets == 1);
+  CHECK(ma.version() == 2);
+  CHECK(mb.version() == 2);
+  CHECK(a.size_seen == 2);
+  // The newcomer started from the survivor's trained state, not from zero.
+  CHECK(b_first_commits >= 5);
+  CHECK(b_first_value == static_cast<int64_t>(b_first_commits));
+  // Same result as an uninterrupted run.
+  CHECK(a.value[0] == static_cast<int64_t>(kSteps));
+  CHECK(b.value[0] == static_cast<int64_t>(kSteps));
+}
+
+TEST_CASE("elastic a peer failure mid-allreduce throws PeerFailureError fast, then reset into a smaller world",
+          "[elastic][run][failure]") {
+  FakeDriver driver;
+  driver.publish(1, {"a", "b"});
+  ElasticMember ma(driver.options("a")), mb(driver.options("b"));
+  auto jb = std::async(std::launch::async, [&] { mb.join(); });
+  ma.join();
+  jb.get();
+  Counter a, b;
+  a.state.set_membership(ma);
+  b.state.set_membership(mb);
+
+  std::atomic<int64_t> killed_at_ns{0}, failure_at_ns{0};
+  auto now_ns = [] { return Clock::now().time_since_epoch().count(); };
+  constexpr uint64_t kSteps = 30;
+  auto ta = std::async(std::launch::async, [&] {
+    run(a.state, [&](State&) {
+      try {
+        train(a, kSteps, 2ms);
+      } catch (const PeerFailureError&) {
+        if (failure_at_ns == 0) failure_at_ns = now_ns();
+        throw;
+      }
+    });
+  });
+  // b "dies" after 10 commits: its links close as the kernel closes a killed
+  // process's sockets (the real SIGKILL is in test_elastic_process.cpp).
+  auto tb = std::async(std::launch::async, [&] {
+    run(b.state, [&](State&) {
+      train(b, kSteps, 2ms, [&](Counter& c) {
+        if (c.state.commits() == 10) {
+          killed_at_ns = now_ns();
+          mb.context().abort("simulated kill -9");
+          throw std::runtime_error("killed");
+        }
+      });
+    });
+  });
+  CHECK_THROWS_WITH(tb.get(), "killed");
+  mb.close();
+  REQUIRE(eventually([&] { return failure_at_ns != 0; }, 5s));
+  const double detect = (failure_at_ns - killed_at_ns) / 1e9;
+  INFO("survivor saw PeerFailureError " << detect << " s after the kill");
+  CHECK(detect < 0.5);
+  driver.publish(2, {"a"}, false, "worker b failed");
+  REQUIRE(ta.wait_for(15s) == std::future_status::ready);
+  ta.get();
+  CHECK(ma.version() == 2);
+  CHECK(ma.context().size() == 1);
+  CHECK(a.value[0] == static_cast<int64_t>(kSteps));
+}
+
+TEST_CASE("elastic a world that drops a silent peer aborts the blocked operation (cut link)", "[elastic][member][failure]") {
+  FakeDriver driver;
+  driver.publish(1, {"a", "b"});
+  ElasticMember a(driver.options("a")), b(driver.options("b"));
+  auto jb = std::async(std::launch::async, [&] { b.join(); });
+  a.join();
+  jb.get();
+  // b stays alive but never takes part: a's allreduce cannot complete.
+  int64_t x = 1;
+  collective::Handle h = a.context().allreduce_async(
+      collective::AllreduceArgs{"stuck", &x, &x, collective::DataType::Int64, {1}, collective::ReduceOp::Sum});
+  CHECK_FALSE(h.wait_for(200ms));
+  const auto t0 = Clock::now();
+  driver.publish(2, {"a"}, false, "host of b unreachable");
+  CHECK_THROWS_AS(h.wait(), PeerFailureError);
+  INFO("aborted after " << seconds_since(t0) << " s");
+  CHECK(seconds_since(t0) < 1.0);
+  CHECK_THROWS_AS(h.wait(), IoError);  // still an IoError for non-elastic code
+  a.reset();
+  CHECK(a.version() == 2);
+  CHECK(a.context().size() == 1);
+  // b was a member and is not in world 2: removed.
+  CHECK_THROWS_AS(b.reset(), WorkerRemovedError);
+}
+
+TEST_CASE("elastic a newer world published during rendezvous is taken instead", "[elastic][member]") {
+  FakeDriver driver;
+  driver.publish(1, {"a", "b"});  // b never comes
+  ElasticMember a(driver.options("a")), b(driver.options("b"));
+  auto ja = std::async(std::launch::async, [&] { a.join(); });
+  CHECK(ja.wait_for(300ms) == std::future_status::timeout);
+  const auto t0 = Clock::now();
+  driver.publish(2, {"a"}, false, "b failed to start");
+  REQUIRE(ja.wait_for(5s) == std::future_status::ready);
+  ja.get();
+  INFO("moved on after " << seconds_since(t0) << " s");
+  CHECK(seconds_since(t0) < 1.0);
+  CHECK(a.version() == 2);
+  CHECK(a.context().size() == 1);
+  // World 1's barrier is cancelled for good: a late member cannot form it.
+  CHECK(driver.store().try_get("elastic/gen1/abandoned").has_value());
+  CHECK(driver.store().add("elastic/gen1/arrived", 0) < 0);
+
+  // b, never admitted so far, joins the next world with a.
+  auto jb = std::async(std::launch::async, [&] { b.join(); });
+  driver.publish(3, {"a", "b"});
+  REQUIRE(eventually([&] { return a.hosts_updated(); }));
+  a.reset();
+  jb.get();
+  CHECK(a.version() == 3);
+  CHECK(b.version() == 3);
+  CHECK(b.context().size() == 2);
+}
+
+TEST_CASE("elastic a final world ends membership: reset and late joiners get WorkerRemovedError", "[elastic][member]") {
+  FakeDriver driver;
+  driver.publish(1, {"a"});
+  ElasticMember a(driver.options("a"));
+  a.join();
+  driver.publish(2, {"a"}, true, "job finishing");
+  // A final world is not a host update: training goes on to its end.
+  std::this_thread::sleep_for(300ms);
+  CHECK_FALSE(a.hosts_updated());
+  CHECK_THROWS_AS(a.reset(), WorkerRemovedError);
+  ElasticMember c(driver.options("c"));
+  CHECK_THROWS_AS(c.join(), WorkerRemovedError);
+}
+
+TEST_CASE("elastic join gives up after the elastic timeout with a clear error", "[elastic][member]") {
+  FakeDriver driver;
+  ElasticMember a(driver.options("a", 400ms));
+  const auto t0 = Clock::now();
+  CHECK_THROWS_AS(a.join(), TimeoutError);
+  CHECK(seconds_since(t0) < 3.0);
+  ElasticMember b(driver.options("b", 400ms));
+  driver.publish(1, {"b", "nobody"});
+  try {
+    b.join();
+    FAIL("join should time out");
+  } catch (const TimeoutError& e) {
+    CHECK(std::string(e.what()).find("HOROVOD_ELASTIC_TIMEOUT") != std::string::npos);
+  }
+}
+
+TEST_CASE("elastic close stops the watcher promptly", "[elastic][member]") {
+  FakeDriver driver;
+  driver.publish(1, {"a"});
+  ElasticMember a(driver.options("a"));
+  a.join();
+  const auto t0 = Clock::now();
+  a.close();
+  CHECK(seconds_since(t0) < 1.0);
+  CHECK_THROWS_AS(a.reset(), collective::ShutdownError);
+}
+
+// A benchmark, not run by CTest (hidden tag): N members re-form after one of
+// them dies. HVD_ELASTIC_BENCH_N (default 32) members as threads.
+TEST_CASE("elastic bench: N members re-form after one is killed", "[.][bench]") {
+  const int n = static_cast<int>(env::get_int_or("HVD_ELASTIC_BENCH_N", 32));
+  REQUIRE(n >= 2);
+  FakeDriver driver;
+  std::vector<std::string> ids;
+  for (int i = 0; i < n; ++i) ids.push_back("w" + std::to_string(i));
+  std::vector<std::unique_ptr<ElasticMember>> members;
+  for (const auto& id : ids) members.push_back(std::make_unique<ElasticMember>(driver.options(id, 60s)));
+  driver.publish(1, ids);
+  const auto t_join = Clock::now();
+  {
+    std::vector<std::future<void>> js;
+    for (auto& m : members) js.push_back(std::async(std::launch::async, [&m] { m->join(); }));
+    for (auto& j : js) j.get();
+  }
+  const double join_s = seconds_since(t_join);
+
+  std::atomic<int> failed{0};
+  std::vector<std::future<double>> survivors;
+  Clock::time_point killed_at;
+  std::mutex mu;
+  for (int i = 0; i < n - 1; ++i) {
+    survivors.push_back(std::async(std::launch::async, [&, i] {
+      ElasticMember& m = *members[i];
+      try {
+        for (int k = 0;; ++k) sum_of_ones(m.context(), "warm" + std::to_string(k % 4));
+      } catch (const PeerFailureError&) {
+        ++failed;
+      }
+      m.reset();
+      const int64_t s = sum_of_ones(m.context(), "after");
+      CHECK(s == n - 1);
+      std::lock_guard<std::mutex> lock(mu);
+      return seconds_since(killed_at);
+    }));
+  }
+  std::this_thread::sleep_for(300ms);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    killed_at = Clock::now();
+  }
+  members[n - 1]->context().abort("simulated kill -9");
+  std::vector<std::string> rest(ids.begin(), ids.end() - 1);
+  driver.publish(2, rest, false, "w" + std::to_string(n - 1) + " failed");
+  double worst = 0;
+  for (auto& s : survivors) worst = std::max(worst, s.get());
+  CHECK(failed == n - 1);
+  WARN(n << " members: first join " << join_s << " s; kill -> all " << n - 1
+         << " survivors re-formed and allreduced " << worst << " s");
+  members[n - 1]->close();
+}

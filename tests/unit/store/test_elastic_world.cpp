@@ -1,0 +1,68 @@
+// The elastic membership contract (hvd/store/elastic_world.h).
+#include "hvd/common/error.h"
+#include "hvd/store/elastic_world.h"
+
+#include <catch2/catch.hpp>
+
+using namespace hvd::store::elastic;
+
+TEST_CASE("elastic keys are stable and versioned", "[elastic_world]") {
+  CHECK(world_key(3) == "elastic/world/3");
+  CHECK(ready_key("w7") == "elastic/ready/w7");
+  CHECK(comm_prefix(12) == "elastic/gen12/");
+  CHECK(std::string(kVersionKey) == "elastic/version");
+}
+
+TEST_CASE("assign_ranks follows horovodrun's local and cross rank rules", "[elastic_world]") {
+  // Interleaved hosts, as a re-formed world with survivors first can be.
+  auto m = assign_ranks({{"w1", "a"}, {"w2", "b"}, {"w3", "a"}, {"w4", "c"}, {"w5", "a"}});
+  REQUIRE(m.size() == 5);
+  for (int i = 0; i < 5; ++i) CHECK(m[i].rank == i);
+  // a: w1 w3 w5 (local 0,1,2); b: w2 (local 0); c: w4 (local 0)
+  CHECK(m[0].local_rank == 0);
+  CHECK(m[2].local_rank == 1);
+  CHECK(m[4].local_rank == 2);
+  CHECK(m[0].local_size == 3);
+  CHECK(m[1].local_size == 1);
+  CHECK(m[3].local_size == 1);
+  // local rank 0 exists on a, b, c (in that order); 1 and 2 only on a.
+  CHECK(m[0].cross_rank == 0);
+  CHECK(m[1].cross_rank == 1);
+  CHECK(m[3].cross_rank == 2);
+  CHECK(m[0].cross_size == 3);
+  CHECK(m[2].cross_rank == 0);
+  CHECK(m[2].cross_size == 1);
+  CHECK(m[4].cross_size == 1);
+}
+
+TEST_CASE("a world survives an encode/decode round trip", "[elastic_world]") {
+  World w;
+  w.version = 4;
+  w.reason = "w2 on node1 failed";
+  w.members = assign_ranks({{"w1", "node1"}, {"w3", "node2"}});
+  World back = decode_world(encode_world(w));
+  CHECK(back.version == 4);
+  CHECK(back.reason == w.reason);
+  CHECK_FALSE(back.final);
+  CHECK(back.members == w.members);
+  REQUIRE(back.find("w3") != nullptr);
+  CHECK(back.find("w3")->rank == 1);
+  CHECK(back.find("w2") == nullptr);
+  w.final = true;
+  CHECK(decode_world(encode_world(w)).final);
+}
+
+TEST_CASE("malformed worlds are refused with a reason", "[elastic_world]") {
+  CHECK_THROWS_AS(decode_world(""), hvd::InvalidArgument);
+  CHECK_THROWS_AS(decode_world("{\"version\": 1}"), hvd::InvalidArgument);
+  CHECK_THROWS_WITH(decode_world("garbage\x01\x02"), Catch::Contains("malformed elastic world"));
+  // ranks must be 0..n-1 in order
+  CHECK_THROWS_WITH(decode_world(R"({"version":1,"members":[{"id":"w1","host":"a","rank":1,"local_rank":0,
+      "local_size":1,"cross_rank":0,"cross_size":1}]})"),
+                    Catch::Contains("rank 1, expected 0"));
+  CHECK_THROWS_WITH(decode_world(R"({"version":1,"members":[
+      {"id":"w1","host":"a","rank":0,"local_rank":0,"local_size":1,"cross_rank":0,"cross_size":1},
+      {"id":"w1","host":"a","rank":1,"local_rank":0,"local_size":1,"cross_rank":0,"cross_size":1}]})"),
+                    Catch::Contains("listed twice"));
+  CHECK_THROWS_AS(decode_world(R"({"version":"x","members":[]})"), hvd::InvalidArgument);
+}
