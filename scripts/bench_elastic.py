@@ -15,6 +15,9 @@ measures, from the moment of the event, when workers print steps again:
            localhost, so no SSH is involved):
              train  = the new worker's first step, measured from the moment
                       hvdrun logged the discovery run that listed the host
+  python   (--python) the same kill -9 with examples/python/elastic_mnist.py
+           (PyTorch, commit every step): resume = the survivor's first step
+           at size 1, back2 = a new process stepping at size 2
   big      --big workers on one host, one gets SIGKILL:
              reform = every survivor stepping in a newer world
              full   = all --big workers stepping at full size again
@@ -36,22 +39,25 @@ import threading
 import time
 import uuid
 
+PY_STEP_RE = re.compile(r"^\[(\d+)\]<stdout>:epoch \d+ batch (\d+) size (\d+) rank (\d+) pid (\d+)")
 STEP_RE = re.compile(r"^\[(\d+)\]<stdout>:step (\d+) size (\d+) rank (\d+) version (\d+) checksum")
 
 
 class Job:
-    def __init__(self, hvdrun, trainer, hosts, args, step_ms, interval):
+    def __init__(self, hvdrun, trainer, hosts, args, step_ms, interval, step_re=None):
         self.dir = tempfile.mkdtemp(prefix="hvd-bench-elastic-")
         self.hosts = os.path.join(self.dir, "hosts")
         self.set_hosts(hosts)
         self.token = uuid.uuid4().hex
         env = dict(os.environ, HVD_TEST_TOKEN=self.token, HVD_TRAINER_STEPS="100000000",
                    HVD_TRAINER_STEP_MS=str(step_ms))
+        trainer = trainer if isinstance(trainer, list) else [trainer]
         cmd = [hvdrun, "--host-discovery-script", "cat " + self.hosts, "--discovery-interval", str(interval)] + \
-            args + [trainer]
+            args + trainer
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                      env=env, text=True, bufsize=1, start_new_session=True)
-        self.steps = []  # (t, worker, step, size, rank, version)
+        self.step_re = step_re or STEP_RE
+        self.steps = []  # (t, worker, step, size, rank, version or pid)
         self.err = []  # (t, line)
         self.cv = threading.Condition()
         for stream, fn in ((self.proc.stdout, self._out), (self.proc.stderr, self._err)):
@@ -71,7 +77,7 @@ class Job:
                 self.cv.notify_all()
 
     def _out(self, t, line):
-        m = STEP_RE.match(line)
+        m = self.step_re.match(line)
         if m:
             self.steps.append((t,) + tuple(int(x) for x in m.groups()))
 
@@ -164,6 +170,25 @@ def bench_newhost(a, step_ms):
         j.stop()
 
 
+def bench_python_kill9(a):
+    cmd = ["env", "PYTHONPATH=" + os.path.join(a.build, "python"), "/usr/bin/python3", a.mnist, "--epochs", "1000",
+           "--commit-every", "1", "--step-sleep", "0.005"]
+    j = Job(a.hvdrun, cmd, "localhost:2\n", ["-np", "2", "--min-np", "1"], 0, 1.0, PY_STEP_RE)
+    try:
+        j.wait(lambda: len({s[1] for s in j.steps if s[2] >= 20}) == 2, 60, "2 workers at step 20")
+        pid = j.worker_pid("w2")
+        old_pids = {s[5] for s in j.steps}
+        t0 = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        resume = j.wait(lambda: next((s[0] for s in j.steps if s[0] > t0 and s[1] == 1 and s[3] == 1), None), 10,
+                        "the survivor at size 1")
+        back = j.wait(lambda: next((s[0] for s in j.steps if s[0] > t0 and s[5] not in old_pids and s[3] == 2),
+                                   None), 30, "a new process at size 2")
+        return resume - t0, back - t0
+    finally:
+        j.stop()
+
+
 def bench_big(a, n, step_ms):
     j = Job(a.hvdrun, a.trainer, "localhost:%d\n" % n, ["-np", str(n), "--min-np", "1"], step_ms, 1.0)
     try:
@@ -217,9 +242,11 @@ def main():
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--big", type=int, default=64, help="workers on one host for the big case (0: skip)")
     p.add_argument("--step-ms", type=int, default=5, help="sleep after each training step (ms)")
+    p.add_argument("--python", action="store_true", help="also run the PyTorch kill -9 case (elastic_mnist.py)")
     a = p.parse_args()
     a.hvdrun = os.path.join(a.build, "apps", "hvdrun", "hvdrun")
     a.trainer = os.path.join(a.build, "apps", "examples", "elastic_trainer")
+    a.mnist = os.path.join(here, "..", "examples", "python", "elastic_mnist.py")
     for f in (a.hvdrun, a.trainer):
         if not os.access(f, os.X_OK):
             sys.exit("bench_elastic: %s not built (cmake --build %s)" % (f, a.build))
@@ -236,6 +263,14 @@ def main():
             stats_row("kill -9 of 1 of 2: back at 2 workers", back, "< 1000"),
             stats_row("new host: training after its discovery run", disc, "< 1500"),
             stats_row("new host: training after the hosts file changed (1 s interval)", write, "-")]
+    if a.python:
+        presume, pback = [], []
+        for _ in range(a.repeat):
+            r, b = bench_python_kill9(a)
+            presume.append(r)
+            pback.append(b)
+        rows.append(stats_row("PyTorch kill -9 of 1 of 2: survivor at size 1", presume, "< 100"))
+        rows.append(stats_row("PyTorch kill -9 of 1 of 2: new process training at size 2", pback, "< 1000"))
     if a.big:
         reform, full = [], []
         for _ in range(max(1, a.repeat // 2)):
