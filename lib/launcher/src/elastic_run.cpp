@@ -37,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -206,34 +207,40 @@ class ElasticRunner {
       std::fprintf(stderr, "hvdrun: error: %s\n", first.error->c_str());
       return exit_code::kLaunch;
     }
-    std::string driver_addr;
-    try {
-      driver_addr = choose_driver_address(options_.network_interfaces, first_hosts);
-    } catch (const InvalidArgument& e) {
-      std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
-      return exit_code::kUsage;
-    }
-    if (driver_addr == "127.0.0.1") {
-      spdlog::debug("every discovered host is local: the store listens on 127.0.0.1 (use "
-                    "--network-interface for jobs that will grow onto other machines)");
+    // The address workers reach the store on follows from the hosts (see
+    // choose_driver_address). With no host listed yet (pods not up) it is
+    // chosen when the first hosts appear; the store listens on every
+    // interface meanwhile (it authenticates every request).
+    std::string bind_addr = "0.0.0.0";
+    if (!first_hosts.empty() || !options_.network_interfaces.empty()) {
+      try {
+        driver_addr_ = choose_driver_address(options_.network_interfaces, first_hosts);
+      } catch (const InvalidArgument& e) {
+        std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
+        return exit_code::kUsage;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "hvdrun: error: cannot choose the address workers reach hvdrun on: %s\n", e.what());
+        return exit_code::kLaunch;
+      }
+      bind_addr = *driver_addr_;
     }
 
     const std::string secret = random_secret();
     store::ServerOptions so;
-    so.bind_address = driver_addr;
+    so.bind_address = bind_addr;
     so.secret = secret;
     so.allow_unauthenticated = options_.insecure_store;
     server_ = std::make_unique<store::HttpStoreServer>(so);
     try {
       server_->start();
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "hvdrun: error: cannot start the rendezvous store on %s: %s\n", driver_addr.c_str(),
+      std::fprintf(stderr, "hvdrun: error: cannot start the rendezvous store on %s: %s\n", bind_addr.c_str(),
                    e.what());
       return exit_code::kLaunch;
     }
 
     common_env_ = build_common_env(current_environment(), options_);
-    common_env_["HOROVOD_GLOO_RENDEZVOUS_ADDR"] = driver_addr;
+    if (driver_addr_) set_driver_address(*driver_addr_);
     common_env_["HOROVOD_GLOO_RENDEZVOUS_PORT"] = std::to_string(server_->port());
     common_env_[kSecretEnv] = secret;
     common_env_["HOROVOD_ELASTIC"] = "1";
@@ -246,7 +253,8 @@ class ElasticRunner {
     spdlog::info("elastic job: min-np {}, start with {}, max-np {}; discovery '{}' every {} ms; store {}:{}",
                  policy.min_np, policy.start_np,
                  policy.max_np >= (1 << 20) ? std::string("unlimited") : std::to_string(policy.max_np), dso.script,
-                 options_.elastic.discovery_interval.count(), driver_addr, server_->port());
+                 options_.elastic.discovery_interval.count(),
+                 driver_addr_.value_or(bind_addr), server_->port());
 
     signals.watch([this](int sig) {
       ElasticEvent e;
@@ -256,7 +264,7 @@ class ElasticRunner {
     });
 
     DiscoveryLoop discovery(dso, options_.elastic.discovery_interval, queue_);
-    driver_->on_discovery(first, ElasticClock::now());
+    driver_->on_discovery(usable(std::move(first)), ElasticClock::now());
     discovery.start();
 
     int code = loop();
@@ -303,7 +311,7 @@ class ElasticRunner {
     auto now = ElasticClock::now();
     switch (e.kind) {
       case ElasticEvent::Kind::Discovery:
-        driver_->on_discovery(e.discovery, now);
+        driver_->on_discovery(usable(std::move(e.discovery)), now);
         break;
       case ElasticEvent::Kind::Ready:
         if (live_.count(e.worker_id)) driver_->on_worker_ready(e.worker_id, now);
@@ -375,6 +383,49 @@ class ElasticRunner {
     store.set_string(selastic::world_key(world.version), selastic::encode_world(world));
     store.set_string(selastic::kVersionKey, std::to_string(world.version));
     spdlog::debug("published world {} ({} members)", world.version, world.members.size());
+  }
+
+  /// Drops remote hosts when the store only listens on loopback (every host
+  /// was local when the job started and no --network-interface was given):
+  /// their workers could never reach it. Warns once per host.
+  DiscoveryResult usable(DiscoveryResult result) {
+    if (!result.ok()) return result;
+    if (!driver_addr_ && !result.hosts.empty()) {
+      std::vector<HostSpec> hosts;
+      for (const auto& h : result.hosts) hosts.push_back(HostSpec{h.host, h.slots});
+      try {
+        set_driver_address(choose_driver_address(options_.network_interfaces, hosts));
+        spdlog::info("workers reach the store on {}:{}", *driver_addr_, server_->port());
+      } catch (const std::exception& e) {
+        spdlog::warn("cannot choose the address workers reach hvdrun on ({}); ignoring this discovery run",
+                     e.what());
+        result.hosts.clear();
+        return result;
+      }
+    }
+    if (!loopback_only_) return result;
+    std::vector<DiscoveredHost> kept;
+    for (auto& h : result.hosts) {
+      if (is_local(h.host)) {
+        kept.push_back(std::move(h));
+      } else if (unreachable_warned_.insert(h.host).second) {
+        spdlog::warn("ignoring discovered host {}: the store listens on 127.0.0.1 because every host was local "
+                     "when the job started; restart with --network-interface to let jobs grow onto other machines",
+                     h.host);
+      }
+    }
+    result.hosts = std::move(kept);
+    return result;
+  }
+
+  void set_driver_address(const std::string& addr) {
+    driver_addr_ = addr;
+    loopback_only_ = addr == "127.0.0.1";
+    common_env_["HOROVOD_GLOO_RENDEZVOUS_ADDR"] = addr;
+    if (loopback_only_) {
+      spdlog::debug("every discovered host is local: workers reach the store on 127.0.0.1 (use "
+                    "--network-interface for jobs that will grow onto other machines)");
+    }
   }
 
   bool is_local(const std::string& host) {
@@ -511,6 +562,9 @@ class ElasticRunner {
   EnvMap common_env_;
   std::string cwd_;
   std::map<std::string, bool> local_cache_;
+  std::optional<std::string> driver_addr_;  ///< what workers reach the store on; unset until hosts appear
+  bool loopback_only_ = false;               ///< driver_addr_ is 127.0.0.1
+  std::set<std::string> unreachable_warned_;  ///< remote hosts ignored because of that
   std::vector<std::unique_ptr<Batch>> batches_;
   std::map<std::string, LiveWorker> live_;
   std::multimap<ElasticTime, std::string> kill_at_;

@@ -254,15 +254,34 @@ class Elastic(unittest.TestCase):
         # joins (often before the survivor has re-formed at size 1, in which
         # case the survivor goes straight to the world of 2)
         j.wait_for(lambda: "size 2 -> 1" in j.text(j.err), 10, "a world without w2")
-        back = j.wait_for(lambda: [s for s in j.steps() if s["t"] > killed_at and s["size"] == 2], 10,
-                          "size 2 again")
+        j.wait_for(lambda: [s for s in j.steps() if s["t"] > killed_at and s["size"] == 2 and s["worker"] >= 3], 10,
+                   "the restarted worker training at size 2")
         res = j.finish()
         self.assert_success(j, 60, res)
         # training resumed from the last commit: no step after the kill is
         # earlier than the last step committed before it
         after = [s["step"] for s in j.steps() if s["t"] > killed_at]
         self.assertGreaterEqual(min(after), before["step"])
-        self.assertTrue(any(s["worker"] >= 3 for s in back), back)  # the new process
+
+    def test_hosts_appear_later_and_loopback_store_ignores_remote(self):
+        # nothing listed at first (pods not up yet): the job waits; then this
+        # host appears, so workers reach the store on 127.0.0.1; a remote
+        # host listed after that is ignored with one warning (its workers
+        # could not reach a loopback store) and never contacted.
+        j = self.job("", ["-np", "2"], steps=60, step_ms=20)
+        time.sleep(0.6)
+        self.assertEqual(j.steps(), [])
+        j.set_hosts("localhost:2\n")
+        j.wait_for_step(2, 3)
+        j.set_hosts("localhost:2\n198.18.7.7:1\n")
+        j.wait_for(lambda: "ignoring discovered host 198.18.7.7" in j.text(j.err), 10, "the warning")
+        res = j.finish()
+        self.assert_success(j, 60, res)
+        err = res[2]
+        self.assertIn("workers reach the store on 127.0.0.1", err)
+        self.assertEqual(err.count("ignoring discovered host 198.18.7.7"), 1, err)
+        self.assertNotIn("198.18.7.7: ", err.replace("ignoring discovered host 198.18.7.7: ", ""))
+        self.assertEqual({s["size"] for s in j.steps()}, {2})
 
     def test_discovery_fails_on_first_run(self):
         start = time.monotonic()
