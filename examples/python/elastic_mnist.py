@@ -20,35 +20,10 @@ import os
 import time
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 import hvdcomm.torch as hvd
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 10, kernel_size=5)
-        self.conv2 = nn.Conv2d(10, 20, kernel_size=5)
-        self.fc1 = nn.Linear(320, 50)
-        self.fc2 = nn.Linear(50, 10)
-
-    def forward(self, x):
-        x = F.relu(F.max_pool2d(self.conv1(x), 2))
-        x = F.relu(F.max_pool2d(self.conv2(x), 2))
-        x = F.relu(self.fc1(x.flatten(1)))
-        return F.log_softmax(self.fc2(x), dim=1)
-
-
-def synthetic(samples, seed):
-    """Learnable fake digits: class k lights up a k-dependent block of pixels."""
-    g = torch.Generator().manual_seed(seed)
-    labels = torch.randint(0, 10, (samples,), generator=g)
-    images = torch.randn(samples, 1, 28, 28, generator=g) * 0.3
-    for k in range(10):
-        images[labels == k, 0, 2 * k:2 * k + 6, 4:24] += 1.0
-    return images, labels
+from mnist_cnn import Net, synthetic  # the static example's model and generated data
 
 
 def main():

@@ -579,18 +579,9 @@ class ElasticRunner {
 int run_elastic_job(const Options& options) {
   init_logging("hvdrun", options.verbose ? spdlog::level::debug : spdlog::level::info);
   SignalGuard signals;  // before any other thread exists
-  std::unique_ptr<OutputRouter> output;
-  try {
-    OutputOptions oo;
-    oo.num_workers = 1;  // prefixes are worker serials, not ranks
-    oo.lazy_worker_dirs = true;
-    oo.timestamp = options.prefix_output_with_timestamp;
-    oo.directory = options.output_filename;
-    output = std::make_unique<OutputRouter>(oo);
-  } catch (const IoError& e) {
-    std::fprintf(stderr, "hvdrun: error: --output-filename: %s\n", e.what());
-    return exit_code::kUsage;
-  }
+  // Prefixes are worker serials, not ranks; DIR/worker.<N> appear on first write.
+  std::unique_ptr<OutputRouter> output = open_output(options, 1, true);
+  if (!output) return exit_code::kUsage;
   ElasticRunner runner(options, *output);
   return runner.run(signals);
 }

@@ -61,6 +61,20 @@ std::unique_ptr<Spawner> make_spawner_for(const Options& options, bool local) {
   return make_ssh_spawner(ssh);
 }
 
+std::unique_ptr<OutputRouter> open_output(const Options& options, int num_workers, bool lazy_worker_dirs) {
+  try {
+    OutputOptions oo;
+    oo.num_workers = num_workers;
+    oo.lazy_worker_dirs = lazy_worker_dirs;
+    oo.timestamp = options.prefix_output_with_timestamp;
+    oo.directory = options.output_filename;
+    return std::make_unique<OutputRouter>(oo);
+  } catch (const IoError& e) {
+    std::fprintf(stderr, "hvdrun: error: --output-filename: %s\n", e.what());
+    return nullptr;
+  }
+}
+
 int run_job(const Options& options, const JobPlan& plan_in) {
   init_logging("hvdrun", options.verbose ? spdlog::level::debug : spdlog::level::info);
   // Before the store's threads or any spawner thread exist.
@@ -72,17 +86,8 @@ int run_job(const Options& options, const JobPlan& plan_in) {
     return exit_code::kOk;
   }
 
-  std::unique_ptr<OutputRouter> output;
-  try {
-    OutputOptions oo;
-    oo.num_workers = static_cast<int>(plan.workers.size());
-    oo.timestamp = options.prefix_output_with_timestamp;
-    oo.directory = options.output_filename;
-    output = std::make_unique<OutputRouter>(oo);
-  } catch (const IoError& e) {
-    std::fprintf(stderr, "hvdrun: error: --output-filename: %s\n", e.what());
-    return exit_code::kUsage;
-  }
+  std::unique_ptr<OutputRouter> output = open_output(options, static_cast<int>(plan.workers.size()), false);
+  if (!output) return exit_code::kUsage;
 
   // Rendezvous: the store workers find each other through.
   const std::string secret = random_secret();

@@ -28,4 +28,10 @@ sigset_t forwarded_signals();
 /// `local`, else an SSH spawner configured from the SSH options.
 std::unique_ptr<Spawner> make_spawner_for(const Options& options, bool local);
 
+class OutputRouter;
+/// The job's output router from --output-filename and
+/// --prefix-output-with-timestamp. An unusable directory prints
+/// "hvdrun: error: --output-filename: ..." and returns null (exit 2).
+std::unique_ptr<OutputRouter> open_output(const Options& options, int num_workers, bool lazy_worker_dirs);
+
 }  // namespace hvd::launcher
