@@ -18,12 +18,17 @@
 //    counts as a failure (its slot is restarted); during initial formation
 //    it starts the ending like a member would.
 //  * Ready timeout during initial formation ends the job (exit_code::kLaunch,
-//    like static mode's start timeout); later it counts as a failure of
-//    the worker's host and the worker is stopped (its slot is restarted
-//    once it has exited).
+//    like static mode's start timeout) unless the other usable hosts still
+//    offer -np slots; otherwise (and later) it counts as a failure of the
+//    worker's host and the worker is stopped (its slot is restarted once it
+//    has exited).
 //  * Grace expiry with no failed member ends the job with kElastic.
 //  * A worker lost during initial formation before it was ready (host
-//    unreachable) ends the job with kLaunch, like static mode.
+//    unreachable, SSH refused) ends the job with kLaunch, like static mode,
+//    unless the other usable hosts still offer -np slots: then it counts as
+//    a failure of its host (restart or blacklist) and workers restarted on
+//    a host with recent failures do not hold back the first world (they
+//    join it later, as a scale-up).
 #include "hvd/launcher/elastic_driver.h"
 
 #include "hvd/launcher/options.h"
@@ -84,6 +89,9 @@ struct ElasticDriver::Impl {
     bool ready = false;
     /// Stop was sent; its exit is expected and not a failure.
     bool stopping = false;
+    /// Started on a host with failures in the current window: the first
+    /// world does not wait for it.
+    bool retry = false;
   };
   struct Exited {
     int status = 0;
@@ -193,6 +201,15 @@ struct ElasticDriver::Impl {
     return n;
   }
 
+  /// Usable slots on listed hosts other than `host`, occupied or not.
+  int usable_slots_except(const std::string& host, ElasticTime now) const {
+    int n = 0;
+    for (const auto& h : hosts) {
+      if (h.host != host && !blacklisted(h.host, now)) n += h.slots;
+    }
+    return n;
+  }
+
   int usable_free_slots(ElasticTime now) const {
     int n = 0;
     for (const auto& h : hosts) {
@@ -233,6 +250,8 @@ struct ElasticDriver::Impl {
     w.host = host;
     w.slot = slot;
     w.started = now;
+    auto health_it = health.find(host);
+    w.retry = health_it != health.end() && !health_it->second.failures.empty();
     occupied[{host, slot}] = w.serial;
     placement[w.id] = {host, slot};
     ElasticAction a = action(ElasticAction::Kind::Spawn);
@@ -334,7 +353,7 @@ struct ElasticDriver::Impl {
     for (const auto& [s, w] : live) {
       if (w.stopping) continue;
       if (!w.ready) {
-        all_ready = false;
+        if (!(world.version == 0 && w.retry)) all_ready = false;
         continue;
       }
       if (!in_world.count(w.id)) newcomers.push_back(&w);
@@ -592,7 +611,8 @@ void ElasticDriver::on_worker_exit(const std::string& worker_id, int status, con
     return;
   }
   std::string what = e.ok ? std::string("exited 0 before it joined the job") : e.description;
-  if (d.world.version == 0 && !w.ready) {
+  if (d.world.version == 0 && !w.ready &&
+      (!e.lost || d.usable_slots_except(w.host, now) < d.policy.start_np)) {
     int code = e.failure_code();
     d.finish(code, fmt::format("{} failed before the job formed: {}", d.on_host(w), what));
     return;
@@ -649,7 +669,7 @@ void ElasticDriver::tick(ElasticTime now) {
     if (w.stopping || w.ready || w.started + d.policy.ready_timeout > now) continue;
     std::string what =
         fmt::format("{} did not become ready within {}", d.on_host(w), seconds_text(d.policy.ready_timeout));
-    if (d.world.version == 0) {
+    if (d.world.version == 0 && d.usable_slots_except(w.host, now) < d.policy.start_np) {
       d.finish(exit_code::kLaunch, what + " (the job could not form)");
       return;
     }

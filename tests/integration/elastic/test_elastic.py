@@ -99,6 +99,7 @@ class ElasticJob:
         script = script or "cat %s" % self.hosts_file
         cmd = [HVDRUN, "--host-discovery-script", script, "--discovery-interval", "0.2"] + list(args) + \
             (command or [TRAINER])
+        self.started = time.monotonic()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         self.out = []  # (time, line)

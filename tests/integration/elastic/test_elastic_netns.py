@@ -9,7 +9,9 @@ Cases (one CTest entry each):
                job goes on at the smaller size, with the fault-free result;
   cut_host     a host's link goes down mid-training: its worker is lost,
                the host is blacklisted, survivors go on; the link comes back
-               and after the cooldown the host is admitted again.
+               and after the cooldown the host is admitted again;
+  bad_host     discovery lists an unreachable host beside a good one: the
+               job trains on the good one, the bad one is blacklisted.
 Both end with no process left in any namespace.
 """
 import os
@@ -96,7 +98,36 @@ def case_cut_host(hosts):
     print(f"cut_host: survivor at size 1 {lost_after:.1f} s after the cut; size 2 {regrow:.1f} s after the link came back")
 
 
-CASES = {"remove_host": case_remove_host, "cut_host": case_cut_host}
+def case_bad_host(hosts):
+    """Discovery lists a host nobody answers on (198.18.X.9, in the test's
+    subnet, nothing behind it) beside a good one: with -np 1 the job starts
+    on the good host at once, the bad one is retried, then blacklisted."""
+    a = hosts.addrs[0]
+    bad = hosts.unreachable
+    j = start(hosts, f"{a}:1\n{bad}:1\n",
+              ["-np", "1", "--blacklist-failures", "2", "--start-timeout", "2"], steps=120, step_ms=50)
+    try:
+        first = j.wait_for_step(1, 1, timeout=20)
+        started_after = first["t"] - j.started
+        j.wait_for(lambda: "blacklisted" in j.text(j.err), 30, "the bad host blacklisted")
+        code, out, err = j.finish(60)
+    finally:
+        j.kill()
+    check(code == 0, f"hvdrun exited {code}", out, err)
+    check(set(j.final_checksums(out)) == {te.reference_checksum(120)}, "wrong result", out)
+    check(started_after < 5, f"training started only {started_after:.1f} s after launch", err)
+    check({s["size"] for s in j.steps()} == {1}, "the bad host joined?", out)
+    # the first worker there times out (--start-timeout), its retry is lost
+    bad_lines = [l for l in err.splitlines()
+                 if f" on {bad} slot" in l and ("failed (lost" in l or "did not become ready" in l)]
+    check(len(bad_lines) == 2, "expected 2 failures of the bad host", err)
+    check(f"host {bad} blacklisted" in err, "no blacklisting line", err)
+    left = hosts.wait_no_leftovers(8)
+    check(not left, "processes left in the namespaces", left)
+    print(f"bad_host: training {started_after:.1f} s after launch; {bad_lines[-1]}")
+
+
+CASES = {"remove_host": case_remove_host, "cut_host": case_cut_host, "bad_host": case_bad_host}
 
 
 def main():

@@ -639,6 +639,50 @@ TEST_CASE("elastic driver: a worker failing before it is ready during formation 
     REQUIRE(lf.code == exit_code::kLaunch);
     REQUIRE(lf.message.find("Connection refused") != std::string::npos);
   }
+  SECTION("also when the other hosts offer fewer than -np slots") {
+    auto p = base_policy();
+    p.start_np = 2;
+    Harness g(p);
+    g.discover({{"a", 1}, {"far", 1}});
+    g.ready("w1");
+    const ElasticAction lf = finish_of(g.exit("w2", 255, "ssh: connect to host far: Connection refused"));
+    REQUIRE(lf.code == exit_code::kLaunch);
+  }
+}
+
+TEST_CASE("elastic driver: a host lost during formation is retried when the others offer -np slots") {
+  Harness h(base_policy());  // -np 1
+  h.discover({{"a", 1}, {"far", 1}});
+  REQUIRE(h.d.live_workers() == Strings{"w1", "w2"});
+  auto a = h.exit("w2", 255, "ssh: connect to host far: Connection refused");
+  REQUIRE(of(a, Kind::Finish).empty());
+  REQUIRE(has_message(a, Kind::Warn, "w2 on far slot 0 failed (lost: ssh: connect to host far: Connection refused); "
+                                     "restarting the slot"));
+  REQUIRE(ids(a, Kind::Spawn) == Strings{"w3"});
+  // w3 (a retry on a failing host) does not hold back the first world
+  a = h.ready("w1");
+  REQUIRE(h.d.current_world().version == 1);
+  REQUIRE(h.d.current_world().size() == 1);
+  // two more failures blacklist the host for good (no cooldown range); the
+  // job goes on without it
+  h.exit("w3", 255, "ssh: connect to host far: Connection refused");
+  a = h.exit("w4", 255, "ssh: connect to host far: Connection refused");
+  REQUIRE(h.d.is_blacklisted("far", h.now));
+  REQUIRE(of(a, Kind::Spawn).empty());
+  REQUIRE(of(a, Kind::Finish).empty());
+  REQUIRE(h.d.current_world().size() == 1);
+  // a retry that does get ready joins as a scale-up
+  SECTION("a retry that succeeds joins the running job") {
+    Harness g(base_policy());
+    g.discover({{"a", 1}, {"far", 1}});
+    g.exit("w2", 255, "connection reset");
+    g.ready("w1");
+    REQUIRE(g.d.current_world().version == 1);
+    g.ready("w3");
+    g.advance(50ms);
+    REQUIRE(g.d.current_world().version == 2);
+    REQUIRE(g.d.current_world().size() == 2);
+  }
 }
 
 TEST_CASE("elastic driver: workers not ready within ready_timeout") {
@@ -653,6 +697,18 @@ TEST_CASE("elastic driver: workers not ready within ready_timeout") {
     const ElasticAction f = finish_of(a);
     REQUIRE(f.code == exit_code::kLaunch);
     REQUIRE(f.message.find("w2 on a slot 1 did not become ready within 3 s") != std::string::npos);
+  }
+  SECTION("during formation, on a host whose loss leaves -np slots elsewhere: stopped and retried") {
+    h.discover({{"a", 1}, {"slow", 1}});
+    h.ready("w1");
+    REQUIRE(h.d.current_world().version == 0);
+    auto a = h.advance(3s);
+    REQUIRE(of(a, Kind::Finish).empty());
+    REQUIRE(ids(a, Kind::Stop) == Strings{"w2"});
+    REQUIRE(h.d.current_world().version == 1);  // w1 alone, not held back by w2
+    a = h.exit("w2", 143);
+    REQUIRE(ids(a, Kind::Spawn) == Strings{"w3"});  // the retry
+    REQUIRE(h.d.current_world().size() == 1);
   }
   SECTION("later: the worker is stopped, counted as a failure and its slot restarted") {
     form(h, {{"a", 1}});
