@@ -110,6 +110,8 @@ class Cli {
     value("--output-filename", "DIR", "Also write each rank's output to DIR/rank.N/{stdout,stderr}", "Output");
     flag("--prefix-output-with-timestamp", "-prefix-timestamp: timestamp each output line", "Output");
     flag("--verbose", "More messages from hvdrun", "Output");
+    value("--events-file", "FILE", "Write one JSON object per job event (start, exits, worlds, end) to FILE",
+          "Output");
     value("--config-file", "FILE", "horovodrun YAML config file; command-line flags override it");
     value("-p,--ssh-port", "PORT", "SSH port on all hosts", "SSH");
     value("-i,--ssh-identity-file", "FILE", "SSH private key file", "SSH");
@@ -336,6 +338,8 @@ void fill_options(Cli& cli, Options& o) {
   if (o.output_filename && o.output_filename->empty()) throw InvalidArgument("--output-filename: empty directory name");
   o.prefix_output_with_timestamp = cli.on("--prefix-output-with-timestamp");
   o.verbose = cli.on("--verbose");
+  o.events_file = cli.string("--events-file");
+  if (o.events_file && o.events_file->empty()) throw InvalidArgument("--events-file: empty file name");
   o.config_file = cli.string("--config-file");
   o.ssh_port = to_int(cli.integer("--ssh-port", "-p/--ssh-port", 1));
   if (o.ssh_port && *o.ssh_port > 65535)

@@ -13,6 +13,7 @@
 #include "hvd/common/secret.h"
 #include "hvd/launcher/discovery.h"
 #include "hvd/launcher/elastic_driver.h"
+#include "hvd/launcher/event_log.h"
 #include "hvd/launcher/launcher.h"
 #include "hvd/launcher/network.h"
 #include "hvd/launcher/output.h"
@@ -189,8 +190,8 @@ struct Batch {
 
 class ElasticRunner {
  public:
-  ElasticRunner(const Options& options, OutputRouter& output)
-      : options_(options), output_(output), sink_(output, queue_) {}
+  ElasticRunner(const Options& options, OutputRouter& output, EventLog* events)
+      : options_(options), output_(output), events_(events), sink_(output, queue_) {}
 
   int run(SignalGuard& signals) {
     DiscoveryScriptOptions dso;
@@ -256,6 +257,15 @@ class ElasticRunner {
                  options_.elastic.discovery_interval.count(),
                  driver_addr_.value_or(bind_addr), server_->port());
 
+    if (events_) {
+      events_->emit("job_start", {{"mode", "elastic"},
+                                  {"np", policy.start_np},
+                                  {"min_np", policy.min_np},
+                                  {"max_np", policy.max_np >= (1 << 20) ? EventValue::null()
+                                                                        : EventValue(policy.max_np)},
+                                  {"discovery", dso.script},
+                                  {"store", driver_addr_.value_or(bind_addr) + ":" + std::to_string(server_->port())}});
+    }
     signals.watch([this](int sig) {
       ElasticEvent e;
       e.kind = ElasticEvent::Kind::Signal;
@@ -314,7 +324,10 @@ class ElasticRunner {
         driver_->on_discovery(usable(std::move(e.discovery)), now);
         break;
       case ElasticEvent::Kind::Ready:
-        if (live_.count(e.worker_id)) driver_->on_worker_ready(e.worker_id, now);
+        if (live_.count(e.worker_id)) {
+          if (events_) events_->emit("worker_ready", {{"worker", e.worker_id}});
+          driver_->on_worker_ready(e.worker_id, now);
+        }
         break;
       case ElasticEvent::Kind::Exit: {
         auto it = live_.find(e.worker_id);
@@ -323,6 +336,13 @@ class ElasticRunner {
         live_.erase(it);
         for (auto k = kill_at_.begin(); k != kill_at_.end();) {
           k = k->second == e.worker_id ? kill_at_.erase(k) : std::next(k);
+        }
+        if (events_) {
+          events_->emit("worker_exit",
+                        {{"worker", e.worker_id},
+                         {"status", e.lost_reason.empty() ? e.status : -1},
+                         {"description", e.lost_reason.empty() ? describe_status(e.status, 0) : "lost: " + e.lost_reason},
+                         {"lost", !e.lost_reason.empty()}});
         }
         driver_->on_worker_exit(e.worker_id, e.status, e.lost_reason, now);
         break;
@@ -333,6 +353,7 @@ class ElasticRunner {
           for (auto& [id, w] : live_) signal_worker(id, SIGKILL);
         }
         signalled_ = true;
+        if (events_) events_->emit("signal", {{"signal", e.sig}});
         spdlog::warn("received {}; stopping every worker", strsignal(e.sig));
         driver_->on_signal(e.sig, now);
         break;
@@ -345,25 +366,31 @@ class ElasticRunner {
     for (const auto& a : actions) {
       switch (a.kind) {
         case ElasticAction::Kind::Spawn:
+          if (events_) events_->emit("worker_start", {{"worker", a.worker_id}, {"host", a.host}, {"slot", a.slot}});
           if (!spawns.count(a.host)) host_order.push_back(a.host);
           spawns[a.host].push_back(&a);
           break;
         case ElasticAction::Kind::Stop:
+          if (events_) events_->emit("worker_stop", {{"worker", a.worker_id}, {"host", a.host}, {"slot", a.slot}});
           stop_worker(a.worker_id);
           break;
         case ElasticAction::Kind::Publish:
+          if (events_) events_->emit("world", {{"world", EventValue::raw(selastic::encode_world(a.world))}});
           publish(a.world);
           break;
         case ElasticAction::Kind::Log:
+          if (events_) events_->emit("log", {{"level", "info"}, {"message", a.message}});
           spdlog::info("{}", a.message);
           break;
         case ElasticAction::Kind::Warn:
+          if (events_) events_->emit("log", {{"level", "warning"}, {"message", a.message}});
           spdlog::warn("{}", a.message);
           break;
         case ElasticAction::Kind::Finish:
           if (!finished_) {
             finished_ = true;
             finish_code_ = a.code;
+            if (events_) events_->emit("finish", {{"code", a.code}, {"message", a.message}});
             finish_deadline_ = ElasticClock::now() + kFinishWait;
             if (!a.message.empty()) std::fprintf(stderr, "hvdrun: error: %s\n", a.message.c_str());
             // Whatever the driver did not stop (it stops everything it
@@ -389,6 +416,7 @@ class ElasticRunner {
   /// was local when the job started and no --network-interface was given):
   /// their workers could never reach it. Warns once per host.
   DiscoveryResult usable(DiscoveryResult result) {
+    record_discovery(result);
     if (!result.ok()) return result;
     if (!driver_addr_ && !result.hosts.empty()) {
       std::vector<HostSpec> hosts;
@@ -416,6 +444,25 @@ class ElasticRunner {
     }
     result.hosts = std::move(kept);
     return result;
+  }
+
+  /// --events-file: a "discovery" event when the host list changes, a
+  /// "discovery_failed" one when a run fails (each distinct reason once in a row).
+  void record_discovery(const DiscoveryResult& result) {
+    if (!events_) return;
+    if (!result.ok()) {
+      if (*result.error != last_discovery_error_) {
+        last_discovery_error_ = *result.error;
+        events_->emit("discovery_failed", {{"reason", *result.error}});
+      }
+      return;
+    }
+    last_discovery_error_.clear();
+    std::vector<std::string> hosts;
+    for (const auto& h : result.hosts) hosts.push_back(h.host + ":" + std::to_string(h.slots));
+    if (last_discovery_ && *last_discovery_ == hosts) return;
+    last_discovery_ = hosts;
+    events_->emit("discovery", {{"hosts", hosts}});
   }
 
   void set_driver_address(const std::string& addr) {
@@ -555,6 +602,7 @@ class ElasticRunner {
 
   const Options& options_;
   OutputRouter& output_;
+  EventLog* events_ = nullptr;  ///< --events-file, may be null
   EventQueue queue_;
   ElasticSink sink_;
   std::unique_ptr<store::HttpStoreServer> server_;
@@ -562,6 +610,8 @@ class ElasticRunner {
   EnvMap common_env_;
   std::string cwd_;
   std::map<std::string, bool> local_cache_;
+  std::optional<std::vector<std::string>> last_discovery_;
+  std::string last_discovery_error_;
   std::optional<std::string> driver_addr_;  ///< what workers reach the store on; unset until hosts appear
   bool loopback_only_ = false;               ///< driver_addr_ is 127.0.0.1
   std::set<std::string> unreachable_warned_;  ///< remote hosts ignored because of that
@@ -582,8 +632,12 @@ int run_elastic_job(const Options& options) {
   // Prefixes are worker serials, not ranks; DIR/worker.<N> appear on first write.
   std::unique_ptr<OutputRouter> output = open_output(options, 1, true);
   if (!output) return exit_code::kUsage;
-  ElasticRunner runner(options, *output);
-  return runner.run(signals);
+  std::unique_ptr<EventLog> events = open_events(options);
+  if (options.events_file && !events) return exit_code::kUsage;
+  ElasticRunner runner(options, *output, events.get());
+  const int code = runner.run(signals);
+  if (events) events->emit("job_end", {{"code", code}});
+  return code;
 }
 
 }  // namespace hvd::launcher

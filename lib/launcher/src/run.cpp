@@ -3,6 +3,7 @@
 #include "hvd/common/io.h"
 #include "hvd/common/logging.h"
 #include "hvd/common/secret.h"
+#include "hvd/launcher/event_log.h"
 #include "hvd/launcher/launcher.h"
 #include "hvd/launcher/local_spawner.h"
 #include "hvd/launcher/network.h"
@@ -15,6 +16,7 @@
 #include "hvd/store/http_store.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 
@@ -61,6 +63,16 @@ std::unique_ptr<Spawner> make_spawner_for(const Options& options, bool local) {
   return make_ssh_spawner(ssh);
 }
 
+std::unique_ptr<EventLog> open_events(const Options& options) {
+  if (!options.events_file) return nullptr;
+  try {
+    return std::make_unique<EventLog>(*options.events_file);
+  } catch (const IoError& e) {
+    std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
+    return nullptr;
+  }
+}
+
 std::unique_ptr<OutputRouter> open_output(const Options& options, int num_workers, bool lazy_worker_dirs) {
   try {
     OutputOptions oo;
@@ -88,6 +100,12 @@ int run_job(const Options& options, const JobPlan& plan_in) {
 
   std::unique_ptr<OutputRouter> output = open_output(options, static_cast<int>(plan.workers.size()), false);
   if (!output) return exit_code::kUsage;
+  std::unique_ptr<EventLog> events = open_events(options);
+  if (options.events_file && !events) return exit_code::kUsage;
+  auto end_job = [&events](int code) {
+    if (events) events->emit("job_end", {{"code", code}});
+    return code;
+  };
 
   // Rendezvous: the store workers find each other through.
   const std::string secret = random_secret();
@@ -103,9 +121,22 @@ int run_job(const Options& options, const JobPlan& plan_in) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hvdrun: error: cannot start the rendezvous store on %s: %s\n", driver_addr.c_str(),
                  e.what());
-    return exit_code::kLaunch;
+    return end_job(exit_code::kLaunch);
   }
   add_rendezvous_env(plan, driver_addr, store_server.port(), secret);
+  if (events) {
+    nlohmann::json workers = nlohmann::json::array();
+    for (const auto& w : plan.workers) {
+      workers.push_back({{"rank", w.slot.rank},
+                         {"host", w.slot.hostname},
+                         {"local_rank", w.slot.local_rank},
+                         {"cross_rank", w.slot.cross_rank}});
+    }
+    events->emit("job_start", {{"mode", "static"},
+                               {"np", static_cast<int>(plan.workers.size())},
+                               {"store", driver_addr + ":" + std::to_string(store_server.port())},
+                               {"workers", EventValue::raw(workers.dump())}});
+  }
 
   // One spawner per host, in the order the hosts were given. Whether a host
   // is this machine may take a (bounded) name lookup: ask for all at once.
@@ -137,6 +168,7 @@ int run_job(const Options& options, const JobPlan& plan_in) {
   SupervisorOptions sup_options;
   sup_options.start_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options.start_timeout);
   sup_options.kill_grace = options.kill_grace;
+  sup_options.events = events.get();
   Supervisor supervisor(sup_options, output.get());
   signals.watch([&supervisor](int sig) { supervisor.interrupt(sig); });
   struct StopWatching {
@@ -145,7 +177,7 @@ int run_job(const Options& options, const JobPlan& plan_in) {
   } stop_watching{signals};
   int code = supervisor.run(std::move(hosts));
   store_server.stop();
-  return code;
+  return end_job(code);
 }
 
 }  // namespace hvd::launcher

@@ -1,5 +1,7 @@
 #include "hvd/launcher/supervisor.h"
 
+#include "hvd/launcher/event_log.h"
+
 #include "hvd/launcher/options.h"
 #include "hvd/launcher/status.h"
 
@@ -69,9 +71,15 @@ void Supervisor::launch_all(std::vector<HostLaunch>& hosts, std::vector<std::str
       h.spawner->launch(h.workers, *this, deadline);
       spdlog::info("started {} worker{} on {} in {} ms", h.workers.size(), h.workers.size() == 1 ? "" : "s",
                    h.host, ms_since(t0));
+      if (options_.events) {
+        std::vector<int> ranks;
+        for (const auto& w : h.workers) ranks.push_back(w.slot.rank);
+        options_.events->emit("workers_started", {{"host", h.host}, {"ranks", ranks}, {"ms", ms_since(t0)}});
+      }
     } catch (const LaunchError& e) {
       std::string msg = e.what();
       if (msg.rfind(e.host() + ":", 0) != 0) msg = e.host() + ": " + msg;
+      if (options_.events) options_.events->emit("launch_failed", {{"host", h.host}, {"reason", msg}});
       std::lock_guard<std::mutex> lock(errors_mutex);
       errors.push_back(msg);
     } catch (const std::exception& e) {
@@ -181,6 +189,15 @@ int Supervisor::run(std::vector<HostLaunch> hosts) {
         it->second.alive = false;
         --alive;
         bool bad = !e.lost_reason.empty() || e.status != 0 || e.signal != 0;
+        if (options_.events) {
+          options_.events->emit(
+              "worker_exit",
+              {{"rank", e.rank},
+               {"host", it->second.host},
+               {"status", e.lost_reason.empty() ? (e.signal ? 128 + e.signal : e.status) : -1},
+               {"description", e.lost_reason.empty() ? describe_status(e.status, e.signal) : "lost: " + e.lost_reason},
+               {"lost", !e.lost_reason.empty()}});
+        }
         if (bad && !failed && interrupted == 0) {
           failed = true;
           failure = e;
@@ -200,6 +217,7 @@ int Supervisor::run(std::vector<HostLaunch> hosts) {
         }
       } else if (interrupted == 0 && !failed) {
         interrupted = ev.sig;
+        if (options_.events) options_.events->emit("signal", {{"signal", ev.sig}});
         spdlog::warn("received {}; forwarding it to {} worker{}", signal_label(ev.sig), alive, alive == 1 ? "" : "s");
         signal_alive(ev.sig);
         kill_at = Clock::now() + options_.kill_grace;

@@ -9,6 +9,7 @@ size, so every faulty run must end with the checksum of a fault-free one.
 Run one case:
   HVDRUN=... TRAINER=... python3 test_elastic.py Elastic.test_scale_up
 """
+import json
 import os
 import re
 import signal
@@ -245,7 +246,8 @@ class Elastic(unittest.TestCase):
         self.assertIn("left", res[2])
 
     def test_kill9_mid_training_restarts_slot(self):
-        j = self.job("localhost:2\n", ["-np", "2", "--min-np", "1"], steps=60, step_ms=40)
+        events = os.path.join(tempfile.mkdtemp(), "events.jsonl")
+        j = self.job("localhost:2\n", ["-np", "2", "--min-np", "1", "--events-file", events], steps=60, step_ms=40)
         before = j.wait_for_step(2, 5)
         pid = worker_pid(j.token, "w2")
         self.assertIsNotNone(pid)
@@ -263,6 +265,20 @@ class Elastic(unittest.TestCase):
         # earlier than the last step committed before it
         after = [s["step"] for s in j.steps() if s["t"] > killed_at]
         self.assertGreaterEqual(min(after), before["step"])
+        # --events-file tells the same story in JSON
+        with open(events) as f:
+            ev = [json.loads(line) for line in f]
+        kinds = [e["event"] for e in ev]
+        self.assertEqual((kinds[0], kinds[-1], ev[-1]["code"]), ("job_start", "job_end", 0))
+        w2_exit = [e for e in ev if e["event"] == "worker_exit" and e["worker"] == "w2"]
+        self.assertEqual(w2_exit[0]["status"], 137, w2_exit)
+        worlds = [e["world"] for e in ev if e["event"] == "world"]
+        self.assertEqual([w["version"] for w in worlds], list(range(1, len(worlds) + 1)))
+        self.assertEqual([m["id"] for m in worlds[1]["members"]], ["w1"])
+        self.assertIn("w3", [m["id"] for m in worlds[-1]["members"]])
+        self.assertLess(kinds.index("worker_exit"), kinds.index("world", kinds.index("worker_exit")))
+        self.assertIn({"event": "worker_start", "worker": "w3", "host": "localhost", "slot": 1},
+                      [{k: v for k, v in e.items() if k != "time"} for e in ev])
 
     def test_hosts_appear_later_and_loopback_store_ignores_remote(self):
         # nothing listed at first (pods not up yet): the job waits; then this

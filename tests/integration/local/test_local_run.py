@@ -6,6 +6,7 @@ failure, signals, no orphans, exit codes.
 Run one case:  HVDRUN=/path/to/hvdrun python3 test_local_run.py LocalRun.test_sigint
 Each case is its own CTest entry (tests/integration/local/CMakeLists.txt).
 """
+import json
 import os
 import re
 import shutil
@@ -217,6 +218,35 @@ class LocalRun(unittest.TestCase):
         self.assertIn("rank 1 on localhost: exited with code 7", err)
         self.assertIn("[1] boom: bad shape", err)
         self.assertNoLeftovers(job)
+
+    def test_events_file_records_start_exits_and_end(self):
+        d = tempfile.mkdtemp()
+        events = os.path.join(d, "events.jsonl")
+        code, out, err = run(["-np", "3", "-H", "localhost:3", "--events-file", events] + sh(
+            'if [ "$HOROVOD_RANK" = 2 ]; then exit 3; fi; sleep 0.2'))
+        self.assertEqual(code, 3, err)
+        with open(events) as f:
+            ev = [json.loads(line) for line in f]
+        kinds = [e["event"] for e in ev]
+        self.assertEqual(kinds[0], "job_start")
+        self.assertEqual(kinds[-1], "job_end")
+        self.assertEqual(ev[-1]["code"], 3)
+        self.assertEqual([w["rank"] for w in ev[0]["workers"]], [0, 1, 2])
+        self.assertEqual(ev[0]["mode"], "static")
+        started = [e for e in ev if e["event"] == "workers_started"]
+        self.assertEqual(started[0]["ranks"], [0, 1, 2])
+        exits = {e["rank"]: e for e in ev if e["event"] == "worker_exit"}
+        self.assertEqual(sorted(exits), [0, 1, 2])
+        self.assertEqual(exits[2]["status"], 3)
+        self.assertEqual(exits[2]["description"], "exited with code 3")
+        self.assertEqual(exits[0]["status"], 128 + signal.SIGTERM)  # torn down
+        shutil.rmtree(d)
+
+    def test_events_file_unwritable_is_a_usage_error(self):
+        code, out, err = run(["-np", "1", "--events-file", "/nonexistent/dir/ev.jsonl", "true"])
+        self.assertEqual(code, 2, err)
+        self.assertIn("hvdrun: error: cannot open --events-file '/nonexistent/dir/ev.jsonl': No such file or directory",
+                      err)
 
     def test_killed_worker_status_is_128_plus_signal(self):
         code, out, err = run(["-np", "2", "-H", "localhost:2"] + sh(

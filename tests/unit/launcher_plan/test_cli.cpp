@@ -418,6 +418,8 @@ TEST_CASE("cli: hvdrun additions", "[cli]") {
                      "--ssh-strict-host-key-checking",
                      "--ssh-keepalive",
                      "2",
+                     "--events-file",
+                     "/tmp/ev.jsonl",
                      "--network-interface",
                      "eth0,eth1",
                      "--network-interfaces",
@@ -433,6 +435,8 @@ TEST_CASE("cli: hvdrun additions", "[cli]") {
   CHECK(o.kill_grace == std::chrono::milliseconds(500));
   CHECK(o.ssh_strict_host_key_checking);
   CHECK(o.ssh_keepalive == std::chrono::seconds(2));
+  CHECK(o.events_file == std::optional<std::string>("/tmp/ev.jsonl"));
+  CHECK(parse({"-np", "1", "--events-file", "", "cmd"}).exit_code == exit_code::kUsage);
   CHECK(parse_ok({"-np", "1", "cmd"}).ssh_keepalive == std::chrono::seconds(5));
   CHECK(parse({"-np", "1", "--ssh-keepalive", "0", "cmd"}).exit_code == exit_code::kUsage);
   CHECK(o.network_interfaces == std::vector<std::string>{"eth0", "eth1", "ib0"});

@@ -64,6 +64,7 @@ struct Options {
   std::optional<int> ssh_port;                 // -p
   std::optional<std::string> ssh_identity_file;  // -i
   bool ssh_strict_host_key_checking = false;   // --ssh-strict-host-key-checking (hvdrun addition)
+  std::optional<std::string> events_file;     // --events-file: JSON Lines record of the job (event_log.h)
   std::chrono::seconds ssh_keepalive{5};      // --ssh-keepalive: liveness probe interval of SSH connections
   std::chrono::seconds start_timeout{30};      // --start-timeout / HOROVOD_START_TIMEOUT
   std::vector<std::string> network_interfaces; // --network-interface (comma list accepted)

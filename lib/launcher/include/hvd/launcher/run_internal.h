@@ -29,6 +29,11 @@ sigset_t forwarded_signals();
 std::unique_ptr<Spawner> make_spawner_for(const Options& options, bool local);
 
 class OutputRouter;
+class EventLog;
+/// --events-file opened (null when not given, or after printing
+/// "hvdrun: error: cannot open --events-file ..." when it cannot be opened).
+std::unique_ptr<EventLog> open_events(const Options& options);
+
 /// The job's output router from --output-filename and
 /// --prefix-output-with-timestamp. An unusable directory prints
 /// "hvdrun: error: --output-filename: ..." and returns null (exit 2).

@@ -29,6 +29,8 @@
 
 namespace hvd::launcher {
 
+class EventLog;
+
 /// One host's share of the job and the spawner that starts it.
 struct HostLaunch {
   std::string host;
@@ -48,6 +50,8 @@ struct SupervisorOptions {
   /// After SIGKILL, how long to wait for exits before giving up on a worker
   /// (its spawner's shutdown() still guarantees it is gone).
   std::chrono::milliseconds kill_wait{5000};
+  /// --events-file (may be null; must outlive run()).
+  EventLog* events = nullptr;
 };
 
 class Supervisor final : public EventSink {
