@@ -96,5 +96,17 @@ TEST_CASE("check-build lists what hvdrun provides", "[plan]") {
   std::string s = render_check_build();
   CHECK(s.find("Available Controllers:") != std::string::npos);
   CHECK(s.find("[X] Gloo") != std::string::npos);
-  CHECK(s.find("[ ] MPI") != std::string::npos);
+  CHECK(s.find("[ ] MPI\n") != std::string::npos);
+  CHECK(s.find("[X] elastic mode") != std::string::npos);
+  // Ticks follow the build, never more.
+  BuiltComponents none;
+  std::string bare = render_check_build(none);
+  CHECK(bare.find("    [ ] PyTorch\n") != std::string::npos);
+  CHECK(bare.find("    [ ] CUDA\n") != std::string::npos);
+  CHECK(bare.find("    [ ] NCCL\n") != std::string::npos);
+  BuiltComponents all{true, true, true};
+  std::string full = render_check_build(all);
+  CHECK(full.find("[X] PyTorch (hvdcomm.torch") != std::string::npos);
+  CHECK(full.find("[X] CUDA (component built") != std::string::npos);
+  CHECK(full.find("[ ] NCCL (library found at build time; not used yet)") != std::string::npos);
 }

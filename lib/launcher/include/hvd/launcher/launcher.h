@@ -37,6 +37,16 @@ JobPlan make_plan(const Options& options, const std::map<std::string, std::strin
 std::string render_dry_run(const JobPlan& plan, const Options& options, DryRunFormat format);
 
 /// --check-build output (what this build supports).
+/// What was built beside hvdrun in this build tree (CMake passes it to
+/// the launcher; hvdrun itself never links the collective library).
+struct BuiltComponents {
+  bool pytorch_binding = false;  ///< python/ hvdcomm.torch
+  bool cuda = false;             ///< lib/collective/cuda (HVD_WITH_CUDA)
+  bool nccl_found = false;       ///< NCCL headers and library seen at configure time
+};
+/// This build's components (from compile definitions).
+BuiltComponents built_components();
+std::string render_check_build(const BuiltComponents& built);
 std::string render_check_build();
 
 /// Starts the job and supervises it to the end; returns hvdrun's exit code
