@@ -4,8 +4,12 @@
 // expose (a 1 s keepalive).
 //
 //   ssh_spawner_driver --host H --identity KEY [--port P] [--keepalive S]
-//       [--ranks N] [--timeout S] [--agent HVDRUN] [--signal-after-ms MS
-//       --signal TERM|INT|HUP|KILL] -- CMD ARGS...
+//       [--ranks N] [--timeout S] [--agent HVDRUN] [--signal-after-ms MS]
+//       [--signal-after-lines N] [--signal TERM|INT|HUP|KILL] -- CMD ARGS...
+//
+// --signal-after-lines waits (up to 20 s) until N output lines arrived
+// before the delay of --signal-after-ms starts, so a test can signal
+// workers only once they are known to run (and to have set their traps).
 //
 // Prints "out <rank> <stdout|stderr> <line>" per output line and
 // "exit <rank> status=S signal=N lost=<reason>" per exit; exits 0 once every
@@ -42,8 +46,10 @@ class PrintingSink : public EventSink {
       std::printf("out %d %s %s\n", rank, stream == Stream::Stdout ? "stdout" : "stderr",
                   buf.substr(0, pos).c_str());
       buf.erase(0, pos + 1);
+      ++lines_;
     }
     std::fflush(stdout);
+    cv_.notify_all();
   }
   void on_exit(const WorkerExit& e) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -58,6 +64,10 @@ class PrintingSink : public EventSink {
     ++exits_;
     cv_.notify_all();
   }
+  bool wait_lines(int n, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return lines_ >= n; });
+  }
   bool wait_exits(int n, std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lock(mu_);
     return cv_.wait_for(lock, timeout, [&] { return exits_ >= n; });
@@ -68,6 +78,7 @@ class PrintingSink : public EventSink {
   std::condition_variable cv_;
   std::map<std::pair<int, int>, std::string> partial_;
   int exits_ = 0;
+  int lines_ = 0;
 };
 
 int signal_by_name(const std::string& name) {
@@ -92,6 +103,7 @@ int main(int argc, char** argv) {
   int ranks = 1;
   int timeout_s = 10;
   int signal_after_ms = -1;
+  int signal_after_lines = 0;
   int sig = 0;
   std::string agent;
   std::vector<std::string> command;
@@ -109,6 +121,7 @@ int main(int argc, char** argv) {
     else if (a == "--timeout") timeout_s = std::stoi(next());
     else if (a == "--agent") agent = next();
     else if (a == "--signal-after-ms") signal_after_ms = std::stoi(next());
+    else if (a == "--signal-after-lines") signal_after_lines = std::stoi(next());
     else if (a == "--signal") sig = signal_by_name(next());
     else if (a == "--") {
       command.assign(argv + i + 1, argv + argc);
@@ -141,6 +154,9 @@ int main(int argc, char** argv) {
   } catch (const hvd::launcher::LaunchError& e) {
     std::fprintf(stderr, "launch failed: %s\n", e.what());
     return 3;
+  }
+  if (signal_after_lines > 0 && !sink.wait_lines(signal_after_lines, std::chrono::seconds(20))) {
+    std::fprintf(stderr, "ssh_spawner_driver: fewer than %d output lines within 20 s\n", signal_after_lines);
   }
   if (signal_after_ms >= 0 && sig != 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(signal_after_ms));

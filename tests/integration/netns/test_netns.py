@@ -308,10 +308,14 @@ def case_driver_signals(hosts):
     """Spawner-level: output, per-rank exit codes and signal forwarding via control bytes."""
     check(ARGS.driver, "--driver is required for this case")
     a = hosts.addrs[0]
-    script = ('echo "out-$HOROVOD_RANK"; trap "echo got-term-$HOROVOD_RANK; exit 7" TERM; '
+    # Every rank sets its trap before it prints, and the driver signals only
+    # after all three lines arrived (plus 0.5 s for rank 0 to exit): a
+    # loaded host cannot make TERM beat the trap.
+    script = ('trap "echo got-term-$HOROVOD_RANK; exit 7" TERM; echo "out-$HOROVOD_RANK"; '
               'if [ "$HOROVOD_RANK" = 0 ]; then exit 5; fi; sleep 30 & wait')
     p = subprocess.run([ARGS.driver, "--host", a, "--identity", hosts.key, "--ranks", "3", "--timeout", "10",
-                        "--agent", ARGS.hvdrun, "--signal-after-ms", "1500", "--signal", "TERM", "--", "sh", "-c",
+                        "--agent", ARGS.hvdrun, "--signal-after-lines", "3", "--signal-after-ms", "500",
+                        "--signal", "TERM", "--", "sh", "-c",
                         script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_for(hosts),
                        timeout=30)
     check(p.returncode == 0, f"driver exited {p.returncode}", p.stdout, p.stderr)
