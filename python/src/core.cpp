@@ -3,6 +3,7 @@
 // shape); outputs whose size is known only after negotiation stay owned by
 // the handle and are copied out by Python (Handle.copy_output).
 #include "hvd/collective/hvd.h"
+#include "hvd/collective/cuda.h"
 #include "hvd/collective/elastic.h"
 
 #include <pybind11/pybind11.h>
@@ -38,6 +39,7 @@ struct PeerFailureTag {};
 
 const void* cptr(uintptr_t p) { return reinterpret_cast<const void*>(p); }
 void* mptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
+CUstream_st* sptr(uintptr_t p) { return reinterpret_cast<CUstream_st*>(p); }
 
 }  // namespace
 
@@ -115,18 +117,30 @@ PYBIND11_MODULE(_core, m) {
         if (bytes) std::memcpy(mptr(dst), h.output(), bytes);
       });
 
+  // Build facts (docs/cuda.md): the CUDA component, NCCL detection (no
+  // operation uses NCCL yet), and the devices this process sees.
+  m.def("cuda_built", &cuda::cuda_built);
+  m.def("nccl_detected", &cuda::nccl_built);
+  m.def("cuda_device_count", &cuda::device_count);
+
+  // device: -1 host memory, >= 0 the CUDA device of both buffers; stream: a
+  // cudaStream_t (0: the legacy default stream) the operation runs after.
   m.def("allreduce_async", [](const std::string& name, uintptr_t in, uintptr_t out, int dtype,
-                              std::vector<int64_t> shape, int op, double pre, double post) {
+                              std::vector<int64_t> shape, int op, double pre, double post, int device,
+                              uintptr_t stream) {
     return hvd::allreduce_async(AllreduceArgs{name, cptr(in), mptr(out), DataType(dtype), std::move(shape),
-                                              ReduceOp(op), pre, post});
-  });
+                                              ReduceOp(op), pre, post, device, sptr(stream)});
+  }, py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"), py::arg("shape"), py::arg("op"),
+     py::arg("prescale"), py::arg("postscale"), py::arg("device") = kHostDevice, py::arg("stream") = 0);
   m.def("allgather_async", [](const std::string& name, uintptr_t in, int dtype, std::vector<int64_t> shape) {
     return hvd::allgather_async(AllgatherArgs{name, cptr(in), DataType(dtype), std::move(shape), {}});
   });
   m.def("broadcast_async", [](const std::string& name, uintptr_t in, uintptr_t out, int dtype,
-                              std::vector<int64_t> shape, int root) {
-    return hvd::broadcast_async(BroadcastArgs{name, cptr(in), mptr(out), DataType(dtype), std::move(shape), root});
-  });
+                              std::vector<int64_t> shape, int root, int device, uintptr_t stream) {
+    return hvd::broadcast_async(
+        BroadcastArgs{name, cptr(in), mptr(out), DataType(dtype), std::move(shape), root, device, sptr(stream)});
+  }, py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"), py::arg("shape"), py::arg("root"),
+     py::arg("device") = kHostDevice, py::arg("stream") = 0);
   m.def("alltoall_async", [](const std::string& name, uintptr_t in, int dtype, std::vector<int64_t> shape,
                              std::vector<int64_t> splits) {
     return hvd::alltoall_async(AlltoallArgs{name, cptr(in), DataType(dtype), std::move(shape), std::move(splits), {}});

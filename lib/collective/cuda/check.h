@@ -18,6 +18,24 @@ inline void check(cudaError_t status, const char* call) {
   if (status != cudaSuccess) throw_cuda_error(static_cast<int>(status), call);
 }
 
+/// Makes `device` current for the scope, restoring the caller's device.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) : device_(device) {
+    check(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != device_) check(cudaSetDevice(device_), "cudaSetDevice");
+  }
+  ~DeviceGuard() {
+    if (previous_ != device_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int device_;
+  int previous_ = 0;
+};
+
 }  // namespace hvd::collective::cuda::detail
 
 #define HVD_CUDA_CHECK(expr) ::hvd::collective::cuda::detail::check((expr), #expr)

@@ -28,6 +28,7 @@ namespace hvd::collective::cuda {
 namespace {
 
 using detail::ControlBlock;
+using detail::DeviceGuard;
 using detail::Counter;
 using detail::IpcHandle;
 
@@ -37,24 +38,6 @@ static_assert(sizeof(cudaIpcEventHandle_t) == detail::kIpcHandleBytes, "cudaIpcE
 /// Published as `done` once a rank has closed its mappings of every peer.
 constexpr uint64_t kClosed = std::numeric_limits<uint64_t>::max();
 constexpr std::size_t kAlign = 256;
-
-/// Makes `device` current for the scope, restoring the caller's device.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) : device_(device) {
-    HVD_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device_) HVD_CUDA_CHECK(cudaSetDevice(device_));
-  }
-  ~DeviceGuard() {
-    if (previous_ != device_) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int device_;
-  int previous_ = 0;
-};
 
 /// Waits for `ev` like cudaEventSynchronize, but gives up at `deadline`
 /// (a dead peer's work may never complete). Returns whether it completed.
@@ -382,6 +365,15 @@ void DeviceAllreducer::allreduce(void* data, std::size_t count, DataType dtype, 
     im.broken = true;
     im.control->abort(im.me());
     throw;
+  }
+}
+
+void DeviceAllreducer::abort() noexcept {
+  auto& im = *impl_;
+  im.broken = true;
+  try {
+    if (im.control && !im.control->aborted()) im.control->abort(im.me());
+  } catch (...) {
   }
 }
 

@@ -57,4 +57,15 @@ bool is_device_pointer(const void* ptr) {
   return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
 }
 
+int pointer_device(const void* ptr) {
+  if (ptr == nullptr || device_count() == 0) return -1;
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) return -1;
+  return attr.device;
+}
+
 }  // namespace hvd::collective::cuda

@@ -2,6 +2,7 @@
 // (HVD_WITH_CUDA=OFF or no nvcc): truthful answers, and a clear error for
 // anything that would need a device.
 #include "hvd/collective/cuda.h"
+#include "device_executor.h"
 #include "staging_pool.h"
 
 namespace hvd::collective::cuda {
@@ -19,6 +20,7 @@ bool nccl_built() { return false; }
 std::string nccl_version() { return ""; }
 int device_count() { return 0; }
 bool is_device_pointer(const void*) { return false; }
+int pointer_device(const void*) { return -1; }
 
 struct DeviceAllreducer::Impl {};
 
@@ -27,6 +29,7 @@ DeviceAllreducer::~DeviceAllreducer() = default;
 void DeviceAllreducer::allreduce(void*, std::size_t, DataType, ReduceOp, CUstream_st*, double, double) {
   not_built("DeviceAllreducer::allreduce");
 }
+void DeviceAllreducer::abort() noexcept {}
 const DeviceAllreducerOptions& DeviceAllreducer::options() const { not_built("DeviceAllreducer::options"); }
 uint64_t DeviceAllreducer::steps() const { return 0; }
 
@@ -51,6 +54,21 @@ void reduce(const std::vector<const void*>&, void*, std::size_t, DataType, Reduc
 
 namespace detail {
 std::unique_ptr<HostAllocator> make_pinned_allocator() { not_built("the pinned staging allocator"); }
+
+struct DeviceExecutor::Impl {};
+DeviceExecutor::DeviceExecutor(std::shared_ptr<store::Store>, const DeviceExecutorOptions&) {
+  not_built("an operation on device buffers");
+}
+DeviceExecutor::~DeviceExecutor() = default;
+void DeviceExecutor::allreduce(const std::vector<int32_t>&, const std::vector<DeviceTensor>&, DataType, ReduceOp,
+                               double, double, const HostAllreduce&) {
+  not_built("allreduce of device buffers");
+}
+void DeviceExecutor::broadcast(int32_t, const DeviceTensor&, bool, const HostBroadcast&) {
+  not_built("broadcast of device buffers");
+}
+void DeviceExecutor::abort() noexcept {}
+std::size_t DeviceExecutor::intra_host_created() const { return 0; }
 }  // namespace detail
 
 }  // namespace hvd::collective::cuda

@@ -1,6 +1,7 @@
 // The C ABI: exceptions become error codes plus a thread-local message.
 #include "hvd/collective/c_api.h"
 
+#include "hvd/collective/cuda.h"
 #include "hvd/collective/elastic.h"
 #include "hvd/collective/errors.h"
 #include "hvd/collective/hvd.h"
@@ -107,10 +108,18 @@ const char* hvd_last_error(void) { return t_last_error.c_str(); }
 
 int hvd_allreduce_async(const char* name, const void* in, void* out, int64_t count, int dtype, int op,
                         double prescale, double postscale, hvd_handle_t* out_handle) {
+  return hvd_allreduce_async_ex(name, in, out, count, dtype, op, prescale, postscale, HVD_DEVICE_HOST, nullptr,
+                                out_handle);
+}
+
+int hvd_allreduce_async_ex(const char* name, const void* in, void* out, int64_t count, int dtype, int op,
+                           double prescale, double postscale, int device, void* cuda_stream,
+                           hvd_handle_t* out_handle) {
   return submit(out_handle, [&] {
     return hvd::allreduce_async(hvd::collective::AllreduceArgs{
         name_of(name), in, out, static_cast<hvd::collective::DataType>(dtype), count_shape(count),
-        static_cast<hvd::collective::ReduceOp>(op), prescale, postscale});
+        static_cast<hvd::collective::ReduceOp>(op), prescale, postscale, device,
+        static_cast<CUstream_st*>(cuda_stream)});
   });
 }
 
@@ -125,11 +134,22 @@ int hvd_allgather_async(const char* name, const void* in, int ndim, const int64_
 
 int hvd_broadcast_async(const char* name, const void* in, void* out, int64_t count, int dtype, int root,
                         hvd_handle_t* out_handle) {
+  return hvd_broadcast_async_ex(name, in, out, count, dtype, root, HVD_DEVICE_HOST, nullptr, out_handle);
+}
+
+int hvd_broadcast_async_ex(const char* name, const void* in, void* out, int64_t count, int dtype, int root,
+                           int device, void* cuda_stream, hvd_handle_t* out_handle) {
   return submit(out_handle, [&] {
-    return hvd::broadcast_async(hvd::collective::BroadcastArgs{
-        name_of(name), in, out, static_cast<hvd::collective::DataType>(dtype), count_shape(count), root});
+    return hvd::broadcast_async(hvd::collective::BroadcastArgs{name_of(name), in, out,
+                                                               static_cast<hvd::collective::DataType>(dtype),
+                                                               count_shape(count), root, device,
+                                                               static_cast<CUstream_st*>(cuda_stream)});
   });
 }
+
+int hvd_cuda_built(void) { return hvd::collective::cuda::cuda_built() ? 1 : 0; }
+
+int hvd_cuda_device_count(void) { return hvd::collective::cuda::device_count(); }
 
 int hvd_alltoall_async(const char* name, const void* in, int ndim, const int64_t* shape, int dtype,
                        const int64_t* splits, hvd_alloc_fn alloc, void* alloc_user, hvd_handle_t* out_handle) {

@@ -1,13 +1,16 @@
 #include "hvd/collective/context.h"
 
 #include "controller.h"
+#include "device_executor.h"
 #include "fusion.h"
 #include "message.h"
 #include "operations.h"
 #include "stall_inspector.h"
 
 #include "hvd/collective/algorithms.h"
+#include "hvd/collective/cuda.h"
 #include "hvd/collective/elastic.h"
+#include "hvd/common/env.h"
 #include "hvd/common/error.h"
 
 #include <fmt/format.h>
@@ -61,6 +64,11 @@ struct Context::Impl {
   detail::Controller controller;
   detail::StallInspector stall;
   detail::FusionBuffer fusion;
+  /// Device-buffer operations (docs/cuda.md): created by the background
+  /// thread at the first device response, released when that thread ends
+  /// (shutdown, failure -- and so at every elastic re-formation, which
+  /// builds a new Context).
+  std::unique_ptr<cuda::detail::DeviceExecutor> device;
 
   mutable std::mutex mu;
   std::condition_variable cv;
@@ -87,7 +95,8 @@ struct Context::Impl {
       : settings(s),
         store(std::move(st)),
         comm(c ? std::move(c) : std::make_unique<LocalComm>()),
-        controller(detail::ControllerOptions{s.rank, s.size, s.cache_capacity, s.fusion_threshold}),
+        controller(detail::ControllerOptions{s.rank, s.size, s.cache_capacity, s.fusion_threshold,
+                                             cuda::cuda_built()}),
         stall(detail::StallOptions{s.stall_check, s.stall_warn_after, s.stall_fail_after}),
         fusion(s.fusion_threshold) {}
 
@@ -149,6 +158,43 @@ struct Context::Impl {
       fail(FailureKind::Other, e.what());
     } catch (...) {
       fail(FailureKind::Other, "unknown exception in the background thread");
+    }
+    release_device();
+  }
+
+  cuda::detail::DeviceExecutor& device_executor() {
+    if (!device) {
+      cuda::detail::DeviceExecutorOptions o;
+      o.job = {settings.rank, settings.size, settings.local_rank, settings.local_size, settings.cross_rank,
+               settings.cross_size};
+      o.comm_prefix = settings.comm_prefix;
+      o.fusion_threshold = settings.fusion_threshold;
+      o.timeout = settings.start_timeout;
+      const std::string path = env::get_or("HVD_CUDA_ALLREDUCE_PATH", "auto");
+      if (path != "auto" && path != "staged") {
+        throw InvalidArgument(fmt::format("HVD_CUDA_ALLREDUCE_PATH='{}': expected 'auto' or 'staged'", path));
+      }
+      o.force_staged = path == "staged";
+      device = std::make_unique<cuda::detail::DeviceExecutor>(store, o);
+    }
+    return *device;
+  }
+
+  /// Background thread, at its end: every operation has finished or failed.
+  /// After a failure, local peers in an intra-host pipeline are woken first
+  /// so that neither side waits for the other's teardown.
+  void release_device() noexcept {
+    if (!device) return;
+    try {
+      bool failed_state;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        failed_state = state == State::Failed;
+      }
+      if (failed_state) device->abort();
+      device.reset();
+    } catch (...) {
+      spdlog::error("{}: releasing CUDA resources failed", tag());
     }
   }
 
@@ -266,7 +312,8 @@ struct Context::Impl {
     if (resp.ok()) {
       std::vector<OpState*> raw;
       for (auto& op : ops) raw.push_back(op.get());
-      detail::execute(resp, *comm, raw, fusion);
+      detail::Executors ex{*comm, fusion, [this]() -> cuda::detail::DeviceExecutor& { return device_executor(); }};
+      detail::execute(resp, raw, ex);
     }
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -276,6 +323,7 @@ struct Context::Impl {
       std::exception_ptr e = op->local_error;
       if (resp.error == detail::ResponseError::Mismatch) e = std::make_exception_ptr(MismatchError(resp.message));
       if (resp.error == detail::ResponseError::Stalled) e = std::make_exception_ptr(TimeoutError(resp.message));
+      if (resp.error == detail::ResponseError::Unsupported) e = std::make_exception_ptr(InvalidArgument(resp.message));
       op->finish(e);
     }
     if (!resp.ok()) spdlog::error("{}: {}", tag(), resp.message);
@@ -427,6 +475,23 @@ int Context::cross_rank() const { return impl_->settings.cross_rank; }
 int Context::cross_size() const { return impl_->settings.cross_size; }
 
 namespace {
+/// kAutoDevice -> where CUDA says the buffers are (host without the CUDA
+/// component); any other value is the caller's answer, checked at submit.
+/// `both`: input and output must be on the same device (allreduce; a
+/// non-root's broadcast input is ignored).
+int32_t resolve_device(int32_t device, const void* input, const void* output, const std::string& name, bool both) {
+  if (device != kAutoDevice) return device;
+  if (!cuda::cuda_built()) return kHostDevice;
+  const int in = input ? cuda::pointer_device(input) : -1;
+  const int out = output ? cuda::pointer_device(output) : -1;
+  if (both && input && output && in != out) {
+    throw InvalidArgument(fmt::format("hvd: tensor '{}': input is on {} but output on {}", name,
+                                      in < 0 ? std::string("the host") : fmt::format("CUDA device {}", in),
+                                      out < 0 ? std::string("the host") : fmt::format("CUDA device {}", out)));
+  }
+  return output ? out : in;
+}
+
 std::shared_ptr<OpState> make_op(OpType type, const std::string& name, DataType dtype,
                                  const std::vector<int64_t>& shape) {
   auto op = std::make_shared<OpState>();
@@ -445,6 +510,8 @@ Handle Context::allreduce_async(const AllreduceArgs& a) {
   op->request.postscale = a.postscale;
   op->input = a.input;
   op->output = a.output;
+  op->request.device = resolve_device(a.device, a.input, a.output, a.name, true);
+  op->stream = a.stream;
   return impl_->submit(std::move(op));
 }
 
@@ -460,6 +527,8 @@ Handle Context::broadcast_async(const BroadcastArgs& a) {
   op->request.root = a.root;
   op->input = a.input;
   op->output = a.output;
+  op->request.device = resolve_device(a.device, a.input, a.output, a.name, false);
+  op->stream = a.stream;
   return impl_->submit(std::move(op));
 }
 

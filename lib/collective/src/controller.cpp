@@ -118,7 +118,21 @@ Response Controller::validate(TensorRequests reqs) const {
     }
     if (auto d = disagreement(keys, shown, "use", "uses")) fail(*d);
   }
-  // 4. Broadcast root.
+  // 4. Host or device memory (device ids themselves may differ per rank).
+  if (resp.ok()) {
+    for (std::size_t r = 0; r < n; ++r) {
+      keys[r] = shown[r] = reqs[r].device >= 0 ? "device buffers" : "host buffers";
+    }
+    if (auto d = disagreement(keys, shown, "passed", "passed")) fail(*d);
+  }
+  if (resp.ok() && reqs[0].device >= 0 && !options_.device_buffers) {
+    resp.error = ResponseError::Unsupported;
+    resp.message = fmt::format(
+        "tensor '{}': every rank passed CUDA device buffers, but this hvd_collective was built without the CUDA "
+        "component (configure with nvcc available and -DHVD_WITH_CUDA=ON, or pass host buffers)",
+        name);
+  }
+  // 5. Broadcast root.
   if (resp.ok() && resp.type == OpType::Broadcast) {
     for (std::size_t r = 0; r < n; ++r) keys[r] = shown[r] = fmt::format("root {}", reqs[r].root);
     if (auto d = disagreement(keys, shown, "use", "uses")) fail(*d);

@@ -23,7 +23,11 @@
 
 namespace hvd::collective::detail {
 
-enum class ResponseError { None, Mismatch, Stalled };
+/// Mismatch: ranks disagree (MismatchError). Stalled: some rank never
+/// submitted (TimeoutError). Unsupported: every rank agrees, but this
+/// library cannot run it, e.g. device buffers without the CUDA component
+/// (hvd::InvalidArgument).
+enum class ResponseError { None, Mismatch, Stalled, Unsupported };
 
 /// One unit of work for the executor: a single tensor, or several fused
 /// allreduces. tensors[i][r] is rank r's request for the i-th tensor.
@@ -43,6 +47,11 @@ struct ControllerOptions {
   int size = 1;
   std::size_t cache_capacity = 1024;
   std::size_t fusion_threshold = 64u << 20;
+  /// Whether device (CUDA) buffers can be reduced: cuda::cuda_built() in
+  /// the Context. Without it a tensor whose ranks all pass device buffers
+  /// fails on every rank with ResponseError::Unsupported. Every rank runs
+  /// the same library, so every rank decides the same.
+  bool device_buffers = false;
 };
 
 struct ControllerStats {

@@ -1,7 +1,9 @@
 #pragma once
 /// Tensor fusion: ready allreduces with the same dtype, reduce op and scale
-/// factors are packed into one buffer (up to the fusion threshold), reduced
-/// with one call and unpacked -- many small reductions cost one latency.
+/// factors, on the same memory on every rank (host, or the same device as
+/// the other tensors of that rank), are packed into one buffer (up to the
+/// fusion threshold), reduced with one call and unpacked -- many small
+/// reductions cost one latency.
 #include "controller.h"
 
 #include <cstddef>
@@ -19,6 +21,14 @@ std::vector<Response> plan_fusion(std::vector<Response> ready, std::size_t thres
 
 /// Bytes of one rank's tensor in a response.
 std::size_t tensor_bytes(const Request& request);
+
+/// Alignment of tensors in a device fusion buffer (cuda::DeviceFusionBuffer
+/// places each at a 16-byte boundary); fusion counts device tensors rounded
+/// up to it so that a planned group always fits the device buffer.
+inline constexpr std::size_t kDeviceFusionAlign = 16;
+/// What one tensor takes of the fusion threshold: its bytes, rounded up to
+/// kDeviceFusionAlign for device tensors.
+std::size_t fusion_bytes(const Request& request);
 
 /// The fusion buffer: allocated on first use at the threshold size and kept
 /// for the life of the Context (fresh pages are expensive; never reallocate

@@ -22,7 +22,8 @@ const char* op_type_name(OpType type) {
 
 bool Request::operator==(const Request& o) const {
   return name == o.name && type == o.type && dtype == o.dtype && op == o.op && root == o.root &&
-         prescale == o.prescale && postscale == o.postscale && shape == o.shape && splits == o.splits;
+         prescale == o.prescale && postscale == o.postscale && shape == o.shape && splits == o.splits &&
+         device == o.device;
 }
 
 int64_t num_elements(const std::vector<int64_t>& shape) {
@@ -40,7 +41,9 @@ namespace {
 // Limits that keep a corrupt message from making us allocate unbounded memory.
 constexpr uint32_t kMaxCount = 1u << 24;
 constexpr uint32_t kMaxString = 1u << 16;
-constexpr uint8_t kVersion = 1;
+// Version 2 added Request::device. Every rank of a job runs the same
+// library, so a peer with another version is rejected, not translated.
+constexpr uint8_t kVersion = 2;
 
 class Writer {
  public:
@@ -147,6 +150,7 @@ std::vector<uint8_t> encode(const RankMessage& m) {
     w.f64(r.postscale);
     w.i64s(r.shape);
     w.i64s(r.splits);
+    w.u32(static_cast<uint32_t>(r.device));
   }
   // Cache hits as a bitset trimmed after the highest set bit.
   uint32_t max_id = 0;
@@ -187,6 +191,8 @@ RankMessage decode(const uint8_t* data, std::size_t size) {
     q.postscale = r.f64();
     q.shape = r.i64s();
     q.splits = r.i64s();
+    q.device = static_cast<int32_t>(r.u32());
+    if (q.device < -1) r.fail(fmt::format("bad device {}", q.device));
     m.requests.push_back(std::move(q));
   }
   uint32_t nbytes = r.count(kMaxCount);

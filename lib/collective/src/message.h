@@ -41,6 +41,11 @@ struct Request {
   /// Alltoall only: rows (first-dimension slices) sent to each rank; empty
   /// means an even split.
   std::vector<int64_t> splits;
+  /// CUDA device of this rank's buffers, or -1 (kHostDevice) for host
+  /// memory. Set at submit from what the caller said (never probed in a
+  /// CPU-only worker). Ranks may use different devices for one tensor; host
+  /// and device buffers for one tensor are a mismatch.
+  int32_t device = -1;
 
   bool operator==(const Request& o) const;
   bool operator!=(const Request& o) const { return !(*this == o); }

@@ -1,5 +1,7 @@
 #include "operations.h"
 
+#include "device_executor.h"
+
 #include "hvd/collective/algorithms.h"
 #include "hvd/collective/context.h"
 #include "hvd/collective/errors.h"
@@ -118,8 +120,35 @@ void* allocate_output(OpState& op, std::vector<int64_t> shape, std::size_t bytes
   return op.out_data;
 }
 
-void run_allreduce(const Response& resp, Comm& comm, const std::vector<OpState*>& ops, FusionBuffer& fusion) {
+/// Every rank's device for the first tensor of `resp` (fusion groups only
+/// tensors with the same device per rank).
+std::vector<int32_t> devices_of(const Response& resp) {
+  std::vector<int32_t> devices;
+  for (const Request& q : resp.tensors[0]) devices.push_back(q.device);
+  return devices;
+}
+
+void run_device_allreduce(const Response& resp, Executors& ex, const std::vector<OpState*>& ops) {
+  Comm& comm = ex.comm;
   const Request& head = resp.tensors[0][comm.rank()];
+  std::vector<cuda::detail::DeviceTensor> mine;
+  for (OpState* op : ops) mine.push_back({op->input, op->output, tensor_bytes(op->request), op->stream});
+  const DataType dtype = head.dtype;
+  const ReduceOp rop = head.op;
+  const double pre = head.prescale, post = head.postscale;
+  ex.device().allreduce(devices_of(resp), mine, dtype, rop, pre, post, [&](void* host, std::size_t count) {
+    allreduce(comm, host, count, dtype, rop, pre, post);
+  });
+}
+
+void run_allreduce(const Response& resp, Executors& ex, const std::vector<OpState*>& ops) {
+  Comm& comm = ex.comm;
+  FusionBuffer& fusion = ex.fusion;
+  const Request& head = resp.tensors[0][comm.rank()];
+  if (head.device >= 0) {
+    run_device_allreduce(resp, ex, ops);
+    return;
+  }
   if (ops.size() == 1) {
     OpState& op = *ops[0];
     std::size_t bytes = tensor_bytes(op.request);
@@ -162,8 +191,15 @@ void run_allgather(const Response& resp, Comm& comm, OpState& op) {
   allgatherv(comm, op.input, recv_bytes[comm.rank()], out, recv_bytes);
 }
 
-void run_broadcast(const Response& resp, Comm& comm, OpState& op) {
+void run_broadcast(const Response& resp, Executors& ex, OpState& op) {
+  Comm& comm = ex.comm;
   std::size_t bytes = tensor_bytes(op.request);
+  if (op.request.device >= 0) {
+    const int root = op.request.root;
+    ex.device().broadcast(op.request.device, {op.input, op.output, bytes, op.stream}, comm.rank() == root,
+                          [&](void* host, std::size_t b) { broadcast(comm, host, b, root); });
+    return;
+  }
   if (comm.rank() == op.request.root && op.input != nullptr) copy_bytes(op.output, op.input, bytes);
   broadcast(comm, op.output, bytes, op.request.root);
 }
@@ -227,6 +263,10 @@ void check_request(const OpState& op, int size) {
     if (d < 0) bad(fmt::format("negative dimension in shape [{}]", fmt::join(q.shape, ",")));
   }
   if (q.shape.size() > 64) bad("more than 64 dimensions");
+  if (q.device < -1) bad(fmt::format("device {} is not valid (-1: host memory, >= 0: a CUDA device)", q.device));
+  if (q.device >= 0 && q.type != OpType::Allreduce && q.type != OpType::Broadcast) {
+    bad("device buffers are supported by allreduce and broadcast only");
+  }
   const bool empty = num_elements(q.shape) == 0;
   if (q.type == OpType::Barrier) return;
   if (!empty && op.input == nullptr && !(q.type == OpType::Broadcast && op.output != nullptr)) bad("input is null");
@@ -265,11 +305,12 @@ void check_request(const OpState& op, int size) {
   }
 }
 
-void execute(const Response& response, Comm& comm, const std::vector<OpState*>& ops, FusionBuffer& fusion) {
+void execute(const Response& response, const std::vector<OpState*>& ops, Executors& ex) {
+  Comm& comm = ex.comm;
   switch (response.type) {
-    case OpType::Allreduce: run_allreduce(response, comm, ops, fusion); return;
+    case OpType::Allreduce: run_allreduce(response, ex, ops); return;
     case OpType::Allgather: run_allgather(response, comm, *ops[0]); return;
-    case OpType::Broadcast: run_broadcast(response, comm, *ops[0]); return;
+    case OpType::Broadcast: run_broadcast(response, ex, *ops[0]); return;
     case OpType::Alltoall: run_alltoall(response, comm, *ops[0]); return;
     case OpType::Reducescatter: run_reducescatter(response, comm, *ops[0]); return;
     case OpType::Barrier: barrier(comm); return;

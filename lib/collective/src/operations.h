@@ -8,9 +8,16 @@
 #include "hvd/collective/handle.h"
 #include "hvd/common/io.h"
 
+struct CUstream_st;
+
+namespace hvd::collective::cuda::detail {
+class DeviceExecutor;
+}
+
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -22,6 +29,8 @@ struct OpState {
   const void* input = nullptr;
   void* output = nullptr;
   Allocator allocator;
+  /// Device operations: the caller's CUDA stream (request.device >= 0).
+  CUstream_st* stream = nullptr;
   Clock::time_point submitted;
 
   // Results, written by the background thread before finish().
@@ -52,9 +61,18 @@ void check_request(const OpState& op, int size);
 /// Rows this rank sends to each rank in an alltoall (even split if empty).
 std::vector<int64_t> alltoall_splits(const Request& request, int size);
 
+/// What execute() runs operations with.
+struct Executors {
+  Comm& comm;
+  FusionBuffer& fusion;
+  /// The Context's device executor, created on first use (device responses
+  /// only; throws hvd::InvalidArgument in a build without CUDA).
+  std::function<cuda::detail::DeviceExecutor&()> device;
+};
+
 /// Runs `response` (ok() only) on this rank; ops[i] is this rank's state for
-/// response.tensors[i]. Data-plane errors (hvd::IoError, ...) propagate:
-/// they are fatal for the Context.
-void execute(const Response& response, Comm& comm, const std::vector<OpState*>& ops, FusionBuffer& fusion);
+/// response.tensors[i]. Data-plane errors (hvd::IoError, CudaError, ...)
+/// propagate: they are fatal for the Context.
+void execute(const Response& response, const std::vector<OpState*>& ops, Executors& executors);
 
 }  // namespace hvd::collective::detail

@@ -1,7 +1,8 @@
 """horovod.torch-compatible API on hvdrun's collective library.
 
-Tensors are passed to the native core as raw CPU buffers (data_ptr, shape,
-dtype code); the extension does not link libtorch. See docs/python.md."""
+Tensors are passed to the native core as raw buffers (data_ptr, shape,
+dtype code, and for CUDA tensors the device and current stream); the
+extension does not link libtorch. See docs/python.md."""
 import collections
 import io
 import pickle
@@ -34,7 +35,9 @@ def is_homogeneous():
     return size() == local_size() * cross_size()
 
 
-# Build facts: the data plane is a Gloo-style TCP controller; no MPI, NCCL or CUDA.
+# Build facts: the data plane is a Gloo-style TCP controller; no MPI or NCCL.
+# CUDA tensors (allreduce, broadcast) are reduced by the library's own CUDA
+# component when it was built (docs/cuda.md).
 def mpi_built(verbose=False):
     return False
 
@@ -52,11 +55,15 @@ def gloo_enabled():
 
 
 def nccl_built(verbose=False):
+    # No operation uses NCCL (the CUDA component only detects it), so 0 even
+    # when libnccl is present.
     return 0
 
 
 def cuda_built(verbose=False):
-    return False
+    """True when the library has the CUDA component: CUDA tensors may then be
+    passed to allreduce and broadcast."""
+    return bool(_core.cuda_built())
 
 
 def rocm_built(verbose=False):
@@ -101,11 +108,32 @@ def _dtype_code(t):
                          f"{', '.join(str(d) for d in _DTYPES)})") from None
 
 
-def _check(t):
+_DEVICE_OPS = ("allreduce", "broadcast")
+
+
+def _check(t, op="this operation"):
+    """The library's device value for `t`: -1 for a CPU tensor, the CUDA
+    device index for a CUDA tensor passed to an op that accepts them in a
+    build with the CUDA component; anything else raises ValueError."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"hvdcomm: expected a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cpu":
-        raise ValueError("hvdcomm: only CPU tensors are supported (this build has no CUDA path)")
+    if t.device.type == "cpu":
+        return -1
+    if t.device.type != "cuda":
+        raise ValueError(f"hvdcomm: {t.device.type} tensors are not supported (CPU and CUDA tensors are)")
+    if op not in _DEVICE_OPS:
+        raise ValueError(f"hvdcomm: {op} of CUDA tensors is not supported (only allreduce and broadcast accept "
+                         f"them); move the tensor to the CPU first")
+    if not _core.cuda_built():
+        raise ValueError("hvdcomm: a CUDA tensor was passed, but this hvdcomm's library was built without the CUDA "
+                         "component (rebuild with nvcc available and -DHVD_WITH_CUDA=ON, or pass CPU tensors)")
+    return t.device.index if t.device.index is not None else torch.cuda.current_device()
+
+
+def _stream(t, device):
+    """The stream the library orders the operation after: torch's current
+    stream of the tensor's device (0, unused, for CPU tensors)."""
+    return torch.cuda.current_stream(device).cuda_stream if device >= 0 else 0
 
 
 def _op_code(op, average):
@@ -170,30 +198,33 @@ def synchronize(handle):
     return p.finish()
 
 
-def _allreduce_into(tensor, output, name, op, prescale, postscale):
+def _allreduce_into(tensor, output, name, op, prescale, postscale, device):
     h = _core.allreduce_async(name, tensor.data_ptr(), output.data_ptr(), _dtype_code(tensor),
-                              list(tensor.shape), op, float(prescale), float(postscale))
+                              list(tensor.shape), op, float(prescale), float(postscale),
+                              device, _stream(tensor, device))
     return _register(_Pending(h, (tensor, output), lambda: output))
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, compression=None, process_set=None):
-    _check(tensor)
+    device = _check(tensor, "allreduce")
     opc = _op_code(op, average)
     src = tensor.detach().contiguous()
     out = torch.empty_like(src)
-    return _allreduce_into(src, out, _name("allreduce", name), opc, prescale_factor, postscale_factor)
+    return _allreduce_into(src, out, _name("allreduce", name), opc, prescale_factor, postscale_factor, device)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=None):
-    _check(tensor)
+    device = _check(tensor, "allreduce")
     opc = _op_code(op, average)
     if tensor.is_contiguous():
-        return _allreduce_into(tensor, tensor, _name("allreduce", name), opc, prescale_factor, postscale_factor)
+        return _allreduce_into(tensor, tensor, _name("allreduce", name), opc, prescale_factor, postscale_factor,
+                               device)
     buf = tensor.detach().contiguous()
     h = _core.allreduce_async(_name("allreduce", name), buf.data_ptr(), buf.data_ptr(), _dtype_code(buf),
-                              list(buf.shape), opc, float(prescale_factor), float(postscale_factor))
+                              list(buf.shape), opc, float(prescale_factor), float(postscale_factor),
+                              device, _stream(buf, device))
 
     def finish():
         tensor.data.copy_(buf)
@@ -221,7 +252,7 @@ class _AllreduceFn(torch.autograd.Function):
 def allreduce(tensor, average=None, name=None, compression=None, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     if tensor.requires_grad and torch.is_grad_enabled():
-        _check(tensor)
+        _check(tensor, "allreduce")
         opc = ReduceOp(_op_code(op, average))
         return _AllreduceFn.apply(tensor, _name("allreduce", name), opc, float(prescale_factor),
                                   float(postscale_factor))
@@ -283,7 +314,7 @@ def _copy_out(h, dtype, shape):
 
 
 def allgather_async(tensor, name=None, process_set=None):
-    _check(tensor)
+    _check(tensor, "allgather")
     src = tensor.detach().contiguous()
     if src.dim() == 0:
         src = src.reshape(1)
@@ -296,19 +327,19 @@ def allgather(tensor, name=None, process_set=None):
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
-    _check(tensor)
+    device = _check(tensor, "broadcast")
     src = tensor.detach().contiguous()
     out = torch.empty_like(src)
     h = _core.broadcast_async(_name("broadcast", name), src.data_ptr(), out.data_ptr(), _dtype_code(src),
-                              list(src.shape), int(root_rank))
+                              list(src.shape), int(root_rank), device, _stream(src, device))
     return _register(_Pending(h, (src, out), lambda: out))
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
-    _check(tensor)
+    device = _check(tensor, "broadcast")
     buf = tensor.data if tensor.is_contiguous() else tensor.detach().contiguous()
     h = _core.broadcast_async(_name("broadcast", name), buf.data_ptr(), buf.data_ptr(), _dtype_code(buf),
-                              list(buf.shape), int(root_rank))
+                              list(buf.shape), int(root_rank), device, _stream(buf, device))
 
     def finish():
         if buf.data_ptr() != tensor.data_ptr():
@@ -326,7 +357,7 @@ def broadcast_(tensor, root_rank, name=None, process_set=None):
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
-    _check(tensor)
+    _check(tensor, "alltoall")
     src = tensor.detach().contiguous()
     sp = [] if splits is None else [int(x) for x in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
     h = _core.alltoall_async(_name("alltoall", name), src.data_ptr(), _dtype_code(src), list(src.shape), sp)
@@ -344,7 +375,7 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
 
 def reducescatter_async(tensor, name=None, compression=None, op=Average, process_set=None,
                         prescale_factor=1.0, postscale_factor=1.0):
-    _check(tensor)
+    _check(tensor, "reducescatter")
     opc = _op_code(op, None)
     src = tensor.detach().contiguous()
     h = _core.reducescatter_async(_name("reducescatter", name), src.data_ptr(), _dtype_code(src),

@@ -8,11 +8,20 @@
 //                            of this host (all ranks may share one GPU), and
 //                            StagedAllreducer (the cross-host path) over a
 //                            TCP Comm of all ranks
+//   cuda_check --hvd         under hvdrun: device buffers through the public
+//                            API (hvd::init, hvd::allreduce_async,
+//                            hvd::broadcast): every dtype x op x size, in
+//                            place and out of place, fused groups, host and
+//                            device tensors in one cycle, kAutoDevice,
+//                            broadcast from every root. With
+//                            HVD_CUDA_ALLREDUCE_PATH=staged the Context takes
+//                            the cross-host (staged) path on one host.
 // Inputs are random and never zero; outputs (and guard elements past the
 // end) are poisoned before every check; NaN never passes.
 #include "hvd/collective/algorithms.h"
 #include "hvd/collective/comm.h"
 #include "hvd/collective/cuda.h"
+#include "hvd/collective/hvd.h"
 #include "hvd/collective/types.h"
 #include "hvd/common/env.h"
 #include "hvd/common/error.h"
@@ -22,6 +31,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -338,6 +348,158 @@ int run_allreduce() {
   return failures ? 1 : 0;
 }
 
+/// Device buffers through the public API (the Context's device path).
+int run_hvd() {
+  if (int rc = probe(); rc != 0) return rc;
+  hvd::init();
+  const int rank = hvd::rank(), size = hvd::size();
+  const int device = hvd::local_rank() % cuda::device_count();
+  const bool staged = hvd::env::get_or("HVD_CUDA_ALLREDUCE_PATH", "auto") == "staged" || hvd::cross_size() > 1;
+  CK(cudaSetDevice(device));
+  cudaStream_t stream;
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  int failures = 0, checks = 0;
+  auto report = [&](const std::string& what, const std::string& err) {
+    ++checks;
+    if (!err.empty() && ++failures <= 20) std::cout << "rank " << rank << " FAIL " << what << ": " << err << "\n";
+  };
+
+  /// One rank's device tensor: its input (every rank's generated alike, so
+  /// each can compute the reference), the buffers, and the result check.
+  struct Case {
+    DataType t;
+    ReduceOp op;
+    std::size_t count;
+    double pre = 1.0, post = 1.0;
+    std::vector<Tensor> all;
+    std::unique_ptr<DeviceBuffer> in, out;
+    std::vector<uint8_t> guard;
+  };
+  auto make = [&](DataType t, ReduceOp op, std::size_t count, bool in_place, uint64_t id) {
+    auto c = std::make_unique<Case>();
+    c->t = t;
+    c->op = op;
+    c->count = count;
+    const std::size_t es = dtype_size(t);
+    for (int r = 0; r < size; ++r) c->all.push_back(random_tensor(t, op, count, id * 1000 + r));
+    c->guard = poison_bytes(t, kGuard * es);
+    c->in = std::make_unique<DeviceBuffer>((count + kGuard) * es);
+    CK(cudaMemcpy(c->in->ptr, c->all[rank].bytes.data(), count * es, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(c->in->data() + count * es, c->guard.data(), c->guard.size(), cudaMemcpyHostToDevice));
+    if (!in_place) {
+      c->out = std::make_unique<DeviceBuffer>((count + kGuard) * es);
+      const auto poison = poison_bytes(t, c->out->bytes);
+      CK(cudaMemcpy(c->out->ptr, poison.data(), poison.size(), cudaMemcpyHostToDevice));
+    }
+    return c;
+  };
+  auto args = [&](Case& c, const std::string& name) {
+    AllreduceArgs a{name, c.in->ptr, c.out ? c.out->ptr : c.in->ptr, c.t, {static_cast<int64_t>(c.count)}, c.op,
+                    c.pre, c.post};
+    a.device = device;
+    a.stream = stream;
+    return a;
+  };
+  auto check = [&](Case& c, const std::string& what) {
+    const std::size_t es = dtype_size(c.t);
+    std::vector<uint8_t> got((c.count + kGuard) * es);
+    CK(cudaMemcpy(got.data(), c.out ? c.out->ptr : c.in->ptr, got.size(), cudaMemcpyDeviceToHost));
+    std::vector<const Tensor*> refs;
+    for (auto& h : c.all) refs.push_back(&h);
+    report(what, verify(c.t, c.op, refs, got.data(), c.count, c.pre, c.post, size, c.guard));
+  };
+  // The staged path reduces on the CPU ring, which rounds half types after
+  // every step: only their exact ops (min, max) are checked there.
+  auto exact_enough = [&](DataType t, ReduceOp op) {
+    const bool half = t == DataType::Float16 || t == DataType::BFloat16;
+    return !staged || !half || op == ReduceOp::Min || op == ReduceOp::Max;
+  };
+
+  // 1. One tensor at a time: dtype x op x size x in place / out of place.
+  uint64_t id = 1;
+  for (DataType t : kTypes) {
+    for (ReduceOp op : kOps) {
+      if (!exact_enough(t, op)) continue;
+      for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{100003}}) {
+        for (bool in_place : {true, false}) {
+          auto c = make(t, op, count, in_place, id);
+          if (count == 1000 && is_float(t)) {
+            c->pre = 0.5;
+            c->post = 0.25;
+          }
+          const std::string name = "one." + std::to_string(id++);
+          hvd::allreduce(args(*c, name));
+          check(*c, name + " " + ref_name(t) + " " + ref_name(op) + " count " + std::to_string(count));
+        }
+      }
+    }
+  }
+  // 2. Many tensors in flight: fused on the device (float32 sum and bfloat16
+  // max groups), with host tensors of the same cycle that must not join them.
+  {
+    std::vector<std::unique_ptr<Case>> cases;
+    std::vector<hvd::collective::Handle> handles;
+    std::vector<std::vector<float>> host;
+    const std::vector<std::size_t> counts = {1, 3, 1000, 17, 4096, 5, 100003, 2, 65536, 9};
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+      const DataType t = i % 3 == 2 ? DataType::BFloat16 : DataType::Float32;
+      const ReduceOp op = t == DataType::BFloat16 ? ReduceOp::Max : ReduceOp::Sum;
+      cases.push_back(make(t, op, counts[i], i % 2 == 0, 700000 + i));
+      handles.push_back(hvd::allreduce_async(args(*cases.back(), "fused." + std::to_string(i))));
+      host.emplace_back(counts[i], float(rank + 1));
+      handles.push_back(hvd::allreduce_async(AllreduceArgs{"host." + std::to_string(i), host.back().data(),
+                                                           host.back().data(), DataType::Float32,
+                                                           {static_cast<int64_t>(counts[i])}}));
+    }
+    for (auto& h : handles) h.wait();
+    for (std::size_t i = 0; i < cases.size(); ++i) check(*cases[i], "fused." + std::to_string(i));
+    const float want = float(size * (size + 1) / 2);
+    for (std::size_t i = 0; i < host.size(); ++i) {
+      const bool ok = std::all_of(host[i].begin(), host[i].end(), [&](float v) { return v == want; });
+      report("host tensor beside device tensors " + std::to_string(i), ok ? "" : "wrong host result");
+    }
+  }
+  // 3. kAutoDevice: the library asks CUDA where the buffers are.
+  {
+    auto c = make(DataType::Float64, ReduceOp::Sum, 4097, false, 800000);
+    AllreduceArgs a = args(*c, "auto");
+    a.device = hvd::collective::kAutoDevice;
+    hvd::allreduce(a);
+    check(*c, "auto device");
+  }
+  // 4. Broadcast from every root, in place and out of place, odd sizes
+  // (several staging chunks for the largest).
+  for (int root = 0; root < size; ++root) {
+    for (std::size_t bytes : {std::size_t{1}, std::size_t{4099}, std::size_t{(9u << 20) + 13}}) {
+      for (bool in_place : {true, false}) {
+        std::vector<uint8_t> pattern(bytes);
+        for (std::size_t i = 0; i < bytes; ++i) pattern[i] = static_cast<uint8_t>(i * 31 + root * 7 + (bytes & 0xff));
+        std::vector<uint8_t> mine(bytes, static_cast<uint8_t>(0xa0 + rank));
+        DeviceBuffer in(bytes + 64), out(bytes + 64);
+        CK(cudaMemset(in.ptr, 0xee, in.bytes));
+        CK(cudaMemset(out.ptr, 0xee, out.bytes));
+        CK(cudaMemcpy(in.ptr, rank == root ? pattern.data() : mine.data(), bytes, cudaMemcpyHostToDevice));
+        BroadcastArgs b{"bcast." + std::to_string(root) + "." + std::to_string(bytes) + (in_place ? ".in" : ".out"),
+                        in.ptr, in_place ? in.ptr : out.ptr, DataType::UInt8, {static_cast<int64_t>(bytes)}, root};
+        b.device = device;
+        b.stream = stream;
+        hvd::broadcast(b);
+        std::vector<uint8_t> got(bytes + 64);
+        CK(cudaMemcpy(got.data(), in_place ? in.ptr : out.ptr, got.size(), cudaMemcpyDeviceToHost));
+        const bool ok = std::memcmp(got.data(), pattern.data(), bytes) == 0 &&
+                        std::all_of(got.begin() + bytes, got.end(), [](uint8_t v) { return v == 0xee; });
+        report(b.name, ok ? "" : "broadcast result differs from the root's input (or wrote past the end)");
+      }
+    }
+  }
+  CK(cudaStreamDestroy(stream));
+  hvd::shutdown();
+  std::cout << "rank " << rank << (failures ? " FAILED " : " OK ") << checks - failures << "/" << checks
+            << " hvd device checks passed (" << size << " ranks, device " << device << ", "
+            << (staged ? "staged" : "intra-host") << " path)" << std::endl;
+  return failures ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -346,7 +508,8 @@ int main(int argc, char** argv) {
     if (mode == "--probe") return probe();
     if (mode == "--kernels") return run_kernels();
     if (mode == "--allreduce") return run_allreduce();
-    std::cerr << "usage: cuda_check --probe | --kernels | --allreduce (under hvdrun)\n";
+    if (mode == "--hvd") return run_hvd();
+    std::cerr << "usage: cuda_check --probe | --kernels | --allreduce | --hvd (the last two under hvdrun)\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "cuda_check: " << e.what() << std::endl;

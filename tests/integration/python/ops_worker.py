@@ -7,7 +7,10 @@ hvd.init()
 r, n = hvd.rank(), hvd.size()
 assert n == 2, n
 assert hvd.local_rank() == r and hvd.local_size() == 2 and hvd.cross_size() == 1 and hvd.is_homogeneous()
-assert hvd.gloo_built() and not hvd.mpi_built() and not hvd.cuda_built()
+assert hvd.gloo_built() and not hvd.mpi_built() and hvd.nccl_built() == 0
+# cuda_built() reports the library's CUDA component (docs/cuda.md).
+from hvdcomm import _core  # noqa: E402
+assert hvd.cuda_built() is bool(_core.cuda_built())
 
 ALL = [torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32, torch.float64]
 FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]

@@ -67,6 +67,36 @@ int main(void) {
   EXPECT(hvd_barrier() == HVD_OK);
   EXPECT(hvd_poll(NULL) == HVD_ERR_INVALID);
 
+  /* The _ex functions: host buffers said explicitly or found by AUTO (host
+   * memory is host memory with or without CUDA); bad device values. */
+  EXPECT(hvd_cuda_built() == 0 || hvd_cuda_built() == 1);
+  EXPECT(hvd_cuda_device_count() >= 0);
+  EXPECT(hvd_allreduce_async_ex("ex", data, out, 4, HVD_FLOAT32, HVD_SUM, 3.0, 1.0, HVD_DEVICE_HOST, NULL, &h) ==
+         HVD_OK);
+  EXPECT(hvd_wait(h) == HVD_OK);
+  hvd_release(h);
+  EXPECT(out[3] == 12.0f);
+  EXPECT(hvd_allreduce_async_ex("ex.auto", data, out, 4, HVD_FLOAT32, HVD_SUM, 1.0, 1.0, HVD_DEVICE_AUTO, NULL, &h) ==
+         HVD_OK);
+  EXPECT(hvd_wait(h) == HVD_OK);
+  hvd_release(h);
+  EXPECT(out[3] == 4.0f);
+  EXPECT(hvd_broadcast_async_ex("ex.b", data, out, 4, HVD_FLOAT32, 0, HVD_DEVICE_HOST, NULL, &h) == HVD_OK);
+  EXPECT(hvd_wait(h) == HVD_OK);
+  hvd_release(h);
+  EXPECT(hvd_allreduce_async_ex("ex.bad", data, out, 4, HVD_FLOAT32, HVD_SUM, 1.0, 1.0, -7, NULL, &h) ==
+         HVD_ERR_INVALID);
+  EXPECT(strstr(hvd_last_error(), "device -7 is not valid") != NULL);
+  if (!hvd_cuda_built()) {
+    /* Without the CUDA component a device buffer is refused by negotiation
+     * (every rank's handle fails alike); the memory is never touched. */
+    EXPECT(hvd_allreduce_async_ex("ex.dev", data, out, 4, HVD_FLOAT32, HVD_SUM, 1.0, 1.0, 0, NULL, &h) == HVD_OK);
+    EXPECT(hvd_wait(h) == HVD_ERR_INVALID);
+    EXPECT(strstr(hvd_last_error(), "built without the CUDA component") != NULL);
+    hvd_release(h);
+    EXPECT(hvd_barrier() == HVD_OK);
+  }
+
   EXPECT(hvd_shutdown() == HVD_OK);
   EXPECT(hvd_is_initialized() == 0);
   if (failures == 0) printf("c_api: all checks passed\n");

@@ -93,6 +93,27 @@ int hvd_reducescatter_async(const char* name, const void* in, int ndim, const in
 /* name may be NULL. */
 int hvd_barrier_async(const char* name, hvd_handle_t* out_handle);
 
+/* CUDA device buffers (docs/cuda.md, "Operations on device buffers").
+ * `device`: the CUDA device both buffers are on (>= 0), HVD_DEVICE_HOST, or
+ * HVD_DEVICE_AUTO (the library asks CUDA; host memory in a build without
+ * CUDA). `cuda_stream`: a cudaStream_t of that device; the operation runs
+ * after the work queued on it (NULL: the legacy default stream). The handle
+ * finishes once the result is in `out`. Every rank must pass device buffers
+ * or every rank host buffers (else HVD_ERR_MISMATCH on every rank); device
+ * buffers in a library built without CUDA fail with HVD_ERR_INVALID on
+ * every rank. With HVD_DEVICE_HOST these equal the functions above. */
+#define HVD_DEVICE_HOST (-1)
+#define HVD_DEVICE_AUTO (-2)
+int hvd_allreduce_async_ex(const char* name, const void* in, void* out, int64_t count, int dtype, int op,
+                           double prescale, double postscale, int device, void* cuda_stream,
+                           hvd_handle_t* out_handle);
+int hvd_broadcast_async_ex(const char* name, const void* in, void* out, int64_t count, int dtype, int root,
+                           int device, void* cuda_stream, hvd_handle_t* out_handle);
+/* 1 when the library was built with the CUDA component, else 0. */
+int hvd_cuda_built(void);
+/* Number of CUDA devices visible (0 without CUDA, driver or device). */
+int hvd_cuda_device_count(void);
+
 /* 1 when finished (then hvd_wait returns at once), 0 while running, <0 on a
  * bad handle. */
 int hvd_poll(hvd_handle_t handle);

@@ -16,7 +16,17 @@
 #include <string>
 #include <vector>
 
+struct CUstream_st;  // = cudaStream_t's pointee (no CUDA header needed here)
+
 namespace hvd::collective {
+
+/// AllreduceArgs::device / BroadcastArgs::device: the buffers are host memory.
+inline constexpr int32_t kHostDevice = -1;
+/// The library asks CUDA where the buffers are (cuda::pointer_device of the
+/// output, else the input). Only a library built with the CUDA component
+/// probes; without it kAutoDevice means host memory. Probing initialises the
+/// CUDA runtime, so CPU-only programs should leave kHostDevice.
+inline constexpr int32_t kAutoDevice = -2;
 
 /// Everything a Context needs, normally read from the environment hvdrun
 /// sets (settings_from_env); tests fill it in directly.
@@ -72,6 +82,15 @@ struct ContextStats {
 /// A name identifies the operation across ranks; an empty name gets an
 /// automatic one ("allreduce.noname.N"), which only matches if every rank
 /// submits its unnamed operations in the same order.
+///
+/// Device buffers (docs/cuda.md, "Operations on device buffers"): `device`
+/// is the CUDA device both buffers are on (>= 0), kHostDevice (default) or
+/// kAutoDevice. The operation is ordered after work already queued on
+/// `stream` (null: the legacy default stream) and the handle completes once
+/// the result is in `output` (the library synchronises its own stream), so
+/// later work on any stream may read it. Every rank must pass device
+/// buffers or every rank host buffers (else MismatchError on all ranks);
+/// the device index may differ per rank.
 struct AllreduceArgs {
   std::string name;
   const void* input = nullptr;
@@ -81,6 +100,8 @@ struct AllreduceArgs {
   ReduceOp op = ReduceOp::Sum;
   double prescale = 1.0;
   double postscale = 1.0;
+  int32_t device = kHostDevice;
+  CUstream_st* stream = nullptr;
 };
 
 /// Concatenates every rank's tensor along the first dimension, which may
@@ -94,7 +115,8 @@ struct AllgatherArgs {
 };
 
 /// Copies root's input into every rank's output (input may equal output;
-/// non-root ranks' input is ignored).
+/// non-root ranks' input is ignored). `device` and `stream` as in
+/// AllreduceArgs (device buffers travel through pinned host memory).
 struct BroadcastArgs {
   std::string name;
   const void* input = nullptr;
@@ -102,6 +124,8 @@ struct BroadcastArgs {
   DataType dtype = DataType::Float32;
   std::vector<int64_t> shape;
   int root = 0;
+  int32_t device = kHostDevice;
+  CUstream_st* stream = nullptr;
 };
 
 /// Sends splits[r] rows (first-dimension slices) to rank r; empty splits

@@ -56,6 +56,10 @@ int device_count();
 /// machine the first call initialises the CUDA runtime, so CPU-only code
 /// paths should not call it per operation.
 bool is_device_pointer(const void* ptr);
+/// The CUDA device `ptr` was allocated on (device or managed memory), or -1
+/// for host memory, null, and whenever CUDA is unavailable. Initialises the
+/// CUDA runtime like is_device_pointer; used only for kAutoDevice.
+int pointer_device(const void* ptr);
 
 /// Settings of a DeviceAllreducer; every local rank must pass the same
 /// values except local_rank and device.
@@ -112,6 +116,11 @@ class DeviceAllreducer {
   /// it completes. Host blocking is limited to waiting for peers to enqueue.
   void allreduce(void* data, std::size_t count, DataType dtype, ReduceOp op, CUstream_st* stream,
                  double prescale = 1.0, double postscale = 1.0);
+
+  /// Marks this rank's side failed and wakes every local peer waiting on it
+  /// (they fail with hvd::IoError instead of at their timeout); later calls
+  /// throw IoError. For a Context whose communicator failed. Never throws.
+  void abort() noexcept;
 
   const DeviceAllreducerOptions& options() const;
   /// Pipeline steps run so far (one per chunk), for tests and logs.

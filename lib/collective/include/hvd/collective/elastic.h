@@ -48,9 +48,10 @@ class HostsUpdatedInterrupt : public Error {
   using Error::Error;
 };
 
-/// The job is over for this worker: hvdrun published a final world, or one
-/// without this worker (it was removed). The worker should exit 0... or not
-/// at all: hvdrun stops removed workers itself.
+/// The job is over for this worker: the newest world no longer lists it (it
+/// was removed), or a world marked `final` was published (the protocol
+/// allows it; today's hvdrun never publishes one, see docs/elastic.md). The
+/// worker should exit 0... or not at all: hvdrun stops removed workers itself.
 class WorkerRemovedError : public Error {
  public:
   using Error::Error;

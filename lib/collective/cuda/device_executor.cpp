@@ -1,0 +1,240 @@
+// DeviceExecutor (device_executor.h): device-buffer operations of the
+// Context, built from the component's pieces -- DeviceFusionBuffer,
+// DeviceAllreducer (one host), StagedAllreducer (several hosts).
+#include "device_executor.h"
+
+#include "check.h"
+#include "chunk_plan.h"
+
+#include "hvd/store/memory_store.h"
+
+#include <cuda_runtime.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <map>
+
+namespace hvd::collective::cuda::detail {
+
+namespace {
+
+/// What one device keeps between operations. Everything but the stream and
+/// events is created at its first use.
+struct PerDevice {
+  int device = 0;
+  cudaStream_t stream = nullptr;       // all of this rank's work on the device
+  cudaEvent_t callers = nullptr;       // caller's stream -> stream
+  cudaEvent_t h2d_done[2] = {nullptr, nullptr};
+  void* pinned[2] = {nullptr, nullptr};  // broadcast staging, chunk_bytes each
+  std::unique_ptr<DeviceFusionBuffer> fusion;
+  std::unique_ptr<StagedAllreducer> staged;
+
+  explicit PerDevice(int d) : device(d) {
+    DeviceGuard guard(device);
+    HVD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    HVD_CUDA_CHECK(cudaEventCreateWithFlags(&callers, cudaEventDisableTiming));
+    for (auto& ev : h2d_done) HVD_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  }
+  ~PerDevice() {
+    // Never throws: called on teardown, possibly after a CUDA failure.
+    if (cudaSetDevice(device) == cudaSuccess && stream) cudaStreamSynchronize(stream);
+    staged.reset();
+    fusion.reset();
+    for (void* p : pinned) {
+      if (p) cudaFreeHost(p);
+    }
+    for (cudaEvent_t ev : {callers, h2d_done[0], h2d_done[1]}) {
+      if (ev) cudaEventDestroy(ev);
+    }
+    if (stream) cudaStreamDestroy(stream);
+    cudaGetLastError();
+  }
+  PerDevice(const PerDevice&) = delete;
+  PerDevice& operator=(const PerDevice&) = delete;
+
+  /// Orders `stream` after the work queued on every caller stream so far.
+  void after_callers(const std::vector<CUstream_st*>& caller_streams) {
+    std::vector<CUstream_st*> seen;
+    for (CUstream_st* s : caller_streams) {
+      if (std::find(seen.begin(), seen.end(), s) != seen.end()) continue;
+      seen.push_back(s);
+      // cudaStreamWaitEvent captures the event's current record, so one
+      // event serves every caller stream in turn.
+      HVD_CUDA_CHECK(cudaEventRecord(callers, static_cast<cudaStream_t>(s)));
+      HVD_CUDA_CHECK(cudaStreamWaitEvent(stream, callers, 0));
+    }
+  }
+};
+
+}  // namespace
+
+struct DeviceExecutor::Impl {
+  DeviceExecutorOptions options;
+  std::shared_ptr<store::Store> store;
+  store::InMemoryStore alone;  // a host of one rank exchanges nothing
+  // std::map: iteration (and so teardown) order is identical on every rank.
+  std::map<int, std::unique_ptr<PerDevice>> devices;
+  std::map<std::vector<int32_t>, std::unique_ptr<DeviceAllreducer>> intra;
+  uint64_t intra_created = 0;
+
+  PerDevice& device(int d) {
+    auto& slot = devices[d];
+    if (!slot) {
+      const int n = device_count();
+      if (d < 0 || d >= n) {
+        devices.erase(d);
+        throw InvalidArgument(fmt::format("hvd: rank {} passed buffers on CUDA device {}, but {} device(s) are visible",
+                                          options.job.rank, d, n));
+      }
+      slot = std::make_unique<PerDevice>(d);
+    }
+    return *slot;
+  }
+
+  DeviceAllreducer& intra_host(const std::vector<int32_t>& all_devices) {
+    auto& slot = intra[all_devices];
+    if (!slot) {
+      const JobShape& job = options.job;
+      if (job.local_size > 1 && !store) {
+        intra.erase(all_devices);
+        throw InvalidArgument("hvd: a device allreduce across local ranks needs the job's rendezvous store");
+      }
+      DeviceAllreducerOptions o;
+      o.local_rank = job.local_rank;
+      o.local_size = job.local_size;
+      o.device = all_devices[job.rank];
+      o.prefix = intra_host_prefix(options.comm_prefix, job.cross_rank, intra_created++);
+      o.chunk_bytes = options.chunk_bytes;
+      o.slots = options.slots;
+      o.timeout = options.timeout;
+      try {
+        slot = std::make_unique<DeviceAllreducer>(job.local_size > 1 ? *store : alone, o);
+      } catch (...) {
+        intra.erase(all_devices);
+        throw;
+      }
+      spdlog::debug("hvd[{}]: device allreducer {} on device {} ({} local ranks)", job.rank, o.prefix, o.device,
+                    o.local_size);
+    }
+    return *slot;
+  }
+
+  void release() noexcept {
+    // Intra-host allreducers first (their teardown waits for local peers,
+    // who release theirs in the same order), then the per-device objects.
+    while (!intra.empty()) intra.erase(intra.begin());
+    while (!devices.empty()) devices.erase(devices.begin());
+  }
+};
+
+DeviceExecutor::DeviceExecutor(std::shared_ptr<store::Store> store, const DeviceExecutorOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->options = options;
+  impl_->store = std::move(store);
+}
+
+DeviceExecutor::~DeviceExecutor() { impl_->release(); }
+
+void DeviceExecutor::abort() noexcept {
+  for (auto& [key, ar] : impl_->intra) ar->abort();
+}
+
+std::size_t DeviceExecutor::intra_host_created() const { return impl_->intra_created; }
+
+void DeviceExecutor::allreduce(const std::vector<int32_t>& devices, const std::vector<DeviceTensor>& mine,
+                               DataType dtype, ReduceOp op, double prescale, double postscale,
+                               const HostAllreduce& network) {
+  auto& im = *impl_;
+  const JobShape& job = im.options.job;
+  check_devices(devices, job);
+  std::size_t total = 0;
+  for (const auto& t : mine) total += t.bytes;
+  if (mine.empty() || total == 0) return;  // same on every rank: nothing to agree on
+  const std::size_t esize = element_size(dtype);
+  const int dev = devices[job.rank];
+  PerDevice& pd = im.device(dev);
+  DeviceGuard guard(dev);
+  std::vector<CUstream_st*> callers;
+  for (const auto& t : mine) callers.push_back(t.stream);
+  pd.after_callers(callers);
+
+  // 1. The data to reduce in place: the output, or the fused region.
+  void* data = nullptr;
+  std::size_t bytes = 0;
+  const bool fused = mine.size() > 1;
+  std::vector<DeviceFusionBuffer::Tensor> outputs;
+  if (!fused) {
+    const DeviceTensor& t = mine[0];
+    if (t.input != t.output) {
+      HVD_CUDA_CHECK(cudaMemcpyAsync(t.output, t.input, t.bytes, cudaMemcpyDeviceToDevice, pd.stream));
+    }
+    data = t.output;
+    bytes = t.bytes;
+  } else {
+    if (!pd.fusion) pd.fusion = std::make_unique<DeviceFusionBuffer>(dev, im.options.fusion_threshold);
+    std::vector<DeviceFusionBuffer::Tensor> inputs;
+    for (const auto& t : mine) {
+      inputs.push_back({const_cast<void*>(t.input), t.bytes});
+      outputs.push_back({t.output, t.bytes});
+    }
+    data = pd.fusion->pack(inputs, pd.stream, bytes);
+  }
+  HVD_ENFORCE(bytes % esize == 0, "device allreduce of {} bytes is not whole {}-byte elements", bytes, esize);
+
+  // 2. The reduction.
+  switch (im.options.force_staged ? AllreducePath::Staged : choose_allreduce_path(job)) {
+    case AllreducePath::IntraHost:
+      im.intra_host(devices).allreduce(data, bytes / esize, dtype, op, pd.stream, prescale, postscale);
+      break;
+    case AllreducePath::Staged:
+      if (!pd.staged) {
+        pd.staged = std::make_unique<StagedAllreducer>(StagedAllreducerOptions{dev, im.options.chunk_bytes});
+      }
+      pd.staged->allreduce(data, bytes / esize, dtype, pd.stream, network);
+      break;
+  }
+
+  // 3. Results out, then complete: the handle finishes after this returns.
+  if (fused) pd.fusion->unpack(outputs, pd.stream);
+  HVD_CUDA_CHECK(cudaStreamSynchronize(pd.stream));
+}
+
+void DeviceExecutor::broadcast(int32_t device, const DeviceTensor& t, bool is_root, const HostBroadcast& network) {
+  auto& im = *impl_;
+  if (device < 0) throw InvalidArgument(fmt::format("device broadcast on device {}", device));
+  if (t.bytes == 0) return;
+  PerDevice& pd = im.device(device);
+  DeviceGuard guard(device);
+  pd.after_callers({t.stream});
+  const std::size_t chunk = std::max<std::size_t>(256, im.options.chunk_bytes / 256 * 256);
+  for (void*& p : pd.pinned) {
+    if (!p) HVD_CUDA_CHECK(cudaHostAlloc(&p, chunk, cudaHostAllocPortable));
+  }
+  auto* in = static_cast<const uint8_t*>(t.input);
+  auto* out = static_cast<uint8_t*>(t.output);
+  if (is_root && t.input != t.output) {
+    HVD_CUDA_CHECK(cudaMemcpyAsync(out, in, t.bytes, cudaMemcpyDeviceToDevice, pd.stream));
+  }
+  // Two pinned chunks: a non-root's copy back of chunk k overlaps the
+  // network broadcast of chunk k+1; a chunk is overwritten only after its
+  // previous copy back finished.
+  const auto chunks = plan_chunks(t.bytes, 1, chunk, 256);
+  for (std::size_t k = 0; k < chunks.size(); ++k) {
+    const Chunk& c = chunks[k];
+    const int slot = static_cast<int>(k % 2);
+    auto* host = static_cast<uint8_t*>(pd.pinned[slot]);
+    if (k >= 2 && !is_root) HVD_CUDA_CHECK(cudaEventSynchronize(pd.h2d_done[slot]));
+    if (is_root) {
+      HVD_CUDA_CHECK(cudaMemcpyAsync(host, in + c.offset, c.bytes, cudaMemcpyDeviceToHost, pd.stream));
+      HVD_CUDA_CHECK(cudaStreamSynchronize(pd.stream));
+    }
+    network(host, c.bytes);
+    if (!is_root) {
+      HVD_CUDA_CHECK(cudaMemcpyAsync(out + c.offset, host, c.bytes, cudaMemcpyHostToDevice, pd.stream));
+      HVD_CUDA_CHECK(cudaEventRecord(pd.h2d_done[slot], pd.stream));
+    }
+  }
+  HVD_CUDA_CHECK(cudaStreamSynchronize(pd.stream));
+}
+
+}  // namespace hvd::collective::cuda::detail

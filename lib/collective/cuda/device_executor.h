@@ -1,0 +1,97 @@
+#pragma once
+// The Context's runner of operations on device buffers (docs/cuda.md,
+// "Operations on device buffers"). Private to the collective library: the
+// Context (src/context.cpp) owns one, created on its background thread at
+// the first device operation and destroyed when that thread ends (shutdown,
+// communicator failure, elastic re-formation), and src/operations.cpp calls
+// it for agreed responses whose tensors are device buffers.
+//
+// Includes no CUDA header; in a build without CUDA the constructor throws
+// hvd::InvalidArgument (the Controller refuses device tensors before that).
+#include "device_plan.h"
+
+#include "hvd/collective/cuda.h"
+#include "hvd/store/store.h"
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hvd::collective::cuda::detail {
+
+/// One rank's buffers of one tensor.
+struct DeviceTensor {
+  const void* input = nullptr;
+  void* output = nullptr;
+  std::size_t bytes = 0;
+  /// The caller's stream: the operation runs after the work queued on it
+  /// (null: the device's legacy default stream).
+  CUstream_st* stream = nullptr;
+};
+
+struct DeviceExecutorOptions {
+  JobShape job;
+  /// The communicator generation's store prefix (Settings::comm_prefix).
+  std::string comm_prefix;
+  /// The Context's fusion threshold: size of each device fusion buffer.
+  std::size_t fusion_threshold = 64u << 20;
+  /// Pipeline chunk of the intra-host and staged paths, and of broadcasts.
+  std::size_t chunk_bytes = 4u << 20;
+  int slots = 4;
+  /// Bound on every wait for a peer in the intra-host path.
+  std::chrono::milliseconds timeout{30000};
+  /// Take the staged path even on one host (HVD_CUDA_ALLREDUCE_PATH=staged;
+  /// lets one-host GPU tests run the cross-host path).
+  bool force_staged = false;
+};
+
+/// A blocking broadcast of `bytes` at `host` (pinned) from the root over the
+/// network, e.g. collective::broadcast over the Context's Comm.
+using HostBroadcast = std::function<void(void* host, std::size_t bytes)>;
+
+/// Owns, per device this rank used: an internal stream, a device fusion
+/// buffer, a StagedAllreducer and pinned broadcast buffers; and the
+/// DeviceAllreducers of the intra-host path, one per distinct list of every
+/// rank's device (created collectively, in the same order on every rank).
+/// Not thread-safe: the Context's background thread only.
+class DeviceExecutor {
+ public:
+  /// `store`: the job's rendezvous store (may be null for a job of size 1).
+  DeviceExecutor(std::shared_ptr<store::Store> store, const DeviceExecutorOptions& options);
+  /// Releases everything, device by device (bounded waits for local peers).
+  ~DeviceExecutor();
+  DeviceExecutor(const DeviceExecutor&) = delete;
+  DeviceExecutor& operator=(const DeviceExecutor&) = delete;
+
+  /// One agreed allreduce of `mine` (several tensors: fused through the
+  /// device fusion buffer). devices[r] is rank r's device for them
+  /// (identical list on every rank); every tensor of mine is on
+  /// devices[rank]. `network` reduces pinned host memory across all ranks
+  /// with the operation's dtype/op/scales bound in (the staged path).
+  /// Returns once the results are in the outputs (stream synchronised).
+  /// CudaError, hvd::IoError / TimeoutError (a local peer) on failure.
+  void allreduce(const std::vector<int32_t>& devices, const std::vector<DeviceTensor>& mine, DataType dtype,
+                 ReduceOp op, double prescale, double postscale, const HostAllreduce& network);
+
+  /// Root's input to every rank's output through pinned host chunks and
+  /// `network` (called once per chunk, same chunks on every rank).
+  void broadcast(int32_t device, const DeviceTensor& tensor, bool is_root, const HostBroadcast& network);
+
+  /// The communicator failed: wakes local peers waiting on this rank in an
+  /// intra-host pipeline (they fail at once) and lets teardown skip waiting
+  /// for them. Never throws.
+  void abort() noexcept;
+
+  /// Intra-host allreducers created so far (for tests and logs).
+  std::size_t intra_host_created() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hvd::collective::cuda::detail
