@@ -383,8 +383,7 @@ void fill_options(Cli& cli, Options& o) {
   o.binding_args_given = cli.given("--binding-args");
   if (cli.on("--gloo") && cli.on("--mpi")) throw InvalidArgument("--gloo and --mpi contradict each other");
   if (cli.on("--gloo")) o.engine = Engine::Gloo;
-  // MPI mode (issue 4) is filled in even while kNotSupported refuses it, so
-  // enabling it is a one-line change there.
+  // MPI mode: hvdrun drives an installed mpirun (docs/mpi.md).
   if (cli.on("--mpi")) o.engine = Engine::Mpi;
   o.mpi_args = cli.string("--mpi-args");
   if (!o.mpi_args) o.mpi_args = hvd::env::get("HOROVOD_MPI_ARGS");  // used only with --mpi

@@ -208,9 +208,13 @@ int run_mpi_job(const Options& options, const JobPlan& plan, const std::map<std:
   std::string driver_addr;
   try {
     driver_addr = choose_driver_address(options.network_interfaces, plan.hosts);
-  } catch (const Error& e) {
+  } catch (const InvalidArgument& e) {
     std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
     return exit_code::kUsage;
+  } catch (const Error& e) {
+    // A host that does not resolve or has no route: unreachable (exit 3).
+    std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
+    return exit_code::kLaunch;
   }
   store::ServerOptions so;
   // Ranks may be on any host mpirun reaches; when every host is local the

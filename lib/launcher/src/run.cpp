@@ -109,7 +109,15 @@ int run_job(const Options& options, const JobPlan& plan_in) {
 
   // Rendezvous: the store workers find each other through.
   const std::string secret = random_secret();
-  const std::string driver_addr = choose_driver_address(options.network_interfaces, plan.hosts);
+  std::string driver_addr;
+  try {
+    driver_addr = choose_driver_address(options.network_interfaces, plan.hosts);
+  } catch (const IoError& e) {
+    // A host name that does not resolve or has no route: the host cannot be
+    // reached, as an SSH connection to it would fail (exit 3, not a bug).
+    std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
+    return end_job(exit_code::kLaunch);
+  }
   store::ServerOptions so;
   so.bind_address = driver_addr;
   so.port = 0;

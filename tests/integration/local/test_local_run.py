@@ -259,6 +259,26 @@ class LocalRun(unittest.TestCase):
         self.assertEqual(code, 127, err)
         self.assertIn("hvdrun: hvd-no-such-command-xyz: command not found", err)
 
+    def test_unresolvable_host_is_a_launch_failure(self):
+        # Run in a fresh network namespace (no interfaces up, no route), so
+        # the failed look-up sends nothing anywhere: a DNS query would have
+        # no route. Needs root (unshare --net).
+        if os.geteuid() != 0 or shutil.which("unshare") is None:
+            self.skipTest("SKIPPED: needs root and unshare(1) to isolate the name look-up")
+        cases = [["-np", "1", "-H", "nosuchhost.invalid:1"], ["-np", "2", "-H", "localhost:1,nosuchhost.invalid:1"]]
+        if shutil.which("mpirun"):
+            cases.append(["--mpi", "-np", "1", "-H", "nosuchhost.invalid:1"])
+        for args in cases:
+            t0 = time.monotonic()
+            p = subprocess.run(["unshare", "--net", HVDRUN] + args + ["true"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
+            self.assertEqual(p.returncode, 3, p.stderr)
+            lines = p.stderr.strip().splitlines()
+            self.assertEqual(len(lines), 1, p.stderr)
+            self.assertIn("hvdrun: error: nosuchhost.invalid: cannot resolve host name", lines[0])
+            self.assertNotIn("internal error", p.stderr)
+            self.assertLess(time.monotonic() - t0, 10)
+
     def check_signal(self, sig, expected):
         job = Job(["-np", "2", "-H", "localhost:2"] + sh("echo ready; exec sleep 60"))
         ready = job.wait_for_stdout_lines(2)
