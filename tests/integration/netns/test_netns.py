@@ -9,6 +9,7 @@ Each case creates its own hosts and always tears them down. Without root or
 (CTest SKIP_RETURN_CODE).
 """
 import argparse
+import json
 import os
 import re
 import secrets
@@ -160,6 +161,54 @@ def _interrupt(hosts, sig, want_code):
 def case_ctrl_c(hosts):
     took = _interrupt(hosts, signal.SIGINT, 130)
     print(f"ctrl_c: ok ({took:.1f} s)")
+
+
+def case_term_hup(hosts):
+    """SIGTERM and SIGHUP to hvdrun reach every remote worker: exit 143 / 129,
+    nothing left on either host."""
+    took_term = _interrupt(hosts, signal.SIGTERM, 143)
+    took_hup = _interrupt(hosts, signal.SIGHUP, 129)
+    check(took_term < 5 and took_hup < 5, f"teardown took {took_term:.1f} s (TERM) / {took_hup:.1f} s (HUP)")
+    print(f"term_hup: ok (TERM {took_term:.1f} s, HUP {took_hup:.1f} s)")
+
+
+def case_env_over_ssh(hosts):
+    """The environment edge cases horovodrun breaks on, across SSH: dotted
+    names, multi-line and quote-laden values, ~600 KiB of variables, exported
+    shell functions (dropped), -x; and one SSH connection per host carries all
+    of that host's workers."""
+    a, b = hosts.addrs
+    extra = {"HVD_BIG_%03d" % i: ("v%03d" % i) * 512 for i in range(300)}
+    extra.update({
+        "HVD.DOTTED.NAME": "dots ok",
+        "HVD_MULTI": "line one\nline two\n  'quoted' \"and\" $dollar `tick`",
+        "BASH_FUNC_hvdfn%%": "() {  echo leaked\n}",
+        "HVD_X_FWD": "forwarded",
+    })
+    probe = ("import os, json; e = os.environ; print(json.dumps({"
+             "'dotted': e.get('HVD.DOTTED.NAME'), 'multi': e.get('HVD_MULTI'),"
+             "'func': [k for k in e if k.startswith('BASH_FUNC_')],"
+             "'big': sum(1 for k, v in e.items() if k.startswith('HVD_BIG_') and v == ('v' + k[-3:]) * 512),"
+             "'x_set': e.get('HVD_X_SET'), 'x_fwd': e.get('HVD_X_FWD')}))")
+    before = [hosts.sshd_log(i).count("Accepted publickey") for i in range(2)]
+    p, took = run_hvdrun(hosts, ["-np", "4", "-H", f"{a}:2,{b}:2", "-x", "HVD_X_SET=set by -x", "-x", "HVD_X_FWD",
+                                 "python3", "-c", probe], env=env_for(hosts, **extra))
+    check(p.returncode == 0, f"hvdrun exited {p.returncode}", p.stdout, p.stderr)
+    for rank in range(4):
+        line = [l for l in p.stdout.splitlines() if l.startswith(f"[{rank}]<stdout>:")]
+        check(len(line) == 1, f"rank {rank}: want one output line", p.stdout)
+        got = json.loads(line[0].split(":", 1)[1])
+        check(got["dotted"] == "dots ok", f"rank {rank}: dotted name", got)
+        check(got["multi"] == extra["HVD_MULTI"], f"rank {rank}: multi-line value", got)
+        check(got["func"] == [], f"rank {rank}: exported shell functions must be dropped", got)
+        check(got["big"] == 300, f"rank {rank}: {got['big']} of 300 large variables arrived intact")
+        check(got["x_set"] == "set by -x" and got["x_fwd"] == "forwarded", f"rank {rank}: -x", got)
+    after = [hosts.sshd_log(i).count("Accepted publickey") for i in range(2)]
+    for i in range(2):
+        check(after[i] - before[i] == 1, f"host {hosts.addrs[i]}: {after[i] - before[i]} SSH logins for 2 workers, "
+              "want 1 connection per host", hosts.sshd_log(i)[-2000:])
+    assert_no_leftovers(hosts, 5, "after the job")
+    print(f"env_over_ssh: ok ({took:.1f} s)")
 
 
 def case_sigkill(hosts):
