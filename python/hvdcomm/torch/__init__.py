@@ -4,8 +4,10 @@ Tensors are passed to the native core as raw buffers (data_ptr, shape,
 dtype code, and for CUDA tensors the device and current stream); the
 extension does not link libtorch. See docs/python.md."""
 import collections
+import contextlib
 import io
 import pickle
+import warnings
 import weakref
 
 import torch
@@ -18,9 +20,14 @@ from hvdcomm._core import (HorovodInternalError, HostsUpdatedInterrupt, Mismatch
 # ---------------------------------------------------------------- basics
 def init(comm=None, process_sets=None):
     _core.init()
+    _join_world(rejoin=False)
 
 
-shutdown = _core.shutdown
+def shutdown():
+    _homogeneous[0] = None
+    _core.shutdown()
+
+
 is_initialized = _core.is_initialized
 rank = _core.rank
 size = _core.size
@@ -30,9 +37,27 @@ cross_rank = _core.cross_rank
 cross_size = _core.cross_size
 
 
+_homogeneous = [None]  # this world's answer, learnt by every rank in init() / an elastic re-join
+
+
+def _learn_topology():
+    """Collective, run by every rank of a (new) world: an allgather of each
+    rank's local_size, so is_homogeneous() is the same answer on every rank
+    (a rank's own local_size and cross_size cannot tell: with hosts of 1, 2
+    and 3 slots some ranks would compute True and others False)."""
+    if size() == 1:
+        _homogeneous[0] = True
+        return
+    sizes = allgather(torch.tensor([local_size()], dtype=torch.int64), name="hvdcomm.topology.local_size")
+    _homogeneous[0] = bool((sizes == sizes[0]).all())
+
+
 def is_homogeneous():
-    """True when every host runs the same number of ranks."""
-    return size() == local_size() * cross_size()
+    """True when every host runs the same number of ranks; the same answer on
+    every rank (computed collectively when this rank joined its world)."""
+    if not is_initialized() or _homogeneous[0] is None:
+        raise ValueError("hvdcomm has not been initialized; call hvd.init() first")
+    return _homogeneous[0]
 
 
 # Build facts: the data plane is a Gloo-style TCP controller; no MPI or NCCL.
@@ -357,20 +382,27 @@ def broadcast_(tensor, root_rank, name=None, process_set=None):
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
+    """As Horovod's: synchronize() of the handle returns the tuple
+    (output, received_splits) whether or not splits were given;
+    received_splits has the dtype of a splits tensor, else int32."""
     _check(tensor, "alltoall")
     src = tensor.detach().contiguous()
     sp = [] if splits is None else [int(x) for x in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
+    rs_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
     h = _core.alltoall_async(_name("alltoall", name), src.data_ptr(), _dtype_code(src), list(src.shape), sp)
 
     def finish():
         out = _copy_out(h, src.dtype, list(h.output_shape))
-        return out, torch.tensor(list(h.recv_splits), dtype=torch.int32)
+        return out, torch.tensor(list(h.recv_splits), dtype=rs_dtype)
     return _register(_Pending(h, (src,), finish))
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None):
-    """Returns (output, received_splits), like horovod.torch.alltoall with splits."""
-    return synchronize(alltoall_async(tensor, splits, name))
+    """As horovod.torch.alltoall: the gathered tensor when splits is None
+    (the first dimension split equally over the ranks), else the tuple
+    (output, received_splits)."""
+    out, received_splits = synchronize(alltoall_async(tensor, splits, name))
+    return out if splits is None else (out, received_splits)
 
 
 def reducescatter_async(tensor, name=None, compression=None, op=Average, process_set=None,
@@ -586,13 +618,16 @@ class _DistributedOptimizer:
     def _allreduce_grad(self, p):
         name = "grad." + self._names[id(p)]
         grad = p.grad
+        # As Horovod: the gradient accumulated over backward_passes_per_step
+        # local passes is reduced as it is (a sum over the passes, never
+        # divided by their number); Average splits its 1/size() into a
+        # prescale 1/gradient_predivide_factor and a postscale
+        # gradient_predivide_factor/size().
         if self._op == Average:
             pre, post = 1.0 / self._predivide, self._predivide / size()
             op = Sum
         else:
             pre, post, op = 1.0, 1.0, self._op
-        if self.backward_passes_per_step > 1 and self._op == Average:
-            pre /= self.backward_passes_per_step
         compressed, ctx = self._compression.compress(grad)
         if compressed is grad:
             return allreduce_async_(grad, name=name, op=op, prescale_factor=pre, postscale_factor=post), None
@@ -622,21 +657,22 @@ class _DistributedOptimizer:
         self._handles.clear()
         self._synchronized = True
 
-    class _SkipSync:
-        def __init__(self, opt):
-            self.opt = opt
-
-        def __enter__(self):
-            self.opt._skip = True
-
-        def __exit__(self, *a):
-            self.opt._skip = False
-
+    @contextlib.contextmanager
     def skip_synchronize(self):
-        return _DistributedOptimizer._SkipSync(self)
+        """``optimizer.synchronize(); with optimizer.skip_synchronize():
+        optimizer.step()`` -- step() then uses the gradients as they are
+        (e.g. after clipping the reduced gradients)."""
+        self._skip = True
+        try:
+            yield
+        finally:
+            self._skip = False
 
     def step(self, closure=None):
-        if not getattr(self, "_skip", False):
+        if not self.__dict__.get("_skip", False):
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() after "
+                              "optimizer.synchronize(): the gradients are reduced again")
             self.synchronize()
         self._synchronized = False
         return self._opt.step(closure)
@@ -659,13 +695,30 @@ def _elastic_reset():
     and drops what this module cached about the old one: pending handles,
     the counters behind generated op names (a newcomer starts at zero, so
     survivors must too, or unnamed ops would never match across ranks), and
-    each DistributedOptimizer's in-flight gradients. rank(), size() & co.
-    are not cached: they ask the library each time."""
-    _core.elastic_reset()
-    _handles.clear()
-    _counter.clear()
+    each DistributedOptimizer's in-flight gradients; is_homogeneous() is
+    learnt again for the new world. rank(), size() & co. are not cached:
+    they ask the library each time."""
+    _join_world(rejoin=True)
     for opt in list(_optimizers):
         opt._on_reset()
+
+
+def _join_world(rejoin):
+    """Re-joins the newest world when `rejoin`, then learns its topology
+    (collective, on every member). In an elastic job a member that dies
+    while the others learn the topology only means: join the next world."""
+    while True:
+        if rejoin:
+            _core.elastic_reset()
+            _handles.clear()
+            _counter.clear()
+        try:
+            _learn_topology()
+            return
+        except PeerFailureError:
+            if not _core.elastic_enabled():
+                raise
+            rejoin = True
 
 
 from hvdcomm.torch import elastic  # noqa: E402,F401  (hvd.elastic.run etc.)

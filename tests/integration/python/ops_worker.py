@@ -1,16 +1,27 @@
 """Run under hvdrun -np 2: checks every hvdcomm.torch collective against expected values."""
-import sys
+import os
 import torch
 import hvdcomm.torch as hvd
 
+assert hvd.is_initialized() is False
+try:
+    hvd.is_homogeneous()
+    raise SystemExit("is_homogeneous() before init() did not raise")
+except ValueError:
+    pass
 hvd.init()
+assert hvd.is_initialized() is True
 r, n = hvd.rank(), hvd.size()
 assert n == 2, n
-assert hvd.local_rank() == r and hvd.local_size() == 2 and hvd.cross_size() == 1 and hvd.is_homogeneous()
+# hvdrun -np 2 -H localhost:2: one host, so one rank per cross communicator
+assert hvd.local_rank() == r and hvd.local_size() == 2
+assert hvd.cross_rank() == 0 and hvd.cross_size() == 1, (hvd.cross_rank(), hvd.cross_size())
+assert hvd.is_homogeneous() is True
 assert hvd.gloo_built() and not hvd.mpi_built() and hvd.nccl_built() == 0
-# cuda_built() reports the library's CUDA component (docs/cuda.md).
-from hvdcomm import _core  # noqa: E402
-assert hvd.cuda_built() is bool(_core.cuda_built())
+# cuda_built() against the build configuration CMake passes in (HVD_CUDA_ENABLED).
+expect_cuda = os.environ.get("HVD_TEST_EXPECT_CUDA_BUILT")
+assert expect_cuda in ("0", "1"), "run through ctest: HVD_TEST_EXPECT_CUDA_BUILT is not set"
+assert hvd.cuda_built() is (expect_cuda == "1"), (hvd.cuda_built(), expect_cuda)
 
 ALL = [torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32, torch.float64]
 FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
@@ -49,12 +60,31 @@ w = torch.tensor([1.0, 2.0]) * (r + 1)
 xg = torch.ones(2, requires_grad=True)
 (hvd.allreduce(xg, op=hvd.Sum, name="grad_ar") * w).sum().backward()
 assert torch.equal(xg.grad, torch.tensor([3.0, 6.0])), xg.grad
-# grouped
-outs = hvd.grouped_allreduce([torch.ones(2) * r, torch.ones(3) * 2], op=hvd.Sum, name="g")
-assert torch.equal(outs[0], torch.ones(2)) and torch.equal(outs[1], torch.full((3,), 4.0))
-ts = [torch.ones(2), torch.ones(1)]
-hvd.grouped_allreduce_(ts, name="g_")
-assert torch.equal(ts[0], torch.ones(2))
+# grouped: results in input order, inputs untouched by the out-of-place forms
+ins = [torch.ones(2) * r, torch.full((3,), 2.0), torch.arange(4, dtype=torch.int32) * (r + 1)]
+outs = hvd.grouped_allreduce(ins, op=hvd.Sum, name="g")
+assert len(outs) == 3 and torch.equal(outs[0], torch.ones(2)) and torch.equal(outs[1], torch.full((3,), 4.0))
+assert torch.equal(outs[2], torch.arange(4, dtype=torch.int32) * 3) and outs[2].dtype == torch.int32
+assert torch.equal(ins[0], torch.ones(2) * r), "grouped_allreduce modified its input"
+avg = hvd.grouped_allreduce([torch.full((2,), float(2 * r)), torch.full((1,), float(4 * r))], name="gavg")
+assert torch.equal(avg[0], torch.ones(2)) and torch.equal(avg[1], torch.full((1,), 2.0)), avg
+ts = [torch.ones(2), torch.full((1,), float(r))]
+res = hvd.grouped_allreduce_(ts, name="g_")
+assert torch.equal(ts[0], torch.ones(2)) and torch.equal(ts[1], torch.full((1,), 0.5)), ts
+assert res[0] is ts[0] and res[1] is ts[1]
+# grouped async: out of place (scaled), then in place
+ga_in = [torch.full((3,), float(r + 1)), torch.full((2, 2), 10.0 * (r + 1))]
+h = hvd.grouped_allreduce_async(ga_in, op=hvd.Sum, name="ga", prescale_factor=2.0, postscale_factor=0.5)
+ga = hvd.synchronize(h)
+assert torch.equal(ga[0], torch.full((3,), 3.0)) and torch.equal(ga[1], torch.full((2, 2), 30.0)), ga
+assert torch.equal(ga_in[0], torch.full((3,), float(r + 1)))
+gi = [torch.full((2,), float(r)), (torch.ones(3, 2) * r).t()]  # the second one non-contiguous
+h = hvd.grouped_allreduce_async_(gi, op=hvd.Max, name="gi")
+while not hvd.poll(h):
+    pass
+gout = hvd.synchronize(h)
+assert torch.equal(gi[0], torch.ones(2)) and torch.equal(gi[1], torch.ones(2, 3)), gi
+assert gout[0] is gi[0] and gout[1] is gi[1]
 # Adasum is refused clearly
 try:
     hvd.allreduce(torch.ones(1), op=hvd.Adasum)
@@ -79,12 +109,26 @@ for dt in ALL:
 x = torch.full((2,), float(r))
 hvd.synchronize(hvd.broadcast_async_(x, 0, name="ba_"))
 assert torch.equal(x, torch.zeros(2))
-# alltoall with splits: rank r sends (k+1) rows of value 10r+k to rank k
+# alltoall with splits: rank r sends (k+1) rows of value 10r+k to rank k;
+# the result is (output, received_splits) as in horovod.torch
 rows = [torch.full((k + 1, 2), 10 * r + k) for k in range(n)]
-out, rs = hvd.alltoall(torch.cat(rows), splits=[1, 2], name="a2a")
-assert rs.tolist() == [r + 1, r + 1], rs
+res = hvd.alltoall(torch.cat(rows), splits=[1, 2], name="a2a")
+assert isinstance(res, tuple) and len(res) == 2, type(res)
+out, rs = res
+assert rs.tolist() == [r + 1, r + 1] and rs.dtype == torch.int32, rs
 exp = torch.cat([torch.full((r + 1, 2), 10 * s + r) for s in range(n)])
 assert torch.equal(out, exp), out
+# splits as a tensor: received splits come back in its dtype
+out, rs = hvd.alltoall(torch.cat(rows), splits=torch.tensor([1, 2], dtype=torch.int64), name="a2at")
+assert torch.equal(out, exp) and rs.dtype == torch.int64 and rs.tolist() == [r + 1, r + 1], rs
+# without splits: the first dimension split equally, and only the tensor comes back
+x = torch.tensor([[10 * r + 0.0], [10 * r + 1.0]])  # row k goes to rank k
+out = hvd.alltoall(x, name="a2a_eq")
+assert isinstance(out, torch.Tensor), type(out)
+assert torch.equal(out, torch.tensor([[0.0 + r], [10.0 + r]])), out
+# alltoall_async + synchronize: always (output, received_splits), as Horovod's
+out, rs = hvd.synchronize(hvd.alltoall_async(x, name="a2a_async"))
+assert torch.equal(out, torch.tensor([[0.0 + r], [10.0 + r]])) and rs.tolist() == [1, 1], (out, rs)
 # reducescatter: 5 rows -> rank0 gets 3, rank1 2
 x = torch.arange(10, dtype=torch.float32).reshape(5, 2)
 rsout = hvd.reducescatter(x, op=hvd.Sum, name="rs")
@@ -114,4 +158,5 @@ try:
 except ValueError as e:
     assert "dtype" in str(e)
 hvd.shutdown()
+assert hvd.is_initialized() is False
 print(f"rank {r}: ops ok")

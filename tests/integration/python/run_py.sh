@@ -5,4 +5,5 @@ hvdrun=$1; py=$2; pp=$3; shift 3
 if ! "$py" -c "import torch" >/dev/null 2>&1; then
   echo "SKIP: $py cannot import torch (install python3-torch)"; exit 77
 fi
-PYTHONPATH=$pp exec timeout 55 "$hvdrun" -np 2 -H localhost:2 "$py" "$@"
+# HVD_TEST_NP / HVD_TEST_HOSTS: another layout than 2 ranks on localhost.
+PYTHONPATH=$pp exec timeout 55 "$hvdrun" -np "${HVD_TEST_NP:-2}" -H "${HVD_TEST_HOSTS:-localhost:2}" "$py" "$@"

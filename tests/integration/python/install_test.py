@@ -1,0 +1,148 @@
+"""python.install: `cmake --install` of the build tree into a temporary
+prefix, then the installed tree is used without the build tree:
+
+* libhvd_collective.so (+ the MPI bootstrap plug-in when built) in LIBDIR,
+  c_api.h in include/hvd/collective; a C program compiled against them runs
+  a size-1 allreduce;
+* with PYTHONPATH = <prefix>/<python dir> only (no LD_LIBRARY_PATH),
+  `import hvdcomm.torch` loads the installed _core and the installed
+  libhvd_collective.so (checked in /proc/self/maps) and a size-1
+  allreduce works;
+* the `horovod` shim is absent after a plain install (unless the build has
+  HVD_INSTALL_HOROVOD_COMPAT=ON) and importable after
+  `cmake --install --component horovod_compat`.
+
+usage: install_test.py CMAKE BUILD_DIR PYTHON PY_DIR LIBDIR CC MPI_PLUGIN(0|1) COMPAT_DEFAULT(0|1)
+The temporary prefix is removed whatever happens. Exit 77 (skip) only for
+the torch part when PYTHON lacks torch, after everything else passed."""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+cmake, build, py, py_dir, libdir, cc, mpi_plugin, compat_default = sys.argv[1:9]
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def run(cmd, **kw):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120, **kw)
+    if p.returncode != 0:
+        print(f"$ {' '.join(cmd)}\n{p.stdout}", flush=True)
+    return p
+
+
+def clean_env(**extra):
+    """No hvdrun job variables (a size-1 job), no library search path, no
+    user site: only what the installed tree provides."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HOROVOD_", "HVD", "OMPI_", "PMI_", "PMIX_"))
+           and k not in ("LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME")}
+    env["PYTHONNOUSERSITE"] = "1"
+    env.update(extra)
+    return env
+
+
+PY_CHECK = r"""
+import os, sys
+prefix = os.path.realpath(sys.argv[1])
+import hvdcomm.torch as hvd
+import hvdcomm._core as core
+import torch
+for m in (hvd, core):
+    assert os.path.realpath(m.__file__).startswith(prefix + os.sep), m.__file__
+hvd.init()
+assert hvd.is_initialized() and hvd.size() == 1 and hvd.rank() == 0 and hvd.is_homogeneous()
+out = hvd.allreduce(torch.arange(4, dtype=torch.float32), op=hvd.Sum, name="installed")
+assert torch.equal(out, torch.arange(4, dtype=torch.float32)), out
+libs = {l.split()[-1] for l in open("/proc/self/maps") if "libhvd_collective" in l}
+assert libs and all(os.path.realpath(l).startswith(prefix + os.sep) for l in libs), libs
+hvd.shutdown()
+print("installed hvdcomm ok:", sorted(libs))
+"""
+
+C_CHECK = r"""
+#include "hvd/collective/c_api.h"
+#include <stdio.h>
+int main(void) {
+  float in[3] = {1, 2, 3}, out[3] = {0, 0, 0};
+  if (hvd_init() != HVD_OK || hvd_size() != 1) { fprintf(stderr, "init: %s\n", hvd_last_error()); return 1; }
+  if (hvd_allreduce("c", in, out, 3, HVD_FLOAT32, HVD_SUM) != HVD_OK || out[2] != 3.0f) {
+    fprintf(stderr, "allreduce: %s\n", hvd_last_error()); return 1;
+  }
+  hvd_shutdown();
+  puts("installed C ABI ok");
+  return 0;
+}
+"""
+
+prefix = tempfile.mkdtemp(prefix="hvd-install-test-")
+torch_missing = False
+try:
+    p = run([cmake, "--install", build, "--prefix", prefix])
+    check(p.returncode == 0, "cmake --install <build> --prefix <tmp>")
+    if p.returncode != 0:
+        raise SystemExit(1)
+    lib = os.path.join(prefix, libdir)
+    site = os.path.join(prefix, py_dir)
+    check(os.path.isfile(os.path.join(lib, "libhvd_collective.so")), f"{libdir}/libhvd_collective.so installed")
+    check(os.path.isfile(os.path.join(prefix, "include/hvd/collective/c_api.h")),
+          "include/hvd/collective/c_api.h installed")
+    if mpi_plugin == "1":
+        check(os.path.isfile(os.path.join(lib, "libhvd_mpi_bootstrap.so")),
+              f"{libdir}/libhvd_mpi_bootstrap.so installed next to the library")
+    cores = [f for f in os.listdir(os.path.join(site, "hvdcomm")) if f.startswith("_core") and f.endswith(".so")] \
+        if os.path.isdir(os.path.join(site, "hvdcomm")) else []
+    check(len(cores) == 1, f"{py_dir}/hvdcomm/_core*.so installed")
+    check(os.path.isfile(os.path.join(site, "hvdcomm/torch/elastic/state.py")), "pure-Python files installed")
+    compat_dir = os.path.join(site, "horovod")
+    if compat_default == "1":
+        check(os.path.isfile(os.path.join(compat_dir, "torch/__init__.py")),
+              "horovod shim installed (HVD_INSTALL_HOROVOD_COMPAT=ON)")
+    else:
+        check(not os.path.exists(compat_dir), "horovod shim not installed without HVD_INSTALL_HOROVOD_COMPAT")
+
+    # A C user: compile against the installed header, link the installed library.
+    src = os.path.join(prefix, "c_check.c")
+    exe = os.path.join(prefix, "c_check")
+    with open(src, "w") as f:
+        f.write(C_CHECK)
+    p = run([cc, "-std=c99", "-I", os.path.join(prefix, "include"), src, "-o", exe,
+             "-L", lib, "-lhvd_collective", f"-Wl,-rpath,{lib}"])
+    check(p.returncode == 0, "a C program compiles and links against the installed header and library")
+    if p.returncode == 0:
+        p = run([exe], env=clean_env(), cwd=prefix)
+        check(p.returncode == 0 and "ok" in p.stdout, "it runs a size-1 allreduce")
+
+    if run([py, "-c", "import torch"], env=clean_env()).returncode != 0:
+        torch_missing = True
+    else:
+        # cwd = the prefix, so neither '' nor the build tree is on sys.path.
+        p = run([py, "-c", PY_CHECK, prefix], env=clean_env(PYTHONPATH=site), cwd=prefix)
+        check(p.returncode == 0, "import hvdcomm.torch from the installed site dir only; size-1 allreduce")
+        if p.returncode == 0:
+            print(p.stdout.strip())
+        shim = "import horovod.torch as hvd, torch; hvd.init(); " \
+               "assert hvd.allreduce(torch.ones(2), name='s').tolist() == [1.0, 1.0]; print('shim ok')"
+        if compat_default != "1":
+            p = run([cmake, "--install", build, "--prefix", prefix, "--component", "horovod_compat"])
+            check(p.returncode == 0, "cmake --install --component horovod_compat")
+            check(os.path.isfile(os.path.join(compat_dir, "torch/__init__.py")), "horovod shim installed on request")
+        p = run([py, "-c", shim], env=clean_env(PYTHONPATH=site), cwd=prefix)
+        check(p.returncode == 0 and "shim ok" in p.stdout, "import horovod.torch from the installed shim works")
+finally:
+    shutil.rmtree(prefix, ignore_errors=True)
+check(not os.path.exists(prefix), "temporary prefix removed")
+if failures:
+    print(f"{len(failures)} failure(s)")
+    sys.exit(1)
+if torch_missing:
+    print(f"SKIP: {py} cannot import torch (install python3-torch); the C and file checks passed")
+    sys.exit(77)
+print("install ok")
