@@ -9,6 +9,9 @@
 // host, a 50 us spin made a 4 KiB allreduce 5x slower (the spinner delays
 // the peer it is waiting for), hence the default of 0. Receives hand their progress to the caller's
 // callback after each pass so data can be consumed while more arrives.
+// While it waits, the loop asks the links it waits on whether their peer is
+// still there (Link::check_peer, every peer_check_interval), so a peer that
+// vanished without closing its sockets fails the wait even with no deadline.
 #include "hvd/transport/link.h"
 
 #include "hvd/common/error.h"
@@ -17,14 +20,18 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <climits>
+#include <cstdint>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -80,6 +87,7 @@ bool progress_loop(Transfer* transfers, std::size_t count, Deadline deadline,
   const long spin_us = spin_micros();
   bool spinning = false;
   std::chrono::steady_clock::time_point spin_until;
+  std::optional<std::chrono::steady_clock::time_point> next_check;
   for (;;) {
     bool all_done = true;
     bool moved = false;
@@ -144,8 +152,34 @@ bool progress_loop(Transfer* transfers, std::size_t count, Deadline deadline,
       // Only sends blocked on `ready` remain and nobody can raise it.
       throw Error("transport::progress: pipeline stalled (send waits for data no receive will provide)");
     }
-    int rc = ::poll(fds.data(), fds.size(), deadline.poll_timeout_ms());
-    if (rc == 0) {
+    // Silent peers: wake at least every check interval of the links we wait
+    // on, and check them once it has passed (whatever woke us: other links
+    // may keep poll busy while this one's peer is gone).
+    std::chrono::milliseconds check_every{0};
+    for (std::size_t k = 0; k < fds.size(); ++k) {
+      if (fd_owner[k] == count) continue;
+      auto every = transfers[fd_owner[k]].link->peer_check_interval();
+      if (every.count() > 0 && (check_every.count() == 0 || every < check_every)) check_every = every;
+    }
+    const int deadline_ms = deadline.poll_timeout_ms();
+    int timeout_ms = deadline_ms;
+    if (check_every.count() > 0) {
+      const int every_ms = static_cast<int>(std::min<int64_t>(check_every.count(), INT32_MAX));
+      if (timeout_ms < 0 || every_ms < timeout_ms) timeout_ms = every_ms;
+      if (!next_check) next_check = std::chrono::steady_clock::now() + check_every;
+    }
+    int rc = ::poll(fds.data(), fds.size(), timeout_ms);
+    if (check_every.count() > 0 && std::chrono::steady_clock::now() >= *next_check) {
+      for (std::size_t k = 0; k < fds.size(); ++k) {
+        if (fd_owner[k] == count) continue;
+        Link* l = transfers[fd_owner[k]].link;
+        bool seen = false;
+        for (std::size_t j = 0; j < k && !seen; ++j) seen = fd_owner[j] != count && transfers[fd_owner[j]].link == l;
+        if (!seen) l->check_peer();  // throws IoError for a silent peer
+      }
+      next_check = std::chrono::steady_clock::now() + check_every;
+    }
+    if (rc == 0 && (timeout_ms == deadline_ms || deadline.expired())) {
       std::string who;
       for (std::size_t k = 0; k < fds.size(); ++k) {
         if (fd_owner[k] == count) continue;

@@ -7,6 +7,14 @@
 //   kill      allreduces in a loop; the last rank SIGKILLs itself mid-way and
 //             every survivor reports how fast it failed ("FAILED_AT <ns>")
 //   noshutdown  returns from main without hvd::shutdown() (exit stays clean)
+//   cut       allreduces in a loop until the test cuts a host's network:
+//             prints "LOOPING" once running, then every rank that notices
+//             reports how fast it failed ("FAILED_AT <ns>"); nobody dies, so
+//             only silent-peer detection can end the loop
+//   cutidle   as cut, but after "LOOPING" every rank starts an allgather
+//             whose output allocator on the last rank prints "STALLING" and
+//             blocks its background thread for 8 s: the others wait on
+//             links with nothing in flight (the keepalive path) when cut
 //   latency   not a test: per-call time of the C++ API for a few sizes
 // Prints "rank R: <mode> ok" and exits 0 on success; exit 1 on a failed check.
 // Any further argv (e.g. a unique tag) is ignored: tests use it to find
@@ -306,6 +314,49 @@ int mode_kill() {
   return 1;
 }
 
+int mode_cut(bool idle) {
+  const int rank = hvd::rank(), size = hvd::size();
+  std::signal(SIGTERM, on_sigterm);  // report our own failure even if hvdrun gives up first
+  std::vector<float> x(1 << 16, 1.0f);
+  std::vector<float> gathered;
+  const int64_t give_up = monotonic_ns() + int64_t(60) * 1000000000;
+  for (int iter = 0; monotonic_ns() < give_up; ++iter) {
+    try {
+      if (idle && iter > 50) {
+        hvd::collective::AllgatherArgs a{"stall", x.data(), DataType::Float32, {16}, {}};
+        a.allocator = [&](const std::vector<int64_t>&, std::size_t bytes) -> void* {
+          if (rank == size - 1) {
+            std::printf("rank %d: STALLING\n", rank);
+            std::fflush(stdout);
+            std::this_thread::sleep_for(std::chrono::seconds(8));
+          }
+          gathered.resize(bytes / sizeof(float) + 1);
+          return gathered.data();
+        };
+        hvd::allgather(a);
+      } else {
+        hvd::allreduce({"grad", x.data(), x.data(), DataType::Float32, {static_cast<int64_t>(x.size())},
+                        ReduceOp::Average});
+      }
+    } catch (const hvd::IoError& e) {
+      std::printf("rank %d: FAILED_AT %lld iter %d IoError: %s\n", rank, static_cast<long long>(monotonic_ns()), iter,
+                  e.what());
+      std::fflush(stdout);
+      try {
+        hvd::barrier();
+        std::printf("rank %d: barrier after failure succeeded?!\n", rank);
+        return 1;
+      } catch (const hvd::IoError&) {
+      }
+      hvd::shutdown();
+      return 3;
+    }
+    if (iter == 50) std::printf("rank %d: LOOPING\n", rank);
+  }
+  std::printf("rank %d: never saw a failure\n", rank);
+  return 1;
+}
+
 /// Not a test: prints the API's per-call time for a few sizes (float32 sum,
 /// in place), to compare with hvdbench's algorithm-only numbers.
 void mode_latency() {
@@ -326,7 +377,7 @@ void mode_latency() {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (argc < 2) {
-    std::fprintf(stderr, "usage: collective_worker ops|order|fusion|mismatch|kill [tag]\n");
+    std::fprintf(stderr, "usage: collective_worker ops|order|fusion|mismatch|kill|cut|cutidle [tag]\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -352,6 +403,8 @@ int main(int argc, char** argv) {
       mode_latency();
     } else if (mode == "kill") {
       return mode_kill();
+    } else if (mode == "cut" || mode == "cutidle") {
+      return mode_cut(mode == "cutidle");
     } else {
       std::fprintf(stderr, "collective_worker: unknown mode '%s'\n", mode.c_str());
       return 2;

@@ -2,9 +2,13 @@
 // HOROVOD_RANK (so the rank comes from the MPI launcher, docs/mpi.md), then
 // allreduces with closed-form results and an init/shutdown/init cycle.
 // Prints "rank R of S: allreduce ok" and exits 0; 1 on a failed check.
+// Under hvdrun it also prints the address it reaches hvdrun's store from
+// ("rank R of S: address A"), so cross-host tests can tell where it ran.
 #include "hvd/collective/hvd.h"
+#include "hvd/transport/tcp.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <vector>
@@ -34,6 +38,10 @@ int check_round(int round) {
 int main() {
   try {
     hvd::init();
+    if (const char* store = std::getenv("HOROVOD_GLOO_RENDEZVOUS_ADDR")) {
+      std::printf("rank %d of %d: address %s\n", hvd::rank(), hvd::size(),
+                  hvd::transport::source_address_for(store).c_str());
+    }
     if (check_round(0) != 0) return 1;
     hvd::shutdown();
     hvd::init();

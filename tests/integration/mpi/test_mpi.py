@@ -5,8 +5,8 @@
   through the MPI bootstrap plug-in or HVD_MASTER_ADDR/PORT;
 - mpi_job_driver: run_mpi_job (what `hvdrun --mpi` runs) with the real
   mpirun: rendezvous, exit codes, Ctrl-C, no leftovers, dry run;
-- `hvdrun --mpi`: the same through the CLI; these skip (exit 77, shown as
-  skipped by CTest) while hvdrun still answers "not supported yet" (exit 4).
+- `hvdrun --mpi`: the same through the CLI. A missing or broken hvdrun
+  fails these cases (they never skip).
 
 Run one case: HVD_MPI_PROBE=... HVD_MPI_DRIVER=... python3 test_mpi.py MpiRun.test_driver_np2
 """
@@ -163,26 +163,11 @@ class MpiRun(unittest.TestCase):
             (["--dry-run"] if dry else []) + [program] + list(probe_args)
 
     def launched_allreduce(self, kind, np):
-        if kind == "hvdrun":
-            self.skip_unless_wired()
         rc, out, err = self.run_cmd(self.launcher_argv(kind, np, program=ALLREDUCE))
         out = re.sub(r"^\[\d+,\d+\]<stdout>:", "", out, flags=re.M)
         self.check_allreduce(rc, out, err, np)
 
-    def skip_unless_wired(self):
-        try:
-            rc, out, err = self.run_cmd([HVDRUN, "--mpi", "-np", "1", "-H", "localhost:1", "--dry-run", "true"])
-        except FileNotFoundError:
-            print("SKIPPED: no hvdrun binary at %s" % HVDRUN)
-            raise unittest.SkipTest("no hvdrun")
-        if rc == 4 or "not supported" in err:
-            print("SKIPPED: hvdrun --mpi is not wired yet (exit %d: %s)" % (rc, err.strip()[:200]))
-            sys.stdout.flush()
-            raise unittest.SkipTest("hvdrun --mpi not wired yet")
-
     def launched_job(self, kind, np):
-        if kind == "hvdrun":
-            self.skip_unless_wired()
         rc, out, err = self.run_cmd(self.launcher_argv(kind, np))
         # Open MPI's --tag-output prefixes lines with "[jobid,rank]<stdout>:".
         out = re.sub(r"^\[\d+,\d+\]<stdout>:", "", out, flags=re.M)
@@ -190,15 +175,11 @@ class MpiRun(unittest.TestCase):
         self.assertEqual(processes_with_token(self.token), [])
 
     def failing_rank(self, kind):
-        if kind == "hvdrun":
-            self.skip_unless_wired()
         rc, out, err = self.run_cmd(self.launcher_argv(kind, 2, ["--fail-rank", "1", "--code", "5"]))
         self.assertEqual(rc, 5, "stdout:\n%s\nstderr:\n%s" % (out, err))
         self.assertEqual(processes_with_token(self.token), [])
 
     def sigint_leaves_nothing(self, kind):
-        if kind == "hvdrun":
-            self.skip_unless_wired()
         p = subprocess.Popen(self.launcher_argv(kind, 2, ["--sleep", "60"]), stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env, start_new_session=True)
         seen = 0
@@ -225,8 +206,6 @@ class MpiRun(unittest.TestCase):
         self.assertEqual(left, [], "processes left behind")
 
     def dry_run(self, kind):
-        if kind == "hvdrun":
-            self.skip_unless_wired()
         self.env["MY_TOKEN_SECRET"] = "do-not-print-me"
         rc, out, err = self.run_cmd(self.launcher_argv(kind, 2, dry=True))
         self.assertEqual(rc, 0, err)
@@ -260,7 +239,6 @@ class MpiRun(unittest.TestCase):
         self.launched_allreduce("hvdrun", 4)
 
     def test_hvdrun_mpi_missing_mpirun(self):
-        self.skip_unless_wired()
         env = dict(self.env, PATH="/nonexistent")
         rc, out, err = self.run_cmd([os.path.abspath(HVDRUN), "--mpi", "-np", "2", "-H", "localhost:2", "true"],
                                     env=env)

@@ -8,10 +8,12 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <numeric>
@@ -34,11 +36,11 @@ Handshake hs(int rank, std::string secret = "s3cret", std::string scope = "gen0/
 }
 
 /// Rank 0 listens, rank 1 connects; returns {link at 0 (to 1), link at 1 (to 0)}.
-std::pair<std::unique_ptr<Link>, std::unique_ptr<Link>> linked_pair() {
+std::pair<std::unique_ptr<Link>, std::unique_ptr<Link>> linked_pair(const TcpOptions& options = {}) {
   TcpListener listener("127.0.0.1");
   auto fut = std::async(std::launch::async,
-                        [&] { return connect(listener.endpoint(), 0, hs(1), Deadline::after(5s)); });
-  auto a = listener.accept(hs(0), [](int p) { return p == 1; }, Deadline::after(5s));
+                        [&] { return connect(listener.endpoint(), 0, hs(1), Deadline::after(5s), options); });
+  auto a = listener.accept(hs(0), [](int p) { return p == 1; }, Deadline::after(5s), options);
   auto b = fut.get();
   return {std::move(a), std::move(b)};
 }
@@ -275,4 +277,139 @@ TEST_CASE("large sends to one peer while receiving from another complete", "[tra
   fc.get();
   CHECK(at_b == out);
   CHECK(in == from_c);
+}
+
+// ---- silent peers (host down, network cut) -----------------------------------
+
+namespace {
+
+int sockopt(const Link& l, int level, int name) {
+  int v = -1;
+  socklen_t len = sizeof(v);
+  REQUIRE(::getsockopt(l.poll_fd(), level, name, &v, &len) == 0);
+  return v;
+}
+
+/// Sets or unsets an environment variable for one scope.
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(std::string n, const char* value) : name(std::move(n)) {
+    if (value) ::setenv(name.c_str(), value, 1);
+    else ::unsetenv(name.c_str());
+  }
+  ~ScopedEnv() { ::unsetenv(name.c_str()); }
+};
+
+}  // namespace
+
+TEST_CASE("keepalive settings follow the peer timeout", "[transport][liveness]") {
+  auto k = keepalive_for(1500ms);
+  CHECK((k.idle_s == 1 && k.interval_s == 1 && k.count == 1));
+  k = keepalive_for(2000ms);
+  CHECK((k.idle_s == 1 && k.interval_s == 1 && k.count == 1));
+  k = keepalive_for(3000ms);
+  CHECK((k.idle_s == 1 && k.interval_s == 1 && k.count == 2));
+  k = keepalive_for(10000ms);
+  CHECK((k.idle_s == 5 && k.interval_s == 2 && k.count == 2));
+  k = keepalive_for(100ms);  // the kernel counts whole seconds
+  CHECK((k.idle_s == 1 && k.interval_s == 1 && k.count == 1));
+  k = keepalive_for(0ms);
+  CHECK(k.count == 0);
+}
+
+TEST_CASE("established links carry the keepalive options, both ends", "[transport][liveness]") {
+  TcpOptions o;
+  o.peer_timeout = 10000ms;
+  auto [a, b] = linked_pair(o);
+  for (const Link* l : {a.get(), b.get()}) {
+    CHECK(sockopt(*l, SOL_SOCKET, SO_KEEPALIVE) == 1);
+    CHECK(sockopt(*l, IPPROTO_TCP, TCP_KEEPIDLE) == 5);
+    CHECK(sockopt(*l, IPPROTO_TCP, TCP_KEEPINTVL) == 2);
+    CHECK(sockopt(*l, IPPROTO_TCP, TCP_KEEPCNT) == 2);
+    CHECK(sockopt(*l, IPPROTO_TCP, TCP_NODELAY) == 1);
+    // Deliberately not TCP_USER_TIMEOUT (it would fail a slow, live reader).
+    CHECK(sockopt(*l, IPPROTO_TCP, TCP_USER_TIMEOUT) == 0);
+    CHECK(l->peer_check_interval() == 1250ms);
+  }
+  // Default options: the library default of 1.5 s.
+  ScopedEnv unset(kPeerTimeoutEnv, nullptr);
+  auto [c, d] = linked_pair();
+  for (const Link* l : {c.get(), d.get()}) {
+    CHECK(sockopt(*l, SOL_SOCKET, SO_KEEPALIVE) == 1);
+    CHECK(sockopt(*l, IPPROTO_TCP, TCP_KEEPIDLE) == 1);
+    CHECK(sockopt(*l, IPPROTO_TCP, TCP_KEEPINTVL) == 1);
+    CHECK(sockopt(*l, IPPROTO_TCP, TCP_KEEPCNT) == 1);
+    CHECK(dynamic_cast<const TcpLink&>(*l).peer_timeout() == kDefaultPeerTimeout);
+  }
+}
+
+TEST_CASE("a peer timeout of 0 turns keepalive and checks off", "[transport][liveness]") {
+  TcpOptions o;
+  o.peer_timeout = 0ms;
+  auto [a, b] = linked_pair(o);
+  CHECK(sockopt(*a, SOL_SOCKET, SO_KEEPALIVE) == 0);
+  CHECK(a->peer_check_interval() == 0ms);
+}
+
+TEST_CASE("HVD_TRANSPORT_PEER_TIMEOUT_MS sets the default", "[transport][liveness]") {
+  {
+    ScopedEnv e(kPeerTimeoutEnv, nullptr);
+    CHECK(peer_timeout_from_env() == kDefaultPeerTimeout);
+    CHECK(TcpOptions{}.peer_timeout == kDefaultPeerTimeout);
+  }
+  {
+    ScopedEnv e(kPeerTimeoutEnv, "4000");
+    CHECK(TcpOptions{}.peer_timeout == 4000ms);
+    auto [a, b] = linked_pair();
+    CHECK(sockopt(*a, IPPROTO_TCP, TCP_KEEPIDLE) == 2);
+    CHECK(sockopt(*b, IPPROTO_TCP, TCP_KEEPCNT) == 2);
+  }
+  {
+    ScopedEnv e(kPeerTimeoutEnv, "0");
+    CHECK(peer_timeout_from_env() == 0ms);
+  }
+  for (const char* bad : {"soon", "-5", "1.5"}) {
+    ScopedEnv e(kPeerTimeoutEnv, bad);
+    CHECK_THROWS_AS(peer_timeout_from_env(), InvalidArgument);
+    try {
+      peer_timeout_from_env();
+    } catch (const InvalidArgument& err) {
+      CHECK(std::string(err.what()).find(kPeerTimeoutEnv) != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("a slow reader is not a dead peer", "[transport][liveness]") {
+  // a sends 8 MiB; b reads nothing for 5x the limit, so a's send waits on a
+  // closed receive window the whole time. b's kernel answers the window
+  // probes: the send must complete (TCP_USER_TIMEOUT would have failed it).
+  TcpOptions o;
+  o.peer_timeout = 300ms;
+  o.socket_buffer_bytes = 64 << 10;
+  auto [a, b] = linked_pair(o);
+  const std::size_t n = 8u << 20;
+  std::vector<char> out(n), in(n, 0);
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<char>(i * 7);
+  auto fa = std::async(std::launch::async, [&, ap = a.get()] { ap->send(out.data(), n); });
+  std::this_thread::sleep_for(1500ms);
+  b->recv(in.data(), n, Deadline::after(10s));
+  CHECK_NOTHROW(fa.get());
+  CHECK(in == out);
+}
+
+TEST_CASE("a live peer that stays silent past the limit is not dead", "[transport][liveness]") {
+  // b sends nothing for 2.5 s, 8x the limit (and past keepalive's 1 + 1 s):
+  // b's kernel answers the keepalive probes, so a's receive just waits.
+  TcpOptions o;
+  o.peer_timeout = 300ms;
+  auto [a, b] = linked_pair(o);
+  std::thread late([bp = b.get()] {
+    std::this_thread::sleep_for(2500ms);
+    int v = 42;
+    bp->send(&v, sizeof(v), Deadline::after(2s));
+  });
+  int w = 0;
+  CHECK_NOTHROW(a->recv(&w, sizeof(w)));
+  late.join();
+  CHECK(w == 42);
 }

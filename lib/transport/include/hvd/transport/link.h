@@ -15,6 +15,7 @@
 /// poll_fd() would be an eventfd signalled by the peer.
 #include "hvd/common/io.h"
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <string>
@@ -47,6 +48,13 @@ class Link {
 
   /// Human-readable description for error messages ("rank 3 at 10.0.0.2:4711").
   virtual std::string describe() const = 0;
+
+  /// Silent-peer detection (host down, network cut: no FIN or RST ever
+  /// arrives). While progress() waits on this link it calls check_peer()
+  /// about every peer_check_interval() (zero: never), which throws
+  /// hvd::IoError once the peer has been silent past the link's limit.
+  virtual std::chrono::milliseconds peer_check_interval() const { return std::chrono::milliseconds(0); }
+  virtual void check_peer() {}
 
   /// Blocking conveniences (built on progress()).
   void send(const void* data, std::size_t len, Deadline deadline = Deadline::never());
@@ -96,6 +104,8 @@ struct Transfer {
 /// thread owned by the calling thread (one per thread, created on first
 /// use), so send and receive copies overlap on two cores;
 /// HVD_TRANSPORT_SEND_THREAD=0 disables that.
+/// Even with Deadline::never() a wait is bounded by the links' silent-peer
+/// limits (Link::check_peer): a dead peer fails the call with IoError.
 /// Throws hvd::IoError naming the link on failure, hvd::TimeoutError when the
 /// deadline passes; after a failure the links involved may be shut down
 /// (the caller is expected to abort its communicator anyway).

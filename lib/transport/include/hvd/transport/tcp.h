@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 
 namespace hvd::transport {
@@ -36,11 +38,45 @@ struct Handshake {
   std::chrono::milliseconds handshake_timeout{5000};
 };
 
+/// Environment variable that sets TcpOptions::peer_timeout's default.
+inline constexpr const char* kPeerTimeoutEnv = "HVD_TRANSPORT_PEER_TIMEOUT_MS";
+/// Default silent-peer limit when kPeerTimeoutEnv is unset.
+inline constexpr std::chrono::milliseconds kDefaultPeerTimeout{1500};
+
+/// kPeerTimeoutEnv's value (milliseconds, 0 = off), kDefaultPeerTimeout when
+/// unset; InvalidArgument naming the variable for garbage or negative values.
+std::chrono::milliseconds peer_timeout_from_env();
+
 /// Socket tuning applied to every link.
 struct TcpOptions {
   /// SO_SNDBUF/SO_RCVBUF in bytes; 0 keeps the kernel's auto-tuning.
   int socket_buffer_bytes = 0;
+  /// Silent-peer limit: a peer whose host died or whose network was cut
+  /// never sends FIN or RST, so without a limit a survivor would wait for
+  /// it forever. Two mechanisms bound the wait (0 turns both off):
+  ///  * TCP keepalive on every link (SO_KEEPALIVE, TCP_KEEPIDLE/INTVL/CNT,
+  ///    whole seconds, see keepalive_for) for links with nothing in flight:
+  ///    the peer's kernel answers the probes, so a live peer that is merely
+  ///    slow (not sending, not reading) is never failed;
+  ///  * check_peer(), called by progress() while it waits on the link:
+  ///    sent data that no ACK has answered for this long, a keepalive probe
+  ///    or two window probes unanswered this long, fail the link.
+  /// TCP_USER_TIMEOUT is deliberately not used: since Linux 5.11 it also
+  /// aborts a connection whose receive window stays closed that long, i.e.
+  /// a live peer that is busy and not reading yet.
+  std::chrono::milliseconds peer_timeout = peer_timeout_from_env();
 };
+
+/// The keepalive settings for a peer timeout (all in whole seconds, as the
+/// kernel takes them): idle before the first probe, the interval between
+/// probes, and how many unanswered probes end the connection. A silent
+/// peer is dropped after idle + interval * count, which is at least 2 s.
+struct KeepaliveSettings {
+  int idle_s = 0;
+  int interval_s = 0;
+  int count = 0;
+};
+KeepaliveSettings keepalive_for(std::chrono::milliseconds peer_timeout);
 
 class TcpLink final : public Link {
  public:
@@ -55,12 +91,31 @@ class TcpLink final : public Link {
   void shutdown() override;
   bool is_shutdown() const override { return shut_.load(); }
   std::string describe() const override;
+  std::chrono::milliseconds peer_check_interval() const override;
+  void check_peer() override;
+
+  /// The limit this link was created with (TcpOptions::peer_timeout).
+  std::chrono::milliseconds peer_timeout() const { return peer_timeout_; }
 
  private:
+  /// Marks the link failed with `reason` (later calls report it) and shuts
+  /// the socket down so every thread waiting on it wakes.
+  [[noreturn]] void fail(const std::string& reason);
+  /// The IoError text for a failed send/recv (errno `err`).
+  std::string io_error_text(const char* what, int err) const;
+  std::string failure_text() const;
+
   UniqueFd fd_;
   int peer_;
   std::string peer_address_;
+  std::chrono::milliseconds peer_timeout_{0};
   std::atomic<bool> shut_{false};
+  /// Guards the liveness bookkeeping (progress() may check the link from
+  /// the caller's and the send helper's thread) and failure_.
+  mutable std::mutex mu_;
+  /// When check_peer() first saw unacknowledged data (no value: none seen).
+  std::optional<std::chrono::steady_clock::time_point> outstanding_since_;
+  std::string failure_;
 };
 
 /// A listening TCP socket on an ephemeral (or given) port.
