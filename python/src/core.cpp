@@ -117,10 +117,12 @@ PYBIND11_MODULE(_core, m) {
         if (bytes) std::memcpy(mptr(dst), h.output(), bytes);
       });
 
-  // Build facts (docs/cuda.md): the CUDA component, NCCL detection (no
-  // operation uses NCCL yet), and the devices this process sees.
+  // Build facts (docs/cuda.md): the CUDA component, whether device
+  // operations can use NCCL (libnccl loaded at run time) and its version,
+  // and the devices this process sees.
   m.def("cuda_built", &cuda::cuda_built);
   m.def("nccl_detected", &cuda::nccl_built);
+  m.def("nccl_version", &cuda::nccl_version);
   m.def("cuda_device_count", &cuda::device_count);
 
   // device: -1 host memory, >= 0 the CUDA device of both buffers; stream: a

@@ -1,10 +1,12 @@
 // DeviceExecutor (device_executor.h): device-buffer operations of the
-// Context, built from the component's pieces -- DeviceFusionBuffer,
-// DeviceAllreducer (one host), StagedAllreducer (several hosts).
+// Context, built from the component's pieces -- DeviceFusionBuffer, NCCL
+// (one GPU per rank, libnccl loadable everywhere), DeviceAllreducer (one
+// host), StagedAllreducer (several hosts).
 #include "device_executor.h"
 
 #include "check.h"
 #include "chunk_plan.h"
+#include "kernels.h"
 
 #include "hvd/store/memory_store.h"
 
@@ -13,6 +15,7 @@
 
 #include <algorithm>
 #include <map>
+#include <thread>
 
 namespace hvd::collective::cuda::detail {
 
@@ -66,6 +69,54 @@ struct PerDevice {
   }
 };
 
+/// The GPU's UUID as hex: identical for every rank that uses this GPU.
+std::string gpu_uuid(int device) {
+  cudaDeviceProp prop{};
+  HVD_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  std::string hex;
+  for (unsigned char c : prop.uuid.bytes) hex += fmt::format("{:02x}", c);
+  return hex;
+}
+
+/// In place on `stream`: data = data * prescale / divisor * postscale with
+/// the reduce kernel's own rounding (one input), for what NCCL does not do.
+void scale_in_place(void* data, std::size_t count, DataType dtype, double prescale, double postscale, int divisor,
+                    cudaStream_t stream) {
+  ReduceLaunch l;
+  l.inputs[0] = data;
+  l.num_inputs = 1;
+  l.out = data;
+  l.count = count;
+  l.dtype = dtype;
+  l.op = divisor > 1 ? ReduceOp::Average : ReduceOp::Sum;
+  l.prescale = prescale;
+  l.postscale = postscale;
+  l.average_divisor = divisor;
+  launch_reduce(l, stream);
+}
+
+/// Waits for `stream`; with an NCCL communicator, polls so that a failed
+/// peer (NCCL's asynchronous error) ends the wait instead of hanging it.
+void wait_stream(cudaStream_t stream, NcclComm* nccl) {
+  if (!nccl) {
+    HVD_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return;
+  }
+  for (;;) {
+    const cudaError_t q = cudaStreamQuery(stream);
+    if (q == cudaSuccess) return;
+    if (q != cudaErrorNotReady) HVD_CUDA_CHECK(q);
+    nccl->check_async();
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+/// The job's choice for one list of every rank's device.
+struct JobPath {
+  DevicePathSetting setting = DevicePathSetting::Auto;
+  std::unique_ptr<NcclComm> nccl;  // null: our own paths
+};
+
 }  // namespace
 
 struct DeviceExecutor::Impl {
@@ -76,6 +127,9 @@ struct DeviceExecutor::Impl {
   std::map<int, std::unique_ptr<PerDevice>> devices;
   std::map<std::vector<int32_t>, std::unique_ptr<DeviceAllreducer>> intra;
   uint64_t intra_created = 0;
+  std::map<std::vector<int32_t>, std::unique_ptr<JobPath>> paths;
+  uint64_t paths_created = 0;
+  uint64_t nccl_created = 0;
 
   PerDevice& device(int d) {
     auto& slot = devices[d];
@@ -119,10 +173,59 @@ struct DeviceExecutor::Impl {
     return *slot;
   }
 
+  /// Collective (every rank, same order): every rank's GPU, NCCL and
+  /// setting go through the store once per device list, and every rank
+  /// takes the same decision from them (nccl.h, choose_nccl).
+  JobPath& path_for(const std::vector<int32_t>& all_devices, int dev) {
+    auto& slot = paths[all_devices];
+    if (slot) return *slot;
+    auto p = std::make_unique<JobPath>();
+    p->setting = options.path;
+    const JobShape& job = options.job;
+    try {
+      if (job.size > 1) {
+        if (!store) throw InvalidArgument("hvd: a device operation across ranks needs the job's rendezvous store");
+        const NcclLibrary& lib = NcclLibrary::get();
+        NcclRankInfo mine;
+        mine.gpu = gpu_uuid(dev);
+        mine.available = lib.available();
+        mine.version = lib.version_code();
+        mine.reason = lib.unavailable();
+        mine.setting = options.path;
+        const std::string prefix = fmt::format("{}cuda/path/{}/", options.comm_prefix, paths_created++);
+        const auto all = exchange_nccl_info(*store, prefix, job.rank, job.size, mine, options.timeout);
+        p->setting = all[0].setting;
+        std::string why;
+        if (choose_nccl(all, &why)) {
+          p->nccl = std::make_unique<NcclComm>(lib, *store, prefix, job.rank, job.size, options.timeout);
+          ++nccl_created;
+          if (job.rank == 0) spdlog::info("hvd: device operations use NCCL {} ({} ranks)", lib.version(), job.size);
+        } else if (job.rank == 0) {
+          spdlog::debug("hvd: device operations do not use NCCL: {}", why);
+        }
+      }
+    } catch (...) {
+      paths.erase(all_devices);
+      throw;
+    }
+    slot = std::move(p);
+    return *slot;
+  }
+
+  void abort() noexcept {
+    for (auto& [key, ar] : intra) ar->abort();
+    for (auto& [key, p] : paths) {
+      if (p->nccl) p->nccl->abort();
+    }
+  }
+
   void release() noexcept {
     // Intra-host allreducers first (their teardown waits for local peers,
-    // who release theirs in the same order), then the per-device objects.
+    // who release theirs in the same order), then NCCL communicators (an
+    // aborted one cancels its kernels, which the per-device teardown would
+    // otherwise wait for), then the per-device objects.
     while (!intra.empty()) intra.erase(intra.begin());
+    while (!paths.empty()) paths.erase(paths.begin());
     while (!devices.empty()) devices.erase(devices.begin());
   }
 };
@@ -135,11 +238,11 @@ DeviceExecutor::DeviceExecutor(std::shared_ptr<store::Store> store, const Device
 
 DeviceExecutor::~DeviceExecutor() { impl_->release(); }
 
-void DeviceExecutor::abort() noexcept {
-  for (auto& [key, ar] : impl_->intra) ar->abort();
-}
+void DeviceExecutor::abort() noexcept { impl_->abort(); }
 
 std::size_t DeviceExecutor::intra_host_created() const { return impl_->intra_created; }
+
+std::size_t DeviceExecutor::nccl_created() const { return impl_->nccl_created; }
 
 void DeviceExecutor::allreduce(const std::vector<int32_t>& devices, const std::vector<DeviceTensor>& mine,
                                DataType dtype, ReduceOp op, double prescale, double postscale,
@@ -182,7 +285,16 @@ void DeviceExecutor::allreduce(const std::vector<int32_t>& devices, const std::v
   HVD_ENFORCE(bytes % esize == 0, "device allreduce of {} bytes is not whole {}-byte elements", bytes, esize);
 
   // 2. The reduction.
-  switch (im.options.force_staged ? AllreducePath::Staged : choose_allreduce_path(job)) {
+  JobPath& path = im.path_for(devices, dev);
+  const std::size_t count = bytes / esize;
+  if (path.nccl) {
+    // NCCL reduces; scaling and Average's division are our kernel's, so
+    // results round like the other paths.
+    if (prescale != 1.0) scale_in_place(data, count, dtype, prescale, 1.0, 1, pd.stream);
+    path.nccl->allreduce(data, data, count, dtype, op, pd.stream);
+    const int divisor = op == ReduceOp::Average ? job.size : 1;
+    if (postscale != 1.0 || divisor > 1) scale_in_place(data, count, dtype, 1.0, postscale, divisor, pd.stream);
+  } else switch (path.setting == DevicePathSetting::Staged ? AllreducePath::Staged : choose_allreduce_path(job)) {
     case AllreducePath::IntraHost:
       im.intra_host(devices).allreduce(data, bytes / esize, dtype, op, pd.stream, prescale, postscale);
       break;
@@ -196,23 +308,36 @@ void DeviceExecutor::allreduce(const std::vector<int32_t>& devices, const std::v
 
   // 3. Results out, then complete: the handle finishes after this returns.
   if (fused) pd.fusion->unpack(outputs, pd.stream);
-  HVD_CUDA_CHECK(cudaStreamSynchronize(pd.stream));
+  wait_stream(pd.stream, path.nccl.get());
 }
 
-void DeviceExecutor::broadcast(int32_t device, const DeviceTensor& t, bool is_root, const HostBroadcast& network) {
+void DeviceExecutor::broadcast(const std::vector<int32_t>& devices, const DeviceTensor& t, int root,
+                               const HostBroadcast& network) {
   auto& im = *impl_;
-  if (device < 0) throw InvalidArgument(fmt::format("device broadcast on device {}", device));
+  const JobShape& job = im.options.job;
+  check_devices(devices, job);
+  if (root < 0 || root >= job.size) throw InvalidArgument(fmt::format("device broadcast from root {}", root));
   if (t.bytes == 0) return;
+  const int device = devices[job.rank];
+  const bool is_root = job.rank == root;
   PerDevice& pd = im.device(device);
   DeviceGuard guard(device);
   pd.after_callers({t.stream});
+  JobPath& path = im.path_for(devices, device);
+  if (path.nccl) {
+    // NCCL copies the root's input to every output (the root's too).
+    path.nccl->broadcast(t.input ? t.input : t.output, t.output, t.bytes, root, pd.stream);
+    wait_stream(pd.stream, path.nccl.get());
+    return;
+  }
   const std::size_t chunk = std::max<std::size_t>(256, im.options.chunk_bytes / 256 * 256);
   for (void*& p : pd.pinned) {
     if (!p) HVD_CUDA_CHECK(cudaHostAlloc(&p, chunk, cudaHostAllocPortable));
   }
-  auto* in = static_cast<const uint8_t*>(t.input);
+  // The root may broadcast its output in place (input null).
+  auto* in = static_cast<const uint8_t*>(t.input ? t.input : t.output);
   auto* out = static_cast<uint8_t*>(t.output);
-  if (is_root && t.input != t.output) {
+  if (is_root && in != t.output) {
     HVD_CUDA_CHECK(cudaMemcpyAsync(out, in, t.bytes, cudaMemcpyDeviceToDevice, pd.stream));
   }
   // Two pinned chunks: a non-root's copy back of chunk k overlaps the

@@ -9,6 +9,7 @@
 // Includes no CUDA header; in a build without CUDA the constructor throws
 // hvd::InvalidArgument (the Controller refuses device tensors before that).
 #include "device_plan.h"
+#include "nccl.h"
 
 #include "hvd/collective/cuda.h"
 #include "hvd/store/store.h"
@@ -43,9 +44,10 @@ struct DeviceExecutorOptions {
   int slots = 4;
   /// Bound on every wait for a peer in the intra-host path.
   std::chrono::milliseconds timeout{30000};
-  /// Take the staged path even on one host (HVD_CUDA_ALLREDUCE_PATH=staged;
-  /// lets one-host GPU tests run the cross-host path).
-  bool force_staged = false;
+  /// HVD_CUDA_ALLREDUCE_PATH of this rank; rank 0's decides for the job
+  /// (exchanged with the NCCL records). Staged lets one-host GPU tests run
+  /// the cross-host path; Nccl fails when NCCL cannot be used.
+  DevicePathSetting path = DevicePathSetting::Auto;
 };
 
 /// A blocking broadcast of `bytes` at `host` (pinned) from the root over the
@@ -53,9 +55,12 @@ struct DeviceExecutorOptions {
 using HostBroadcast = std::function<void(void* host, std::size_t bytes)>;
 
 /// Owns, per device this rank used: an internal stream, a device fusion
-/// buffer, a StagedAllreducer and pinned broadcast buffers; and the
-/// DeviceAllreducers of the intra-host path, one per distinct list of every
-/// rank's device (created collectively, in the same order on every rank).
+/// buffer, a StagedAllreducer and pinned broadcast buffers; and, per
+/// distinct list of every rank's device (created collectively, in the same
+/// order on every rank): the job's path choice (every rank's GPU, NCCL
+/// availability and setting exchanged through the store), an NCCL
+/// communicator when NCCL was chosen, else the DeviceAllreducer of the
+/// intra-host path.
 /// Not thread-safe: the Context's background thread only.
 class DeviceExecutor {
  public:
@@ -76,9 +81,11 @@ class DeviceExecutor {
   void allreduce(const std::vector<int32_t>& devices, const std::vector<DeviceTensor>& mine, DataType dtype,
                  ReduceOp op, double prescale, double postscale, const HostAllreduce& network);
 
-  /// Root's input to every rank's output through pinned host chunks and
-  /// `network` (called once per chunk, same chunks on every rank).
-  void broadcast(int32_t device, const DeviceTensor& tensor, bool is_root, const HostBroadcast& network);
+  /// Root's input to every rank's output: ncclBroadcast when the job chose
+  /// NCCL for `devices`, else through pinned host chunks and `network`
+  /// (called once per chunk, same chunks on every rank).
+  void broadcast(const std::vector<int32_t>& devices, const DeviceTensor& tensor, int root,
+                 const HostBroadcast& network);
 
   /// The communicator failed: wakes local peers waiting on this rank in an
   /// intra-host pipeline (they fail at once) and lets teardown skip waiting
@@ -87,6 +94,8 @@ class DeviceExecutor {
 
   /// Intra-host allreducers created so far (for tests and logs).
   std::size_t intra_host_created() const;
+  /// NCCL communicators created so far (for tests and logs).
+  std::size_t nccl_created() const;
 
   struct Impl;
 

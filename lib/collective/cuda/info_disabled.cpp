@@ -64,11 +64,12 @@ void DeviceExecutor::allreduce(const std::vector<int32_t>&, const std::vector<De
                                double, double, const HostAllreduce&) {
   not_built("allreduce of device buffers");
 }
-void DeviceExecutor::broadcast(int32_t, const DeviceTensor&, bool, const HostBroadcast&) {
+void DeviceExecutor::broadcast(const std::vector<int32_t>&, const DeviceTensor&, int, const HostBroadcast&) {
   not_built("broadcast of device buffers");
 }
 void DeviceExecutor::abort() noexcept {}
 std::size_t DeviceExecutor::intra_host_created() const { return 0; }
+std::size_t DeviceExecutor::nccl_created() const { return 0; }
 }  // namespace detail
 
 }  // namespace hvd::collective::cuda

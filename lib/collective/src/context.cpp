@@ -170,11 +170,7 @@ struct Context::Impl {
       o.comm_prefix = settings.comm_prefix;
       o.fusion_threshold = settings.fusion_threshold;
       o.timeout = settings.start_timeout;
-      const std::string path = env::get_or("HVD_CUDA_ALLREDUCE_PATH", "auto");
-      if (path != "auto" && path != "staged") {
-        throw InvalidArgument(fmt::format("HVD_CUDA_ALLREDUCE_PATH='{}': expected 'auto' or 'staged'", path));
-      }
-      o.force_staged = path == "staged";
+      o.path = cuda::detail::parse_device_path_setting(env::get_or("HVD_CUDA_ALLREDUCE_PATH", "auto"));
       device = std::make_unique<cuda::detail::DeviceExecutor>(store, o);
     }
     return *device;

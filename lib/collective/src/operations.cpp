@@ -196,7 +196,7 @@ void run_broadcast(const Response& resp, Executors& ex, OpState& op) {
   std::size_t bytes = tensor_bytes(op.request);
   if (op.request.device >= 0) {
     const int root = op.request.root;
-    ex.device().broadcast(op.request.device, {op.input, op.output, bytes, op.stream}, comm.rank() == root,
+    ex.device().broadcast(devices_of(resp), {op.input, op.output, bytes, op.stream}, root,
                           [&](void* host, std::size_t b) { broadcast(comm, host, b, root); });
     return;
   }

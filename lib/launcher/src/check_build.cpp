@@ -37,8 +37,15 @@ std::string render_check_build(const BuiltComponents& built) {
   s += "    [X] MPI (hvdrun --mpi drives an installed mpirun: Open MPI, MPICH, Intel MPI)\n";
   s += "    [X] Gloo (hvdrun's native controller: Gloo-compatible rendezvous, HOROVOD_CONTROLLER=gloo)\n\n";
   s += "Available Tensor Operations:\n";
-  // No NCCL code path exists yet, found or not (docs/cuda.md).
-  s += std::string("    [ ] NCCL") + (built.nccl_found ? " (library found at build time; not used yet)\n" : "\n");
+  // The CUDA component loads libnccl at run time (docs/cuda.md, "NCCL"):
+  // ticked when it was also found at build time, i.e. present here.
+  if (built.cuda && built.nccl_found) {
+    s += "    [X] NCCL (device allreduce/broadcast for ranks on distinct GPUs; libnccl loaded at run time)\n";
+  } else if (built.cuda) {
+    s += "    [ ] NCCL (not found at build time; the CUDA component loads libnccl.so.2 at run time if present)\n";
+  } else {
+    s += "    [ ] NCCL\n";
+  }
   s += "    [ ] DDL\n";
   s += "    [ ] CCL\n";
   s += "    [ ] MPI\n";

@@ -80,9 +80,13 @@ def gloo_enabled():
 
 
 def nccl_built(verbose=False):
-    # No operation uses NCCL (the CUDA component only detects it), so 0 even
-    # when libnccl is present.
-    return 0
+    """Like Horovod: NCCL's version code (e.g. 22809 for 2.28.9) when CUDA
+    tensors can be reduced through NCCL (the CUDA component is built and
+    libnccl loads at run time), else 0."""
+    if not _core.nccl_detected():
+        return 0
+    major, minor, patch = (int(x) for x in _core.nccl_version().split("."))
+    return major * 10000 + minor * 100 + patch
 
 
 def cuda_built(verbose=False):

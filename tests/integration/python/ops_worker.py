@@ -17,7 +17,12 @@ assert n == 2, n
 assert hvd.local_rank() == r and hvd.local_size() == 2
 assert hvd.cross_rank() == 0 and hvd.cross_size() == 1, (hvd.cross_rank(), hvd.cross_size())
 assert hvd.is_homogeneous() is True
-assert hvd.gloo_built() and not hvd.mpi_built() and hvd.nccl_built() == 0
+assert hvd.gloo_built() and not hvd.mpi_built()
+# nccl_built() against what CMake found (a CUDA build with libnccl present).
+expect_nccl = os.environ.get("HVD_TEST_EXPECT_NCCL_BUILT")
+assert expect_nccl in ("0", "1"), "run through ctest: HVD_TEST_EXPECT_NCCL_BUILT is not set"
+assert isinstance(hvd.nccl_built(), int)
+assert (hvd.nccl_built() >= 21000) if expect_nccl == "1" else (hvd.nccl_built() == 0), (hvd.nccl_built(), expect_nccl)
 # cuda_built() against the build configuration CMake passes in (HVD_CUDA_ENABLED).
 expect_cuda = os.environ.get("HVD_TEST_EXPECT_CUDA_BUILT")
 assert expect_cuda in ("0", "1"), "run through ctest: HVD_TEST_EXPECT_CUDA_BUILT is not set"

@@ -108,5 +108,9 @@ TEST_CASE("check-build lists what hvdrun provides", "[plan]") {
   std::string full = render_check_build(all);
   CHECK(full.find("[X] PyTorch (hvdcomm.torch") != std::string::npos);
   CHECK(full.find("[X] CUDA (component built") != std::string::npos);
-  CHECK(full.find("[ ] NCCL (library found at build time; not used yet)") != std::string::npos);
+  CHECK(full.find("[X] NCCL (device allreduce/broadcast for ranks on distinct GPUs") != std::string::npos);
+  BuiltComponents cuda_only{true, true, false};
+  CHECK(render_check_build(cuda_only).find("[ ] NCCL (not found at build time") != std::string::npos);
+  BuiltComponents nccl_no_cuda{true, false, true};
+  CHECK(render_check_build(nccl_no_cuda).find("    [ ] NCCL\n") != std::string::npos);
 }

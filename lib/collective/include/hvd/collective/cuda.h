@@ -41,11 +41,12 @@ namespace cuda {
 
 /// Whether this library was compiled with the CUDA component.
 bool cuda_built();
-/// Whether NCCL (nccl.h and libnccl) was found when this library was built.
+/// Whether device allreduces and broadcasts can use NCCL: the CUDA
+/// component is built and libnccl (>= 2.10) loads at run time (it is never
+/// linked; see docs/cuda.md, "NCCL"). The first call tries to load it.
 bool nccl_built();
-/// "major.minor.patch" of the NCCL library present at run time (loaded with
-/// dlopen on first call, not linked); "" when not built with NCCL or the
-/// library cannot be loaded.
+/// "major.minor.patch" of the libnccl loaded at run time; "" when
+/// nccl_built() is false.
 std::string nccl_version();
 /// Number of CUDA devices visible to this process; 0 when the component is
 /// not built, no driver is installed or no device is present. Never throws:

@@ -42,7 +42,7 @@ std::string render_dry_run(const JobPlan& plan, const Options& options, DryRunFo
 struct BuiltComponents {
   bool pytorch_binding = false;  ///< python/ hvdcomm.torch
   bool cuda = false;             ///< lib/collective/cuda (HVD_WITH_CUDA)
-  bool nccl_found = false;       ///< NCCL headers and library seen at configure time
+  bool nccl_found = false;       ///< libnccl seen at configure time (loaded at run time by the CUDA component)
 };
 /// This build's components (from compile definitions).
 BuiltComponents built_components();
