@@ -161,7 +161,7 @@ TEST_CASE("mpi: probe: Open MPI, unsupported, failing and hanging mpiruns", "[mp
   }
 }
 
-TEST_CASE("mpi: run: mpirun's exit code becomes hvdrun's; secret only in the environment", "[mpi][process]") {
+TEST_CASE("mpi: run: mpirun's exit code becomes hvdrun's, secret only in the environment", "[mpi][process]") {
   FakeMpirun fake(std::string(kVersion) + "echo \"$@\" > \"$(dirname \"$0\")/argv\"\n"
                   "env > \"$(dirname \"$0\")/env\"\nexit 7");
   Options o = options();

@@ -159,7 +159,7 @@ TEST_CASE("cli: elastic flags fill ElasticOptions", "[cli][elastic]") {
   CHECK(a.elastic.max_np == std::optional<int>(3));
 }
 
-TEST_CASE("cli: elastic defaults; -np defaults to --min-np", "[cli][elastic]") {
+TEST_CASE("cli: elastic defaults, -np defaults to --min-np", "[cli][elastic]") {
   unsetenv("HOROVOD_ELASTIC_TIMEOUT");
   DiscoveryScript script;
   auto o = parse_ok({"--host-discovery-script", script.path(), "-np", "2", "cmd"});
