@@ -12,8 +12,13 @@
 // end-to-end tests compare it with an undisturbed run.
 //
 // Environment: HVD_TRAINER_STEPS (default 100), HVD_TRAINER_STEP_MS
-// (default 50). Output, one line per step (a step redone after a failure
-// prints again):
+// (default 50), and two knobs for tests that leave the result unchanged:
+// HVD_TRAINER_BALLAST_KB (default 0) adds an allreduce of that many KiB per
+// step whose values are not used, so that with HVD_TRAINER_STEP_MS=0 a
+// worker spends nearly all its time inside a collective (a kill -9 lands
+// mid-allreduce); HVD_TRAINER_END_MS (default 0) pauses after the final line
+// before exiting, as a job saving its model would. Output, one line per step
+// (a step redone after a failure prints again):
 //   step <k> size <n> rank <r> version <v> checksum <x>
 // and at the end:
 //   final checksum <x> steps <k>
@@ -71,12 +76,15 @@ int main() {
   try {
     const int64_t steps = positive_env("HVD_TRAINER_STEPS", 100);
     const int64_t step_ms = positive_env("HVD_TRAINER_STEP_MS", 50);
+    const int64_t ballast_kb = positive_env("HVD_TRAINER_BALLAST_KB", 0);
+    const int64_t end_ms = positive_env("HVD_TRAINER_END_MS", 0);
     hvd::init();
 
     std::vector<float> params(kParams);
     for (std::size_t i = 0; i < kParams; ++i) params[i] = static_cast<float>(i % 17) * 0.0625f - 0.5f;
     std::vector<int64_t> step{0};
     std::vector<int64_t> grad(kParams);
+    std::vector<float> ballast(static_cast<std::size_t>(ballast_kb) * 1024 / sizeof(float));
 
     hvd::elastic::BufferState state;
     state.add("params", params);
@@ -87,6 +95,7 @@ int main() {
         gradient(params, step[0], grad);
         // Identical on every rank, so the average is the same at any size.
         hvd::allreduce("elastic_trainer.grad", grad, hvd::collective::ReduceOp::Average);
+        if (!ballast.empty()) hvd::allreduce("elastic_trainer.ballast", ballast, hvd::collective::ReduceOp::Sum);
         for (std::size_t i = 0; i < kParams; ++i) params[i] -= 0.001f * static_cast<float>(grad[i]);
         ++step[0];
         std::printf("step %" PRId64 " size %d rank %d version %" PRIu64 " checksum %016" PRIx64 "\n", step[0],
@@ -98,6 +107,7 @@ int main() {
     });
     std::printf("final checksum %016" PRIx64 " steps %" PRId64 "\n", checksum(params, step[0]), step[0]);
     std::fflush(stdout);
+    if (end_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(end_ms));
     hvd::shutdown();
     return 0;
   } catch (const hvd::elastic::WorkerRemovedError& e) {

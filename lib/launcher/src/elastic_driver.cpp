@@ -10,7 +10,17 @@
 //  * A removal (failure, host gone, blacklist) publishes at once; workers
 //    already ready and waiting are admitted in that same world.
 //  * World::final is never set: the runner ends the job (it stops the
-//    workers after Finish), members never need to be told.
+//    workers after Finish), members never need to be told. A final world
+//    would also make every member waiting in reset() throw
+//    WorkerRemovedError, so a member whose peer exited 0 mid-training (a
+//    crash that exits 0) would end quietly too and the job would report a
+//    success; without one it waits, is named after finish_grace, and the
+//    job fails.
+//  * A newcomer admitted to a world that never formed, when the job starts
+//    finishing, is stopped instead of waited for: the members that are done
+//    will never arrive at its barrier, so waiting would only turn a
+//    finished training into a grace timeout (kElastic). Formation comes
+//    from the store (on_world_formed), never from timing guesses.
 //  * cooldown_min == cooldown_max == 0 means "blacklisted until the end of
 //    the job" (horovodrun's default). blacklist_failures <= 0 disables
 //    blacklisting.
@@ -139,6 +149,13 @@ struct ElasticDriver::Impl {
   ElasticTime grace_deadline{};
   std::vector<std::string> finishing_members;  ///< ids, in rank order
   std::vector<std::string> finishing_failures;  ///< ids, in exit order
+
+  /// Published worlds of more than one member whose arrival barrier has not
+  /// been reported complete: version -> member ids.
+  std::map<uint64_t, std::vector<std::string>> unformed;
+  /// Workers that were members of a world that formed.
+  std::set<std::string> joined_ids;
+  bool any_formed = false;
 
   bool signalled = false;
   int signal = 0;
@@ -390,11 +407,26 @@ struct ElasticDriver::Impl {
     log(fmt::format("world {}: size {} -> {}, joined {}; left: {}; reason: {}", next.version, world.size(),
                     next.size(), joined.empty() ? "-" : joined, left.empty() ? "-" : left, next.reason));
     world = next;
+    std::vector<std::string> member_ids;
+    for (const auto& m : world.members) member_ids.push_back(m.worker_id);
+    if (world.size() == 1) {
+      formed(world.version, member_ids);  // no barrier to wait for
+    } else {
+      unformed[world.version] = std::move(member_ids);
+    }
     pending_reasons.clear();
     admit_at.reset();
     ElasticAction a = action(ElasticAction::Kind::Publish);
     a.world = world;
     emit(std::move(a));
+  }
+
+  /// World `version` with these members formed: they all joined, and no
+  /// older world can matter any more.
+  void formed(uint64_t version, const std::vector<std::string>& member_ids) {
+    joined_ids.insert(member_ids.begin(), member_ids.end());
+    any_formed = true;
+    unformed.erase(unformed.begin(), unformed.upper_bound(version));
   }
 
   static std::string ordinal(int n) {
@@ -464,10 +496,17 @@ struct ElasticDriver::Impl {
     grace_deadline = now + policy.finish_grace;
     admit_at.reset();
     below_since.reset();
+    std::string never_joined;
     if (world.version > 0) {
       for (const auto& m : world.members) {
         const Worker* w = find(m.worker_id);
         if (w && w->stopping) continue;  // the driver removed it; its exit says nothing
+        if (any_formed && !joined_ids.count(m.worker_id) && m.worker_id != trigger.id) {
+          // Admitted to a world that never formed: still in its join, waiting
+          // for members that are done. It trained nothing; stopped below.
+          if (w) never_joined += (never_joined.empty() ? "" : ", ") + where(m.worker_id);
+          continue;
+        }
         finishing_members.push_back(m.worker_id);
       }
     } else {
@@ -486,8 +525,11 @@ struct ElasticDriver::Impl {
     }
     std::size_t others = 0;
     for (const auto& id : finishing_members) others += find(id) ? 1 : 0;
-    log(fmt::format("{} exited 0: the job is finishing; waiting up to {} for {}", finishing_trigger,
-                    seconds_text(policy.finish_grace), plural(others, "other member")));
+    log(fmt::format("{} exited 0: the job is finishing; waiting up to {} for {}{}", finishing_trigger,
+                    seconds_text(policy.finish_grace), plural(others, "other member"),
+                    never_joined.empty() ? std::string()
+                                         : fmt::format("; stopping {}: admitted to world {}, which never formed",
+                                                       never_joined, world.version)));
     check_finished();
   }
 
@@ -646,6 +688,14 @@ void ElasticDriver::on_signal(int sig, ElasticTime /*now*/) {
   if (d.live.empty()) d.finish(128 + sig, d.signal_message());
 }
 
+void ElasticDriver::on_world_formed(uint64_t version, ElasticTime /*now*/) {
+  Impl& d = *impl_;
+  auto it = d.unformed.find(version);
+  if (it == d.unformed.end()) return;
+  const std::vector<std::string> member_ids = it->second;
+  d.formed(version, member_ids);
+}
+
 void ElasticDriver::tick(ElasticTime now) {
   Impl& d = *impl_;
   if (d.finished || d.signalled) return;
@@ -699,6 +749,12 @@ void ElasticDriver::tick(ElasticTime now) {
 std::vector<ElasticAction> ElasticDriver::take_actions() {
   std::vector<ElasticAction> out;
   out.swap(impl_->actions);
+  return out;
+}
+
+std::vector<uint64_t> ElasticDriver::unformed_worlds() const {
+  std::vector<uint64_t> out;
+  for (const auto& [version, ids] : impl_->unformed) out.push_back(version);
   return out;
 }
 

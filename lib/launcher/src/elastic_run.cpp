@@ -344,6 +344,7 @@ class ElasticRunner {
                          {"description", e.lost_reason.empty() ? describe_status(e.status, 0) : "lost: " + e.lost_reason},
                          {"lost", !e.lost_reason.empty()}});
         }
+        report_formed_worlds(now);
         driver_->on_worker_exit(e.worker_id, e.status, e.lost_reason, now);
         break;
       }
@@ -403,6 +404,18 @@ class ElasticRunner {
       }
     }
     for (const auto& host : host_order) spawn_batch(host, spawns[host]);
+  }
+
+  /// Tells the driver which published worlds formed. A world's arrival
+  /// barrier ends with its last member writing comm_prefix(v) + "formed"
+  /// (ElasticMember::Impl::rendezvous) before any member can use the world,
+  /// so whoever exits after training in it is reported after its formation.
+  void report_formed_worlds(ElasticTime now) {
+    for (uint64_t version : driver_->unformed_worlds()) {
+      if (server_->store().try_get(selastic::comm_prefix(version) + "formed")) {
+        driver_->on_world_formed(version, now);
+      }
+    }
   }
 
   void publish(const selastic::World& world) {

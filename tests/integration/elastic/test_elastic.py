@@ -63,6 +63,31 @@ def worker_pid(token, worker_id):
     return None
 
 
+# futex(2), what a thread blocked on a condition variable sits in.
+FUTEX_SYSCALL = {"x86_64": 202, "aarch64": 98}.get(os.uname().machine)
+
+
+def wait_in_collective(pid, timeout=10):
+    """Waits until the main thread of `pid` is blocked in futex(2). The
+    trainer run with HVD_TRAINER_STEP_MS=0 waits on a futex only for a
+    collective to complete (its allreduces and the one inside commit()), so
+    a kill right after lands mid-allreduce. Returns False if that was never
+    seen, None when this platform cannot tell."""
+    if FUTEX_SYSCALL is None:
+        return None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open("/proc/%d/syscall" % pid) as f:
+                fields = f.read().split()
+        except OSError:
+            return None
+        if fields and fields[0] == str(FUTEX_SYSCALL):
+            return True
+        time.sleep(0.001)
+    return False
+
+
 _reference = {}
 
 
@@ -245,22 +270,36 @@ class Elastic(unittest.TestCase):
         self.assert_success(j, 50, res)
         self.assertIn("left", res[2])
 
-    def test_kill9_mid_training_restarts_slot(self):
+    def test_kill9_mid_allreduce_restarts_slot(self):
+        # An 8 MiB allreduce on top of the model's each step
+        # (HVD_TRAINER_BALLAST_KB, its values unused) keeps the workers
+        # inside collectives most of the time, and the kill waits until w2's
+        # main thread is blocked in one. The step sleep is short, not 0: the
+        # survivor trains alone at size 1 (no collective cost) until the
+        # restarted slot joins, and must not finish all steps before that.
         events = os.path.join(tempfile.mkdtemp(), "events.jsonl")
-        j = self.job("localhost:2\n", ["-np", "2", "--min-np", "1", "--events-file", events], steps=60, step_ms=40)
+        steps = 300
+        j = self.job("localhost:2\n", ["-np", "2", "--min-np", "1", "--events-file", events], steps=steps,
+                     step_ms=10, extra_env={"HVD_TRAINER_BALLAST_KB": "8192"})
         before = j.wait_for_step(2, 5)
         pid = worker_pid(j.token, "w2")
         self.assertIsNotNone(pid)
-        killed_at = time.monotonic()
+        self.assertNotEqual(wait_in_collective(pid), False, "w2 was never seen blocked in a collective")
         os.kill(pid, signal.SIGKILL)
+        killed_at = time.monotonic()
         # the failed worker leaves the world at once; the restarted slot
         # joins (often before the survivor has re-formed at size 1, in which
         # case the survivor goes straight to the world of 2)
         j.wait_for(lambda: "size 2 -> 1" in j.text(j.err), 10, "a world without w2")
-        j.wait_for(lambda: [s for s in j.steps() if s["t"] > killed_at and s["size"] == 2 and s["worker"] >= 3], 10,
+        j.wait_for(lambda: [s for s in j.steps() if s["t"] > killed_at and s["size"] == 2 and s["worker"] >= 3], 20,
                    "the restarted worker training at size 2")
         res = j.finish()
-        self.assert_success(j, 60, res)
+        # the same final checksum as a fault-free run, on both workers
+        self.assert_success(j, steps, res)
+        self.assertEqual(len(j.final_checksums(res[1])), 2)
+        # the survivor's collective failed (PeerFailureError) rather than a
+        # change being announced: it went back to its last commit
+        self.assertRegex(res[2], r"\[1\]<stderr>:.*restoring commit \d+ and re-forming")
         # training resumed from the last commit: no step after the kill is
         # earlier than the last step committed before it
         after = [s["step"] for s in j.steps() if s["t"] > killed_at]
@@ -279,6 +318,24 @@ class Elastic(unittest.TestCase):
         self.assertLess(kinds.index("worker_exit"), kinds.index("world", kinds.index("worker_exit")))
         self.assertIn({"event": "worker_start", "worker": "w3", "host": "localhost", "slot": 1},
                       [{k: v for k, v in e.items() if k != "time"} for e in ev])
+
+    def test_newcomer_admitted_after_last_commit_job_succeeds(self):
+        # The end-of-job race: worker 1 has committed its last step and is
+        # still saving (HVD_TRAINER_END_MS) when discovery offers a second
+        # slot. The newcomer is admitted in world 2, which can never form:
+        # worker 1 is done. Worker 1 exits 0; hvdrun must stop the newcomer
+        # and succeed, not wait the 30 s finishing grace and exit 5.
+        j = self.job("localhost:1\n", ["-np", "1", "--max-np", "2"], steps=20, step_ms=10,
+                     extra_env={"HVD_TRAINER_END_MS": "5000"})
+        j.wait_for(lambda: FINAL_RE.search(j.text(j.out)), 30, "worker 1's final line")
+        j.set_hosts("localhost:2\n")
+        j.wait_for(lambda: "world 2: size 1 -> 2, joined w2" in j.text(j.err), 4.5,
+                   "world 2 admitting w2 before worker 1 exits")
+        res = j.finish(60)
+        self.assert_success(j, 20, res)
+        self.assertIn("stopping w2 (localhost slot 1): admitted to world 2, which never formed", res[2])
+        self.assertNotIn("did not exit within", res[2])
+        self.assertLess(time.monotonic() - j.started, 25)
 
     def test_hosts_appear_later_and_loopback_store_ignores_remote(self):
         # nothing listed at first (pods not up yet): the job waits; then this
@@ -363,13 +420,49 @@ class Elastic(unittest.TestCase):
         self.assertEqual(j.leftovers(), [])
 
     def test_below_min_np_times_out(self):
+        # never starts: discovery offers 1 slot, -np needs 2
         start = time.monotonic()
         j = self.job("localhost:1\n", ["-np", "2", "--min-np", "2", "--elastic-timeout", "2"], steps=10)
         code, out, err = j.finish(30)
         self.assertEqual(code, 5, err)
-        self.assertIn("min-np", err)
+        self.assertIn("hvdrun: error: discovery offered only 1 usable slots in 2 s; -np needs 2 (--elastic-timeout)",
+                      err)
+        self.assertEqual(j.steps(), [])
+        self.assertGreaterEqual(time.monotonic() - start, 2)
         self.assertLess(time.monotonic() - start, 15)
         self.assertEqual(j.leftovers(), [])
+
+    def test_running_job_below_min_np_times_out(self):
+        # a running job of 2 loses a slot (discovery now offers 1): no world
+        # of 1 is published (--min-np 2); after --elastic-timeout it ends
+        j = self.job("localhost:2\n", ["-np", "2", "--min-np", "2", "--elastic-timeout", "2"], steps=100000,
+                     step_ms=20)
+        j.wait_for_step(2, 3)
+        removed_at = time.monotonic()
+        j.set_hosts("localhost:1\n")
+        code, out, err = j.finish(30)
+        elapsed = time.monotonic() - removed_at
+        self.assertEqual(code, 5, err)
+        self.assertRegex(err, r"hvdrun: error: only 1 usable worker for 2 s, fewer than --min-np 2 "
+                              r"\(--elastic-timeout\)")
+        self.assertNotIn("size 2 -> 1", err)
+        self.assertEqual({s["size"] for s in j.steps()}, {2})
+        self.assertGreaterEqual(elapsed, 2)
+        self.assertLess(elapsed, 15)
+        self.assertEqual(j.leftovers(), [])
+
+    def test_elastic_timeout_must_be_positive(self):
+        # horovodrun takes any integer; 0 would give up at once, and the
+        # library refuses HOROVOD_ELASTIC_TIMEOUT=0, so hvdrun refuses it
+        for args, env, message in (
+                (["--elastic-timeout", "0"], None, "--elastic-timeout must be at least 1, not 0"),
+                ([], {"HOROVOD_ELASTIC_TIMEOUT": "0"}, "HOROVOD_ELASTIC_TIMEOUT='0' is not a positive number")):
+            j = self.job("localhost:1\n", ["-np", "1"] + args, extra_env=env)
+            code, out, err = j.finish(20)
+            self.assertEqual(code, 2, err)
+            self.assertIn(message, err)
+            self.assertEqual(j.steps(), [])
+            self.assertEqual(j.leftovers(), [])
 
     def test_missing_command_fails_fast(self):
         start = time.monotonic()

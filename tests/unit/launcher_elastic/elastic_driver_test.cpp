@@ -108,6 +108,11 @@ struct Harness {
     d.on_worker_exit(id, status, lost, now);
     return take();
   }
+  /// The runner saw world `v`'s "formed" key.
+  std::vector<ElasticAction> formed(uint64_t v) {
+    d.on_world_formed(v, now);
+    return take();
+  }
   std::vector<ElasticAction> signal(int sig) {
     d.on_signal(sig, now);
     return take();
@@ -365,7 +370,7 @@ TEST_CASE("elastic driver: a failed worker leaves the world at once and its slot
   REQUIRE(members(published(a)) == Strings{"w1"});
 }
 
-TEST_CASE("elastic driver: repeated failures blacklist a host; one crash leaves its healthy workers alone") {
+TEST_CASE("elastic driver: repeated failures blacklist a host, one crash leaves its healthy workers alone") {
   auto p = base_policy();
   p.blacklist_failures = 2;
   p.failure_window = 30s;
@@ -769,6 +774,74 @@ TEST_CASE("elastic driver: workers that never get ready count towards the host's
   REQUIRE(members(h.d.current_world()) == Strings{"w1"});
 }
 
+// The end-of-job race: a newcomer is admitted in a world published just
+// after the members' last commit. The members never arrive at its barrier;
+// they exit 0. Waiting for the newcomer would end a finished training with
+// a grace timeout (kElastic).
+TEST_CASE("elastic driver: a newcomer in a world that never formed is stopped when the job ends, not waited for") {
+  Harness h(base_policy());
+  form(h, {{"a", 2}});
+  REQUIRE(h.d.unformed_worlds() == std::vector<uint64_t>{1});
+  REQUIRE(h.formed(1).empty());
+  REQUIRE(h.d.unformed_worlds().empty());
+  h.discover({{"a", 2}, {"b", 1}});
+  World w = published(h.ready("w3"));
+  REQUIRE(members(w) == Strings{"w1", "w2", "w3"});
+  REQUIRE(h.d.unformed_worlds() == std::vector<uint64_t>{2});
+  auto a = h.exit("w1", 0);
+  REQUIRE(has_message(a, Kind::Log,
+                      "w1 (a slot 0) exited 0: the job is finishing; waiting up to 5 s for 1 other member; "
+                      "stopping w3 (b slot 0): admitted to world 2, which never formed"));
+  REQUIRE(ids(a, Kind::Stop) == Strings{"w3"});
+  REQUIRE(of(a, Kind::Finish).empty());
+  a = h.exit("w2", 0);
+  const ElasticAction f = finish_of(a);
+  REQUIRE(f.code == 0);
+  REQUIRE(f.message.empty());
+  REQUIRE_FALSE(h.d.done());  // w3 is still being stopped
+  REQUIRE(h.exit("w3", 143).empty());  // its signal status does not count
+  REQUIRE(h.d.done());
+}
+
+TEST_CASE("elastic driver: scale-up 1 -> 2 right after the last commit still ends with success") {
+  // World 1 has one member: it needs no barrier and counts as formed.
+  Harness h(base_policy());
+  form(h, {{"a", 1}});
+  REQUIRE(h.d.unformed_worlds().empty());
+  h.discover({{"a", 2}});
+  REQUIRE(members(published(h.ready("w2"))) == Strings{"w1", "w2"});
+  auto a = h.exit("w1", 0);
+  REQUIRE(ids(a, Kind::Stop) == Strings{"w2"});
+  REQUIRE(finish_of(a).code == 0);
+  h.exit("w2", 143);
+  REQUIRE(h.d.done());
+}
+
+TEST_CASE("elastic driver: a newcomer whose world formed is a member the ending waits for") {
+  Harness h(base_policy());
+  form(h, {{"a", 2}});
+  h.formed(1);
+  h.discover({{"a", 2}, {"b", 1}});
+  published(h.ready("w3"));
+  h.discover({{"a", 2}, {"b", 2}});
+  published(h.ready("w4"));  // world 3 supersedes world 2
+  REQUIRE(h.d.unformed_worlds() == std::vector<uint64_t>{2, 3});
+  h.formed(3);
+  REQUIRE(h.d.unformed_worlds().empty());  // world 2 cannot matter any more
+  REQUIRE(h.formed(2).empty());            // late or unknown reports are ignored
+  auto a = h.exit("w1", 0);
+  REQUIRE(ids(a, Kind::Stop).empty());
+  REQUIRE(has_message(a, Kind::Log, "waiting up to 5 s for 3 other members"));
+  h.exit("w2", 0);
+  h.exit("w4", 0);
+  a = h.advance(5s);
+  const ElasticAction f = finish_of(a);
+  REQUIRE(f.code == exit_code::kElastic);
+  REQUIRE(f.message.find("w3 (b slot 0) did not exit within 5 s") != std::string::npos);
+  h.exit("w3", 143);
+  REQUIRE(h.d.done());
+}
+
 TEST_CASE("elastic driver: a newcomer exiting 0 before it joined is a failure, not the end") {
   Harness h(base_policy());
   form(h, {{"a", 1}});
@@ -863,6 +936,13 @@ TEST_CASE("elastic driver: random event storms keep the invariants and never spi
         case 5:
           h.advance(std::chrono::milliseconds(rng() % 3000));
           break;
+        case 6:
+          if (!h.d.unformed_worlds().empty()) {
+            auto versions = h.d.unformed_worlds();
+            h.formed(versions[rng() % versions.size()]);
+            break;
+          }
+          [[fallthrough]];
         default: {
           auto next = h.d.next_deadline();
           if (next) {

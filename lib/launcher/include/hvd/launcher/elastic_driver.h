@@ -41,6 +41,12 @@
 ///    other members get `finish_grace` to exit. The job succeeds only if
 ///    every member of the last world exits 0; otherwise it fails with the
 ///    first failing member's status, naming the members that did not exit 0.
+///    A member of the last world that never was in a world that formed (a
+///    newcomer admitted after the others' last commit, still waiting in its
+///    join for peers that are done) has trained nothing: it is stopped like
+///    a not-yet-admitted worker and its exit does not count. Formation is
+///    reported by on_world_formed; until any world has been reported formed,
+///    every member counts.
 ///  * A signal stops every worker; the job ends with 128+signal once every
 ///    worker has exited (the runner escalates to SIGKILL).
 ///  * Discovery: a failing first run ends the job (exit_code::kLaunch, the
@@ -111,12 +117,22 @@ class ElasticDriver {
   /// worker was lost rather than seen exiting.
   void on_worker_exit(const std::string& worker_id, int status, const std::string& lost_reason, ElasticTime now);
   void on_signal(int sig, ElasticTime now);
+  /// World `version` formed: its arrival barrier completed (the library
+  /// wrote comm_prefix(version) + "formed"), so each of its members has
+  /// joined the job. Unknown or already reported versions are ignored.
+  /// Worlds of one member need no barrier and count as formed when published.
+  void on_world_formed(uint64_t version, ElasticTime now);
   /// Timers: admission batches, grace periods, timeouts, cooldown expiry.
   void tick(ElasticTime now);
 
   // ---- outputs ----
   /// Actions produced since the last call.
   std::vector<ElasticAction> take_actions();
+  /// Published worlds of more than one member not yet reported formed, in
+  /// version order. The runner checks them before it reports an exit: a
+  /// member that trained in a world wrote its "formed" key before it could
+  /// exit, so the ending rules never miss it.
+  std::vector<uint64_t> unformed_worlds() const;
   /// When tick() next has something to do (none: only events matter).
   std::optional<ElasticTime> next_deadline() const;
   /// True once a Finish action has been produced and every started worker
