@@ -275,6 +275,23 @@ void mode_mismatch() {
 volatile std::sig_atomic_t g_got_sigterm = 0;
 void on_sigterm(int) { g_got_sigterm = 1; }
 
+/// A survivor's report after a peer failure: when it failed, that later
+/// operations fail the same way, and that shutdown is clean. Returns the
+/// worker's exit code (3; 1 if a later operation wrongly succeeded).
+int report_peer_failure(int rank, int iter, const hvd::IoError& e) {
+  std::printf("rank %d: FAILED_AT %lld iter %d IoError: %s\n", rank, static_cast<long long>(monotonic_ns()), iter,
+              e.what());
+  std::fflush(stdout);
+  try {
+    hvd::barrier();
+    std::printf("rank %d: barrier after failure succeeded?!\n", rank);
+    return 1;
+  } catch (const hvd::IoError&) {
+  }
+  hvd::shutdown();
+  return 3;
+}
+
 int mode_kill() {
   const int rank = hvd::rank(), size = hvd::size();
   // hvdrun SIGTERMs the survivors as soon as it sees the victim die; a
@@ -296,18 +313,7 @@ int mode_kill() {
       hvd::allreduce({"grad", x.data(), x.data(), DataType::Float32, {static_cast<int64_t>(x.size())},
                       ReduceOp::Average});
     } catch (const hvd::IoError& e) {
-      std::printf("rank %d: FAILED_AT %lld iter %d IoError: %s\n", rank, static_cast<long long>(monotonic_ns()), iter,
-                  e.what());
-      std::fflush(stdout);
-      // Later operations fail the same way, and shutdown is clean.
-      try {
-        hvd::barrier();
-        std::printf("rank %d: barrier after failure succeeded?!\n", rank);
-        return 1;
-      } catch (const hvd::IoError&) {
-      }
-      hvd::shutdown();
-      return 3;
+      return report_peer_failure(rank, iter, e);
     }
   }
   std::printf("rank %d: never saw a failure\n", rank);
@@ -339,17 +345,7 @@ int mode_cut(bool idle) {
                         ReduceOp::Average});
       }
     } catch (const hvd::IoError& e) {
-      std::printf("rank %d: FAILED_AT %lld iter %d IoError: %s\n", rank, static_cast<long long>(monotonic_ns()), iter,
-                  e.what());
-      std::fflush(stdout);
-      try {
-        hvd::barrier();
-        std::printf("rank %d: barrier after failure succeeded?!\n", rank);
-        return 1;
-      } catch (const hvd::IoError&) {
-      }
-      hvd::shutdown();
-      return 3;
+      return report_peer_failure(rank, iter, e);
     }
     if (iter == 50) std::printf("rank %d: LOOPING\n", rank);
   }
