@@ -121,7 +121,12 @@ std::map<std::string, std::string> mpi_job_env(const Options& options,
     for (const char* prefix : {"OMPI_", "PMIX_", "PMI_", "HYDRA_", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "PRTE_"}) {
       mpi_runtime = mpi_runtime || name.rfind(prefix, 0) == 0;
     }
-    if (!mpi_runtime || explicit_names.count(name) != 0) out[name] = value;
+    // horovodrun --mpi does not choose a controller: an unmodified Horovod
+    // worker started by mpirun must take its MPI controller, which
+    // HOROVOD_CONTROLLER=gloo (hvdrun's own spawning) would override with a
+    // Gloo context lacking HOROVOD_RANK. Our library needs neither.
+    const bool controller_choice = name == "HOROVOD_CONTROLLER" || name == "HOROVOD_CPU_OPERATIONS";
+    if ((!mpi_runtime && !controller_choice) || explicit_names.count(name) != 0) out[name] = value;
   }
   return out;
 }

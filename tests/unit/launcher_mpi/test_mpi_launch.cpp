@@ -192,6 +192,13 @@ TEST_CASE("mpi: mpi_job_env exports the job-wide environment, never per-rank or 
   CHECK(env.count("HOROVOD_CYCLE_TIME") == 1);
   CHECK(env.count("HOROVOD_RANK") == 0);
   CHECK(env.count("HOROVOD_LOCAL_RANK") == 0);
+  // As horovodrun --mpi: no controller choice (Horovod workers take MPI's),
+  // unless the user exports one.
+  CHECK(env.count("HOROVOD_CONTROLLER") == 0);
+  CHECK(env.count("HOROVOD_CPU_OPERATIONS") == 0);
+  CHECK(env.count("HOROVOD_GLOO_RENDEZVOUS_ADDR") == 0);  // added per job by run_mpi_mode, not here
+  o.env_exports.push_back("HOROVOD_CONTROLLER=mpi");
+  CHECK(mpi_job_env(o, launcher).at("HOROVOD_CONTROLLER") == "mpi");
 }
 
 TEST_CASE("mpi: JSON dry run carries the argv and hides secrets", "[mpi]") {
