@@ -259,6 +259,33 @@ class LocalRun(unittest.TestCase):
         self.assertEqual(code, 127, err)
         self.assertIn("hvdrun: hvd-no-such-command-xyz: command not found", err)
 
+    def test_store_refuses_unauthenticated_requests_unless_insecure_store(self):
+        # A worker plays an unmodified Horovod worker: a plain HTTP PUT and GET
+        # to the job's store, without the secret.
+        probe = ("import os, urllib.request, urllib.error\n"
+                 "base = 'http://%s:%s/probe/' % (os.environ['HOROVOD_GLOO_RENDEZVOUS_ADDR'],"
+                 " os.environ['HOROVOD_GLOO_RENDEZVOUS_PORT'])\n"
+                 "def status(method, key, data=None):\n"
+                 "    req = urllib.request.Request(base + key, data=data, method=method)\n"
+                 "    try:\n"
+                 "        return urllib.request.urlopen(req, timeout=5).status\n"
+                 "    except urllib.error.HTTPError as e:\n"
+                 "        return e.code\n"
+                 "r = os.environ['HOROVOD_RANK']\n"
+                 "print('missing', status('GET', 'nokey' + r))\n"
+                 "print('put', status('PUT', 'k' + r, b'v'))\n"
+                 "print('get', status('GET', 'k' + r))\n")
+        code, out, err = run(["-np", "1", "-H", "localhost:1", sys.executable, "-c", probe])
+        self.assertEqual(code, 0, err)
+        self.assertIn("[0]<stdout>:missing 401", out)
+        self.assertIn("[0]<stdout>:put 401", out)
+        self.assertIn("[0]<stdout>:get 401", out)
+        code, out, err = run(["--insecure-store", "-np", "1", "-H", "localhost:1", sys.executable, "-c", probe])
+        self.assertEqual(code, 0, err)
+        self.assertIn("[0]<stdout>:missing 404", out)  # Horovod's store: 404 until the key exists
+        self.assertIn("[0]<stdout>:put 200", out)
+        self.assertIn("[0]<stdout>:get 200", out)
+
     def test_unresolvable_host_is_a_launch_failure(self):
         # Run in a fresh network namespace (no interfaces up, no route), so
         # the failed look-up sends nothing anywhere: a DNS query would have
