@@ -194,7 +194,8 @@ struct ElasticMember::Impl {
     const std::string prefix = selastic::comm_prefix(w.version);
     const int n = w.size();
     if (n > 1) {
-      const std::string arrived = prefix + "arrived", formed = prefix + "formed", abandoned = prefix + "abandoned";
+      const std::string arrived = prefix + "arrived", formed = selastic::formed_key(w.version),
+                        abandoned = prefix + "abandoned";
       int64_t count = store->add(arrived, 1);
       if (count < 0) return Rendezvous::Abandoned;
       if (count == n) {

@@ -407,12 +407,12 @@ class ElasticRunner {
   }
 
   /// Tells the driver which published worlds formed. A world's arrival
-  /// barrier ends with its last member writing comm_prefix(v) + "formed"
+  /// barrier ends with its last member writing formed_key(v)
   /// (ElasticMember::Impl::rendezvous) before any member can use the world,
   /// so whoever exits after training in it is reported after its formation.
   void report_formed_worlds(ElasticTime now) {
     for (uint64_t version : driver_->unformed_worlds()) {
-      if (server_->store().try_get(selastic::comm_prefix(version) + "formed")) {
+      if (server_->store().try_get(selastic::formed_key(version))) {
         driver_->on_world_formed(version, now);
       }
     }

@@ -17,6 +17,8 @@ std::string ready_key(const std::string& worker_id) { return "elastic/ready/" + 
 
 std::string comm_prefix(uint64_t version) { return fmt::format("elastic/gen{}/", version); }
 
+std::string formed_key(uint64_t version) { return comm_prefix(version) + "formed"; }
+
 const Member* World::find(const std::string& worker_id) const {
   for (const auto& m : members) {
     if (m.worker_id == worker_id) return &m;

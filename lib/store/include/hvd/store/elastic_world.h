@@ -34,6 +34,11 @@ std::string ready_key(const std::string& worker_id);
 /// "elastic/gen<v>/": the store prefix members of world v rendezvous under.
 std::string comm_prefix(uint64_t version);
 
+/// comm_prefix(v) + "formed": written by the last member of world v to
+/// arrive, once every member did (the library's join barrier); hvdrun reads
+/// it to know which worlds formed.
+std::string formed_key(uint64_t version);
+
 /// One worker's place in a world.
 struct Member {
   std::string worker_id;
