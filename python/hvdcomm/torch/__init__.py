@@ -280,7 +280,7 @@ class _AllreduceFn(torch.autograd.Function):
 
 def allreduce(tensor, average=None, name=None, compression=None, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=None):
-    if tensor.requires_grad and torch.is_grad_enabled():
+    if _wants_grad(tensor):
         _check(tensor, "allreduce")
         opc = ReduceOp(_op_code(op, average))
         return _AllreduceFn.apply(tensor, _name("allreduce", name), opc, float(prescale_factor),
@@ -351,7 +351,32 @@ def allgather_async(tensor, name=None, process_set=None):
     return _register(_Pending(h, (src,), lambda: _copy_out(h, src.dtype, list(h.output_shape))))
 
 
+def _wants_grad(tensor):
+    return tensor.requires_grad and torch.is_grad_enabled()
+
+
+class _AllgatherFn(torch.autograd.Function):
+    """Horovod's gradient: the incoming gradients averaged over the ranks,
+    then this rank's rows."""
+
+    @staticmethod
+    def forward(ctx, tensor, name):
+        ctx.rows = tensor.shape[0] if tensor.dim() > 0 else 1
+        ctx.name = name
+        return synchronize(allgather_async(tensor, name))
+
+    @staticmethod
+    def backward(ctx, grad):
+        g = synchronize(allreduce_async(grad.contiguous(), None, ctx.name + ".grad", Average))
+        rows = synchronize(allgather_async(torch.tensor([ctx.rows], dtype=torch.int64), ctx.name + ".grad_rows"))
+        offset = int(rows[:rank()].sum().item())
+        return g.narrow(0, offset, ctx.rows), None
+
+
 def allgather(tensor, name=None, process_set=None):
+    if _wants_grad(tensor):
+        _check(tensor, "allgather")
+        return _AllgatherFn.apply(tensor, _name("allgather", name))
     return synchronize(allgather_async(tensor, name))
 
 
@@ -377,7 +402,27 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     return _register(_Pending(h, (buf,), finish))
 
 
+class _BroadcastFn(torch.autograd.Function):
+    """Horovod's gradient: the incoming gradients averaged over the ranks on
+    the root, zero elsewhere."""
+
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name):
+        ctx.root, ctx.name = root_rank, name
+        return synchronize(broadcast_async(tensor, root_rank, name))
+
+    @staticmethod
+    def backward(ctx, grad):
+        g = synchronize(allreduce_async(grad.contiguous(), None, ctx.name + ".grad", Average))
+        if rank() != ctx.root:
+            g.zero_()
+        return g, None, None
+
+
 def broadcast(tensor, root_rank, name=None, process_set=None):
+    if _wants_grad(tensor):
+        _check(tensor, "broadcast")
+        return _BroadcastFn.apply(tensor, int(root_rank), _name("broadcast", name))
     return synchronize(broadcast_async(tensor, root_rank, name))
 
 
@@ -401,10 +446,31 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     return _register(_Pending(h, (src,), finish))
 
 
+class _AlltoallFn(torch.autograd.Function):
+    """Horovod's gradient: the incoming gradient sent back with the received
+    splits."""
+
+    @staticmethod
+    def forward(ctx, tensor, splits, name):
+        out, received_splits = synchronize(alltoall_async(tensor, splits, name))
+        ctx.received, ctx.name = received_splits, name
+        if splits is None:
+            return out
+        ctx.mark_non_differentiable(received_splits)
+        return out, received_splits
+
+    @staticmethod
+    def backward(ctx, grad, *unused):
+        g, _ = synchronize(alltoall_async(grad.contiguous(), ctx.received, ctx.name + ".grad"))
+        return g, None, None
+
+
 def alltoall(tensor, splits=None, name=None, process_set=None):
     """As horovod.torch.alltoall: the gathered tensor when splits is None
     (the first dimension split equally over the ranks), else the tuple
-    (output, received_splits)."""
+    (output, received_splits). Differentiable like Horovod's."""
+    if _wants_grad(tensor):
+        return _AlltoallFn.apply(tensor, splits, _name("alltoall", name))
     out, received_splits = synchronize(alltoall_async(tensor, splits, name))
     return out if splits is None else (out, received_splits)
 
@@ -419,8 +485,33 @@ def reducescatter_async(tensor, name=None, compression=None, op=Average, process
     return _register(_Pending(h, (src,), lambda: _copy_out(h, src.dtype, list(h.output_shape))))
 
 
+class _ReducescatterFn(torch.autograd.Function):
+    """Gradient of y_r = post * op_q(pre * x_q[rows of r]) for Sum/Average:
+    every rank's gradient gathered back into its rows, times pre * post
+    (and 1/size for Average)."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, pre, post):
+        ctx.name, ctx.op, ctx.scale = name, op, pre * post
+        return synchronize(reducescatter_async(tensor, name, None, op, None, pre, post))
+
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.op not in (Sum, Average):
+            raise NotImplementedError("hvdcomm: reducescatter gradient is only defined for Sum and Average")
+        g = synchronize(allgather_async(grad.contiguous(), ctx.name + ".grad"))
+        scale = ctx.scale / size() if ctx.op == Average else ctx.scale
+        if scale != 1.0:
+            g = g * scale
+        return g, None, None, None, None
+
+
 def reducescatter(tensor, name=None, compression=None, op=Average, process_set=None,
                   prescale_factor=1.0, postscale_factor=1.0):
+    if _wants_grad(tensor):
+        _check(tensor, "reducescatter")
+        return _ReducescatterFn.apply(tensor, _name("reducescatter", name), ReduceOp(_op_code(op, None)),
+                                      float(prescale_factor), float(postscale_factor))
     return synchronize(reducescatter_async(tensor, name, compression, op, process_set,
                                            prescale_factor, postscale_factor))
 

@@ -147,6 +147,39 @@ assert hvd.join() == -1
 o = hvd.broadcast_object({"r": r, "l": [1, 2]} if r == 1 else None, root_rank=1)
 assert o == {"r": 1, "l": [1, 2]}, o
 assert hvd.allgather_object(("x", r)) == [("x", 0), ("x", 1)]
+# Gradients through the collectives, as Horovod defines them (2 ranks).
+# allgather: rank r has r+1 rows; d/dy = (r+1)*(row+1), averaged over ranks
+# = 1.5*(row+1); each rank gets its own rows back.
+xg = torch.full((r + 1, 3), float(r + 1), requires_grad=True)
+yg = hvd.allgather(xg, name="g_allgather")
+assert yg.shape == (3, 3) and yg.requires_grad
+w = (r + 1) * torch.arange(1.0, 4.0).reshape(3, 1).expand(3, 3)
+(yg * w).sum().backward()
+rows = [1.0] if r == 0 else [2.0, 3.0]
+assert torch.allclose(xg.grad, 1.5 * torch.tensor(rows).reshape(-1, 1).expand(-1, 3)), xg.grad
+# broadcast from rank 1: the averaged gradient on the root, zero elsewhere.
+xb = torch.full((4,), float(r + 1), requires_grad=True)
+yb = hvd.broadcast(xb, root_rank=1, name="g_bcast")
+assert torch.equal(yb.detach(), torch.full((4,), 2.0))
+(yb * (r + 1)).sum().backward()
+assert torch.equal(xb.grad, torch.full((4,), 1.5 if r == 1 else 0.0)), xb.grad
+# alltoall (even splits): the gradient travels back to the rows' owners.
+xa = (torch.arange(4.0) + 10 * r).requires_grad_()
+ya = hvd.alltoall(xa, name="g_a2a")
+assert isinstance(ya, torch.Tensor) and ya.requires_grad
+(ya * (torch.arange(1.0, 5.0) * (r + 1))).sum().backward()
+assert torch.equal(xa.grad, torch.tensor([1.0, 2.0, 2.0, 4.0] if r == 0 else [3.0, 4.0, 6.0, 8.0])), xa.grad
+ya2, rs2 = hvd.alltoall(xa.detach().clone().requires_grad_(), splits=[2, 2], name="g_a2a_splits")
+assert ya2.requires_grad and not rs2.requires_grad
+# reducescatter: each rank's gradient gathered back (/size for Average).
+for op, scale in ((hvd.Sum, 1.0), (hvd.Average, 0.5)):
+    xr = torch.full((4,), float(r + 1), requires_grad=True)
+    yr = hvd.reducescatter(xr, op=op, name=f"g_rs{int(op)}")
+    (yr * (r + 1)).sum().backward()
+    assert torch.allclose(xr.grad, scale * torch.tensor([1.0, 1.0, 2.0, 2.0])), (op, xr.grad)
+# Without requires_grad nothing changes (no autograd graph).
+assert not hvd.allgather(torch.ones(1), name="g_plain").requires_grad
+
 # mismatch raises on both ranks with the library's message
 try:
     hvd.allreduce(torch.ones(2 + r), op=hvd.Sum, name="bad")
