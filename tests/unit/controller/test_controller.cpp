@@ -128,6 +128,46 @@ TEST_CASE("settings_from_env: no topology variables -> size 1 - partial or garba
   for (const char* v : vars) unsetenv(v);
 }
 
+TEST_CASE("settings_from_env: Horovod's tuning variables, their defaults and bad values") {
+  const char* tuning[] = {"HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD", "HOROVOD_CACHE_CAPACITY",
+                          "HOROVOD_STALL_CHECK_DISABLE", "HOROVOD_STALL_CHECK_TIME_SECONDS",
+                          "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_START_TIMEOUT"};
+  for (const char* v : tuning) unsetenv(v);
+  Settings d = settings_from_env();
+  CHECK(d.cycle_time == std::chrono::microseconds(1000));
+  CHECK(d.fusion_threshold == (std::size_t(64) << 20));
+  CHECK(d.cache_capacity == 1024);
+  CHECK(d.stall_check);
+  CHECK(d.stall_warn_after == std::chrono::milliseconds(60000));
+  CHECK(d.stall_fail_after == std::chrono::milliseconds(0));
+  CHECK(d.start_timeout == std::chrono::milliseconds(30000));
+
+  setenv("HOROVOD_CYCLE_TIME", "2.5", 1);
+  setenv("HOROVOD_FUSION_THRESHOLD", "33554432", 1);
+  setenv("HOROVOD_CACHE_CAPACITY", "0", 1);
+  setenv("HOROVOD_STALL_CHECK_DISABLE", "1", 1);
+  setenv("HOROVOD_STALL_CHECK_TIME_SECONDS", "5", 1);
+  setenv("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "20", 1);
+  setenv("HOROVOD_START_TIMEOUT", "7", 1);
+  Settings s = settings_from_env();
+  CHECK(s.cycle_time == std::chrono::microseconds(2500));
+  CHECK(s.fusion_threshold == 33554432u);
+  CHECK(s.cache_capacity == 0);
+  CHECK_FALSE(s.stall_check);
+  CHECK(s.stall_warn_after == std::chrono::milliseconds(5000));
+  CHECK(s.stall_fail_after == std::chrono::milliseconds(20000));
+  CHECK(s.start_timeout == std::chrono::milliseconds(7000));
+
+  setenv("HOROVOD_FUSION_THRESHOLD", "-1", 1);
+  CHECK_THROWS_WITH(settings_from_env(), Catch::Contains("HOROVOD_FUSION_THRESHOLD=-1"));
+  setenv("HOROVOD_FUSION_THRESHOLD", "lots", 1);
+  CHECK_THROWS_WITH(settings_from_env(), Catch::Contains("HOROVOD_FUSION_THRESHOLD"));
+  unsetenv("HOROVOD_FUSION_THRESHOLD");
+  setenv("HOROVOD_STALL_CHECK_TIME_SECONDS", "soon", 1);
+  CHECK_THROWS_WITH(settings_from_env(), Catch::Contains("HOROVOD_STALL_CHECK_TIME_SECONDS"));
+  for (const char* v : tuning) unsetenv(v);
+}
+
 TEST_CASE("every op on 1..4 ranks for several dtypes gives closed-form results") {
   for (int n : {1, 2, 3, 4}) {
     Job job(n, fast_settings());
