@@ -153,4 +153,6 @@ PYBIND11_MODULE(_core, m) {
         ReducescatterArgs{name, cptr(in), DataType(dtype), std::move(shape), ReduceOp(op), pre, post, {}});
   });
   m.def("barrier_async", [](const std::string& name) { return hvd::barrier_async(BarrierArgs{name}); });
+  // Horovod's join; the handle's output is the last rank to join (int32).
+  m.def("join_async", []() { return hvd::join_async(); });
 }

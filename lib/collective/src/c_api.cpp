@@ -173,6 +173,13 @@ int hvd_reducescatter_async(const char* name, const void* in, int ndim, const in
   });
 }
 
+int hvd_join(int* last_rank) {
+  return guarded([&] {
+    int last = hvd::join();
+    if (last_rank) *last_rank = last;
+  });
+}
+
 int hvd_barrier_async(const char* name, hvd_handle_t* out_handle) {
   return submit(out_handle, [&] { return hvd::barrier_async(hvd::collective::BarrierArgs{name_of(name)}); });
 }

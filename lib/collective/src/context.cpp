@@ -19,6 +19,7 @@
 #include <array>
 #include <atomic>
 #include <condition_variable>
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -299,13 +300,25 @@ struct Context::Impl {
         auto it = pending.find(t[0].name);
         if (it != pending.end()) {
           ops.push_back(it->second);
+        } else if (resp.ok() && t[settings.rank].joined) {
+          ops.push_back(zeros_for_joined(t[settings.rank]));
         } else if (resp.ok()) {
           throw IoError(fmt::format("negotiation state diverged: tensor '{}' is ready but not pending on rank {}",
                                     t[0].name, settings.rank));
         }
       }
     }
-    if (resp.ok()) {
+    if (resp.ok() && resp.type == OpType::Join) {
+      // The join result: the rank that joined last, as a library-owned int32.
+      for (auto& op : ops) {
+        op->owned = std::make_unique<uint8_t[]>(sizeof(int32_t));
+        const int32_t last = resp.last_joined;
+        std::memcpy(op->owned.get(), &last, sizeof(last));
+        op->out_data = op->owned.get();
+        op->out_bytes = sizeof(int32_t);
+        op->out_shape = {};
+      }
+    } else if (resp.ok()) {
       std::vector<OpState*> raw;
       for (auto& op : ops) raw.push_back(op.get());
       detail::Executors ex{*comm, fusion, [this]() -> cuda::detail::DeviceExecutor& { return device_executor(); }};
@@ -323,6 +336,19 @@ struct Context::Impl {
       op->finish(e);
     }
     if (!resp.ok()) spdlog::error("{}: {}", tag(), resp.message);
+  }
+
+  /// This rank has joined: its part of an allreduce the others submitted is
+  /// zeros (Horovod's join), in a buffer owned by a throwaway op.
+  std::shared_ptr<OpState> zeros_for_joined(const Request& made_up) {
+    auto op = std::make_shared<OpState>();
+    op->request = made_up;
+    const std::size_t bytes = detail::tensor_bytes(made_up);
+    op->owned = std::make_unique<uint8_t[]>(std::max<std::size_t>(bytes, 1));
+    std::memset(op->owned.get(), 0, bytes);
+    op->input = op->output = op->owned.get();
+    op->submitted = Clock::now();
+    return op;
   }
 
   void publish_stats() {
@@ -549,6 +575,19 @@ Handle Context::reducescatter_async(const ReducescatterArgs& a) {
 Handle Context::barrier_async(const BarrierArgs& a) {
   auto op = make_op(OpType::Barrier, a.name, DataType::UInt8, {0});
   return impl_->submit(std::move(op));
+}
+
+Handle Context::join_async() {
+  auto op = make_op(OpType::Join, detail::kJoinName, DataType::UInt8, {0});
+  return impl_->submit(std::move(op));
+}
+
+int Context::join() {
+  Handle h = join_async();
+  h.wait();
+  int32_t last = -1;
+  std::memcpy(&last, h.output(), sizeof(last));
+  return last;
 }
 
 Handle Context::allgather(const AllgatherArgs& args) {

@@ -69,6 +69,7 @@ void Controller::announce(int rank, Request request, Clock::time_point now, std:
   if (inserted) {
     e.requests.assign(options_.size, Request{});
     e.have.assign(options_.size, false);
+    e.cycle.assign(options_.size, 0);
     e.order = next_order_++;
     e.first_seen = now;
   }
@@ -76,8 +77,41 @@ void Controller::announce(int rank, Request request, Clock::time_point now, std:
     throw IoError(fmt::format("negotiation state diverged: rank {} announced tensor '{}' twice", rank, request.name));
   }
   e.have[rank] = true;
+  e.cycle[rank] = stats_.cycles;
   e.requests[rank] = std::move(request);
   if (++e.count == options_.size) ready.push_back(it->first);
+}
+
+void Controller::complete_for_joined(std::vector<std::string>& ready) {
+  // Also when the join itself completed this cycle: tensors still waiting
+  // on joined ranks complete first (the join response goes last).
+  auto j = table_.find(kJoinName);
+  if (j == table_.end()) return;
+  const std::vector<bool>& joined = j->second.have;
+  std::vector<std::pair<uint64_t, std::string>> complete;
+  for (auto& [name, e] : table_) {
+    if (name == kJoinName || e.count == options_.size) continue;
+    bool all = true;
+    int first = -1;
+    for (int r = 0; r < options_.size; ++r) {
+      if (e.have[r] && first < 0) first = r;
+      all = all && (e.have[r] || joined[r]);
+    }
+    if (!all || first < 0) continue;
+    for (int r = 0; r < options_.size; ++r) {
+      if (e.have[r]) continue;
+      Request q = e.requests[first];
+      q.joined = true;
+      e.requests[r] = std::move(q);
+      e.have[r] = true;
+      ++e.count;
+    }
+    complete.push_back({e.order, name});
+  }
+  std::sort(complete.begin(), complete.end());
+  for (auto& [order, name] : complete) {
+    if (std::find(ready.begin(), ready.end(), name) == ready.end()) ready.push_back(name);
+  }
 }
 
 Response Controller::validate(TensorRequests reqs) const {
@@ -168,14 +202,41 @@ Controller::Outcome Controller::process(const std::vector<RankMessage>& messages
   for (int r = 0; r < options_.size; ++r) {
     for (Request& q : announced[r]) announce(r, std::move(q), now, ready);
   }
+  complete_for_joined(ready);
 
   std::vector<Response> validated;
   validated.reserve(ready.size());
+  Response join_done;  // runs after everything else of this cycle
+  bool join_ready = false;
   for (const std::string& name : ready) {
     auto it = table_.find(name);
+    std::vector<uint64_t> cycles = std::move(it->second.cycle);
+    const bool made_up = std::any_of(it->second.requests.begin(), it->second.requests.end(),
+                                     [](const Request& q) { return q.joined; });
     Response resp = validate(std::move(it->second.requests));
     table_.erase(it);
-    if (resp.ok()) {
+    if (resp.ok() && made_up && (resp.type != OpType::Allreduce || resp.tensors[0][0].device >= 0)) {
+      std::vector<int> who;
+      for (std::size_t r = 0; r < resp.tensors[0].size(); ++r) {
+        if (resp.tensors[0][r].joined) who.push_back(static_cast<int>(r));
+      }
+      resp.error = ResponseError::Unsupported;
+      resp.message = fmt::format(
+          "tensor '{}': rank{} {} {} joined (join()); until every rank joins, only allreduce of host buffers can run",
+          name, who.size() == 1 ? "" : "s", join_ranks(who), who.size() == 1 ? "has" : "have");
+    }
+    if (resp.ok() && resp.type == OpType::Join) {
+      int last = 0;
+      for (int r = 1; r < options_.size; ++r) {
+        if (cycles[r] >= cycles[last]) last = r;
+      }
+      resp.last_joined = last;
+      join_done = std::move(resp);
+      join_ready = true;
+      continue;
+    }
+    // Made-up requests are not what the joined rank would send: never cached.
+    if (resp.ok() && !made_up) {
       cache_.put(resp.tensors[0]);
     } else {
       cache_.erase(name);
@@ -184,6 +245,7 @@ Controller::Outcome Controller::process(const std::vector<RankMessage>& messages
   }
 
   out.responses = plan_fusion(std::move(validated), options_.fusion_threshold);
+  if (join_ready) out.responses.push_back(std::move(join_done));
 
   // Stalled tensors, as rank 0 decided them; only those still incomplete.
   for (const std::string& name : messages[0].stalled) {

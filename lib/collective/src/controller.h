@@ -37,6 +37,9 @@ struct Response {
   ResponseError error = ResponseError::None;
   /// The message every rank reports when error != None.
   std::string message;
+  /// Join: the rank that joined last (latest cycle; the highest rank of
+  /// that cycle), as Horovod's join() returns it.
+  int last_joined = -1;
 
   bool ok() const { return error == ResponseError::None; }
   const std::string& name(std::size_t i = 0) const { return tensors[i][0].name; }
@@ -94,12 +97,17 @@ class Controller {
   struct Entry {
     TensorRequests requests;  // index = rank; empty name = not yet announced
     std::vector<bool> have;
+    std::vector<uint64_t> cycle;  // the cycle each rank announced it in
     int count = 0;
     uint64_t order = 0;
     Clock::time_point first_seen;
   };
 
   void announce(int rank, Request request, Clock::time_point now, std::vector<std::string>& ready);
+  /// Horovod's join: tensors every rank that has not joined announced are
+  /// completed with made-up requests (joined = true) for the joined ranks,
+  /// appended to `ready` in announcement order.
+  void complete_for_joined(std::vector<std::string>& ready);
   Response validate(TensorRequests requests) const;
 
   ControllerOptions options_;

@@ -283,6 +283,8 @@ collective::Handle reducescatter(const collective::ReducescatterArgs& a) {
   return h;
 }
 void barrier(const collective::BarrierArgs& a) { barrier_async(a).wait(); }
+int join() { return current()->join(); }
+collective::Handle join_async() { return current()->join_async(); }
 
 }  // namespace hvd
 

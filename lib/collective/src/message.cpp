@@ -16,6 +16,7 @@ const char* op_type_name(OpType type) {
     case OpType::Alltoall: return "alltoall";
     case OpType::Reducescatter: return "reducescatter";
     case OpType::Barrier: return "barrier";
+    case OpType::Join: return "join";
   }
   return "unknown";
 }
@@ -41,9 +42,10 @@ namespace {
 // Limits that keep a corrupt message from making us allocate unbounded memory.
 constexpr uint32_t kMaxCount = 1u << 24;
 constexpr uint32_t kMaxString = 1u << 16;
-// Version 2 added Request::device. Every rank of a job runs the same
-// library, so a peer with another version is rejected, not translated.
-constexpr uint8_t kVersion = 2;
+// Version 2 added Request::device, 3 OpType::Join. Every rank of a job runs
+// the same library, so a peer with another version is rejected, not
+// translated.
+constexpr uint8_t kVersion = 3;
 
 class Writer {
  public:
@@ -178,7 +180,7 @@ RankMessage decode(const uint8_t* data, std::size_t size) {
     Request q;
     q.name = r.str();
     uint8_t type = r.u8();
-    if (type > static_cast<uint8_t>(OpType::Barrier)) r.fail("bad op type");
+    if (type > static_cast<uint8_t>(OpType::Join)) r.fail("bad op type");
     q.type = static_cast<OpType>(type);
     uint8_t dtype = r.u8();
     if (dtype > static_cast<uint8_t>(DataType::Float64)) r.fail("bad dtype");

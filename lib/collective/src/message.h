@@ -24,7 +24,13 @@ enum class OpType : uint8_t {
   Alltoall = 3,
   Reducescatter = 4,
   Barrier = 5,
+  /// Horovod's join: this rank has no more data. Until every rank joined,
+  /// allreduces the others submit run with zeros from the joined ranks.
+  Join = 6,
 };
+
+/// The name every rank's join request carries.
+inline constexpr const char* kJoinName = "__hvd_join__";
 
 const char* op_type_name(OpType type);
 
@@ -46,6 +52,9 @@ struct Request {
   /// CPU-only worker). Ranks may use different devices for one tensor; host
   /// and device buffers for one tensor are a mismatch.
   int32_t device = -1;
+  /// Local only (never on the wire, not compared): the controller made this
+  /// request up for a rank that has joined; that rank contributes zeros.
+  bool joined = false;
 
   bool operator==(const Request& o) const;
   bool operator!=(const Request& o) const { return !(*this == o); }

@@ -268,7 +268,7 @@ void check_request(const OpState& op, int size) {
     bad("device buffers are supported by allreduce and broadcast only");
   }
   const bool empty = num_elements(q.shape) == 0;
-  if (q.type == OpType::Barrier) return;
+  if (q.type == OpType::Barrier || q.type == OpType::Join) return;
   if (!empty && op.input == nullptr && !(q.type == OpType::Broadcast && op.output != nullptr)) bad("input is null");
   if (!empty && op.output == nullptr && (q.type == OpType::Allreduce || q.type == OpType::Broadcast)) {
     bad("output is null");
@@ -314,6 +314,7 @@ void execute(const Response& response, const std::vector<OpState*>& ops, Executo
     case OpType::Alltoall: run_alltoall(response, comm, *ops[0]); return;
     case OpType::Reducescatter: run_reducescatter(response, comm, *ops[0]); return;
     case OpType::Barrier: barrier(comm); return;
+    case OpType::Join: return;  // no data: every rank announced it (the Context hands out the result)
   }
 }
 

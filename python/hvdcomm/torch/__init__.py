@@ -522,10 +522,14 @@ def barrier(process_set=None):
 
 
 def join(device=-1):
-    """Limited join: a barrier. Unlike Horovod, ranks that joined do not feed
-    zeros into other ranks' pending allreduces; every rank must call it."""
-    barrier()
-    return -1
+    """Horovod's join: this rank has no more data. Until every rank joined,
+    allreduces the other ranks submit (DistributedOptimizer's gradients
+    included) complete with zeros from this rank; other collectives then
+    fail with ValueError. Returns the rank that joined last. CPU only
+    (`device` is accepted for compatibility)."""
+    h = _core.join_async()
+    h.wait()
+    return int(_copy_out(h, torch.int32, []).item())
 
 
 # ---------------------------------------------------------------- compression

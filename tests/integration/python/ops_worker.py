@@ -142,7 +142,9 @@ assert torch.equal(rsout, full[:3] if r == 0 else full[3:]), rsout
 rsavg = hvd.reducescatter(x, name="rsavg")
 assert torch.equal(rsavg, x[:3] if r == 0 else x[3:])
 hvd.barrier()
-assert hvd.join() == -1
+# both join at about the same time: either may be last, but both agree
+j = hvd.join()
+assert j in (0, 1) and hvd.allgather_object(j) == [j, j], j
 # objects
 o = hvd.broadcast_object({"r": r, "l": [1, 2]} if r == 1 else None, root_rank=1)
 assert o == {"r": 1, "l": [1, 2]}, o
@@ -195,6 +197,27 @@ try:
     raise SystemExit("complex did not raise")
 except ValueError as e:
     assert "dtype" in str(e)
+# join (Horovod's): rank 1 has no more data. Rank 0's allreduces -- plain and
+# through DistributedOptimizer -- complete with zeros from rank 1 (Average
+# still divides by 2); join() returns the rank that joined last.
+if r == 1:
+    last = hvd.join()
+else:
+    s = hvd.allreduce(torch.ones(3), op=hvd.Sum, name="join_sum")
+    assert torch.equal(s, torch.ones(3)), s
+    lin = torch.nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        lin.weight.fill_(1.0)
+    jopt = hvd.DistributedOptimizer(torch.optim.SGD(lin.parameters(), lr=1.0),
+                                    named_parameters=lin.named_parameters())
+    lin(torch.tensor([[2.0, 4.0]])).sum().backward()  # local gradient [2, 4]
+    jopt.step()  # averaged with rank 1's zeros: [1, 2]
+    assert torch.allclose(lin.weight.detach(), torch.tensor([[0.0, -1.0]])), lin.weight
+    last = hvd.join()
+assert last == 0, last
+# Collectives work normally after everyone joined.
+assert torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum, name="after_join"), torch.full((1,), 2.0))
+
 hvd.shutdown()
 assert hvd.is_initialized() is False
 print(f"rank {r}: ops ok")

@@ -168,6 +168,42 @@ TEST_CASE("settings_from_env: Horovod's tuning variables, their defaults and bad
   for (const char* v : tuning) unsetenv(v);
 }
 
+TEST_CASE("join: a joined rank contributes zeros to the others' allreduces, and join returns the last rank") {
+  Job job(3, fast_settings());
+  std::vector<int> last(3, -2);
+  job.run([&](Context& c, int r) {
+    if (r == 2) {
+      last[r] = c.join();  // no data at all on this rank
+      return;
+    }
+    std::vector<float> x(5, 1.0f);
+    c.allreduce(AllreduceArgs{"sum", x.data(), x.data(), DataType::Float32, {5}, ReduceOp::Sum});
+    CHECK(x == std::vector<float>(5, 2.0f));  // 1 + 1 + 0
+    std::vector<double> a(3, 3.0);
+    c.allreduce(AllreduceArgs{"avg", a.data(), a.data(), DataType::Float64, {3}, ReduceOp::Average});
+    CHECK(a == std::vector<double>(3, 2.0));  // (3 + 3 + 0) / 3, as Horovod
+    if (r == 1) {
+      // Other collectives fail on every active rank while a rank has joined.
+      CHECK_THROWS_WITH(c.barrier(), Catch::Contains("rank 2 has joined"));
+      last[r] = c.join();
+      return;
+    }
+    CHECK_THROWS_WITH(c.barrier(), Catch::Contains("rank 2 has joined"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // rank 1 joins first
+    std::vector<int64_t> alone(4, 7);
+    c.allreduce(AllreduceArgs{"alone", alone.data(), alone.data(), DataType::Int64, {4}, ReduceOp::Sum});
+    CHECK(alone == std::vector<int64_t>(4, 7));
+    last[r] = c.join();
+  });
+  CHECK(last == std::vector<int>{0, 0, 0});  // rank 0 joined last, everyone hears it
+  // The job goes on normally afterwards.
+  job.run([&](Context& c, int) {
+    std::vector<int32_t> v(2, 1);
+    c.allreduce(AllreduceArgs{"after", v.data(), v.data(), DataType::Int32, {2}, ReduceOp::Sum});
+    CHECK(v == std::vector<int32_t>(2, 3));
+  });
+}
+
 TEST_CASE("every op on 1..4 ranks for several dtypes gives closed-form results") {
   for (int n : {1, 2, 3, 4}) {
     Job job(n, fast_settings());

@@ -113,7 +113,9 @@ TEST_CASE("device: messages of another protocol version or with a bad device are
   auto bytes = encode(m);
   auto old = bytes;
   old[0] = 1;  // version 1 had no device field
-  CHECK_THROWS_WITH(decode(old.data(), old.size()), Catch::Contains("protocol version 1 (expected 2)"));
+  CHECK_THROWS_WITH(decode(old.data(), old.size()), Catch::Contains("protocol version 1 (expected 3)"));
+  old[0] = 2;  // version 2 had no join
+  CHECK_THROWS_WITH(decode(old.data(), old.size()), Catch::Contains("protocol version 2 (expected 3)"));
   // The device is the request's last field: the 4 bytes before the
   // cache-hit bitset length and the stalled count (two empty u32s).
   auto bad = bytes;

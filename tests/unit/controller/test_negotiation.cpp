@@ -217,3 +217,59 @@ TEST_CASE("stall inspector: warns naming missing ranks, then fails past the shut
   CHECK(si.check(pending, t0 + std::chrono::milliseconds(160)).warnings.empty());  // rate-limited
   CHECK(si.check(pending, t0 + std::chrono::milliseconds(1100)).to_fail == std::vector<std::string>{"lonely"});
 }
+
+TEST_CASE("controller: join - joined ranks complete the others' allreduces with made-up requests") {
+  auto ctl = make_controllers(3);
+  Request join;
+  join.name = kJoinName;
+  join.type = OpType::Join;
+  join.dtype = DataType::UInt8;
+  join.shape = {0};
+  auto g = allreduce_req("g", {5});
+  // Rank 2 joins; ranks 0 and 1 submit g in different cycles.
+  auto out = cycle(ctl, {{}, {g}, {join}});
+  for (auto& o : out) CHECK(o.responses.empty());
+  out = cycle(ctl, {{g}, {}, {}});
+  for (auto& o : out) {
+    REQUIRE(o.responses.size() == 1);
+    const Response& r = o.responses[0];
+    REQUIRE(r.ok());
+    CHECK(r.name() == "g");
+    CHECK_FALSE(r.tensors[0][0].joined);
+    CHECK_FALSE(r.tensors[0][1].joined);
+    CHECK(r.tensors[0][2].joined);
+    CHECK(r.tensors[0][2].shape == std::vector<int64_t>{5});
+  }
+  // A made-up response is never cached: the next g travels in full again.
+  CHECK(ctl[0].cache().size() == 0);
+  // Anything but an allreduce fails on every rank while a rank has joined.
+  Request b;
+  b.name = "bcast";
+  b.type = OpType::Broadcast;
+  b.shape = {3};
+  out = cycle(ctl, {{b}, {b}, {}});
+  for (auto& o : out) {
+    REQUIRE(o.responses.size() == 1);
+    CHECK(o.responses[0].error == ResponseError::Unsupported);
+    CHECK(o.responses[0].message ==
+          "tensor 'bcast': rank 2 has joined (join()); until every rank joins, only allreduce of host buffers can run");
+  }
+  // Rank 0 joins, then rank 1: the join completes last in its cycle, after
+  // rank 1's own allreduce, and names rank 1 as the last to join.
+  out = cycle(ctl, {{join}, {}, {}});
+  for (auto& o : out) CHECK(o.responses.empty());
+  auto h = allreduce_req("h", {2});
+  out = cycle(ctl, {{}, {h, join}, {}});
+  for (auto& o : out) {
+    REQUIRE(o.responses.size() == 2);
+    CHECK(o.responses[0].name() == "h");
+    CHECK(o.responses[0].tensors[0][0].joined);
+    CHECK_FALSE(o.responses[0].tensors[0][1].joined);
+    CHECK(o.responses[1].type == OpType::Join);
+    CHECK(o.responses[1].last_joined == 1);
+  }
+  CHECK(ctl[0].pending().empty());
+  // After the join every rank must submit again.
+  out = cycle(ctl, {{g}, {g}, {}});
+  for (auto& o : out) CHECK(o.responses.empty());
+}

@@ -92,6 +92,11 @@ int hvd_reducescatter_async(const char* name, const void* in, int ndim, const in
                             hvd_handle_t* out_handle);
 /* name may be NULL. */
 int hvd_barrier_async(const char* name, hvd_handle_t* out_handle);
+/* Horovod's join: this rank has no more data; until every rank joined,
+ * allreduces the other ranks submit run with zeros from this one. Blocks
+ * until every rank joined; *last_rank (may be NULL) receives the rank that
+ * joined last. */
+int hvd_join(int* last_rank);
 
 /* CUDA device buffers (docs/cuda.md, "Operations on device buffers").
  * `device`: the CUDA device both buffers are on (>= 0), HVD_DEVICE_HOST, or

@@ -202,6 +202,15 @@ class Context {
   Handle reducescatter(const ReducescatterArgs& args);
   void barrier(const BarrierArgs& args = {}) { barrier_async(args).wait(); }
 
+  /// Horovod's join: this rank has no more data. Until every rank has
+  /// joined, allreduces that all other ranks submit complete with zeros
+  /// from the joined ranks (Average still divides by size()); any other
+  /// operation then fails with InvalidArgument on every rank. Completes once
+  /// every rank joined; returns the rank that joined last (join_async's
+  /// handle: output() is that rank as an int32).
+  int join();
+  Handle join_async();
+
   /// Tells every rank to stop after the current cycle, fails whatever is
   /// still pending with ShutdownError and joins the thread. Idempotent; clean
   /// after a failure.

@@ -46,6 +46,9 @@ void broadcast(const collective::BroadcastArgs& args);
 collective::Handle alltoall(const collective::AlltoallArgs& args);
 collective::Handle reducescatter(const collective::ReducescatterArgs& args);
 void barrier(const collective::BarrierArgs& args = {});
+/// Horovod's join (collective::Context::join): returns the rank that joined last.
+int join();
+collective::Handle join_async();
 
 /// The DataType of a C++ element type (uint8_t, int8_t, int32_t, int64_t,
 /// float, double). Half types have no C++ type here; use DataType directly.
