@@ -178,10 +178,7 @@ def main():
             CASES[args.case](hosts, args)
         except Failure as e:
             print(f"FAILED: {args.case}: {e}", file=sys.stderr)
-            for i in range(hosts.count):
-                log = hosts.sshd_log(i)[-2000:]
-                if log:
-                    print(f"--- sshd log of {hosts.namespaces[i]} (tail):\n{log}", file=sys.stderr)
+            hosts.print_sshd_logs(2000)
             return 1
     print(f"{args.case}: ok, {time.monotonic() - t0:.1f} s including setup and teardown")
     return 0

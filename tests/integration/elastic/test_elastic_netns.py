@@ -139,6 +139,7 @@ def main():
             CASES[case](hosts)
         except Failure as e:
             print(f"FAILED: {case}: {e}", file=sys.stderr)
+            hosts.print_sshd_logs()
             return 1
     print(f"{case}: ok, {time.monotonic() - t0:.1f} s including setup and teardown")
     return 0

@@ -252,6 +252,13 @@ class NetnsHosts:
         except OSError:
             return ""
 
+    def print_sshd_logs(self, tail=3000, file=sys.stderr):
+        """The end of every host's sshd log, for a failed case's report."""
+        for i in range(self.count):
+            log = self.sshd_log(i)[-tail:]
+            if log:
+                print(f"--- sshd log of {self.namespaces[i]} (tail):\n{log}", file=file)
+
     def processes(self, i):
         """(pid, cmdline) of every process in namespace i except the listening
         sshd and sshd's per-connection processes ("sshd: root@notty")."""

@@ -463,10 +463,7 @@ def main():
             CASES[ARGS.case](hosts)
         except Failure as e:
             print(f"FAILED: {ARGS.case}: {e}", file=sys.stderr)
-            for i in range(hosts.count):
-                log = hosts.sshd_log(i)[-3000:]
-                if log:
-                    print(f"--- sshd log of {hosts.namespaces[i]} (tail):\n{log}", file=sys.stderr)
+            hosts.print_sshd_logs()
             return 1
     print(f"{ARGS.case}: {time.monotonic() - t0:.1f} s including setup and teardown")
     return 0
