@@ -7,10 +7,14 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <type_traits>
 
 namespace hvd::collective::cuda::detail {
@@ -30,6 +34,46 @@ using Comm = void*;
 
 constexpr int kMinVersion = 21000;  // 2.10: bfloat16 and the ABI values below
 
+// ncclConfig_t for ncclCommInitRankConfig (NCCL >= 2.14), laid out as
+// NCCL 2.17's header declares it (ncclConfig_v21700). NCCL reads `size` and
+// `version` to learn which fields the caller's header had: since 2.17 it
+// copies min(size, its own sizeof) bytes over its defaults and ignores the
+// fields a lower `version` did not have; newer headers only append fields
+// after netName (2.28 has 17), which keep NCCL's defaults. NCCL 2.14-2.16
+// read `blocking` alone, at the same offset. NCCL_CONFIG_INITIALIZER leaves
+// every field but the first three undefined (INT_MIN / NULL); we set only
+// `blocking`.
+struct Config {
+  std::size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int blocking;
+  int cga_cluster_size;
+  int min_ctas;
+  int max_ctas;
+  const char* net_name;
+};
+static_assert(offsetof(Config, blocking) == 16 && offsetof(Config, net_name) == 32 && sizeof(Config) == 40,
+              "ncclConfig_v21700 layout (LP64)");
+constexpr unsigned int kConfigMagic = 0xcafebeef;
+constexpr int kConfigUndefInt = std::numeric_limits<int>::min();  // NCCL_CONFIG_UNDEF_INT
+constexpr int kConfigLayoutVersion = 21700;                       // the header whose layout Config is
+
+/// NCCL_CONFIG_INITIALIZER for Config. `version` is our layout's, or the
+/// library's own when that is older (2.14-2.16 never see a newer header).
+Config config_initializer(int library_version) {
+  Config c{};
+  c.size = sizeof(Config);
+  c.magic = kConfigMagic;
+  c.version = static_cast<unsigned int>(std::min(library_version, kConfigLayoutVersion));
+  c.blocking = kConfigUndefInt;
+  c.cga_cluster_size = kConfigUndefInt;
+  c.min_ctas = kConfigUndefInt;
+  c.max_ctas = kConfigUndefInt;
+  c.net_name = nullptr;
+  return c;
+}
+
 }  // namespace
 
 struct NcclLibrary::Api {
@@ -37,6 +81,8 @@ struct NcclLibrary::Api {
   int (*get_version)(int*) = nullptr;
   int (*get_unique_id)(UniqueId*) = nullptr;
   int (*comm_init_rank)(Comm*, int, UniqueId, int) = nullptr;
+  // Optional (NCCL >= 2.14): null means set-up through comm_init_rank.
+  int (*comm_init_rank_config)(Comm*, int, UniqueId, int, Config*) = nullptr;
   int (*comm_destroy)(Comm) = nullptr;
   int (*comm_abort)(Comm) = nullptr;
   int (*comm_get_async_error)(Comm, int*) = nullptr;
@@ -48,8 +94,27 @@ struct NcclLibrary::Api {
     const char* s = get_error_string ? get_error_string(code) : nullptr;
     return fmt::format("{} ({})", s ? s : "unknown NCCL error", code);
   }
-  void check(int code, const char* call) const {
-    if (code != kNcclSuccess) throw NcclError(fmt::format("{} failed: {}", call, describe(code)), code);
+  /// NcclError unless `code` is ncclSuccess, or ncclInProgress where the
+  /// caller polls the communicator's state afterwards (`may_be_in_progress`:
+  /// calls on a non-blocking communicator).
+  void check(int code, const char* call, bool may_be_in_progress = false) const {
+    if (code == kNcclSuccess || (may_be_in_progress && code == kNcclInProgress)) return;
+    throw NcclError(fmt::format("{} failed: {}", call, describe(code)), code);
+  }
+  /// Polls the state of `comm` (ncclCommGetAsyncError) while it is
+  /// ncclInProgress: returns it once it is not, or ncclInProgress at
+  /// `deadline`. A failing query returns its own code.
+  int wait_state(Comm comm, std::chrono::steady_clock::time_point deadline) const {
+    auto pause = std::chrono::microseconds(10);
+    for (;;) {
+      int state = kNcclInProgress;
+      const int rc = comm_get_async_error(comm, &state);
+      if (rc != kNcclSuccess) return rc;
+      if (state != kNcclInProgress) return state;
+      if (std::chrono::steady_clock::now() >= deadline) return kNcclInProgress;
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    }
   }
 };
 
@@ -90,6 +155,8 @@ std::string NcclLibrary::version() const {
   return fmt::format("{}.{}.{}", version_ / 10000, (version_ / 100) % 100, version_ % 100);
 }
 
+bool NcclLibrary::bounded_setup() const { return available() && api_->comm_init_rank_config != nullptr; }
+
 void NcclLibrary::open(const std::string& path) {
   path_ = path;
   dlerror();
@@ -113,6 +180,8 @@ void NcclLibrary::open(const std::string& path) {
   sym(api_->all_reduce, "ncclAllReduce");
   sym(api_->broadcast, "ncclBroadcast");
   if (!unavailable_.empty()) return;
+  api_->comm_init_rank_config =
+      reinterpret_cast<decltype(api_->comm_init_rank_config)>(dlsym(api_->handle, "ncclCommInitRankConfig"));
   int v = 0;
   if (api_->get_version(&v) != kNcclSuccess) {
     unavailable_ = fmt::format("{}: ncclGetVersion failed", path);
@@ -234,7 +303,7 @@ std::vector<NcclRankInfo> exchange_nccl_info(store::Store& store, const std::str
 
 NcclComm::NcclComm(const NcclLibrary& lib, store::Store& store, const std::string& prefix, int rank, int size,
                    std::chrono::milliseconds timeout)
-    : lib_(lib) {
+    : lib_(lib), rank_(rank), timeout_(timeout) {
   HVD_ENFORCE(lib.available(), "NcclComm needs a loaded libnccl: {}", lib.unavailable());
   const auto& api = lib.api();
   UniqueId id{};
@@ -250,8 +319,40 @@ NcclComm::NcclComm(const NcclLibrary& lib, store::Store& store, const std::strin
     std::memcpy(id.internal, b.data(), kUniqueIdBytes);
   }
   Comm c = nullptr;
-  api.check(api.comm_init_rank(&c, size, id, rank), "ncclCommInitRank");
-  comm_ = c;
+  if (!api.comm_init_rank_config) {
+    static std::once_flag logged;
+    std::call_once(logged, [&] {
+      spdlog::debug("NCCL {} has no ncclCommInitRankConfig (NCCL >= 2.14): NCCL communicator set-up is not bounded "
+                    "by a timeout, a peer that dies before joining hangs it",
+                    lib.version());
+    });
+    api.check(api.comm_init_rank(&c, size, id, rank), "ncclCommInitRank");
+    comm_ = c;
+    return;
+  }
+  // Non-blocking: the call returns at once (ncclInProgress) and NCCL forms
+  // the communicator in the background; we poll its state until the
+  // deadline. A communicator that failed or is still forming is aborted,
+  // which NCCL allows at any time.
+  Config config = config_initializer(lib.version_code());
+  config.blocking = 0;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  api.check(api.comm_init_rank_config(&c, size, id, rank, &config), "ncclCommInitRankConfig",
+            /*may_be_in_progress=*/true);
+  HVD_ENFORCE(c != nullptr, "ncclCommInitRankConfig returned no communicator");
+  const int state = api.wait_state(c, deadline);
+  if (state == kNcclSuccess) {
+    comm_ = c;
+    return;
+  }
+  api.comm_abort(c);
+  if (state == kNcclInProgress) {
+    throw TimeoutError(fmt::format("rank {}: the NCCL communicator of {} ranks did not form within {} ms "
+                                   "(HOROVOD_START_TIMEOUT): a peer may have died before joining the NCCL "
+                                   "communicator; see the other ranks' logs",
+                                   rank, size, timeout.count()));
+  }
+  throw NcclError(fmt::format("ncclCommInitRankConfig failed: {}", api.describe(state)), state);
 }
 
 NcclComm::~NcclComm() {
@@ -264,15 +365,29 @@ NcclComm::~NcclComm() {
   }
 }
 
+void NcclComm::settle(int code, const char* call) {
+  const auto& api = lib_.api();
+  int state = code;
+  if (code == kNcclInProgress) state = api.wait_state(comm_, std::chrono::steady_clock::now() + timeout_);
+  if (state == kNcclSuccess) return;
+  aborted_ = true;  // NCCL's rule: a communicator in error is aborted, not destroyed
+  if (state == kNcclInProgress) {
+    throw TimeoutError(fmt::format("rank {}: NCCL did not enqueue {} within {} ms (HOROVOD_START_TIMEOUT): a peer "
+                                   "may have died while NCCL connected to it",
+                                   rank_, call, timeout_.count()));
+  }
+  api.check(state, call);
+}
+
 void NcclComm::allreduce(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op,
                          CUstream_st* stream) {
   const auto& api = lib_.api();
-  api.check(api.all_reduce(in, out, count, nccl_dtype(dtype), nccl_op(op), comm_, stream), "ncclAllReduce");
+  settle(api.all_reduce(in, out, count, nccl_dtype(dtype), nccl_op(op), comm_, stream), "ncclAllReduce");
 }
 
 void NcclComm::broadcast(const void* in, void* out, std::size_t bytes, int root, CUstream_st* stream) {
   const auto& api = lib_.api();
-  api.check(api.broadcast(in, out, bytes, nccl_dtype(DataType::UInt8), root, comm_, stream), "ncclBroadcast");
+  settle(api.broadcast(in, out, bytes, nccl_dtype(DataType::UInt8), root, comm_, stream), "ncclBroadcast");
 }
 
 void NcclComm::check_async() const {

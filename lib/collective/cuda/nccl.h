@@ -63,6 +63,10 @@ class NcclLibrary {
   int version_code() const { return version_; }
   /// "2.18.3", or "" when unavailable.
   std::string version() const;
+  /// Whether libnccl has ncclCommInitRankConfig (NCCL >= 2.14): then
+  /// NcclComm forms its communicator non-blocking and bounds the set-up by
+  /// its timeout. Without it the set-up is ncclCommInitRank, unbounded.
+  bool bounded_setup() const;
   const std::string& path() const { return path_; }
 
   struct Api;
@@ -120,16 +124,29 @@ bool choose_nccl(const std::vector<NcclRankInfo>& ranks, std::string* why);
 class NcclComm {
  public:
   /// Collective over every rank: rank 0 creates the unique id and publishes
-  /// it at `<prefix>id`; every rank reads it (bounded by `timeout`) and
-  /// calls ncclCommInitRank. The caller's CUDA device must be current.
+  /// it at `<prefix>id`; every rank reads it (bounded by `timeout`), then
+  /// forms the communicator. The caller's CUDA device must be current.
+  ///
+  /// With ncclCommInitRankConfig (lib.bounded_setup()) the communicator is
+  /// created non-blocking and its state polled until it is ready, fails
+  /// (NcclError with NCCL's text) or `timeout` has passed since the call:
+  /// then the half-made communicator is aborted (ncclCommAbort) and
+  /// hvd::TimeoutError says that a peer may have died before joining. Without
+  /// it, ncclCommInitRank: a peer that never joins blocks it for good (the
+  /// log says so once, at debug level).
   NcclComm(const NcclLibrary& lib, store::Store& store, const std::string& prefix, int rank, int size,
            std::chrono::milliseconds timeout);
-  /// ncclCommDestroy (ncclCommAbort after abort()). Never throws.
+  /// ncclCommDestroy (ncclCommAbort after abort() or a failed call). Never
+  /// throws.
   ~NcclComm();
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
 
-  /// Enqueue on `stream`; NcclError on failure.
+  /// Enqueue on `stream`; NcclError on failure. On a non-blocking
+  /// communicator NCCL may answer ncclInProgress before the operation is on
+  /// the stream; these return only once it is (the communicator's state left
+  /// ncclInProgress), so work queued after them runs after NCCL's. That wait
+  /// is bounded by the constructor's `timeout` (hvd::TimeoutError).
   void allreduce(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op, CUstream_st* stream);
   void broadcast(const void* in, void* out, std::size_t bytes, int root, CUstream_st* stream);
   /// NcclError if the communicator reported an asynchronous error (a peer
@@ -140,7 +157,14 @@ class NcclComm {
   void abort() noexcept;
 
  private:
+  /// After an NCCL call on the communicator returned `code`: ncclInProgress
+  /// polls ncclCommGetAsyncError until the state is ncclSuccess; any error
+  /// throws NcclError naming `call`.
+  void settle(int code, const char* call);
+
   const NcclLibrary& lib_;
+  int rank_;
+  std::chrono::milliseconds timeout_;
   void* comm_ = nullptr;
   bool aborted_ = false;
 };

@@ -1,7 +1,9 @@
 // NCCL without a GPU (cuda/nccl.h): the run-time loader against a fake
 // libnccl with the same entry points (fake_nccl.cpp, its path compiled in
-// as HVD_FAKE_NCCL_PATH), the job-wide choice, the rank records, and the
-// communicator set-up through a Store with ranks as threads.
+// as HVD_FAKE_NCCL_PATH; HVD_FAKE_NCCL_LEGACY_PATH is a build without
+// ncclCommInitRankConfig), the job-wide choice, the rank records, and the
+// communicator set-up through a Store with ranks as threads: non-blocking
+// and bounded by the timeout, or blocking with an old NCCL.
 #include "nccl.h"
 
 #include "hvd/collective/cuda.h"
@@ -10,6 +12,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <exception>
 #include <string>
@@ -42,6 +49,45 @@ struct EnvGuard {
   EnvGuard(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
   ~EnvGuard() { unsetenv(name.c_str()); }
 };
+
+/// A counter the fake library at `path` (already loaded) exports beside
+/// NCCL's API: fake_nccl_aborts, fake_nccl_nonblocking_inits.
+int fake_counter(const std::string& path, const char* name) {
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(handle != nullptr);
+  auto fn = reinterpret_cast<int (*)()>(dlsym(handle, name));
+  REQUIRE(fn != nullptr);
+  const int value = fn();
+  dlclose(handle);
+  return value;
+}
+
+/// Runs `body(rank)` for ranks [0, n) on a thread each; what each threw.
+template <typename Body>
+std::vector<std::exception_ptr> run_ranks(int n, Body body) {
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        body(r);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+void rethrow_any(const std::vector<std::exception_ptr>& errors) {
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
 
 }  // namespace
 
@@ -206,13 +252,18 @@ TEST_CASE("cuda: nccl: an asynchronous communicator error becomes NcclError with
   auto lib = NcclLibrary::load(fake_path());
   REQUIRE(lib->available());
   hvd::store::InMemoryStore store;
+  std::atomic<int> formed{0};
   std::vector<std::exception_ptr> errors(2);
   std::vector<std::thread> ranks;
   for (int r = 0; r < 2; ++r) {
     ranks.emplace_back([&, r] {
       try {
         NcclComm comm(*lib, store, "async/", r, 2, std::chrono::seconds(10));
+        ++formed;
         if (r == 0) {
+          // Rank 1 polls its set-up's state until it formed: only then may
+          // the knob say that the communicator failed.
+          while (formed.load() < 2) std::this_thread::yield();
           EnvGuard err("FAKE_NCCL_ASYNC_ERROR", "6");
           try {
             comm.check_async();
@@ -246,28 +297,168 @@ TEST_CASE("cuda: nccl: a rank whose peers never publish times out, and a bad uni
                     Catch::Contains("NCCL unique id at 'badid/id' has 5 bytes, expected 128"));
 }
 
+TEST_CASE("cuda: nccl: a non-blocking set-up forms the communicator and back-to-back collectives settle (fake NCCL)") {
+  auto lib = NcclLibrary::load(fake_path());
+  REQUIRE(lib->available());
+  REQUIRE(lib->bounded_setup());
+  constexpr int kSteps = 20;
+  for (int n : {2, 3, 4}) {
+    INFO("n=" << n);
+    hvd::store::InMemoryStore store;
+    const int inits = fake_counter(fake_path(), "fake_nccl_nonblocking_inits");
+    std::vector<std::vector<int32_t>> sums(n);
+    std::vector<std::vector<uint8_t>> bcast(n);
+    rethrow_any(run_ranks(n, [&](int r) {
+      NcclComm comm(*lib, store, "nonblocking/", r, n, std::chrono::seconds(10));
+      // The fake refuses a call before the previous one finished, as NCCL
+      // does on a non-blocking communicator: each step must settle first.
+      sums[r].assign(3, 0);
+      for (int step = 0; step < kSteps; ++step) {
+        std::vector<int32_t> in{r + 1, step, 1};
+        std::vector<int32_t> out(3, -1);
+        comm.allreduce(in.data(), out.data(), 3, DataType::Int32, ReduceOp::Sum, nullptr);
+        for (int i = 0; i < 3; ++i) sums[r][i] += out[i];
+      }
+      bcast[r].assign(4, static_cast<uint8_t>(r == 1 ? 9 : 0));
+      comm.broadcast(bcast[r].data(), bcast[r].data(), 4, 1, nullptr);
+      comm.check_async();
+    }));
+    CHECK(fake_counter(fake_path(), "fake_nccl_nonblocking_inits") - inits == n);
+    const int32_t ranks_sum = n * (n + 1) / 2;
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r);
+      CHECK(sums[r] == std::vector<int32_t>{kSteps * ranks_sum, n * kSteps * (kSteps - 1) / 2, kSteps * n});
+      CHECK(bcast[r] == std::vector<uint8_t>(4, 9));
+    }
+  }
+}
+
+TEST_CASE("cuda: nccl: a rank that never joins the set-up times the others out within the bound and they abort") {
+  auto lib = NcclLibrary::load(fake_path());
+  REQUIRE(lib->bounded_setup());
+  hvd::store::InMemoryStore store;
+  constexpr int kRanks = 3;  // rank 2 publishes its record, then dies before the set-up
+  const milliseconds timeout(300);
+  const int aborts = fake_counter(fake_path(), "fake_nccl_aborts");
+  std::vector<milliseconds> took(kRanks);
+  auto errors = run_ranks(kRanks, [&](int r) {
+    if (r == kRanks - 1) return;
+    const auto t0 = Clock::now();
+    try {
+      NcclComm comm(*lib, store, "dead/", r, kRanks, timeout);
+    } catch (...) {
+      took[r] = std::chrono::duration_cast<milliseconds>(Clock::now() - t0);
+      throw;
+    }
+  });
+  for (int r = 0; r < kRanks - 1; ++r) {
+    INFO("rank " << r);
+    REQUIRE(errors[r]);
+    CHECK_THROWS_AS(std::rethrow_exception(errors[r]), hvd::TimeoutError);
+    CHECK_THROWS_WITH(std::rethrow_exception(errors[r]),
+                      "rank " + std::to_string(r) +
+                          ": the NCCL communicator of 3 ranks did not form within 300 ms (HOROVOD_START_TIMEOUT): a "
+                          "peer may have died before joining the NCCL communicator; see the other ranks' logs");
+    CHECK(took[r] >= timeout);
+    CHECK(took[r] < timeout + milliseconds(1700));  // polled, not stuck: generous for a loaded machine
+  }
+  CHECK_FALSE(errors[kRanks - 1]);
+  // Each waiting rank aborted its half-made communicator.
+  CHECK(fake_counter(fake_path(), "fake_nccl_aborts") - aborts == kRanks - 1);
+}
+
+TEST_CASE("cuda: nccl: a non-blocking set-up that NCCL fails becomes NcclError with NCCL's text and is aborted") {
+  auto lib = NcclLibrary::load(fake_path());
+  REQUIRE(lib->bounded_setup());
+  hvd::store::InMemoryStore store;
+  const int aborts = fake_counter(fake_path(), "fake_nccl_aborts");
+  EnvGuard fail("FAKE_NCCL_INIT_ERROR", "6");
+  auto errors = run_ranks(2, [&](int r) { NcclComm comm(*lib, store, "initfail/", r, 2, std::chrono::seconds(10)); });
+  for (const auto& e : errors) {
+    REQUIRE(e);
+    try {
+      std::rethrow_exception(e);
+    } catch (const NcclError& x) {
+      CHECK(x.code() == 6);
+      CHECK(std::string(x.what()) ==
+            "ncclCommInitRankConfig failed: remote process exited or there was a network error (fake) (6)");
+    }
+  }
+  CHECK(fake_counter(fake_path(), "fake_nccl_aborts") - aborts == 2);
+}
+
+TEST_CASE("cuda: nccl: without ncclCommInitRankConfig (NCCL before 2.14) the set-up falls back to ncclCommInitRank") {
+  const std::string legacy = HVD_FAKE_NCCL_LEGACY_PATH;
+  auto lib = NcclLibrary::load(legacy);
+  REQUIRE(lib->available());
+  CHECK(lib->version() == "2.13.4");
+  CHECK_FALSE(lib->bounded_setup());
+  for (int n : {2, 3}) {
+    INFO("n=" << n);
+    hvd::store::InMemoryStore store;
+    std::vector<std::vector<double>> out(n);
+    rethrow_any(run_ranks(n, [&](int r) {
+      NcclComm comm(*lib, store, "legacy/", r, n, std::chrono::seconds(10));
+      out[r].assign(2, static_cast<double>(r));
+      comm.allreduce(out[r].data(), out[r].data(), 2, DataType::Float64, ReduceOp::Max, nullptr);
+      comm.check_async();
+    }));
+    for (int r = 0; r < n; ++r) CHECK(out[r] == std::vector<double>(2, n - 1.0));
+  }
+  CHECK(fake_counter(legacy, "fake_nccl_nonblocking_inits") == 0);
+}
+
+// The libnccl found at build time (CUDA 13 ships 2.28) has the entry point
+// of the bounded set-up, and our loader resolves it.
+TEST_CASE("cuda: nccl: the real libnccl exports ncclCommInitRankConfig and the loader finds it") {
+#ifdef HVD_REAL_NCCL_PATH
+  const std::string path = HVD_REAL_NCCL_PATH;
+#else
+  const std::string path;
+#endif
+  if (path.empty() || access(path.c_str(), R_OK) != 0) {
+    WARN("SKIPPED: no libnccl was found at build time (or it is gone: '" << path << "')");
+    return;
+  }
+  auto lib = NcclLibrary::load(path);
+  REQUIRE(lib->available());
+  CHECK(lib->version_code() >= 21400);
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(handle != nullptr);
+  CHECK(dlsym(handle, "ncclCommInitRankConfig") != nullptr);
+  dlclose(handle);
+  CHECK(lib->bounded_setup());
+}
+
 #ifdef HVD_REAL_NCCL_PATH
 // The libnccl found at build time (CUDA 13 ships one): our declarations of
 // its entry points against the real library. Without a GPU, forming a
 // communicator must fail with NCCL's own message, never crash (this checks
-// ncclGetUniqueId, the by-value ncclUniqueId of ncclCommInitRank and
-// ncclGetErrorString across the ABI). Bootstrap stays on loopback.
+// ncclGetUniqueId, the by-value ncclUniqueId of the set-up call and
+// ncclGetErrorString across the ABI; NCCL fails on the missing device
+// before it reads our ncclConfig_t). With a GPU, a communicator of one rank
+// forms through the non-blocking set-up, which NCCL accepts only with a
+// well-formed ncclConfig_t. Bootstrap stays on loopback.
 TEST_CASE("cuda: nccl: the real libnccl loads through our declarations") {
   auto lib = NcclLibrary::load(HVD_REAL_NCCL_PATH);
   REQUIRE(lib->available());
   CHECK(lib->version_code() >= 21000);
   CHECK_THAT(lib->version(), Catch::Matches("2\\.[0-9]+\\.[0-9]+"));
+  const std::string setup = lib->bounded_setup() ? "ncclCommInitRankConfig" : "ncclCommInitRank";
+  EnvGuard lo("NCCL_SOCKET_IFNAME", "lo");
+  hvd::store::InMemoryStore store;
   if (hvd::collective::cuda::device_count() == 0) {
-    EnvGuard lo("NCCL_SOCKET_IFNAME", "lo");
-    hvd::store::InMemoryStore store;
     try {
       NcclComm comm(*lib, store, "real/", 0, 1, std::chrono::seconds(5));
       FAIL("a communicator formed without a GPU");
     } catch (const NcclError& e) {
-      CHECK_THAT(e.what(), Catch::StartsWith("ncclCommInitRank failed: "));
+      CHECK_THAT(e.what(), Catch::StartsWith(setup + " failed: "));
       CHECK(e.code() != 0);
     }
-    CHECK(store.try_get("real/id").has_value());  // rank 0 published the unique id
+  } else {
+    NcclComm comm(*lib, store, "real/", 0, 1, std::chrono::seconds(30));
+    comm.check_async();
   }
+  CHECK(store.try_get("real/id").has_value());  // rank 0 published the unique id
 }
 #endif
