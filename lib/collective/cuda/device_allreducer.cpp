@@ -72,7 +72,11 @@ struct DeviceAllreducer::Impl {
   DeviceAllreducerOptions options;
   std::size_t slot_bytes = 0;
   bool broken = false;
-  uint64_t seq = 0;  // last step issued
+  uint64_t seq = 0;  // last step of the last completed call
+  // Highest step whose device work was (even partly) enqueued; exceeds seq
+  // after a call that failed part-way. Teardown must not free or unmap while
+  // such work may still wait on a (possibly dead) peer's events.
+  uint64_t issued = 0;
 
   cudaStream_t copy_stream = nullptr;
   cudaEvent_t start_event = nullptr;
@@ -218,7 +222,7 @@ void DeviceAllreducer::Impl::run(uint8_t* data, std::size_t count, DataType dtyp
   const auto chunks = detail::plan_chunks(count * esize, esize, slot_bytes, kAlign);
   const auto steps = detail::plan_steps(seq + 1, chunks, options.slots);
   CudaPipelineDevice device(*this, data, dtype, op, stream, prescale, postscale);
-  detail::run_pipeline(*control, me(), steps, device, Deadline::after(options.timeout));
+  detail::run_pipeline(*control, me(), steps, device, Deadline::after(options.timeout), &issued);
   if (!steps.empty()) seq = steps.back().seq;
 }
 
@@ -253,7 +257,7 @@ void DeviceAllreducer::Impl::teardown() noexcept {
     if (cudaEventRecord(start_event, copy_stream) == cudaSuccess) wait_event(start_event, drain);
     cudaGetLastError();
   }
-  if (!peers_ok && seq > 0) {
+  if (!peers_ok && issued > 0) {
     // Work on my streams may still be queued behind a dead peer's events;
     // unmapping or cudaFree could wait for it forever. The process is
     // failing anyway: leave buffers, mappings and events to process exit.

@@ -16,7 +16,12 @@ DeviceFusionBuffer::DeviceFusionBuffer(int device, std::size_t threshold) : devi
 
 DeviceFusionBuffer::~DeviceFusionBuffer() {
   if (data_) {
+    // On the buffer's device (a destructor on a thread with another device
+    // current must not create a context there).
+    int previous = -1;
+    if (cudaGetDevice(&previous) == cudaSuccess && previous != device_) cudaSetDevice(device_);
     cudaFree(data_);
+    if (previous >= 0 && previous != device_) cudaSetDevice(previous);
     cudaGetLastError();
   }
 }
@@ -29,13 +34,12 @@ void* DeviceFusionBuffer::pack(const std::vector<Tensor>& tensors, CUstream_st* 
     throw InvalidArgument(fmt::format("{} tensors need {} bytes of fusion buffer, more than the threshold {}",
                                       tensors.size(), layout.total, threshold_));
   }
+  // The batched-copy kernel is launched on `stream`, which belongs to this
+  // buffer's device: a launch needs that device current (else
+  // cudaErrorInvalidResourceHandle), whatever the calling thread had set.
+  detail::DeviceGuard guard(device_);
   if (!data_ && threshold_ > 0) {
-    int previous = 0;
-    HVD_CUDA_CHECK(cudaGetDevice(&previous));
-    HVD_CUDA_CHECK(cudaSetDevice(device_));
-    const cudaError_t e = cudaMalloc(&data_, threshold_);
-    cudaSetDevice(previous);
-    detail::check(e, "cudaMalloc(device fusion buffer)");
+    HVD_CUDA_CHECK(cudaMalloc(&data_, threshold_));
   }
   std::vector<CopyItem> items;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -51,6 +55,7 @@ void DeviceFusionBuffer::unpack(const std::vector<Tensor>& tensors, CUstream_st*
   for (const auto& t : tensors) sizes.push_back(t.bytes);
   const auto layout = detail::plan_fusion_layout(sizes);
   HVD_ENFORCE(layout.total <= threshold_ && data_ != nullptr, "unpack without a matching pack{}", "");
+  detail::DeviceGuard guard(device_);
   std::vector<CopyItem> items;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     items.push_back(CopyItem{static_cast<uint8_t*>(data_) + layout.offsets[i], tensors[i].data, tensors[i].bytes});

@@ -106,6 +106,20 @@ struct DeviceReduceParams {
   bool scale_out;    // postscale != 1
 };
 
+// A scaled integer: truncated to int64, then wrapped to A (two's
+// complement), like the float64 reference. A plain double -> narrow integer
+// conversion of an out-of-range value is undefined: the GPU saturates
+// (cvt.rzi clamps int32 and negative-to-unsigned) where x86 wraps or yields
+// INT_MIN, so results would differ between the GPU and its host emulation.
+template <class A>
+HVD_HD A int_from_double(double x) {
+  if constexpr (sizeof(A) == 8) {
+    return static_cast<A>(x);
+  } else {
+    return static_cast<A>(static_cast<uint64_t>(static_cast<int64_t>(x)));
+  }
+}
+
 template <class T>
 struct Scaler {
   using K = Codec<T>;
@@ -113,7 +127,7 @@ struct Scaler {
   HVD_HD static A pre(A v, const DeviceReduceParams& p) {
     if (!p.scale_in) return v;
     if constexpr (std::is_integral_v<A>) {
-      return static_cast<A>(static_cast<double>(v) * p.prescale);
+      return int_from_double<A>(static_cast<double>(v) * p.prescale);
     } else if constexpr (std::is_same_v<A, double>) {
       return v * p.prescale;
     } else {
@@ -122,8 +136,11 @@ struct Scaler {
   }
   HVD_HD static A post(A v, const DeviceReduceParams& p) {
     if constexpr (std::is_integral_v<A>) {
-      if (p.divisor > 1) v = static_cast<A>(v / static_cast<A>(p.divisor));
-      if (p.scale_out) v = static_cast<A>(static_cast<double>(v) * p.postscale);
+      // Divide in int64: the divisor (the job size) need not fit A --
+      // static_cast<int8_t>(128) is negative and static_cast<uint8_t>(256)
+      // is zero (a division by zero).
+      if (p.divisor > 1) v = static_cast<A>(static_cast<int64_t>(v) / static_cast<int64_t>(p.divisor));
+      if (p.scale_out) v = int_from_double<A>(static_cast<double>(v) * p.postscale);
       return v;
     } else if constexpr (std::is_same_v<A, double>) {
       return p.scale_out ? v * p.postscale : v;

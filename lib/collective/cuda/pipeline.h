@@ -47,7 +47,12 @@ class PipelineDevice {
 /// Runs `steps` for local rank `me` of control.ranks(). TimeoutError past
 /// `deadline`, IoError if the block is aborted; anything the device throws
 /// passes through (the caller aborts the block).
+/// `issued` (optional) is raised to a step's seq before the first device
+/// call of that step (begin() aside, which only orders after the caller's
+/// stream): after a failure part-way through a call it tells the caller
+/// whether work that may wait on a peer's events was enqueued -- then its
+/// buffers must not be freed or unmapped (that could block on a dead peer).
 void run_pipeline(ControlBlock& control, int me, const std::vector<Step>& steps, PipelineDevice& device,
-                  const Deadline& deadline);
+                  const Deadline& deadline, uint64_t* issued = nullptr);
 
 }  // namespace hvd::collective::cuda::detail

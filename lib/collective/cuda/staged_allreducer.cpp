@@ -80,6 +80,11 @@ StagedAllreducer::StagedAllreducer(const StagedAllreducerOptions& options) : imp
       HVD_CUDA_CHECK(cudaEventCreateWithFlags(ev, cudaEventDisableTiming));
     }
   } catch (...) {
+    // The destructor does not run for a throwing constructor.
+    for (cudaEvent_t ev : {im.start, im.end, im.copied[0], im.copied[1]}) {
+      if (ev) cudaEventDestroy(ev);
+    }
+    if (im.stream) cudaStreamDestroy(im.stream);
     cudaSetDevice(previous);
     throw;
   }
@@ -88,12 +93,17 @@ StagedAllreducer::StagedAllreducer(const StagedAllreducerOptions& options) : imp
 
 StagedAllreducer::~StagedAllreducer() {
   auto& im = *impl_;
+  // On this object's device: a destructor on a thread with no (or another)
+  // device current would otherwise create a context on device 0.
+  int previous = -1;
+  if (cudaGetDevice(&previous) == cudaSuccess && previous != im.options.device) cudaSetDevice(im.options.device);
   if (im.stream) cudaStreamSynchronize(im.stream);  // staging buffers must outlive the copies
   for (cudaEvent_t ev : {im.start, im.end, im.copied[0], im.copied[1]}) {
     if (ev) cudaEventDestroy(ev);
   }
   if (im.stream) cudaStreamDestroy(im.stream);
   im.pool.reset();
+  if (previous >= 0 && previous != im.options.device) cudaSetDevice(previous);
   cudaGetLastError();
 }
 

@@ -134,3 +134,109 @@ TEST_CASE("cuda: kernel arithmetic: integer wrap, truncating average and half ro
     CHECK(detail::half_to_float(out) == 2050.0f);
   }
 }
+
+TEST_CASE("cuda: kernel arithmetic: integer average by a job size beyond the dtype's range", "[cuda][kernel]") {
+  // The NCCL path divides by the job size, which need not fit int8/uint8:
+  // casting it to the element type gave a negative divisor (int8, >= 128) or
+  // a division by zero (uint8, 256).
+  ReduceLaunch l;
+  l.num_inputs = 1;
+  l.op = ReduceOp::Average;
+  SECTION("int8") {
+    int8_t a[4] = {-128, 127, -100, 100}, out[4] = {1, 1, 1, 1};
+    l.inputs[0] = a;
+    l.out = out;
+    l.count = 4;
+    l.dtype = DataType::Int8;
+    l.average_divisor = 128;
+    cuda::detail::emulate_reduce_on_host(l);
+    CHECK(out[0] == -1);  // -128 / 128, not -128 / -128
+    CHECK(out[1] == 0);
+    CHECK(out[2] == 0);
+    CHECK(out[3] == 0);
+    l.average_divisor = 256;  // int8(256) == 0
+    cuda::detail::emulate_reduce_on_host(l);
+    CHECK(out[0] == 0);
+  }
+  SECTION("uint8") {
+    uint8_t a[2] = {255, 200}, out[2] = {1, 1};
+    l.inputs[0] = a;
+    l.out = out;
+    l.count = 2;
+    l.dtype = DataType::UInt8;
+    l.average_divisor = 256;  // uint8(256) == 0
+    cuda::detail::emulate_reduce_on_host(l);
+    CHECK(out[0] == 0);
+    CHECK(out[1] == 0);
+    l.average_divisor = 100;
+    cuda::detail::emulate_reduce_on_host(l);
+    CHECK(out[0] == 2);
+    CHECK(out[1] == 2);
+  }
+  SECTION("the element code agrees with the reference for a 300-rank job") {
+    const std::size_t count = 1000;
+    for (DataType t : {DataType::UInt8, DataType::Int8, DataType::Int32, DataType::Int64}) {
+      const Tensor x = random_tensor(t, ReduceOp::Sum, count, 42);
+      std::vector<uint8_t> out(count * ref_size(t) + kGuard * ref_size(t));
+      const auto guard = poison_bytes(t, kGuard * ref_size(t));
+      std::memcpy(out.data() + count * ref_size(t), guard.data(), guard.size());
+      l.inputs[0] = x.bytes.data();
+      l.out = out.data();
+      l.count = count;
+      l.dtype = t;
+      l.average_divisor = 300;
+      // Scale first so that the division has something to truncate.
+      l.prescale = 7.0;
+      cuda::detail::emulate_reduce_on_host(l);
+      INFO(ref_name(t));
+      CHECK(verify(t, ReduceOp::Average, {&x}, out.data(), count, 7.0, 1.0, 300, guard) == "");
+    }
+  }
+}
+
+TEST_CASE("cuda: kernel arithmetic: integer scaling out of the dtype's range wraps like the reference",
+          "[cuda][kernel]") {
+  // double -> narrow integer conversion of an out-of-range value is
+  // undefined (the GPU saturates, x86 gives INT_MIN): the kernel truncates
+  // to int64 and wraps, as the float64 reference (reference.h) does.
+  ReduceLaunch l;
+  l.num_inputs = 1;
+  l.op = ReduceOp::Sum;
+  SECTION("int32 prescale") {
+    int32_t a[2] = {2000000000, -2000000000}, out[2] = {};
+    l.inputs[0] = a;
+    l.out = out;
+    l.count = 2;
+    l.dtype = DataType::Int32;
+    l.prescale = 2.0;
+    cuda::detail::emulate_reduce_on_host(l);
+    CHECK(out[0] == static_cast<int32_t>(static_cast<uint32_t>(4000000000u)));
+    CHECK(out[1] == static_cast<int32_t>(static_cast<uint32_t>(uint64_t(0) - 4000000000u)));
+  }
+  SECTION("uint8 negative postscale") {
+    uint8_t a[2] = {5, 0}, out[2] = {};
+    l.inputs[0] = a;
+    l.out = out;
+    l.count = 2;
+    l.dtype = DataType::UInt8;
+    l.postscale = -1.0;
+    cuda::detail::emulate_reduce_on_host(l);
+    CHECK(out[0] == 251);
+    CHECK(out[1] == 0);
+  }
+  SECTION("int8 postscale, against the reference") {
+    const std::size_t count = 257;
+    const Tensor x = random_tensor(DataType::Int8, ReduceOp::Sum, count, 7);
+    std::vector<uint8_t> out((count + kGuard));
+    const auto guard = poison_bytes(DataType::Int8, kGuard);
+    std::memcpy(out.data() + count, guard.data(), guard.size());
+    l.inputs[0] = x.bytes.data();
+    l.out = out.data();
+    l.count = count;
+    l.dtype = DataType::Int8;
+    l.prescale = 5.0;   // inputs up to 30: 150 is past int8
+    l.postscale = 3.0;
+    cuda::detail::emulate_reduce_on_host(l);
+    CHECK(verify(DataType::Int8, ReduceOp::Sum, {&x}, out.data(), count, 5.0, 3.0, 1, guard) == "");
+  }
+}

@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <stdexcept>
 #include <thread>
 
 using namespace hvd::collective::cuda::detail;
@@ -250,6 +251,78 @@ TEST_CASE("cuda: device allreduce protocol: an aborted peer fails the step with 
   CHECK_THROWS_AS(run_pipeline(block, 0, steps, dev, hvd::Deadline::after(10s)), hvd::IoError);
   peer.join();
   dev.caller_stream().synchronize();
+}
+
+namespace {
+
+/// Records which device calls the protocol made; throws from copy_in of the
+/// step `fail_at` (0: never).
+class CountingDevice final : public PipelineDevice {
+ public:
+  explicit CountingDevice(uint64_t fail_at = 0) : fail_at_(fail_at) {}
+  void begin() override { ++begins; }
+  void copy_wait_done(int, int) override { ++calls; }
+  void copy_in(const Chunk&, int) override {
+    ++copies;
+    ++calls;
+    if (copies == fail_at_) throw std::runtime_error("simulated CUDA failure");
+  }
+  void reduce_wait_ready(int, int) override { ++calls; }
+  void reduce_out(const Chunk&, int) override { ++calls; }
+  int begins = 0;
+  int calls = 0;
+  uint64_t copies = 0;
+
+ private:
+  uint64_t fail_at_;
+};
+
+}  // namespace
+
+TEST_CASE("cuda: device allreduce protocol: reports the last step whose device work was enqueued",
+          "[cuda][pipeline]") {
+  // DeviceAllreducer's teardown leaves its buffers to process exit (instead
+  // of freeing/unmapping while queued work may wait on a dead peer's event)
+  // when any step's work was enqueued -- including a call that failed
+  // part-way, which never completed and so never advanced its step count.
+  const auto chunks = plan_chunks(4 * 256, 4, 256);  // 4 steps
+  SECTION("a single rank runs every step") {
+    auto block = ControlBlock::create(ControlBlock::make_name(), 1);
+    CountingDevice dev;
+    uint64_t issued = 0;
+    run_pipeline(block, 0, plan_steps(1, chunks, 2), dev, hvd::Deadline::after(5s), &issued);
+    CHECK(issued == 4);
+    run_pipeline(block, 0, plan_steps(5, chunks, 2), dev, hvd::Deadline::after(5s), &issued);
+    CHECK(issued == 8);
+  }
+  SECTION("a device failure part-way through a call") {
+    auto block = ControlBlock::create(ControlBlock::make_name(), 1);
+    CountingDevice dev(3);
+    uint64_t issued = 0;
+    CHECK_THROWS_WITH(run_pipeline(block, 0, plan_steps(1, chunks, 2), dev, hvd::Deadline::after(5s), &issued),
+                      Catch::Contains("simulated"));
+    CHECK(issued == 3);
+  }
+  SECTION("a peer that never arrives: the first step's copy was enqueued") {
+    auto block = ControlBlock::create(ControlBlock::make_name(), 2);
+    CountingDevice dev;
+    uint64_t issued = 0;
+    CHECK_THROWS_AS(run_pipeline(block, 0, plan_steps(1, chunks, 2), dev, hvd::Deadline::after(100ms), &issued),
+                    hvd::TimeoutError);
+    CHECK(dev.copies == 1);
+    CHECK(issued == 1);
+  }
+  SECTION("a slot-reuse wait that times out before any device call enqueues nothing") {
+    auto block = ControlBlock::create(ControlBlock::make_name(), 2);
+    block.publish(1, Counter::Done, 10);  // me (local rank 1); rank 0 is still at 0
+    CountingDevice dev;
+    uint64_t issued = 0;
+    // Step 11 reuses the slot of step 9: waits for every rank's done >= 9.
+    CHECK_THROWS_AS(run_pipeline(block, 1, plan_steps(11, chunks, 2), dev, hvd::Deadline::after(100ms), &issued),
+                    hvd::TimeoutError);
+    CHECK(dev.calls == 0);
+    CHECK(issued == 0);
+  }
 }
 
 namespace {
