@@ -112,9 +112,17 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("output_shape", &Handle::output_shape)
       .def_property_readonly("recv_splits", &Handle::recv_splits)
       .def_property_readonly("name", &Handle::name)
+      .def_property_readonly("output_device", &Handle::output_device)
+      // dst: host memory, or (device operations) memory on the output's device.
       .def("copy_output", [](const Handle& h, uintptr_t dst, size_t bytes) {
         if (bytes != h.output_bytes()) throw hvd::InvalidArgument("copy_output: destination size mismatch");
-        if (bytes) std::memcpy(mptr(dst), h.output(), bytes);
+        if (bytes == 0) return;
+        if (h.output_device() >= 0) {
+          py::gil_scoped_release release;
+          cuda::copy(mptr(dst), h.output(), bytes);
+        } else {
+          std::memcpy(mptr(dst), h.output(), bytes);
+        }
       });
 
   // Build facts (docs/cuda.md): the CUDA component, whether device
@@ -134,9 +142,15 @@ PYBIND11_MODULE(_core, m) {
                                               ReduceOp(op), pre, post, device, sptr(stream)});
   }, py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"), py::arg("shape"), py::arg("op"),
      py::arg("prescale"), py::arg("postscale"), py::arg("device") = kHostDevice, py::arg("stream") = 0);
-  m.def("allgather_async", [](const std::string& name, uintptr_t in, int dtype, std::vector<int64_t> shape) {
-    return hvd::allgather_async(AllgatherArgs{name, cptr(in), DataType(dtype), std::move(shape), {}});
-  });
+  // allgather, alltoall, reducescatter: device and stream as for allreduce;
+  // the output of a device operation is device memory the handle owns
+  // (copy_output copies it into a tensor of that device).
+  m.def("allgather_async", [](const std::string& name, uintptr_t in, int dtype, std::vector<int64_t> shape,
+                              int device, uintptr_t stream) {
+    return hvd::allgather_async(
+        AllgatherArgs{name, cptr(in), DataType(dtype), std::move(shape), {}, device, sptr(stream)});
+  }, py::arg("name"), py::arg("input"), py::arg("dtype"), py::arg("shape"), py::arg("device") = kHostDevice,
+     py::arg("stream") = 0);
   m.def("broadcast_async", [](const std::string& name, uintptr_t in, uintptr_t out, int dtype,
                               std::vector<int64_t> shape, int root, int device, uintptr_t stream) {
     return hvd::broadcast_async(
@@ -144,14 +158,17 @@ PYBIND11_MODULE(_core, m) {
   }, py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"), py::arg("shape"), py::arg("root"),
      py::arg("device") = kHostDevice, py::arg("stream") = 0);
   m.def("alltoall_async", [](const std::string& name, uintptr_t in, int dtype, std::vector<int64_t> shape,
-                             std::vector<int64_t> splits) {
-    return hvd::alltoall_async(AlltoallArgs{name, cptr(in), DataType(dtype), std::move(shape), std::move(splits), {}});
-  });
+                             std::vector<int64_t> splits, int device, uintptr_t stream) {
+    return hvd::alltoall_async(AlltoallArgs{name, cptr(in), DataType(dtype), std::move(shape), std::move(splits), {},
+                                            device, sptr(stream)});
+  }, py::arg("name"), py::arg("input"), py::arg("dtype"), py::arg("shape"), py::arg("splits"),
+     py::arg("device") = kHostDevice, py::arg("stream") = 0);
   m.def("reducescatter_async", [](const std::string& name, uintptr_t in, int dtype, std::vector<int64_t> shape,
-                                  int op, double pre, double post) {
-    return hvd::reducescatter_async(
-        ReducescatterArgs{name, cptr(in), DataType(dtype), std::move(shape), ReduceOp(op), pre, post, {}});
-  });
+                                  int op, double pre, double post, int device, uintptr_t stream) {
+    return hvd::reducescatter_async(ReducescatterArgs{name, cptr(in), DataType(dtype), std::move(shape), ReduceOp(op),
+                                                      pre, post, {}, device, sptr(stream)});
+  }, py::arg("name"), py::arg("input"), py::arg("dtype"), py::arg("shape"), py::arg("op"), py::arg("prescale"),
+     py::arg("postscale"), py::arg("device") = kHostDevice, py::arg("stream") = 0);
   m.def("barrier_async", [](const std::string& name) { return hvd::barrier_async(BarrierArgs{name}); });
   // Horovod's join; the handle's output is the last rank to join (int32).
   m.def("join_async", []() { return hvd::join_async(); });

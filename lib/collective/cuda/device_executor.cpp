@@ -362,4 +362,33 @@ void DeviceExecutor::broadcast(const std::vector<int32_t>& devices, const Device
   HVD_CUDA_CHECK(cudaStreamSynchronize(pd.stream));
 }
 
+void DeviceExecutor::to_host(int device, const void* src, void* dst, std::size_t bytes, CUstream_st* caller) {
+  PerDevice& pd = impl_->device(device);
+  DeviceGuard guard(device);
+  pd.after_callers({caller});
+  if (bytes > 0) HVD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, pd.stream));
+  HVD_CUDA_CHECK(cudaStreamSynchronize(pd.stream));
+}
+
+void DeviceExecutor::to_device(int device, const void* src, void* dst, std::size_t bytes) {
+  PerDevice& pd = impl_->device(device);
+  DeviceGuard guard(device);
+  if (bytes > 0) HVD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, pd.stream));
+  HVD_CUDA_CHECK(cudaStreamSynchronize(pd.stream));
+}
+
+std::shared_ptr<void> allocate_device_memory(int device, std::size_t bytes) {
+  DeviceGuard guard(device);
+  void* p = nullptr;
+  HVD_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(bytes, 1)));
+  return std::shared_ptr<void>(p, [device](void* q) {
+    // Never throws; may run on any thread, with any device current.
+    int current = 0;
+    const bool restore = cudaGetDevice(&current) == cudaSuccess;
+    if (cudaSetDevice(device) == cudaSuccess) cudaFree(q);
+    if (restore) cudaSetDevice(current);
+    cudaGetLastError();
+  });
+}
+
 }  // namespace hvd::collective::cuda::detail

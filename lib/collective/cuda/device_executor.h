@@ -87,6 +87,16 @@ class DeviceExecutor {
   void broadcast(const std::vector<int32_t>& devices, const DeviceTensor& tensor, int root,
                  const HostBroadcast& network);
 
+  /// Copies `bytes` of device memory `src` on `device` to host memory `dst`,
+  /// after the work queued on `caller` (null: the legacy default stream);
+  /// returns when the copy is done. Allgather, alltoall and reducescatter
+  /// of device buffers run their host algorithm between to_host and
+  /// to_device. CudaError on failure.
+  void to_host(int device, const void* src, void* dst, std::size_t bytes, CUstream_st* caller);
+  /// Copies host memory `src` to device memory `dst` on `device`; returns
+  /// when the copy is done.
+  void to_device(int device, const void* src, void* dst, std::size_t bytes);
+
   /// The communicator failed: wakes local peers waiting on this rank in an
   /// intra-host pipeline (they fail at once) and lets teardown skip waiting
   /// for them. Never throws.
@@ -102,5 +112,10 @@ class DeviceExecutor {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+/// `bytes` (at least 1 allocated) of device memory on `device`, freed with
+/// cudaFree when the last owner lets go (a handle-owned output). CudaError
+/// when the allocation fails.
+std::shared_ptr<void> allocate_device_memory(int device, std::size_t bytes);
 
 }  // namespace hvd::collective::cuda::detail

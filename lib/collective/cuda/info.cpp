@@ -42,4 +42,9 @@ int pointer_device(const void* ptr) {
   return attr.device;
 }
 
+void copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  HVD_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+}
+
 }  // namespace hvd::collective::cuda

@@ -21,6 +21,7 @@ std::string nccl_version() { return ""; }
 int device_count() { return 0; }
 bool is_device_pointer(const void*) { return false; }
 int pointer_device(const void*) { return -1; }
+void copy(void*, const void*, std::size_t) { not_built("cuda::copy"); }
 
 struct DeviceAllreducer::Impl {};
 
@@ -67,6 +68,11 @@ void DeviceExecutor::allreduce(const std::vector<int32_t>&, const std::vector<De
 void DeviceExecutor::broadcast(const std::vector<int32_t>&, const DeviceTensor&, int, const HostBroadcast&) {
   not_built("broadcast of device buffers");
 }
+void DeviceExecutor::to_host(int, const void*, void*, std::size_t, CUstream_st*) {
+  not_built("an operation on device buffers");
+}
+void DeviceExecutor::to_device(int, const void*, void*, std::size_t) { not_built("an operation on device buffers"); }
+std::shared_ptr<void> allocate_device_memory(int, std::size_t) { not_built("device memory"); }
 void DeviceExecutor::abort() noexcept {}
 std::size_t DeviceExecutor::intra_host_created() const { return 0; }
 std::size_t DeviceExecutor::nccl_created() const { return 0; }

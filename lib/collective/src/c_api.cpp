@@ -125,10 +125,19 @@ int hvd_allreduce_async_ex(const char* name, const void* in, void* out, int64_t 
 
 int hvd_allgather_async(const char* name, const void* in, int ndim, const int64_t* shape, int dtype,
                         hvd_alloc_fn alloc, void* alloc_user, hvd_handle_t* out_handle) {
+  return hvd_allgather_async_ex(name, in, ndim, shape, dtype, alloc, alloc_user, HVD_DEVICE_HOST, nullptr,
+                                out_handle);
+}
+
+int hvd_allgather_async_ex(const char* name, const void* in, int ndim, const int64_t* shape, int dtype,
+                           hvd_alloc_fn alloc, void* alloc_user, int device, void* cuda_stream,
+                           hvd_handle_t* out_handle) {
   return submit(out_handle, [&] {
-    return hvd::allgather_async(hvd::collective::AllgatherArgs{name_of(name), in,
-                                                               static_cast<hvd::collective::DataType>(dtype),
-                                                               shape_of(ndim, shape), allocator_of(alloc, alloc_user)});
+    hvd::collective::AllgatherArgs a{name_of(name), in, static_cast<hvd::collective::DataType>(dtype),
+                                     shape_of(ndim, shape), allocator_of(alloc, alloc_user)};
+    a.device = device;
+    a.stream = static_cast<CUstream_st*>(cuda_stream);
+    return hvd::allgather_async(a);
   });
 }
 
@@ -153,23 +162,41 @@ int hvd_cuda_device_count(void) { return hvd::collective::cuda::device_count(); 
 
 int hvd_alltoall_async(const char* name, const void* in, int ndim, const int64_t* shape, int dtype,
                        const int64_t* splits, hvd_alloc_fn alloc, void* alloc_user, hvd_handle_t* out_handle) {
+  return hvd_alltoall_async_ex(name, in, ndim, shape, dtype, splits, alloc, alloc_user, HVD_DEVICE_HOST, nullptr,
+                               out_handle);
+}
+
+int hvd_alltoall_async_ex(const char* name, const void* in, int ndim, const int64_t* shape, int dtype,
+                          const int64_t* splits, hvd_alloc_fn alloc, void* alloc_user, int device,
+                          void* cuda_stream, hvd_handle_t* out_handle) {
   return submit(out_handle, [&] {
     std::vector<int64_t> split_vec;
     if (splits != nullptr) split_vec.assign(splits, splits + hvd::size());
-    return hvd::alltoall_async(hvd::collective::AlltoallArgs{name_of(name), in,
-                                                             static_cast<hvd::collective::DataType>(dtype),
-                                                             shape_of(ndim, shape), split_vec,
-                                                             allocator_of(alloc, alloc_user)});
+    hvd::collective::AlltoallArgs a{name_of(name), in, static_cast<hvd::collective::DataType>(dtype),
+                                    shape_of(ndim, shape), split_vec, allocator_of(alloc, alloc_user)};
+    a.device = device;
+    a.stream = static_cast<CUstream_st*>(cuda_stream);
+    return hvd::alltoall_async(a);
   });
 }
 
 int hvd_reducescatter_async(const char* name, const void* in, int ndim, const int64_t* shape, int dtype, int op,
                             double prescale, double postscale, hvd_alloc_fn alloc, void* alloc_user,
                             hvd_handle_t* out_handle) {
+  return hvd_reducescatter_async_ex(name, in, ndim, shape, dtype, op, prescale, postscale, alloc, alloc_user,
+                                    HVD_DEVICE_HOST, nullptr, out_handle);
+}
+
+int hvd_reducescatter_async_ex(const char* name, const void* in, int ndim, const int64_t* shape, int dtype, int op,
+                               double prescale, double postscale, hvd_alloc_fn alloc, void* alloc_user,
+                               int device, void* cuda_stream, hvd_handle_t* out_handle) {
   return submit(out_handle, [&] {
-    return hvd::reducescatter_async(hvd::collective::ReducescatterArgs{
-        name_of(name), in, static_cast<hvd::collective::DataType>(dtype), shape_of(ndim, shape),
-        static_cast<hvd::collective::ReduceOp>(op), prescale, postscale, allocator_of(alloc, alloc_user)});
+    hvd::collective::ReducescatterArgs a{name_of(name), in, static_cast<hvd::collective::DataType>(dtype),
+                                         shape_of(ndim, shape), static_cast<hvd::collective::ReduceOp>(op),
+                                         prescale, postscale, allocator_of(alloc, alloc_user)};
+    a.device = device;
+    a.stream = static_cast<CUstream_st*>(cuda_stream);
+    return hvd::reducescatter_async(a);
   });
 }
 
@@ -203,6 +230,14 @@ int hvd_handle_output(hvd_handle_t handle, const void** data, size_t* bytes) {
     std::size_t b = handle->handle.output_bytes();
     if (data) *data = d;
     if (bytes) *bytes = b;
+  });
+}
+
+int hvd_handle_output_device(hvd_handle_t handle, int* device) {
+  if (handle == nullptr) return invalid("handle is NULL");
+  return guarded([&] {
+    const int d = handle->handle.output_device();
+    if (device) *device = d;
   });
 }
 

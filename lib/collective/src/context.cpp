@@ -541,6 +541,8 @@ Handle Context::allgather_async(const AllgatherArgs& a) {
   auto op = make_op(OpType::Allgather, a.name, a.dtype, a.shape);
   op->input = a.input;
   op->allocator = a.allocator;
+  op->request.device = resolve_device(a.device, a.input, nullptr, a.name, false);
+  op->stream = a.stream;
   return impl_->submit(std::move(op));
 }
 
@@ -559,6 +561,8 @@ Handle Context::alltoall_async(const AlltoallArgs& a) {
   op->request.splits = a.splits;
   op->input = a.input;
   op->allocator = a.allocator;
+  op->request.device = resolve_device(a.device, a.input, nullptr, a.name, false);
+  op->stream = a.stream;
   return impl_->submit(std::move(op));
 }
 
@@ -569,6 +573,8 @@ Handle Context::reducescatter_async(const ReducescatterArgs& a) {
   op->request.postscale = a.postscale;
   op->input = a.input;
   op->allocator = a.allocator;
+  op->request.device = resolve_device(a.device, a.input, nullptr, a.name, false);
+  op->stream = a.stream;
   return impl_->submit(std::move(op));
 }
 

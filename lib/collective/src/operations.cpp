@@ -4,6 +4,7 @@
 
 #include "hvd/collective/algorithms.h"
 #include "hvd/collective/context.h"
+#include "hvd/collective/cuda.h"
 #include "hvd/collective/errors.h"
 #include "hvd/common/error.h"
 
@@ -55,6 +56,10 @@ bool Handle::wait_for(std::chrono::milliseconds timeout) const {
 const void* Handle::output() const { return finished_state(state_).out_data; }
 std::size_t Handle::output_bytes() const { return finished_state(state_).out_bytes; }
 const std::vector<int64_t>& Handle::output_shape() const { return finished_state(state_).out_shape; }
+int32_t Handle::output_device() const {
+  const detail::OpState& st = finished_state(state_);
+  return st.request.device >= 0 ? st.request.device : -1;
+}
 const std::vector<int64_t>& Handle::recv_splits() const { return finished_state(state_).recv_splits; }
 const std::string& Handle::name() const { return state_of(state_).request.name; }
 
@@ -92,32 +97,89 @@ void copy_bytes(void* dst, const void* src, std::size_t bytes) {
   if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
 }
 
+/// Calls the caller's allocator for op.out_shape / op.out_bytes. On failure
+/// (null for bytes > 0, or a throw) records the operation's local error and
+/// returns false: that fails only this operation, after the collective.
+bool call_allocator(OpState& op, void** out) {
+  const std::size_t bytes = op.out_bytes;
+  try {
+    void* p = op.allocator(op.out_shape, bytes);
+    if (p != nullptr || bytes == 0) {
+      *out = p;
+      return true;
+    }
+    op.local_error = std::make_exception_ptr(
+        Error(fmt::format("tensor '{}': the output allocator returned null for {} bytes", op.request.name, bytes)));
+  } catch (const std::exception& e) {
+    op.local_error = std::make_exception_ptr(
+        Error(fmt::format("tensor '{}': the output allocator failed: {}", op.request.name, e.what())));
+  } catch (...) {
+    op.local_error =
+        std::make_exception_ptr(Error(fmt::format("tensor '{}': the output allocator threw", op.request.name)));
+  }
+  return false;
+}
+
 /// Output memory from the caller's allocator, or owned by the handle. An
 /// allocator failure fails only this operation: the rank still takes part in
 /// the collective (into a scratch buffer) so its peers are not desynchronised.
 void* allocate_output(OpState& op, std::vector<int64_t> shape, std::size_t bytes) {
   op.out_shape = std::move(shape);
   op.out_bytes = bytes;
-  if (op.allocator) {
-    try {
-      void* p = op.allocator(op.out_shape, bytes);
-      if (p != nullptr || bytes == 0) {
-        op.out_data = p;
-        return p;
-      }
-      op.local_error = std::make_exception_ptr(
-          Error(fmt::format("tensor '{}': the output allocator returned null for {} bytes", op.request.name, bytes)));
-    } catch (const std::exception& e) {
-      op.local_error = std::make_exception_ptr(
-          Error(fmt::format("tensor '{}': the output allocator failed: {}", op.request.name, e.what())));
-    } catch (...) {
-      op.local_error = std::make_exception_ptr(
-          Error(fmt::format("tensor '{}': the output allocator threw", op.request.name)));
-    }
+  void* p = nullptr;
+  if (op.allocator && call_allocator(op, &p)) {
+    op.out_data = p;
+    return p;
   }
   op.owned.reset(new uint8_t[bytes > 0 ? bytes : 1]);
   op.out_data = op.owned.get();
   return op.out_data;
+}
+
+/// Allgather, alltoall and reducescatter of device buffers (docs/cuda.md):
+/// the input comes down to host memory after the work queued on the
+/// caller's stream, `run` executes the host algorithm into a handle-owned
+/// host buffer (every rank takes part, whatever happens to its allocator),
+/// and the result goes up into the allocator's device memory, or into
+/// device memory the handle owns.
+template <class Run>
+void run_through_host(Executors& ex, OpState& op, Run run) {
+  const int device = op.request.device;
+  cuda::detail::DeviceExecutor& dev = ex.device();
+  std::vector<uint8_t> host_in(tensor_bytes(op.request));
+  dev.to_host(device, op.input, host_in.data(), host_in.size(), op.stream);
+  const void* user_input = op.input;
+  Allocator user_allocator = std::move(op.allocator);
+  op.input = host_in.data();
+  op.allocator = nullptr;
+  auto restore = [&] {
+    op.input = user_input;
+    op.allocator = std::move(user_allocator);
+  };
+  try {
+    run();
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
+
+  std::unique_ptr<uint8_t[]> host_out = std::move(op.owned);
+  void* dst = nullptr;
+  op.out_data = nullptr;
+  if (op.allocator) {
+    if (!call_allocator(op, &dst)) return;  // this operation fails alone
+  } else {
+    try {
+      op.owned_device = cuda::detail::allocate_device_memory(device, op.out_bytes);
+    } catch (const CudaError&) {  // out of device memory, say: this operation alone
+      op.local_error = std::current_exception();
+      return;
+    }
+    dst = op.owned_device.get();
+  }
+  dev.to_device(device, host_out.get(), dst, op.out_bytes);
+  op.out_data = dst;
 }
 
 /// Every rank's device for the first tensor of `resp` (fusion groups only
@@ -264,9 +326,7 @@ void check_request(const OpState& op, int size) {
   }
   if (q.shape.size() > 64) bad("more than 64 dimensions");
   if (q.device < -1) bad(fmt::format("device {} is not valid (-1: host memory, >= 0: a CUDA device)", q.device));
-  if (q.device >= 0 && q.type != OpType::Allreduce && q.type != OpType::Broadcast) {
-    bad("device buffers are supported by allreduce and broadcast only");
-  }
+  if (q.device >= 0 && (q.type == OpType::Barrier || q.type == OpType::Join)) bad("takes no buffers");
   const bool empty = num_elements(q.shape) == 0;
   if (q.type == OpType::Barrier || q.type == OpType::Join) return;
   if (!empty && op.input == nullptr && !(q.type == OpType::Broadcast && op.output != nullptr)) bad("input is null");
@@ -309,12 +369,25 @@ void execute(const Response& response, const std::vector<OpState*>& ops, Executo
   Comm& comm = ex.comm;
   switch (response.type) {
     case OpType::Allreduce: run_allreduce(response, ex, ops); return;
-    case OpType::Allgather: run_allgather(response, comm, *ops[0]); return;
     case OpType::Broadcast: run_broadcast(response, ex, *ops[0]); return;
-    case OpType::Alltoall: run_alltoall(response, comm, *ops[0]); return;
-    case OpType::Reducescatter: run_reducescatter(response, comm, *ops[0]); return;
+    case OpType::Allgather:
+    case OpType::Alltoall:
+    case OpType::Reducescatter: break;
     case OpType::Barrier: barrier(comm); return;
     case OpType::Join: return;  // no data: every rank announced it (the Context hands out the result)
+  }
+  OpState& op = *ops[0];
+  auto run = [&] {
+    switch (response.type) {
+      case OpType::Allgather: run_allgather(response, comm, op); return;
+      case OpType::Alltoall: run_alltoall(response, comm, op); return;
+      default: run_reducescatter(response, comm, op); return;
+    }
+  };
+  if (op.request.device >= 0) {
+    run_through_host(ex, op, run);
+  } else {
+    run();
   }
 }
 

@@ -35,6 +35,8 @@ struct OpState {
 
   // Results, written by the background thread before finish().
   std::unique_ptr<uint8_t[]> owned;
+  /// Handle-owned device memory (device operations without an allocator).
+  std::shared_ptr<void> owned_device;
   void* out_data = nullptr;
   std::size_t out_bytes = 0;
   std::vector<int64_t> out_shape;

@@ -137,7 +137,7 @@ def _dtype_code(t):
                          f"{', '.join(str(d) for d in _DTYPES)})") from None
 
 
-_DEVICE_OPS = ("allreduce", "broadcast")
+_DEVICE_OPS = ("allreduce", "broadcast", "allgather", "alltoall", "reducescatter")
 
 
 def _check(t, op="this operation"):
@@ -151,8 +151,8 @@ def _check(t, op="this operation"):
     if t.device.type != "cuda":
         raise ValueError(f"hvdcomm: {t.device.type} tensors are not supported (CPU and CUDA tensors are)")
     if op not in _DEVICE_OPS:
-        raise ValueError(f"hvdcomm: {op} of CUDA tensors is not supported (only allreduce and broadcast accept "
-                         f"them); move the tensor to the CPU first")
+        raise ValueError(f"hvdcomm: {op} of CUDA tensors is not supported (only {', '.join(_DEVICE_OPS)} "
+                         f"accept them); move the tensor to the CPU first")
     if not _core.cuda_built():
         raise ValueError("hvdcomm: a CUDA tensor was passed, but this hvdcomm's library was built without the CUDA "
                          "component (rebuild with nvcc available and -DHVD_WITH_CUDA=ON, or pass CPU tensors)")
@@ -336,19 +336,28 @@ class _Group:
             _handles[h].handle.wait()
 
 
-def _copy_out(h, dtype, shape):
-    out = torch.empty(shape, dtype=dtype)
+def _copy_out(h, dtype, shape, device=-1):
+    """The handle's output as a new tensor: on the CPU, or for a device
+    operation on that CUDA device (the library's copy runs on the legacy
+    default stream, so torch's current stream is synchronised first: the
+    new tensor's memory may still be in use by work queued there)."""
+    if device < 0:
+        out = torch.empty(shape, dtype=dtype)
+    else:
+        out = torch.empty(shape, dtype=dtype, device=torch.device("cuda", device))
+        torch.cuda.current_stream(device).synchronize()
     h.copy_output(out.data_ptr(), out.numel() * out.element_size())
     return out
 
 
 def allgather_async(tensor, name=None, process_set=None):
-    _check(tensor, "allgather")
+    device = _check(tensor, "allgather")
     src = tensor.detach().contiguous()
     if src.dim() == 0:
         src = src.reshape(1)
-    h = _core.allgather_async(_name("allgather", name), src.data_ptr(), _dtype_code(src), list(src.shape))
-    return _register(_Pending(h, (src,), lambda: _copy_out(h, src.dtype, list(h.output_shape))))
+    h = _core.allgather_async(_name("allgather", name), src.data_ptr(), _dtype_code(src), list(src.shape),
+                              device, _stream(src, device))
+    return _register(_Pending(h, (src,), lambda: _copy_out(h, src.dtype, list(h.output_shape), device)))
 
 
 def _wants_grad(tensor):
@@ -434,14 +443,15 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     """As Horovod's: synchronize() of the handle returns the tuple
     (output, received_splits) whether or not splits were given;
     received_splits has the dtype of a splits tensor, else int32."""
-    _check(tensor, "alltoall")
+    device = _check(tensor, "alltoall")
     src = tensor.detach().contiguous()
     sp = [] if splits is None else [int(x) for x in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
     rs_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
-    h = _core.alltoall_async(_name("alltoall", name), src.data_ptr(), _dtype_code(src), list(src.shape), sp)
+    h = _core.alltoall_async(_name("alltoall", name), src.data_ptr(), _dtype_code(src), list(src.shape), sp,
+                             device, _stream(src, device))
 
     def finish():
-        out = _copy_out(h, src.dtype, list(h.output_shape))
+        out = _copy_out(h, src.dtype, list(h.output_shape), device)
         return out, torch.tensor(list(h.recv_splits), dtype=rs_dtype)
     return _register(_Pending(h, (src,), finish))
 
@@ -477,12 +487,13 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
 
 def reducescatter_async(tensor, name=None, compression=None, op=Average, process_set=None,
                         prescale_factor=1.0, postscale_factor=1.0):
-    _check(tensor, "reducescatter")
+    device = _check(tensor, "reducescatter")
     opc = _op_code(op, None)
     src = tensor.detach().contiguous()
     h = _core.reducescatter_async(_name("reducescatter", name), src.data_ptr(), _dtype_code(src),
-                                  list(src.shape), opc, float(prescale_factor), float(postscale_factor))
-    return _register(_Pending(h, (src,), lambda: _copy_out(h, src.dtype, list(h.output_shape))))
+                                  list(src.shape), opc, float(prescale_factor), float(postscale_factor),
+                                  device, _stream(src, device))
+    return _register(_Pending(h, (src,), lambda: _copy_out(h, src.dtype, list(h.output_shape), device)))
 
 
 class _ReducescatterFn(torch.autograd.Function):

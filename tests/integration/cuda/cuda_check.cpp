@@ -10,7 +10,8 @@
 //                            TCP Comm of all ranks
 //   cuda_check --hvd         under hvdrun: device buffers through the public
 //                            API (hvd::init, hvd::allreduce_async,
-//                            hvd::broadcast): every dtype x op x size, in
+//                            hvd::broadcast, device allgather/alltoall/
+//                            reducescatter): every dtype x op x size, in
 //                            place and out of place, fused groups, host and
 //                            device tensors in one cycle, kAutoDevice,
 //                            broadcast from every root. With
@@ -502,6 +503,85 @@ int run_hvd() {
         const bool ok = std::memcmp(got.data(), pattern.data(), bytes) == 0 &&
                         std::all_of(got.begin() + bytes, got.end(), [](uint8_t v) { return v == 0xee; });
         report(b.name, ok ? "" : "broadcast result differs from the root's input (or wrote past the end)");
+      }
+    }
+  }
+  // 5. Allgather, alltoall and reducescatter of device buffers (through host
+  // memory in the library): each result byte-equal to the same operation on
+  // host buffers, outputs from a device allocator (poisoned, with a guard
+  // past the end) and handle-owned device memory (Handle::output_device).
+  {
+    std::vector<std::unique_ptr<DeviceBuffer>> allocated;
+    auto device_allocator = [&](const std::vector<int64_t>&, std::size_t bytes) -> void* {
+      allocated.push_back(std::make_unique<DeviceBuffer>(bytes + 64));
+      CK(cudaMemset(allocated.back()->ptr, 0xee, bytes + 64));
+      return allocated.back()->ptr;
+    };
+    auto compare = [&](const std::string& what, const hvd::collective::Handle& dev_h,
+                       const hvd::collective::Handle& host_h, bool from_allocator) {
+      std::string err;
+      if (dev_h.output_bytes() != host_h.output_bytes() || dev_h.output_shape() != host_h.output_shape()) {
+        err = "output size or shape differs from the host operation's";
+      } else if (dev_h.output_device() != device) {
+        err = "output_device() is " + std::to_string(dev_h.output_device());
+      } else {
+        const std::size_t bytes = dev_h.output_bytes();
+        std::vector<uint8_t> got(bytes + (from_allocator ? 64 : 0));
+        cuda::copy(got.data(), dev_h.output(), got.size());
+        if (std::memcmp(got.data(), host_h.output(), bytes) != 0) err = "result differs from the host operation's";
+        if (from_allocator && !std::all_of(got.begin() + bytes, got.end(), [](uint8_t v) { return v == 0xee; })) {
+          err = "wrote past the end of the allocator's buffer";
+        }
+      }
+      report(what, err);
+    };
+    for (DataType t : {DataType::Float32, DataType::BFloat16, DataType::Int64, DataType::Float64}) {
+      for (bool with_allocator : {true, false}) {
+        const std::string tag = std::string(ref_name(t)) + (with_allocator ? ".alloc" : ".owned");
+        hvd::collective::Allocator alloc;
+        if (with_allocator) alloc = device_allocator;
+        // Allgather: rank r contributes r + 1 rows of 1001 random elements.
+        {
+          const std::size_t count = static_cast<std::size_t>(rank + 1) * 1001;
+          auto c = make(t, ReduceOp::Sum, count, true, 900000 + static_cast<uint64_t>(t));
+          std::vector<int64_t> shape = {rank + 1, 1001};
+          AllgatherArgs a{"ag." + tag, c->in->ptr, t, shape, alloc};
+          a.device = device;
+          a.stream = stream;
+          auto dh = hvd::allgather(a);
+          auto hh = hvd::allgather(AllgatherArgs{"ag.host." + tag, c->all[rank].bytes.data(), t, shape, {}});
+          compare("device allgather " + tag, dh, hh, with_allocator);
+        }
+        // Alltoall with uneven splits: rank r sends k % 3 + r rows to rank k.
+        {
+          std::vector<int64_t> splits;
+          int64_t rows = 0;
+          for (int k = 0; k < size; ++k) rows += splits.emplace_back(k % 3 + rank);
+          const std::size_t count = static_cast<std::size_t>(rows) * 33;
+          auto c = make(t, ReduceOp::Sum, count, true, 910000 + static_cast<uint64_t>(t));
+          AlltoallArgs a{"a2a." + tag, c->in->ptr, t, {rows, 33}, splits, alloc};
+          a.device = device;
+          a.stream = stream;
+          auto dh = hvd::alltoall(a);
+          auto hh = hvd::alltoall(AlltoallArgs{"a2a.host." + tag, c->all[rank].bytes.data(), t, {rows, 33}, splits, {}});
+          compare("device alltoall " + tag, dh, hh, with_allocator);
+          report("device alltoall recv_splits " + tag, dh.recv_splits() == hh.recv_splits() ? "" : "differ");
+        }
+        // Reducescatter of 5 * size + 3 rows (uneven shares), sum with scaling
+        // for floats.
+        {
+          const int64_t rows = 5 * size + 3;
+          const std::size_t count = static_cast<std::size_t>(rows) * 17;
+          auto c = make(t, ReduceOp::Sum, count, true, 920000 + static_cast<uint64_t>(t));
+          const double pre = is_float(t) ? 0.5 : 1.0, post = is_float(t) ? 2.0 : 1.0;
+          ReducescatterArgs a{"rs." + tag, c->in->ptr, t, {rows, 17}, ReduceOp::Sum, pre, post, alloc};
+          a.device = device;
+          a.stream = stream;
+          auto dh = hvd::reducescatter(a);
+          auto hh = hvd::reducescatter(ReducescatterArgs{"rs.host." + tag, c->all[rank].bytes.data(), t, {rows, 17},
+                                                         ReduceOp::Sum, pre, post, {}});
+          compare("device reducescatter " + tag, dh, hh, with_allocator);
+        }
       }
     }
   }

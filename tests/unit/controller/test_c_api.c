@@ -84,6 +84,35 @@ int main(void) {
   EXPECT(hvd_broadcast_async_ex("ex.b", data, out, 4, HVD_FLOAT32, 0, HVD_DEVICE_HOST, NULL, &h) == HVD_OK);
   EXPECT(hvd_wait(h) == HVD_OK);
   hvd_release(h);
+  {
+    /* allgather/alltoall/reducescatter _ex on host memory (AUTO and HOST);
+     * the output stays host memory the handle owns. */
+    const int64_t shape[1] = {4};
+    const void* res = NULL;
+    size_t res_bytes = 0;
+    int where = 7;
+    EXPECT(hvd_allgather_async_ex("ex.g", data, 1, shape, HVD_FLOAT32, NULL, NULL, HVD_DEVICE_AUTO, NULL, &h) ==
+           HVD_OK);
+    EXPECT(hvd_wait(h) == HVD_OK);
+    EXPECT(hvd_handle_output(h, &res, &res_bytes) == HVD_OK);
+    EXPECT(res_bytes == 16 && memcmp(res, data, 16) == 0);
+    EXPECT(hvd_handle_output_device(h, &where) == HVD_OK);
+    EXPECT(where == -1);
+    hvd_release(h);
+    EXPECT(hvd_alltoall_async_ex("ex.t", data, 1, shape, HVD_FLOAT32, NULL, NULL, NULL, HVD_DEVICE_HOST, NULL, &h) ==
+           HVD_OK);
+    EXPECT(hvd_wait(h) == HVD_OK);
+    hvd_release(h);
+    EXPECT(hvd_reducescatter_async_ex("ex.r", data, 1, shape, HVD_FLOAT32, HVD_SUM, 2.0, 1.0, NULL, NULL,
+                                      HVD_DEVICE_HOST, NULL, &h) == HVD_OK);
+    EXPECT(hvd_wait(h) == HVD_OK);
+    EXPECT(hvd_handle_output(h, &res, &res_bytes) == HVD_OK);
+    EXPECT(res_bytes == 16 && ((const float*)res)[3] == 2.0f * data[3]);
+    hvd_release(h);
+    EXPECT(hvd_allgather_async_ex("ex.g.bad", data, 1, shape, HVD_FLOAT32, NULL, NULL, -9, NULL, &h) ==
+           HVD_ERR_INVALID);
+    EXPECT(strstr(hvd_last_error(), "device -9 is not valid") != NULL);
+  }
   EXPECT(hvd_allreduce_async_ex("ex.bad", data, out, 4, HVD_FLOAT32, HVD_SUM, 1.0, 1.0, -7, NULL, &h) ==
          HVD_ERR_INVALID);
   EXPECT(strstr(hvd_last_error(), "device -7 is not valid") != NULL);
@@ -94,6 +123,13 @@ int main(void) {
     EXPECT(hvd_wait(h) == HVD_ERR_INVALID);
     EXPECT(strstr(hvd_last_error(), "built without the CUDA component") != NULL);
     hvd_release(h);
+    {
+      const int64_t shape[1] = {4};
+      EXPECT(hvd_allgather_async_ex("ex.g.dev", data, 1, shape, HVD_FLOAT32, NULL, NULL, 0, NULL, &h) == HVD_OK);
+      EXPECT(hvd_wait(h) == HVD_ERR_INVALID);
+      EXPECT(strstr(hvd_last_error(), "built without the CUDA component") != NULL);
+      hvd_release(h);
+    }
     EXPECT(hvd_barrier() == HVD_OK);
   }
 

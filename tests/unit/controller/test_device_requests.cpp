@@ -219,12 +219,56 @@ TEST_CASE("device: ranks passing device and host buffers fail alike on every ran
   });
 }
 
+TEST_CASE("device: allgather, alltoall and reducescatter with device buffers on some ranks only fail on every rank") {
+  auto ctx = make_job(3);
+  run_all(ctx, [&](Context& c, int r) {
+    // Rank 2's "device buffer" is host memory that must never be touched,
+    // and its allocator must never be called: the mismatch is found in
+    // negotiation.
+    std::vector<float> v(6, float(r));
+    int allocations = 0;
+    Allocator alloc = [&](const std::vector<int64_t>&, std::size_t) -> void* {
+      ++allocations;
+      return nullptr;
+    };
+    const int32_t dev = r == 2 ? 0 : kHostDevice;
+    AllgatherArgs g{"gather", v.data(), DataType::Float32, {2, 3}, alloc};
+    g.device = dev;
+    CHECK_THROWS_MATCHES(c.allgather(g), MismatchError,
+                         Catch::Message("tensor 'gather' mismatch: ranks 0,1 passed host buffers, rank 2 passed device "
+                                        "buffers"));
+    AlltoallArgs t{"a2a", v.data(), DataType::Float32, {6}, {}, alloc};
+    t.device = dev;
+    CHECK_THROWS_AS(c.alltoall(t), MismatchError);
+    ReducescatterArgs s{"rs", v.data(), DataType::Float32, {6}, ReduceOp::Sum, 1.0, 1.0, alloc};
+    s.device = dev;
+    CHECK_THROWS_AS(c.reducescatter(s), MismatchError);
+    CHECK(allocations == 0);
+    CHECK(v[5] == float(r));
+    // The job goes on: the same operations on host memory (kAutoDevice on
+    // host memory is host memory).
+    g.device = kAutoDevice;
+    g.allocator = nullptr;
+    Handle h = c.allgather(g);
+    CHECK(h.output_device() == -1);
+    CHECK(h.output_shape() == std::vector<int64_t>{6, 3});
+    CHECK(static_cast<const float*>(h.output())[17] == 2.0f);
+    CHECK_FALSE(c.failed());
+  });
+}
+
 TEST_CASE("device: argument errors about devices are reported at submission") {
   auto ctx = make_job(1);
   std::vector<float> v(4);
   AllreduceArgs a{"x", v.data(), v.data(), DataType::Float32, {4}};
   a.device = -3;
   CHECK_THROWS_WITH(ctx[0]->allreduce_async(a), Catch::Contains("device -3 is not valid"));
+  AllgatherArgs g{"g", v.data(), DataType::Float32, {4}, {}};
+  g.device = -5;
+  CHECK_THROWS_WITH(ctx[0]->allgather_async(g), Catch::Contains("device -5 is not valid"));
+  ReducescatterArgs s{"s", v.data(), DataType::Float32, {4}, ReduceOp::Sum, 1.0, 1.0, {}};
+  s.device = -4;
+  CHECK_THROWS_WITH(ctx[0]->reducescatter_async(s), Catch::Contains("device -4 is not valid"));
 }
 
 TEST_CASE("device: a library built without CUDA refuses device buffers on every rank - the job goes on") {
@@ -243,6 +287,15 @@ TEST_CASE("device: a library built without CUDA refuses device buffers on every 
                                   dynamic_cast<const MismatchError*>(&e) == nullptr;
                          }));
     CHECK(v[0] == 1.0f);
+    AllgatherArgs g{"dev.gather", v.data(), DataType::Float32, {4}, {}};
+    g.device = r;
+    CHECK_THROWS_WITH(c.allgather(g), Catch::Contains("built without the CUDA component"));
+    AlltoallArgs t{"dev.a2a", v.data(), DataType::Float32, {4}, {}, {}};
+    t.device = 0;
+    CHECK_THROWS_WITH(c.alltoall(t), Catch::Contains("built without the CUDA component"));
+    ReducescatterArgs s{"dev.rs", v.data(), DataType::Float32, {4}, ReduceOp::Sum, 1.0, 1.0, {}};
+    s.device = 0;
+    CHECK_THROWS_WITH(c.reducescatter(s), Catch::Contains("built without the CUDA component"));
     c.allreduce({"host", v.data(), v.data(), DataType::Float32, {4}});
     CHECK(v[0] == 2.0f);
   });
@@ -261,4 +314,40 @@ TEST_CASE("device: CUDA built but no device - every rank fails with a clear erro
     CHECK_THROWS_AS(c.allreduce(a), hvd::Error);
     CHECK(c.failed());
   });
+}
+
+TEST_CASE("device: CUDA built but no device - a device allgather fails every rank, the allocator is never called") {
+  if (!cuda::cuda_built() || cuda::device_count() > 0) {
+    WARN("needs a CUDA build on a machine without a GPU (the gpu tests cover the other case)");
+    return;
+  }
+  for (OpType type : {OpType::Allgather, OpType::Alltoall, OpType::Reducescatter}) {
+    auto ctx = make_job(2);
+    run_all(ctx, [&](Context& c, int r) {
+      std::vector<float> v(4, 1.0f);
+      bool allocated = false;
+      Allocator alloc = [&](const std::vector<int64_t>&, std::size_t) -> void* {
+        allocated = true;
+        return nullptr;
+      };
+      const auto start = std::chrono::steady_clock::now();
+      if (type == OpType::Allgather) {
+        AllgatherArgs g{"g", v.data(), DataType::Float32, {4}, alloc};
+        g.device = 0;
+        CHECK_THROWS_AS(c.allgather(g), hvd::Error);
+      } else if (type == OpType::Alltoall) {
+        AlltoallArgs t{"t", v.data(), DataType::Float32, {4}, {}, alloc};
+        t.device = 0;
+        CHECK_THROWS_AS(c.alltoall(t), hvd::Error);
+      } else {
+        ReducescatterArgs s{"s", v.data(), DataType::Float32, {4}, ReduceOp::Sum, 1.0, 1.0, alloc};
+        s.device = 0;
+        CHECK_THROWS_AS(c.reducescatter(s), hvd::Error);
+      }
+      CHECK(std::chrono::steady_clock::now() - start < 8s);  // the peer's failure, not its timeout
+      CHECK_FALSE(allocated);
+      CHECK(c.failed());
+      (void)r;
+    });
+  }
 }

@@ -114,6 +114,19 @@ int hvd_allreduce_async_ex(const char* name, const void* in, void* out, int64_t 
                            hvd_handle_t* out_handle);
 int hvd_broadcast_async_ex(const char* name, const void* in, void* out, int64_t count, int dtype, int root,
                            int device, void* cuda_stream, hvd_handle_t* out_handle);
+/* Allgather, alltoall and reducescatter of device buffers: the data goes
+ * through host memory (docs/cuda.md); `alloc` must return memory on
+ * `device`, or be NULL: the handle then owns device memory, and
+ * hvd_handle_output gives its device pointer (hvd_handle_output_device). */
+int hvd_allgather_async_ex(const char* name, const void* in, int ndim, const int64_t* shape, int dtype,
+                           hvd_alloc_fn alloc, void* alloc_user, int device, void* cuda_stream,
+                           hvd_handle_t* out_handle);
+int hvd_alltoall_async_ex(const char* name, const void* in, int ndim, const int64_t* shape, int dtype,
+                          const int64_t* splits, hvd_alloc_fn alloc, void* alloc_user, int device,
+                          void* cuda_stream, hvd_handle_t* out_handle);
+int hvd_reducescatter_async_ex(const char* name, const void* in, int ndim, const int64_t* shape, int dtype, int op,
+                               double prescale, double postscale, hvd_alloc_fn alloc, void* alloc_user,
+                               int device, void* cuda_stream, hvd_handle_t* out_handle);
 /* 1 when the library was built with the CUDA component, else 0. */
 int hvd_cuda_built(void);
 /* Number of CUDA devices visible (0 without CUDA, driver or device). */
@@ -127,6 +140,9 @@ int hvd_wait(hvd_handle_t handle);
 /* After a successful hvd_wait: the output of allgather/alltoall/
  * reducescatter (owned by the handle unless an allocator was given). */
 int hvd_handle_output(hvd_handle_t handle, const void** data, size_t* bytes);
+/* After a successful hvd_wait: the CUDA device of hvd_handle_output's
+ * memory in *device, or -1 for host memory. */
+int hvd_handle_output_device(hvd_handle_t handle, int* device);
 /* Output shape: writes up to `capacity` dims, stores the rank in *ndim. */
 int hvd_handle_output_shape(hvd_handle_t handle, int64_t* shape, int capacity, int* ndim);
 /* Alltoall: rows received from each rank (capacity >= hvd_size()). */

@@ -106,12 +106,19 @@ struct AllreduceArgs {
 
 /// Concatenates every rank's tensor along the first dimension, which may
 /// differ per rank. The output comes from `allocator` or the handle.
+///
+/// Allgather, alltoall and reducescatter take device buffers too: `device`
+/// and `stream` as in AllreduceArgs (the data goes through host memory,
+/// docs/cuda.md). Then `allocator` must return memory on `device`; without
+/// one the handle owns device memory (Handle::output_device()).
 struct AllgatherArgs {
   std::string name;
   const void* input = nullptr;
   DataType dtype = DataType::Float32;
   std::vector<int64_t> shape;
   Allocator allocator;
+  int32_t device = kHostDevice;
+  CUstream_st* stream = nullptr;
 };
 
 /// Copies root's input into every rank's output (input may equal output;
@@ -138,6 +145,9 @@ struct AlltoallArgs {
   std::vector<int64_t> shape;
   std::vector<int64_t> splits;
   Allocator allocator;
+  /// As AllgatherArgs.
+  int32_t device = kHostDevice;
+  CUstream_st* stream = nullptr;
 };
 
 /// Reduces across ranks, then rank r keeps its share of the first
@@ -151,6 +161,9 @@ struct ReducescatterArgs {
   double prescale = 1.0;
   double postscale = 1.0;
   Allocator allocator;
+  /// As AllgatherArgs.
+  int32_t device = kHostDevice;
+  CUstream_st* stream = nullptr;
 };
 
 struct BarrierArgs {

@@ -61,6 +61,11 @@ bool is_device_pointer(const void* ptr);
 /// for host memory, null, and whenever CUDA is unavailable. Initialises the
 /// CUDA runtime like is_device_pointer; used only for kAutoDevice.
 int pointer_device(const void* ptr);
+/// Copies `bytes` from `src` to `dst`, each host or device memory
+/// (cudaMemcpyDefault), and returns when done (e.g. a device Handle's
+/// output() into a framework tensor). hvd::InvalidArgument in a build
+/// without the CUDA component, CudaError when CUDA fails.
+void copy(void* dst, const void* src, std::size_t bytes);
 
 /// Settings of a DeviceAllreducer; every local rank must pass the same
 /// values except local_rank and device.

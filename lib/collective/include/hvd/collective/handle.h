@@ -39,8 +39,12 @@ class Handle {
   bool wait_for(std::chrono::milliseconds timeout) const;
 
   /// Output of allgather / alltoall / reducescatter after a successful wait:
-  /// the library-owned buffer or the allocator's memory.
+  /// the library-owned buffer or the allocator's memory (device memory for
+  /// an operation on device buffers: see output_device()).
   const void* output() const;
+  /// Where output() is: the CUDA device of an operation on device buffers,
+  /// else -1 (host memory). cuda::copy() copies from either.
+  int32_t output_device() const;
   std::size_t output_bytes() const;
   const std::vector<int64_t>& output_shape() const;
   /// Alltoall: rows received from each rank.
