@@ -99,7 +99,12 @@ void scale_typed(void* data_v, std::size_t n, double factor) {
   using C = typename K::Compute;
   T* data = static_cast<T*>(data_v);
   if constexpr (std::is_integral_v<C>) {
-    for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<T>(static_cast<double>(data[i]) * factor);
+    // Truncated to int64, then wrapped to T (a double -> narrow integer
+    // conversion out of range is undefined; the GPU kernel does the same).
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto v = static_cast<int64_t>(static_cast<double>(data[i]) * factor);
+      data[i] = static_cast<T>(static_cast<uint64_t>(v));
+    }
   } else if constexpr (std::is_same_v<C, double>) {
     for (std::size_t i = 0; i < n; ++i) data[i] *= factor;
   } else {
@@ -110,9 +115,11 @@ void scale_typed(void* data_v, std::size_t n, double factor) {
 
 template <class T>
 void divide_typed(void* data_v, std::size_t n, int divisor) {
+  // In int64: the divisor (the job size) need not fit T -- int8_t(128) is
+  // negative and uint8_t(256) is zero.
   T* data = static_cast<T*>(data_v);
-  const T d = static_cast<T>(divisor);
-  for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<T>(data[i] / d);
+  const int64_t d = divisor;
+  for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<T>(static_cast<int64_t>(data[i]) / d);
 }
 
 // Calls f.template operator()<T>() for the storage type of dtype.

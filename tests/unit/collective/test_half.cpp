@@ -1,11 +1,13 @@
 // float16 / bfloat16 conversions: exact values, rounding to nearest even,
 // overflow to infinity, subnormals, NaN.
 #include "half.h"
+#include "reduce.h"
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 using namespace hvd::collective::detail;
 
@@ -51,4 +53,37 @@ TEST_CASE("bfloat16 conversions round to nearest even", "[collective][half]") {
     if ((h & 0x7f80) == 0x7f80 && (h & 0x7f)) continue;
     REQUIRE(float_to_bfloat16(bfloat16_to_float(static_cast<uint16_t>(h))) == h);
   }
+}
+
+TEST_CASE("integer Average divides by job sizes beyond the dtype's range", "[collective][reduce]") {
+  // 128..255 ranks do not fit int8, 256 ranks do not fit uint8: the division
+  // happens in int64 (before the fix, int8 divided by a negative number and
+  // uint8 by zero).
+  std::vector<int8_t> s8 = {-128, 127, 100, -1};
+  finalize(hvd::collective::DataType::Int8, hvd::collective::ReduceOp::Average, s8.data(), s8.size(), 200, 1.0);
+  CHECK(s8 == std::vector<int8_t>{0, 0, 0, 0});
+  std::vector<int8_t> t8 = {-128, 127, 64};
+  finalize(hvd::collective::DataType::Int8, hvd::collective::ReduceOp::Average, t8.data(), t8.size(), 64, 1.0);
+  CHECK(t8 == std::vector<int8_t>{-2, 1, 1});
+  std::vector<uint8_t> u8 = {255, 3};
+  finalize(hvd::collective::DataType::UInt8, hvd::collective::ReduceOp::Average, u8.data(), u8.size(), 256, 1.0);
+  CHECK(u8 == std::vector<uint8_t>{0, 0});
+  std::vector<uint8_t> v8 = {255, 200};
+  finalize(hvd::collective::DataType::UInt8, hvd::collective::ReduceOp::Average, v8.data(), v8.size(), 100, 1.0);
+  CHECK(v8 == std::vector<uint8_t>{2, 2});
+  std::vector<int32_t> i32 = {-7, 7};
+  finalize(hvd::collective::DataType::Int32, hvd::collective::ReduceOp::Average, i32.data(), i32.size(), 2, 1.0);
+  CHECK(i32 == std::vector<int32_t>{-3, 3});  // truncation toward zero
+}
+
+TEST_CASE("integer scaling out of the dtype's range wraps (truncated in int64)", "[collective][reduce]") {
+  std::vector<int8_t> s8 = {100, -100, 3};
+  scale(hvd::collective::DataType::Int8, s8.data(), s8.size(), 3.0);
+  CHECK(s8 == std::vector<int8_t>{44, -44, 9});  // 300 -> 44, -300 -> -44
+  std::vector<uint8_t> u8 = {200, 1};
+  scale(hvd::collective::DataType::UInt8, u8.data(), u8.size(), -1.5);
+  CHECK(u8 == std::vector<uint8_t>{static_cast<uint8_t>(-300), static_cast<uint8_t>(-1)});
+  std::vector<int32_t> i32 = {2000000000};
+  scale(hvd::collective::DataType::Int32, i32.data(), i32.size(), 2.0);
+  CHECK(i32[0] == static_cast<int32_t>(static_cast<uint32_t>(4000000000u)));
 }
