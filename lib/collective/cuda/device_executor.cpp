@@ -31,6 +31,11 @@ struct PerDevice {
   void* pinned[2] = {nullptr, nullptr};  // broadcast staging, chunk_bytes each
   std::unique_ptr<DeviceFusionBuffer> fusion;
   std::unique_ptr<StagedAllreducer> staged;
+  /// Set after a failure: teardown waits for the stream only for a bounded
+  /// time, and leaves everything to process exit if it is stuck (work
+  /// queued behind a dead local peer's event may never finish, and freeing
+  /// memory it uses -- cudaFree synchronises -- could hang teardown).
+  bool failed = false;
 
   explicit PerDevice(int d) : device(d) {
     DeviceGuard guard(device);
@@ -40,7 +45,20 @@ struct PerDevice {
   }
   ~PerDevice() {
     // Never throws: called on teardown, possibly after a CUDA failure.
-    if (cudaSetDevice(device) == cudaSuccess && stream) cudaStreamSynchronize(stream);
+    if (cudaSetDevice(device) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    if (stream && failed && !drained(stream, std::chrono::milliseconds(2000))) {
+      spdlog::warn("hvd: device work on CUDA device {} did not finish after the failure; its buffers are left to "
+                   "process exit",
+                   device);
+      (void)staged.release();
+      (void)fusion.release();
+      cudaGetLastError();
+      return;
+    }
+    if (stream) cudaStreamSynchronize(stream);
     staged.reset();
     fusion.reset();
     for (void* p : pinned) {
@@ -55,16 +73,38 @@ struct PerDevice {
   PerDevice(const PerDevice&) = delete;
   PerDevice& operator=(const PerDevice&) = delete;
 
-  /// Orders `stream` after the work queued on every caller stream so far.
-  void after_callers(const std::vector<CUstream_st*>& caller_streams) {
+  /// Orders `stream` after the callers' work: after each tensor's ready
+  /// event (recorded on the caller's stream when the operation was
+  /// submitted), or, for a tensor without one, after everything queued on
+  /// its stream so far.
+  void after_callers(const std::vector<DeviceTensor>& tensors) {
     std::vector<CUstream_st*> seen;
-    for (CUstream_st* s : caller_streams) {
-      if (std::find(seen.begin(), seen.end(), s) != seen.end()) continue;
-      seen.push_back(s);
+    for (const DeviceTensor& t : tensors) {
+      if (t.ready) {
+        HVD_CUDA_CHECK(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(t.ready), 0));
+        continue;
+      }
+      if (std::find(seen.begin(), seen.end(), t.stream) != seen.end()) continue;
+      seen.push_back(t.stream);
       // cudaStreamWaitEvent captures the event's current record, so one
       // event serves every caller stream in turn.
-      HVD_CUDA_CHECK(cudaEventRecord(callers, static_cast<cudaStream_t>(s)));
+      HVD_CUDA_CHECK(cudaEventRecord(callers, static_cast<cudaStream_t>(t.stream)));
       HVD_CUDA_CHECK(cudaStreamWaitEvent(stream, callers, 0));
+    }
+  }
+
+  /// Whether `s` finished its work within `bound` (polled; never throws).
+  static bool drained(cudaStream_t s, std::chrono::milliseconds bound) {
+    const auto deadline = std::chrono::steady_clock::now() + bound;
+    for (;;) {
+      const cudaError_t q = cudaStreamQuery(s);
+      if (q == cudaSuccess) return true;
+      if (q != cudaErrorNotReady) {
+        cudaGetLastError();
+        return false;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
 };
@@ -95,18 +135,28 @@ void scale_in_place(void* data, std::size_t count, DataType dtype, double presca
   launch_reduce(l, stream);
 }
 
-/// Waits for `stream`; with an NCCL communicator, polls so that a failed
-/// peer (NCCL's asynchronous error) ends the wait instead of hanging it.
-void wait_stream(cudaStream_t stream, NcclComm* nccl) {
-  if (!nccl) {
-    HVD_CUDA_CHECK(cudaStreamSynchronize(stream));
-    return;
-  }
-  for (;;) {
+/// Waits for `stream`, bounded by `timeout`: polls (spinning briefly
+/// first, as cudaStreamSynchronize would, then sleeping) so that work that
+/// never finishes -- queued behind the event of a local peer that died, say
+/// -- fails the operation with TimeoutError instead of hanging the
+/// background thread; with an NCCL communicator, NCCL's asynchronous error
+/// (a lost peer) ends the wait too.
+void wait_stream(cudaStream_t stream, NcclComm* nccl, int device, std::chrono::milliseconds timeout) {
+  const auto start = std::chrono::steady_clock::now();
+  for (uint64_t polls = 0;; ++polls) {
     const cudaError_t q = cudaStreamQuery(stream);
     if (q == cudaSuccess) return;
     if (q != cudaErrorNotReady) HVD_CUDA_CHECK(q);
-    nccl->check_async();
+    if (nccl) nccl->check_async();
+    if (polls < 2000) {
+      std::this_thread::yield();
+      continue;
+    }
+    if (std::chrono::steady_clock::now() - start > timeout) {
+      throw TimeoutError(fmt::format("hvd: device work on CUDA device {} did not finish within {} ms "
+                                     "(HOROVOD_START_TIMEOUT): a local peer may have died, or the GPU hangs",
+                                     device, timeout.count()));
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }
@@ -213,6 +263,7 @@ struct DeviceExecutor::Impl {
   }
 
   void abort() noexcept {
+    for (auto& [d, pd] : devices) pd->failed = true;
     for (auto& [key, ar] : intra) ar->abort();
     for (auto& [key, p] : paths) {
       if (p->nccl) p->nccl->abort();
@@ -257,9 +308,7 @@ void DeviceExecutor::allreduce(const std::vector<int32_t>& devices, const std::v
   const int dev = devices[job.rank];
   PerDevice& pd = im.device(dev);
   DeviceGuard guard(dev);
-  std::vector<CUstream_st*> callers;
-  for (const auto& t : mine) callers.push_back(t.stream);
-  pd.after_callers(callers);
+  pd.after_callers(mine);
 
   // 1. The data to reduce in place: the output, or the fused region.
   void* data = nullptr;
@@ -308,7 +357,7 @@ void DeviceExecutor::allreduce(const std::vector<int32_t>& devices, const std::v
 
   // 3. Results out, then complete: the handle finishes after this returns.
   if (fused) pd.fusion->unpack(outputs, pd.stream);
-  wait_stream(pd.stream, path.nccl.get());
+  wait_stream(pd.stream, path.nccl.get(), dev, im.options.timeout);
 }
 
 void DeviceExecutor::broadcast(const std::vector<int32_t>& devices, const DeviceTensor& t, int root,
@@ -322,12 +371,12 @@ void DeviceExecutor::broadcast(const std::vector<int32_t>& devices, const Device
   const bool is_root = job.rank == root;
   PerDevice& pd = im.device(device);
   DeviceGuard guard(device);
-  pd.after_callers({t.stream});
+  pd.after_callers({t});
   JobPath& path = im.path_for(devices, device);
   if (path.nccl) {
     // NCCL copies the root's input to every output (the root's too).
     path.nccl->broadcast(t.input ? t.input : t.output, t.output, t.bytes, root, pd.stream);
-    wait_stream(pd.stream, path.nccl.get());
+    wait_stream(pd.stream, path.nccl.get(), device, im.options.timeout);
     return;
   }
   const std::size_t chunk = std::max<std::size_t>(256, im.options.chunk_bytes / 256 * 256);
@@ -351,7 +400,7 @@ void DeviceExecutor::broadcast(const std::vector<int32_t>& devices, const Device
     if (k >= 2 && !is_root) HVD_CUDA_CHECK(cudaEventSynchronize(pd.h2d_done[slot]));
     if (is_root) {
       HVD_CUDA_CHECK(cudaMemcpyAsync(host, in + c.offset, c.bytes, cudaMemcpyDeviceToHost, pd.stream));
-      HVD_CUDA_CHECK(cudaStreamSynchronize(pd.stream));
+      wait_stream(pd.stream, nullptr, device, im.options.timeout);
     }
     network(host, c.bytes);
     if (!is_root) {
@@ -359,22 +408,47 @@ void DeviceExecutor::broadcast(const std::vector<int32_t>& devices, const Device
       HVD_CUDA_CHECK(cudaEventRecord(pd.h2d_done[slot], pd.stream));
     }
   }
-  HVD_CUDA_CHECK(cudaStreamSynchronize(pd.stream));
+  wait_stream(pd.stream, nullptr, device, im.options.timeout);
 }
 
-void DeviceExecutor::to_host(int device, const void* src, void* dst, std::size_t bytes, CUstream_st* caller) {
+void DeviceExecutor::to_host(int device, const DeviceTensor& t, void* dst) {
   PerDevice& pd = impl_->device(device);
   DeviceGuard guard(device);
-  pd.after_callers({caller});
-  if (bytes > 0) HVD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, pd.stream));
-  HVD_CUDA_CHECK(cudaStreamSynchronize(pd.stream));
+  pd.after_callers({t});
+  if (t.bytes > 0) HVD_CUDA_CHECK(cudaMemcpyAsync(dst, t.input, t.bytes, cudaMemcpyDeviceToHost, pd.stream));
+  wait_stream(pd.stream, nullptr, device, impl_->options.timeout);
 }
 
 void DeviceExecutor::to_device(int device, const void* src, void* dst, std::size_t bytes) {
   PerDevice& pd = impl_->device(device);
   DeviceGuard guard(device);
   if (bytes > 0) HVD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, pd.stream));
-  HVD_CUDA_CHECK(cudaStreamSynchronize(pd.stream));
+  wait_stream(pd.stream, nullptr, device, impl_->options.timeout);
+}
+
+void check_visible_device(int device) {
+  const int n = device_count();
+  if (device < 0 || device >= n) {
+    throw InvalidArgument(
+        fmt::format("hvd: buffers on CUDA device {}, but {} device(s) are visible to this process", device, n));
+  }
+}
+
+std::shared_ptr<CUevent_st> record_ready_event(int device, CUstream_st* stream) {
+  check_visible_device(device);
+  DeviceGuard guard(device);
+  cudaEvent_t ev = nullptr;
+  HVD_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  std::shared_ptr<CUevent_st> owned(ev, [device](CUevent_st* e) {
+    // Never throws; may run on any thread, with any device current.
+    int current = 0;
+    const bool restore = cudaGetDevice(&current) == cudaSuccess;
+    if (cudaSetDevice(device) == cudaSuccess) cudaEventDestroy(e);
+    if (restore) cudaSetDevice(current);
+    cudaGetLastError();
+  });
+  HVD_CUDA_CHECK(cudaEventRecord(ev, static_cast<cudaStream_t>(stream)));
+  return owned;
 }
 
 std::shared_ptr<void> allocate_device_memory(int device, std::size_t bytes) {

@@ -29,8 +29,13 @@ struct DeviceTensor {
   void* output = nullptr;
   std::size_t bytes = 0;
   /// The caller's stream: the operation runs after the work queued on it
-  /// (null: the device's legacy default stream).
+  /// (null: the device's legacy default stream) ...
   CUstream_st* stream = nullptr;
+  /// ... up to this event, when given: recorded on `stream` when the
+  /// operation was submitted (record_ready_event), so work the caller
+  /// queues after submitting neither delays the operation nor changes its
+  /// input.
+  CUevent_st* ready = nullptr;
 };
 
 struct DeviceExecutorOptions {
@@ -87,12 +92,13 @@ class DeviceExecutor {
   void broadcast(const std::vector<int32_t>& devices, const DeviceTensor& tensor, int root,
                  const HostBroadcast& network);
 
-  /// Copies `bytes` of device memory `src` on `device` to host memory `dst`,
-  /// after the work queued on `caller` (null: the legacy default stream);
-  /// returns when the copy is done. Allgather, alltoall and reducescatter
-  /// of device buffers run their host algorithm between to_host and
-  /// to_device. CudaError on failure.
-  void to_host(int device, const void* src, void* dst, std::size_t bytes, CUstream_st* caller);
+  /// Copies `t.bytes` of device memory `t.input` on `device` to host memory
+  /// `dst`, after the caller's work (t.ready, else t.stream); returns when
+  /// the copy is done. Allgather, alltoall and reducescatter of device
+  /// buffers run their host algorithm between to_host and to_device.
+  /// CudaError on failure; TimeoutError if the copy does not finish within
+  /// the options' timeout.
+  void to_host(int device, const DeviceTensor& t, void* dst);
   /// Copies host memory `src` to device memory `dst` on `device`; returns
   /// when the copy is done.
   void to_device(int device, const void* src, void* dst, std::size_t bytes);
@@ -112,6 +118,15 @@ class DeviceExecutor {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+/// hvd::InvalidArgument unless `device` is one of the devices this process
+/// sees.
+void check_visible_device(int device);
+
+/// An event recorded now on `stream` of `device` (the caller's stream, at
+/// submit), destroyed when the last owner lets go. InvalidArgument for a
+/// device that is not visible, CudaError when CUDA fails.
+std::shared_ptr<CUevent_st> record_ready_event(int device, CUstream_st* stream);
 
 /// `bytes` (at least 1 allocated) of device memory on `device`, freed with
 /// cudaFree when the last owner lets go (a handle-owned output). CudaError

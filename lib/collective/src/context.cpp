@@ -121,6 +121,14 @@ struct Context::Impl {
   }
 
   Handle submit(std::shared_ptr<OpState> op) {
+    if (op->request.device >= 0 && cuda::cuda_built()) {
+      // Outside the lock (a CUDA call): what the caller queued so far.
+      try {
+        op->ready = cuda::detail::record_ready_event(op->request.device, op->stream);
+      } catch (...) {
+        op->submit_error = std::current_exception();
+      }
+    }
     std::unique_lock<std::mutex> lock(mu);
     Request& q = op->request;
     if (q.name.empty()) {

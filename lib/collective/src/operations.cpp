@@ -147,7 +147,7 @@ void run_through_host(Executors& ex, OpState& op, Run run) {
   const int device = op.request.device;
   cuda::detail::DeviceExecutor& dev = ex.device();
   std::vector<uint8_t> host_in(tensor_bytes(op.request));
-  dev.to_host(device, op.input, host_in.data(), host_in.size(), op.stream);
+  dev.to_host(device, {op.input, nullptr, host_in.size(), op.stream, op.ready.get()}, host_in.data());
   const void* user_input = op.input;
   Allocator user_allocator = std::move(op.allocator);
   op.input = host_in.data();
@@ -194,7 +194,9 @@ void run_device_allreduce(const Response& resp, Executors& ex, const std::vector
   Comm& comm = ex.comm;
   const Request& head = resp.tensors[0][comm.rank()];
   std::vector<cuda::detail::DeviceTensor> mine;
-  for (OpState* op : ops) mine.push_back({op->input, op->output, tensor_bytes(op->request), op->stream});
+  for (OpState* op : ops) {
+    mine.push_back({op->input, op->output, tensor_bytes(op->request), op->stream, op->ready.get()});
+  }
   const DataType dtype = head.dtype;
   const ReduceOp rop = head.op;
   const double pre = head.prescale, post = head.postscale;
@@ -258,7 +260,7 @@ void run_broadcast(const Response& resp, Executors& ex, OpState& op) {
   std::size_t bytes = tensor_bytes(op.request);
   if (op.request.device >= 0) {
     const int root = op.request.root;
-    ex.device().broadcast(devices_of(resp), {op.input, op.output, bytes, op.stream}, root,
+    ex.device().broadcast(devices_of(resp), {op.input, op.output, bytes, op.stream, op.ready.get()}, root,
                           [&](void* host, std::size_t b) { broadcast(comm, host, b, root); });
     return;
   }
@@ -367,6 +369,11 @@ void check_request(const OpState& op, int size) {
 
 void execute(const Response& response, const std::vector<OpState*>& ops, Executors& ex) {
   Comm& comm = ex.comm;
+  // A device operation whose stream could not be captured at submit (no
+  // such device, say) fails here like any data-plane error.
+  for (OpState* op : ops) {
+    if (op->submit_error) std::rethrow_exception(op->submit_error);
+  }
   switch (response.type) {
     case OpType::Allreduce: run_allreduce(response, ex, ops); return;
     case OpType::Broadcast: run_broadcast(response, ex, *ops[0]); return;

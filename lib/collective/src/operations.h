@@ -9,6 +9,7 @@
 #include "hvd/common/io.h"
 
 struct CUstream_st;
+struct CUevent_st;
 
 namespace hvd::collective::cuda::detail {
 class DeviceExecutor;
@@ -29,8 +30,14 @@ struct OpState {
   const void* input = nullptr;
   void* output = nullptr;
   Allocator allocator;
-  /// Device operations: the caller's CUDA stream (request.device >= 0).
+  /// Device operations: the caller's CUDA stream (request.device >= 0) ...
   CUstream_st* stream = nullptr;
+  /// ... and an event recorded on it at submit: the operation runs after
+  /// the work queued before the call, not after what the caller queues
+  /// later. A failure to record it is kept and rethrown when the operation
+  /// runs (so every rank still announces the tensor).
+  std::shared_ptr<CUevent_st> ready;
+  std::exception_ptr submit_error;
   Clock::time_point submitted;
 
   // Results, written by the background thread before finish().
