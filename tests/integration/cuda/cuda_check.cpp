@@ -196,7 +196,7 @@ int run_kernels() {
     for (std::size_t i = 0; i < counts.size(); ++i) {
       host_a.push_back(random_tensor(DataType::Float32, ReduceOp::Sum, counts[i], 7000 + i));
       host_b.push_back(random_tensor(DataType::Float32, ReduceOp::Sum, counts[i], 8000 + i));
-      bufs_a.push_back(std::make_unique<DeviceBuffer>(counts[i] * 4));
+      bufs_a.push_back(std::make_unique<DeviceBuffer>((counts[i] + kGuard) * 4));  // + a guard unpack must not touch
       bufs_b.push_back(std::make_unique<DeviceBuffer>(counts[i] * 4));
       CK(cudaMemcpy(bufs_a.back()->ptr, host_a.back().bytes.data(), counts[i] * 4, cudaMemcpyHostToDevice));
       CK(cudaMemcpy(bufs_b.back()->ptr, host_b.back().bytes.data(), counts[i] * 4, cudaMemcpyHostToDevice));
@@ -206,16 +206,15 @@ int run_kernels() {
     std::size_t bytes_a = 0, bytes_b = 0;
     void* fused_a = fa.pack(list_a, stream, bytes_a);
     void* fused_b = fb.pack(list_b, stream, bytes_b);
-    // Poison the tensors so only unpack can restore them.
+    // Poison the tensors (and their guards) so only unpack can restore them.
     for (auto& b : bufs_a) CK(cudaMemsetAsync(b->ptr, 0xff, b->bytes, stream));
+    const std::vector<uint8_t> guard(kGuard * 4, 0xff);
     cuda::reduce({fused_a, fused_b}, fused_a, bytes_a / 4, DataType::Float32, ReduceOp::Sum, 1.0, 1.0, stream);
     fa.unpack(list_a, stream);
     CK(cudaStreamSynchronize(stream));
     for (std::size_t i = 0; i < counts.size(); ++i) {
       std::vector<uint8_t> got((counts[i] + kGuard) * 4);
-      CK(cudaMemcpy(got.data(), bufs_a[i]->ptr, counts[i] * 4, cudaMemcpyDeviceToHost));
-      std::vector<uint8_t> guard(kGuard * 4);
-      std::memcpy(got.data() + counts[i] * 4, guard.data(), guard.size());
+      CK(cudaMemcpy(got.data(), bufs_a[i]->ptr, got.size(), cudaMemcpyDeviceToHost));
       const std::string err =
           verify(DataType::Float32, ReduceOp::Sum, {&host_a[i], &host_b[i]}, got.data(), counts[i], 1, 1, 2, guard);
       ++checks;
