@@ -161,9 +161,23 @@ void wait_stream(cudaStream_t stream, NcclComm* nccl, int device, std::chrono::m
   }
 }
 
+/// Whether `mine` can access every other device of `devices` directly
+/// (the intra-host path maps them through CUDA IPC with peer access).
+bool reaches_peers(int mine, const std::vector<int32_t>& devices) {
+  for (int32_t d : devices) {
+    if (d == mine || d < 0) continue;
+    int can = 0;
+    HVD_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, mine, d));
+    if (!can) return false;
+  }
+  return true;
+}
+
 /// The job's choice for one list of every rank's device.
 struct JobPath {
   DevicePathSetting setting = DevicePathSetting::Auto;
+  /// Every rank's GPU can reach the others' (the intra-host path's need).
+  bool peer_access = true;
   std::unique_ptr<NcclComm> nccl;  // null: our own paths
 };
 
@@ -242,9 +256,16 @@ struct DeviceExecutor::Impl {
         mine.version = lib.version_code();
         mine.reason = lib.unavailable();
         mine.setting = options.path;
+        // Only the intra-host path (every rank on this host) maps peers' GPUs.
+        mine.peer_access = choose_allreduce_path(job) != AllreducePath::IntraHost || reaches_peers(dev, all_devices);
         const std::string prefix = fmt::format("{}cuda/path/{}/", options.comm_prefix, paths_created++);
         const auto all = exchange_nccl_info(*store, prefix, job.rank, job.size, mine, options.timeout);
         p->setting = all[0].setting;
+        std::string no_peer;
+        p->peer_access = all_peer_access(all, &no_peer);
+        if (!p->peer_access && job.rank == 0) {
+          spdlog::info("hvd: device allreduces without NCCL take the staged path: {}", no_peer);
+        }
         std::string why;
         if (choose_nccl(all, &why)) {
           p->nccl = std::make_unique<NcclComm>(lib, *store, prefix, job.rank, job.size, options.timeout);
@@ -343,7 +364,8 @@ void DeviceExecutor::allreduce(const std::vector<int32_t>& devices, const std::v
     path.nccl->allreduce(data, data, count, dtype, op, pd.stream);
     const int divisor = op == ReduceOp::Average ? job.size : 1;
     if (postscale != 1.0 || divisor > 1) scale_in_place(data, count, dtype, 1.0, postscale, divisor, pd.stream);
-  } else switch (path.setting == DevicePathSetting::Staged ? AllreducePath::Staged : choose_allreduce_path(job)) {
+  } else switch (path.setting == DevicePathSetting::Staged || !path.peer_access ? AllreducePath::Staged
+                                                                                : choose_allreduce_path(job)) {
     case AllreducePath::IntraHost:
       im.intra_host(devices).allreduce(data, bytes / esize, dtype, op, pd.stream, prescale, postscale);
       break;

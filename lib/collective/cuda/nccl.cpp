@@ -223,8 +223,8 @@ const NcclLibrary& NcclLibrary::get() {
 
 std::string NcclRankInfo::encode() const {
   // One line of text; the reason goes last (it may contain spaces).
-  return fmt::format("v1 {} {} {} {} {}", gpu.empty() ? "-" : gpu, available ? 1 : 0, version,
-                     static_cast<int>(setting), reason);
+  return fmt::format("v2 {} {} {} {} {} {}", gpu.empty() ? "-" : gpu, available ? 1 : 0, version,
+                     static_cast<int>(setting), peer_access ? 1 : 0, reason);
 }
 
 NcclRankInfo NcclRankInfo::decode(const std::string& text) {
@@ -233,12 +233,14 @@ NcclRankInfo NcclRankInfo::decode(const std::string& text) {
   NcclRankInfo r;
   int avail = -1;
   int setting = -1;
-  if (!(in >> tag >> r.gpu >> avail >> r.version >> setting) || tag != "v1" || (avail != 0 && avail != 1) ||
-      setting < 0 || setting > static_cast<int>(DevicePathSetting::Staged)) {
+  int peer = -1;
+  if (!(in >> tag >> r.gpu >> avail >> r.version >> setting >> peer) || tag != "v2" || (avail != 0 && avail != 1) ||
+      setting < 0 || setting > static_cast<int>(DevicePathSetting::Staged) || (peer != 0 && peer != 1)) {
     throw IoError(fmt::format("malformed NCCL rank record '{}'", text.substr(0, 200)));
   }
   if (r.gpu == "-") r.gpu.clear();
   r.available = avail == 1;
+  r.peer_access = peer == 1;
   r.setting = static_cast<DevicePathSetting>(setting);
   std::getline(in >> std::ws, r.reason);
   return r;
@@ -251,6 +253,16 @@ DevicePathSetting parse_device_path_setting(const std::string& value) {
   if (value == "staged") return DevicePathSetting::Staged;
   throw InvalidArgument(
       fmt::format("HVD_CUDA_ALLREDUCE_PATH='{}': expected auto, nccl, intra-host or staged", value));
+}
+
+bool all_peer_access(const std::vector<NcclRankInfo>& ranks, std::string* why) {
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    if (!ranks[r].peer_access) {
+      if (why) *why = fmt::format("rank {}'s GPU cannot access the other local ranks' GPUs directly", r);
+      return false;
+    }
+  }
+  return true;
 }
 
 bool choose_nccl(const std::vector<NcclRankInfo>& ranks, std::string* why) {

@@ -104,6 +104,11 @@ struct NcclRankInfo {
   DevicePathSetting setting = DevicePathSetting::Auto;
   /// Why not, for the message when NCCL is required.
   std::string reason;
+  /// Whether this rank's GPU can access every other GPU its host's ranks use
+  /// (cudaDeviceCanAccessPeer; ranks sharing its GPU need nothing). The
+  /// intra-host CUDA IPC path needs it of every rank; without it (GPUs on
+  /// different PCIe roots, some VMs) device allreduces take the staged path.
+  bool peer_access = true;
 
   std::string encode() const;
   /// hvd::IoError on a malformed record (a corrupt store value).
@@ -119,6 +124,11 @@ struct NcclRankInfo {
 /// hvd::InvalidArgument naming the reason (every rank throws alike). `why`
 /// (may be null) receives the reason NCCL is not used, for the log.
 bool choose_nccl(const std::vector<NcclRankInfo>& ranks, std::string* why);
+
+/// Whether every rank reported peer access to the other ranks' GPUs (the
+/// intra-host path's condition); `why` (may be null) names the first rank
+/// that did not.
+bool all_peer_access(const std::vector<NcclRankInfo>& ranks, std::string* why);
 
 /// One NCCL communicator over every rank of the job.
 class NcclComm {

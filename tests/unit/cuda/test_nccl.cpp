@@ -150,10 +150,25 @@ TEST_CASE("cuda: nccl: rank records round-trip and garbage is refused") {
   CHECK(d.gpu.empty());
   CHECK(d.reason == c.reason);
 
-  for (const char* bad : {"", "v2 x 1 0 0", "v1", "v1 gpu 7 0 0", "v1 gpu 1 notanumber 0", "v1 gpu 1 0", "v1 gpu 1 0 9",
-                          "\x01\x02\x03"}) {
+  CHECK(d.peer_access);
+  c.peer_access = false;
+  CHECK_FALSE(NcclRankInfo::decode(c.encode()).peer_access);
+
+  for (const char* bad : {"", "v1 x 1 0 0 1", "v1 gpu 1 0 0", "v2", "v2 gpu 7 0 0 1", "v2 gpu 1 notanumber 0 1",
+                          "v2 gpu 1 0", "v2 gpu 1 0 9 1", "v2 gpu 1 0 0", "v2 gpu 1 0 0 2", "\x01\x02\x03"}) {
     CHECK_THROWS_AS(NcclRankInfo::decode(bad), hvd::IoError);
   }
+}
+
+TEST_CASE("cuda: nccl: the intra-host path needs peer access reported by every rank") {
+  std::vector<NcclRankInfo> ranks = {ok("A"), ok("B"), ok("C")};
+  std::string why;
+  CHECK(all_peer_access(ranks, &why));
+  CHECK(why.empty());
+  ranks[1].peer_access = false;
+  CHECK_FALSE(all_peer_access(ranks, &why));
+  CHECK(why == "rank 1's GPU cannot access the other local ranks' GPUs directly");
+  CHECK(all_peer_access({}, nullptr));
 }
 
 TEST_CASE("cuda: nccl: the job uses NCCL only when every rank can and no GPU is shared") {
