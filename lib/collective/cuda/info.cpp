@@ -44,7 +44,10 @@ int pointer_device(const void* ptr) {
 
 void copy(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0 || dst == src) return;
-  HVD_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  // cudaMemcpy does not wait for a device-to-device copy; the documented
+  // "returns when done" needs the stream synchronised.
+  HVD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamLegacy));
+  HVD_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 }  // namespace hvd::collective::cuda
