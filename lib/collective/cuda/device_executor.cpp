@@ -163,9 +163,12 @@ void wait_stream(cudaStream_t stream, NcclComm* nccl, int device, std::chrono::m
 
 /// Whether `mine` can access every other device of `devices` directly
 /// (the intra-host path maps them through CUDA IPC with peer access).
+/// Device indices of other hosts' ranks are checked here too (those this
+/// host has): conservative, and the same answer for every local rank.
 bool reaches_peers(int mine, const std::vector<int32_t>& devices) {
+  const int n = device_count();
   for (int32_t d : devices) {
-    if (d == mine || d < 0) continue;
+    if (d == mine || d < 0 || d >= n) continue;
     int can = 0;
     HVD_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, mine, d));
     if (!can) return false;
@@ -178,6 +181,8 @@ struct JobPath {
   DevicePathSetting setting = DevicePathSetting::Auto;
   /// Every rank's GPU can reach the others' (the intra-host path's need).
   bool peer_access = true;
+  /// The hierarchical path's group of this rank (empty: not hierarchical).
+  std::vector<int> cross_group;
   std::unique_ptr<NcclComm> nccl;  // null: our own paths
 };
 
@@ -256,8 +261,8 @@ struct DeviceExecutor::Impl {
         mine.version = lib.version_code();
         mine.reason = lib.unavailable();
         mine.setting = options.path;
-        // Only the intra-host path (every rank on this host) maps peers' GPUs.
-        mine.peer_access = choose_allreduce_path(job) != AllreducePath::IntraHost || reaches_peers(dev, all_devices);
+        mine.peer_access = reaches_peers(dev, all_devices);
+        mine.place = {job.local_rank, job.local_size, job.cross_rank};
         const std::string prefix = fmt::format("{}cuda/path/{}/", options.comm_prefix, paths_created++);
         const auto all = exchange_nccl_info(*store, prefix, job.rank, job.size, mine, options.timeout);
         p->setting = all[0].setting;
@@ -265,6 +270,21 @@ struct DeviceExecutor::Impl {
         p->peer_access = all_peer_access(all, &no_peer);
         if (!p->peer_access && job.rank == 0) {
           spdlog::info("hvd: device allreduces without NCCL take the staged path: {}", no_peer);
+        }
+        if (p->setting == DevicePathSetting::Hierarchical && p->peer_access && job.cross_size > 1) {
+          std::vector<RankPlace> places;
+          for (const auto& r : all) places.push_back(r.place);
+          std::string why_not;
+          p->cross_group = cross_group(places, job.rank, &why_not);
+          if (job.rank == 0) {
+            if (p->cross_group.empty()) {
+              spdlog::warn("hvd: HVD_CUDA_ALLREDUCE_PATH=hierarchical: device allreduces take the staged path: {}",
+                           why_not);
+            } else {
+              spdlog::info("hvd: device allreduces are hierarchical: {} hosts of {} ranks", job.size / job.local_size,
+                           job.local_size);
+            }
+          }
         }
         std::string why;
         if (choose_nccl(all, &why)) {
@@ -318,7 +338,7 @@ std::size_t DeviceExecutor::nccl_created() const { return impl_->nccl_created; }
 
 void DeviceExecutor::allreduce(const std::vector<int32_t>& devices, const std::vector<DeviceTensor>& mine,
                                DataType dtype, ReduceOp op, double prescale, double postscale,
-                               const HostAllreduce& network) {
+                               const HostAllreduce& network, const GroupHostAllreduce& group_network) {
   auto& im = *impl_;
   const JobShape& job = im.options.job;
   check_devices(devices, job);
@@ -365,7 +385,8 @@ void DeviceExecutor::allreduce(const std::vector<int32_t>& devices, const std::v
     const int divisor = op == ReduceOp::Average ? job.size : 1;
     if (postscale != 1.0 || divisor > 1) scale_in_place(data, count, dtype, 1.0, postscale, divisor, pd.stream);
   } else switch (path.setting == DevicePathSetting::Staged || !path.peer_access ? AllreducePath::Staged
-                                                                                : choose_allreduce_path(job)) {
+                  : !path.cross_group.empty()                                    ? AllreducePath::Hierarchical
+                                                                                 : choose_allreduce_path(job)) {
     case AllreducePath::IntraHost:
       im.intra_host(devices).allreduce(data, bytes / esize, dtype, op, pd.stream, prescale, postscale);
       break;
@@ -375,6 +396,35 @@ void DeviceExecutor::allreduce(const std::vector<int32_t>& devices, const std::v
       }
       pd.staged->allreduce(data, bytes / esize, dtype, pd.stream, network);
       break;
+    case AllreducePath::Hierarchical: {
+      // 1. Within the host: every local rank gets the host's result (Sum
+      //    for Average; prescale applied once, here).
+      const ReduceOp leg = op == ReduceOp::Average ? ReduceOp::Sum : op;
+      DeviceAllreducer& host = im.intra_host(devices);
+      host.allreduce(data, count, dtype, leg, pd.stream, prescale, 1.0);
+      // 2. Across hosts: local rank l carries slice l, among the ranks of
+      //    its local rank (same slice on each), through pinned memory.
+      const auto [first, last] =
+          hierarchical_slice(count, job.local_rank, job.local_size, std::max<std::size_t>(1, 16 / esize));
+      auto* base = static_cast<uint8_t*>(data);
+      if (last > first) {
+        if (!pd.staged) {
+          pd.staged = std::make_unique<StagedAllreducer>(StagedAllreducerOptions{dev, im.options.chunk_bytes});
+        }
+        pd.staged->allreduce(base + first * esize, last - first, dtype, pd.stream, [&](void* h, std::size_t c) {
+          group_network(h, c, leg, path.cross_group);
+        });
+      }
+      // 3. Every slice to every local rank: zero the rest of mine and sum
+      //    within the host again (x + 0 is exact for every dtype).
+      if (first > 0) HVD_CUDA_CHECK(cudaMemsetAsync(base, 0, first * esize, pd.stream));
+      if (last < count) HVD_CUDA_CHECK(cudaMemsetAsync(base + last * esize, 0, (count - last) * esize, pd.stream));
+      host.allreduce(data, count, dtype, ReduceOp::Sum, pd.stream, 1.0, 1.0);
+      // 4. Average's division by the job size, and postscale.
+      const int divisor = op == ReduceOp::Average ? job.size : 1;
+      if (postscale != 1.0 || divisor > 1) scale_in_place(data, count, dtype, 1.0, postscale, divisor, pd.stream);
+      break;
+    }
   }
 
   // 3. Results out, then complete: the handle finishes after this returns.

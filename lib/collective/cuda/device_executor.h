@@ -55,6 +55,14 @@ struct DeviceExecutorOptions {
   DevicePathSetting path = DevicePathSetting::Auto;
 };
 
+/// A blocking allreduce of `count` elements at `host` (pinned), with the
+/// operation's dtype, reducing with `op` and no scaling, among the job's
+/// ranks `members` only (every member calls it with the same list; disjoint
+/// groups at once): the hierarchical path's cross-host leg, e.g.
+/// collective::allreduce over a GroupComm of the Context's Comm.
+using GroupHostAllreduce =
+    std::function<void(void* host, std::size_t count, ReduceOp op, const std::vector<int>& members)>;
+
 /// A blocking broadcast of `bytes` at `host` (pinned) from the root over the
 /// network, e.g. collective::broadcast over the Context's Comm.
 using HostBroadcast = std::function<void(void* host, std::size_t bytes)>;
@@ -80,11 +88,13 @@ class DeviceExecutor {
   /// device fusion buffer). devices[r] is rank r's device for them
   /// (identical list on every rank); every tensor of mine is on
   /// devices[rank]. `network` reduces pinned host memory across all ranks
-  /// with the operation's dtype/op/scales bound in (the staged path).
+  /// with the operation's dtype/op/scales bound in (the staged path);
+  /// `group_network` reduces among some ranks (the hierarchical path).
   /// Returns once the results are in the outputs (stream synchronised).
   /// CudaError, hvd::IoError / TimeoutError (a local peer) on failure.
   void allreduce(const std::vector<int32_t>& devices, const std::vector<DeviceTensor>& mine, DataType dtype,
-                 ReduceOp op, double prescale, double postscale, const HostAllreduce& network);
+                 ReduceOp op, double prescale, double postscale, const HostAllreduce& network,
+                 const GroupHostAllreduce& group_network);
 
   /// Root's input to every rank's output: ncclBroadcast when the job chose
   /// NCCL for `devices`, else through pinned host chunks and `network`

@@ -62,7 +62,7 @@ DeviceExecutor::DeviceExecutor(std::shared_ptr<store::Store>, const DeviceExecut
 }
 DeviceExecutor::~DeviceExecutor() = default;
 void DeviceExecutor::allreduce(const std::vector<int32_t>&, const std::vector<DeviceTensor>&, DataType, ReduceOp,
-                               double, double, const HostAllreduce&) {
+                               double, double, const HostAllreduce&, const GroupHostAllreduce&) {
   not_built("allreduce of device buffers");
 }
 void DeviceExecutor::broadcast(const std::vector<int32_t>&, const DeviceTensor&, int, const HostBroadcast&) {

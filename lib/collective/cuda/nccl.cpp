@@ -223,8 +223,9 @@ const NcclLibrary& NcclLibrary::get() {
 
 std::string NcclRankInfo::encode() const {
   // One line of text; the reason goes last (it may contain spaces).
-  return fmt::format("v2 {} {} {} {} {} {}", gpu.empty() ? "-" : gpu, available ? 1 : 0, version,
-                     static_cast<int>(setting), peer_access ? 1 : 0, reason);
+  return fmt::format("v2 {} {} {} {} {} {} {} {} {}", gpu.empty() ? "-" : gpu, available ? 1 : 0, version,
+                     static_cast<int>(setting), peer_access ? 1 : 0, place.local_rank, place.local_size,
+                     place.cross_rank, reason);
 }
 
 NcclRankInfo NcclRankInfo::decode(const std::string& text) {
@@ -234,8 +235,10 @@ NcclRankInfo NcclRankInfo::decode(const std::string& text) {
   int avail = -1;
   int setting = -1;
   int peer = -1;
-  if (!(in >> tag >> r.gpu >> avail >> r.version >> setting >> peer) || tag != "v2" || (avail != 0 && avail != 1) ||
-      setting < 0 || setting > static_cast<int>(DevicePathSetting::Staged) || (peer != 0 && peer != 1)) {
+  if (!(in >> tag >> r.gpu >> avail >> r.version >> setting >> peer >> r.place.local_rank >> r.place.local_size >>
+        r.place.cross_rank) ||
+      tag != "v2" || (avail != 0 && avail != 1) || setting < 0 ||
+      setting > static_cast<int>(DevicePathSetting::Hierarchical) || (peer != 0 && peer != 1)) {
     throw IoError(fmt::format("malformed NCCL rank record '{}'", text.substr(0, 200)));
   }
   if (r.gpu == "-") r.gpu.clear();
@@ -251,8 +254,9 @@ DevicePathSetting parse_device_path_setting(const std::string& value) {
   if (value == "nccl") return DevicePathSetting::Nccl;
   if (value == "intra-host" || value == "ipc") return DevicePathSetting::IntraHost;
   if (value == "staged") return DevicePathSetting::Staged;
-  throw InvalidArgument(
-      fmt::format("HVD_CUDA_ALLREDUCE_PATH='{}': expected auto, nccl, intra-host or staged", value));
+  if (value == "hierarchical") return DevicePathSetting::Hierarchical;
+  throw InvalidArgument(fmt::format(
+      "HVD_CUDA_ALLREDUCE_PATH='{}': expected auto, nccl, intra-host, staged or hierarchical", value));
 }
 
 bool all_peer_access(const std::vector<NcclRankInfo>& ranks, std::string* why) {
@@ -274,7 +278,8 @@ bool choose_nccl(const std::vector<NcclRankInfo>& ranks, std::string* why) {
     }
   }
   if (!reason.empty()) {
-  } else if (setting == DevicePathSetting::IntraHost || setting == DevicePathSetting::Staged) {
+  } else if (setting == DevicePathSetting::IntraHost || setting == DevicePathSetting::Staged ||
+             setting == DevicePathSetting::Hierarchical) {
     reason = "HVD_CUDA_ALLREDUCE_PATH chooses another path";
   } else if (ranks.size() < 2) {
     reason = "a job of one rank";

@@ -9,6 +9,8 @@
 // Plain C++ (streams are opaque pointers): the loader, the choice and the
 // communicator set-up through the rendezvous store are unit-tested without
 // a GPU against a fake libnccl (tests/unit/cuda/fake_nccl.cpp).
+#include "device_plan.h"
+
 #include "hvd/collective/types.h"
 #include "hvd/common/error.h"
 #include "hvd/store/store.h"
@@ -87,8 +89,10 @@ class NcclLibrary {
 
 /// HVD_CUDA_ALLREDUCE_PATH: auto (NCCL when possible, else CUDA IPC on one
 /// host, else staged through pinned host memory), nccl (NCCL or fail),
-/// intra-host (never NCCL; CUDA IPC on one host), staged (always staged).
-enum class DevicePathSetting { Auto, Nccl, IntraHost, Staged };
+/// intra-host (never NCCL; CUDA IPC on one host), staged (always staged),
+/// hierarchical (never NCCL; CUDA IPC within each host and staged across
+/// hosts when the hosts are alike, else as auto without NCCL).
+enum class DevicePathSetting { Auto, Nccl, IntraHost, Staged, Hierarchical };
 /// InvalidArgument for an unknown value.
 DevicePathSetting parse_device_path_setting(const std::string& value);
 
@@ -109,6 +113,8 @@ struct NcclRankInfo {
   /// intra-host CUDA IPC path needs it of every rank; without it (GPUs on
   /// different PCIe roots, some VMs) device allreduces take the staged path.
   bool peer_access = true;
+  /// Where the rank is (the hierarchical path's groups).
+  RankPlace place;
 
   std::string encode() const;
   /// hvd::IoError on a malformed record (a corrupt store value).

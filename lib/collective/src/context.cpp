@@ -21,6 +21,7 @@
 #include <condition_variable>
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -169,6 +170,14 @@ struct Context::Impl {
       fail(FailureKind::Other, "unknown exception in the background thread");
     }
     release_device();
+  }
+
+  /// GroupComms of `comm` by member list (background thread only).
+  std::map<std::vector<int>, std::unique_ptr<GroupComm>> groups;
+  Comm& group_comm(const std::vector<int>& members) {
+    auto& slot = groups[members];
+    if (!slot) slot = std::make_unique<GroupComm>(*comm, members);
+    return *slot;
   }
 
   cuda::detail::DeviceExecutor& device_executor() {
@@ -329,7 +338,8 @@ struct Context::Impl {
     } else if (resp.ok()) {
       std::vector<OpState*> raw;
       for (auto& op : ops) raw.push_back(op.get());
-      detail::Executors ex{*comm, fusion, [this]() -> cuda::detail::DeviceExecutor& { return device_executor(); }};
+      detail::Executors ex{*comm, fusion, [this]() -> cuda::detail::DeviceExecutor& { return device_executor(); },
+                           [this](const std::vector<int>& members) -> Comm& { return group_comm(members); }};
       detail::execute(resp, raw, ex);
     }
     {

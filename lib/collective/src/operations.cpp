@@ -200,9 +200,12 @@ void run_device_allreduce(const Response& resp, Executors& ex, const std::vector
   const DataType dtype = head.dtype;
   const ReduceOp rop = head.op;
   const double pre = head.prescale, post = head.postscale;
-  ex.device().allreduce(devices_of(resp), mine, dtype, rop, pre, post, [&](void* host, std::size_t count) {
-    allreduce(comm, host, count, dtype, rop, pre, post);
-  });
+  ex.device().allreduce(
+      devices_of(resp), mine, dtype, rop, pre, post,
+      [&](void* host, std::size_t count) { allreduce(comm, host, count, dtype, rop, pre, post); },
+      [&](void* host, std::size_t count, ReduceOp gop, const std::vector<int>& members) {
+        allreduce(ex.group(members), host, count, dtype, gop, 1.0, 1.0);
+      });
 }
 
 void run_allreduce(const Response& resp, Executors& ex, const std::vector<OpState*>& ops) {

@@ -77,6 +77,9 @@ struct Executors {
   /// The Context's device executor, created on first use (device responses
   /// only; throws hvd::InvalidArgument in a build without CUDA).
   std::function<cuda::detail::DeviceExecutor&()> device;
+  /// A GroupComm of `comm` for these ranks, kept for reuse (the
+  /// hierarchical device allreduce's cross-host groups).
+  std::function<Comm&(const std::vector<int>& members)> group;
 };
 
 /// Runs `response` (ok() only) on this rank; ops[i] is this rank's state for

@@ -712,3 +712,50 @@ TEST_CASE("an aborted communicator refuses further collectives", "[collective][f
   CHECK_THROWS_AS(barrier(*comms[1]), IoError);
   CHECK(comms[1]->aborted());
 }
+
+TEST_CASE("group comms: disjoint groups of one world run collectives at once over the parent's links",
+          "[collective][group]") {
+  store::InMemoryStore st;
+  Comms comms = make_world(st, 4, "grp/");
+  // Groups {0,2} and {3,1} (members in a chosen order: group rank 0 of the
+  // second group is world rank 3), as the ranks of one local rank on two
+  // hosts would be.
+  auto fails = run_ranks(comms, [&](int r, Comm& comm, Failures& f) {
+    const std::vector<int> members = r % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{3, 1};
+    GroupComm g(comm, members);
+    const int want_rank = r % 2 == 0 ? r / 2 : (r == 3 ? 0 : 1);
+    if (g.rank() != want_rank || g.size() != 2) f.add("group rank {} size {}", g.rank(), g.size());
+    for (int round = 0; round < 3; ++round) {
+      std::vector<float> v(70001, float(r + 1));
+      allreduce(g, v.data(), v.size(), DataType::Float32, ReduceOp::Sum);
+      const float want = r % 2 == 0 ? 1 + 3 : 2 + 4;
+      if (v.front() != want || v.back() != want) f.add("round {}: group sum {} want {}", round, v.back(), want);
+      // Order of members decides the gather order.
+      int32_t mine = r;
+      std::vector<int32_t> all(2, -1);
+      allgatherv(g, &mine, sizeof mine, all.data(), {sizeof mine, sizeof mine});
+      if (all != std::vector<int32_t>(members.begin(), members.end())) f.add("group gather {},{}", all[0], all[1]);
+    }
+    // The world's own collectives still line up afterwards.
+    std::vector<int64_t> w(5, r);
+    allreduce(comm, w.data(), w.size(), DataType::Int64, ReduceOp::Sum);
+    if (w[4] != 6) f.add("world sum after group collectives {}", w[4]);
+  });
+  expect_no_failures(fails);
+}
+
+TEST_CASE("group comms: members must be distinct ranks of the job including the caller", "[collective][group]") {
+  store::InMemoryStore st;
+  Comms comms = make_world(st, 1, "grp1/");
+  Comm& c = *comms[0];
+  CHECK_THROWS_WITH(GroupComm(c, {}), Catch::Contains("at least one member"));
+  CHECK_THROWS_WITH(GroupComm(c, {0, 0}), Catch::Contains("not a set of distinct ranks"));
+  CHECK_THROWS_WITH(GroupComm(c, {0, 1}), Catch::Contains("job of size 1"));
+  GroupComm one(c, {0});
+  CHECK(one.rank() == 0);
+  CHECK(one.size() == 1);
+  CHECK_THROWS_AS(one.link(0), InvalidArgument);
+  std::vector<double> v = {2.5};
+  allreduce(one, v.data(), 1, DataType::Float64, ReduceOp::Sum);
+  CHECK(v[0] == 2.5);
+}

@@ -152,10 +152,17 @@ TEST_CASE("cuda: nccl: rank records round-trip and garbage is refused") {
 
   CHECK(d.peer_access);
   c.peer_access = false;
-  CHECK_FALSE(NcclRankInfo::decode(c.encode()).peer_access);
+  c.place = {3, 4, 2};
+  c.setting = DevicePathSetting::Hierarchical;
+  const NcclRankInfo e = NcclRankInfo::decode(c.encode());
+  CHECK_FALSE(e.peer_access);
+  CHECK(e.setting == DevicePathSetting::Hierarchical);
+  CHECK((e.place.local_rank == 3 && e.place.local_size == 4 && e.place.cross_rank == 2));
+  CHECK(e.reason == c.reason);
 
-  for (const char* bad : {"", "v1 x 1 0 0 1", "v1 gpu 1 0 0", "v2", "v2 gpu 7 0 0 1", "v2 gpu 1 notanumber 0 1",
-                          "v2 gpu 1 0", "v2 gpu 1 0 9 1", "v2 gpu 1 0 0", "v2 gpu 1 0 0 2", "\x01\x02\x03"}) {
+  for (const char* bad : {"", "v1 x 1 0 0 1 0 1 0", "v1 gpu 1 0 0", "v2", "v2 gpu 7 0 0 1 0 1 0",
+                          "v2 gpu 1 notanumber 0 1 0 1 0", "v2 gpu 1 0", "v2 gpu 1 0 9 1 0 1 0", "v2 gpu 1 0 0",
+                          "v2 gpu 1 0 0 2 0 1 0", "v2 gpu 1 0 0 1", "v2 gpu 1 0 0 1 0 x 0", "\x01\x02\x03"}) {
     CHECK_THROWS_AS(NcclRankInfo::decode(bad), hvd::IoError);
   }
 }
@@ -210,8 +217,14 @@ TEST_CASE("cuda: nccl: HVD_CUDA_ALLREDUCE_PATH values") {
   CHECK(parse_device_path_setting("nccl") == DevicePathSetting::Nccl);
   CHECK(parse_device_path_setting("intra-host") == DevicePathSetting::IntraHost);
   CHECK(parse_device_path_setting("staged") == DevicePathSetting::Staged);
+  CHECK(parse_device_path_setting("hierarchical") == DevicePathSetting::Hierarchical);
   CHECK_THROWS_WITH(parse_device_path_setting("fast"),
-                    Catch::Contains("HVD_CUDA_ALLREDUCE_PATH='fast': expected auto, nccl, intra-host or staged"));
+                    Catch::Contains("HVD_CUDA_ALLREDUCE_PATH='fast': expected auto, nccl, intra-host, staged or "
+                                    "hierarchical"));
+  // hierarchical never uses NCCL.
+  std::string why;
+  CHECK_FALSE(choose_nccl(with_setting({ok("A"), ok("B")}, DevicePathSetting::Hierarchical), &why));
+  CHECK(why == "HVD_CUDA_ALLREDUCE_PATH chooses another path");
 }
 
 TEST_CASE("cuda: nccl: records exchanged through the store, communicator formed, collectives run (fake NCCL)") {

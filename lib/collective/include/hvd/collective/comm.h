@@ -66,4 +66,30 @@ class Comm {
 
 std::unique_ptr<Comm> connect_comm(store::Store& store, const CommOptions& options);
 
+/// Some ranks of a connected Comm as a Comm of their own: group rank i is
+/// parent rank members[i]. It shares the parent's links (no new
+/// connections), so it may only be used while no other collective runs on
+/// those links -- e.g. by the Context's background thread, where every
+/// member runs the same group collective at the same point; disjoint groups
+/// may run at once. Aborting it aborts the parent. Used by the hierarchical
+/// device allreduce (docs/cuda.md) for the ranks of one local rank.
+class GroupComm : public Comm {
+ public:
+  /// hvd::InvalidArgument unless `members` are distinct ranks of `parent`
+  /// that include parent.rank().
+  GroupComm(Comm& parent, std::vector<int> members);
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(members_.size()); }
+  transport::Link& link(int peer) override;
+  void abort(const std::string& reason) override { parent_.abort(reason); }
+  bool aborted() const override { return parent_.aborted(); }
+  std::string abort_reason() const override { return parent_.abort_reason(); }
+  const std::vector<int>& members() const { return members_; }
+
+ private:
+  Comm& parent_;
+  std::vector<int> members_;
+  int rank_ = -1;
+};
+
 }  // namespace hvd::collective
