@@ -32,11 +32,11 @@ struct CudaResult {
   double staged_us = 0;  ///< cuda::StagedAllreducer over the Comm (the cross-host path); 0 when --no-naive
   double algbw_gbps = 0;
   double busbw_gbps = 0;
-  /// Memory traffic of the device allreduce on one GPU -- every rank
-  /// sharing it must at least read both inputs and write its output, 3 x
-  /// bytes each -- over the GPU's device-to-device copy traffic (2 x the
-  /// bytes copied per second, measured alone): issue 7's "fraction of D2D
-  /// bandwidth". 0 when not measured.
+  /// Memory traffic of the device allreduce on one GPU -- each of the k
+  /// ranks sharing it must at least read every input and write its output,
+  /// (k + 1) x bytes each -- over the GPU's device-to-device copy traffic
+  /// (2 x the bytes copied per second, measured alone): issue 7's "fraction
+  /// of D2D bandwidth" (k = 2: 3 x bytes per rank). 0 when not measured.
   double d2d_fraction = 0;
   /// The GPU's device-to-device copy rate (bytes copied per second, in
   /// GB/s; the slowest GPU of the job), and how many ranks share a GPU.

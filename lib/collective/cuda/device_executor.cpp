@@ -135,7 +135,7 @@ void scale_in_place(void* data, std::size_t count, DataType dtype, double presca
   launch_reduce(l, stream);
 }
 
-/// Waits for `stream`, bounded by `timeout`: polls (spinning briefly
+/// Waits for `stream`, bounded by `timeout` (0: unbounded): polls (spinning briefly
 /// first, as cudaStreamSynchronize would, then sleeping) so that work that
 /// never finishes -- queued behind the event of a local peer that died, say
 /// -- fails the operation with TimeoutError instead of hanging the
@@ -152,28 +152,27 @@ void wait_stream(cudaStream_t stream, NcclComm* nccl, int device, std::chrono::m
       std::this_thread::yield();
       continue;
     }
-    if (std::chrono::steady_clock::now() - start > timeout) {
+    if (timeout.count() > 0 && std::chrono::steady_clock::now() - start > timeout) {
       throw TimeoutError(fmt::format("hvd: device work on CUDA device {} did not finish within {} ms "
-                                     "(HOROVOD_START_TIMEOUT): a local peer may have died, or the GPU hangs",
+                                     "(HVD_CUDA_WAIT_TIMEOUT): a local peer may have died, or the GPU hangs",
                                      device, timeout.count()));
     }
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }
 
-/// Whether `mine` can access every other device of `devices` directly
-/// (the intra-host path maps them through CUDA IPC with peer access).
-/// Device indices of other hosts' ranks are checked here too (those this
-/// host has): conservative, and the same answer for every local rank.
-bool reaches_peers(int mine, const std::vector<int32_t>& devices) {
+/// UUIDs of the GPUs `mine` can access directly: itself and every device
+/// this process sees with peer access (the intra-host path maps peers'
+/// buffers through CUDA IPC with peer access).
+std::vector<std::string> reachable_gpus(int mine) {
+  std::vector<std::string> out;
   const int n = device_count();
-  for (int32_t d : devices) {
-    if (d == mine || d < 0 || d >= n) continue;
-    int can = 0;
-    HVD_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, mine, d));
-    if (!can) return false;
+  for (int d = 0; d < n; ++d) {
+    int can = d == mine ? 1 : 0;
+    if (d != mine) HVD_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, mine, d));
+    if (can) out.push_back(gpu_uuid(d));
   }
-  return true;
+  return out;
 }
 
 /// The job's choice for one list of every rank's device.
@@ -208,6 +207,13 @@ struct DeviceExecutor::Impl {
         devices.erase(d);
         throw InvalidArgument(fmt::format("hvd: rank {} passed buffers on CUDA device {}, but {} device(s) are visible",
                                           options.job.rank, d, n));
+      }
+      if (devices.size() == 1) {
+        // The first device of this (the background) thread becomes its
+        // current device for good: device guards then switch nothing, and
+        // never make a context on device 0 by restoring the thread's
+        // default.
+        HVD_CUDA_CHECK(cudaSetDevice(d));
       }
       slot = std::make_unique<PerDevice>(d);
     }
@@ -261,7 +267,7 @@ struct DeviceExecutor::Impl {
         mine.version = lib.version_code();
         mine.reason = lib.unavailable();
         mine.setting = options.path;
-        mine.peer_access = reaches_peers(dev, all_devices);
+        mine.reachable = reachable_gpus(dev);
         mine.place = {job.local_rank, job.local_size, job.cross_rank};
         const std::string prefix = fmt::format("{}cuda/path/{}/", options.comm_prefix, paths_created++);
         const auto all = exchange_nccl_info(*store, prefix, job.rank, job.size, mine, options.timeout);
@@ -392,7 +398,7 @@ void DeviceExecutor::allreduce(const std::vector<int32_t>& devices, const std::v
       break;
     case AllreducePath::Staged:
       if (!pd.staged) {
-        pd.staged = std::make_unique<StagedAllreducer>(StagedAllreducerOptions{dev, im.options.chunk_bytes});
+        pd.staged = std::make_unique<StagedAllreducer>(StagedAllreducerOptions{dev, im.options.chunk_bytes, im.options.wait_timeout});
       }
       pd.staged->allreduce(data, bytes / esize, dtype, pd.stream, network);
       break;
@@ -409,7 +415,7 @@ void DeviceExecutor::allreduce(const std::vector<int32_t>& devices, const std::v
       auto* base = static_cast<uint8_t*>(data);
       if (last > first) {
         if (!pd.staged) {
-          pd.staged = std::make_unique<StagedAllreducer>(StagedAllreducerOptions{dev, im.options.chunk_bytes});
+          pd.staged = std::make_unique<StagedAllreducer>(StagedAllreducerOptions{dev, im.options.chunk_bytes, im.options.wait_timeout});
         }
         pd.staged->allreduce(base + first * esize, last - first, dtype, pd.stream, [&](void* h, std::size_t c) {
           group_network(h, c, leg, path.cross_group);
@@ -429,7 +435,7 @@ void DeviceExecutor::allreduce(const std::vector<int32_t>& devices, const std::v
 
   // 3. Results out, then complete: the handle finishes after this returns.
   if (fused) pd.fusion->unpack(outputs, pd.stream);
-  wait_stream(pd.stream, path.nccl.get(), dev, im.options.timeout);
+  wait_stream(pd.stream, path.nccl.get(), dev, im.options.wait_timeout);
 }
 
 void DeviceExecutor::broadcast(const std::vector<int32_t>& devices, const DeviceTensor& t, int root,
@@ -448,7 +454,7 @@ void DeviceExecutor::broadcast(const std::vector<int32_t>& devices, const Device
   if (path.nccl) {
     // NCCL copies the root's input to every output (the root's too).
     path.nccl->broadcast(t.input ? t.input : t.output, t.output, t.bytes, root, pd.stream);
-    wait_stream(pd.stream, path.nccl.get(), device, im.options.timeout);
+    wait_stream(pd.stream, path.nccl.get(), device, im.options.wait_timeout);
     return;
   }
   const std::size_t chunk = std::max<std::size_t>(256, im.options.chunk_bytes / 256 * 256);
@@ -472,7 +478,7 @@ void DeviceExecutor::broadcast(const std::vector<int32_t>& devices, const Device
     if (k >= 2 && !is_root) HVD_CUDA_CHECK(cudaEventSynchronize(pd.h2d_done[slot]));
     if (is_root) {
       HVD_CUDA_CHECK(cudaMemcpyAsync(host, in + c.offset, c.bytes, cudaMemcpyDeviceToHost, pd.stream));
-      wait_stream(pd.stream, nullptr, device, im.options.timeout);
+      wait_stream(pd.stream, nullptr, device, im.options.wait_timeout);
     }
     network(host, c.bytes);
     if (!is_root) {
@@ -480,7 +486,7 @@ void DeviceExecutor::broadcast(const std::vector<int32_t>& devices, const Device
       HVD_CUDA_CHECK(cudaEventRecord(pd.h2d_done[slot], pd.stream));
     }
   }
-  wait_stream(pd.stream, nullptr, device, im.options.timeout);
+  wait_stream(pd.stream, nullptr, device, im.options.wait_timeout);
 }
 
 void DeviceExecutor::to_host(int device, const DeviceTensor& t, void* dst) {
@@ -488,14 +494,14 @@ void DeviceExecutor::to_host(int device, const DeviceTensor& t, void* dst) {
   DeviceGuard guard(device);
   pd.after_callers({t});
   if (t.bytes > 0) HVD_CUDA_CHECK(cudaMemcpyAsync(dst, t.input, t.bytes, cudaMemcpyDeviceToHost, pd.stream));
-  wait_stream(pd.stream, nullptr, device, impl_->options.timeout);
+  wait_stream(pd.stream, nullptr, device, impl_->options.wait_timeout);
 }
 
 void DeviceExecutor::to_device(int device, const void* src, void* dst, std::size_t bytes) {
   PerDevice& pd = impl_->device(device);
   DeviceGuard guard(device);
   if (bytes > 0) HVD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, pd.stream));
-  wait_stream(pd.stream, nullptr, device, impl_->options.timeout);
+  wait_stream(pd.stream, nullptr, device, impl_->options.wait_timeout);
 }
 
 void check_visible_device(int device) {
@@ -521,6 +527,12 @@ std::shared_ptr<CUevent_st> record_ready_event(int device, CUstream_st* stream) 
   });
   HVD_CUDA_CHECK(cudaEventRecord(ev, static_cast<cudaStream_t>(stream)));
   return owned;
+}
+
+void DeviceExecutor::with_device(int device, const std::function<void()>& fn) {
+  impl_->device(device);  // checks the device; makes it current for good on first use
+  DeviceGuard guard(device);
+  fn();
 }
 
 std::shared_ptr<void> allocate_device_memory(int device, std::size_t bytes) {

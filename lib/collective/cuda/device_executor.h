@@ -32,9 +32,9 @@ struct DeviceTensor {
   /// (null: the device's legacy default stream) ...
   CUstream_st* stream = nullptr;
   /// ... up to this event, when given: recorded on `stream` when the
-  /// operation was submitted (record_ready_event), so work the caller
-  /// queues after submitting neither delays the operation nor changes its
-  /// input.
+  /// operation was submitted (record_ready_event), so the operation does
+  /// not wait for work the caller queues later. The buffers must still be
+  /// left alone until the handle completes.
   CUevent_st* ready = nullptr;
 };
 
@@ -47,8 +47,15 @@ struct DeviceExecutorOptions {
   /// Pipeline chunk of the intra-host and staged paths, and of broadcasts.
   std::size_t chunk_bytes = 4u << 20;
   int slots = 4;
-  /// Bound on every wait for a peer in the intra-host path.
+  /// Bound on every wait for a peer in the intra-host path, the path
+  /// records and NCCL set-up (HOROVOD_START_TIMEOUT).
   std::chrono::milliseconds timeout{30000};
+  /// Bound on each host-side wait for device work to finish (it includes
+  /// the caller's work queued before the operation and, with NCCL, the
+  /// slowest rank's): HVD_CUDA_WAIT_TIMEOUT, generous by default so that a
+  /// healthy job is never failed; past it the operation fails with
+  /// TimeoutError instead of hanging. 0: unbounded.
+  std::chrono::milliseconds wait_timeout{600000};
   /// HVD_CUDA_ALLREDUCE_PATH of this rank; rank 0's decides for the job
   /// (exchanged with the NCCL records). Staged lets one-host GPU tests run
   /// the cross-host path; Nccl fails when NCCL cannot be used.
@@ -112,6 +119,9 @@ class DeviceExecutor {
   /// Copies host memory `src` to device memory `dst` on `device`; returns
   /// when the copy is done.
   void to_device(int device, const void* src, void* dst, std::size_t bytes);
+  /// Runs `fn` with `device` current on this thread (a caller's allocator
+  /// that calls cudaMalloc allocates there).
+  void with_device(int device, const std::function<void()>& fn);
 
   /// The communicator failed: wakes local peers waiting on this rank in an
   /// intra-host pipeline (they fail at once) and lets teardown skip waiting

@@ -223,27 +223,33 @@ const NcclLibrary& NcclLibrary::get() {
 
 std::string NcclRankInfo::encode() const {
   // One line of text; the reason goes last (it may contain spaces).
+  std::string reach = fmt::format("{}", fmt::join(reachable, ","));
   return fmt::format("v2 {} {} {} {} {} {} {} {} {}", gpu.empty() ? "-" : gpu, available ? 1 : 0, version,
-                     static_cast<int>(setting), peer_access ? 1 : 0, place.local_rank, place.local_size,
+                     static_cast<int>(setting), reach.empty() ? "-" : reach, place.local_rank, place.local_size,
                      place.cross_rank, reason);
 }
 
 NcclRankInfo NcclRankInfo::decode(const std::string& text) {
   std::istringstream in(text);
   std::string tag;
+  std::string reach;
   NcclRankInfo r;
   int avail = -1;
   int setting = -1;
-  int peer = -1;
-  if (!(in >> tag >> r.gpu >> avail >> r.version >> setting >> peer >> r.place.local_rank >> r.place.local_size >>
+  if (!(in >> tag >> r.gpu >> avail >> r.version >> setting >> reach >> r.place.local_rank >> r.place.local_size >>
         r.place.cross_rank) ||
       tag != "v2" || (avail != 0 && avail != 1) || setting < 0 ||
-      setting > static_cast<int>(DevicePathSetting::Hierarchical) || (peer != 0 && peer != 1)) {
+      setting > static_cast<int>(DevicePathSetting::Hierarchical)) {
     throw IoError(fmt::format("malformed NCCL rank record '{}'", text.substr(0, 200)));
   }
   if (r.gpu == "-") r.gpu.clear();
   r.available = avail == 1;
-  r.peer_access = peer == 1;
+  if (reach != "-") {
+    std::istringstream parts(reach);
+    for (std::string u; std::getline(parts, u, ',');) {
+      if (!u.empty()) r.reachable.push_back(u);
+    }
+  }
   r.setting = static_cast<DevicePathSetting>(setting);
   std::getline(in >> std::ws, r.reason);
   return r;
@@ -261,9 +267,19 @@ DevicePathSetting parse_device_path_setting(const std::string& value) {
 
 bool all_peer_access(const std::vector<NcclRankInfo>& ranks, std::string* why) {
   for (std::size_t r = 0; r < ranks.size(); ++r) {
-    if (!ranks[r].peer_access) {
-      if (why) *why = fmt::format("rank {}'s GPU cannot access the other local ranks' GPUs directly", r);
-      return false;
+    for (std::size_t q = 0; q < ranks.size(); ++q) {
+      const NcclRankInfo& a = ranks[r];
+      const NcclRankInfo& b = ranks[q];
+      if (q == r || a.place.cross_rank != b.place.cross_rank || a.gpu == b.gpu) continue;
+      if (std::find(a.reachable.begin(), a.reachable.end(), b.gpu) == a.reachable.end()) {
+        if (why) {
+          *why = fmt::format(
+              "rank {}'s GPU cannot access rank {}'s GPU directly (no peer access, or each process sees only its "
+              "own GPU through CUDA_VISIBLE_DEVICES)",
+              r, q);
+        }
+        return false;
+      }
     }
   }
   return true;

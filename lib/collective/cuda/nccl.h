@@ -108,11 +108,13 @@ struct NcclRankInfo {
   DevicePathSetting setting = DevicePathSetting::Auto;
   /// Why not, for the message when NCCL is required.
   std::string reason;
-  /// Whether this rank's GPU can access every other GPU its host's ranks use
-  /// (cudaDeviceCanAccessPeer; ranks sharing its GPU need nothing). The
-  /// intra-host CUDA IPC path needs it of every rank; without it (GPUs on
-  /// different PCIe roots, some VMs) device allreduces take the staged path.
-  bool peer_access = true;
+  /// UUIDs of the GPUs this rank's GPU can access directly: its own, and
+  /// every GPU this process sees with cudaDeviceCanAccessPeer. The
+  /// intra-host CUDA IPC path needs every local peer's GPU in this list;
+  /// without it (GPUs without peer access, or processes that each see only
+  /// their own GPU through CUDA_VISIBLE_DEVICES) device allreduces take the
+  /// staged path. UUIDs, not device indices: indices differ per process.
+  std::vector<std::string> reachable;
   /// Where the rank is (the hierarchical path's groups).
   RankPlace place;
 
@@ -131,9 +133,10 @@ struct NcclRankInfo {
 /// (may be null) receives the reason NCCL is not used, for the log.
 bool choose_nccl(const std::vector<NcclRankInfo>& ranks, std::string* why);
 
-/// Whether every rank reported peer access to the other ranks' GPUs (the
-/// intra-host path's condition); `why` (may be null) names the first rank
-/// that did not.
+/// Whether every rank can reach the GPU of every other rank of its host
+/// (same place.cross_rank) -- the same GPU, or one in its `reachable`
+/// list: the intra-host path's condition. `why` (may be null) names the
+/// first pair that cannot.
 bool all_peer_access(const std::vector<NcclRankInfo>& ranks, std::string* why);
 
 /// One NCCL communicator over every rank of the job.

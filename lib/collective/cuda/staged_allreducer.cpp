@@ -5,6 +5,10 @@
 #include "staging_pool.h"
 
 #include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <thread>
 
 namespace hvd::collective::cuda {
 
@@ -51,7 +55,31 @@ void CudaStagedDevice::d2h(const detail::Chunk& c, int slot) {
   HVD_CUDA_CHECK(cudaMemcpyAsync(stage_[slot], data_ + c.offset, c.bytes, cudaMemcpyDeviceToHost, im_.stream));
   HVD_CUDA_CHECK(cudaEventRecord(im_.copied[slot], im_.stream));
 }
-void CudaStagedDevice::wait_d2h(int slot) { HVD_CUDA_CHECK(cudaEventSynchronize(im_.copied[slot])); }
+void CudaStagedDevice::wait_d2h(int slot) {
+  const auto bound = im_.options.wait_timeout;
+  if (bound.count() <= 0) {
+    HVD_CUDA_CHECK(cudaEventSynchronize(im_.copied[slot]));
+    return;
+  }
+  // Polled, so that a copy stuck behind work that never finishes (a dead
+  // local peer's event) fails the operation instead of hanging the thread.
+  const auto start = std::chrono::steady_clock::now();
+  for (uint64_t polls = 0;; ++polls) {
+    const cudaError_t q = cudaEventQuery(im_.copied[slot]);
+    if (q == cudaSuccess) return;
+    if (q != cudaErrorNotReady) HVD_CUDA_CHECK(q);
+    if (polls < 2000) {
+      std::this_thread::yield();
+      continue;
+    }
+    if (std::chrono::steady_clock::now() - start > bound) {
+      throw TimeoutError(fmt::format("hvd: a device-to-host copy on CUDA device {} did not finish within {} ms "
+                                     "(HVD_CUDA_WAIT_TIMEOUT): a local peer may have died, or the GPU hangs",
+                                     im_.options.device, bound.count()));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
 void CudaStagedDevice::h2d(const detail::Chunk& c, int slot) {
   HVD_CUDA_CHECK(cudaMemcpyAsync(data_ + c.offset, stage_[slot], c.bytes, cudaMemcpyHostToDevice, im_.stream));
 }

@@ -189,6 +189,7 @@ struct Context::Impl {
       o.fusion_threshold = settings.fusion_threshold;
       o.timeout = settings.start_timeout;
       o.path = cuda::detail::parse_device_path_setting(env::get_or("HVD_CUDA_ALLREDUCE_PATH", "auto"));
+      o.wait_timeout = std::chrono::seconds(env::get_int_or("HVD_CUDA_WAIT_TIMEOUT", 600));
       device = std::make_unique<cuda::detail::DeviceExecutor>(store, o);
     }
     return *device;
@@ -522,6 +523,13 @@ namespace {
 int32_t resolve_device(int32_t device, const void* input, const void* output, const std::string& name, bool both) {
   if (device != kAutoDevice) return device;
   if (!cuda::cuda_built()) return kHostDevice;
+  if (input == nullptr && output == nullptr) {
+    // An empty tensor (zero rows on this rank, say) has no pointer to ask
+    // about; guessing "host" would make a mismatch with ranks that pass
+    // device buffers.
+    throw InvalidArgument(fmt::format(
+        "hvd: tensor '{}': kAutoDevice cannot tell where a null buffer is; pass the device (or kHostDevice)", name));
+  }
   const int in = input ? cuda::pointer_device(input) : -1;
   const int out = output ? cuda::pointer_device(output) : -1;
   if (both && input && output && in != out) {

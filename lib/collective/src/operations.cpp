@@ -168,7 +168,14 @@ void run_through_host(Executors& ex, OpState& op, Run run) {
   void* dst = nullptr;
   op.out_data = nullptr;
   if (op.allocator) {
-    if (!call_allocator(op, &dst)) return;  // this operation fails alone
+    bool allocated = false;
+    dev.with_device(device, [&] { allocated = call_allocator(op, &dst); });
+    if (!allocated) return;  // this operation fails alone
+    if (op.out_bytes > 0 && cuda::pointer_device(dst) != device) {
+      op.local_error = std::make_exception_ptr(Error(fmt::format(
+          "tensor '{}': the output allocator returned memory that is not on CUDA device {}", op.request.name, device)));
+      return;
+    }
   } else {
     try {
       op.owned_device = cuda::detail::allocate_device_memory(device, op.out_bytes);

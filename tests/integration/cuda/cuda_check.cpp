@@ -583,6 +583,27 @@ int run_hvd() {
         }
       }
     }
+    // An allocator that returns host memory fails that operation alone, on
+    // this rank, with a clear message; the job goes on.
+    {
+      std::vector<float> host_out(4 * size);
+      auto c = make(DataType::Float32, ReduceOp::Sum, 4, true, 930000);
+      AllgatherArgs a{"ag.hostalloc", c->in->ptr, DataType::Float32, {4},
+                      [&](const std::vector<int64_t>&, std::size_t) -> void* { return host_out.data(); }};
+      a.device = device;
+      a.stream = stream;
+      std::string err = "the allocator's host memory was accepted";
+      try {
+        hvd::allgather(a);
+      } catch (const hvd::Error& e) {
+        const std::string what = e.what();
+        err = what.find("is not on CUDA device") != std::string::npos ? "" : "unexpected error: " + what;
+      }
+      report("device allgather into host memory fails alone", err);
+      float one = 1.0f;
+      hvd::allreduce(AllreduceArgs{"after.hostalloc", &one, &one, DataType::Float32, {1}});
+      report("the job goes on after a failed allocator", one == float(size) ? "" : "wrong result");
+    }
   }
   CK(cudaStreamDestroy(stream));
   hvd::shutdown();

@@ -269,6 +269,17 @@ TEST_CASE("device: argument errors about devices are reported at submission") {
   ReducescatterArgs s{"s", v.data(), DataType::Float32, {4}, ReduceOp::Sum, 1.0, 1.0, {}};
   s.device = -4;
   CHECK_THROWS_WITH(ctx[0]->reducescatter_async(s), Catch::Contains("device -4 is not valid"));
+  // kAutoDevice with no pointer (an empty tensor on this rank): refused
+  // where the library could probe (a guess could mismatch the other
+  // ranks); host memory where it cannot (no CUDA component).
+  AllgatherArgs empty{"empty", nullptr, DataType::Float32, {0}, {}};
+  empty.device = kAutoDevice;
+  if (cuda::cuda_built()) {
+    CHECK_THROWS_WITH(ctx[0]->allgather_async(empty), Catch::Contains("kAutoDevice cannot tell where a null buffer is"));
+  } else {
+    Handle h = ctx[0]->allgather(empty);
+    CHECK(h.output_device() == -1);
+  }
 }
 
 TEST_CASE("device: a library built without CUDA refuses device buffers on every rank - the job goes on") {

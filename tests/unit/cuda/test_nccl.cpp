@@ -150,31 +150,46 @@ TEST_CASE("cuda: nccl: rank records round-trip and garbage is refused") {
   CHECK(d.gpu.empty());
   CHECK(d.reason == c.reason);
 
-  CHECK(d.peer_access);
-  c.peer_access = false;
+  CHECK(d.reachable.empty());
+  c.reachable = {"GPU-aa", "GPU-bb"};
   c.place = {3, 4, 2};
   c.setting = DevicePathSetting::Hierarchical;
   const NcclRankInfo e = NcclRankInfo::decode(c.encode());
-  CHECK_FALSE(e.peer_access);
+  CHECK(e.reachable == std::vector<std::string>{"GPU-aa", "GPU-bb"});
   CHECK(e.setting == DevicePathSetting::Hierarchical);
   CHECK((e.place.local_rank == 3 && e.place.local_size == 4 && e.place.cross_rank == 2));
   CHECK(e.reason == c.reason);
 
-  for (const char* bad : {"", "v1 x 1 0 0 1 0 1 0", "v1 gpu 1 0 0", "v2", "v2 gpu 7 0 0 1 0 1 0",
-                          "v2 gpu 1 notanumber 0 1 0 1 0", "v2 gpu 1 0", "v2 gpu 1 0 9 1 0 1 0", "v2 gpu 1 0 0",
-                          "v2 gpu 1 0 0 2 0 1 0", "v2 gpu 1 0 0 1", "v2 gpu 1 0 0 1 0 x 0", "\x01\x02\x03"}) {
+  for (const char* bad : {"", "v1 x 1 0 0 - 0 1 0", "v1 gpu 1 0 0", "v2", "v2 gpu 7 0 0 - 0 1 0",
+                          "v2 gpu 1 notanumber 0 - 0 1 0", "v2 gpu 1 0", "v2 gpu 1 0 9 - 0 1 0", "v2 gpu 1 0 0",
+                          "v2 gpu 1 0 0 A,B", "v2 gpu 1 0 0 - 0 x 0", "\x01\x02\x03"}) {
     CHECK_THROWS_AS(NcclRankInfo::decode(bad), hvd::IoError);
   }
 }
 
-TEST_CASE("cuda: nccl: the intra-host path needs peer access reported by every rank") {
-  std::vector<NcclRankInfo> ranks = {ok("A"), ok("B"), ok("C")};
+TEST_CASE("cuda: nccl: the intra-host path needs every rank to reach its host's other GPUs, by UUID") {
+  auto at = [](NcclRankInfo i, int cross_rank, std::vector<std::string> reach) {
+    i.place.cross_rank = cross_rank;
+    i.reachable = std::move(reach);
+    return i;
+  };
   std::string why;
+  // One host, three GPUs with peer access all round.
+  std::vector<NcclRankInfo> ranks = {at(ok("A"), 0, {"A", "B", "C"}), at(ok("B"), 0, {"A", "B", "C"}),
+                                     at(ok("C"), 0, {"A", "B", "C"})};
   CHECK(all_peer_access(ranks, &why));
-  CHECK(why.empty());
-  ranks[1].peer_access = false;
+  // Rank 1 cannot reach C.
+  ranks[1].reachable = {"A", "B"};
   CHECK_FALSE(all_peer_access(ranks, &why));
-  CHECK(why == "rank 1's GPU cannot access the other local ranks' GPUs directly");
+  CHECK(why.find("rank 1's GPU cannot access rank 2's GPU directly") != std::string::npos);
+  // Each process sees only its own GPU (CUDA_VISIBLE_DEVICES per rank):
+  // every rank says device 0, but the UUIDs differ and nobody reaches the
+  // others.
+  CHECK_FALSE(all_peer_access({at(ok("A"), 0, {"A"}), at(ok("B"), 0, {"B"})}, &why));
+  // Ranks sharing one GPU need nothing more.
+  CHECK(all_peer_access({at(ok("A"), 0, {"A"}), at(ok("A"), 0, {"A"})}, &why));
+  // Ranks on other hosts are not this host's peers.
+  CHECK(all_peer_access({at(ok("A"), 0, {"A"}), at(ok("B"), 1, {"B"})}, &why));
   CHECK(all_peer_access({}, nullptr));
 }
 

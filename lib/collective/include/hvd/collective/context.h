@@ -87,7 +87,8 @@ struct ContextStats {
 /// is the CUDA device both buffers are on (>= 0), kHostDevice (default) or
 /// kAutoDevice. The operation is ordered after work already queued on
 /// `stream` when it is submitted (an event recorded then; null: the legacy
-/// default stream), not after work queued later, and the handle completes once
+/// default stream), not after work queued later -- the buffers must still be
+/// left alone until the handle completes -- and the handle completes once
 /// the result is in `output` (the library synchronises its own stream), so
 /// later work on any stream may read it. Every rank must pass device
 /// buffers or every rank host buffers (else MismatchError on all ranks);

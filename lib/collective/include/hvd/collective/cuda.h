@@ -150,6 +150,10 @@ struct StagedAllreducerOptions {
   /// k-1 overlap the network reduction of chunk k. Two pinned buffers of
   /// this size are allocated on the first call and reused afterwards.
   std::size_t chunk_bytes = 4u << 20;
+  /// Bound on each host-side wait for a device-to-host copy (work queued
+  /// before it may wait on local peers' events); hvd::TimeoutError past it.
+  /// 0: unbounded.
+  std::chrono::milliseconds wait_timeout{0};
 };
 
 /// The cross-host leg of a device allreduce: device -> pinned staging ->
