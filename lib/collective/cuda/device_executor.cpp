@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <map>
+#include <mutex>
 #include <thread>
 
 namespace hvd::collective::cuda::detail {
@@ -512,18 +513,41 @@ void check_visible_device(int device) {
   }
 }
 
+namespace {
+/// Ready events kept for reuse, per device: record_ready_event is on every
+/// device operation's submit path, so an event is created once, not per
+/// call, and given back (no CUDA call, on whatever thread drops the handle)
+/// when the operation's state goes. Re-recording a given-back event is safe:
+/// the internal stream's wait on its previous record was enqueued before
+/// the operation completed. Never destroyed (handles may outlive statics).
+struct ReadyEventPool {
+  std::mutex mu;
+  std::map<int, std::vector<cudaEvent_t>> free;
+  static ReadyEventPool& get() {
+    static auto* pool = new ReadyEventPool;
+    return *pool;
+  }
+};
+}  // namespace
+
 std::shared_ptr<CUevent_st> record_ready_event(int device, CUstream_st* stream) {
   check_visible_device(device);
-  DeviceGuard guard(device);
+  DeviceGuard guard(device);  // a null stream means this device's legacy stream
+  ReadyEventPool& pool = ReadyEventPool::get();
   cudaEvent_t ev = nullptr;
-  HVD_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  {
+    std::lock_guard<std::mutex> lock(pool.mu);
+    auto& free = pool.free[device];
+    if (!free.empty()) {
+      ev = free.back();
+      free.pop_back();
+    }
+  }
+  if (!ev) HVD_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
   std::shared_ptr<CUevent_st> owned(ev, [device](CUevent_st* e) {
-    // Never throws; may run on any thread, with any device current.
-    int current = 0;
-    const bool restore = cudaGetDevice(&current) == cudaSuccess;
-    if (cudaSetDevice(device) == cudaSuccess) cudaEventDestroy(e);
-    if (restore) cudaSetDevice(current);
-    cudaGetLastError();
+    ReadyEventPool& p = ReadyEventPool::get();
+    std::lock_guard<std::mutex> lock(p.mu);
+    p.free[device].push_back(e);
   });
   HVD_CUDA_CHECK(cudaEventRecord(ev, static_cast<cudaStream_t>(stream)));
   return owned;
