@@ -143,22 +143,16 @@ void scale_in_place(void* data, std::size_t count, DataType dtype, double presca
 /// background thread; with an NCCL communicator, NCCL's asynchronous error
 /// (a lost peer) ends the wait too.
 void wait_stream(cudaStream_t stream, NcclComm* nccl, int device, std::chrono::milliseconds timeout) {
-  const auto start = std::chrono::steady_clock::now();
-  for (uint64_t polls = 0;; ++polls) {
-    const cudaError_t q = cudaStreamQuery(stream);
-    if (q == cudaSuccess) return;
-    if (q != cudaErrorNotReady) HVD_CUDA_CHECK(q);
-    if (nccl) nccl->check_async();
-    if (polls < 2000) {
-      std::this_thread::yield();
-      continue;
-    }
-    if (timeout.count() > 0 && std::chrono::steady_clock::now() - start > timeout) {
-      throw TimeoutError(fmt::format("hvd: device work on CUDA device {} did not finish within {} ms "
-                                     "(HVD_CUDA_WAIT_TIMEOUT): a local peer may have died, or the GPU hangs",
-                                     device, timeout.count()));
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  const bool done = poll_until_done(
+      [&] { return cudaStreamQuery(stream); }, timeout,
+      [&] {
+        if (nccl) nccl->check_async();
+      },
+      "cudaStreamQuery");
+  if (!done) {
+    throw TimeoutError(fmt::format("hvd: device work on CUDA device {} did not finish within {} ms "
+                                   "(HVD_CUDA_WAIT_TIMEOUT): a local peer may have died, or the GPU hangs",
+                                   device, timeout.count()));
   }
 }
 

@@ -63,21 +63,10 @@ void CudaStagedDevice::wait_d2h(int slot) {
   }
   // Polled, so that a copy stuck behind work that never finishes (a dead
   // local peer's event) fails the operation instead of hanging the thread.
-  const auto start = std::chrono::steady_clock::now();
-  for (uint64_t polls = 0;; ++polls) {
-    const cudaError_t q = cudaEventQuery(im_.copied[slot]);
-    if (q == cudaSuccess) return;
-    if (q != cudaErrorNotReady) HVD_CUDA_CHECK(q);
-    if (polls < 2000) {
-      std::this_thread::yield();
-      continue;
-    }
-    if (std::chrono::steady_clock::now() - start > bound) {
-      throw TimeoutError(fmt::format("hvd: a device-to-host copy on CUDA device {} did not finish within {} ms "
-                                     "(HVD_CUDA_WAIT_TIMEOUT): a local peer may have died, or the GPU hangs",
-                                     im_.options.device, bound.count()));
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  if (!detail::poll_until_done([&] { return cudaEventQuery(im_.copied[slot]); }, bound, [] {}, "cudaEventQuery")) {
+    throw TimeoutError(fmt::format("hvd: a device-to-host copy on CUDA device {} did not finish within {} ms "
+                                   "(HVD_CUDA_WAIT_TIMEOUT): a local peer may have died, or the GPU hangs",
+                                   im_.options.device, bound.count()));
   }
 }
 void CudaStagedDevice::h2d(const detail::Chunk& c, int slot) {
