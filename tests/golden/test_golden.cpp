@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "hvd/common/error.h"
-#include "hvd/launcher/launcher.h"
+#include "hvd/launcher/job/launcher.h"
 
 namespace {
 

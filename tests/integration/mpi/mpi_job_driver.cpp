@@ -1,8 +1,8 @@
 // Drives run_mpi_job directly (the path `hvdrun --mpi` takes once wired), so
 // the real Open MPI path is tested independently of the CLI:
 //   mpi_job_driver -np N -H host:slots[,host:slots] [--dry-run] -- command...
-#include "hvd/launcher/mpi_launch.h"
-#include "hvd/launcher/worker_env.h"
+#include "hvd/launcher/spawn/mpi/mpi_launch.h"
+#include "hvd/launcher/plan/worker_env.h"
 
 #include <unistd.h>
 

@@ -15,7 +15,7 @@
 // "exit <rank> status=S signal=N lost=<reason>" per exit; exits 0 once every
 // rank exited, 3 with the LaunchError message on a failed launch.
 #include "hvd/common/logging.h"
-#include "hvd/launcher/ssh_spawner.h"
+#include "hvd/launcher/spawn/ssh/ssh_spawner.h"
 
 #include <condition_variable>
 #include <csignal>

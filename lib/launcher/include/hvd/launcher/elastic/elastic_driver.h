@@ -1,0 +1,154 @@
+#pragma once
+/// The elastic job's decisions (issue 5), as a pure state machine: events in
+/// (discovery results, workers ready / exited, signals, time), actions out
+/// (spawn, stop, publish a world, finish). No threads, no clock, no I/O:
+/// run_elastic_job (elastic_run.cpp) feeds it real events and carries out
+/// its actions; unit tests feed it a fake clock and check every rule.
+///
+/// Rules (docs/elastic.md):
+///  * Start: wait until discovery offers at least `start_np` usable slots
+///    (giving up after elastic_timeout), then start workers on free slots up
+///    to max_np, hosts in discovery order, slots in order.
+///  * A started worker is not a member until it reports ready (its
+///    ready_key appears in the store). Ready workers are admitted in
+///    batches: `admit_delay` after the first not-yet-admitted ready worker,
+///    or at once when every started worker is ready. A world is published
+///    only when it has at least min_np members; below that, members wait in
+///    reset() and the elastic_timeout clock runs.
+///  * Rank stability: a new world lists surviving members in their previous
+///    rank order (so the old rank 0, if alive, stays rank 0), then newcomers
+///    in start order. Local/cross ranks follow store::elastic::assign_ranks.
+///  * Host gone from discovery (or its slot count lowered): its (excess)
+///    workers are stopped and a world without them is published.
+///  * New host / more slots: workers are started on free slots up to max_np.
+///  * A worker that fails (non-zero exit, signal, lost) leaves the world at
+///    once (a world without it is published) and its slot is restarted
+///    unless the host is blacklisted. A host is blacklisted when
+///    `blacklist_failures` failures happen on it within `failure_window`:
+///    its remaining workers are stopped and discovery ignores it for a
+///    cooldown drawn uniformly from [cooldown_min, cooldown_max], doubled for
+///    each earlier blacklisting of that host (capped at 2^6 times). One
+///    crash never stops a host's healthy workers.
+///  * During initial formation (no world published yet), a worker that
+///    exits non-zero before it is ready ends the job with its status (a bad
+///    command must fail fast, as in static mode).
+///  * Every world after the first counts as a reset; more than reset_limit
+///    resets ends the job (exit_code::kElastic).
+///  * Fewer than min_np usable workers for longer than elastic_timeout ends
+///    the job (exit_code::kElastic).
+///  * Ending: a member that exits 0 starts finishing: nothing is spawned or
+///    published any more, not-yet-admitted workers are stopped, and the
+///    other members get `finish_grace` to exit. The job succeeds only if
+///    every member of the last world exits 0; otherwise it fails with the
+///    first failing member's status, naming the members that did not exit 0.
+///    A member of the last world that never was in a world that formed (a
+///    newcomer admitted after the others' last commit, still waiting in its
+///    join for peers that are done) has trained nothing: it is stopped like
+///    a not-yet-admitted worker and its exit does not count. Formation is
+///    reported by on_world_formed; until any world has been reported formed,
+///    every member counts.
+///  * A signal stops every worker; the job ends with 128+signal once every
+///    worker has exited (the runner escalates to SIGKILL).
+///  * Discovery: a failing first run ends the job (exit_code::kLaunch, the
+///    script's reason in the message). Later failures keep the previous host
+///    set and are logged once per distinct reason.
+#include "hvd/launcher/discovery/discovery.h"
+#include "hvd/store/elastic_world.h"
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace hvd::launcher {
+
+using ElasticClock = std::chrono::steady_clock;
+using ElasticTime = ElasticClock::time_point;
+
+struct ElasticPolicy {
+  int start_np = 1;   ///< -np: slots needed before the first start
+  int min_np = 1;     ///< --min-np (defaults to -np)
+  int max_np = 1 << 20;  ///< --max-np (default: no limit)
+  std::chrono::milliseconds elastic_timeout{600000};
+  std::optional<int> reset_limit;
+  std::chrono::milliseconds cooldown_min{0};
+  std::chrono::milliseconds cooldown_max{0};
+  int blacklist_failures = 3;
+  std::chrono::milliseconds failure_window{60000};
+  std::chrono::milliseconds admit_delay{50};
+  std::chrono::milliseconds finish_grace{30000};
+  /// A started worker that is not ready within this counts as failed.
+  std::chrono::milliseconds ready_timeout{30000};
+};
+
+/// What the runner must do, in order.
+struct ElasticAction {
+  enum class Kind {
+    Spawn,    ///< start worker `worker_id` on `host` (slot `slot`)
+    Stop,     ///< stop worker `worker_id` (SIGTERM, then SIGKILL after the grace)
+    Publish,  ///< write `world` to the store (world_key then kVersionKey)
+    Log,      ///< one line for spdlog::info (`message`)
+    Warn,     ///< one line for spdlog::warn (`message`)
+    Finish,   ///< the job is over: exit code `code`, error `message` (may be empty)
+  };
+  Kind kind;
+  std::string worker_id;
+  std::string host;
+  int slot = 0;
+  store::elastic::World world;
+  int code = 0;
+  std::string message;
+};
+
+class ElasticDriver {
+ public:
+  /// `seed` drives the cooldown draws (tests pass a fixed one).
+  ElasticDriver(ElasticPolicy policy, uint64_t seed);
+
+  // ---- events ----
+  void on_discovery(const DiscoveryResult& result, ElasticTime now);
+  void on_worker_ready(const std::string& worker_id, ElasticTime now);
+  /// `status` as a shell reports it; `lost_reason` non-empty when the
+  /// worker was lost rather than seen exiting.
+  void on_worker_exit(const std::string& worker_id, int status, const std::string& lost_reason, ElasticTime now);
+  void on_signal(int sig, ElasticTime now);
+  /// World `version` formed: its arrival barrier completed (the library
+  /// wrote comm_prefix(version) + "formed"), so each of its members has
+  /// joined the job. Unknown or already reported versions are ignored.
+  /// Worlds of one member need no barrier and count as formed when published.
+  void on_world_formed(uint64_t version, ElasticTime now);
+  /// Timers: admission batches, grace periods, timeouts, cooldown expiry.
+  void tick(ElasticTime now);
+
+  // ---- outputs ----
+  /// Actions produced since the last call.
+  std::vector<ElasticAction> take_actions();
+  /// Published worlds of more than one member not yet reported formed, in
+  /// version order. The runner checks them before it reports an exit: a
+  /// member that trained in a world wrote its "formed" key before it could
+  /// exit, so the ending rules never miss it.
+  std::vector<uint64_t> unformed_worlds() const;
+  /// When tick() next has something to do (none: only events matter).
+  std::optional<ElasticTime> next_deadline() const;
+  /// True once a Finish action has been produced and every started worker
+  /// has exited (the runner may stop then).
+  bool done() const;
+
+  // ---- inspection (tests, logs) ----
+  const store::elastic::World& current_world() const;  ///< version 0 before the first
+  int resets() const;
+  bool is_blacklisted(const std::string& host, ElasticTime now) const;
+  /// Workers started and not yet exited.
+  std::vector<std::string> live_workers() const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace hvd::launcher

@@ -1,0 +1,64 @@
+#pragma once
+/// The launcher library's entry points, in the order main() calls them.
+#include "hvd/launcher/elastic/elastic_driver.h"
+#include "hvd/launcher/plan/job_plan.h"
+#include "hvd/launcher/options/options.h"
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace hvd::launcher {
+
+/// Result of parsing argv. Either `options` is set, or `exit_code` and
+/// `message` say what to print (help/version to stdout, errors to stderr).
+struct ParseOutcome {
+  std::optional<Options> options;
+  int exit_code = 0;
+  std::string message;
+  bool message_to_stdout = false;
+};
+
+/// Command line + --config-file + environment -> Options (cli.cpp).
+ParseOutcome parse_command_line(int argc, char** argv);
+
+/// Hosts, placement and worker environments (plan.cpp). Pure apart from
+/// reading the hostfile and the launcher's environment. Throws
+/// hvd::InvalidArgument with a one-line message on any usage problem.
+JobPlan make_plan(const Options& options);
+
+/// make_plan with the launcher environment and working directory given
+/// explicitly (tests and golden files use this for stable output).
+JobPlan make_plan(const Options& options, const std::map<std::string, std::string>& launcher_env,
+                  const std::string& cwd);
+
+/// --dry-run output: a placement table plus each worker's exact command, or
+/// JSON (dry_run.cpp).
+std::string render_dry_run(const JobPlan& plan, const Options& options, DryRunFormat format);
+
+/// --check-build output (what this build supports).
+/// What was built beside hvdrun in this build tree (CMake passes it to
+/// the launcher; hvdrun itself never links the collective library).
+struct BuiltComponents {
+  bool pytorch_binding = false;  ///< python/ hvdcomm.torch
+  bool cuda = false;             ///< lib/collective/cuda (HVD_WITH_CUDA)
+  bool nccl_found = false;       ///< libnccl seen at configure time (loaded at run time by the CUDA component)
+};
+/// This build's components (from compile definitions).
+BuiltComponents built_components();
+std::string render_check_build(const BuiltComponents& built);
+std::string render_check_build();
+
+/// Starts the job and supervises it to the end; returns hvdrun's exit code
+/// (run.cpp). Never calls exit().
+int run_job(const Options& options, const JobPlan& plan);
+
+/// Elastic mode (--host-discovery-script): the driver's policy from the
+/// options (elastic_run.cpp).
+ElasticPolicy elastic_policy(const Options& options);
+
+/// Runs an elastic job to the end (discovery, membership changes, recovery;
+/// docs/elastic.md); returns hvdrun's exit code. Never calls exit().
+int run_elastic_job(const Options& options);
+
+}  // namespace hvd::launcher

@@ -1,0 +1,67 @@
+#pragma once
+/// The environment each worker starts with.
+///
+/// Workers get the launcher's environment minus what must not cross hosts
+/// (the host's identity, the SSH session, the X display, shell internals,
+/// exported bash functions) and minus loader-injection variables such as
+/// LD_PRELOAD unless --forward-loader-env; then the tuning HOROVOD_*
+/// variables from the flags/config file, -x exports, and finally each rank's
+/// HOROVOD_RANK/SIZE/LOCAL_*/CROSS_*/HOSTNAME. The environment is carried to
+/// workers as JSON (agent.h), so names with dots and multi-line values need
+/// no quoting and arrive intact.
+///
+/// The rendezvous variables (store address/port, job secret) are not part of
+/// the plan: run_job adds them with add_rendezvous_env() once the store is
+/// listening, so a dry run can never print a secret.
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "hvd/launcher/plan/job_plan.h"
+#include "hvd/launcher/options/options.h"
+
+namespace hvd::launcher {
+
+using EnvMap = std::map<std::string, std::string>;
+
+/// The calling process's environment (`environ`) as a map.
+EnvMap current_environment();
+
+/// False for variables that must not be copied from the launcher to workers.
+/// Loader-injection variables (LD_PRELOAD, LD_AUDIT, ...) are forwarded only
+/// when `forward_loader_env`.
+bool is_forwardable(const std::string& name, bool forward_loader_env);
+
+/// The HOROVOD_* (and NCCL_*) variables that the tuning flags and config file
+/// ask for, formatted as horovodrun formats them (fusion threshold in bytes,
+/// booleans as 1/0). Unset options produce no variable.
+EnvMap tuning_env(const Options& options);
+
+/// Everything every rank gets: filtered launcher environment, then
+/// PYTHONUNBUFFERED, HOROVOD_START_TIMEOUT, HOROVOD_CONTROLLER,
+/// HOROVOD_CPU_OPERATIONS, HOROVOD_GLOO_IFACE (when --network-interface is
+/// given), tuning variables, then -x exports in order. `-x NAME` whose NAME
+/// is not in `launcher_env` logs a warning and is skipped. Malformed -x
+/// entries throw InvalidArgument.
+EnvMap build_common_env(const EnvMap& launcher_env, const Options& options);
+
+/// `common` plus this rank's HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK,
+/// HOROVOD_LOCAL_SIZE, HOROVOD_CROSS_RANK, HOROVOD_CROSS_SIZE,
+/// HOROVOD_HOSTNAME.
+EnvMap add_slot_env(EnvMap common, const SlotAssignment& slot, std::size_t total);
+
+/// build_common_env + add_slot_env for one rank (convenience for callers
+/// that plan a single worker).
+EnvMap build_worker_env(const EnvMap& launcher_env, const SlotAssignment& slot, const Options& options,
+                        std::size_t total);
+
+/// Adds HOROVOD_GLOO_RENDEZVOUS_ADDR, HOROVOD_GLOO_RENDEZVOUS_PORT and the job
+/// secret (hvd::kSecretEnv) to every worker of `plan`. Called by run_job.
+void add_rendezvous_env(JobPlan& plan, const std::string& addr, uint16_t port, const std::string& secret);
+
+/// True for variable names whose values must never be printed (the job
+/// secret, anything named like a password, token or key).
+bool is_secret_name(const std::string& name);
+
+}  // namespace hvd::launcher

@@ -1,0 +1,144 @@
+#pragma once
+/// The one place hvdrun starts and stops processes (ninja's Subprocess):
+/// the local spawner's agents, the agent's worker, mpirun, the discovery
+/// script and `mpirun --version` all go through Subprocess::spawn.
+///
+/// Between fork and exec the child only makes async-signal-safe calls, in a
+/// fixed order: new process group, parent-death signal (and a check that the
+/// parent is still the one that forked it), signal mask and dispositions back
+/// to defaults, stdin/stdout/stderr wired as asked, every other descriptor
+/// closed, chdir, exec. Everything the child needs (argv, envp, the list of
+/// paths a PATH search tries) is built before fork, so spawning is safe from
+/// a multi-threaded launcher. A chdir or exec failure is reported back
+/// through a close-on-exec pipe and thrown as SpawnError; the failed child
+/// is reaped before spawn returns.
+///
+/// Why not Boost.Process: docs/design.md ("process/").
+#include "hvd/common/error.h"
+#include "hvd/common/io.h"
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hvd::launcher {
+
+/// What a child's standard descriptor is connected to.
+struct ChildFd {
+  enum class Kind { Inherit, DevNull, Fd };
+  Kind kind = Kind::Inherit;
+  int fd = -1;  ///< with Kind::Fd: dup2'ed onto the standard descriptor (the caller keeps its copy)
+  static ChildFd inherit() { return {}; }
+  static ChildFd dev_null() { return {Kind::DevNull, -1}; }
+  static ChildFd from(int fd) { return {Kind::Fd, fd}; }
+};
+
+struct SpawnOptions {
+  /// argv[0] is the program: a path (contains '/') or a name searched in
+  /// `search_path`.
+  std::vector<std::string> argv;
+  /// The child's environment as NAME=value strings; nullopt: this process's.
+  std::optional<std::vector<std::string>> env;
+  /// PATH searched for a program name without '/': nullopt means the PATH of
+  /// `env` when given, else this process's PATH (execvp's default list when
+  /// unset). A script without a #! line is run with /bin/sh, as execvp does.
+  std::optional<std::string> search_path;
+  /// chdir before exec ("" = stay); a failure is SpawnError{Stage::Chdir}.
+  std::string cwd;
+  /// Leads its own process group (pgid == pid), set on both sides of fork so
+  /// signal_group works as soon as spawn returns. Keeps a terminal's Ctrl-C
+  /// from reaching the child directly: hvdrun forwards signals itself.
+  bool new_process_group = true;
+  /// PR_SET_PDEATHSIG: sent to the child when the *thread* that spawned it
+  /// exits (0 = none). The child exits at once if its parent already died.
+  int parent_death_signal = 0;
+  ChildFd stdin_fd = ChildFd::dev_null();
+  ChildFd stdout_fd = ChildFd::inherit();
+  ChildFd stderr_fd = ChildFd::inherit();
+  /// Descriptors the child keeps besides 0, 1, 2 (the others are closed even
+  /// when they lack O_CLOEXEC).
+  std::vector<int> keep_fds;
+};
+
+/// chdir or exec failed in the child.
+class SpawnError : public Error {
+ public:
+  enum class Stage { Chdir, Exec };
+  SpawnError(Stage stage, int error_number, const std::string& message)
+      : Error(message), stage_(stage), errno_(error_number) {}
+  Stage stage() const { return stage_; }
+  int error_number() const { return errno_; }
+  /// 127 for a program that was not found, 126 for other exec failures (the
+  /// shell's convention), 1 for a chdir failure.
+  int exit_status() const;
+
+ private:
+  Stage stage_;
+  int errno_;
+};
+
+/// One child process. Move-only. Destroying a Subprocess that was not reaped
+/// kills its process group with SIGKILL and reaps it: a forgotten child never
+/// outlives its owner.
+class Subprocess {
+ public:
+  /// Starts the child. Throws SpawnError (chdir/exec failed; the child is
+  /// already reaped) or IoError (pipe/fork failed).
+  static Subprocess spawn(const SpawnOptions& options);
+
+  Subprocess() = default;
+  Subprocess(Subprocess&& other) noexcept;
+  Subprocess& operator=(Subprocess&& other) noexcept;
+  Subprocess(const Subprocess&) = delete;
+  Subprocess& operator=(const Subprocess&) = delete;
+  ~Subprocess();
+
+  pid_t pid() const { return pid_; }
+  bool valid() const { return pid_ > 0; }
+  /// A pidfd (readable once the child exits) for poll(), or -1 where the
+  /// kernel has none; then poll exited() on a short timer.
+  int pidfd() const { return pidfd_.get(); }
+
+  /// True once the child has exited. Does not reap it: an unreaped child
+  /// keeps its pid, and so its process-group id, from being reused.
+  bool exited() const;
+  /// Reaps the child if it has exited; returns its wait status.
+  std::optional<int> try_reap();
+  /// Blocks until the child exits; returns its wait status.
+  int reap();
+  /// Waits until `deadline` for the child to exit and reaps it; nullopt if
+  /// it is still running then.
+  std::optional<int> reap_until(Deadline deadline);
+  bool reaped() const { return reaped_; }
+  /// The wait status once reaped.
+  int wait_status() const { return status_; }
+
+  /// Sends `sig` to the child only. No-op once reaped.
+  void signal(int sig) const;
+  /// Sends `sig` to the child's process group (its pgid is its pid). No-op
+  /// once reaped, so a reused pid is never hit.
+  void signal_group(int sig) const;
+  /// SIGKILL to the whole group, then reaps the leader and, without
+  /// blocking, any other member that is our child. Returns the leader's wait
+  /// status. Idempotent.
+  int kill_group_and_reap();
+  /// SIGTERM to the group, SIGKILL to the group after `grace` if the leader
+  /// has not exited, then reaps; returns the wait status.
+  int terminate_group(std::chrono::milliseconds grace);
+
+ private:
+  pid_t pid_ = -1;
+  UniqueFd pidfd_;
+  bool reaped_ = false;
+  int status_ = 0;
+};
+
+/// A wait status as a shell reports it: the exit code, or 128+N for signal N.
+int exit_status_of(int wait_status);
+/// The terminating signal of a wait status, or 0.
+int signal_of(int wait_status);
+
+}  // namespace hvd::launcher

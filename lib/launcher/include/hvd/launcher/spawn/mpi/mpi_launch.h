@@ -1,0 +1,124 @@
+#pragma once
+/// `hvdrun --mpi`: start the workers through an existing mpirun, as
+/// horovodrun's mpi_run.py does (see docs/mpi.md).
+///
+/// hvdrun still owns the rendezvous store and the job's life: it runs the
+/// store, starts mpirun as a child in its own process group, forwards
+/// SIGINT/SIGTERM/SIGHUP to it and returns mpirun's exit status as its own.
+///
+/// Why only job-wide variables are exported: mpirun gives every rank the same
+/// environment, so per-rank variables (HOROVOD_RANK, HOROVOD_LOCAL_RANK, ...)
+/// cannot be set here. The worker library derives them from the MPI
+/// launcher's own variables (OMPI_COMM_WORLD_RANK, PMI_RANK, ...; see
+/// hvd/collective/mpi_env.h). Values never appear on the mpirun command line:
+/// they are placed in mpirun's environment and exported by NAME (`-x NAME`,
+/// `-genvlist A,B`), so neither `ps` nor --dry-run can show the job secret.
+#include "hvd/common/io.h"
+#include "hvd/launcher/plan/job_plan.h"
+#include "hvd/launcher/options/options.h"
+#include "hvd/launcher/process/shell.h"
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace hvd::launcher {
+
+enum class MpiImpl { OpenMpi, Mpich, IntelMpi, Unknown };
+
+/// "Open MPI", "MPICH", "Intel MPI", "unknown".
+const char* mpi_impl_name(MpiImpl impl);
+
+/// What `mpirun --version` told us.
+struct MpiInfo {
+  MpiImpl impl = MpiImpl::Unknown;
+  /// The program that is run ("mpirun", or a path).
+  std::string mpirun = "mpirun";
+  /// First non-empty line of the version output, for messages.
+  std::string version_line;
+};
+
+/// Classifies `mpirun --version` output the way horovodrun does ("Open MPI"
+/// or "OpenRTE" -> Open MPI; "Intel(R) MPI" -> Intel MPI; "MPICH" or
+/// "HYDRA" -> MPICH). Pure. IBM Spectrum MPI reports as Unknown (unsupported).
+MpiImpl detect_mpi_impl(const std::string& version_output);
+
+/// Runs `<mpirun> --version` (stdin /dev/null, output captured) and
+/// classifies it. Throws hvd::InvalidArgument with one actionable line:
+///  - "mpirun not found on PATH; install Open MPI or drop --mpi"
+///  - "unsupported MPI implementation '<first line>' ..." (Unknown)
+///  - "'mpirun --version' failed with status N: <first line>"
+/// and hvd::TimeoutError when it does not finish before `deadline` (the probe
+/// is killed and reaped).
+MpiInfo probe_mpirun(const std::string& mpirun = "mpirun",
+                     Deadline deadline = Deadline::after(std::chrono::seconds(10)));
+
+/// The job-wide variables an mpirun job exports to every rank, as
+/// horovodrun exports its whole environment with -x: build_common_env (the
+/// filtered launcher environment, HOROVOD_* tuning and controller variables,
+/// -x exports) minus an enclosing MPI job's runtime variables (OMPI_*,
+/// PMI_*, PMIX_*, HYDRA_*, PRTE_*) unless named with -x. Per-rank variables
+/// are never included; the rendezvous variables are added by run_mpi_job
+/// once the store listens.
+std::map<std::string, std::string> mpi_job_env(const Options& options,
+                                               const std::map<std::string, std::string>& launcher_env);
+
+/// The exact mpirun argv (argv[0] is info.mpirun). Pure.
+///  Open MPI:  mpirun [--allow-run-as-root] --tag-output -np N -H h1:2,h2:2
+///             -bind-to none -map-by slot -mca pml ob1 -mca btl ^openib
+///             [-mca plm_rsh_no_tree_spawn true -mca plm_rsh_num_concurrent H (>= 64 hosts)]
+///             [--timestamp-output] [-mca plm_rsh_args "-p P -i KEY"]
+///             [-mca btl_tcp_if_include IF1,IF2] [--output-filename DIR]
+///             -x NAME... <--mpi-args split shell-style> <command>
+///  MPICH:     mpirun -l -np N -hosts h1:2,h2:2 -bind-to none -map-by slot
+///             [-bootstrap ssh -bootstrap-exec-args "-p P -i KEY"] [-iface IF]
+///             [-outfile-pattern DIR/rank.%r/stdout] -genvlist A,B <mpi-args> <command>
+///  Intel MPI: mpirun -l -np N -ppn S -hosts h1,h2 (every host needs the same
+///             slot count, else InvalidArgument) [-bootstrap ssh
+///             -bootstrap-exec-args "..."] [-iface IF] [-outfile-pattern ...]
+///             -genvlist A,B <mpi-args> <command>
+/// `extra_env` names are exported (sorted); their values are never part of
+/// the argv. Throws InvalidArgument for an Unknown impl, an empty command,
+/// an unbalanced quote in --mpi-args, or uneven slots with Intel MPI.
+std::vector<std::string> build_mpirun_command(const MpiInfo& info, const Options& options, const JobPlan& plan,
+                                              const std::map<std::string, std::string>& extra_env,
+                                              bool running_as_root);
+
+/// Splits --mpi-args the way a POSIX shell splits words (single and double
+/// quotes, backslash escapes; no expansion). InvalidArgument on an
+/// unterminated quote.
+std::vector<std::string> split_shell_words(const std::string& text);
+
+
+/// --dry-run for --mpi. Text: a comment naming the implementation, the exact
+/// mpirun command as one shell-quoted line, then one comment line per
+/// exported variable. Json: {"engine","mpi_implementation","mpirun_version",
+/// "num_proc","command":[argv],"env":{...}}. Values of secret-like names
+/// (is_secret_name) print as <hidden>; the rendezvous variables are
+/// placeholders (they exist only once the store listens).
+std::string render_mpi_dry_run(const MpiInfo& info, const Options& options, const JobPlan& plan,
+                               const std::map<std::string, std::string>& extra_env, bool running_as_root,
+                               DryRunFormat format = DryRunFormat::Text);
+
+/// Runs the whole --mpi job and returns hvdrun's exit code:
+///  - probes mpirun (missing/unsupported -> message on stderr, exit_code::kLaunch);
+///  - starts the rendezvous store (choose_driver_address), adds
+///    HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT and HVDRUN_SECRET to `job_env`;
+///  - starts mpirun in its own process group, stdin /dev/null, output passed
+///    through untouched (mpirun multiplexes the ranks itself), with
+///    PR_SET_PDEATHSIG so mpirun is told to stop if hvdrun is killed;
+///  - forwards SIGINT/SIGTERM/SIGHUP to mpirun (which tears its ranks down);
+///    SIGKILLs mpirun's process group if it is still running kill_grace + 5 s
+///    after a forwarded signal, or at once on a second signal;
+///  - returns mpirun's exit code, 128+signal if mpirun died of a signal, and
+///    128+signal of the forwarded signal when the job was interrupted.
+/// Never calls exit().
+int run_mpi_job(const Options& options, const JobPlan& plan, const std::map<std::string, std::string>& job_env);
+
+/// Everything hvdrun does for --mpi after planning: --dry-run prints the
+/// mpirun command (exit_code::kLaunch with one line when mpirun is missing
+/// or unsupported), otherwise run_mpi_job. Returns hvdrun's exit code.
+int run_mpi_mode(const Options& options, const JobPlan& plan);
+
+}  // namespace hvd::launcher

@@ -1,0 +1,163 @@
+#pragma once
+/// The building blocks of the SSH spawner (ssh_spawner.h), split out so that
+/// they can be unit-tested without an SSH server:
+///  * connect_tcp: getaddrinfo + a non-blocking connect bounded by a deadline,
+///    with errors phrased for humans ("node2: connection refused
+///    (198.18.0.9:22)"; the address is left out when the host is one).
+///  * Session: one libssh2 session in non-blocking mode -- handshake,
+///    host-key verification (ssh_known_hosts.h) and public-key
+///    authentication, every step bounded by the same deadline.
+///  * shell quoting and the agent's spec frame (agent.h), built here because
+///    the remote end only sees bytes on the channel.
+///
+/// Every failure to reach or use a host is a LaunchError whose message is one
+/// line that starts with the host name as the user wrote it.
+#include "hvd/common/io.h"
+#include "hvd/launcher/plan/job_plan.h"
+#include "hvd/launcher/spawn/spawner.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+// libssh2's opaque types, so that users of this header need not include it.
+struct _LIBSSH2_SESSION;
+
+#include "hvd/launcher/process/shell.h"
+
+namespace hvd::launcher::ssh {
+
+/// libssh2_init() exactly once per process, thread-safely (libssh2_init is
+/// not thread-safe itself and must precede any session).
+void ensure_libssh2_initialized();
+
+using launcher::shell_join;   // hvd/launcher/shell.h
+using launcher::shell_quote;
+
+/// The bytes the agent expects first on its stdin: a 4-byte little-endian
+/// length followed by encode_agent_spec(spec) (agent.h), i.e. hvd::write_frame
+/// layout written into a channel instead of an fd. Throws
+/// hvd::InvalidArgument when the spec exceeds the agent's 16 MiB frame limit.
+std::string encode_spec_frame(const WorkerSpec& spec);
+
+/// Human words for a connect()/socket errno: "connection refused",
+/// "no route to host", ...
+std::string describe_connect_errno(int err);
+
+/// Resolves `host` and connects to `port` on each address in turn until one
+/// answers. Throws LaunchError naming host, address and cause; "connection
+/// timed out after N s" when the deadline passes first. `cancel`, when set
+/// and true, aborts early (another host already failed).
+UniqueFd connect_tcp(const std::string& host, int port, Deadline deadline,
+                     const std::atomic<bool>* cancel = nullptr,
+                     std::string* peer_description = nullptr,
+                     std::string* location = nullptr);
+
+/// Makes the kernel notice a dead peer: TCP keepalive probes after
+/// `interval` of silence, every `interval`, three unanswered -> the socket
+/// fails with ETIMEDOUT; unacknowledged data for 4 intervals -> ETIMEDOUT
+/// (TCP_USER_TIMEOUT). So a host that vanished is declared lost after about
+/// 4 intervals, with no SSH-level keepalive traffic.
+void set_liveness_checks(int fd, std::chrono::seconds interval);
+
+struct SessionOptions {
+  std::string host;  // as the user wrote it; also the known_hosts name
+  int port = 22;
+  std::string user;
+  /// -i: the only key tried when set. Otherwise ssh-agent ($SSH_AUTH_SOCK)
+  /// and then ~/.ssh/id_ed25519, id_ecdsa, id_rsa (those that exist).
+  std::optional<std::string> identity_file;
+  std::string home;              // for ~/.ssh defaults and messages
+  std::string known_hosts_file;  // checked and appended to
+  bool strict_host_key_checking = false;
+  /// Liveness interval (set_liveness_checks).
+  std::chrono::seconds keepalive{5};
+};
+
+/// A connected, verified and authenticated libssh2 session in non-blocking
+/// mode. Not thread-safe (libssh2 sessions are not): after open() returns,
+/// only one thread at a time may use it.
+class Session {
+ public:
+  /// Connect, handshake, verify the host key, authenticate -- all before
+  /// `deadline`. Throws LaunchError.
+  static std::unique_ptr<Session> open(const SessionOptions& options, Deadline deadline,
+                                       const std::atomic<bool>* cancel = nullptr);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  _LIBSSH2_SESSION* raw() const { return session_; }
+  int fd() const { return fd_.get(); }
+  const std::string& host() const { return options_.host; }
+  /// "node2 (198.18.0.9:22)"
+  const std::string& peer() const { return peer_; }
+
+  /// libssh2's last error message for this session ("" if none).
+  std::string last_error() const;
+  /// poll() events libssh2 is waiting for (POLLIN and/or POLLOUT).
+  short wanted_events() const;
+  /// Why the connection failed, in plain words, after libssh2 reported a
+  /// socket error ("no answer for about 20 s (TCP keepalive gave up)",
+  /// "connection reset by peer", ...).
+  std::string connection_error() const;
+  /// Bytes read from the socket so far. libssh2 reads ahead into its own
+  /// queue, so after a pass over the channels an event loop must not sleep
+  /// on the socket if this moved during the pass: what arrived may already
+  /// sit in libssh2's queue, where poll() cannot see it.
+  uint64_t bytes_received() const { return bytes_received_.load(std::memory_order_relaxed); }
+
+  /// Runs `step` (a libssh2 call returning int) until it stops returning
+  /// LIBSSH2_ERROR_EAGAIN, waiting on the socket in between. Throws
+  /// LaunchError "<host>: timed out after N s during <what>" at the deadline.
+  template <typename Step>
+  int run(Deadline deadline, const char* what, Step&& step) {
+    for (;;) {
+      int rc = step();
+      if (rc != kEagain) return rc;
+      wait_socket(deadline, what);
+    }
+  }
+  /// Waits for the socket in libssh2's wanted direction(s); throws at the
+  /// deadline or on cancel.
+  void wait_socket(Deadline deadline, const char* what);
+
+  /// Sends SSH_MSG_DISCONNECT (best effort, bounded) and frees the session.
+  /// Idempotent; the destructor calls it.
+  void close(const char* reason = "hvdrun closing");
+
+  static constexpr int kEagain = -37;  // LIBSSH2_ERROR_EAGAIN (checked in the .cpp)
+
+ private:
+  Session(SessionOptions options, const std::atomic<bool>* cancel);
+  void handshake(Deadline deadline);
+  void authenticate(Deadline deadline);
+  bool try_key_file(const std::string& path, Deadline deadline, std::string* note);
+  bool try_agent(Deadline deadline, std::string* note);
+  [[noreturn]] void fail(const std::string& what) const;
+
+  SessionOptions options_;
+  const std::atomic<bool>* cancel_ = nullptr;
+  std::string peer_;
+  std::string location_;  // " (198.18.0.9:22)" or "" -- appended to messages
+  UniqueFd fd_;
+  _LIBSSH2_SESSION* session_ = nullptr;
+  Clock::time_point started_;
+  std::atomic<int> socket_errno_{0};  // last failure seen by the socket hooks
+  std::atomic<uint64_t> bytes_received_{0};
+
+  friend struct SessionAccess;
+};
+
+/// "~/.ssh/id_rsa" for paths under `home`, the path itself otherwise.
+std::string tilde_path(const std::string& path, const std::string& home);
+
+/// The invoking user's name and home directory ($USER/$HOME, else passwd).
+std::string default_user();
+std::string default_home();
+
+}  // namespace hvd::launcher::ssh

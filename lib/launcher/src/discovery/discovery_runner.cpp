@@ -1,0 +1,286 @@
+// Runs --host-discovery-script once, bounded in time and output.
+//
+// The script runs as `/bin/sh -c SCRIPT` in a new process group with stdin
+// from /dev/null and stdout/stderr on pipes. We read both pipes with poll()
+// until the shell exits and the pipes reach EOF, or until the deadline. The
+// process group is always SIGKILLed before the shell is reaped: background
+// children a script forgot (or a hung `curl`) must never pile up, and while
+// the shell is an unreaped zombie its pid -- the group id -- cannot be
+// reused, so the kill can never hit an unrelated group. A grandchild that
+// keeps the pipes open after the shell exited is given a short drain period,
+// then killed with the rest; a run therefore ends within timeout + ~drain.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "hvd/common/io.h"
+#include "hvd/launcher/discovery/discovery.h"
+#include "hvd/launcher/job/run_internal.h"
+
+extern char** environ;
+
+namespace hvd::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// After the shell exited, how long we keep reading pipes that a leftover
+/// child still holds open before giving up on them.
+constexpr std::chrono::milliseconds kDrainAfterExit{200};
+/// Only the tail of stderr matters (its last non-empty line).
+constexpr std::size_t kStderrKeep = 64 * 1024;
+constexpr std::size_t kReadChunk = 64 * 1024;
+
+/// The script as shown in messages: one line, bounded.
+std::string shown_script(const std::string& script) {
+  std::string s;
+  for (char c : script) s += (c == '\n' || c == '\r' || c == '\t') ? ' ' : c;
+  if (s.size() > 200) s = s.substr(0, 197) + "...";
+  return s;
+}
+
+/// The last non-empty line of `text`, control characters dropped, bounded.
+std::string last_line(const std::string& text) {
+  std::size_t end = text.size();
+  for (;;) {
+    while (end > 0 && (text[end - 1] == '\n' || text[end - 1] == '\r' || text[end - 1] == ' ' ||
+                       text[end - 1] == '\t')) {
+      --end;
+    }
+    if (end == 0) return "";
+    std::size_t begin = text.rfind('\n', end - 1);
+    begin = begin == std::string::npos ? 0 : begin + 1;
+    std::string line;
+    for (std::size_t i = begin; i < end; ++i) {
+      unsigned char c = static_cast<unsigned char>(text[i]);
+      if (c >= 0x20 && c != 0x7f) line += static_cast<char>(c);
+    }
+    std::size_t b = line.find_first_not_of(' ');
+    if (b != std::string::npos) {
+      line = line.substr(b);
+      if (line.size() > 300) line = line.substr(0, 297) + "...";
+      return line;
+    }
+    end = begin;
+  }
+}
+
+std::string signal_name(int sig) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
+  if (const char* abbrev = ::sigabbrev_np(sig)) return std::string("SIG") + abbrev;
+#endif
+  return fmt::format("signal {}", sig);
+}
+
+std::string byte_size(std::size_t n) {
+  if (n >= (1u << 20) && n % (1u << 20) == 0) return fmt::format("{} MiB", n >> 20);
+  if (n >= 1024 && n % 1024 == 0) return fmt::format("{} KiB", n >> 10);
+  return fmt::format("{} bytes", n);
+}
+
+std::string seconds_text(std::chrono::milliseconds ms) { return fmt::format("{:g} s", ms.count() / 1000.0); }
+
+DiscoveryResult failure(std::string message) {
+  DiscoveryResult r;
+  r.error = std::move(message);
+  return r;
+}
+
+/// A single word the shell would not reinterpret (a path to a script).
+bool is_plain_word(const std::string& s) {
+  for (char c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && std::string("/._-+,:@%").find(c) == std::string::npos) {
+      return false;
+    }
+  }
+  return !s.empty();
+}
+
+int open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#else
+  (void)pid;
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+/// True once `pid` has exited; leaves it unreaped (a zombie holds its pid
+/// and so the process group id).
+bool has_exited(pid_t pid) {
+  siginfo_t info{};
+  int rc;
+  do {
+    rc = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT);
+  } while (rc < 0 && errno == EINTR);
+  return rc == 0 && info.si_pid == pid;
+}
+
+/// Kills the whole group, then reaps the leader (blocking: it is dead or
+/// dying) and, without blocking, any other member that is our child (only
+/// when we are a subreaper or PID 1). Returns the leader's wait status.
+int kill_group_and_reap(pid_t pid) {
+  ::kill(-pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  int ignored;
+  while (::waitpid(-pid, &ignored, WNOHANG) > 0) {
+  }
+  return status;
+}
+
+}  // namespace
+
+DiscoveryResult run_discovery_script(const DiscoveryScriptOptions& options) {
+  const std::string name = fmt::format("host discovery script '{}'", shown_script(options.script));
+  if (options.script.empty()) return failure("host discovery script: empty command");
+  if (options.script.find('\0') != std::string::npos) return failure(name + ": contains a NUL byte");
+
+  // Everything the child needs is prepared before fork (only
+  // async-signal-safe calls between fork and exec).
+  // A plain path is exec'd by the shell, so that the script itself leads the
+  // group and its signal death shows as such (not as the shell's 128+N).
+  std::string sh = "/bin/sh", dash_c = "-c";
+  std::string script = is_plain_word(options.script) ? "exec " + options.script : options.script;
+  std::vector<char*> argv = {sh.data(), dash_c.data(), script.data(), nullptr};
+  char** envp = environ;
+
+  auto os_failure = [&](const char* what) {
+    return failure(fmt::format("{}: cannot run it: {} failed: {}", name, what, std::strerror(errno)));
+  };
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return os_failure("pipe");
+  UniqueFd out_read(out[0]), out_write(out[1]);
+  if (::pipe2(err, O_CLOEXEC) != 0) return os_failure("pipe");
+  UniqueFd err_read(err[0]), err_write(err[1]);
+  UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!dev_null) return os_failure("open /dev/null");
+
+  const auto started = Clock::now();
+  const auto deadline = started + options.timeout;
+  pid_t pid = ::fork();
+  if (pid < 0) return os_failure("fork");
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    reset_signals_for_exec();
+    ::dup2(dev_null.get(), 0);
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    // hvdrun's own sockets and pipes that lack CLOEXEC must not leak into
+    // the script (a script holding a worker's pipe would delay EOFs).
+#ifdef SYS_close_range
+    ::syscall(SYS_close_range, 3U, ~0U, 0U);
+#endif
+    ::execve(argv[0], argv.data(), envp);
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // both sides set it: whoever runs first wins the race
+  out_write.reset();
+  err_write.reset();
+  dev_null.reset();
+  UniqueFd pidfd(open_pidfd(pid));
+
+  std::string stdout_text, stderr_text;
+  bool out_open = true, err_open = true, exited = false, too_much = false, timed_out = false;
+  Clock::time_point drain_until{};
+  std::vector<char> buf(kReadChunk);
+
+  for (;;) {
+    if (!exited && has_exited(pid)) {
+      exited = true;
+      drain_until = std::min(deadline, Clock::now() + kDrainAfterExit);
+    }
+    if (exited && !out_open && !err_open) break;
+    const auto now = Clock::now();
+    if (exited && now >= drain_until) break;  // a leftover child holds the pipes
+    if (!exited && now >= deadline) {
+      timed_out = true;
+      break;
+    }
+    const auto until = exited ? drain_until : deadline;
+    auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1;
+    // Without a pidfd, the shell's exit is noticed by polling every 10 ms.
+    if (!pidfd && !exited) wait_ms = std::min<long long>(wait_ms, 10);
+
+    pollfd fds[3];
+    int n = 0;
+    int out_i = -1, err_i = -1;
+    if (out_open) {
+      out_i = n;
+      fds[n++] = {out_read.get(), POLLIN, 0};
+    }
+    if (err_open) {
+      err_i = n;
+      fds[n++] = {err_read.get(), POLLIN, 0};
+    }
+    if (pidfd && !exited) fds[n++] = {pidfd.get(), POLLIN, 0};
+    int rc = ::poll(fds, static_cast<nfds_t>(n), static_cast<int>(wait_ms));
+    if (rc < 0 && errno != EINTR) {
+      const int e = errno;
+      kill_group_and_reap(pid);
+      errno = e;
+      return os_failure("poll");
+    }
+    if (rc <= 0) continue;
+
+    auto drain = [&](int index, UniqueFd& fd, bool& open, std::string& into, bool is_stdout) {
+      if (index < 0 || !(fds[index].revents & (POLLIN | POLLHUP | POLLERR))) return;
+      ssize_t got = ::read(fd.get(), buf.data(), buf.size());
+      if (got < 0 && (errno == EINTR || errno == EAGAIN)) return;
+      if (got <= 0) {
+        open = false;
+        return;
+      }
+      into.append(buf.data(), static_cast<std::size_t>(got));
+      if (is_stdout && into.size() > options.max_output_bytes) {
+        too_much = true;
+      } else if (!is_stdout && into.size() > 2 * kStderrKeep) {
+        into.erase(0, into.size() - kStderrKeep);
+      }
+    };
+    drain(out_i, out_read, out_open, stdout_text, true);
+    drain(err_i, err_read, err_open, stderr_text, false);
+    if (too_much) break;
+  }
+
+  const int status = kill_group_and_reap(pid);
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
+  spdlog::debug("{} finished in {} ms", name, took.count());
+
+  if (timed_out) {
+    return failure(fmt::format("{} timed out after {} and was killed", name, seconds_text(options.timeout)));
+  }
+  if (too_much) {
+    return failure(fmt::format("{} printed more than {} (a host list is expected)", name,
+                               byte_size(options.max_output_bytes)));
+  }
+  const std::string err_line = last_line(stderr_text);
+  const std::string err_suffix = err_line.empty() ? std::string(" (no stderr output)") : ": " + err_line;
+  if (WIFSIGNALED(status)) {
+    return failure(fmt::format("{} was killed by {}{}", name, signal_name(WTERMSIG(status)),
+                               err_line.empty() ? std::string() : ": " + err_line));
+  }
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code != 0) return failure(fmt::format("{} exited with code {}{}", name, code, err_suffix));
+
+  DiscoveryResult parsed = parse_discovery_output(stdout_text, options.default_slots);
+  if (!parsed.ok()) parsed.error = name + ": " + *parsed.error;
+  return parsed;
+}
+
+}  // namespace hvd::launcher

@@ -1,0 +1,796 @@
+// ElasticDriver: the elastic job's decisions as a pure state machine (see
+// elastic_driver.h for the rules). No clock, no threads, no I/O: every
+// event carries its own `now`, every decision comes out as an action.
+//
+// Choices the header leaves open, made here:
+//  * The first world waits until every started worker is ready (and at
+//    least min_np are): a job coming up does not burn resets while its
+//    first workers report one by one. Later admissions are batched by
+//    admit_delay (or immediate when every started worker is ready).
+//  * A removal (failure, host gone, blacklist) publishes at once; workers
+//    already ready and waiting are admitted in that same world.
+//  * World::final is never set: the runner ends the job (it stops the
+//    workers after Finish), members never need to be told. A final world
+//    would also make every member waiting in reset() throw
+//    WorkerRemovedError, so a member whose peer exited 0 mid-training (a
+//    crash that exits 0) would end quietly too and the job would report a
+//    success; without one it waits, is named after finish_grace, and the
+//    job fails.
+//  * A newcomer admitted to a world that never formed, when the job starts
+//    finishing, is stopped instead of waited for: the members that are done
+//    will never arrive at its barrier, so waiting would only turn a
+//    finished training into a grace timeout (kElastic). Formation comes
+//    from the store (on_world_formed), never from timing guesses.
+//  * cooldown_min == cooldown_max == 0 means "blacklisted until the end of
+//    the job" (horovodrun's default). blacklist_failures <= 0 disables
+//    blacklisting.
+//  * A worker that exits 0 before it was ever admitted, in a running job,
+//    counts as a failure (its slot is restarted); during initial formation
+//    it starts the ending like a member would.
+//  * Ready timeout during initial formation ends the job (exit_code::kLaunch,
+//    like static mode's start timeout) unless the other usable hosts still
+//    offer -np slots; otherwise (and later) it counts as a failure of the
+//    worker's host and the worker is stopped (its slot is restarted once it
+//    has exited).
+//  * Grace expiry with no failed member ends the job with kElastic.
+//  * A worker lost during initial formation before it was ready (host
+//    unreachable, SSH refused) ends the job with kLaunch, like static mode,
+//    unless the other usable hosts still offer -np slots: then it counts as
+//    a failure of its host (restart or blacklist) and workers restarted on
+//    a host with recent failures do not hold back the first world (they
+//    join it later, as a scale-up).
+#include "hvd/launcher/elastic/elastic_driver.h"
+
+#include "hvd/launcher/options/options.h"
+#include "hvd/launcher/process/status.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+
+namespace hvd::launcher {
+
+namespace {
+
+namespace se = store::elastic;
+using std::chrono::milliseconds;
+
+std::string seconds_text(milliseconds d) {
+  if (d.count() % 1000 == 0) return fmt::format("{} s", d.count() / 1000);
+  return fmt::format("{:g} s", static_cast<double>(d.count()) / 1000.0);
+}
+
+std::string plural(std::size_t n, const char* word) {
+  return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s");
+}
+
+/// Discovered hosts as "a:2 b:1", at most 8 of them.
+std::string hosts_text(const std::vector<DiscoveredHost>& hosts) {
+  if (hosts.empty()) return "none";
+  std::string out;
+  std::size_t shown = std::min<std::size_t>(hosts.size(), 8);
+  for (std::size_t i = 0; i < shown; ++i) {
+    if (i) out += ' ';
+    out += fmt::format("{}:{}", hosts[i].host, hosts[i].slots);
+  }
+  if (shown < hosts.size()) out += fmt::format(" (+{} more)", hosts.size() - shown);
+  return out;
+}
+
+constexpr std::size_t kMaxLoggedDiscoveryReasons = 64;
+
+ElasticAction action(ElasticAction::Kind kind) {
+  ElasticAction a;
+  a.kind = kind;
+  return a;
+}
+
+}  // namespace
+
+struct ElasticDriver::Impl {
+  struct Worker {
+    uint64_t serial = 0;
+    std::string id;
+    std::string host;
+    int slot = 0;
+    ElasticTime started{};
+    bool ready = false;
+    /// Stop was sent; its exit is expected and not a failure.
+    bool stopping = false;
+    /// Started on a host with failures in the current window: the first
+    /// world does not wait for it.
+    bool retry = false;
+  };
+  struct Exited {
+    int status = 0;
+    std::string description;  ///< describe_status or "lost: ..."
+    bool ok = false;
+    bool lost = false;  ///< no exit status seen (host unreachable, connection dropped)
+    /// The job's exit code when this worker is the reason it failed: its
+    /// own status, or kLaunch when it was lost (as in static mode).
+    int failure_code() const { return lost || status == 0 ? exit_code::kLaunch : status; }
+  };
+  struct Health {
+    std::deque<ElasticTime> failures;
+    int times_blacklisted = 0;
+    bool blacklisted = false;
+    std::optional<ElasticTime> until;  ///< none while blacklisted: until the end of the job
+  };
+
+  ElasticPolicy policy;
+  std::mt19937_64 rng;
+  std::vector<ElasticAction> actions;
+
+  bool have_hosts = false;
+  std::vector<DiscoveredHost> hosts;
+  std::set<std::string> logged_discovery_reasons;
+  bool discovery_reasons_capped = false;
+
+  uint64_t next_serial = 1;
+  std::map<uint64_t, Worker> live;  ///< started, not yet exited; by serial (= start order)
+  std::map<std::pair<std::string, int>, uint64_t> occupied;  ///< (host, slot) -> serial
+  std::map<std::string, std::pair<std::string, int>> placement;  ///< every worker ever: id -> (host, slot)
+  std::map<std::string, Exited> exited;
+
+  std::map<std::string, Health> health;
+
+  bool started = false;  ///< the initial start happened (start_np slots were offered)
+  int last_waiting_slots = -1;
+  se::World world;
+  int resets = 0;
+  std::vector<std::string> pending_reasons;
+  std::optional<ElasticTime> admit_at;
+  std::optional<ElasticTime> below_since;
+
+  bool finishing = false;
+  std::string finishing_trigger;  ///< "w3 (node1 slot 0)"
+  ElasticTime grace_deadline{};
+  std::vector<std::string> finishing_members;  ///< ids, in rank order
+  std::vector<std::string> finishing_failures;  ///< ids, in exit order
+
+  /// Published worlds of more than one member whose arrival barrier has not
+  /// been reported complete: version -> member ids.
+  std::map<uint64_t, std::vector<std::string>> unformed;
+  /// Workers that were members of a world that formed.
+  std::set<std::string> joined_ids;
+  bool any_formed = false;
+
+  bool signalled = false;
+  int signal = 0;
+  bool finished = false;
+
+  // ---- helpers ----
+  void emit(ElasticAction a) { actions.push_back(std::move(a)); }
+  void log(std::string m) {
+    ElasticAction a = action(ElasticAction::Kind::Log);
+    a.message = std::move(m);
+    emit(std::move(a));
+  }
+  void warn(std::string m) {
+    ElasticAction a = action(ElasticAction::Kind::Warn);
+    a.message = std::move(m);
+    emit(std::move(a));
+  }
+
+  bool active() const { return !finishing && !signalled && !finished; }
+
+  std::string signal_message() const {
+    return fmt::format("received signal {} ({}); stopped every worker", signal, strsignal(signal));
+  }
+
+  /// The live worker with this id ("w<serial>"), or null.
+  Worker* find(const std::string& id) {
+    if (id.size() < 2 || id[0] != 'w' || id.size() > 20) return nullptr;
+    uint64_t serial = 0;
+    for (std::size_t i = 1; i < id.size(); ++i) {
+      if (id[i] < '0' || id[i] > '9') return nullptr;
+      serial = serial * 10 + static_cast<uint64_t>(id[i] - '0');
+    }
+    auto it = live.find(serial);
+    return it != live.end() && it->second.id == id ? &it->second : nullptr;
+  }
+
+  std::string where(const std::string& id) const {
+    auto it = placement.find(id);
+    if (it == placement.end()) return id;
+    return fmt::format("{} ({} slot {})", id, it->second.first, it->second.second);
+  }
+  std::string on_host(const Worker& w) const { return fmt::format("{} on {} slot {}", w.id, w.host, w.slot); }
+
+  bool blacklisted(const std::string& host, ElasticTime now) const {
+    auto it = health.find(host);
+    if (it == health.end() || !it->second.blacklisted) return false;
+    return !it->second.until || *it->second.until > now;
+  }
+
+  const DiscoveredHost* listed(const std::string& host) const {
+    for (const auto& h : hosts) {
+      if (h.host == host) return &h;
+    }
+    return nullptr;
+  }
+
+  int active_count() const {
+    int n = 0;
+    for (const auto& [s, w] : live) n += w.stopping ? 0 : 1;
+    return n;
+  }
+
+  /// Usable slots on listed hosts other than `host`, occupied or not.
+  int usable_slots_except(const std::string& host, ElasticTime now) const {
+    int n = 0;
+    for (const auto& h : hosts) {
+      if (h.host != host && !blacklisted(h.host, now)) n += h.slots;
+    }
+    return n;
+  }
+
+  int usable_free_slots(ElasticTime now) const {
+    int n = 0;
+    for (const auto& h : hosts) {
+      if (blacklisted(h.host, now)) continue;
+      for (int s = 0; s < h.slots; ++s) n += occupied.count({h.host, s}) ? 0 : 1;
+    }
+    return n;
+  }
+
+  void stop(Worker& w) {
+    if (w.stopping) return;
+    w.stopping = true;
+    ElasticAction a = action(ElasticAction::Kind::Stop);
+    a.worker_id = w.id;
+    a.host = w.host;
+    a.slot = w.slot;
+    emit(std::move(a));
+  }
+
+  void stop_all() {
+    for (auto& [s, w] : live) stop(w);
+  }
+
+  void finish(int code, std::string message) {
+    if (finished) return;
+    finished = true;
+    ElasticAction a = action(ElasticAction::Kind::Finish);
+    a.code = code;
+    a.message = std::move(message);
+    emit(std::move(a));
+    stop_all();
+  }
+
+  void spawn(const std::string& host, int slot, ElasticTime now) {
+    Worker w;
+    w.serial = next_serial++;
+    w.id = fmt::format("w{}", w.serial);
+    w.host = host;
+    w.slot = slot;
+    w.started = now;
+    auto health_it = health.find(host);
+    w.retry = health_it != health.end() && !health_it->second.failures.empty();
+    occupied[{host, slot}] = w.serial;
+    placement[w.id] = {host, slot};
+    ElasticAction a = action(ElasticAction::Kind::Spawn);
+    a.worker_id = w.id;
+    a.host = host;
+    a.slot = slot;
+    emit(std::move(a));
+    live.emplace(w.serial, std::move(w));
+  }
+
+  // ---- the rules ----
+
+  /// Brings workers in line with the discovered hosts, then publishes and
+  /// updates the elastic-timeout clock. Called after every event.
+  void reconcile(ElasticTime now) {
+    if (!active()) return;
+    // Hosts gone or shrunk: stop their (excess) workers.
+    for (auto& [s, w] : live) {
+      if (w.stopping) continue;
+      const DiscoveredHost* h = listed(w.host);
+      if (!h) {
+        pending_reasons.push_back(fmt::format("host {} no longer listed by discovery", w.host));
+        stop(w);
+      } else if (w.slot >= h->slots) {
+        pending_reasons.push_back(fmt::format("host {} now offers {}", w.host, plural(h->slots, "slot")));
+        stop(w);
+      }
+    }
+    if (!started) {
+      int free = usable_free_slots(now);
+      if (free < policy.start_np) {
+        if (free != last_waiting_slots) {
+          last_waiting_slots = free;
+          log(fmt::format("waiting for {} usable slots to start (-np); discovery offers {}", policy.start_np, free));
+        }
+      } else {
+        started = true;
+        log(fmt::format("starting {} (discovery offers {}; -np {}, max-np {})",
+                        plural(static_cast<std::size_t>(std::min(free, policy.max_np)), "worker"),
+                        plural(static_cast<std::size_t>(free), "usable slot"), policy.start_np,
+                        policy.max_np >= (1 << 20) ? std::string("unlimited") : std::to_string(policy.max_np)));
+      }
+    }
+    if (started) fill(now);
+    dedupe_reasons();
+    maybe_publish(now);
+    update_below_min(now);
+  }
+
+  void dedupe_reasons() {
+    std::vector<std::string> out;
+    for (auto& r : pending_reasons) {
+      if (std::find(out.begin(), out.end(), r) == out.end()) out.push_back(std::move(r));
+    }
+    pending_reasons.swap(out);
+  }
+
+  /// Starts workers on free usable slots, hosts in discovery order, up to max_np.
+  void fill(ElasticTime now) {
+    int count = active_count();
+    for (const auto& h : hosts) {
+      if (count >= policy.max_np) return;
+      if (blacklisted(h.host, now)) continue;
+      for (int s = 0; s < h.slots && count < policy.max_np; ++s) {
+        if (occupied.count({h.host, s})) continue;
+        spawn(h.host, s, now);
+        ++count;
+      }
+    }
+  }
+
+  void update_below_min(ElasticTime now) {
+    if (!active()) {
+      below_since.reset();
+      return;
+    }
+    bool deficit = !started || active_count() < policy.min_np;
+    if (deficit && !below_since) below_since = now;
+    if (!deficit) below_since.reset();
+  }
+
+  /// Publishes the next world when the rules say so.
+  void maybe_publish(ElasticTime now) {
+    if (!active()) return;
+    std::vector<const Worker*> survivors;
+    bool removals = false;
+    for (const auto& m : world.members) {
+      const Worker* w = find(m.worker_id);
+      if (w && !w->stopping) {
+        survivors.push_back(w);
+      } else {
+        removals = true;
+      }
+    }
+    std::set<std::string> in_world;
+    for (const auto& m : world.members) in_world.insert(m.worker_id);
+    std::vector<const Worker*> newcomers;
+    bool all_ready = true;
+    for (const auto& [s, w] : live) {
+      if (w.stopping) continue;
+      if (!w.ready) {
+        if (!(world.version == 0 && w.retry)) all_ready = false;
+        continue;
+      }
+      if (!in_world.count(w.id)) newcomers.push_back(&w);
+    }
+    if (world.version == 0) {
+      if (!started || !all_ready || newcomers.empty()) return;
+    } else if (!removals) {
+      if (newcomers.empty()) return;
+      if (!all_ready && !(admit_at && *admit_at <= now)) return;
+    }
+    int size = static_cast<int>(survivors.size() + newcomers.size());
+    if (size < policy.min_np) return;  // members wait in reset(); the elastic-timeout clock runs
+    if (world.version >= 1 && policy.reset_limit && resets + 1 > *policy.reset_limit) {
+      finish(exit_code::kElastic,
+             fmt::format("the job needed a {} re-formation ({}), more than --reset-limit {} allows",
+                         ordinal(resets + 1), reason_text(!newcomers.empty()), *policy.reset_limit));
+      return;
+    }
+
+    std::vector<std::pair<std::string, std::string>> ids;
+    for (const Worker* w : survivors) ids.emplace_back(w->id, w->host);
+    for (const Worker* w : newcomers) ids.emplace_back(w->id, w->host);
+    se::World next;
+    next.version = world.version + 1;
+    next.members = se::assign_ranks(ids);
+    next.reason = reason_text(!newcomers.empty());
+    if (next.version > 1) ++resets;
+
+    std::string joined, left;
+    for (const Worker* w : newcomers) joined += (joined.empty() ? "" : ", ") + where(w->id);
+    for (const auto& m : world.members) {
+      if (!next.find(m.worker_id)) left += (left.empty() ? "" : ", ") + where(m.worker_id);
+    }
+    log(fmt::format("world {}: size {} -> {}, joined {}; left: {}; reason: {}", next.version, world.size(),
+                    next.size(), joined.empty() ? "-" : joined, left.empty() ? "-" : left, next.reason));
+    world = next;
+    std::vector<std::string> member_ids;
+    for (const auto& m : world.members) member_ids.push_back(m.worker_id);
+    if (world.size() == 1) {
+      formed(world.version, member_ids);  // no barrier to wait for
+    } else {
+      unformed[world.version] = std::move(member_ids);
+    }
+    pending_reasons.clear();
+    admit_at.reset();
+    ElasticAction a = action(ElasticAction::Kind::Publish);
+    a.world = world;
+    emit(std::move(a));
+  }
+
+  /// World `version` with these members formed: they all joined, and no
+  /// older world can matter any more.
+  void formed(uint64_t version, const std::vector<std::string>& member_ids) {
+    joined_ids.insert(member_ids.begin(), member_ids.end());
+    any_formed = true;
+    unformed.erase(unformed.begin(), unformed.upper_bound(version));
+  }
+
+  static std::string ordinal(int n) {
+    const char* suffix = "th";
+    if (n % 100 < 11 || n % 100 > 13) {
+      if (n % 10 == 1) suffix = "st";
+      if (n % 10 == 2) suffix = "nd";
+      if (n % 10 == 3) suffix = "rd";
+    }
+    return fmt::format("{}{}", n, suffix);
+  }
+
+  std::string reason_text(bool joiners) const {
+    if (world.version == 0) return "initial formation";
+    if (pending_reasons.empty()) return joiners ? "scale-up" : "re-formation";
+    std::string out;
+    std::size_t shown = std::min<std::size_t>(pending_reasons.size(), 3);
+    for (std::size_t i = 0; i < shown; ++i) out += (i ? "; " : "") + pending_reasons[i];
+    if (shown < pending_reasons.size()) out += fmt::format("; and {} more", pending_reasons.size() - shown);
+    if (joiners) out += "; scale-up";
+    return out;
+  }
+
+  /// Counts a failure on `host`. Returns the number of failures within the
+  /// window when that reaches the blacklist threshold (the caller then
+  /// calls blacklist()), else 0.
+  std::size_t count_failure(const std::string& host, ElasticTime now) {
+    if (policy.blacklist_failures <= 0 || blacklisted(host, now)) return 0;
+    Health& h = health[host];
+    h.failures.push_back(now);
+    while (!h.failures.empty() && h.failures.front() + policy.failure_window < now) h.failures.pop_front();
+    if (static_cast<int>(h.failures.size()) < policy.blacklist_failures) return 0;
+    return h.failures.size();
+  }
+
+  /// Takes `host` out for a cooldown (doubled per earlier blacklisting, at
+  /// most 2^6 times) and stops its workers.
+  void blacklist(const std::string& host, std::size_t failures, ElasticTime now) {
+    Health& h = health[host];
+    h.failures.clear();
+    h.blacklisted = true;
+    int doublings = std::min(h.times_blacklisted, 6);
+    ++h.times_blacklisted;
+    std::string how_long;
+    if (policy.cooldown_min.count() == 0 && policy.cooldown_max.count() == 0) {
+      h.until.reset();
+      how_long = "until the end of the job";
+    } else {
+      auto lo = std::min(policy.cooldown_min, policy.cooldown_max).count();
+      auto hi = std::max(policy.cooldown_min, policy.cooldown_max).count();
+      std::uniform_int_distribution<int64_t> draw(lo, hi);
+      milliseconds cooldown(draw(rng) << doublings);
+      h.until = now + cooldown;
+      how_long = "for " + seconds_text(cooldown);
+    }
+    warn(fmt::format("host {} blacklisted {} after {} within {}", host, how_long, plural(failures, "failure"),
+                     seconds_text(policy.failure_window)));
+    pending_reasons.push_back(fmt::format("host {} blacklisted", host));
+    for (auto& [s, w] : live) {
+      if (w.host == host) stop(w);
+    }
+  }
+
+  void start_finishing(const Worker& trigger, ElasticTime now) {
+    finishing = true;
+    finishing_trigger = where(trigger.id);
+    grace_deadline = now + policy.finish_grace;
+    admit_at.reset();
+    below_since.reset();
+    std::string never_joined;
+    if (world.version > 0) {
+      for (const auto& m : world.members) {
+        const Worker* w = find(m.worker_id);
+        if (w && w->stopping) continue;  // the driver removed it; its exit says nothing
+        if (any_formed && !joined_ids.count(m.worker_id) && m.worker_id != trigger.id) {
+          // Admitted to a world that never formed: still in its join, waiting
+          // for members that are done. It trained nothing; stopped below.
+          if (w) never_joined += (never_joined.empty() ? "" : ", ") + where(m.worker_id);
+          continue;
+        }
+        finishing_members.push_back(m.worker_id);
+      }
+    } else {
+      finishing_members.push_back(trigger.id);
+      for (const auto& [s, w] : live) {
+        if (!w.stopping && w.id != trigger.id) finishing_members.push_back(w.id);
+      }
+    }
+    for (const auto& id : finishing_members) {
+      auto it = exited.find(id);
+      if (it != exited.end() && !it->second.ok) finishing_failures.push_back(id);
+    }
+    // Workers not in the ending world have nothing to finish.
+    for (auto& [s, w] : live) {
+      if (std::find(finishing_members.begin(), finishing_members.end(), w.id) == finishing_members.end()) stop(w);
+    }
+    std::size_t others = 0;
+    for (const auto& id : finishing_members) others += find(id) ? 1 : 0;
+    log(fmt::format("{} exited 0: the job is finishing; waiting up to {} for {}{}", finishing_trigger,
+                    seconds_text(policy.finish_grace), plural(others, "other member"),
+                    never_joined.empty() ? std::string()
+                                         : fmt::format("; stopping {}: admitted to world {}, which never formed",
+                                                       never_joined, world.version)));
+    check_finished();
+  }
+
+  std::string failures_text() const {
+    std::string out;
+    for (const auto& id : finishing_failures) {
+      out += (out.empty() ? "" : ", ") + where(id) + " " + exited.at(id).description;
+    }
+    return out;
+  }
+
+  void check_finished() {
+    for (const auto& id : finishing_members) {
+      if (find(id)) return;  // still running
+    }
+    if (finishing_failures.empty()) {
+      finish(exit_code::kOk, "");
+      return;
+    }
+    const Exited& first = exited.at(finishing_failures.front());
+    finish(first.failure_code(),
+           fmt::format("{} exited 0 but not every member did: {}", finishing_trigger, failures_text()));
+  }
+
+  void grace_expired() {
+    std::string stragglers;
+    for (const auto& id : finishing_members) {
+      if (find(id)) stragglers += (stragglers.empty() ? "" : ", ") + where(id);
+    }
+    std::string message = fmt::format("{} did not exit within {} after {} exited 0", stragglers,
+                                      seconds_text(policy.finish_grace), finishing_trigger);
+    int code = exit_code::kElastic;
+    if (!finishing_failures.empty()) {
+      const Exited& first = exited.at(finishing_failures.front());
+      code = first.failure_code();
+      message += "; failed: " + failures_text();
+    }
+    finish(code, message);
+  }
+};
+
+ElasticDriver::ElasticDriver(ElasticPolicy policy, uint64_t seed) : impl_(std::make_shared<Impl>()) {
+  impl_->policy = policy;
+  impl_->rng.seed(seed);
+}
+
+void ElasticDriver::on_discovery(const DiscoveryResult& result, ElasticTime now) {
+  Impl& d = *impl_;
+  if (!d.active()) return;
+  if (!result.ok()) {
+    if (!d.have_hosts) {
+      d.finish(exit_code::kLaunch, "cannot start the elastic job: host discovery failed: " + *result.error);
+      return;
+    }
+    if (!d.logged_discovery_reasons.count(*result.error)) {
+      if (d.logged_discovery_reasons.size() < kMaxLoggedDiscoveryReasons) {
+        d.logged_discovery_reasons.insert(*result.error);
+        d.warn(fmt::format("discovery failed (kept previous {}): {}", plural(d.hosts.size(), "host"), *result.error));
+      } else if (!d.discovery_reasons_capped) {
+        d.discovery_reasons_capped = true;
+        d.warn(fmt::format("discovery keeps failing for new reasons; not logging further ones (latest: {})",
+                           *result.error));
+      }
+    }
+    d.update_below_min(now);
+    return;
+  }
+  if (!d.have_hosts || result.hosts != d.hosts) {
+    d.log(fmt::format("discovery: {} (was {})", hosts_text(result.hosts), d.have_hosts ? hosts_text(d.hosts) : "-"));
+  }
+  d.have_hosts = true;
+  d.hosts = result.hosts;
+  d.reconcile(now);
+}
+
+void ElasticDriver::on_worker_ready(const std::string& worker_id, ElasticTime now) {
+  Impl& d = *impl_;
+  Impl::Worker* w = d.find(worker_id);
+  if (!w || w->stopping || w->ready) return;
+  w->ready = true;
+  if (!d.active()) return;
+  if (d.world.version > 0 && !d.world.find(worker_id) && !d.admit_at) d.admit_at = now + d.policy.admit_delay;
+  d.reconcile(now);
+}
+
+void ElasticDriver::on_worker_exit(const std::string& worker_id, int status, const std::string& lost_reason,
+                                   ElasticTime now) {
+  Impl& d = *impl_;
+  Impl::Worker* found = d.find(worker_id);
+  if (!found) return;  // unknown or already reported
+  Impl::Worker w = *found;
+  d.occupied.erase({w.host, w.slot});
+  d.live.erase(w.serial);
+  Impl::Exited e;
+  e.status = status;
+  e.ok = status == 0 && lost_reason.empty();
+  e.lost = !lost_reason.empty();
+  e.description = lost_reason.empty() ? describe_status(status, 0) : "lost: " + lost_reason;
+  d.exited[w.id] = e;
+
+  if (d.finished) return;
+  if (d.signalled) {
+    if (d.live.empty()) d.finish(128 + d.signal, d.signal_message());
+    return;
+  }
+  if (d.finishing) {
+    if (!e.ok && std::find(d.finishing_members.begin(), d.finishing_members.end(), w.id) !=
+                     d.finishing_members.end()) {
+      d.finishing_failures.push_back(w.id);
+    }
+    d.check_finished();
+    return;
+  }
+  if (w.stopping) {  // the driver asked for this exit
+    d.reconcile(now);
+    return;
+  }
+  const bool member = d.world.find(w.id) != nullptr;
+  if (e.ok && (member || d.world.version == 0)) {
+    d.start_finishing(w, now);
+    return;
+  }
+  std::string what = e.ok ? std::string("exited 0 before it joined the job") : e.description;
+  if (d.world.version == 0 && !w.ready &&
+      (!e.lost || d.usable_slots_except(w.host, now) < d.policy.start_np)) {
+    int code = e.failure_code();
+    d.finish(code, fmt::format("{} failed before the job formed: {}", d.on_host(w), what));
+    return;
+  }
+  const std::size_t blacklist_after = d.count_failure(w.host, now);
+  std::string next;
+  if (blacklist_after > 0 || d.blacklisted(w.host, now)) {
+    next = "not restarting it (host blacklisted)";
+  } else if (!d.listed(w.host)) {
+    next = "not restarting it (host no longer listed)";
+  } else {
+    next = "restarting the slot";
+  }
+  d.warn(fmt::format("{} failed ({}); {}", d.on_host(w), what, next));
+  d.pending_reasons.push_back(fmt::format("{} failed", d.on_host(w)));
+  if (blacklist_after > 0) d.blacklist(w.host, blacklist_after, now);
+  d.reconcile(now);
+}
+
+void ElasticDriver::on_signal(int sig, ElasticTime /*now*/) {
+  Impl& d = *impl_;
+  if (d.signalled || d.finished) {
+    d.stop_all();
+    return;
+  }
+  d.signalled = true;
+  d.signal = sig;
+  d.admit_at.reset();
+  d.below_since.reset();
+  d.stop_all();
+  if (d.live.empty()) d.finish(128 + sig, d.signal_message());
+}
+
+void ElasticDriver::on_world_formed(uint64_t version, ElasticTime /*now*/) {
+  Impl& d = *impl_;
+  auto it = d.unformed.find(version);
+  if (it == d.unformed.end()) return;
+  const std::vector<std::string> member_ids = it->second;
+  d.formed(version, member_ids);
+}
+
+void ElasticDriver::tick(ElasticTime now) {
+  Impl& d = *impl_;
+  if (d.finished || d.signalled) return;
+
+  if (d.finishing) {
+    if (now >= d.grace_deadline) d.grace_expired();
+    return;
+  }
+
+  // Cooldowns over: hosts usable again.
+  for (auto& [host, h] : d.health) {
+    if (h.blacklisted && h.until && *h.until <= now) {
+      h.blacklisted = false;
+      h.until.reset();
+      d.log(fmt::format("host {} is usable again (blacklist cooldown over)", host));
+    }
+  }
+
+  // Workers that never became ready.
+  for (auto& [s, w] : d.live) {
+    if (w.stopping || w.ready || w.started + d.policy.ready_timeout > now) continue;
+    std::string what =
+        fmt::format("{} did not become ready within {}", d.on_host(w), seconds_text(d.policy.ready_timeout));
+    if (d.world.version == 0 && d.usable_slots_except(w.host, now) < d.policy.start_np) {
+      d.finish(exit_code::kLaunch, what + " (the job could not form)");
+      return;
+    }
+    d.stop(w);
+    d.warn(what + "; stopping it");
+    d.pending_reasons.push_back(fmt::format("{} not ready in time", d.on_host(w)));
+    if (std::size_t n = d.count_failure(w.host, now)) d.blacklist(w.host, n, now);
+  }
+
+  d.reconcile(now);  // publishes a due admission batch, fills freed hosts
+  if (d.admit_at && *d.admit_at <= now) d.admit_at.reset();
+
+  if (d.below_since && now >= *d.below_since + d.policy.elastic_timeout) {
+    if (!d.started) {
+      d.finish(exit_code::kElastic,
+               fmt::format("discovery offered only {} usable slots in {}; -np needs {} (--elastic-timeout)",
+                           d.usable_free_slots(now), seconds_text(d.policy.elastic_timeout), d.policy.start_np));
+    } else {
+      d.finish(exit_code::kElastic,
+               fmt::format("only {} for {}, fewer than --min-np {} (--elastic-timeout)",
+                           plural(static_cast<std::size_t>(d.active_count()), "usable worker"),
+                           seconds_text(d.policy.elastic_timeout), d.policy.min_np));
+    }
+  }
+}
+
+std::vector<ElasticAction> ElasticDriver::take_actions() {
+  std::vector<ElasticAction> out;
+  out.swap(impl_->actions);
+  return out;
+}
+
+std::vector<uint64_t> ElasticDriver::unformed_worlds() const {
+  std::vector<uint64_t> out;
+  for (const auto& [version, ids] : impl_->unformed) out.push_back(version);
+  return out;
+}
+
+std::optional<ElasticTime> ElasticDriver::next_deadline() const {
+  const Impl& d = *impl_;
+  if (d.finished || d.signalled) return std::nullopt;
+  std::optional<ElasticTime> best;
+  auto consider = [&](ElasticTime t) {
+    if (!best || t < *best) best = t;
+  };
+  if (d.finishing) return d.grace_deadline;
+  if (d.admit_at) consider(*d.admit_at);
+  if (d.below_since) consider(*d.below_since + d.policy.elastic_timeout);
+  for (const auto& [s, w] : d.live) {
+    if (!w.stopping && !w.ready) consider(w.started + d.policy.ready_timeout);
+  }
+  for (const auto& [host, h] : d.health) {
+    if (h.blacklisted && h.until) consider(*h.until);
+  }
+  return best;
+}
+
+bool ElasticDriver::done() const { return impl_->finished && impl_->live.empty(); }
+
+const store::elastic::World& ElasticDriver::current_world() const { return impl_->world; }
+
+int ElasticDriver::resets() const { return impl_->resets; }
+
+bool ElasticDriver::is_blacklisted(const std::string& host, ElasticTime now) const {
+  return impl_->blacklisted(host, now);
+}
+
+std::vector<std::string> ElasticDriver::live_workers() const {
+  std::vector<std::string> out;
+  for (const auto& [s, w] : impl_->live) out.push_back(w.id);
+  return out;
+}
+
+}  // namespace hvd::launcher

@@ -1,0 +1,72 @@
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "hvd/common/error.h"
+#include "hvd/launcher/hosts/hosts.h"
+#include "hvd/launcher/job/launcher.h"
+#include "hvd/launcher/plan/placement.h"
+#include "hvd/launcher/plan/worker_env.h"
+
+namespace hvd::launcher {
+
+namespace {
+
+std::string current_directory() {
+  std::string buf(4096, '\0');
+  if (getcwd(buf.data(), buf.size()) == nullptr) {
+    throw Error(fmt::format("cannot determine the working directory: {}", std::strerror(errno)));
+  }
+  buf.resize(std::strlen(buf.c_str()));
+  return buf;
+}
+
+}  // namespace
+
+JobPlan make_plan(const Options& options, const std::map<std::string, std::string>& launcher_env,
+                  const std::string& cwd) {
+  if (!options.num_proc) throw InvalidArgument("-np/--num-proc is required (e.g. hvdrun -np 4 python train.py)");
+  if (options.command.empty()) throw InvalidArgument("no command given (e.g. hvdrun -np 2 python train.py)");
+  const int np = *options.num_proc;
+  if (np < 1) throw InvalidArgument(fmt::format("-np must be at least 1, not {}", np));
+
+  std::vector<HostSpec> hosts;
+  if (!options.hosts.empty()) {
+    hosts = parse_hosts(options.hosts);
+  } else if (options.hostfile) {
+    hosts = parse_hostfile(*options.hostfile);
+  } else {
+    hosts.push_back(HostSpec{"localhost", np});  // horovodrun's default: localhost:<np>
+  }
+
+  std::vector<SlotAssignment> slots = assign_slots(hosts, np);
+
+  JobPlan plan;
+  // Only hosts that run a rank are part of the job (spawners connect to
+  // exactly these).
+  for (const auto& h : hosts) {
+    for (const auto& s : slots) {
+      if (s.hostname == h.name) {
+        plan.hosts.push_back(h);
+        break;
+      }
+    }
+  }
+  EnvMap common = build_common_env(launcher_env, options);
+  plan.workers.reserve(slots.size());
+  for (const auto& slot : slots) {
+    WorkerSpec w;
+    w.slot = slot;
+    w.argv = options.command;
+    w.env = add_slot_env(common, slot, slots.size());
+    w.cwd = cwd;
+    plan.workers.push_back(std::move(w));
+  }
+  return plan;
+}
+
+JobPlan make_plan(const Options& options) { return make_plan(options, current_environment(), current_directory()); }
+
+}  // namespace hvd::launcher

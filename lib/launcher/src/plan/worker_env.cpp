@@ -1,0 +1,220 @@
+#include "hvd/launcher/plan/worker_env.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <set>
+
+#include "hvd/common/error.h"
+#include "hvd/common/secret.h"
+
+extern char** environ;
+
+namespace hvd::launcher {
+
+namespace {
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+/// Variables describing this host, this login session or this shell: they
+/// are wrong (or dangerous) on another host, or in a non-interactive child.
+const std::set<std::string>& host_local_names() {
+  static const std::set<std::string> names = {
+      "HOSTNAME",
+      "DISPLAY",
+      "XAUTHORITY",
+      "SHLVL",
+      "PWD",
+      "OLDPWD",
+      "_",
+      "SHELLOPTS",
+      "BASHOPTS",
+      "PS1",
+      "PS2",
+      "PS3",
+      "PS4",
+      "PROMPT_COMMAND",
+      "COLUMNS",
+      "LINES",
+      "TERMCAP",
+      "TMUX",
+      "TMUX_PANE",
+      "STY",
+      "WINDOW",
+      "XDG_SESSION_ID",
+      "XDG_RUNTIME_DIR",
+      "DBUS_SESSION_BUS_ADDRESS",
+      // The job secret is generated per job by run_job; an inherited one
+      // (nested hvdrun) must not leak into this job.
+      kSecretEnv,
+  };
+  return names;
+}
+
+/// Loader-injection variables: they change what code runs in every process
+/// the worker starts, so they cross hosts only when asked.
+const std::set<std::string>& loader_names() {
+  static const std::set<std::string> names = {
+      "LD_PRELOAD",        "LD_AUDIT",     "LD_DEBUG",        "LD_DEBUG_OUTPUT", "LD_PROFILE",
+      "LD_PROFILE_OUTPUT", "LD_SHOW_AUXV", "LD_DYNAMIC_WEAK", "LD_BIND_NOT",
+  };
+  return names;
+}
+
+/// Python's str() of a float: "5.0", "0.25", "1e-05"-ish; horovodrun passes
+/// float flags through str(), and workers may compare strings in tests.
+std::string python_float(double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e16) return fmt::format("{:.1f}", v);
+  return fmt::format("{}", v);
+}
+
+std::string flag01(bool b) { return b ? "1" : "0"; }
+
+}  // namespace
+
+EnvMap current_environment() {
+  EnvMap env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string entry(*e);
+    size_t eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    env.emplace(entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  return env;
+}
+
+bool is_forwardable(const std::string& name, bool forward_loader_env) {
+  if (name.empty() || name.find('=') != std::string::npos) return false;
+  if (host_local_names().count(name) != 0) return false;
+  if (starts_with(name, "SSH_")) return false;
+  // Exported bash functions: BASH_FUNC_name%% (bash >= 4.3) or BASH_FUNC_name().
+  if (starts_with(name, "BASH_FUNC_")) return false;
+  if (!forward_loader_env && loader_names().count(name) != 0) return false;
+  return true;
+}
+
+EnvMap tuning_env(const Options& options) {
+  const TuningOptions& t = options.tuning;
+  EnvMap env;
+  if (t.fusion_threshold_mb) {
+    env["HOROVOD_FUSION_THRESHOLD"] = fmt::format("{}", std::llround(*t.fusion_threshold_mb * 1024.0 * 1024.0));
+  }
+  if (t.cycle_time_ms) env["HOROVOD_CYCLE_TIME"] = python_float(*t.cycle_time_ms);
+  if (t.cache_capacity) env["HOROVOD_CACHE_CAPACITY"] = std::to_string(*t.cache_capacity);
+  if (t.hierarchical_allreduce) env["HOROVOD_HIERARCHICAL_ALLREDUCE"] = flag01(*t.hierarchical_allreduce);
+  if (t.hierarchical_allgather) env["HOROVOD_HIERARCHICAL_ALLGATHER"] = flag01(*t.hierarchical_allgather);
+  // As horovodrun: the autotune knobs are only exported when autotune is on.
+  if (t.autotune.value_or(false)) {
+    env["HOROVOD_AUTOTUNE"] = "1";
+    if (t.autotune_log_file) env["HOROVOD_AUTOTUNE_LOG"] = *t.autotune_log_file;
+    if (t.autotune_warmup_samples) {
+      env["HOROVOD_AUTOTUNE_WARMUP_SAMPLES"] = std::to_string(*t.autotune_warmup_samples);
+    }
+    if (t.autotune_steps_per_sample) {
+      env["HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE"] = std::to_string(*t.autotune_steps_per_sample);
+    }
+    if (t.autotune_bayes_opt_max_samples) {
+      env["HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES"] = std::to_string(*t.autotune_bayes_opt_max_samples);
+    }
+    if (t.autotune_gaussian_process_noise) {
+      env["HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"] = python_float(*t.autotune_gaussian_process_noise);
+    }
+  }
+  // Likewise the timeline knobs only with a timeline file.
+  if (t.timeline_filename && !t.timeline_filename->empty()) {
+    env["HOROVOD_TIMELINE"] = *t.timeline_filename;
+    if (t.timeline_mark_cycles) env["HOROVOD_TIMELINE_MARK_CYCLES"] = flag01(*t.timeline_mark_cycles);
+  }
+  if (t.no_stall_check) env["HOROVOD_STALL_CHECK_DISABLE"] = flag01(*t.no_stall_check);
+  if (t.stall_check_warning_time_seconds) {
+    env["HOROVOD_STALL_CHECK_TIME_SECONDS"] = std::to_string(*t.stall_check_warning_time_seconds);
+  }
+  if (t.stall_check_shutdown_time_seconds) {
+    env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = std::to_string(*t.stall_check_shutdown_time_seconds);
+  }
+  if (t.num_nccl_streams) env["HOROVOD_NUM_NCCL_STREAMS"] = std::to_string(*t.num_nccl_streams);
+  if (options.tcp_flag) env["NCCL_IB_DISABLE"] = "1";
+  if (t.thread_affinity) env["HOROVOD_THREAD_AFFINITY"] = std::to_string(*t.thread_affinity);
+  if (t.mpi_threads_disable) env["HOROVOD_MPI_THREADS_DISABLE"] = flag01(*t.mpi_threads_disable);
+  if (t.gloo_timeout_seconds) env["HOROVOD_GLOO_TIMEOUT_SECONDS"] = std::to_string(*t.gloo_timeout_seconds);
+  if (t.log_level) env["HOROVOD_LOG_LEVEL"] = *t.log_level;
+  if (t.log_hide_timestamp) env["HOROVOD_LOG_HIDE_TIME"] = flag01(*t.log_hide_timestamp);
+  return env;
+}
+
+EnvMap build_common_env(const EnvMap& launcher_env, const Options& options) {
+  EnvMap env;
+  for (const auto& [name, value] : launcher_env) {
+    if (is_forwardable(name, options.forward_loader_env)) env[name] = value;
+  }
+  env["PYTHONUNBUFFERED"] = "1";
+  env["HOROVOD_START_TIMEOUT"] = std::to_string(options.start_timeout.count());
+  env["HOROVOD_CONTROLLER"] = "gloo";
+  env["HOROVOD_CPU_OPERATIONS"] = "gloo";
+  if (!options.network_interfaces.empty()) {
+    env["HOROVOD_GLOO_IFACE"] = options.network_interfaces.front();
+    std::string all;
+    for (const auto& nic : options.network_interfaces) all += (all.empty() ? "" : ",") + nic;
+    env["NCCL_SOCKET_IFNAME"] = all;
+  }
+  for (const auto& [name, value] : tuning_env(options)) env[name] = value;
+  for (const auto& item : options.env_exports) {
+    size_t eq = item.find('=');
+    std::string name = item.substr(0, eq);
+    if (name.empty()) {
+      throw InvalidArgument(fmt::format("-x '{}': missing variable name (use -x NAME or -x NAME=VALUE)", item));
+    }
+    if (eq != std::string::npos) {
+      env[name] = item.substr(eq + 1);
+      continue;
+    }
+    auto it = launcher_env.find(name);
+    if (it == launcher_env.end()) {
+      spdlog::warn("-x {}: not set in hvdrun's environment; not forwarded", name);
+      continue;
+    }
+    // Explicit -x forwards even variables the filter would drop.
+    env[name] = it->second;
+  }
+  return env;
+}
+
+EnvMap add_slot_env(EnvMap env, const SlotAssignment& slot, std::size_t total) {
+  env["HOROVOD_HOSTNAME"] = slot.hostname;
+  env["HOROVOD_RANK"] = std::to_string(slot.rank);
+  env["HOROVOD_SIZE"] = std::to_string(total);
+  env["HOROVOD_LOCAL_RANK"] = std::to_string(slot.local_rank);
+  env["HOROVOD_LOCAL_SIZE"] = std::to_string(slot.local_size);
+  env["HOROVOD_CROSS_RANK"] = std::to_string(slot.cross_rank);
+  env["HOROVOD_CROSS_SIZE"] = std::to_string(slot.cross_size);
+  return env;
+}
+
+EnvMap build_worker_env(const EnvMap& launcher_env, const SlotAssignment& slot, const Options& options,
+                        std::size_t total) {
+  return add_slot_env(build_common_env(launcher_env, options), slot, total);
+}
+
+void add_rendezvous_env(JobPlan& plan, const std::string& addr, uint16_t port, const std::string& secret) {
+  for (auto& worker : plan.workers) {
+    worker.env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] = addr;
+    worker.env["HOROVOD_GLOO_RENDEZVOUS_PORT"] = std::to_string(port);
+    worker.env[kSecretEnv] = secret;
+  }
+}
+
+bool is_secret_name(const std::string& name) {
+  if (name == kSecretEnv) return true;
+  std::string upper = name;
+  std::transform(upper.begin(), upper.end(), upper.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  for (const char* word : {"SECRET", "PASSWORD", "PASSWD", "TOKEN", "CREDENTIAL", "_KEY", "APIKEY"}) {
+    if (upper.find(word) != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace hvd::launcher

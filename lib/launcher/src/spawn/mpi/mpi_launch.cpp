@@ -1,0 +1,249 @@
+// The pure half of `hvdrun --mpi`: implementation detection, the mpirun
+// command line and its dry-run rendering (contracts in mpi_launch.h).
+#include "hvd/launcher/spawn/mpi/mpi_launch.h"
+
+#include "hvd/common/error.h"
+#include "hvd/common/secret.h"
+#include "hvd/launcher/plan/worker_env.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+namespace hvd::launcher {
+
+namespace {
+
+// horovodrun adds these for Open MPI on 64+ hosts: the rsh tree spawn and
+// its concurrency limit misbehave on big clusters.
+constexpr std::size_t kLargeClusterHosts = 64;
+
+bool contains(const std::string& text, const char* word) { return text.find(word) != std::string::npos; }
+
+std::string join(const std::vector<std::string>& items, const std::string& sep) {
+  std::string out;
+  for (const auto& item : items) {
+    if (!out.empty()) out += sep;
+    out += item;
+  }
+  return out;
+}
+
+/// The -p/-i part that mpirun hands to ssh, or empty.
+std::string ssh_args(const Options& options) {
+  std::vector<std::string> args;
+  if (options.ssh_port) args.push_back(fmt::format("-p {}", *options.ssh_port));
+  if (options.ssh_identity_file) args.push_back("-i " + shell_quote(*options.ssh_identity_file));
+  return join(args, " ");
+}
+
+}  // namespace
+
+const char* mpi_impl_name(MpiImpl impl) {
+  switch (impl) {
+    case MpiImpl::OpenMpi: return "Open MPI";
+    case MpiImpl::Mpich: return "MPICH";
+    case MpiImpl::IntelMpi: return "Intel MPI";
+    case MpiImpl::Unknown: break;
+  }
+  return "unknown";
+}
+
+MpiImpl detect_mpi_impl(const std::string& version_output) {
+  if (contains(version_output, "Open MPI") || contains(version_output, "OpenRTE")) return MpiImpl::OpenMpi;
+  // Spectrum MPI is an Open MPI derivative with different flags; horovodrun
+  // has its own branch for it, hvdrun does not support it.
+  if (contains(version_output, "IBM Spectrum MPI")) return MpiImpl::Unknown;
+  // Intel MPI's Hydra is derived from MPICH's: check it first.
+  if (contains(version_output, "Intel(R) MPI")) return MpiImpl::IntelMpi;
+  if (contains(version_output, "MPICH") || contains(version_output, "HYDRA")) return MpiImpl::Mpich;
+  return MpiImpl::Unknown;
+}
+
+std::vector<std::string> split_shell_words(const std::string& text) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == ' ' || c == '\t' || c == '\n') {
+      if (in_word) words.push_back(std::move(word));
+      word.clear();
+      in_word = false;
+    } else if (c == '\'') {
+      std::size_t end = text.find('\'', i + 1);
+      if (end == std::string::npos) {
+        throw InvalidArgument(fmt::format("--mpi-args '{}': unterminated single quote", text));
+      }
+      word += text.substr(i + 1, end - i - 1);
+      in_word = true;
+      i = end;
+    } else if (c == '"') {
+      std::size_t j = i + 1;
+      for (; j < text.size() && text[j] != '"'; ++j) {
+        // Inside double quotes a backslash escapes only $ ` " \ and newline.
+        if (text[j] == '\\' && j + 1 < text.size() &&
+            std::string("$`\"\\\n").find(text[j + 1]) != std::string::npos) {
+          ++j;
+        }
+        word += text[j];
+      }
+      if (j >= text.size()) {
+        throw InvalidArgument(fmt::format("--mpi-args '{}': unterminated double quote", text));
+      }
+      in_word = true;
+      i = j;
+    } else if (c == '\\') {
+      if (i + 1 < text.size()) word += text[++i];
+      in_word = true;
+    } else {
+      word += c;
+      in_word = true;
+    }
+  }
+  if (in_word) words.push_back(std::move(word));
+  return words;
+}
+
+
+std::map<std::string, std::string> mpi_job_env(const Options& options,
+                                               const std::map<std::string, std::string>& launcher_env) {
+  std::set<std::string> explicit_names;
+  for (const auto& item : options.env_exports) explicit_names.insert(item.substr(0, item.find('=')));
+  std::map<std::string, std::string> out;
+  for (auto& [name, value] : build_common_env(launcher_env, options)) {
+    // An enclosing MPI job's own variables (hvdrun started by mpirun or
+    // srun) would confuse the mpirun we start and its ranks.
+    bool mpi_runtime = false;
+    for (const char* prefix : {"OMPI_", "PMIX_", "PMI_", "HYDRA_", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "PRTE_"}) {
+      mpi_runtime = mpi_runtime || name.rfind(prefix, 0) == 0;
+    }
+    // horovodrun --mpi does not choose a controller: an unmodified Horovod
+    // worker started by mpirun must take its MPI controller, which
+    // HOROVOD_CONTROLLER=gloo (hvdrun's own spawning) would override with a
+    // Gloo context lacking HOROVOD_RANK. Our library needs neither.
+    const bool controller_choice = name == "HOROVOD_CONTROLLER" || name == "HOROVOD_CPU_OPERATIONS";
+    if ((!mpi_runtime && !controller_choice) || explicit_names.count(name) != 0) out[name] = value;
+  }
+  return out;
+}
+
+std::vector<std::string> build_mpirun_command(const MpiInfo& info, const Options& options, const JobPlan& plan,
+                                              const std::map<std::string, std::string>& extra_env,
+                                              bool running_as_root) {
+  if (info.impl == MpiImpl::Unknown) {
+    throw InvalidArgument(fmt::format("unsupported MPI implementation '{}'; hvdrun --mpi supports Open MPI, "
+                                      "MPICH and Intel MPI (or drop --mpi)",
+                                      info.version_line));
+  }
+  if (options.command.empty()) throw InvalidArgument("no command to run: give the worker command after the flags");
+  if (plan.workers.empty()) throw InvalidArgument("nothing to run: the job has no workers");
+  if (plan.hosts.empty()) throw InvalidArgument("no hosts to run on");
+
+  const std::size_t np = plan.workers.size();
+  // Only hosts that get a rank appear on the command line, with the number
+  // of ranks placed there (the plan may have fewer ranks than slots).
+  std::vector<std::pair<std::string, int>> used;
+  for (const auto& host : plan.hosts) {
+    int n = 0;
+    for (const auto& w : plan.workers) n += w.slot.hostname == host.name ? 1 : 0;
+    if (n > 0) used.emplace_back(host.name, n);
+  }
+  if (used.empty()) {
+    for (const auto& host : plan.hosts) used.emplace_back(host.name, host.slots);
+  }
+  std::vector<std::string> with_slots, names;
+  for (const auto& [name, slots] : used) {
+    with_slots.push_back(fmt::format("{}:{}", name, slots));
+    names.push_back(name);
+  }
+
+  std::vector<std::string> cmd = {info.mpirun};
+  auto add = [&cmd](std::initializer_list<std::string> args) { cmd.insert(cmd.end(), args); };
+  std::vector<std::string> names_exported;
+  for (const auto& [name, value] : extra_env) names_exported.push_back(name);  // std::map: sorted
+  const std::string ssh = ssh_args(options);
+
+  if (info.impl == MpiImpl::OpenMpi) {
+    if (running_as_root) add({"--allow-run-as-root"});
+    add({"--tag-output", "-np", std::to_string(np), "-H", join(with_slots, ",")});
+    add({"-bind-to", "none", "-map-by", "slot", "-mca", "pml", "ob1", "-mca", "btl", "^openib"});
+    if (used.size() >= kLargeClusterHosts) {
+      add({"-mca", "plm_rsh_no_tree_spawn", "true", "-mca", "plm_rsh_num_concurrent", std::to_string(used.size())});
+    }
+    if (options.prefix_output_with_timestamp) add({"--timestamp-output"});
+    if (!ssh.empty()) add({"-mca", "plm_rsh_args", ssh});
+    if (!options.network_interfaces.empty()) {
+      add({"-mca", "btl_tcp_if_include", join(options.network_interfaces, ",")});
+    }
+    if (options.output_filename) add({"--output-filename", *options.output_filename});
+    for (const auto& name : names_exported) add({"-x", name});
+  } else {
+    add({"-l", "-np", std::to_string(np)});
+    if (info.impl == MpiImpl::IntelMpi) {
+      for (const auto& [name, slots] : used) {
+        if (slots != used.front().second) {
+          throw InvalidArgument(fmt::format(
+              "Intel MPI cannot place different numbers of ranks per host with -hosts ({} has {}, {} has {}); "
+              "use the same slots on every host or pass a machine file with --mpi-args '-machinefile FILE'",
+              used.front().first, used.front().second, name, slots));
+        }
+      }
+      add({"-ppn", std::to_string(used.front().second), "-hosts", join(names, ",")});
+    } else {
+      add({"-hosts", join(with_slots, ","), "-bind-to", "none", "-map-by", "slot"});
+    }
+    if (!ssh.empty()) add({"-bootstrap", "ssh", "-bootstrap-exec-args", ssh});
+    if (!options.network_interfaces.empty()) add({"-iface", options.network_interfaces.front()});
+    if (options.output_filename) add({"-outfile-pattern", *options.output_filename + "/rank.%r/stdout"});
+    if (!names_exported.empty()) add({"-genvlist", join(names_exported, ",")});
+  }
+  if (options.mpi_args) {
+    for (auto& word : split_shell_words(*options.mpi_args)) cmd.push_back(std::move(word));
+  }
+  cmd.insert(cmd.end(), options.command.begin(), options.command.end());
+  return cmd;
+}
+
+std::string render_mpi_dry_run(const MpiInfo& info, const Options& options, const JobPlan& plan,
+                               const std::map<std::string, std::string>& extra_env, bool running_as_root,
+                               DryRunFormat format) {
+  // The rendezvous variables exist only once the store listens; name them so
+  // the printed command is the one run_mpi_job runs.
+  std::map<std::string, std::string> env = extra_env;
+  env.emplace("HOROVOD_GLOO_RENDEZVOUS_ADDR", "<store address>");
+  env.emplace("HOROVOD_GLOO_RENDEZVOUS_PORT", "<store port>");
+  env[kSecretEnv] = "<job secret>";
+  std::vector<std::string> cmd = build_mpirun_command(info, options, plan, env, running_as_root);
+  auto shown = [](const std::string& name, const std::string& value) {
+    return is_secret_name(name) || name == kSecretEnv ? std::string("<hidden>") : value;
+  };
+  if (format == DryRunFormat::Json) {
+    nlohmann::json j;
+    j["engine"] = "mpi";
+    j["mpi_implementation"] = mpi_impl_name(info.impl);
+    j["mpirun_version"] = info.version_line;
+    j["num_proc"] = plan.workers.size();
+    j["command"] = cmd;
+    nlohmann::json env_json = nlohmann::json::object();
+    for (const auto& [name, value] : env) env_json[name] = shown(name, value);
+    j["env"] = env_json;
+    return j.dump(2) + "\n";
+  }
+  std::vector<std::string> quoted;
+  for (const auto& word : cmd) quoted.push_back(shell_quote(word));
+  std::string out = fmt::format("# {} ({}), {} rank{}\n", mpi_impl_name(info.impl), info.version_line,
+                                plan.workers.size(), plan.workers.size() == 1 ? "" : "s");
+  out += join(quoted, " ") + "\n";
+  out += "# exported to every rank through mpirun's environment:\n";
+  for (const auto& [name, value] : env) {
+    std::string v = shown(name, value);
+    out += fmt::format("#   {}={}\n", name, v == "<hidden>" ? v : shell_quote(v));
+  }
+  return out;
+}
+
+}  // namespace hvd::launcher

@@ -1,0 +1,200 @@
+#include "hvd/launcher/spawn/ssh/ssh_known_hosts.h"
+
+#include "hvd/common/error.h"
+#include "hvd/launcher/spawn/spawner.h"
+
+#include <fcntl.h>
+#include <libssh2.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace hvd::launcher::ssh {
+
+namespace {
+
+struct KeyType {
+  int knownhost_bits;  // LIBSSH2_KNOWNHOST_KEY_*
+  const char* name;    // as OpenSSH writes it
+};
+
+KeyType key_type(int hostkey_type) {
+  switch (hostkey_type) {
+    case LIBSSH2_HOSTKEY_TYPE_RSA: return {LIBSSH2_KNOWNHOST_KEY_SSHRSA, "ssh-rsa"};
+    case LIBSSH2_HOSTKEY_TYPE_DSS: return {LIBSSH2_KNOWNHOST_KEY_SSHDSS, "ssh-dss"};
+    case LIBSSH2_HOSTKEY_TYPE_ECDSA_256: return {LIBSSH2_KNOWNHOST_KEY_ECDSA_256, "ecdsa-sha2-nistp256"};
+    case LIBSSH2_HOSTKEY_TYPE_ECDSA_384: return {LIBSSH2_KNOWNHOST_KEY_ECDSA_384, "ecdsa-sha2-nistp384"};
+    case LIBSSH2_HOSTKEY_TYPE_ECDSA_521: return {LIBSSH2_KNOWNHOST_KEY_ECDSA_521, "ecdsa-sha2-nistp521"};
+    case LIBSSH2_HOSTKEY_TYPE_ED25519: return {LIBSSH2_KNOWNHOST_KEY_ED25519, "ssh-ed25519"};
+    default: return {LIBSSH2_KNOWNHOST_KEY_UNKNOWN, "unknown"};
+  }
+}
+
+using KnownHosts = std::unique_ptr<LIBSSH2_KNOWNHOSTS, decltype(&libssh2_knownhost_free)>;
+
+KnownHosts new_collection(LIBSSH2_SESSION* session) {
+  LIBSSH2_KNOWNHOSTS* kh = libssh2_knownhost_init(session);
+  if (kh == nullptr) throw hvd::Error("libssh2_knownhost_init failed (out of memory?)");
+  return KnownHosts(kh, &libssh2_knownhost_free);
+}
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::vector<std::string> lines;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(line);
+  return lines;
+}
+
+/// Adds one known_hosts line to `kh`; false if libssh2 cannot parse it.
+bool add_line(LIBSSH2_KNOWNHOSTS* kh, std::string line) {
+  line += '\n';
+  return libssh2_knownhost_readline(kh, line.data(), line.size(),
+                                    LIBSSH2_KNOWNHOST_FILE_OPENSSH) == 0;
+}
+
+std::string base64_nopad(const unsigned char* data, std::size_t len) {
+  static const char* tbl = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (std::size_t i = 0; i < len; i += 3) {
+    uint32_t v = static_cast<uint32_t>(data[i]) << 16;
+    if (i + 1 < len) v |= static_cast<uint32_t>(data[i + 1]) << 8;
+    if (i + 2 < len) v |= data[i + 2];
+    out += tbl[(v >> 18) & 63];
+    out += tbl[(v >> 12) & 63];
+    if (i + 1 < len) out += tbl[(v >> 6) & 63];
+    if (i + 2 < len) out += tbl[v & 63];
+  }
+  return out;
+}
+
+std::string dir_of(const std::string& path) {
+  auto pos = path.rfind('/');
+  if (pos == std::string::npos) return ".";
+  return pos == 0 ? "/" : path.substr(0, pos);
+}
+
+/// Appends `line` to the file (never rewrites it). A process-wide mutex
+/// orders our own threads; flock orders concurrent hvdrun processes.
+void append_line(const std::string& path, const std::string& line) {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  const std::string dir = dir_of(path);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    throw hvd::IoError(fmt::format("cannot create {}: {}", dir, std::strerror(errno)));
+  }
+  int fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) throw hvd::IoError(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
+  UniqueFd guard(fd);
+  ::flock(fd, LOCK_EX);
+  std::string text;
+  // Keep the file line-structured even if its last line lacks a newline.
+  off_t size = ::lseek(fd, 0, SEEK_END);
+  if (size > 0) {
+    char last = '\n';
+    if (::pread(fd, &last, 1, size - 1) == 1 && last != '\n') text += '\n';
+  }
+  text += line;
+  if (text.empty() || text.back() != '\n') text += '\n';
+  write_all(fd, text.data(), text.size());
+  ::flock(fd, LOCK_UN);
+}
+
+}  // namespace
+
+std::string host_key_fingerprint(LIBSSH2_SESSION* session) {
+  const char* hash = libssh2_hostkey_hash(session, LIBSSH2_HOSTKEY_HASH_SHA256);
+  if (hash == nullptr) return "SHA256:?";
+  return "SHA256:" + base64_nopad(reinterpret_cast<const unsigned char*>(hash), 32);
+}
+
+void verify_host_key(LIBSSH2_SESSION* session, const HostKeyCheck& check) {
+  const std::string& host = check.host;
+  std::size_t key_len = 0;
+  int raw_type = 0;
+  const char* key = libssh2_session_hostkey(session, &key_len, &raw_type);
+  if (key == nullptr) throw LaunchError(host, fmt::format("{}: the server sent no host key", host));
+  const KeyType type = key_type(raw_type);
+  const int mask = LIBSSH2_KNOWNHOST_TYPE_PLAIN | LIBSSH2_KNOWNHOST_KEYENC_RAW | type.knownhost_bits;
+
+  const std::vector<std::string> lines = read_lines(check.known_hosts_file);
+  KnownHosts all = new_collection(session);
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    if (!add_line(all.get(), lines[i])) {
+      spdlog::debug("{}:{}: line not understood by libssh2, ignored", check.known_hosts_file, i + 1);
+    }
+  }
+  int rc = libssh2_knownhost_checkp(all.get(), host.c_str(), check.port, key, key_len, mask, nullptr);
+  if (rc == LIBSSH2_KNOWNHOST_CHECK_MATCH) {
+    spdlog::debug("{}: host key {} matches {}", host, type.name, check.known_hosts_file);
+    return;
+  }
+  if (rc == LIBSSH2_KNOWNHOST_CHECK_MISMATCH) {
+    // Find the offending line: check each line on its own.
+    std::string where = check.known_hosts_file;
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      KnownHosts one = new_collection(session);
+      if (!add_line(one.get(), lines[i])) continue;
+      if (libssh2_knownhost_checkp(one.get(), host.c_str(), check.port, key, key_len, mask,
+                                   nullptr) == LIBSSH2_KNOWNHOST_CHECK_MISMATCH) {
+        where = fmt::format("{}:{}", check.known_hosts_file, i + 1);
+        break;
+      }
+    }
+    throw LaunchError(host, fmt::format(
+        "{}: REFUSED: the {} host key ({}) differs from the one recorded in {} -- someone may be "
+        "intercepting the connection; if the host was reinstalled, remove the old key with "
+        "ssh-keygen -R {} -f {}",
+        host, type.name, host_key_fingerprint(session), where,
+        check.port == 22 ? host : fmt::format("'[{}]:{}'", host, check.port),
+        check.known_hosts_file));
+  }
+  if (rc != LIBSSH2_KNOWNHOST_CHECK_NOTFOUND) {
+    throw LaunchError(host, fmt::format("{}: could not check the host key against {}", host,
+                                        check.known_hosts_file));
+  }
+  if (check.strict) {
+    throw LaunchError(host, fmt::format(
+        "{}: host key ({} {}) is not in {} and --ssh-strict-host-key-checking is set; add it "
+        "with: ssh-keyscan -p {} {} >> {}",
+        host, type.name, host_key_fingerprint(session), check.known_hosts_file, check.port, host,
+        check.known_hosts_file));
+  }
+  if (type.knownhost_bits == LIBSSH2_KNOWNHOST_KEY_UNKNOWN) {
+    throw LaunchError(host, fmt::format("{}: host key of an unknown type; cannot record it in {}",
+                                        host, check.known_hosts_file));
+  }
+  // accept-new: record it.
+  const std::string name = check.port == 22 ? host : fmt::format("[{}]:{}", host, check.port);
+  KnownHosts fresh = new_collection(session);
+  libssh2_knownhost* entry = nullptr;
+  if (libssh2_knownhost_addc(fresh.get(), name.c_str(), nullptr, key, key_len, nullptr, 0, mask,
+                             &entry) != 0) {
+    throw LaunchError(host, fmt::format("{}: could not record the host key", host));
+  }
+  std::vector<char> buf(16384);
+  std::size_t out_len = 0;
+  if (libssh2_knownhost_writeline(fresh.get(), entry, buf.data(), buf.size(), &out_len,
+                                  LIBSSH2_KNOWNHOST_FILE_OPENSSH) != 0) {
+    throw LaunchError(host, fmt::format("{}: could not format the host key for {}", host,
+                                        check.known_hosts_file));
+  }
+  try {
+    append_line(check.known_hosts_file, std::string(buf.data(), out_len));
+  } catch (const hvd::Error& e) {
+    throw LaunchError(host, fmt::format("{}: cannot record the new host key: {}", host, e.what()));
+  }
+  spdlog::info("{}: permanently added the {} host key ({}) to {}", host, type.name,
+               host_key_fingerprint(session), check.known_hosts_file);
+}
+
+}  // namespace hvd::launcher::ssh

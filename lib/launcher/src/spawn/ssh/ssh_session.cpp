@@ -1,0 +1,450 @@
+#include "hvd/launcher/spawn/ssh/ssh_session.h"
+
+#include "hvd/common/error.h"
+#include "hvd/launcher/spawn/agent.h"
+#include "hvd/launcher/spawn/ssh/ssh_known_hosts.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <libssh2.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pwd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+namespace hvd::launcher::ssh {
+
+static_assert(Session::kEagain == LIBSSH2_ERROR_EAGAIN, "kEagain must match libssh2");
+
+namespace {
+
+constexpr std::size_t kMaxFrame = 16u << 20;  // agent.h
+constexpr int kCancelPollMs = 100;           // how often waits look at `cancel`
+
+std::string seconds_text(Clock::duration d) {
+  double s = std::chrono::duration<double>(d).count();
+  return fmt::format("{:.0f} s", std::max(1.0, std::round(s)));
+}
+
+bool cancelled(const std::atomic<bool>* cancel) {
+  return cancel != nullptr && cancel->load(std::memory_order_relaxed);
+}
+
+std::string numeric_address(const sockaddr* sa, socklen_t len, int port) {
+  char buf[INET6_ADDRSTRLEN] = {0};
+  if (::getnameinfo(sa, len, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST) != 0) return "?";
+  if (sa->sa_family == AF_INET6) return fmt::format("[{}]:{}", buf, port);
+  return fmt::format("{}:{}", buf, port);
+}
+
+bool file_exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+/// " (198.18.0.9:22)" when the address adds something to the host name.
+std::string location_suffix(const std::string& host, const std::string& addr_port, int port) {
+  if (addr_port == fmt::format("{}:{}", host, port) || addr_port == fmt::format("[{}]:{}", host, port)) {
+    return port == 22 ? "" : fmt::format(" (port {})", port);
+  }
+  return fmt::format(" ({})", addr_port);
+}
+
+}  // namespace
+
+void set_liveness_checks(int fd, std::chrono::seconds interval) {
+  // Kernel-level liveness: probes after `interval` of silence, every
+  // `interval`, 3 unanswered -> ETIMEDOUT; and unacknowledged data for
+  // 4 intervals -> ETIMEDOUT. No SSH-level keepalive is needed (libssh2
+  // 1.10 queues the server's replies to its keepalives without bound).
+  int secs = static_cast<int>(std::max<long>(1, interval.count()));
+  int one = 1;
+  int count = 3;
+  unsigned user_timeout_ms = static_cast<unsigned>(secs) * 4000u;
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &secs, sizeof secs);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &secs, sizeof secs);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
+}
+
+void ensure_libssh2_initialized() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int rc = libssh2_init(0);
+    if (rc != 0) throw hvd::Error(fmt::format("libssh2_init failed ({})", rc));
+  });
+}
+
+std::string encode_spec_frame(const WorkerSpec& spec) {
+  const std::string payload = encode_agent_spec(spec);  // the agent's own encoder (agent.h)
+  if (payload.size() > kMaxFrame) {
+    throw hvd::InvalidArgument(fmt::format(
+        "rank {}: the worker's command and environment take {} bytes; the agent accepts at most {}",
+        spec.slot.rank, payload.size(), kMaxFrame));
+  }
+  std::string frame(4, '\0');
+  auto n = static_cast<uint32_t>(payload.size());
+  for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  frame += payload;
+  return frame;
+}
+
+std::string describe_connect_errno(int err) {
+  switch (err) {
+    case ECONNREFUSED: return "connection refused";
+    case EHOSTUNREACH: return "no route to host";
+    case ENETUNREACH: return "network is unreachable";
+    case ETIMEDOUT: return "connection timed out";
+    case ECONNRESET: return "connection reset by peer";
+    case EADDRNOTAVAIL: return "address not available";
+    default: {
+      std::string s = std::strerror(err);
+      if (!s.empty()) s[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(s[0])));
+      return s;
+    }
+  }
+}
+
+UniqueFd connect_tcp(const std::string& host, int port, Deadline deadline,
+                     const std::atomic<bool>* cancel, std::string* peer_description,
+                     std::string* location) {
+  const auto started = Clock::now();
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  int grc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res);
+  if (grc != 0) {
+    std::string why = grc == EAI_SYSTEM ? std::strerror(errno) : ::gai_strerror(grc);
+    throw LaunchError(host, fmt::format("{}: name does not resolve ({})", host, why));
+  }
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(res, &::freeaddrinfo);
+
+  std::string last_error = fmt::format("{}: no usable address", host);
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    const std::string addr = numeric_address(ai->ai_addr, ai->ai_addrlen, port);
+    const std::string desc = fmt::format("{} ({})", host, addr);
+    // Messages start with "<host>: " (callers and users grep for the host);
+    // the address follows when it adds information.
+    const std::string where = location_suffix(host, addr, port);
+    auto msg = [&](const std::string& cause) { return fmt::format("{}: {}{}", host, cause, where); };
+    UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                         ai->ai_protocol));
+    if (!fd) {
+      last_error = msg(describe_connect_errno(errno));
+      continue;
+    }
+    int rc = ::connect(fd.get(), ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno != EINPROGRESS) {
+      last_error = msg(describe_connect_errno(errno));
+      continue;
+    }
+    if (rc != 0) {
+      for (;;) {
+        if (cancelled(cancel)) throw LaunchError(host, msg("cancelled"));
+        int wait_ms = deadline.poll_timeout_ms();
+        if (wait_ms < 0 || wait_ms > kCancelPollMs) wait_ms = kCancelPollMs;
+        pollfd p{fd.get(), POLLOUT, 0};
+        int prc = ::poll(&p, 1, wait_ms);
+        if (prc < 0 && errno == EINTR) continue;
+        if (prc < 0) throw LaunchError(host, msg(fmt::format("poll: {}", std::strerror(errno))));
+        if (prc > 0) break;
+        if (deadline.expired()) {
+          throw LaunchError(host, msg(fmt::format("connection timed out after {}",
+                                                  seconds_text(Clock::now() - started))));
+        }
+      }
+      int err = 0;
+      socklen_t len = sizeof err;
+      ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) {
+        last_error = msg(describe_connect_errno(err));
+        continue;
+      }
+    }
+    int one = 1;
+    ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (peer_description != nullptr) *peer_description = desc;
+    if (location != nullptr) *location = where;
+    return fd;
+  }
+  throw LaunchError(host, last_error);
+}
+
+std::string tilde_path(const std::string& path, const std::string& home) {
+  if (!home.empty() && path.size() > home.size() && path.compare(0, home.size(), home) == 0 &&
+      path[home.size()] == '/') {
+    return "~" + path.substr(home.size());
+  }
+  return path;
+}
+
+std::string default_user() {
+  if (const char* u = std::getenv("USER"); u != nullptr && *u != '\0') return u;
+  if (passwd* pw = ::getpwuid(::geteuid()); pw != nullptr && pw->pw_name != nullptr) {
+    return pw->pw_name;
+  }
+  return "root";
+}
+
+std::string default_home() {
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') return h;
+  if (passwd* pw = ::getpwuid(::geteuid()); pw != nullptr && pw->pw_dir != nullptr) {
+    return pw->pw_dir;
+  }
+  return "/";
+}
+
+// ---------------------------------------------------------------------------
+// Session
+
+/// libssh2's socket hooks: plain recv()/send() that remember the last
+/// socket errno, so that a dropped connection can be reported in plain words
+/// ("connection timed out" after the TCP keepalive gave up) rather than
+/// libssh2's generic "socket recv error". libssh2 expects -errno on failure.
+struct SessionAccess {
+  static void note(void** abstract, int err) {
+    if (abstract != nullptr && *abstract != nullptr && err != EAGAIN && err != EINTR) {
+      static_cast<Session*>(*abstract)->socket_errno_.store(err, std::memory_order_relaxed);
+    }
+  }
+  static LIBSSH2_RECV_FUNC(recv_hook) {
+    ssize_t n = ::recv(socket, buffer, length, flags);
+    if (n < 0) {
+      note(abstract, errno);
+      return -errno;
+    }
+    if (n == 0) note(abstract, ECONNRESET);  // orderly close by the peer mid-session
+    if (n > 0 && abstract != nullptr && *abstract != nullptr) {
+      static_cast<Session*>(*abstract)->bytes_received_.fetch_add(static_cast<uint64_t>(n),
+                                                                   std::memory_order_relaxed);
+    }
+    return n;
+  }
+  static LIBSSH2_SEND_FUNC(send_hook) {
+    ssize_t n = ::send(socket, buffer, length, flags | MSG_NOSIGNAL);
+    if (n < 0) {
+      note(abstract, errno);
+      return -errno;
+    }
+    return n;
+  }
+};
+
+Session::Session(SessionOptions options, const std::atomic<bool>* cancel)
+    : options_(std::move(options)), cancel_(cancel), started_(Clock::now()) {}
+
+Session::~Session() { close(); }
+
+std::unique_ptr<Session> Session::open(const SessionOptions& options, Deadline deadline,
+                                       const std::atomic<bool>* cancel) {
+  ensure_libssh2_initialized();
+  std::unique_ptr<Session> s(new Session(options, cancel));
+  s->fd_ = connect_tcp(options.host, options.port, deadline, cancel, &s->peer_, &s->location_);
+  set_liveness_checks(s->fd_.get(), options.keepalive);
+  spdlog::debug("{}: TCP connected", s->peer_);
+  s->handshake(deadline);
+  verify_host_key(s->session_, HostKeyCheck{options.host, options.port, options.known_hosts_file,
+                                            options.strict_host_key_checking});
+  s->authenticate(deadline);
+  spdlog::debug("{}: authenticated as {}", s->peer_, options.user);
+  return s;
+}
+
+void Session::fail(const std::string& what) const {
+  throw LaunchError(options_.host, fmt::format("{}: {}{}", options_.host, what, location_));
+}
+
+std::string Session::last_error() const {
+  if (session_ == nullptr) return "";
+  char* msg = nullptr;
+  int len = 0;
+  libssh2_session_last_error(session_, &msg, &len, 0);
+  return msg != nullptr ? std::string(msg, static_cast<std::size_t>(len)) : std::string();
+}
+
+short Session::wanted_events() const {
+  short ev = 0;
+  int dir = session_ != nullptr ? libssh2_session_block_directions(session_) : 0;
+  if (dir & LIBSSH2_SESSION_BLOCK_INBOUND) ev |= POLLIN;
+  if (dir & LIBSSH2_SESSION_BLOCK_OUTBOUND) ev |= POLLOUT;
+  return ev == 0 ? POLLIN : ev;
+}
+
+std::string Session::connection_error() const {
+  int err = socket_errno_.load(std::memory_order_relaxed);
+  if (err == ETIMEDOUT) {
+    return fmt::format("no answer for about {} s (TCP keepalive gave up)", 4 * options_.keepalive.count());
+  }
+  if (err == ECONNRESET) return "connection closed by the remote host";
+  if (err != 0) return describe_connect_errno(err);
+  std::string msg = last_error();
+  return msg.empty() ? "connection error" : msg;
+}
+
+void Session::wait_socket(Deadline deadline, const char* what) {
+  for (;;) {
+    if (cancelled(cancel_)) fail("cancelled");
+    if (deadline.expired()) {
+      fail(fmt::format("timed out after {} during {}", seconds_text(Clock::now() - started_), what));
+    }
+    int wait_ms = deadline.poll_timeout_ms();
+    if (wait_ms < 0 || wait_ms > kCancelPollMs) wait_ms = kCancelPollMs;
+    pollfd p{fd_.get(), wanted_events(), 0};
+    int rc = ::poll(&p, 1, wait_ms);
+    if (rc > 0) return;
+    if (rc < 0 && errno != EINTR) fail(fmt::format("poll: {}", std::strerror(errno)));
+  }
+}
+
+void Session::handshake(Deadline deadline) {
+  session_ = libssh2_session_init_ex(nullptr, nullptr, nullptr, this);
+  if (session_ == nullptr) fail("could not create an SSH session (out of memory?)");
+  libssh2_session_callback_set(session_, LIBSSH2_CALLBACK_RECV,
+                               reinterpret_cast<void*>(&SessionAccess::recv_hook));
+  libssh2_session_callback_set(session_, LIBSSH2_CALLBACK_SEND,
+                               reinterpret_cast<void*>(&SessionAccess::send_hook));
+  libssh2_session_set_blocking(session_, 0);
+  int rc = run(deadline, "the SSH handshake",
+               [&] { return libssh2_session_handshake(session_, fd_.get()); });
+  if (rc != 0) fail(fmt::format("SSH handshake failed: {}", last_error()));
+}
+
+bool Session::try_key_file(const std::string& path, Deadline deadline, std::string* note) {
+  std::string pub = path + ".pub";
+  const char* pubp = file_exists(pub) ? pub.c_str() : nullptr;
+  int rc = run(deadline, "public-key authentication", [&] {
+    return libssh2_userauth_publickey_fromfile_ex(
+        session_, options_.user.c_str(), static_cast<unsigned>(options_.user.size()), pubp,
+        path.c_str(), nullptr);
+  });
+  if (rc == 0) return true;
+  if (rc == LIBSSH2_ERROR_FILE || rc == LIBSSH2_ERROR_METHOD_NOT_SUPPORTED) {
+    *note = fmt::format(" (could not use the key: {})", last_error());
+  }
+  spdlog::debug("{}: key {} not accepted: {}", peer_, path, last_error());
+  return false;
+}
+
+bool Session::try_agent(Deadline deadline, std::string* note) {
+  LIBSSH2_AGENT* agent = libssh2_agent_init(session_);
+  if (agent == nullptr) return false;
+  struct Guard {
+    LIBSSH2_AGENT* a;
+    bool connected = false;
+    ~Guard() {
+      if (connected) libssh2_agent_disconnect(a);
+      libssh2_agent_free(a);
+    }
+  } guard{agent};
+  if (libssh2_agent_connect(agent) != 0) {
+    *note = " (not reachable)";
+    return false;
+  }
+  guard.connected = true;
+  if (libssh2_agent_list_identities(agent) != 0) {
+    *note = " (could not list identities)";
+    return false;
+  }
+  libssh2_agent_publickey* prev = nullptr;
+  libssh2_agent_publickey* id = nullptr;
+  int count = 0;
+  while (libssh2_agent_get_identity(agent, &id, prev) == 0) {
+    ++count;
+    int rc = run(deadline, "ssh-agent authentication", [&] {
+      return libssh2_agent_userauth(agent, options_.user.c_str(), id);
+    });
+    if (rc == 0) return true;
+    prev = id;
+  }
+  if (count == 0) *note = " (no identities)";
+  return false;
+}
+
+void Session::authenticate(Deadline deadline) {
+  const std::string& user = options_.user;
+  char* methods = nullptr;
+  for (;;) {
+    methods = libssh2_userauth_list(session_, user.c_str(), static_cast<unsigned>(user.size()));
+    if (methods != nullptr || libssh2_userauth_authenticated(session_)) break;
+    if (libssh2_session_last_errno(session_) != LIBSSH2_ERROR_EAGAIN) {
+      fail(fmt::format("could not query authentication methods: {}", last_error()));
+    }
+    wait_socket(deadline, "authentication");
+  }
+  if (libssh2_userauth_authenticated(session_)) return;  // "none" was accepted
+  if (std::strstr(methods, "publickey") == nullptr) {
+    fail(fmt::format("SSH authentication failed for user {}: the server offers only {}, "
+                     "hvdrun uses public keys",
+                     user, methods));
+  }
+
+  std::vector<std::string> tried;
+  if (options_.identity_file) {
+    const std::string& path = *options_.identity_file;
+    if (!file_exists(path)) {
+      fail(fmt::format("identity file {} (-i) does not exist", path));
+    }
+    std::string note;
+    if (try_key_file(path, deadline, &note)) return;
+    tried.push_back(tilde_path(path, options_.home) + note);
+  } else {
+    const char* sock = std::getenv("SSH_AUTH_SOCK");
+    if (sock != nullptr && *sock != '\0') {
+      std::string note;
+      if (try_agent(deadline, &note)) return;
+      tried.push_back("ssh-agent" + note);
+    }
+    for (const char* name : {"id_ed25519", "id_ecdsa", "id_rsa"}) {
+      std::string path = options_.home + "/.ssh/" + name;
+      if (!file_exists(path)) continue;
+      std::string note;
+      if (try_key_file(path, deadline, &note)) return;
+      tried.push_back(tilde_path(path, options_.home) + note);
+    }
+  }
+  std::string list;
+  for (const auto& t : tried) list += (list.empty() ? "" : ", ") + t;
+  if (list.empty()) list = "no keys: no -i, no ssh-agent, no ~/.ssh/id_ed25519, id_ecdsa or id_rsa";
+  throw LaunchError(options_.host, fmt::format("{}: SSH authentication failed for user {} (tried {})",
+                                               options_.host, user, list));
+}
+
+void Session::close(const char* reason) {
+  if (session_ != nullptr) {
+    // Best effort and bounded: the peer may be gone.
+    Deadline d = Deadline::after(std::chrono::milliseconds(500));
+    for (int i = 0; i < 100; ++i) {
+      int rc = libssh2_session_disconnect(session_, reason);
+      if (rc != LIBSSH2_ERROR_EAGAIN || d.expired()) break;
+      pollfd p{fd_.get(), POLLOUT, 0};
+      ::poll(&p, 1, 10);
+    }
+    for (int i = 0; i < 100; ++i) {
+      int rc = libssh2_session_free(session_);
+      if (rc != LIBSSH2_ERROR_EAGAIN) break;
+      if (d.expired()) {
+        // Give up on a clean free: switch to blocking with a short timeout
+        // so the free completes rather than leaking the session.
+        libssh2_session_set_timeout(session_, 100);
+        libssh2_session_set_blocking(session_, 1);
+      }
+      pollfd p{fd_.get(), POLLIN | POLLOUT, 0};
+      ::poll(&p, 1, 10);
+    }
+    session_ = nullptr;
+  }
+  fd_.reset();
+}
+
+}  // namespace hvd::launcher::ssh

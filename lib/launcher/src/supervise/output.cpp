@@ -1,0 +1,264 @@
+#include "hvd/launcher/supervise/output.h"
+
+#include "hvd/common/error.h"
+#include "hvd/common/io.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
+namespace hvd::launcher {
+
+// ---------------------------------------------------------------- splitter
+
+LineSplitter::LineSplitter(std::size_t max_line) : max_line_(max_line == 0 ? 1 : max_line) {}
+
+void LineSplitter::feed(const char* data, std::size_t len, const Emit& emit) {
+  std::size_t i = 0;
+  while (i < len) {
+    // A '\r' at the end of the previous chunk: "\r\n" or a lone '\r'?
+    if (!buffer_.empty() && buffer_.back() == '\r') {
+      if (data[i] == '\n') {
+        buffer_.push_back('\n');
+        ++i;
+      }
+      emit(buffer_, true);
+      buffer_.clear();
+      continue;
+    }
+    // Copy up to the next terminator, or until the buffer is full.
+    std::size_t room = max_line_ - buffer_.size();
+    std::size_t j = i;
+    std::size_t stop = std::min(len, i + room);
+    while (j < stop && data[j] != '\n' && data[j] != '\r') ++j;
+    buffer_.append(data + i, j - i);
+    i = j;
+    if (i < len && (data[i] == '\n' || data[i] == '\r')) {
+      buffer_.push_back(data[i]);
+      ++i;
+      if (buffer_.back() == '\n') {
+        emit(buffer_, true);
+        buffer_.clear();
+      }
+      // '\r' waits for the next byte to tell "\r\n" from a lone '\r'.
+      continue;
+    }
+    if (buffer_.size() >= max_line_) {
+      emit(buffer_, false);
+      buffer_.clear();
+    }
+  }
+}
+
+void LineSplitter::finish(const Emit& emit) {
+  if (buffer_.empty()) return;
+  emit(buffer_, buffer_.back() == '\r');
+  buffer_.clear();
+}
+
+// ----------------------------------------------------------------- helpers
+
+std::string asctime_now() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  ::localtime_r(&now, &tm);
+  char buf[64];
+  // Python's time.asctime(): "Sun Nov  2 08:05:03 2026" (day padded by a space).
+  std::size_t n = std::strftime(buf, sizeof buf, "%a %b %e %H:%M:%S %Y", &tm);
+  return std::string(buf, n);
+}
+
+std::string padded_rank(int rank, int num_workers) {
+  int width = 1;
+  for (int largest = num_workers - 1; largest >= 10; largest /= 10) ++width;
+  return fmt::format("{:0{}}", rank, width);
+}
+
+namespace {
+
+std::string_view strip_terminator(std::string_view line) {
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+  return line;
+}
+
+UniqueFd open_output_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw IoError(fmt::format("cannot create output file '{}': {}", path, std::strerror(errno)));
+  return UniqueFd(fd);
+}
+
+void make_directory(const std::string& path) {
+  if (::mkdir(path.c_str(), 0755) == 0 || errno == EEXIST) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return;
+    throw IoError(fmt::format("cannot create output directory '{}': it exists and is not a directory", path));
+  }
+  throw IoError(fmt::format("cannot create output directory '{}': {}", path, std::strerror(errno)));
+}
+
+constexpr std::size_t kMaxTailLineChars = 512;
+
+}  // namespace
+
+// ------------------------------------------------------------------ router
+
+struct OutputRouter::RankState {
+  explicit RankState(std::size_t max_line) : out(max_line), err(max_line) {}
+  LineSplitter out;
+  LineSplitter err;
+  UniqueFd out_file;
+  UniqueFd err_file;
+  std::deque<std::string> tail;
+  bool tail_open = false;  // last tail entry is a partial line still growing
+  bool finished = false;
+};
+
+OutputRouter::OutputRouter(OutputOptions options) : options_(std::move(options)) {
+  if (!options_.clock) options_.clock = asctime_now;
+  if (options_.directory) {
+    const std::string& dir = *options_.directory;
+    // mkdir -p for the top directory (horovodrun's _mkdir_p).
+    for (std::size_t pos = dir.find('/', 1); pos != std::string::npos; pos = dir.find('/', pos + 1)) {
+      make_directory(dir.substr(0, pos));
+    }
+    make_directory(dir);
+    for (int rank = 0; rank < options_.num_workers && !options_.lazy_worker_dirs; ++rank) {
+      std::string rank_dir = fmt::format("{}/rank.{}", dir, padded_rank(rank, options_.num_workers));
+      make_directory(rank_dir);
+      RankState& st = state(rank);
+      st.out_file = open_output_file(rank_dir + "/stdout");
+      st.err_file = open_output_file(rank_dir + "/stderr");
+    }
+  }
+}
+
+OutputRouter::~OutputRouter() {
+  std::vector<int> ranks;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [rank, st] : ranks_) ranks.push_back(rank);
+  }
+  for (int rank : ranks) finish(rank);
+}
+
+OutputRouter::RankState& OutputRouter::state(int rank) {
+  auto it = ranks_.find(rank);
+  if (it == ranks_.end()) {
+    it = ranks_.emplace(rank, std::make_unique<RankState>(options_.max_line)).first;
+    if (options_.directory && options_.lazy_worker_dirs) {
+      // Elastic jobs: one directory per worker process, made when it first
+      // writes. A failure here must not stop the job: the terminal copy of
+      // the output still works.
+      std::string dir = fmt::format("{}/worker.{}", *options_.directory, rank);
+      try {
+        make_directory(dir);
+        it->second->out_file = open_output_file(dir + "/stdout");
+        it->second->err_file = open_output_file(dir + "/stderr");
+      } catch (const std::exception& e) {
+        spdlog::warn("--output-filename: {}", e.what());
+      }
+    }
+  }
+  return *it->second;
+}
+
+void OutputRouter::emit_line(int rank, Stream stream, std::string_view line, bool terminated, std::string& out) {
+  if (options_.timestamp) out += options_.clock();
+  out += '[';
+  out += std::to_string(rank);
+  out += stream == Stream::Stdout ? "]<stdout>:" : "]<stderr>:";
+  out.append(line.data(), line.size());
+  if (!terminated) out += '\n';
+
+  if (stream == Stream::Stderr) {
+    RankState& st = state(rank);
+    std::string_view text = strip_terminator(line);
+    if (st.tail_open && !st.tail.empty()) {
+      std::string& last = st.tail.back();
+      last.append(text.substr(0, kMaxTailLineChars - std::min(last.size(), kMaxTailLineChars)));
+    } else {
+      st.tail.emplace_back(text.substr(0, kMaxTailLineChars));
+    }
+    // An over-long line arrives in unterminated chunks; keep one tail entry.
+    st.tail_open = !terminated && !st.finished;
+    while (st.tail.size() > options_.stderr_tail_lines) st.tail.pop_front();
+  }
+}
+
+void OutputRouter::flush(Stream stream, std::string& out) {
+  if (out.empty()) return;
+  bool& broken = stream == Stream::Stdout ? stdout_broken_ : stderr_broken_;
+  if (!broken) {
+    try {
+      write_all(stream == Stream::Stdout ? options_.stdout_fd : options_.stderr_fd, out.data(), out.size());
+    } catch (const IoError& e) {
+      // A closed terminal or `hvdrun ... | head`: drop output, keep the job.
+      broken = true;
+    }
+  }
+  out.clear();
+}
+
+void OutputRouter::write(int rank, Stream stream, const char* data, std::size_t len) {
+  if (len == 0) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  RankState& st = state(rank);
+  UniqueFd& file = stream == Stream::Stdout ? st.out_file : st.err_file;
+  if (file) {
+    try {
+      write_all(file.get(), data, len);
+    } catch (const IoError& e) {
+      spdlog::warn("rank {}: cannot write to --output-filename file ({}); stopped writing it", rank, e.what());
+      file.reset();
+    }
+  }
+  std::string out;
+  LineSplitter& splitter = stream == Stream::Stdout ? st.out : st.err;
+  splitter.feed(data, len, [&](std::string_view line, bool terminated) {
+    emit_line(rank, stream, line, terminated, out);
+  });
+  // Every complete line of this chunk in one write(): whole lines only.
+  flush(stream, out);
+}
+
+void OutputRouter::finish(int rank) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  RankState& st = state(rank);
+  if (st.finished) return;
+  st.finished = true;
+  for (Stream stream : {Stream::Stdout, Stream::Stderr}) {
+    std::string out;
+    LineSplitter& splitter = stream == Stream::Stdout ? st.out : st.err;
+    splitter.finish([&](std::string_view line, bool terminated) {
+      emit_line(rank, stream, line, terminated, out);
+    });
+    flush(stream, out);
+  }
+  st.tail_open = false;
+  st.out_file.reset();
+  st.err_file.reset();
+}
+
+std::vector<std::string> OutputRouter::stderr_tail(int rank) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = ranks_.find(rank);
+  if (it == ranks_.end()) return {};
+  const RankState& st = *it->second;
+  std::vector<std::string> lines(st.tail.begin(), st.tail.end());
+  // A partial line the worker has not ended yet is part of the story too.
+  std::string_view pending = strip_terminator(st.err.pending());
+  if (!pending.empty()) {
+    lines.emplace_back(pending.substr(0, kMaxTailLineChars));
+    if (lines.size() > options_.stderr_tail_lines) lines.erase(lines.begin());
+  }
+  return lines;
+}
+
+}  // namespace hvd::launcher

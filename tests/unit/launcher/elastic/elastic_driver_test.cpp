@@ -1,0 +1,964 @@
+// ElasticDriver's rules, checked with a fake clock and hand-fed events.
+#include <catch2/catch.hpp>
+
+#include "hvd/launcher/elastic/elastic_driver.h"
+#include "hvd/launcher/options/options.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <set>
+
+using namespace hvd::launcher;
+using namespace std::chrono_literals;
+using Kind = ElasticAction::Kind;
+using hvd::store::elastic::World;
+
+namespace {
+
+/// A driver, a fake clock, and the runner's side of the bookkeeping (which
+/// worker occupies which slot) so every test also checks the basic
+/// invariants: ids never reused, one worker per slot, versions consecutive,
+/// no world below min_np or above max_np.
+struct Harness {
+  ElasticPolicy policy;
+  ElasticDriver d;
+  ElasticTime now = ElasticTime{} + std::chrono::hours(1);
+  std::map<std::pair<std::string, int>, std::string> occupied;
+  std::map<std::string, std::pair<std::string, int>> where;
+  std::set<std::string> live;
+  uint64_t last_version = 0;
+  int last_serial = 0;
+  int finishes = 0;
+
+  explicit Harness(ElasticPolicy p, uint64_t seed = 42) : policy(p), d(p, seed) {}
+
+  std::vector<ElasticAction> take() {
+    auto actions = d.take_actions();
+    for (const auto& a : actions) {
+      // HVD_TEST_PRINT_ACTIONS=1 shows the driver's lines (to judge them by eye).
+      if (std::getenv("HVD_TEST_PRINT_ACTIONS") && !a.message.empty()) {
+        std::printf("  %s: %s\n", a.kind == Kind::Finish ? "finish" : a.kind == Kind::Warn ? "warn" : "info",
+                    a.message.c_str());
+      }
+      switch (a.kind) {
+        case Kind::Spawn: {
+          int serial = std::stoi(a.worker_id.substr(1));
+          REQUIRE(a.worker_id == "w" + std::to_string(serial));
+          REQUIRE(serial == last_serial + 1);
+          last_serial = serial;
+          REQUIRE(occupied.count({a.host, a.slot}) == 0);
+          occupied[{a.host, a.slot}] = a.worker_id;
+          where[a.worker_id] = {a.host, a.slot};
+          live.insert(a.worker_id);
+          break;
+        }
+        case Kind::Stop:
+          REQUIRE(live.count(a.worker_id) == 1);
+          break;
+        case Kind::Publish:
+          REQUIRE(a.world.version == last_version + 1);
+          last_version = a.world.version;
+          REQUIRE(a.world.size() >= policy.min_np);
+          REQUIRE(a.world.size() <= policy.max_np);
+          REQUIRE_FALSE(a.world.reason.empty());
+          REQUIRE_FALSE(a.world.final);
+          for (int r = 0; r < a.world.size(); ++r) {
+            REQUIRE(a.world.members[r].rank == r);
+            REQUIRE(live.count(a.world.members[r].worker_id) == 1);
+          }
+          break;
+        case Kind::Log:
+        case Kind::Warn:
+          REQUIRE_FALSE(a.message.empty());
+          REQUIRE(a.message.find('\n') == std::string::npos);
+          break;
+        case Kind::Finish:
+          ++finishes;
+          REQUIRE(finishes == 1);
+          if (a.code == 0) REQUIRE(a.message.empty());
+          if (a.code != 0) REQUIRE_FALSE(a.message.empty());
+          break;
+      }
+    }
+    return actions;
+  }
+
+  std::vector<ElasticAction> discover(std::vector<DiscoveredHost> hosts) {
+    DiscoveryResult r;
+    r.hosts = std::move(hosts);
+    d.on_discovery(r, now);
+    return take();
+  }
+  std::vector<ElasticAction> discover_fail(const std::string& why) {
+    DiscoveryResult r;
+    r.error = why;
+    d.on_discovery(r, now);
+    return take();
+  }
+  std::vector<ElasticAction> ready(const std::string& id) {
+    d.on_worker_ready(id, now);
+    return take();
+  }
+  std::vector<ElasticAction> exit(const std::string& id, int status, const std::string& lost = "") {
+    REQUIRE(live.erase(id) == 1);
+    occupied.erase(where.at(id));
+    d.on_worker_exit(id, status, lost, now);
+    return take();
+  }
+  /// The runner saw world `v`'s "formed" key.
+  std::vector<ElasticAction> formed(uint64_t v) {
+    d.on_world_formed(v, now);
+    return take();
+  }
+  std::vector<ElasticAction> signal(int sig) {
+    d.on_signal(sig, now);
+    return take();
+  }
+  /// Moves the clock and ticks; a deadline at or before `now` must have
+  /// been handled by the tick (the runner would otherwise spin).
+  std::vector<ElasticAction> advance(std::chrono::milliseconds dt) {
+    now += dt;
+    d.tick(now);
+    auto out = take();
+    auto next = d.next_deadline();
+    if (next) REQUIRE(*next > now);
+    return out;
+  }
+  /// Readies every live worker that has not been readied, in start order.
+  std::vector<ElasticAction> ready_all() {
+    std::vector<ElasticAction> out;
+    std::vector<std::string> ids(live.begin(), live.end());
+    std::sort(ids.begin(), ids.end(), [](const std::string& a, const std::string& b) {
+      return std::stoi(a.substr(1)) < std::stoi(b.substr(1));
+    });
+    for (const auto& id : ids) {
+      if (readied.insert(id).second) {
+        auto a = ready(id);
+        out.insert(out.end(), a.begin(), a.end());
+      }
+    }
+    return out;
+  }
+  std::set<std::string> readied;
+};
+
+ElasticPolicy base_policy() {
+  ElasticPolicy p;
+  p.start_np = 1;
+  p.min_np = 1;
+  p.max_np = 64;
+  p.elastic_timeout = 10s;
+  p.admit_delay = 50ms;
+  p.finish_grace = 5s;
+  p.ready_timeout = 20s;
+  p.blacklist_failures = 3;
+  p.failure_window = 60s;
+  return p;
+}
+
+std::vector<const ElasticAction*> of(const std::vector<ElasticAction>& actions, Kind kind) {
+  std::vector<const ElasticAction*> out;
+  for (const auto& a : actions) {
+    if (a.kind == kind) out.push_back(&a);
+  }
+  return out;
+}
+
+std::vector<std::string> ids(const std::vector<ElasticAction>& actions, Kind kind) {
+  std::vector<std::string> out;
+  for (const auto* a : of(actions, kind)) out.push_back(a->worker_id);
+  return out;
+}
+
+std::vector<std::string> members(const World& w) {
+  std::vector<std::string> out;
+  for (const auto& m : w.members) out.push_back(m.worker_id);
+  return out;
+}
+
+/// The one world published among `actions` (fails if not exactly one).
+World published(const std::vector<ElasticAction>& actions) {
+  auto p = of(actions, Kind::Publish);
+  REQUIRE(p.size() == 1);
+  return p[0]->world;
+}
+
+ElasticAction finish_of(const std::vector<ElasticAction>& actions) {
+  auto f = of(actions, Kind::Finish);
+  REQUIRE(f.size() == 1);
+  return *f[0];
+}
+
+bool has_message(const std::vector<ElasticAction>& actions, Kind kind, const std::string& needle) {
+  for (const auto* a : of(actions, kind)) {
+    if (a->message.find(needle) != std::string::npos) return true;
+  }
+  return false;
+}
+
+using Strings = std::vector<std::string>;
+
+/// Starts a job on `hosts`, readies everyone and returns after world 1.
+void form(Harness& h, std::vector<DiscoveredHost> hosts) {
+  h.discover(std::move(hosts));
+  auto a = h.ready_all();
+  REQUIRE(h.d.current_world().version == 1);
+  REQUIRE(of(a, Kind::Publish).size() == 1);
+}
+
+}  // namespace
+
+TEST_CASE("elastic driver: initial start waits for -np slots, then fills to max-np") {
+  auto p = base_policy();
+  p.start_np = 2;
+  p.max_np = 3;
+  Harness h(p);
+  auto a = h.discover({{"a", 1}});
+  REQUIRE(of(a, Kind::Spawn).empty());
+  REQUIRE(has_message(a, Kind::Log, "waiting for 2 usable slots"));
+  REQUIRE(h.d.live_workers().empty());
+
+  a = h.discover({{"a", 1}, {"b", 3}});
+  auto spawns = of(a, Kind::Spawn);
+  REQUIRE(spawns.size() == 3);
+  REQUIRE((spawns[0]->worker_id == "w1" && spawns[0]->host == "a" && spawns[0]->slot == 0));
+  REQUIRE((spawns[1]->worker_id == "w2" && spawns[1]->host == "b" && spawns[1]->slot == 0));
+  REQUIRE((spawns[2]->worker_id == "w3" && spawns[2]->host == "b" && spawns[2]->slot == 1));
+  REQUIRE(h.d.live_workers() == Strings{"w1", "w2", "w3"});
+
+  // The first world waits for every started worker.
+  REQUIRE(of(h.ready("w2"), Kind::Publish).empty());
+  REQUIRE(of(h.advance(1s), Kind::Publish).empty());
+  REQUIRE(of(h.ready("w1"), Kind::Publish).empty());
+  World w = published(h.ready("w3"));
+  REQUIRE(w.version == 1);
+  REQUIRE(w.reason == "initial formation");
+  REQUIRE(members(w) == Strings{"w1", "w2", "w3"});
+  // assign_ranks: w1 alone on a; w2, w3 share b.
+  REQUIRE((w.members[0].local_rank == 0 && w.members[0].local_size == 1 && w.members[0].cross_rank == 0));
+  REQUIRE((w.members[1].local_rank == 0 && w.members[1].local_size == 2 && w.members[1].cross_rank == 1));
+  REQUIRE((w.members[2].local_rank == 1 && w.members[2].cross_size == 1));
+  REQUIRE(h.d.resets() == 0);
+  REQUIRE(h.d.current_world().version == 1);
+}
+
+TEST_CASE("elastic driver: a failing first discovery run ends the job with kLaunch and its reason") {
+  Harness h(base_policy());
+  auto a = h.discover_fail("host discovery script 'd.sh' exited with code 2: no such file");
+  const ElasticAction f = finish_of(a);
+  REQUIRE(f.code == exit_code::kLaunch);
+  REQUIRE(f.message.find("exited with code 2: no such file") != std::string::npos);
+  REQUIRE(of(a, Kind::Spawn).empty());
+  REQUIRE(h.d.done());
+  REQUIRE_FALSE(h.d.next_deadline());
+  // Nothing happens after the end.
+  REQUIRE(h.discover({{"a", 1}}).empty());
+}
+
+TEST_CASE("elastic driver: later discovery failures keep the hosts and are logged once per reason") {
+  Harness h(base_policy());
+  form(h, {{"a", 2}});
+  auto a = h.discover_fail("host discovery script 'd.sh' timed out after 10 s and was killed");
+  REQUIRE(of(a, Kind::Warn).size() == 1);
+  REQUIRE(has_message(a, Kind::Warn, "discovery failed (kept previous 1 host): host discovery script"));
+  REQUIRE(of(a, Kind::Stop).empty());
+  REQUIRE(of(a, Kind::Publish).empty());
+  // Same reason again: silent.
+  REQUIRE(h.discover_fail("host discovery script 'd.sh' timed out after 10 s and was killed").empty());
+  // Garbage output is another reason: logged once too.
+  a = h.discover_fail("malformed discovery output line 1 'x y': embedded whitespace");
+  REQUIRE(has_message(a, Kind::Warn, "line 1 'x y'"));
+  REQUIRE(h.discover_fail("malformed discovery output line 1 'x y': embedded whitespace").empty());
+  // The job kept its workers all along; the same hosts again change nothing.
+  REQUIRE(h.d.live_workers() == Strings{"w1", "w2"});
+  REQUIRE(h.discover({{"a", 2}}).empty());
+  REQUIRE(h.d.current_world().version == 1);
+}
+
+TEST_CASE("elastic driver: admissions are batched by admit_delay, at once when everyone is ready") {
+  auto p = base_policy();
+  p.admit_delay = 100ms;
+  Harness h(p);
+  form(h, {{"a", 1}});
+  auto a = h.discover({{"a", 1}, {"b", 2}});
+  REQUIRE(ids(a, Kind::Spawn) == Strings{"w2", "w3"});
+  h.readied.insert("w2");
+  REQUIRE(of(h.ready("w2"), Kind::Publish).empty());
+  REQUIRE(h.d.next_deadline() == h.now + 100ms);
+  REQUIRE(of(h.advance(99ms), Kind::Publish).empty());
+  World w = published(h.advance(1ms));
+  REQUIRE(members(w) == Strings{"w1", "w2"});
+  REQUIRE(w.version == 2);
+  REQUIRE(w.reason == "scale-up");
+  // w3 is the last not-ready worker: its readiness admits it at once.
+  h.readied.insert("w3");
+  w = published(h.ready("w3"));
+  REQUIRE(members(w) == Strings{"w1", "w2", "w3"});
+  REQUIRE(h.d.resets() == 2);
+
+  // Two newcomers ready within one delay join together.
+  h.discover({{"a", 1}, {"b", 2}, {"c", 3}});
+  REQUIRE(h.d.live_workers() == Strings{"w1", "w2", "w3", "w4", "w5", "w6"});
+  h.readied.insert("w4");
+  h.readied.insert("w5");
+  REQUIRE(of(h.ready("w4"), Kind::Publish).empty());
+  h.now += 60ms;
+  REQUIRE(of(h.ready("w5"), Kind::Publish).empty());
+  w = published(h.advance(40ms));
+  REQUIRE(members(w) == Strings{"w1", "w2", "w3", "w4", "w5"});
+}
+
+TEST_CASE("elastic driver: scale up 1 -> 2 -> 3 with one log line per change") {
+  Harness h(base_policy());
+  form(h, {{"a", 1}});
+  REQUIRE(ids(h.discover({{"a", 1}, {"b", 1}}), Kind::Spawn) == Strings{"w2"});
+  auto a = h.ready_all();
+  REQUIRE(members(published(a)) == Strings{"w1", "w2"});
+  REQUIRE(has_message(a, Kind::Log, "world 2: size 1 -> 2, joined w2 (b slot 0); left: -; reason: scale-up"));
+  REQUIRE(ids(h.discover({{"a", 1}, {"b", 1}, {"c", 1}}), Kind::Spawn) == Strings{"w3"});
+  a = h.ready_all();
+  World w = published(a);
+  REQUIRE(members(w) == Strings{"w1", "w2", "w3"});
+  REQUIRE(w.version == 3);
+  REQUIRE(w.members[2].cross_rank == 2);
+  REQUIRE(w.members[2].cross_size == 3);
+  REQUIRE(has_message(a, Kind::Log, "world 3: size 2 -> 3, joined w3 (c slot 0)"));
+  REQUIRE(h.d.resets() == 2);
+}
+
+TEST_CASE("elastic driver: a host gone from discovery has its workers stopped and a world without them") {
+  Harness h(base_policy());
+  form(h, {{"a", 1}, {"b", 2}});
+  auto a = h.discover({{"a", 1}});
+  REQUIRE(ids(a, Kind::Stop) == Strings{"w2", "w3"});
+  World w = published(a);
+  REQUIRE(members(w) == Strings{"w1"});
+  REQUIRE(w.reason.find("host b no longer listed by discovery") != std::string::npos);
+  REQUIRE(has_message(a, Kind::Log, "left: w2 (b slot 0), w3 (b slot 1)"));
+  // Their (SIGTERM) exits are expected: no failure, no respawn, no new world.
+  a = h.exit("w2", 143);
+  REQUIRE(a.empty());
+  REQUIRE(h.exit("w3", 143).empty());
+  REQUIRE_FALSE(h.d.is_blacklisted("b", h.now));
+  // The host returns: its slots are filled again with new workers.
+  REQUIRE(ids(h.discover({{"a", 1}, {"b", 2}}), Kind::Spawn) == Strings{"w4", "w5"});
+}
+
+TEST_CASE("elastic driver: a failed worker leaves the world at once and its slot restarts with a new id") {
+  Harness h(base_policy());
+  form(h, {{"a", 2}});
+  auto a = h.exit("w2", 137);
+  REQUIRE(has_message(a, Kind::Warn, "w2 on a slot 1 failed (killed by SIGKILL"));
+  REQUIRE(has_message(a, Kind::Warn, "restarting the slot"));
+  World w = published(a);
+  REQUIRE(members(w) == Strings{"w1"});
+  REQUIRE(w.reason.find("w2 on a slot 1 failed") != std::string::npos);
+  auto spawns = of(a, Kind::Spawn);
+  REQUIRE(spawns.size() == 1);
+  REQUIRE((spawns[0]->worker_id == "w3" && spawns[0]->host == "a" && spawns[0]->slot == 1));
+  REQUIRE(of(a, Kind::Stop).empty());
+  w = published(h.ready_all());
+  REQUIRE(members(w) == Strings{"w1", "w3"});
+  REQUIRE(w.version == 3);
+
+  // A lost worker (its SSH connection dropped) is a failure too.
+  a = h.exit("w3", 255, "connection to a lost");
+  REQUIRE(has_message(a, Kind::Warn, "lost: connection to a lost"));
+  REQUIRE(members(published(a)) == Strings{"w1"});
+}
+
+TEST_CASE("elastic driver: repeated failures blacklist a host, one crash leaves its healthy workers alone") {
+  auto p = base_policy();
+  p.blacklist_failures = 2;
+  p.failure_window = 30s;
+  p.cooldown_min = 10s;
+  p.cooldown_max = 10s;
+  Harness h(p);
+  form(h, {{"a", 1}, {"b", 2}});  // w1 a0, w2 b0, w3 b1
+
+  auto a = h.exit("w2", 1);
+  REQUIRE(of(a, Kind::Stop).empty());  // w3 on the same host keeps running
+  REQUIRE(ids(a, Kind::Spawn) == Strings{"w4"});
+  REQUIRE_FALSE(h.d.is_blacklisted("b", h.now));
+  h.ready_all();
+
+  // Failures outside the window do not add up.
+  h.advance(31s);
+  a = h.exit("w4", 1);
+  REQUIRE_FALSE(h.d.is_blacklisted("b", h.now));
+  REQUIRE(ids(a, Kind::Spawn) == Strings{"w5"});
+  h.ready_all();
+
+  h.advance(5s);
+  a = h.exit("w5", 1);
+  REQUIRE(h.d.is_blacklisted("b", h.now));
+  REQUIRE(has_message(a, Kind::Warn, "host b blacklisted for 10 s after 2 failures within 30 s"));
+  REQUIRE(has_message(a, Kind::Warn, "not restarting it (host blacklisted)"));
+  REQUIRE(ids(a, Kind::Stop) == Strings{"w3"});
+  REQUIRE(of(a, Kind::Spawn).empty());
+  World w = published(a);
+  REQUIRE(members(w) == Strings{"w1"});
+  REQUIRE(w.reason.find("host b blacklisted") != std::string::npos);
+  REQUIRE(h.exit("w3", 143).empty());
+  // Discovery still lists b: it is ignored during the cooldown.
+  REQUIRE(h.discover({{"a", 1}, {"b", 2}}).empty());
+  REQUIRE(h.d.next_deadline() == h.now + 10s);
+  REQUIRE(h.advance(9s).empty());
+
+  a = h.advance(1s);
+  REQUIRE_FALSE(h.d.is_blacklisted("b", h.now));
+  REQUIRE(has_message(a, Kind::Log, "host b is usable again"));
+  REQUIRE(ids(a, Kind::Spawn) == Strings{"w6", "w7"});
+  h.ready_all();
+  REQUIRE(members(h.d.current_world()) == Strings{"w1", "w6", "w7"});
+
+  // Blacklisted a second time: the cooldown doubles.
+  h.exit("w6", 1);
+  h.ready_all();
+  a = h.exit("w7", 1);
+  REQUIRE(has_message(a, Kind::Warn, "host b blacklisted for 20 s"));
+  REQUIRE(h.d.is_blacklisted("b", h.now + 19s));
+  REQUIRE_FALSE(h.d.is_blacklisted("b", h.now + 20s));
+}
+
+TEST_CASE("elastic driver: cooldowns are drawn from the range and doubled up to 64 times") {
+  auto p = base_policy();
+  p.blacklist_failures = 1;
+  p.cooldown_min = 1s;
+  p.cooldown_max = 2s;
+  p.ready_timeout = 10000s;
+  p.failure_window = 1000s;
+  for (uint64_t seed : {1, 2, 3}) {
+    Harness h(p, seed);
+    form(h, {{"a", 1}, {"b", 1}});
+    for (int round = 0; round < 8; ++round) {
+      std::string victim = h.occupied.at({"b", 0});
+      h.exit(victim, 1);
+      REQUIRE(h.d.is_blacklisted("b", h.now));
+      const int factor = 1 << std::min(round, 6);
+      // Blacklisted for at least min * factor, at most max * factor.
+      REQUIRE(h.d.is_blacklisted("b", h.now + factor * 1s - 1ms));
+      REQUIRE_FALSE(h.d.is_blacklisted("b", h.now + factor * 2s));
+      auto next = h.d.next_deadline();
+      REQUIRE(next);
+      h.advance(std::chrono::duration_cast<std::chrono::milliseconds>(*next - h.now));
+      REQUIRE_FALSE(h.d.is_blacklisted("b", h.now));
+      REQUIRE(h.occupied.count({"b", 0}) == 1);
+      h.ready_all();
+    }
+  }
+}
+
+TEST_CASE("elastic driver: with no cooldown range a blacklisted host stays out until the end") {
+  auto p = base_policy();
+  p.blacklist_failures = 1;
+  Harness h(p);
+  form(h, {{"a", 1}, {"b", 1}});
+  auto a = h.exit("w2", 1);
+  REQUIRE(has_message(a, Kind::Warn, "host b blacklisted until the end of the job"));
+  REQUIRE_FALSE(h.d.next_deadline());
+  h.advance(std::chrono::hours(10));
+  REQUIRE(h.d.is_blacklisted("b", h.now));
+  REQUIRE(of(h.discover({{"b", 1}, {"a", 1}}), Kind::Spawn).empty());
+}
+
+TEST_CASE("elastic driver: more re-formations than --reset-limit end the job with kElastic") {
+  auto p = base_policy();
+  p.reset_limit = 1;
+  Harness h(p);
+  form(h, {{"a", 2}});
+  auto a = h.exit("w2", 1);
+  REQUIRE(members(published(a)) == Strings{"w1"});  // reset 1: allowed
+  REQUIRE(h.d.resets() == 1);
+  a = h.ready_all();  // w3 would make reset 2
+  REQUIRE(of(a, Kind::Publish).empty());
+  const ElasticAction f = finish_of(a);
+  REQUIRE(f.code == exit_code::kElastic);
+  REQUIRE(f.message.find("--reset-limit 1") != std::string::npos);
+  REQUIRE(ids(a, Kind::Stop) == Strings{"w1", "w3"});
+  REQUIRE_FALSE(h.d.done());
+  h.exit("w1", 143);
+  h.exit("w3", 143);
+  REQUIRE(h.d.done());
+}
+
+TEST_CASE("elastic driver: below --min-np longer than --elastic-timeout ends the job, no small world") {
+  auto p = base_policy();
+  p.min_np = 2;
+  p.start_np = 2;
+  p.elastic_timeout = 5s;
+  Harness h(p);
+  form(h, {{"a", 1}, {"b", 1}});
+  auto a = h.discover({{"a", 1}});
+  REQUIRE(ids(a, Kind::Stop) == Strings{"w2"});
+  REQUIRE(of(a, Kind::Publish).empty());  // a world of 1 < min-np is never published
+  h.exit("w2", 143);
+
+  SECTION("the host comes back in time: the job goes on") {
+    h.advance(4s);
+    REQUIRE(ids(h.discover({{"a", 1}, {"b", 1}}), Kind::Spawn) == Strings{"w3"});
+    World w = published(h.ready_all());
+    REQUIRE(members(w) == Strings{"w1", "w3"});
+    REQUIRE(w.reason.find("host b no longer listed") != std::string::npos);
+    REQUIRE(of(h.advance(10s), Kind::Finish).empty());
+  }
+  SECTION("it does not: kElastic after the timeout") {
+    REQUIRE(of(h.advance(4900ms), Kind::Finish).empty());
+    a = h.advance(100ms);
+    const ElasticAction f = finish_of(a);
+    REQUIRE(f.code == exit_code::kElastic);
+    REQUIRE(f.message.find("fewer than --min-np 2") != std::string::npos);
+    REQUIRE(ids(a, Kind::Stop) == Strings{"w1"});
+    h.exit("w1", 143);
+    REQUIRE(h.d.done());
+  }
+}
+
+TEST_CASE("elastic driver: too few slots for -np within --elastic-timeout ends the job") {
+  auto p = base_policy();
+  p.start_np = 3;
+  p.elastic_timeout = 5s;
+  Harness h(p);
+  h.discover({{"a", 2}});
+  REQUIRE(h.d.next_deadline() == h.now + 5s);
+  auto a = h.advance(5s);
+  const ElasticAction f = finish_of(a);
+  REQUIRE(f.code == exit_code::kElastic);
+  REQUIRE(f.message.find("only 2 usable slots") != std::string::npos);
+  REQUIRE(h.d.done());
+}
+
+TEST_CASE("elastic driver: survivors keep their order and the old rank 0 stays rank 0") {
+  Harness h(base_policy());
+  form(h, {{"a", 2}, {"b", 2}});  // w1 a0, w2 a1, w3 b0, w4 b1
+  World w = published(h.exit("w2", 1));
+  REQUIRE(members(w) == Strings{"w1", "w3", "w4"});
+  REQUIRE(w.members[0].rank == 0);
+  w = published(h.ready_all());  // w5 restarts a1 and joins last
+  REQUIRE(members(w) == Strings{"w1", "w3", "w4", "w5"});
+  REQUIRE(w.members[3].host == "a");
+  REQUIRE(w.members[3].local_rank == 1);
+  REQUIRE(w.members[1].local_rank == 0);
+  // Rank 0 dies: the lowest surviving rank becomes rank 0.
+  w = published(h.exit("w1", 1));
+  REQUIRE(members(w) == Strings{"w3", "w4", "w5"});
+  REQUIRE(w.members[0].host == "b");
+}
+
+TEST_CASE("elastic driver: the job succeeds when every member exits 0") {
+  Harness h(base_policy());
+  form(h, {{"a", 2}});
+  h.discover({{"a", 2}, {"b", 1}});  // w3 starts but is not admitted yet
+  auto a = h.exit("w1", 0);
+  REQUIRE(has_message(a, Kind::Log, "w1 (a slot 0) exited 0: the job is finishing"));
+  REQUIRE(ids(a, Kind::Stop) == Strings{"w3"});  // not a member: stopped
+  REQUIRE(of(a, Kind::Finish).empty());
+  // Finishing: nothing spawned, nothing published.
+  REQUIRE(h.discover({{"a", 2}, {"b", 1}, {"c", 4}}).empty());
+  REQUIRE(h.exit("w3", 143).empty());
+  a = h.exit("w2", 0);
+  const ElasticAction f = finish_of(a);
+  REQUIRE(f.code == 0);
+  REQUIRE(f.message.empty());
+  REQUIRE(h.d.done());
+}
+
+TEST_CASE("elastic driver: one member exits 0, another 1: the job fails naming it") {
+  Harness h(base_policy());
+  form(h, {{"a", 3}});
+  REQUIRE(of(h.exit("w1", 0), Kind::Finish).empty());
+  REQUIRE(of(h.exit("w2", 1), Kind::Finish).empty());
+  auto a = h.exit("w3", 0);
+  const ElasticAction f = finish_of(a);
+  REQUIRE(f.code == 1);
+  REQUIRE(f.message.find("w2 (a slot 1) exited with code 1") != std::string::npos);
+  REQUIRE(f.message.find("w3") == std::string::npos);
+  REQUIRE(h.d.done());
+}
+
+TEST_CASE("elastic driver: a member lost while the job finishes fails it with the launch code") {
+  Harness h(base_policy());
+  form(h, {{"a", 2}});
+  REQUIRE(of(h.exit("w1", 0), Kind::Finish).empty());
+  auto a = h.exit("w2", 255, "connection to a dropped");
+  const ElasticAction f = finish_of(a);
+  REQUIRE(f.code == exit_code::kLaunch);
+  REQUIRE(f.message.find("w2 (a slot 1) lost: connection to a dropped") != std::string::npos);
+}
+
+TEST_CASE("elastic driver: members that do not exit within the grace are stopped and named") {
+  Harness h(base_policy());
+  form(h, {{"a", 3}});
+  h.exit("w2", 0);
+  REQUIRE(h.d.next_deadline() == h.now + 5s);
+  REQUIRE(h.advance(4s).empty());
+  auto a = h.advance(1s);
+  REQUIRE(ids(a, Kind::Stop) == Strings{"w1", "w3"});
+  const ElasticAction f = finish_of(a);
+  REQUIRE(f.code == exit_code::kElastic);
+  REQUIRE(f.message.find("w1 (a slot 0), w3 (a slot 2) did not exit within 5 s after w2 (a slot 1) exited 0") !=
+          std::string::npos);
+  REQUIRE_FALSE(h.d.done());
+  h.exit("w1", 143);
+  h.exit("w3", 143);
+  REQUIRE(h.d.done());
+}
+
+TEST_CASE("elastic driver: a signal stops every worker and ends with 128+signal once all exited") {
+  Harness h(base_policy());
+  form(h, {{"a", 2}});
+  h.discover({{"a", 2}, {"b", 1}});
+  auto a = h.signal(2);
+  REQUIRE(ids(a, Kind::Stop) == Strings{"w1", "w2", "w3"});
+  REQUIRE(of(a, Kind::Finish).empty());
+  REQUIRE_FALSE(h.d.next_deadline());
+  // Exits after a signal are not failures: no respawn, no world.
+  REQUIRE(h.exit("w1", 130).empty());
+  REQUIRE(h.discover({{"a", 2}, {"b", 1}, {"c", 1}}).empty());
+  REQUIRE(h.exit("w2", 130).empty());
+  a = h.exit("w3", 137);
+  const ElasticAction f = finish_of(a);
+  REQUIRE(f.code == 130);
+  REQUIRE(f.message.find("SIG") == std::string::npos);  // strsignal's words, not a status
+  REQUIRE(h.d.done());
+}
+
+TEST_CASE("elastic driver: a worker failing before it is ready during formation ends the job") {
+  Harness h(base_policy());
+  h.discover({{"a", 3}});
+  h.ready("w1");
+  auto a = h.exit("w2", 127);
+  const ElasticAction f = finish_of(a);
+  REQUIRE(f.code == 127);
+  REQUIRE(f.message.find("w2 on a slot 1 failed before the job formed: command not found") != std::string::npos);
+  REQUIRE(ids(a, Kind::Stop) == Strings{"w1", "w3"});
+  REQUIRE(of(a, Kind::Spawn).empty());
+
+  SECTION("a worker that could not be started at all (lost) is a launch failure") {
+    Harness g(base_policy());
+    g.discover({{"far", 1}});
+    const ElasticAction lf = finish_of(g.exit("w1", 255, "ssh: connect to host far: Connection refused"));
+    REQUIRE(lf.code == exit_code::kLaunch);
+    REQUIRE(lf.message.find("Connection refused") != std::string::npos);
+  }
+  SECTION("also when the other hosts offer fewer than -np slots") {
+    auto p = base_policy();
+    p.start_np = 2;
+    Harness g(p);
+    g.discover({{"a", 1}, {"far", 1}});
+    g.ready("w1");
+    const ElasticAction lf = finish_of(g.exit("w2", 255, "ssh: connect to host far: Connection refused"));
+    REQUIRE(lf.code == exit_code::kLaunch);
+  }
+}
+
+TEST_CASE("elastic driver: a host lost during formation is retried when the others offer -np slots") {
+  Harness h(base_policy());  // -np 1
+  h.discover({{"a", 1}, {"far", 1}});
+  REQUIRE(h.d.live_workers() == Strings{"w1", "w2"});
+  auto a = h.exit("w2", 255, "ssh: connect to host far: Connection refused");
+  REQUIRE(of(a, Kind::Finish).empty());
+  REQUIRE(has_message(a, Kind::Warn, "w2 on far slot 0 failed (lost: ssh: connect to host far: Connection refused); "
+                                     "restarting the slot"));
+  REQUIRE(ids(a, Kind::Spawn) == Strings{"w3"});
+  // w3 (a retry on a failing host) does not hold back the first world
+  a = h.ready("w1");
+  REQUIRE(h.d.current_world().version == 1);
+  REQUIRE(h.d.current_world().size() == 1);
+  // two more failures blacklist the host for good (no cooldown range); the
+  // job goes on without it
+  h.exit("w3", 255, "ssh: connect to host far: Connection refused");
+  a = h.exit("w4", 255, "ssh: connect to host far: Connection refused");
+  REQUIRE(h.d.is_blacklisted("far", h.now));
+  REQUIRE(of(a, Kind::Spawn).empty());
+  REQUIRE(of(a, Kind::Finish).empty());
+  REQUIRE(h.d.current_world().size() == 1);
+  // a retry that does get ready joins as a scale-up
+  SECTION("a retry that succeeds joins the running job") {
+    Harness g(base_policy());
+    g.discover({{"a", 1}, {"far", 1}});
+    g.exit("w2", 255, "connection reset");
+    g.ready("w1");
+    REQUIRE(g.d.current_world().version == 1);
+    g.ready("w3");
+    g.advance(50ms);
+    REQUIRE(g.d.current_world().version == 2);
+    REQUIRE(g.d.current_world().size() == 2);
+  }
+}
+
+TEST_CASE("elastic driver: workers not ready within ready_timeout") {
+  auto p = base_policy();
+  p.ready_timeout = 3s;
+  Harness h(p);
+  SECTION("during formation: the job ends with kLaunch") {
+    h.discover({{"a", 2}});
+    h.ready("w1");
+    REQUIRE(h.d.next_deadline() == h.now + 3s);
+    auto a = h.advance(3s);
+    const ElasticAction f = finish_of(a);
+    REQUIRE(f.code == exit_code::kLaunch);
+    REQUIRE(f.message.find("w2 on a slot 1 did not become ready within 3 s") != std::string::npos);
+  }
+  SECTION("during formation, on a host whose loss leaves -np slots elsewhere: stopped and retried") {
+    h.discover({{"a", 1}, {"slow", 1}});
+    h.ready("w1");
+    REQUIRE(h.d.current_world().version == 0);
+    auto a = h.advance(3s);
+    REQUIRE(of(a, Kind::Finish).empty());
+    REQUIRE(ids(a, Kind::Stop) == Strings{"w2"});
+    REQUIRE(h.d.current_world().version == 1);  // w1 alone, not held back by w2
+    a = h.exit("w2", 143);
+    REQUIRE(ids(a, Kind::Spawn) == Strings{"w3"});  // the retry
+    REQUIRE(h.d.current_world().size() == 1);
+  }
+  SECTION("later: the worker is stopped, counted as a failure and its slot restarted") {
+    form(h, {{"a", 1}});
+    h.discover({{"a", 1}, {"b", 1}});  // w2, never ready
+    auto a = h.advance(3s);
+    REQUIRE(ids(a, Kind::Stop) == Strings{"w2"});
+    REQUIRE(has_message(a, Kind::Warn, "w2 on b slot 0 did not become ready within 3 s"));
+    REQUIRE(of(a, Kind::Finish).empty());
+    REQUIRE(of(a, Kind::Spawn).empty());  // its slot is busy until it exits
+    a = h.exit("w2", 143);
+    REQUIRE(ids(a, Kind::Spawn) == Strings{"w3"});
+    REQUIRE(members(h.d.current_world()) == Strings{"w1"});
+  }
+}
+
+TEST_CASE("elastic driver: max-np holds when hosts grow") {
+  auto p = base_policy();
+  p.max_np = 3;
+  Harness h(p);
+  form(h, {{"a", 2}});
+  auto a = h.discover({{"a", 2}, {"b", 4}});
+  REQUIRE(ids(a, Kind::Spawn) == Strings{"w3"});
+  h.ready_all();
+  REQUIRE(h.d.current_world().size() == 3);
+  REQUIRE(of(h.discover({{"a", 2}, {"b", 4}, {"c", 8}}), Kind::Spawn).empty());
+  // A failure frees a place; the restart goes to the first free slot.
+  a = h.exit("w1", 1);
+  auto spawns = of(a, Kind::Spawn);
+  REQUIRE(spawns.size() == 1);
+  REQUIRE((spawns[0]->host == "a" && spawns[0]->slot == 0));
+}
+
+TEST_CASE("elastic driver: a host offering fewer slots has its excess workers stopped") {
+  Harness h(base_policy());
+  form(h, {{"a", 3}, {"b", 1}});  // w1..w3 on a, w4 on b
+  auto a = h.discover({{"a", 1}, {"b", 1}});
+  REQUIRE(ids(a, Kind::Stop) == Strings{"w2", "w3"});
+  World w = published(a);
+  REQUIRE(members(w) == Strings{"w1", "w4"});
+  REQUIRE(w.reason.find("host a now offers 1 slot") != std::string::npos);
+  h.exit("w2", 143);
+  REQUIRE(h.exit("w3", 143).empty());
+}
+
+TEST_CASE("elastic driver: workers that never get ready count towards the host's blacklist") {
+  auto p = base_policy();
+  p.ready_timeout = 2s;
+  p.blacklist_failures = 2;
+  Harness h(p);
+  form(h, {{"a", 1}});
+  h.discover({{"a", 1}, {"b", 1}});  // w2 hangs at start
+  h.advance(2s);
+  REQUIRE(ids(h.exit("w2", 143), Kind::Spawn) == Strings{"w3"});  // one failure: restarted
+  auto a = h.advance(2s);  // w3 hangs too
+  REQUIRE(has_message(a, Kind::Warn, "host b blacklisted"));
+  REQUIRE(h.d.is_blacklisted("b", h.now));
+  REQUIRE(of(h.exit("w3", 143), Kind::Spawn).empty());
+  REQUIRE(members(h.d.current_world()) == Strings{"w1"});
+}
+
+// The end-of-job race: a newcomer is admitted in a world published just
+// after the members' last commit. The members never arrive at its barrier;
+// they exit 0. Waiting for the newcomer would end a finished training with
+// a grace timeout (kElastic).
+TEST_CASE("elastic driver: a newcomer in a world that never formed is stopped when the job ends, not waited for") {
+  Harness h(base_policy());
+  form(h, {{"a", 2}});
+  REQUIRE(h.d.unformed_worlds() == std::vector<uint64_t>{1});
+  REQUIRE(h.formed(1).empty());
+  REQUIRE(h.d.unformed_worlds().empty());
+  h.discover({{"a", 2}, {"b", 1}});
+  World w = published(h.ready("w3"));
+  REQUIRE(members(w) == Strings{"w1", "w2", "w3"});
+  REQUIRE(h.d.unformed_worlds() == std::vector<uint64_t>{2});
+  auto a = h.exit("w1", 0);
+  REQUIRE(has_message(a, Kind::Log,
+                      "w1 (a slot 0) exited 0: the job is finishing; waiting up to 5 s for 1 other member; "
+                      "stopping w3 (b slot 0): admitted to world 2, which never formed"));
+  REQUIRE(ids(a, Kind::Stop) == Strings{"w3"});
+  REQUIRE(of(a, Kind::Finish).empty());
+  a = h.exit("w2", 0);
+  const ElasticAction f = finish_of(a);
+  REQUIRE(f.code == 0);
+  REQUIRE(f.message.empty());
+  REQUIRE_FALSE(h.d.done());  // w3 is still being stopped
+  REQUIRE(h.exit("w3", 143).empty());  // its signal status does not count
+  REQUIRE(h.d.done());
+}
+
+TEST_CASE("elastic driver: scale-up 1 -> 2 right after the last commit still ends with success") {
+  // World 1 has one member: it needs no barrier and counts as formed.
+  Harness h(base_policy());
+  form(h, {{"a", 1}});
+  REQUIRE(h.d.unformed_worlds().empty());
+  h.discover({{"a", 2}});
+  REQUIRE(members(published(h.ready("w2"))) == Strings{"w1", "w2"});
+  auto a = h.exit("w1", 0);
+  REQUIRE(ids(a, Kind::Stop) == Strings{"w2"});
+  REQUIRE(finish_of(a).code == 0);
+  h.exit("w2", 143);
+  REQUIRE(h.d.done());
+}
+
+TEST_CASE("elastic driver: a newcomer whose world formed is a member the ending waits for") {
+  Harness h(base_policy());
+  form(h, {{"a", 2}});
+  h.formed(1);
+  h.discover({{"a", 2}, {"b", 1}});
+  published(h.ready("w3"));
+  h.discover({{"a", 2}, {"b", 2}});
+  published(h.ready("w4"));  // world 3 supersedes world 2
+  REQUIRE(h.d.unformed_worlds() == std::vector<uint64_t>{2, 3});
+  h.formed(3);
+  REQUIRE(h.d.unformed_worlds().empty());  // world 2 cannot matter any more
+  REQUIRE(h.formed(2).empty());            // late or unknown reports are ignored
+  auto a = h.exit("w1", 0);
+  REQUIRE(ids(a, Kind::Stop).empty());
+  REQUIRE(has_message(a, Kind::Log, "waiting up to 5 s for 3 other members"));
+  h.exit("w2", 0);
+  h.exit("w4", 0);
+  a = h.advance(5s);
+  const ElasticAction f = finish_of(a);
+  REQUIRE(f.code == exit_code::kElastic);
+  REQUIRE(f.message.find("w3 (b slot 0) did not exit within 5 s") != std::string::npos);
+  h.exit("w3", 143);
+  REQUIRE(h.d.done());
+}
+
+TEST_CASE("elastic driver: a newcomer exiting 0 before it joined is a failure, not the end") {
+  Harness h(base_policy());
+  form(h, {{"a", 1}});
+  h.discover({{"a", 1}, {"b", 1}});
+  auto a = h.exit("w2", 0);
+  REQUIRE(has_message(a, Kind::Warn, "w2 on b slot 0 failed (exited 0 before it joined the job)"));
+  REQUIRE(ids(a, Kind::Spawn) == Strings{"w3"});
+  REQUIRE(of(a, Kind::Finish).empty());
+  REQUIRE(of(a, Kind::Publish).empty());  // it was never a member
+}
+
+TEST_CASE("elastic driver: a command that is not elastic-aware still ends by the ending rules") {
+  // `hvdrun --host-discovery-script d.sh echo hi`: nobody ever reports ready.
+  Harness h(base_policy());
+  h.discover({{"a", 2}});
+  REQUIRE(of(h.exit("w1", 0), Kind::Finish).empty());
+  const ElasticAction f = finish_of(h.exit("w2", 0));
+  REQUIRE(f.code == 0);
+  REQUIRE(h.d.done());
+}
+
+TEST_CASE("elastic driver: a signal before any worker started ends the job at once") {
+  auto p = base_policy();
+  p.start_np = 4;
+  Harness h(p);
+  h.discover({{"a", 1}});
+  auto a = h.signal(15);
+  REQUIRE(finish_of(a).code == 143);
+  REQUIRE(h.d.done());
+}
+
+TEST_CASE("elastic driver: 64 workers on one host re-form after one is killed") {
+  auto p = base_policy();
+  Harness h(p);
+  form(h, {{"big", 64}});
+  REQUIRE(h.d.current_world().size() == 64);
+  auto a = h.exit("w17", 137);
+  World w = published(a);
+  REQUIRE(w.size() == 63);
+  REQUIRE(w.members[16].worker_id == "w18");  // everyone after the dead rank moves up by one
+  REQUIRE(w.members[63 - 1].local_rank == 62);
+  REQUIRE(ids(a, Kind::Spawn) == Strings{"w65"});
+  w = published(h.ready_all());
+  REQUIRE(w.size() == 64);
+  REQUIRE(w.members[63].worker_id == "w65");
+  REQUIRE(w.members[0].worker_id == "w1");
+}
+
+TEST_CASE("elastic driver: random event storms keep the invariants and never spin") {
+  // Every take() checks ids, slots, versions and world sizes; advance()
+  // checks that a due deadline was handled.
+  for (uint64_t seed = 1; seed <= 30; ++seed) {
+    auto p = base_policy();
+    p.min_np = 2;
+    p.max_np = 6;
+    p.blacklist_failures = 2;
+    p.cooldown_min = 1s;
+    p.cooldown_max = 3s;
+    p.reset_limit = 40;
+    p.ready_timeout = 2s;
+    Harness h(p, seed);
+    std::mt19937 rng(static_cast<unsigned>(seed));
+    const std::vector<std::string> names{"a", "b", "c", "d"};
+    auto random_hosts = [&] {
+      std::vector<DiscoveredHost> hosts;
+      for (const auto& n : names) {
+        if (rng() % 3) hosts.push_back({n, 1 + static_cast<int>(rng() % 3)});
+      }
+      return hosts;
+    };
+    INFO("seed " << seed);
+    h.discover(random_hosts());
+    for (int step = 0; step < 300 && !h.d.done(); ++step) {
+      std::vector<std::string> live(h.live.begin(), h.live.end());
+      switch (rng() % 8) {
+        case 0:
+          h.discover(random_hosts());
+          break;
+        case 1:
+          h.discover_fail(rng() % 2 ? "timed out" : "exited with code 1");
+          break;
+        case 2:
+        case 3:
+          if (!live.empty()) {
+            auto id = live[rng() % live.size()];
+            if (h.readied.insert(id).second) h.ready(id);
+          }
+          break;
+        case 4:
+          if (!live.empty()) h.exit(live[rng() % live.size()], rng() % 4 ? 1 : 0);
+          break;
+        case 5:
+          h.advance(std::chrono::milliseconds(rng() % 3000));
+          break;
+        case 6:
+          if (!h.d.unformed_worlds().empty()) {
+            auto versions = h.d.unformed_worlds();
+            h.formed(versions[rng() % versions.size()]);
+            break;
+          }
+          [[fallthrough]];
+        default: {
+          auto next = h.d.next_deadline();
+          if (next) {
+            auto dt = std::chrono::duration_cast<std::chrono::milliseconds>(*next - h.now);
+            h.advance(std::max(dt, std::chrono::milliseconds(0)));
+          }
+          break;
+        }
+      }
+      // Never more live members than max_np.
+      REQUIRE(h.d.current_world().size() <= p.max_np);
+    }
+    // Whatever state it is in, a signal ends it once everyone has exited.
+    h.signal(15);
+    for (const auto& id : std::vector<std::string>(h.live.begin(), h.live.end())) h.exit(id, 143);
+    REQUIRE(h.d.done());
+    REQUIRE(h.finishes == 1);
+  }
+}

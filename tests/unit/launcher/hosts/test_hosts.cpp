@@ -1,0 +1,103 @@
+#include "hvd/launcher/hosts/hosts.h"
+#include "../test_util.h"
+
+using namespace hvd::launcher;
+using hvd_test::invalid_message;
+
+TEST_CASE("hosts: -H parses hosts in order with slots - a bare host has one slot", "[hosts]") {
+  auto hosts = parse_hosts("h1:2,h2:4,h3");
+  REQUIRE(hosts.size() == 3);
+  CHECK(hosts[0].name == "h1");
+  CHECK(hosts[0].slots == 2);
+  CHECK(hosts[1].name == "h2");
+  CHECK(hosts[1].slots == 4);
+  CHECK(hosts[2].name == "h3");
+  CHECK(hosts[2].slots == 1);
+  CHECK(total_slots(hosts) == 7);
+  CHECK(format_hosts(hosts) == "h1:2, h2:4, h3:1");
+}
+
+TEST_CASE("hosts: -H accepts addresses dots dashes underscores and IPv6 in brackets", "[hosts]") {
+  auto hosts = parse_hosts("10.0.0.1:2, node-2.example.com:1,w_3,[::1]:2,[fe80::1]");
+  REQUIRE(hosts.size() == 5);
+  CHECK(hosts[0].name == "10.0.0.1");
+  CHECK(hosts[1].name == "node-2.example.com");
+  CHECK(hosts[2].name == "w_3");
+  CHECK(hosts[3].name == "::1");
+  CHECK(hosts[3].slots == 2);
+  CHECK(hosts[4].name == "fe80::1");
+  CHECK(hosts[4].slots == 1);
+  CHECK(format_hosts({hosts[3]}) == "[::1]:2");
+}
+
+TEST_CASE("every malformed -H entry gets its own one-line message", "[hosts]") {
+  auto msg = [](const std::string& text) { return invalid_message([&] { parse_hosts(text); }); };
+  CHECK(msg("h:abc") == "'h:abc': slot count 'abc' is not a number");
+  CHECK(msg("h:0") == "'h:0': slot count must be at least 1, not 0");
+  CHECK(msg("h:-2") == "'h:-2': slot count must be at least 1, not -2");
+  CHECK(msg("h:") == "'h:': missing slot count after ':' (write host:N, e.g. h:2)");
+  CHECK(msg(":2") == "':2': missing host name before ':'");
+  CHECK(msg("a:2,,b:2") == "-H 'a:2,,b:2': empty host entry at position 2");
+  CHECK(msg("a:2,") == "-H 'a:2,': empty host entry at the end (trailing ',')");
+  CHECK(msg("") == "-H: empty host list (expected e.g. -H host1:2,host2:2)");
+  CHECK(msg("a:2,b:1,a:1") == "host 'a' is listed twice; list each host once with its total slots");
+  CHECK(msg("a b:2") == "'a b:2': 'a b' is not a valid host name (letters, digits, '.', '-', '_')");
+  CHECK(msg("::1:2") == "'::1:2': too many ':' (put IPv6 addresses in brackets: [::1:2]:N)");
+  CHECK(msg("[::1:2") == "'[::1:2': missing ']' after IPv6 address");
+  CHECK(msg("h:99999999") == "'h:99999999': slot count 99999999 is too large");
+  CHECK(msg("h:1.5") == "'h:1.5': slot count '1.5' is not a number");
+}
+
+TEST_CASE("hostfile: slots= host:N bare host comments blank lines max_slots", "[hosts][hostfile]") {
+  const std::string text =
+      "# cluster\n"
+      "\n"
+      "node1 slots=2\n"
+      "node2 slots=4 max_slots=8   # trailing comment\n"
+      "  node3:3\n"
+      "node4\n"
+      "\t\n";
+  auto hosts = parse_hostfile_text(text, "hosts.txt");
+  REQUIRE(hosts.size() == 4);
+  CHECK(hosts[0].name == "node1");
+  CHECK(hosts[0].slots == 2);
+  CHECK(hosts[1].slots == 4);
+  CHECK(hosts[2].name == "node3");
+  CHECK(hosts[2].slots == 3);
+  CHECK(hosts[3].slots == 1);
+}
+
+TEST_CASE("hostfile errors are reported as path:LINE: message", "[hosts][hostfile]") {
+  auto msg = [](const std::string& text) { return invalid_message([&] { parse_hostfile_text(text, "hf"); }); };
+  CHECK(msg("a slots=2\nb slots=abc\n") == "hf:2: 'b slots=abc': slot count 'abc' is not a number");
+  CHECK(msg("a slots=0\n") == "hf:1: 'a slots=0': slot count must be at least 1, not 0");
+  CHECK(msg("\n\na cpus=2\n") == "hf:3: unexpected 'cpus=2' (expected 'host slots=N', 'host:N' or 'host')");
+  CHECK(msg("a slots\n") == "hf:1: 'slots' needs a value: slots=N");
+  CHECK(msg("a slots=1 slots=2\n") == "hf:1: 'slots=' given twice");
+  CHECK(msg("a:2 slots=2\n") == "hf:1: 'a:2': give slots either as host:N or as slots=N, not both");
+  CHECK(msg("a\nb\na slots=3\n") == "hf:3: host 'a' is listed twice; list each host once with its total slots");
+  CHECK(msg("# nothing\n\n") == "hf: no hosts in hostfile");
+  CHECK(msg("a max_slots=\n") == "hf:1: 'max_slots' needs a value: max_slots=N");
+}
+
+TEST_CASE("missing hostfile names the path", "[hosts][hostfile]") {
+  std::string m = invalid_message([] { parse_hostfile("/nonexistent/hvd_hosts"); });
+  CHECK(m == "cannot read hostfile '/nonexistent/hvd_hosts': No such file or directory");
+  hvd_test::TempFile f("x slots=2\ny slots=1\n");
+  auto hosts = parse_hostfile(f.path());
+  REQUIRE(hosts.size() == 2);
+  CHECK(hosts[1].name == "y");
+}
+
+TEST_CASE("looks_like_host_entry catches the -H a:2 b:2 typo shapes only", "[hosts]") {
+  CHECK(looks_like_host_entry("b:2"));
+  CHECK(looks_like_host_entry("node-2.example.com:16"));
+  CHECK(looks_like_host_entry("[::1]:2"));
+  CHECK_FALSE(looks_like_host_entry("python"));
+  CHECK_FALSE(looks_like_host_entry("train.py"));
+  CHECK_FALSE(looks_like_host_entry("http://x:80/a"));
+  CHECK_FALSE(looks_like_host_entry("a:b"));
+  CHECK_FALSE(looks_like_host_entry("a:"));
+  CHECK_FALSE(looks_like_host_entry("/bin/true"));
+  CHECK_FALSE(looks_like_host_entry("a:2,b:2"));
+}

@@ -1,0 +1,116 @@
+#include <nlohmann/json.hpp>
+
+#include "hvd/launcher/plan/worker_env.h"
+#include "../test_util.h"
+
+using namespace hvd::launcher;
+using hvd_test::invalid_message;
+using hvd_test::parse_ok;
+
+TEST_CASE("plan: default host is localhost with -np slots", "[plan]") {
+  auto o = parse_ok({"-np", "3", "python", "t.py"});
+  auto plan = make_plan(o, {{"PATH", "/bin"}}, "/work");
+  REQUIRE(plan.hosts.size() == 1);
+  CHECK(plan.hosts[0].name == "localhost");
+  CHECK(plan.hosts[0].slots == 3);
+  REQUIRE(plan.workers.size() == 3);
+  for (int r = 0; r < 3; ++r) {
+    const auto& w = plan.workers[static_cast<size_t>(r)];
+    CHECK(w.slot.rank == r);
+    CHECK(w.argv == std::vector<std::string>{"python", "t.py"});
+    CHECK(w.cwd == "/work");
+    CHECK(w.env.at("PATH") == "/bin");
+    CHECK(w.env.at("HOROVOD_RANK") == std::to_string(r));
+    CHECK(w.env.at("HOROVOD_SIZE") == "3");
+  }
+}
+
+TEST_CASE("plan: hosts from -H and hostfile - unused hosts are left out", "[plan]") {
+  auto o = parse_ok({"-np", "3", "-H", "a:2,b:2,c:2", "cmd"});
+  auto plan = make_plan(o, {}, "/");
+  REQUIRE(plan.hosts.size() == 2);
+  CHECK(plan.hosts[1].name == "b");
+  CHECK(plan.workers[2].slot.hostname == "b");
+  CHECK(plan.workers[2].env.at("HOROVOD_HOSTNAME") == "b");
+
+  hvd_test::TempFile hf("# two nodes\nn1 slots=1\nn2 slots=1\n");
+  auto o2 = parse_ok({"-np", "2", "--hostfile", hf.path(), "cmd"});
+  auto plan2 = make_plan(o2, {}, "/");
+  CHECK(plan2.workers[1].slot.hostname == "n2");
+}
+
+TEST_CASE("plan: usage problems surface as one-line InvalidArgument", "[plan]") {
+  CHECK(invalid_message([] {
+          make_plan(parse_ok({"-np", "5", "-H", "a:2,b:2", "cmd"}), {}, "/");
+        }) == "-np 5 but only 4 slots on 2 hosts (a:2, b:2)");
+  CHECK(invalid_message([] {
+          make_plan(parse_ok({"-np", "2", "-H", "a:x", "cmd"}), {}, "/");
+        }) == "'a:x': slot count 'x' is not a number");
+  CHECK(invalid_message([] {
+          make_plan(parse_ok({"-np", "2", "--hostfile", "/nonexistent/hf", "cmd"}), {}, "/");
+        }) == "cannot read hostfile '/nonexistent/hf': No such file or directory");
+}
+
+TEST_CASE("plan: the real environment and working directory are used by default", "[plan]") {
+  setenv("HVD_PLAN_TEST_VAR", "a.b\nc", 1);
+  auto plan = make_plan(parse_ok({"-np", "1", "cmd"}));
+  CHECK(plan.workers[0].env.at("HVD_PLAN_TEST_VAR") == "a.b\nc");
+  char buf[4096];
+  REQUIRE(getcwd(buf, sizeof(buf)) != nullptr);
+  CHECK(plan.workers[0].cwd == buf);
+  unsetenv("HVD_PLAN_TEST_VAR");
+}
+
+TEST_CASE("dry run: json parses back and never shows secrets or the inherited env", "[plan][dryrun]") {
+  auto o = parse_ok(
+      {"-np", "3", "-H", "a:2,b:1", "-x", "MY_TOKEN=abc", "-x", "VISIBLE=1", "--dry-run=json", "python", "it's.py"});
+  auto plan = make_plan(o, {{"HOME", "/root"}, {"API_PASSWORD", "pw"}}, "/w");
+  auto j = nlohmann::json::parse(render_dry_run(plan, o, DryRunFormat::Json));
+  CHECK(j["np"] == 3);
+  REQUIRE(j["hosts"].size() == 2);
+  CHECK(j["hosts"][0]["name"] == "a");
+  CHECK(j["hosts"][0]["slots"] == 2);
+  REQUIRE(j["workers"].size() == 3);
+  const auto& w2 = j["workers"][2];
+  CHECK(w2["rank"] == 2);
+  CHECK(w2["host"] == "b");
+  CHECK(w2["local_rank"] == 0);
+  CHECK(w2["local_size"] == 1);
+  CHECK(w2["cross_rank"] == 1);
+  CHECK(w2["cross_size"] == 2);
+  CHECK(w2["command"] == nlohmann::json::array({"python", "it's.py"}));
+  CHECK(w2["cwd"] == "/w");
+  CHECK(w2["env"]["HOROVOD_RANK"] == "2");
+  CHECK(w2["env"]["VISIBLE"] == "1");
+  CHECK(w2["env"]["MY_TOKEN"] == "<hidden>");
+  CHECK_FALSE(w2["env"].contains("HOME"));
+  CHECK_FALSE(w2["env"].contains("API_PASSWORD"));
+  // Even after run_job adds the secret, a rendering would not show it.
+  add_rendezvous_env(plan, "127.0.0.1", 1234, "topsecret");
+  std::string text = render_dry_run(plan, o, DryRunFormat::Text) + render_dry_run(plan, o, DryRunFormat::Json);
+  CHECK(text.find("topsecret") == std::string::npos);
+  CHECK(text.find("abc") == std::string::npos);
+}
+
+TEST_CASE("check-build lists what hvdrun provides", "[plan]") {
+  std::string s = render_check_build();
+  CHECK(s.find("Available Controllers:") != std::string::npos);
+  CHECK(s.find("[X] Gloo") != std::string::npos);
+  CHECK(s.find("[ ] MPI\n") != std::string::npos);
+  CHECK(s.find("[X] elastic mode") != std::string::npos);
+  // Ticks follow the build, never more.
+  BuiltComponents none;
+  std::string bare = render_check_build(none);
+  CHECK(bare.find("    [ ] PyTorch\n") != std::string::npos);
+  CHECK(bare.find("    [ ] CUDA\n") != std::string::npos);
+  CHECK(bare.find("    [ ] NCCL\n") != std::string::npos);
+  BuiltComponents all{true, true, true};
+  std::string full = render_check_build(all);
+  CHECK(full.find("[X] PyTorch (hvdcomm.torch") != std::string::npos);
+  CHECK(full.find("[X] CUDA (component built") != std::string::npos);
+  CHECK(full.find("[X] NCCL (device allreduce/broadcast for ranks on distinct GPUs") != std::string::npos);
+  BuiltComponents cuda_only{true, true, false};
+  CHECK(render_check_build(cuda_only).find("[ ] NCCL (not found at build time") != std::string::npos);
+  BuiltComponents nccl_no_cuda{true, false, true};
+  CHECK(render_check_build(nccl_no_cuda).find("    [ ] NCCL\n") != std::string::npos);
+}

@@ -1,0 +1,273 @@
+// Unit tests of the SSH spawner's building blocks that need no SSH server:
+// shell quoting (checked by a real /bin/sh), the agent spec frame, TCP
+// connect errors, and how a session fails against servers that are not SSH
+// servers (garbage, silence) -- all on loopback.
+#include "hvd/common/error.h"
+#include "hvd/launcher/spawn/ssh/ssh_session.h"
+#include "hvd/launcher/spawn/ssh/ssh_spawner.h"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <thread>
+
+using namespace hvd::launcher;
+using hvd::Clock;
+using hvd::Deadline;
+using std::chrono::milliseconds;
+
+namespace {
+
+/// Runs `sh -c 'printf "%s\n" <quoted>'` and returns what it printed.
+std::string through_shell(const std::string& word) {
+  std::string script = "printf '%s|' " + ssh::shell_quote(word);
+  std::string cmd = "/bin/sh -c " + ssh::shell_quote(script);
+  FILE* f = ::popen(cmd.c_str(), "r");
+  REQUIRE(f != nullptr);
+  std::string out;
+  char buf[256];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  ::pclose(f);
+  return out;
+}
+
+/// A loopback TCP listener whose accepted connections are handled by `serve`.
+class Listener {
+ public:
+  explicit Listener(std::function<void(int)> serve) : serve_(std::move(serve)) {
+    fd_ = hvd::UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::listen(fd_.get(), 8) == 0);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] {
+      int c = ::accept(fd_.get(), nullptr, nullptr);
+      if (c >= 0 && !stop_) serve_(c);
+      if (c >= 0) ::close(c);
+    });
+  }
+  ~Listener() {
+    stop_ = true;
+    ::shutdown(fd_.get(), SHUT_RDWR);
+    // Unblock accept() if nobody connected.
+    hvd::UniqueFd poke(::socket(AF_INET, SOCK_STREAM, 0));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port_));
+    ::connect(poke.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    thread_.join();
+  }
+  int port() const { return port_; }
+
+ private:
+  std::function<void(int)> serve_;
+  hvd::UniqueFd fd_;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+/// Reads until the client closes (bounded by a 5 s receive timeout): a
+/// server that never says anything.
+void stay_silent(int c) {
+  timeval tv{5, 0};
+  ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char b[256];
+  while (::read(c, b, sizeof b) > 0) {
+  }
+}
+
+/// A port on 127.0.0.1 that nothing listens on.
+int closed_port() {
+  hvd::UniqueFd fd(::socket(AF_INET, SOCK_STREAM, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len);
+  return ntohs(addr.sin_port);  // closed when fd goes away; nobody listened
+}
+
+ssh::SessionOptions loopback_options(int port) {
+  ssh::SessionOptions o;
+  o.host = "127.0.0.1";
+  o.port = port;
+  o.user = "nobody";
+  o.home = "/nonexistent";
+  o.known_hosts_file = "/nonexistent/.ssh/known_hosts";
+  return o;
+}
+
+class NullSink : public EventSink {
+ public:
+  void on_output(int, Stream, const char*, std::size_t) override { ++events; }
+  void on_exit(const WorkerExit&) override { ++events; }
+  std::atomic<int> events{0};
+};
+
+}  // namespace
+
+TEST_CASE("ssh: shell_quote survives a real shell", "[ssh]") {
+  for (std::string w : {std::string(""), std::string("plain"), std::string("a b"), std::string("it's"),
+                        std::string("$HOME"), std::string("`id`"), std::string("a\nb"), std::string("*"),
+                        std::string("--flag=x,y:z"), std::string("'\"\\"), std::string("tab\there")}) {
+    CAPTURE(w);
+    CHECK(through_shell(w) == w + "|");
+  }
+  CHECK(ssh::shell_quote("/usr/bin/hvdrun") == "/usr/bin/hvdrun");
+  CHECK(ssh::shell_join({"/opt/my dir/hvdrun", "--agent"}) == "'/opt/my dir/hvdrun' --agent");
+}
+
+TEST_CASE("ssh: the spec frame is a little-endian length plus the agent's JSON", "[ssh]") {
+  WorkerSpec spec;
+  spec.slot.rank = 3;
+  spec.argv = {"python3", "-c", "print('hi')"};
+  spec.env = {{"A.B", "multi\nline"}, {"HVDRUN_SECRET", "s3cret"}};
+  spec.cwd = "/tmp";
+  std::string frame = ssh::encode_spec_frame(spec);
+  REQUIRE(frame.size() > 4);
+  uint32_t len = 0;
+  for (int i = 0; i < 4; ++i) len |= static_cast<uint32_t>(static_cast<unsigned char>(frame[i])) << (8 * i);
+  REQUIRE(len == frame.size() - 4);
+  auto j = nlohmann::json::parse(frame.substr(4));
+  CHECK(j["argv"] == nlohmann::json(spec.argv));
+  CHECK(j["env"]["A.B"] == "multi\nline");
+  CHECK(j["cwd"] == "/tmp");
+}
+
+TEST_CASE("ssh: a spec larger than the agent accepts is refused", "[ssh]") {
+  WorkerSpec spec;
+  spec.argv = {"true"};
+  spec.env["BIG"] = std::string(17u << 20, 'x');
+  CHECK_THROWS_AS(ssh::encode_spec_frame(spec), hvd::InvalidArgument);
+}
+
+TEST_CASE("ssh: connect_tcp: refused port gives one line naming host and cause", "[ssh]") {
+  int port = closed_port();
+  try {
+    ssh::connect_tcp("127.0.0.1", port, Deadline::after(milliseconds(2000)));
+    FAIL("connected to a closed port");
+  } catch (const LaunchError& e) {
+    std::string msg = e.what();
+    CHECK(e.host() == "127.0.0.1");
+    CHECK(msg.rfind("127.0.0.1: connection refused", 0) == 0);
+    CHECK(msg.find(std::to_string(port)) != std::string::npos);
+    CHECK(msg.find('\n') == std::string::npos);
+  }
+}
+
+TEST_CASE("ssh: connect_tcp: a name that does not resolve", "[ssh]") {
+  try {
+    ssh::connect_tcp("no-such-host.invalid", 22, Deadline::after(milliseconds(5000)));
+    FAIL("resolved an .invalid name");
+  } catch (const LaunchError& e) {
+    CHECK(std::string(e.what()).rfind("no-such-host.invalid: name does not resolve", 0) == 0);
+  }
+}
+
+TEST_CASE("ssh: connect_tcp succeeds against a listener", "[ssh]") {
+  Listener l([](int) {});
+  std::string peer;
+  hvd::UniqueFd fd = ssh::connect_tcp("localhost", l.port(), Deadline::after(milliseconds(2000)), nullptr, &peer);
+  CHECK(fd);
+  CHECK(peer.find(std::to_string(l.port())) != std::string::npos);
+}
+
+TEST_CASE("ssh: Session: a server that speaks garbage fails the handshake quickly", "[ssh]") {
+  Listener l([](int c) {
+    const char junk[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
+    ssize_t n = ::write(c, junk, sizeof junk - 1);
+    (void)n;
+    ::usleep(200 * 1000);
+  });
+  auto t0 = Clock::now();
+  try {
+    ssh::Session::open(loopback_options(l.port()), Deadline::after(milliseconds(5000)));
+    FAIL("handshake succeeded");
+  } catch (const LaunchError& e) {
+    std::string msg = e.what();
+    CAPTURE(msg);
+    CHECK(msg.rfind("127.0.0.1: ", 0) == 0);
+    CHECK(msg.find("handshake") != std::string::npos);
+  }
+  CHECK(Clock::now() - t0 < std::chrono::seconds(4));
+}
+
+TEST_CASE("ssh: Session: a silent server times out at the deadline", "[ssh]") {
+  Listener l(stay_silent);
+  auto t0 = Clock::now();
+  try {
+    ssh::Session::open(loopback_options(l.port()), Deadline::after(milliseconds(1000)));
+    FAIL("handshake succeeded");
+  } catch (const LaunchError& e) {
+    std::string msg = e.what();
+    CAPTURE(msg);
+    CHECK(msg.find("timed out after 1 s during the SSH handshake") != std::string::npos);
+  }
+  auto took = Clock::now() - t0;
+  CHECK(took >= milliseconds(900));
+  CHECK(took < milliseconds(2000));
+}
+
+TEST_CASE("ssh: Session: cancel aborts a pending handshake", "[ssh]") {
+  Listener l(stay_silent);
+  std::atomic<bool> cancel{false};
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(milliseconds(200));
+    cancel = true;
+  });
+  auto t0 = Clock::now();
+  CHECK_THROWS_WITH(ssh::Session::open(loopback_options(l.port()), Deadline::after(milliseconds(5000)), &cancel),
+                    Catch::Contains("cancelled"));
+  CHECK(Clock::now() - t0 < milliseconds(1500));
+  canceller.join();
+}
+
+TEST_CASE("ssh: SshSpawner: a failed launch throws LaunchError, delivers nothing, and shuts down twice", "[ssh]") {
+  SshSpawnerOptions o;
+  o.port = closed_port();
+  o.home = "/nonexistent";
+  o.agent_command = {"/bin/false"};
+  auto spawner = make_ssh_spawner(o);
+  std::vector<WorkerSpec> workers(2);
+  for (int r = 0; r < 2; ++r) {
+    workers[r].slot.hostname = "127.0.0.1";
+    workers[r].slot.rank = r;
+    workers[r].argv = {"true"};
+  }
+  NullSink sink;
+  auto t0 = Clock::now();
+  try {
+    spawner->launch(workers, sink, Deadline::after(milliseconds(3000)));
+    FAIL("launch succeeded");
+  } catch (const LaunchError& e) {
+    CHECK(e.host() == "127.0.0.1");
+    CHECK(std::string(e.what()).find("connection refused") != std::string::npos);
+  }
+  CHECK(Clock::now() - t0 < milliseconds(2000));
+  spawner->signal(0, SIGTERM);  // no-op
+  spawner->shutdown();
+  spawner->shutdown();
+  CHECK(sink.events == 0);
+}
+
+TEST_CASE("ssh: tilde_path abbreviates only paths under home", "[ssh]") {
+  CHECK(ssh::tilde_path("/root/.ssh/id_rsa", "/root") == "~/.ssh/id_rsa");
+  CHECK(ssh::tilde_path("/rootkit/id", "/root") == "/rootkit/id");
+  CHECK(ssh::tilde_path("/tmp/k", "") == "/tmp/k");
+}

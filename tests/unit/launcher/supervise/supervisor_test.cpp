@@ -1,0 +1,327 @@
+// The Supervisor's failure policy, driven by a FakeSpawner: no processes.
+#include "hvd/launcher/options/options.h"
+#include "hvd/launcher/supervise/supervisor.h"
+
+#include <catch2/catch.hpp>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+using namespace hvd::launcher;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// What a fake host did, shared between the test and the spawner the
+/// Supervisor owns (and destroys at the end of run()).
+struct FakeHost {
+  std::string name;
+  std::mutex mutex;
+  EventSink* sink = nullptr;
+  std::set<int> alive;
+  /// Signals that end a worker (per rank; default: all but none ignored).
+  std::map<int, std::set<int>> dies_on;
+  std::set<int> default_dies_on{SIGINT, SIGTERM, SIGHUP, SIGKILL};
+  std::vector<std::tuple<int, int, hvd::Clock::time_point>> signals;  // rank, sig, when
+  std::vector<std::thread> timers;
+  std::function<void(FakeHost&)> on_launch;
+  std::optional<std::string> launch_error;
+  bool shut_down = false;
+
+  /// Reports an exit if the worker is still alive.
+  void exit(int rank, int status, int sig = 0, const std::string& lost = "") {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!alive.erase(rank)) return;
+    }
+    WorkerExit e;
+    e.rank = rank;
+    e.status = status;
+    e.signal = sig;
+    e.lost_reason = lost;
+    sink->on_exit(e);
+  }
+  void exit_after(std::chrono::milliseconds d, int rank, int status, int sig = 0, const std::string& lost = "") {
+    timers.emplace_back([this, d, rank, status, sig, lost] {
+      std::this_thread::sleep_for(d);
+      exit(rank, status, sig, lost);
+    });
+  }
+  void output(int rank, Stream s, const std::string& text) { sink->on_output(rank, s, text.data(), text.size()); }
+  std::vector<int> signals_to(int rank) {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::vector<int> out;
+    for (auto& [r, s, t] : signals) if (r == rank) out.push_back(s);
+    return out;
+  }
+  std::optional<hvd::Clock::time_point> when(int rank, int sig) {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (auto& [r, s, t] : signals) if (r == rank && s == sig) return t;
+    return std::nullopt;
+  }
+};
+
+class FakeSpawner : public Spawner {
+ public:
+  explicit FakeSpawner(std::shared_ptr<FakeHost> host) : host_(std::move(host)) {}
+  void launch(const std::vector<WorkerSpec>& workers, EventSink& sink, hvd::Deadline) override {
+    host_->sink = &sink;
+    {
+      std::lock_guard<std::mutex> lock(host_->mutex);
+      // With a launch error, the first worker counts as started (a partial launch).
+      for (const auto& w : workers) {
+        host_->alive.insert(w.slot.rank);
+        if (host_->launch_error) break;
+      }
+    }
+    if (host_->launch_error) throw LaunchError(host_->name, host_->name + ": " + *host_->launch_error);
+    if (host_->on_launch) host_->on_launch(*host_);
+  }
+  void signal(int rank, int sig) override {
+    bool dies;
+    {
+      std::lock_guard<std::mutex> lock(host_->mutex);
+      host_->signals.emplace_back(rank, sig, hvd::Clock::now());
+      auto it = host_->dies_on.find(rank);
+      const std::set<int>& set = it == host_->dies_on.end() ? host_->default_dies_on : it->second;
+      dies = host_->alive.count(rank) && set.count(sig);
+    }
+    if (dies) host_->exit(rank, 128 + sig, sig);
+  }
+  void shutdown() override {
+    for (auto& t : host_->timers) t.join();
+    host_->timers.clear();
+    std::vector<int> left;
+    {
+      std::lock_guard<std::mutex> lock(host_->mutex);
+      host_->shut_down = true;
+      left.assign(host_->alive.begin(), host_->alive.end());
+    }
+    for (int rank : left) host_->exit(rank, 128 + SIGKILL, SIGKILL);
+  }
+
+ private:
+  std::shared_ptr<FakeHost> host_;
+};
+
+std::vector<WorkerSpec> specs(const std::string& host, std::vector<int> ranks) {
+  std::vector<WorkerSpec> out;
+  for (int r : ranks) {
+    WorkerSpec w;
+    w.slot.hostname = host;
+    w.slot.rank = r;
+    w.argv = {"train"};
+    out.push_back(w);
+  }
+  return out;
+}
+
+struct Job {
+  std::vector<std::shared_ptr<FakeHost>> fakes;
+  std::vector<HostLaunch> hosts;
+  std::shared_ptr<FakeHost> add(const std::string& name, std::vector<int> ranks) {
+    auto fake = std::make_shared<FakeHost>();
+    fake->name = name;
+    HostLaunch h;
+    h.host = name;
+    h.workers = specs(name, ranks);
+    h.spawner = std::make_unique<FakeSpawner>(fake);
+    hosts.push_back(std::move(h));
+    fakes.push_back(fake);
+    return fake;
+  }
+};
+
+SupervisorOptions fast_options() {
+  SupervisorOptions o;
+  o.kill_grace = 200ms;
+  o.start_timeout = 2s;
+  o.kill_wait = 1s;
+  return o;
+}
+
+/// Captures spdlog lines for assertions on what the user is told.
+struct LogCapture {
+  std::ostringstream stream;
+  std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  LogCapture() {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(stream);
+    auto logger = std::make_shared<spdlog::logger>("test", sink);
+    logger->set_pattern("%v");
+    logger->set_level(spdlog::level::debug);
+    spdlog::set_default_logger(logger);
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous); }
+  std::string text() { return stream.str(); }
+};
+
+}  // namespace
+
+TEST_CASE("Supervisor: all workers exit 0 -> 0", "[supervisor]") {
+  Job job;
+  auto a = job.add("hostA", {0, 1});
+  auto b = job.add("hostB", {2, 3});
+  for (auto& f : {a, b}) {
+    f->on_launch = [](FakeHost& h) {
+      for (int r : std::set<int>(h.alive)) h.exit_after(10ms * (r + 1), r, 0);
+    };
+  }
+  Supervisor sup(fast_options(), nullptr);
+  CHECK(sup.run(std::move(job.hosts)) == exit_code::kOk);
+  CHECK(a->signals.empty());
+  CHECK(b->signals.empty());
+  CHECK(a->shut_down);
+  CHECK(b->shut_down);
+}
+
+TEST_CASE("Supervisor: a failing rank stops the others with SIGTERM and passes its code on", "[supervisor]") {
+  Job job;
+  auto a = job.add("hostA", {0, 1});
+  auto b = job.add("hostB", {2, 3});
+  LogCapture log;
+  OutputOptions oo;
+  oo.num_workers = 4;
+  oo.stdout_fd = -1;  // output itself is not under test here
+  oo.stderr_fd = -1;
+  OutputRouter output(oo);
+  Supervisor sup(fast_options(), &output);
+  b->on_launch = [](FakeHost& h) {
+    h.output(2, Stream::Stderr, "Traceback (most recent call last):\nValueError: bad shape\n");
+    h.exit_after(20ms, 2, 3);
+  };
+  int code = sup.run(std::move(job.hosts));
+  CHECK(code == 3);
+  for (int r : {0, 1}) CHECK(a->signals_to(r) == std::vector<int>{SIGTERM});
+  CHECK(b->signals_to(3) == std::vector<int>{SIGTERM});
+  CHECK(b->signals_to(2).empty());
+  std::string text = log.text();
+  CHECK_THAT(text, Catch::Contains("rank 2 on hostB: exited with code 3"));
+  CHECK_THAT(text, Catch::Contains("[2] ValueError: bad shape"));
+}
+
+TEST_CASE("Supervisor: workers ignoring SIGTERM get SIGKILL after the grace period", "[supervisor]") {
+  Job job;
+  auto a = job.add("hostA", {0, 1, 2});
+  a->default_dies_on = {SIGKILL};
+  a->on_launch = [](FakeHost& h) { h.exit_after(10ms, 1, 128 + SIGSEGV, SIGSEGV); };
+  SupervisorOptions o = fast_options();
+  Supervisor sup(o, nullptr);
+  auto t0 = hvd::Clock::now();
+  CHECK(sup.run(std::move(job.hosts)) == 128 + SIGSEGV);
+  CHECK(hvd::Clock::now() - t0 < 2s);
+  for (int r : {0, 2}) {
+    CHECK(a->signals_to(r) == std::vector<int>{SIGTERM, SIGKILL});
+    auto term = a->when(r, SIGTERM);
+    auto kill = a->when(r, SIGKILL);
+    REQUIRE(term);
+    REQUIRE(kill);
+    CHECK(*kill - *term >= o.kill_grace);
+  }
+}
+
+TEST_CASE("Supervisor: a rank exiting 0 early does not end the job", "[supervisor]") {
+  Job job;
+  auto a = job.add("hostA", {0, 1});
+  a->on_launch = [](FakeHost& h) {
+    h.exit_after(5ms, 0, 0);
+    h.exit_after(150ms, 1, 0);
+  };
+  Supervisor sup(fast_options(), nullptr);
+  auto t0 = hvd::Clock::now();
+  CHECK(sup.run(std::move(job.hosts)) == 0);
+  CHECK(hvd::Clock::now() - t0 >= 140ms);
+  CHECK(a->signals.empty());
+}
+
+TEST_CASE("Supervisor: signals are forwarded and map to 130/143/129", "[supervisor]") {
+  auto [sig, code] = GENERATE(std::make_pair(SIGINT, 130), std::make_pair(SIGTERM, 143), std::make_pair(SIGHUP, 129));
+  Job job;
+  auto a = job.add("hostA", {0, 1});
+  auto b = job.add("hostB", {2});
+  Supervisor sup(fast_options(), nullptr);
+  std::thread sender([&sup, sig = sig] {
+    std::this_thread::sleep_for(30ms);
+    sup.interrupt(sig);
+  });
+  CHECK(sup.run(std::move(job.hosts)) == code);
+  sender.join();
+  CHECK(a->signals_to(0) == std::vector<int>{sig});
+  CHECK(a->signals_to(1) == std::vector<int>{sig});
+  CHECK(b->signals_to(2) == std::vector<int>{sig});
+}
+
+TEST_CASE("Supervisor: a second interrupt escalates to SIGKILL at once", "[supervisor]") {
+  Job job;
+  auto a = job.add("hostA", {0, 1});
+  a->default_dies_on = {SIGKILL};
+  SupervisorOptions o = fast_options();
+  o.kill_grace = 10s;  // escalation must not wait for this
+  Supervisor sup(o, nullptr);
+  std::thread sender([&sup] {
+    std::this_thread::sleep_for(20ms);
+    sup.interrupt(SIGINT);
+    std::this_thread::sleep_for(50ms);
+    sup.interrupt(SIGINT);
+  });
+  auto t0 = hvd::Clock::now();
+  CHECK(sup.run(std::move(job.hosts)) == 130);
+  sender.join();
+  CHECK(hvd::Clock::now() - t0 < 2s);
+  CHECK(a->signals_to(0) == std::vector<int>{SIGINT, SIGKILL});
+}
+
+TEST_CASE("Supervisor: an interrupt before run() is honoured", "[supervisor]") {
+  Job job;
+  auto a = job.add("hostA", {0});
+  Supervisor sup(fast_options(), nullptr);
+  sup.interrupt(SIGTERM);
+  CHECK(sup.run(std::move(job.hosts)) == 143);
+  CHECK(a->signals_to(0) == std::vector<int>{SIGTERM});
+}
+
+TEST_CASE("Supervisor: a lost worker ends the job with the launch code", "[supervisor]") {
+  Job job;
+  auto a = job.add("hostA", {0});
+  auto b = job.add("node2", {1});
+  LogCapture log;
+  b->on_launch = [](FakeHost& h) { h.exit_after(10ms, 1, 0, 0, "SSH connection to node2 lost"); };
+  Supervisor sup(fast_options(), nullptr);
+  CHECK(sup.run(std::move(job.hosts)) == exit_code::kLaunch);
+  CHECK(a->signals_to(0) == std::vector<int>{SIGTERM});
+  CHECK_THAT(log.text(), Catch::Contains("rank 1 on node2: lost: SSH connection to node2 lost"));
+}
+
+TEST_CASE("Supervisor: a launch error stops every host and returns kLaunch", "[supervisor]") {
+  Job job;
+  auto a = job.add("hostA", {0, 1});
+  auto b = job.add("node2", {2, 3});
+  b->launch_error = "connection refused on port 22";
+  Supervisor sup(fast_options(), nullptr);
+  auto t0 = hvd::Clock::now();
+  CHECK(sup.run(std::move(job.hosts)) == exit_code::kLaunch);
+  CHECK(hvd::Clock::now() - t0 < 2s);
+  CHECK(a->shut_down);
+  CHECK(b->shut_down);
+  CHECK(a->alive.empty());  // nothing left running
+  CHECK(b->alive.empty());
+}
+
+TEST_CASE("Supervisor: a worker that never reports after SIGKILL does not hang hvdrun", "[supervisor]") {
+  Job job;
+  auto a = job.add("hostA", {0, 1});
+  a->default_dies_on = {};  // a stuck host: signals go nowhere
+  a->on_launch = [](FakeHost& h) { h.exit_after(5ms, 0, 1); };
+  SupervisorOptions o = fast_options();
+  o.kill_wait = 200ms;
+  Supervisor sup(o, nullptr);
+  auto t0 = hvd::Clock::now();
+  CHECK(sup.run(std::move(job.hosts)) == 1);
+  CHECK(hvd::Clock::now() - t0 < 2s);
+  CHECK(a->shut_down);
+  CHECK(a->alive.empty());
+}

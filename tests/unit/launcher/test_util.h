@@ -1,0 +1,64 @@
+#pragma once
+// Shared helpers for the launcher plan tests.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "hvd/common/error.h"
+#include "hvd/launcher/job/launcher.h"
+
+namespace hvd_test {
+
+/// parse_command_line on {"hvdrun", args...}.
+inline hvd::launcher::ParseOutcome parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "hvdrun");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  return hvd::launcher::parse_command_line(static_cast<int>(args.size()), argv.data());
+}
+
+/// Parses and requires success.
+inline hvd::launcher::Options parse_ok(std::vector<std::string> args) {
+  auto out = parse(std::move(args));
+  INFO("message: " << out.message);
+  REQUIRE(out.options.has_value());
+  return *out.options;
+}
+
+/// The what() of the InvalidArgument `fn` throws ("" if none).
+template <typename Fn>
+std::string invalid_message(Fn&& fn) {
+  try {
+    fn();
+  } catch (const hvd::InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+/// A temporary file removed at scope exit.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& content, const std::string& suffix = ".txt") {
+    char tmpl[] = "/tmp/hvd_plan_testXXXXXX";
+    int fd = mkstemp(tmpl);
+    REQUIRE(fd >= 0);
+    close(fd);
+    path_ = std::string(tmpl) + suffix;
+    std::rename(tmpl, path_.c_str());
+    std::ofstream(path_) << content;
+  }
+  ~TempFile() { std::remove(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace hvd_test
