@@ -1,8 +1,8 @@
 // hvdrun: parse, call the launcher library, map the outcome to an exit code.
 #include "hvd/common/error.h"
-#include "hvd/launcher/agent.h"
-#include "hvd/launcher/launcher.h"
-#include "hvd/launcher/mpi_launch.h"
+#include "hvd/launcher/spawn/agent.h"
+#include "hvd/launcher/job/launcher.h"
+#include "hvd/launcher/spawn/mpi/mpi_launch.h"
 
 #include <cstdio>
 #include <cstring>
