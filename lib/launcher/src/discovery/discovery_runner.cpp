@@ -12,12 +12,8 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
-#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -28,9 +24,8 @@
 
 #include "hvd/common/io.h"
 #include "hvd/launcher/discovery/discovery.h"
-#include "hvd/launcher/job/run_internal.h"
-
-extern char** environ;
+#include "hvd/launcher/process/signals.h"
+#include "hvd/launcher/process/subprocess.h"
 
 namespace hvd::launcher {
 namespace {
@@ -78,13 +73,6 @@ std::string last_line(const std::string& text) {
   }
 }
 
-std::string signal_name(int sig) {
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
-  if (const char* abbrev = ::sigabbrev_np(sig)) return std::string("SIG") + abbrev;
-#endif
-  return fmt::format("signal {}", sig);
-}
-
 std::string byte_size(std::size_t n) {
   if (n >= (1u << 20) && n % (1u << 20) == 0) return fmt::format("{} MiB", n >> 20);
   if (n >= 1024 && n % 1024 == 0) return fmt::format("{} KiB", n >> 10);
@@ -109,41 +97,6 @@ bool is_plain_word(const std::string& s) {
   return !s.empty();
 }
 
-int open_pidfd(pid_t pid) {
-#ifdef SYS_pidfd_open
-  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-#else
-  (void)pid;
-  errno = ENOSYS;
-  return -1;
-#endif
-}
-
-/// True once `pid` has exited; leaves it unreaped (a zombie holds its pid
-/// and so the process group id).
-bool has_exited(pid_t pid) {
-  siginfo_t info{};
-  int rc;
-  do {
-    rc = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT);
-  } while (rc < 0 && errno == EINTR);
-  return rc == 0 && info.si_pid == pid;
-}
-
-/// Kills the whole group, then reaps the leader (blocking: it is dead or
-/// dying) and, without blocking, any other member that is our child (only
-/// when we are a subreaper or PID 1). Returns the leader's wait status.
-int kill_group_and_reap(pid_t pid) {
-  ::kill(-pid, SIGKILL);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  int ignored;
-  while (::waitpid(-pid, &ignored, WNOHANG) > 0) {
-  }
-  return status;
-}
-
 }  // namespace
 
 DiscoveryResult run_discovery_script(const DiscoveryScriptOptions& options) {
@@ -151,14 +104,11 @@ DiscoveryResult run_discovery_script(const DiscoveryScriptOptions& options) {
   if (options.script.empty()) return failure("host discovery script: empty command");
   if (options.script.find('\0') != std::string::npos) return failure(name + ": contains a NUL byte");
 
-  // Everything the child needs is prepared before fork (only
-  // async-signal-safe calls between fork and exec).
   // A plain path is exec'd by the shell, so that the script itself leads the
   // group and its signal death shows as such (not as the shell's 128+N).
-  std::string sh = "/bin/sh", dash_c = "-c";
-  std::string script = is_plain_word(options.script) ? "exec " + options.script : options.script;
-  std::vector<char*> argv = {sh.data(), dash_c.data(), script.data(), nullptr};
-  char** envp = environ;
+  SpawnOptions spawn;
+  spawn.argv = {"/bin/sh", "-c", is_plain_word(options.script) ? "exec " + options.script : options.script};
+  spawn.stdin_fd = ChildFd::dev_null();
 
   auto os_failure = [&](const char* what) {
     return failure(fmt::format("{}: cannot run it: {} failed: {}", name, what, std::strerror(errno)));
@@ -168,32 +118,22 @@ DiscoveryResult run_discovery_script(const DiscoveryScriptOptions& options) {
   UniqueFd out_read(out[0]), out_write(out[1]);
   if (::pipe2(err, O_CLOEXEC) != 0) return os_failure("pipe");
   UniqueFd err_read(err[0]), err_write(err[1]);
-  UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  if (!dev_null) return os_failure("open /dev/null");
+  spawn.stdout_fd = ChildFd::from(out_write.get());
+  spawn.stderr_fd = ChildFd::from(err_write.get());
 
   const auto started = Clock::now();
   const auto deadline = started + options.timeout;
-  pid_t pid = ::fork();
-  if (pid < 0) return os_failure("fork");
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    reset_signals_for_exec();
-    ::dup2(dev_null.get(), 0);
-    ::dup2(out[1], 1);
-    ::dup2(err[1], 2);
-    // hvdrun's own sockets and pipes that lack CLOEXEC must not leak into
-    // the script (a script holding a worker's pipe would delay EOFs).
-#ifdef SYS_close_range
-    ::syscall(SYS_close_range, 3U, ~0U, 0U);
-#endif
-    ::execve(argv[0], argv.data(), envp);
-    ::_exit(127);
+  // hvdrun's own sockets and pipes that lack CLOEXEC do not leak into the
+  // script (Subprocess closes them): a script holding a worker's pipe would
+  // delay EOFs.
+  Subprocess shell;
+  try {
+    shell = Subprocess::spawn(spawn);
+  } catch (const std::exception& e) {
+    return failure(fmt::format("{}: cannot run it: {}", name, e.what()));
   }
-  ::setpgid(pid, pid);  // both sides set it: whoever runs first wins the race
   out_write.reset();
   err_write.reset();
-  dev_null.reset();
-  UniqueFd pidfd(open_pidfd(pid));
 
   std::string stdout_text, stderr_text;
   bool out_open = true, err_open = true, exited = false, too_much = false, timed_out = false;
@@ -201,7 +141,7 @@ DiscoveryResult run_discovery_script(const DiscoveryScriptOptions& options) {
   std::vector<char> buf(kReadChunk);
 
   for (;;) {
-    if (!exited && has_exited(pid)) {
+    if (!exited && shell.exited()) {
       exited = true;
       drain_until = std::min(deadline, Clock::now() + kDrainAfterExit);
     }
@@ -215,7 +155,7 @@ DiscoveryResult run_discovery_script(const DiscoveryScriptOptions& options) {
     const auto until = exited ? drain_until : deadline;
     auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1;
     // Without a pidfd, the shell's exit is noticed by polling every 10 ms.
-    if (!pidfd && !exited) wait_ms = std::min<long long>(wait_ms, 10);
+    if (shell.pidfd() < 0 && !exited) wait_ms = std::min<long long>(wait_ms, 10);
 
     pollfd fds[3];
     int n = 0;
@@ -228,11 +168,11 @@ DiscoveryResult run_discovery_script(const DiscoveryScriptOptions& options) {
       err_i = n;
       fds[n++] = {err_read.get(), POLLIN, 0};
     }
-    if (pidfd && !exited) fds[n++] = {pidfd.get(), POLLIN, 0};
+    if (shell.pidfd() >= 0 && !exited) fds[n++] = {shell.pidfd(), POLLIN, 0};
     int rc = ::poll(fds, static_cast<nfds_t>(n), static_cast<int>(wait_ms));
     if (rc < 0 && errno != EINTR) {
       const int e = errno;
-      kill_group_and_reap(pid);
+      shell.kill_group_and_reap();
       errno = e;
       return os_failure("poll");
     }
@@ -258,7 +198,7 @@ DiscoveryResult run_discovery_script(const DiscoveryScriptOptions& options) {
     if (too_much) break;
   }
 
-  const int status = kill_group_and_reap(pid);
+  const int status = shell.kill_group_and_reap();
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
   spdlog::debug("{} finished in {} ms", name, took.count());
 
@@ -271,11 +211,11 @@ DiscoveryResult run_discovery_script(const DiscoveryScriptOptions& options) {
   }
   const std::string err_line = last_line(stderr_text);
   const std::string err_suffix = err_line.empty() ? std::string(" (no stderr output)") : ": " + err_line;
-  if (WIFSIGNALED(status)) {
-    return failure(fmt::format("{} was killed by {}{}", name, signal_name(WTERMSIG(status)),
+  if (signal_of(status) != 0) {
+    return failure(fmt::format("{} was killed by {}{}", name, signal_name(signal_of(status)),
                                err_line.empty() ? std::string() : ": " + err_line));
   }
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const int code = exit_status_of(status);
   if (code != 0) return failure(fmt::format("{} exited with code {}{}", name, code, err_suffix));
 
   DiscoveryResult parsed = parse_discovery_output(stdout_text, options.default_slots);

@@ -2,7 +2,7 @@
 #include "hvd/launcher/process/signal_guard.h"
 
 #include "hvd/common/error.h"
-#include "hvd/launcher/job/run_internal.h"
+#include "hvd/launcher/process/signals.h"
 
 #include <fmt/format.h>
 

@@ -1,5 +1,7 @@
 #include "hvd/launcher/process/status.h"
 
+#include "hvd/launcher/process/signals.h"
+
 #include <fmt/format.h>
 
 #include <csignal>
@@ -8,27 +10,6 @@
 namespace hvd::launcher {
 
 namespace {
-
-std::string signal_name(int sig) {
-  switch (sig) {
-    case SIGHUP: return "SIGHUP";
-    case SIGINT: return "SIGINT";
-    case SIGQUIT: return "SIGQUIT";
-    case SIGILL: return "SIGILL";
-    case SIGTRAP: return "SIGTRAP";
-    case SIGABRT: return "SIGABRT";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE";
-    case SIGKILL: return "SIGKILL";
-    case SIGUSR1: return "SIGUSR1";
-    case SIGSEGV: return "SIGSEGV";
-    case SIGUSR2: return "SIGUSR2";
-    case SIGPIPE: return "SIGPIPE";
-    case SIGALRM: return "SIGALRM";
-    case SIGTERM: return "SIGTERM";
-    default: return fmt::format("signal {}", sig);
-  }
-}
 
 std::string signal_hint(int sig) {
   switch (sig) {

@@ -1,21 +1,19 @@
-// The hvdrun agent (protocol in agent.h). Single-threaded on purpose: after
-// fork() the child may allocate freely, and one poll() loop over stdin and a
-// signalfd sees every event (control byte, EOF, SIGCHLD, signals to us).
+// The hvdrun agent (protocol in agent.h). Single-threaded on purpose: one
+// poll() loop over stdin and a signalfd sees every event (control byte, EOF,
+// SIGCHLD, signals to us). The worker starts through Subprocess.
 #include "hvd/launcher/spawn/agent.h"
 
 #include "hvd/common/env.h"
 #include "hvd/common/error.h"
 #include "hvd/common/io.h"
-#include "hvd/launcher/job/run_internal.h"
+#include "hvd/launcher/process/signals.h"
+#include "hvd/launcher/process/subprocess.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <fcntl.h>
 #include <poll.h>
-#include <sys/prctl.h>
 #include <sys/signalfd.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -67,72 +65,6 @@ Spec parse_spec(const std::string& payload) {
   return spec;
 }
 
-/// What the exec'ing child reports back through its close-on-exec pipe.
-struct ChildFailure {
-  int stage;  // 1: chdir, 2: exec
-  int error;
-};
-
-[[noreturn]] void child_fail(int fd, int stage, int error) {
-  ChildFailure f{stage, error};
-  ssize_t ignored = ::write(fd, &f, sizeof f);
-  (void)ignored;
-  ::_exit(stage == 2 && error == ENOENT ? 127 : 126);
-}
-
-/// execvp with the *worker's* PATH (glibc's execvpe searches the caller's),
-/// falling back to /bin/sh for scripts without a #! line as execvp does.
-void exec_with_path(const Spec& spec, char* const* argv, char* const* envp) {
-  const std::string& cmd = spec.argv[0];
-  if (cmd.find('/') != std::string::npos) {
-    ::execve(cmd.c_str(), argv, envp);
-    if (errno == ENOEXEC) {
-      std::vector<char*> sh{const_cast<char*>("/bin/sh")};
-      for (char* const* a = argv; *a; ++a) sh.push_back(*a);
-      sh.push_back(nullptr);
-      ::execve("/bin/sh", sh.data(), envp);
-    }
-    return;
-  }
-  std::string path = spec.path.empty() ? "/usr/local/bin:/usr/bin:/bin" : spec.path;
-  int saved = ENOENT;
-  std::size_t start = 0;
-  for (;;) {
-    std::size_t end = path.find(':', start);
-    std::string dir = path.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    std::string full = (dir.empty() ? std::string(".") : dir) + "/" + cmd;
-    ::execve(full.c_str(), argv, envp);
-    if (errno == ENOEXEC) {
-      std::vector<char*> sh{const_cast<char*>("/bin/sh"), full.data()};
-      for (char* const* a = argv + 1; *a; ++a) sh.push_back(*a);
-      sh.push_back(nullptr);
-      ::execve("/bin/sh", sh.data(), envp);
-      return;
-    }
-    if (errno == EACCES) saved = EACCES;
-    else if (errno != ENOENT && errno != ENOTDIR) return;  // a real error: report it
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  errno = saved;
-}
-
-int status_to_code(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return kAgentFailure;
-}
-
-int control_signal(char byte) {
-  switch (byte) {
-    case 'I': return SIGINT;
-    case 'T': return SIGTERM;
-    case 'H': return SIGHUP;
-    case 'K': return SIGKILL;
-    default: return 0;
-  }
-}
-
 }  // namespace
 
 std::string encode_agent_spec(const WorkerSpec& worker) {
@@ -165,9 +97,8 @@ int agent_main(int argc, char** argv) {
   }
 
   // 2. Signals arrive on a signalfd; the child gets a clean mask back.
-  sigset_t handled;
-  sigemptyset(&handled);
-  for (int sig : {SIGCHLD, SIGTERM, SIGHUP, SIGINT}) sigaddset(&handled, sig);
+  sigset_t handled = forwarded_signals();
+  sigaddset(&handled, SIGCHLD);
   sigset_t old_mask;
   ::sigprocmask(SIG_BLOCK, &handled, &old_mask);
   UniqueFd sfd(::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK));
@@ -177,71 +108,42 @@ int agent_main(int argc, char** argv) {
   }
   ::signal(SIGPIPE, SIG_IGN);
 
-  int report[2];
-  if (::pipe2(report, O_CLOEXEC) != 0) {
-    agent_error(fmt::format("pipe failed: {}", std::strerror(errno)));
-    return kAgentFailure;
-  }
-
-  std::vector<char*> child_argv;
-  for (auto& a : spec.argv) child_argv.push_back(a.data());
-  child_argv.push_back(nullptr);
-  std::vector<char*> child_env;
-  for (auto& e : spec.env) child_env.push_back(e.data());
-  child_env.push_back(nullptr);
-
-  const pid_t agent_pid = ::getpid();
-  pid_t child = ::fork();
-  if (child < 0) {
-    agent_error(fmt::format("fork failed: {}", std::strerror(errno)));
-    return kAgentFailure;
-  }
-  if (child == 0) {
-    ::close(report[0]);
-    ::setpgid(0, 0);
-    // Should the agent itself die abruptly (OOM killer, kill -9), the worker
-    // must not live on unsupervised.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != agent_pid) ::_exit(kAgentFailure);
-    reset_signals_for_exec();
-    int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) {
-      ::dup2(devnull, 0);
-      if (devnull != 0) ::close(devnull);
-    }
-    if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) child_fail(report[1], 1, errno);
-    exec_with_path(spec, child_argv.data(), child_env.data());
-    child_fail(report[1], 2, errno);
-  }
-  // Both sides set the group so killpg() works no matter who runs first.
-  ::setpgid(child, child);
-  ::close(report[1]);
-
-  ChildFailure failure{0, 0};
-  ssize_t got;
-  do {
-    got = ::read(report[0], &failure, sizeof failure);
-  } while (got < 0 && errno == EINTR);
-  ::close(report[0]);
-  if (got == static_cast<ssize_t>(sizeof failure)) {
-    int status = 0;
-    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {}
+  SpawnOptions options;
+  options.argv = spec.argv;
+  options.env = spec.env;
+  // The worker's PATH finds the command, not ours.
+  options.search_path = spec.path.empty() ? std::string("/usr/local/bin:/usr/bin:/bin") : spec.path;
+  options.cwd = spec.cwd;
+  options.new_process_group = true;
+  // Should the agent itself die abruptly (OOM killer, kill -9), the worker
+  // must not live on unsupervised.
+  options.parent_death_signal = SIGKILL;
+  options.stdin_fd = ChildFd::dev_null();
+  Subprocess child;
+  try {
+    child = Subprocess::spawn(options);
+  } catch (const SpawnError& e) {
     const std::string& cmd = spec.argv[0];
-    if (failure.stage == 1) {
+    std::string line;
+    if (e.stage() == SpawnError::Stage::Chdir) {
       char host[256] = "this host";
       ::gethostname(host, sizeof host - 1);
-      std::string line = fmt::format("hvdrun: cannot change to directory '{}' on {}: {}\n", spec.cwd, host,
-                                     std::strerror(failure.error));
-      ssize_t ignored = ::write(2, line.data(), line.size());
-      (void)ignored;
-      return 1;
+      line = fmt::format("hvdrun: cannot change to directory '{}' on {}: {}\n", spec.cwd, host,
+                         std::strerror(e.error_number()));
+    } else if (e.stage() == SpawnError::Stage::Exec) {
+      line = e.error_number() == ENOENT
+                 ? fmt::format("hvdrun: {}: command not found\n", cmd)
+                 : fmt::format("hvdrun: {}: cannot execute: {}\n", cmd, std::strerror(e.error_number()));
+    } else {
+      agent_error(e.what());
+      return kAgentFailure;
     }
-    std::string line = failure.error == ENOENT
-                           ? fmt::format("hvdrun: {}: command not found\n", cmd)
-                           : fmt::format("hvdrun: {}: cannot execute: {}\n", cmd, std::strerror(failure.error));
     ssize_t ignored = ::write(2, line.data(), line.size());
     (void)ignored;
-    return failure.error == ENOENT ? 127 : 126;
+    return e.exit_status();
+  } catch (const std::exception& e) {
+    agent_error(e.what());
+    return kAgentFailure;
   }
 
   // 3. Supervise: control bytes, EOF, signals, the child's exit.
@@ -253,7 +155,7 @@ int agent_main(int argc, char** argv) {
   auto begin_termination = [&](const char* why) {
     if (terminating) return;
     terminating = true;
-    ::killpg(child, SIGTERM);
+    child.signal_group(SIGTERM);
     kill_at = Clock::now() + grace;
     (void)why;
   };
@@ -274,7 +176,7 @@ int agent_main(int argc, char** argv) {
       begin_termination("poll");
     }
     if (kill_at != Clock::time_point::max() && Clock::now() >= kill_at) {
-      ::killpg(child, SIGKILL);
+      child.signal_group(SIGKILL);
       kill_at = Clock::time_point::max();
     }
     if (rc <= 0) continue;
@@ -285,7 +187,7 @@ int agent_main(int argc, char** argv) {
       if (r > 0) {
         for (ssize_t i = 0; i < r; ++i) {
           int sig = control_signal(buf[i]);
-          if (sig != 0) ::killpg(child, sig);
+          if (sig != 0) child.signal_group(sig);
         }
       } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
         // The launcher is gone (or closed us on purpose): no orphans.
@@ -301,21 +203,14 @@ int agent_main(int argc, char** argv) {
         if (si.ssi_signo == SIGCHLD && !child_done) {
           // Look without reaping: the zombie leader keeps its process-group
           // id reserved while we kill what is left of the group.
-          siginfo_t info{};
-          if (::waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
-              info.si_pid == child) {
-            child_done = true;
-          }
+          child_done = child.exited();
         } else {
           begin_termination("signalled");
         }
       }
       if (child_done) {
         // Whatever the worker left in its group goes with it.
-        ::killpg(child, SIGKILL);
-        int status = 0;
-        while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {}
-        exit_code = status_to_code(status);
+        exit_code = exit_status_of(child.kill_group_and_reap());
         return exit_code;
       }
     }

@@ -5,24 +5,22 @@
 
 #include "hvd/common/error.h"
 #include "hvd/common/io.h"
+#include "hvd/launcher/process/subprocess.h"
 #include "hvd/launcher/spawn/agent.h"
-#include "hvd/launcher/job/run_internal.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <climits>
 #include <condition_variable>
+#include <csignal>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -45,17 +43,6 @@ namespace {
 constexpr auto kDrainAfterExit = std::chrono::milliseconds(2000);
 constexpr std::size_t kReadChunk = 64 * 1024;
 
-int open_pidfd(pid_t pid) {
-#ifdef SYS_pidfd_open
-  int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (fd >= 0) set_cloexec(fd, true);
-  return fd;
-#else
-  (void)pid;
-  return -1;
-#endif
-}
-
 class LocalSpawner final : public Spawner {
  public:
   explicit LocalSpawner(LocalSpawnerOptions options) : options_(std::move(options)) {
@@ -70,23 +57,19 @@ class LocalSpawner final : public Spawner {
  private:
   struct Agent {
     int rank = -1;
-    pid_t pid = -1;
-    UniqueFd control;  // our end of the agent's stdin
-    UniqueFd out, err, pidfd;
-    bool reaped = false;
-    int wait_status = 0;
+    Subprocess process;  // reaped by the reader thread under control_mutex_
+    UniqueFd control;    // our end of the agent's stdin
+    UniqueFd out, err;
     Clock::time_point reaped_at;
     bool reported = false;
   };
 
   void start_agent(const WorkerSpec& worker, Deadline deadline);
   void reader_loop();
-  void reap(Agent& a, bool block);
+  void try_reap(Agent& a);
 
   LocalSpawnerOptions options_;
-  std::vector<char*> agent_argv_;
-  std::vector<std::string> agent_env_storage_;
-  std::vector<char*> agent_envp_;
+  std::vector<std::string> agent_env_;
 
   EventSink* sink_ = nullptr;
   std::vector<std::unique_ptr<Agent>> agents_;  // fixed once the reader runs
@@ -104,16 +87,12 @@ void LocalSpawner::launch(const std::vector<WorkerSpec>& workers, EventSink& sin
   launched_ = true;
   sink_ = &sink;
 
-  for (auto& a : options_.agent_command) agent_argv_.push_back(a.data());
-  agent_argv_.push_back(nullptr);
   // The agent inherits our environment plus the kill grace (the worker's own
   // environment travels in the spec frame, not here).
   for (char** e = environ; e && *e; ++e) {
-    if (std::strncmp(*e, "HVDRUN_KILL_GRACE_MS=", 21) != 0) agent_env_storage_.emplace_back(*e);
+    if (std::strncmp(*e, "HVDRUN_KILL_GRACE_MS=", 21) != 0) agent_env_.emplace_back(*e);
   }
-  agent_env_storage_.push_back(fmt::format("HVDRUN_KILL_GRACE_MS={}", options_.kill_grace.count()));
-  for (auto& e : agent_env_storage_) agent_envp_.push_back(e.data());
-  agent_envp_.push_back(nullptr);
+  agent_env_.push_back(fmt::format("HVDRUN_KILL_GRACE_MS={}", options_.kill_grace.count()));
 
   try {
     for (const WorkerSpec& w : workers) start_agent(w, deadline);
@@ -130,56 +109,35 @@ void LocalSpawner::start_agent(const WorkerSpec& worker, Deadline deadline) {
   auto fail = [](const std::string& what) {
     return LaunchError("localhost", fmt::format("localhost: {}: {}", what, std::strerror(errno)));
   };
-  int control[2], out[2], err[2], report[2];
+  int control[2], out[2], err[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control) != 0) throw fail("socketpair failed");
   UniqueFd control0(control[0]), control1(control[1]);
   if (::pipe2(out, O_CLOEXEC) != 0) throw fail("pipe failed");
   UniqueFd out0(out[0]), out1(out[1]);
   if (::pipe2(err, O_CLOEXEC) != 0) throw fail("pipe failed");
   UniqueFd err0(err[0]), err1(err[1]);
-  if (::pipe2(report, O_CLOEXEC) != 0) throw fail("pipe failed");
-  UniqueFd report0(report[0]), report1(report[1]);
 
-  const pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid < 0) throw fail("fork failed");
-  if (pid == 0) {
-    // Only async-signal-safe calls from here to exec.
-    ::setpgid(0, 0);  // terminal Ctrl-C reaches hvdrun only; it forwards
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // extra guard; the socket EOF is the main one
-    if (::getppid() != parent) ::_exit(1);
-    reset_signals_for_exec();
-    ::dup2(control[1], 0);
-    ::dup2(out[1], 1);
-    ::dup2(err[1], 2);
-    ::execve(agent_argv_[0], agent_argv_.data(), agent_envp_.data());
-    int e = errno;
-    ssize_t ignored = ::write(report[1], &e, sizeof e);
-    (void)ignored;
-    ::_exit(127);
+  SpawnOptions spawn;
+  spawn.argv = options_.agent_command;
+  spawn.env = agent_env_;
+  spawn.new_process_group = true;        // terminal Ctrl-C reaches hvdrun only; it forwards
+  spawn.parent_death_signal = SIGTERM;   // extra guard; the socket EOF is the main one
+  spawn.stdin_fd = ChildFd::from(control1.get());
+  spawn.stdout_fd = ChildFd::from(out1.get());
+  spawn.stderr_fd = ChildFd::from(err1.get());
+  auto agent = std::make_unique<Agent>();
+  agent->rank = worker.slot.rank;
+  try {
+    agent->process = Subprocess::spawn(spawn);
+  } catch (const SpawnError& e) {
+    throw LaunchError("localhost", fmt::format("localhost: cannot start the hvdrun agent '{}': {}",
+                                               options_.agent_command[0], std::strerror(e.error_number())));
+  } catch (const IoError& e) {
+    throw LaunchError("localhost", fmt::format("localhost: {}", e.what()));
   }
-  ::setpgid(pid, pid);  // may fail with EACCES once the child has exec'd; it did it itself
   control1.reset();
   out1.reset();
   err1.reset();
-  report1.reset();
-
-  auto agent = std::make_unique<Agent>();
-  agent->rank = worker.slot.rank;
-  agent->pid = pid;
-  agent->pidfd.reset(open_pidfd(pid));
-
-  int exec_errno = 0;
-  ssize_t got;
-  do {
-    got = ::read(report0.get(), &exec_errno, sizeof exec_errno);
-  } while (got < 0 && errno == EINTR);
-  if (got == static_cast<ssize_t>(sizeof exec_errno)) {
-    int status;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-    throw LaunchError("localhost", fmt::format("localhost: cannot start the hvdrun agent '{}': {}",
-                                               options_.agent_command[0], std::strerror(exec_errno)));
-  }
 
   set_nonblocking(out0.get(), true);
   set_nonblocking(err0.get(), true);
@@ -199,19 +157,12 @@ void LocalSpawner::start_agent(const WorkerSpec& worker, Deadline deadline) {
   }
 }
 
-void LocalSpawner::reap(Agent& a, bool block) {
-  if (a.reaped) return;
-  int status = 0;
-  pid_t w;
-  do {
-    w = ::waitpid(a.pid, &status, block ? 0 : WNOHANG);
-  } while (w < 0 && errno == EINTR);
-  if (w == a.pid || (w < 0 && errno == ECHILD)) {
-    a.reaped = true;
-    a.wait_status = w == a.pid ? status : 0;
-    a.reaped_at = Clock::now();
-    a.pidfd.reset();
-  }
+void LocalSpawner::try_reap(Agent& a) {
+  // Under the lock: shutdown() may signal the agent from another thread,
+  // and must never do so once its pid is free for reuse.
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  if (a.process.reaped()) return;
+  if (a.process.try_reap()) a.reaped_at = Clock::now();
 }
 
 void LocalSpawner::reader_loop() {
@@ -229,8 +180,8 @@ void LocalSpawner::reader_loop() {
       ++pending;
       if (a.out) { fds.push_back({a.out.get(), POLLIN, 0}); who.emplace_back(&a, 0); }
       if (a.err) { fds.push_back({a.err.get(), POLLIN, 0}); who.emplace_back(&a, 1); }
-      if (!a.reaped) {
-        if (a.pidfd) { fds.push_back({a.pidfd.get(), POLLIN, 0}); who.emplace_back(&a, 2); }
+      if (!a.process.reaped()) {
+        if (a.process.pidfd() >= 0) { fds.push_back({a.process.pidfd(), POLLIN, 0}); who.emplace_back(&a, 2); }
         else need_tick = true;
       } else {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(a.reaped_at + kDrainAfterExit - now).count();
@@ -249,7 +200,7 @@ void LocalSpawner::reader_loop() {
       if (fds[i].revents == 0) continue;
       auto [a, kind] = who[i];
       if (kind == 2) {
-        reap(*a, false);
+        try_reap(*a);
         continue;
       }
       UniqueFd& fd = kind == 0 ? a->out : a->err;
@@ -264,20 +215,16 @@ void LocalSpawner::reader_loop() {
     for (auto& ap : agents_) {
       Agent& a = *ap;
       if (a.reported) continue;
-      if (!a.reaped && (!a.pidfd || (!a.out && !a.err))) reap(a, false);
-      if (!a.reaped) continue;
+      if (!a.process.reaped() && (a.process.pidfd() < 0 || (!a.out && !a.err))) try_reap(a);
+      if (!a.process.reaped()) continue;
       bool drained = !a.out && !a.err;
       if (!drained && now < a.reaped_at + kDrainAfterExit) continue;
       a.out.reset();
       a.err.reset();
       WorkerExit e;
       e.rank = a.rank;
-      if (WIFEXITED(a.wait_status)) {
-        e.status = WEXITSTATUS(a.wait_status);
-      } else if (WIFSIGNALED(a.wait_status)) {
-        e.signal = WTERMSIG(a.wait_status);
-        e.status = 128 + e.signal;
-      }
+      e.status = exit_status_of(a.process.wait_status());
+      e.signal = signal_of(a.process.wait_status());
       {
         std::lock_guard<std::mutex> lock(control_mutex_);
         a.control.reset();
@@ -326,7 +273,7 @@ void LocalSpawner::shutdown() {
                    std::chrono::duration_cast<std::chrono::milliseconds>(bound).count());
       std::lock_guard<std::mutex> control_lock(control_mutex_);
       for (auto& a : agents_) {
-        if (!a->reported) ::kill(a->pid, SIGKILL);
+        if (!a->reported) a->process.signal(SIGKILL);
       }
     }
   }

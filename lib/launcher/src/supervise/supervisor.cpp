@@ -3,6 +3,7 @@
 #include "hvd/launcher/supervise/event_log.h"
 
 #include "hvd/launcher/options/options.h"
+#include "hvd/launcher/process/signals.h"
 #include "hvd/launcher/process/status.h"
 
 #include <fmt/format.h>
@@ -20,16 +21,6 @@ namespace {
 
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
-
-std::string signal_label(int sig) {
-  switch (sig) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    case SIGHUP: return "SIGHUP";
-    case SIGKILL: return "SIGKILL";
-    default: return fmt::format("signal {}", sig);
-  }
-}
 
 long long ms_since(Clock::time_point t) { return duration_cast<milliseconds>(Clock::now() - t).count(); }
 
@@ -218,12 +209,12 @@ int Supervisor::run(std::vector<HostLaunch> hosts) {
       } else if (interrupted == 0 && !failed) {
         interrupted = ev.sig;
         if (options_.events) options_.events->emit("signal", {{"signal", ev.sig}});
-        spdlog::warn("received {}; forwarding it to {} worker{}", signal_label(ev.sig), alive, alive == 1 ? "" : "s");
+        spdlog::warn("received {}; forwarding it to {} worker{}", signal_name(ev.sig), alive, alive == 1 ? "" : "s");
         signal_alive(ev.sig);
         kill_at = Clock::now() + options_.kill_grace;
       } else if (alive > 0) {
         if (interrupted == 0) interrupted = ev.sig;  // remember it; the failure's status still wins
-        escalate(fmt::format("received {} again", signal_label(ev.sig)).c_str());
+        escalate(fmt::format("received {} again", signal_name(ev.sig)).c_str());
       }
     }
     if (alive == 0) break;
@@ -245,7 +236,7 @@ int Supervisor::run(std::vector<HostLaunch> hosts) {
     return 128 + failure.signal;
   }
   if (interrupted != 0) {
-    spdlog::info("all workers stopped after {}", signal_label(interrupted));
+    spdlog::info("all workers stopped after {}", signal_name(interrupted));
     return 128 + interrupted;
   }
   spdlog::info("all {} worker{} exited successfully ({} ms)", ranks.size(), ranks.size() == 1 ? "" : "s",

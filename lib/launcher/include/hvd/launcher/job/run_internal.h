@@ -4,25 +4,11 @@
 #include "hvd/launcher/options/options.h"
 #include "hvd/launcher/spawn/spawner.h"
 
-#include <csignal>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace hvd::launcher {
-
-/// For a freshly forked child, before exec: an empty signal mask and default
-/// dispositions. Signal masks and SIG_IGN survive exec, so without this a
-/// worker would inherit hvdrun's blocked SIGINT/SIGTERM (handled through a
-/// signalfd) or ignored SIGPIPE and could not be stopped. Async-signal-safe.
-void reset_signals_for_exec();
-
-/// The control byte of the agent protocol for `sig` ('I', 'T', 'H', 'K'),
-/// or 0 when the protocol cannot carry it.
-char control_byte_for(int sig);
-
-/// The signals hvdrun forwards to workers (SIGINT, SIGTERM, SIGHUP).
-sigset_t forwarded_signals();
 
 /// The spawner for one host: a local spawner (agents forked here) when
 /// `local`, else an SSH spawner configured from the SSH options.

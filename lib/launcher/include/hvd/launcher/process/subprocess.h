@@ -11,7 +11,8 @@
 /// paths a PATH search tries) is built before fork, so spawning is safe from
 /// a multi-threaded launcher. A chdir or exec failure is reported back
 /// through a close-on-exec pipe and thrown as SpawnError; the failed child
-/// is reaped before spawn returns.
+/// is reaped before spawn returns. Descriptors are closed with close_range
+/// (Linux >= 5.9), else one close() per descriptor up to RLIMIT_NOFILE.
 ///
 /// Why not Boost.Process: docs/design.md ("process/").
 #include "hvd/common/error.h"
@@ -38,41 +39,52 @@ struct ChildFd {
 
 struct SpawnOptions {
   /// argv[0] is the program: a path (contains '/') or a name searched in
-  /// `search_path`.
+  /// `search_path`. Must not be empty (InvalidArgument).
   std::vector<std::string> argv;
   /// The child's environment as NAME=value strings; nullopt: this process's.
   std::optional<std::vector<std::string>> env;
   /// PATH searched for a program name without '/': nullopt means the PATH of
-  /// `env` when given, else this process's PATH (execvp's default list when
-  /// unset). A script without a #! line is run with /bin/sh, as execvp does.
+  /// `env` when given, else this process's PATH (execvp's default list,
+  /// "/bin:/usr/bin", when unset). An empty entry is the current directory.
+  /// As with execvp, a candidate that is not there or not permitted (EACCES)
+  /// is skipped; EACCES is reported only if nothing else was found; any other
+  /// error stops the search. A script without a #! line is run with /bin/sh.
   std::optional<std::string> search_path;
   /// chdir before exec ("" = stay); a failure is SpawnError{Stage::Chdir}.
   std::string cwd;
   /// Leads its own process group (pgid == pid), set on both sides of fork so
   /// signal_group works as soon as spawn returns. Keeps a terminal's Ctrl-C
   /// from reaching the child directly: hvdrun forwards signals itself.
+  /// Without it, the *_group calls act on the child alone.
   bool new_process_group = true;
   /// PR_SET_PDEATHSIG: sent to the child when the *thread* that spawned it
   /// exits (0 = none). The child exits at once if its parent already died.
   int parent_death_signal = 0;
+  /// Kind::Fd descriptors must be open (checked before fork:
+  /// InvalidArgument); their close-on-exec flag does not matter.
   ChildFd stdin_fd = ChildFd::dev_null();
   ChildFd stdout_fd = ChildFd::inherit();
   ChildFd stderr_fd = ChildFd::inherit();
   /// Descriptors the child keeps besides 0, 1, 2 (the others are closed even
-  /// when they lack O_CLOEXEC).
+  /// when they lack O_CLOEXEC). The child clears their close-on-exec flag, so
+  /// the caller can create every descriptor with O_CLOEXEC (no leak into a
+  /// child another thread spawns) and name here the ones this child gets.
+  /// Must be open (checked before fork: InvalidArgument).
   std::vector<int> keep_fds;
 };
 
-/// chdir or exec failed in the child.
+/// Wiring the descriptors, chdir or exec failed in the child.
 class SpawnError : public Error {
  public:
-  enum class Stage { Chdir, Exec };
+  /// Setup: a dup2/fcntl on the standard descriptors or keep_fds failed
+  /// (not expected once the descriptors were checked before fork).
+  enum class Stage { Setup, Chdir, Exec };
   SpawnError(Stage stage, int error_number, const std::string& message)
       : Error(message), stage_(stage), errno_(error_number) {}
   Stage stage() const { return stage_; }
   int error_number() const { return errno_; }
   /// 127 for a program that was not found, 126 for other exec failures (the
-  /// shell's convention), 1 for a chdir failure.
+  /// shell's convention), 1 for a chdir or setup failure.
   int exit_status() const;
 
  private:
@@ -86,7 +98,8 @@ class SpawnError : public Error {
 class Subprocess {
  public:
   /// Starts the child. Throws SpawnError (chdir/exec failed; the child is
-  /// already reaped) or IoError (pipe/fork failed).
+  /// already reaped), IoError (pipe/fork failed: "fork failed: <reason>") or
+  /// InvalidArgument (empty argv, a descriptor that is not open).
   static Subprocess spawn(const SpawnOptions& options);
 
   Subprocess() = default;
@@ -99,13 +112,15 @@ class Subprocess {
   pid_t pid() const { return pid_; }
   bool valid() const { return pid_ > 0; }
   /// A pidfd (readable once the child exits) for poll(), or -1 where the
-  /// kernel has none; then poll exited() on a short timer.
+  /// kernel has none (or once reaped); then poll exited() on a short timer.
   int pidfd() const { return pidfd_.get(); }
 
   /// True once the child has exited. Does not reap it: an unreaped child
   /// keeps its pid, and so its process-group id, from being reused.
   bool exited() const;
-  /// Reaps the child if it has exited; returns its wait status.
+  /// Reaps the child if it has exited; returns its wait status. A child that
+  /// someone else reaped (waitpid(-1) elsewhere, SIGCHLD ignored) counts as
+  /// reaped with status 0, and a warning says its status was lost.
   std::optional<int> try_reap();
   /// Blocks until the child exits; returns its wait status.
   int reap();
@@ -125,18 +140,25 @@ class Subprocess {
   /// blocking, any other member that is our child. Returns the leader's wait
   /// status. Idempotent.
   int kill_group_and_reap();
-  /// SIGTERM to the group, SIGKILL to the group after `grace` if the leader
-  /// has not exited, then reaps; returns the wait status.
+  /// SIGTERM to the group; once the leader has exited, or `grace` is over,
+  /// SIGKILL to whatever is left of the group, then reaps (as
+  /// kill_group_and_reap); returns the leader's wait status.
   int terminate_group(std::chrono::milliseconds grace);
 
  private:
+  /// Waits (without reaping) until the child has exited or `deadline`.
+  bool wait_exited_until(Deadline deadline) const;
+  void record(int status);
+
   pid_t pid_ = -1;
   UniqueFd pidfd_;
+  bool group_leader_ = false;  ///< spawned with new_process_group
   bool reaped_ = false;
   int status_ = 0;
 };
 
-/// A wait status as a shell reports it: the exit code, or 128+N for signal N.
+/// A wait status as a shell reports it: the exit code, or 128+N for signal N
+/// (1 for a stopped/continued status, which reap() never returns).
 int exit_status_of(int wait_status);
 /// The terminating signal of a wait status, or 0.
 int signal_of(int wait_status);

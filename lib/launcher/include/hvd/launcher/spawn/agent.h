@@ -18,6 +18,7 @@
 /// with ENOENT (126 for other exec failures).
 #include "hvd/launcher/plan/job_plan.h"
 
+#include <csignal>
 #include <string>
 
 namespace hvd::launcher {
@@ -32,5 +33,30 @@ std::string encode_agent_spec(const WorkerSpec& worker);
 /// The agent's exit status when the agent itself failed (unreadable spec,
 /// fork failure) -- distinct from the worker statuses it passes through.
 inline constexpr int kAgentFailureStatus = 125;
+
+/// The control bytes of the protocol (step 2): one table for both sides.
+struct AgentControlByte {
+  char byte;
+  int sig;
+};
+inline constexpr AgentControlByte kAgentControlBytes[] = {
+    {'I', SIGINT}, {'T', SIGTERM}, {'H', SIGHUP}, {'K', SIGKILL}};
+
+/// Launcher side: the control byte for `sig`, or 0 when the protocol cannot
+/// carry it.
+constexpr char control_byte_for(int sig) {
+  for (const auto& c : kAgentControlBytes) {
+    if (c.sig == sig) return c.byte;
+  }
+  return 0;
+}
+
+/// Agent side: the signal a control byte asks for, or 0 for any other byte.
+constexpr int control_signal(char byte) {
+  for (const auto& c : kAgentControlBytes) {
+    if (c.byte == byte) return c.sig;
+  }
+  return 0;
+}
 
 }  // namespace hvd::launcher
