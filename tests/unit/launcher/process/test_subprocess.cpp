@@ -70,12 +70,18 @@ std::string read_line(int fd) {
   }
 }
 
-/// Runs `options` with stdout on a pipe; returns stdout and the wait status.
-std::pair<std::string, int> run(SpawnOptions options) {
-  Pipe out;
+/// Spawns `options` with stdout on `out` (whose write end we then close).
+Subprocess spawn_to(SpawnOptions options, Pipe& out) {
   options.stdout_fd = ChildFd::from(out.write.get());
   Subprocess child = Subprocess::spawn(options);
   out.write.reset();
+  return child;
+}
+
+/// Runs `options` with stdout on a pipe; returns stdout and the wait status.
+std::pair<std::string, int> run(SpawnOptions options) {
+  Pipe out;
+  Subprocess child = spawn_to(std::move(options), out);
   std::string text = read_all(out.read.get());
   auto status = child.reap_until(Deadline::after(10s));
   REQUIRE(status.has_value());
@@ -253,9 +259,7 @@ TEST_CASE("Subprocess: stdin is /dev/null unless told otherwise", "[subprocess]"
   options.argv = {"/bin/cat"};
   options.stdin_fd = ChildFd::from(in.read.get());
   Pipe out;
-  options.stdout_fd = ChildFd::from(out.write.get());
-  Subprocess child = Subprocess::spawn(options);
-  out.write.reset();
+  Subprocess child = spawn_to(options, out);
   in.read.reset();
   REQUIRE(::write(in.write.get(), "piped\n", 6) == 6);
   in.write.reset();
@@ -408,9 +412,7 @@ TEST_CASE("Subprocess: kill_group_and_reap kills a grandchild in the group", "[s
   Pipe out;
   SpawnOptions options;
   options.argv = {"/bin/sh", "-c", "sleep 30 & echo $!; wait"};
-  options.stdout_fd = ChildFd::from(out.write.get());
-  Subprocess child = Subprocess::spawn(options);
-  out.write.reset();
+  Subprocess child = spawn_to(options, out);
   const pid_t grandchild = std::stoi(read_line(out.read.get()));
   REQUIRE(::getpgid(grandchild) == child.pid());
   const int status = child.kill_group_and_reap();
@@ -426,9 +428,7 @@ TEST_CASE("Subprocess: terminate_group escalates to SIGKILL for a child that tra
   Pipe out;
   SpawnOptions options;
   options.argv = {"/bin/sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.05; done"};
-  options.stdout_fd = ChildFd::from(out.write.get());
-  Subprocess stubborn = Subprocess::spawn(options);
-  out.write.reset();
+  Subprocess stubborn = spawn_to(options, out);
   REQUIRE(read_line(out.read.get()) == "ready");
   const auto start = std::chrono::steady_clock::now();
   const int status = stubborn.terminate_group(300ms);
@@ -439,7 +439,6 @@ TEST_CASE("Subprocess: terminate_group escalates to SIGKILL for a child that tra
 
   // One that obeys SIGTERM is not made to wait for the grace.
   options.argv = {"/bin/sleep", "30"};
-  options.stdout_fd = ChildFd::inherit();
   Subprocess obedient = Subprocess::spawn(options);
   const auto start2 = std::chrono::steady_clock::now();
   CHECK(signal_of(obedient.terminate_group(10s)) == SIGTERM);
