@@ -198,11 +198,18 @@ EnvMap build_worker_env(const EnvMap& launcher_env, const SlotAssignment& slot, 
   return add_slot_env(build_common_env(launcher_env, options), slot, total);
 }
 
+EnvMap rendezvous_env(const std::string& addr, uint16_t port, const std::string& secret) {
+  EnvMap env;
+  env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] = addr;
+  env["HOROVOD_GLOO_RENDEZVOUS_PORT"] = std::to_string(port);
+  env[kSecretEnv] = secret;
+  return env;
+}
+
 void add_rendezvous_env(JobPlan& plan, const std::string& addr, uint16_t port, const std::string& secret) {
+  const EnvMap rendezvous = rendezvous_env(addr, port, secret);
   for (auto& worker : plan.workers) {
-    worker.env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] = addr;
-    worker.env["HOROVOD_GLOO_RENDEZVOUS_PORT"] = std::to_string(port);
-    worker.env[kSecretEnv] = secret;
+    for (const auto& [name, value] : rendezvous) worker.env[name] = value;
   }
 }
 

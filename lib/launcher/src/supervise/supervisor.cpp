@@ -104,11 +104,11 @@ void Supervisor::shutdown_all(std::vector<HostLaunch>& hosts) {
   for (auto& t : threads) t.join();
 }
 
-void Supervisor::report_failure(const WorkerExit& e, const std::string& host) {
+void Supervisor::report_failure(const WorkerExit& e, const std::string& who) {
   if (!e.lost_reason.empty()) {
-    spdlog::error("rank {} on {}: lost: {}", e.rank, host, e.lost_reason);
+    spdlog::error("{}: lost: {}", who, e.lost_reason);
   } else {
-    spdlog::error("rank {} on {}: {}", e.rank, host, describe_status(e.status, e.signal));
+    spdlog::error("{}: {}", who, describe_status(e.status, e.signal));
   }
   if (!output_) return;
   std::vector<std::string> tail = output_->stderr_tail(e.rank);
@@ -122,11 +122,16 @@ int Supervisor::run(std::vector<HostLaunch> hosts) {
   struct RankInfo {
     Spawner* spawner;
     std::string host;
+    std::string who;  ///< "rank N on HOST", or the worker's label
     bool alive = true;
   };
   std::map<int, RankInfo> ranks;
   for (auto& h : hosts) {
-    for (const auto& w : h.workers) ranks[w.slot.rank] = RankInfo{h.spawner.get(), h.host, true};
+    for (const auto& w : h.workers) {
+      ranks[w.slot.rank] = RankInfo{h.spawner.get(), h.host,
+                                    w.label.empty() ? fmt::format("rank {} on {}", w.slot.rank, h.host) : w.label,
+                                    true};
+    }
   }
 
   std::vector<std::string> launch_errors;
@@ -192,7 +197,7 @@ int Supervisor::run(std::vector<HostLaunch> hosts) {
         if (bad && !failed && interrupted == 0) {
           failed = true;
           failure = e;
-          report_failure(e, it->second.host);
+          report_failure(e, it->second.who);
           if (alive > 0) {
             spdlog::info("terminating {} other worker{} (SIGTERM, then SIGKILL after {} ms)", alive,
                          alive == 1 ? "" : "s", options_.kill_grace.count());
@@ -200,11 +205,11 @@ int Supervisor::run(std::vector<HostLaunch> hosts) {
             kill_at = Clock::now() + options_.kill_grace;
           }
         } else if (!e.lost_reason.empty()) {
-          spdlog::info("rank {} on {}: lost: {}", e.rank, it->second.host, e.lost_reason);
+          spdlog::info("{}: lost: {}", it->second.who, e.lost_reason);
         } else if (bad) {
-          spdlog::info("rank {} on {}: {}", e.rank, it->second.host, describe_status(e.status, e.signal));
+          spdlog::info("{}: {}", it->second.who, describe_status(e.status, e.signal));
         } else {
-          spdlog::debug("rank {} on {} exited successfully", e.rank, it->second.host);
+          spdlog::debug("{} exited successfully", it->second.who);
         }
       } else if (interrupted == 0 && !failed) {
         interrupted = ev.sig;

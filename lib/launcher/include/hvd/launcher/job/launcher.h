@@ -4,11 +4,20 @@
 #include "hvd/launcher/plan/job_plan.h"
 #include "hvd/launcher/options/options.h"
 
+#include <exception>
 #include <map>
 #include <optional>
 #include <string>
 
 namespace hvd::launcher {
+
+/// hvdrun's main(): `hvdrun --agent` or a job; returns the exit code
+/// (docs/exit-codes.md). Never calls exit().
+int hvdrun_main(int argc, char** argv);
+
+/// The exit code for an exception that reached main (one line on stderr):
+/// InvalidArgument -> exit_code::kUsage, anything else -> kInternal.
+int exit_code_for(std::exception_ptr error);
 
 /// Result of parsing argv. Either `options` is set, or `exit_code` and
 /// `message` say what to print (help/version to stdout, errors to stderr).
@@ -50,15 +59,11 @@ std::string render_check_build(const BuiltComponents& built);
 std::string render_check_build();
 
 /// Starts the job and supervises it to the end; returns hvdrun's exit code
-/// (run.cpp). Never calls exit().
+/// (job/static_job.cpp). Never calls exit().
 int run_job(const Options& options, const JobPlan& plan);
 
-/// Elastic mode (--host-discovery-script): the driver's policy from the
-/// options (elastic_run.cpp).
-ElasticPolicy elastic_policy(const Options& options);
-
 /// Runs an elastic job to the end (discovery, membership changes, recovery;
-/// docs/elastic.md); returns hvdrun's exit code. Never calls exit().
+/// docs/elastic.md; job/elastic_job.cpp); returns hvdrun's exit code. Never calls exit().
 int run_elastic_job(const Options& options);
 
 }  // namespace hvd::launcher

@@ -29,6 +29,9 @@ struct WorkerSpec {
   std::vector<std::string> argv;           // the worker command, untouched
   std::map<std::string, std::string> env;  // the complete environment the worker gets
   std::string cwd;                         // the launcher's working directory
+  /// How reports name this worker when it is not one rank ("mpirun": the
+  /// whole job under mpirun); empty: "rank N on HOST".
+  std::string label;
 };
 
 /// The whole static job: hosts in the order given and one spec per rank,

@@ -11,7 +11,7 @@
 /// no quoting and arrive intact.
 ///
 /// The rendezvous variables (store address/port, job secret) are not part of
-/// the plan: run_job adds them with add_rendezvous_env() once the store is
+/// the plan: the job modes add them with add_rendezvous_env() once the store is
 /// listening, so a dry run can never print a secret.
 #include <cstddef>
 #include <cstdint>
@@ -56,8 +56,11 @@ EnvMap add_slot_env(EnvMap common, const SlotAssignment& slot, std::size_t total
 EnvMap build_worker_env(const EnvMap& launcher_env, const SlotAssignment& slot, const Options& options,
                         std::size_t total);
 
-/// Adds HOROVOD_GLOO_RENDEZVOUS_ADDR, HOROVOD_GLOO_RENDEZVOUS_PORT and the job
-/// secret (hvd::kSecretEnv) to every worker of `plan`. Called by run_job.
+/// HOROVOD_GLOO_RENDEZVOUS_ADDR, HOROVOD_GLOO_RENDEZVOUS_PORT and the job
+/// secret (hvd::kSecretEnv): what a worker needs to reach the store.
+EnvMap rendezvous_env(const std::string& addr, uint16_t port, const std::string& secret);
+
+/// Adds rendezvous_env() to every worker of `plan`. Called by run_job.
 void add_rendezvous_env(JobPlan& plan, const std::string& addr, uint16_t port, const std::string& secret);
 
 /// True for variable names whose values must never be printed (the job

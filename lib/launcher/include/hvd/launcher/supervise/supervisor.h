@@ -81,7 +81,7 @@ class Supervisor final : public EventSink {
 
   void launch_all(std::vector<HostLaunch>& hosts, std::vector<std::string>& errors);
   void shutdown_all(std::vector<HostLaunch>& hosts);
-  void report_failure(const WorkerExit& e, const std::string& host);
+  void report_failure(const WorkerExit& e, const std::string& who);
 
   SupervisorOptions options_;
   OutputRouter* output_;

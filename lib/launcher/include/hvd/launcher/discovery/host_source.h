@@ -1,0 +1,53 @@
+#pragma once
+/// Where an elastic job learns its hosts (PRRTE's ras): one interface that
+/// the discovery script implements today, and a fixed list beside it; the
+/// Kubernetes and platform sources will be further implementations. The
+/// elastic runner asks its HostSource every --discovery-interval and never
+/// knows which kind it has.
+#include "hvd/launcher/discovery/discovery.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hvd::launcher {
+
+class HostSource {
+ public:
+  virtual ~HostSource() = default;
+  /// One look at the hosts: a list, or a one-line reason. Failures are
+  /// values: after the first look a failing source only keeps the previous
+  /// host set, it never tears a running job down. May block (bounded by the
+  /// source's own timeout); called from one thread at a time.
+  virtual DiscoveryResult discover() = 0;
+  /// How messages name the source ("host discovery script './discover.sh'").
+  virtual std::string describe() const = 0;
+};
+
+/// --host-discovery-script: run_discovery_script once per look.
+class ScriptHostSource final : public HostSource {
+ public:
+  explicit ScriptHostSource(DiscoveryScriptOptions options) : options_(std::move(options)) {}
+  DiscoveryResult discover() override { return run_discovery_script(options_); }
+  std::string describe() const override { return "host discovery script '" + options_.script + "'"; }
+
+ private:
+  DiscoveryScriptOptions options_;
+};
+
+/// A fixed host list that every look returns unchanged.
+class StaticHostSource final : public HostSource {
+ public:
+  explicit StaticHostSource(std::vector<DiscoveredHost> hosts) : hosts_(std::move(hosts)) {}
+  DiscoveryResult discover() override {
+    DiscoveryResult r;
+    r.hosts = hosts_;
+    return r;
+  }
+  std::string describe() const override { return "fixed host list"; }
+
+ private:
+  std::vector<DiscoveredHost> hosts_;
+};
+
+}  // namespace hvd::launcher

@@ -1,0 +1,575 @@
+// ElasticRunner: carries out ElasticDriver's decisions with threads, the
+// job's HostSource, spawners from a SpawnerFactory and the rendezvous store.
+//
+// One event loop (the calling thread) owns the driver. Everything else posts
+// events to it: the discovery thread (script results), spawner reader
+// threads (worker exits), store watchers (a worker's ready key appeared),
+// the signal watcher, and SSH launch threads (a host could not be reached).
+// Local workers are launched on the loop thread itself: the local spawner
+// ties its agents' lifetime to the launching thread (PDEATHSIG).
+#include "hvd/launcher/elastic/elastic_runner.h"
+
+#include "hvd/common/error.h"
+#include "hvd/launcher/process/status.h"
+#include "hvd/store/elastic_world.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+
+namespace hvd::launcher {
+
+namespace selastic = store::elastic;
+
+ElasticPolicy elastic_policy(const Options& options) {
+  const ElasticOptions& e = options.elastic;
+  ElasticPolicy p;
+  p.min_np = e.min_np.value_or(options.num_proc.value_or(1));
+  p.start_np = options.num_proc.value_or(p.min_np);
+  if (e.max_np) p.max_np = *e.max_np;
+  p.elastic_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(e.elastic_timeout);
+  p.reset_limit = e.reset_limit;
+  if (e.blacklist_cooldown_range) {
+    p.cooldown_min = std::chrono::seconds(e.blacklist_cooldown_range->first);
+    p.cooldown_max = std::chrono::seconds(e.blacklist_cooldown_range->second);
+  }
+  p.blacklist_failures = e.blacklist_failures;
+  p.failure_window = e.blacklist_window;
+  p.ready_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options.start_timeout);
+  return p;
+}
+
+namespace {
+
+/// Everything that can wake the event loop.
+struct ElasticEvent {
+  enum class Kind { Discovery, Ready, Exit, Signal } kind;
+  DiscoveryResult discovery;
+  std::string worker_id;
+  int status = 0;
+  std::string lost_reason;
+  int sig = 0;
+};
+
+class EventQueue {
+ public:
+  void post(ElasticEvent e) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      events_.push_back(std::move(e));
+    }
+    cv_.notify_one();
+  }
+  /// Waits until an event arrives or `until`; returns what is queued.
+  std::deque<ElasticEvent> wait(std::optional<ElasticTime> until) {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto ready = [&] { return !events_.empty(); };
+    if (until) {
+      cv_.wait_until(lock, *until, ready);
+    } else {
+      cv_.wait(lock, ready);
+    }
+    std::deque<ElasticEvent> out;
+    out.swap(events_);
+    return out;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<ElasticEvent> events_;
+};
+
+/// Runs the discovery script every interval on its own thread until
+/// stopped; results go to the queue. Stopping waits at most for the run in
+/// progress (bounded by the script timeout).
+class DiscoveryLoop {
+ public:
+  DiscoveryLoop(HostSource& source, std::chrono::milliseconds interval, EventQueue& queue)
+      : source_(source), interval_(interval), queue_(queue) {}
+  ~DiscoveryLoop() { stop(); }
+
+  void start() {
+    thread_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(mu_);
+      for (;;) {
+        if (cv_.wait_for(lock, interval_, [&] { return stop_; })) return;
+        lock.unlock();
+        ElasticEvent e;
+        e.kind = ElasticEvent::Kind::Discovery;
+        e.discovery = source_.discover();
+        lock.lock();
+        if (stop_) return;
+        queue_.post(std::move(e));
+      }
+    });
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  HostSource& source_;
+  std::chrono::milliseconds interval_;
+  EventQueue& queue_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+/// Worker output and exits, from spawner threads. Spawners key workers by
+/// an int; in elastic mode that is the worker's serial ("w7" -> 7), which is
+/// also the output prefix ([7]) since ranks change over a job's life.
+class ElasticSink final : public EventSink {
+ public:
+  ElasticSink(OutputRouter& output, EventQueue& queue) : output_(output), queue_(queue) {}
+  void on_output(int serial, Stream stream, const char* data, std::size_t len) override {
+    output_.write(serial, stream, data, len);
+  }
+  void on_exit(const WorkerExit& exit) override {
+    output_.finish(exit.rank);
+    ElasticEvent e;
+    e.kind = ElasticEvent::Kind::Exit;
+    e.worker_id = fmt::format("w{}", exit.rank);
+    e.status = exit.status;
+    e.lost_reason = exit.lost_reason;
+    queue_.post(std::move(e));
+  }
+
+ private:
+  OutputRouter& output_;
+  EventQueue& queue_;
+};
+
+int serial_of(const std::string& worker_id) {
+  if (worker_id.size() < 2 || worker_id[0] != 'w') throw InvalidArgument("bad worker id " + worker_id);
+  return std::stoi(worker_id.substr(1));
+}
+
+/// A launched batch: the spawner and, for SSH hosts, the thread that ran
+/// its (blocking) launch.
+struct Batch {
+  std::unique_ptr<Spawner> spawner;
+  std::vector<std::string> worker_ids;
+  std::thread launcher;
+};
+
+}  // namespace
+
+class ElasticRunner::Impl {
+ public:
+  Impl(const Options& options, ElasticRunnerDeps deps)
+      : options_(options), deps_(std::move(deps)), output_(deps_.output), events_(deps_.events),
+        store_(deps_.store), sink_(deps_.output, queue_) {}
+
+  void interrupt(int sig) {
+    ElasticEvent e;
+    e.kind = ElasticEvent::Kind::Signal;
+    e.sig = sig;
+    queue_.post(std::move(e));
+  }
+
+  int run(DiscoveryResult first) {
+    common_env_ = deps_.worker_env;
+    if (deps_.driver_address) set_driver_address(*deps_.driver_address);
+    cwd_ = current_directory();
+
+    ElasticPolicy policy = elastic_policy(options_);
+    driver_ = std::make_unique<ElasticDriver>(policy, deps_.seed);
+    spdlog::info("elastic job: min-np {}, start with {}, max-np {}; {} every {} ms; store {}",
+                 policy.min_np, policy.start_np,
+                 policy.max_np >= (1 << 20) ? std::string("unlimited") : std::to_string(policy.max_np),
+                 deps_.hosts.describe(), options_.elastic.discovery_interval.count(), deps_.store_address);
+
+    if (events_) {
+      events_->emit("job_start", {{"mode", "elastic"},
+                                  {"np", policy.start_np},
+                                  {"min_np", policy.min_np},
+                                  {"max_np", policy.max_np >= (1 << 20) ? EventValue::null()
+                                                                        : EventValue(policy.max_np)},
+                                  {"discovery", deps_.hosts.describe()},
+                                  {"store", deps_.store_address}});
+    }
+
+    DiscoveryLoop discovery(deps_.hosts, options_.elastic.discovery_interval, queue_);
+    driver_->on_discovery(usable(std::move(first)), ElasticClock::now());
+    discovery.start();
+
+    int code = loop();
+
+    discovery.stop();
+    teardown();
+    return code;
+  }
+
+ private:
+  static std::string current_directory() {
+    char buf[4096];
+    return ::getcwd(buf, sizeof buf) ? std::string(buf) : std::string(".");
+  }
+
+  int loop() {
+    for (;;) {
+      carry_out(driver_->take_actions());
+      if (driver_->done()) break;
+      auto now = ElasticClock::now();
+      std::optional<ElasticTime> until = driver_->next_deadline();
+      if (!kill_at_.empty()) {
+        auto first_kill = kill_at_.begin()->first;
+        if (!until || first_kill < *until) until = first_kill;
+      }
+      if (finished_ && (!until || *until > now + kFinishPoll)) until = now + kFinishPoll;
+      for (auto& e : queue_.wait(until)) dispatch(e);
+      now = ElasticClock::now();
+      escalate_kills(now);
+      driver_->tick(now);
+      if (finished_ && now > finish_deadline_) {
+        spdlog::warn("workers did not exit within {} ms of the end; giving up on them",
+                     std::chrono::duration_cast<std::chrono::milliseconds>(kFinishWait).count());
+        break;
+      }
+    }
+    carry_out(driver_->take_actions());
+    return finish_code_;
+  }
+
+  void dispatch(const ElasticEvent& e) {
+    auto now = ElasticClock::now();
+    switch (e.kind) {
+      case ElasticEvent::Kind::Discovery:
+        driver_->on_discovery(usable(std::move(e.discovery)), now);
+        break;
+      case ElasticEvent::Kind::Ready:
+        if (live_.count(e.worker_id)) {
+          if (events_) events_->emit("worker_ready", {{"worker", e.worker_id}});
+          driver_->on_worker_ready(e.worker_id, now);
+        }
+        break;
+      case ElasticEvent::Kind::Exit: {
+        auto it = live_.find(e.worker_id);
+        if (it == live_.end()) break;  // a duplicate report (launch failure raced an exit)
+        store_.unwatch(it->second.ready_watch);
+        live_.erase(it);
+        for (auto k = kill_at_.begin(); k != kill_at_.end();) {
+          k = k->second == e.worker_id ? kill_at_.erase(k) : std::next(k);
+        }
+        if (events_) {
+          events_->emit("worker_exit",
+                        {{"worker", e.worker_id},
+                         {"status", e.lost_reason.empty() ? e.status : -1},
+                         {"description", e.lost_reason.empty() ? describe_status(e.status, 0) : "lost: " + e.lost_reason},
+                         {"lost", !e.lost_reason.empty()}});
+        }
+        report_formed_worlds(now);
+        driver_->on_worker_exit(e.worker_id, e.status, e.lost_reason, now);
+        break;
+      }
+      case ElasticEvent::Kind::Signal:
+        if (signalled_) {
+          // A second signal: no more grace.
+          for (auto& [id, w] : live_) signal_worker(id, SIGKILL);
+        }
+        signalled_ = true;
+        if (events_) events_->emit("signal", {{"signal", e.sig}});
+        spdlog::warn("received {}; stopping every worker", strsignal(e.sig));
+        driver_->on_signal(e.sig, now);
+        break;
+    }
+  }
+
+  void carry_out(std::vector<ElasticAction> actions) {
+    std::map<std::string, std::vector<const ElasticAction*>> spawns;  // by host, in order
+    std::vector<std::string> host_order;
+    for (const auto& a : actions) {
+      switch (a.kind) {
+        case ElasticAction::Kind::Spawn:
+          if (events_) events_->emit("worker_start", {{"worker", a.worker_id}, {"host", a.host}, {"slot", a.slot}});
+          if (!spawns.count(a.host)) host_order.push_back(a.host);
+          spawns[a.host].push_back(&a);
+          break;
+        case ElasticAction::Kind::Stop:
+          if (events_) events_->emit("worker_stop", {{"worker", a.worker_id}, {"host", a.host}, {"slot", a.slot}});
+          stop_worker(a.worker_id);
+          break;
+        case ElasticAction::Kind::Publish:
+          if (events_) events_->emit("world", {{"world", EventValue::raw(selastic::encode_world(a.world))}});
+          publish(a.world);
+          break;
+        case ElasticAction::Kind::Log:
+          if (events_) events_->emit("log", {{"level", "info"}, {"message", a.message}});
+          spdlog::info("{}", a.message);
+          break;
+        case ElasticAction::Kind::Warn:
+          if (events_) events_->emit("log", {{"level", "warning"}, {"message", a.message}});
+          spdlog::warn("{}", a.message);
+          break;
+        case ElasticAction::Kind::Finish:
+          if (!finished_) {
+            finished_ = true;
+            finish_code_ = a.code;
+            if (events_) events_->emit("finish", {{"code", a.code}, {"message", a.message}});
+            finish_deadline_ = ElasticClock::now() + kFinishWait;
+            if (!a.message.empty()) std::fprintf(stderr, "hvdrun: error: %s\n", a.message.c_str());
+            // Whatever the driver did not stop (it stops everything it
+            // knows of) is stopped here too: nothing outlives the job.
+            for (auto& [id, w] : live_) {
+              if (!w.stopping) stop_worker(id);
+            }
+          }
+          break;
+      }
+    }
+    for (const auto& host : host_order) spawn_batch(host, spawns[host]);
+  }
+
+  /// Tells the driver which published worlds formed. A world's arrival
+  /// barrier ends with its last member writing formed_key(v)
+  /// (ElasticMember::Impl::rendezvous) before any member can use the world,
+  /// so whoever exits after training in it is reported after its formation.
+  void report_formed_worlds(ElasticTime now) {
+    for (uint64_t version : driver_->unformed_worlds()) {
+      if (store_.try_get(selastic::formed_key(version))) {
+        driver_->on_world_formed(version, now);
+      }
+    }
+  }
+
+  void publish(const selastic::World& world) {
+    auto& store = store_;
+    store.set_string(selastic::world_key(world.version), selastic::encode_world(world));
+    store.set_string(selastic::kVersionKey, std::to_string(world.version));
+    spdlog::debug("published world {} ({} members)", world.version, world.members.size());
+  }
+
+  /// Drops remote hosts when the store only listens on loopback (every host
+  /// was local when the job started and no --network-interface was given):
+  /// their workers could never reach it. Warns once per host.
+  DiscoveryResult usable(DiscoveryResult result) {
+    record_discovery(result);
+    if (!result.ok()) return result;
+    if (!driver_addr_ && !result.hosts.empty()) {
+      std::vector<HostSpec> hosts;
+      for (const auto& h : result.hosts) hosts.push_back(HostSpec{h.host, h.slots});
+      try {
+        set_driver_address(deps_.choose_address(hosts));
+        spdlog::info("workers reach the store on {}:{}", *driver_addr_, common_env_["HOROVOD_GLOO_RENDEZVOUS_PORT"]);
+      } catch (const std::exception& e) {
+        spdlog::warn("cannot choose the address workers reach hvdrun on ({}); ignoring this discovery run",
+                     e.what());
+        result.hosts.clear();
+        return result;
+      }
+    }
+    if (!loopback_only_) return result;
+    std::vector<DiscoveredHost> kept;
+    for (auto& h : result.hosts) {
+      if (is_local(h.host)) {
+        kept.push_back(std::move(h));
+      } else if (unreachable_warned_.insert(h.host).second) {
+        spdlog::warn("ignoring discovered host {}: the store listens on 127.0.0.1 because every host was local "
+                     "when the job started; restart with --network-interface to let jobs grow onto other machines",
+                     h.host);
+      }
+    }
+    result.hosts = std::move(kept);
+    return result;
+  }
+
+  /// --events-file: a "discovery" event when the host list changes, a
+  /// "discovery_failed" one when a run fails (each distinct reason once in a row).
+  void record_discovery(const DiscoveryResult& result) {
+    if (!events_) return;
+    if (!result.ok()) {
+      if (*result.error != last_discovery_error_) {
+        last_discovery_error_ = *result.error;
+        events_->emit("discovery_failed", {{"reason", *result.error}});
+      }
+      return;
+    }
+    last_discovery_error_.clear();
+    std::vector<std::string> hosts;
+    for (const auto& h : result.hosts) hosts.push_back(h.host + ":" + std::to_string(h.slots));
+    if (last_discovery_ && *last_discovery_ == hosts) return;
+    last_discovery_ = hosts;
+    events_->emit("discovery", {{"hosts", hosts}});
+  }
+
+  void set_driver_address(const std::string& addr) {
+    driver_addr_ = addr;
+    loopback_only_ = addr == "127.0.0.1";
+    common_env_["HOROVOD_GLOO_RENDEZVOUS_ADDR"] = addr;
+    if (loopback_only_) {
+      spdlog::debug("every discovered host is local: workers reach the store on 127.0.0.1 (use "
+                    "--network-interface for jobs that will grow onto other machines)");
+    }
+  }
+
+  bool is_local(const std::string& host) { return deps_.spawners.is_local(host); }
+
+  void spawn_batch(const std::string& host, const std::vector<const ElasticAction*>& actions) {
+    auto batch = std::make_unique<Batch>();
+    std::vector<WorkerSpec> specs;
+    for (const ElasticAction* a : actions) {
+      WorkerSpec spec;
+      spec.slot.hostname = host;
+      spec.slot.rank = serial_of(a->worker_id);
+      spec.slot.local_rank = a->slot;
+      spec.argv = options_.command;
+      spec.env = common_env_;
+      spec.env["HVDRUN_WORKER_ID"] = a->worker_id;
+      spec.env["HOROVOD_HOSTNAME"] = host;
+      spec.cwd = cwd_;
+      specs.push_back(std::move(spec));
+      batch->worker_ids.push_back(a->worker_id);
+
+      LiveWorker w;
+      w.batch = batch.get();
+      w.serial = serial_of(a->worker_id);
+      // The worker's ready key may appear at any time from now on.
+      EventQueue* queue = &queue_;
+      std::string id = a->worker_id;
+      auto value = store_.try_get_or_watch(
+          selastic::ready_key(id),
+          [queue, id] {
+            ElasticEvent e;
+            e.kind = ElasticEvent::Kind::Ready;
+            e.worker_id = id;
+            queue->post(std::move(e));
+          },
+          w.ready_watch);
+      if (value) {
+        ElasticEvent e;
+        e.kind = ElasticEvent::Kind::Ready;
+        e.worker_id = id;
+        queue_.post(std::move(e));
+      }
+      live_.emplace(a->worker_id, w);
+    }
+    const bool local = is_local(host);
+    batch->spawner = deps_.spawners.make(host);
+    Deadline deadline = Deadline::after(std::chrono::duration_cast<std::chrono::milliseconds>(options_.start_timeout));
+    Batch* raw = batch.get();
+    batches_.push_back(std::move(batch));
+    auto fail_all = [this, raw, host](const std::string& why) {
+      // Workers the spawner did start report their own exits; the ones it
+      // could not are reported lost here (the loop ignores duplicates).
+      for (const auto& id : raw->worker_ids) {
+        ElasticEvent e;
+        e.kind = ElasticEvent::Kind::Exit;
+        e.worker_id = id;
+        e.status = 255;
+        e.lost_reason = why;
+        queue_.post(std::move(e));
+      }
+    };
+    if (local) {
+      try {
+        raw->spawner->launch(specs, sink_, deadline);
+      } catch (const std::exception& e) {
+        spdlog::warn("{}: cannot start workers: {}", host, e.what());
+        fail_all(e.what());
+      }
+    } else {
+      raw->launcher = std::thread([raw, specs = std::move(specs), deadline, host, fail_all, this] {
+        try {
+          raw->spawner->launch(specs, sink_, deadline);
+        } catch (const std::exception& e) {
+          spdlog::warn("{}: cannot start workers: {}", host, e.what());
+          fail_all(e.what());
+        }
+      });
+    }
+  }
+
+  void signal_worker(const std::string& id, int sig) {
+    auto it = live_.find(id);
+    if (it == live_.end()) return;
+    it->second.batch->spawner->signal(it->second.serial, sig);
+  }
+
+  void stop_worker(const std::string& id) {
+    auto it = live_.find(id);
+    if (it == live_.end()) return;
+    if (it->second.stopping) return;
+    it->second.stopping = true;
+    signal_worker(id, SIGTERM);
+    kill_at_.emplace(ElasticClock::now() + options_.kill_grace, id);
+  }
+
+  void escalate_kills(ElasticTime now) {
+    while (!kill_at_.empty() && kill_at_.begin()->first <= now) {
+      std::string id = kill_at_.begin()->second;
+      kill_at_.erase(kill_at_.begin());
+      spdlog::debug("{} did not stop within the grace period; sending SIGKILL", id);
+      signal_worker(id, SIGKILL);
+    }
+  }
+
+  void teardown() {
+    for (auto& [id, w] : live_) store_.unwatch(w.ready_watch);
+    for (auto& b : batches_) {
+      if (b->launcher.joinable()) b->launcher.join();
+    }
+    for (auto& b : batches_) b->spawner->shutdown();
+  }
+
+  struct LiveWorker {
+    Batch* batch = nullptr;
+    int serial = 0;
+    store::InMemoryStore::WatchId ready_watch = 0;
+    bool stopping = false;
+  };
+
+  static constexpr std::chrono::milliseconds kFinishPoll{100};
+  static constexpr std::chrono::milliseconds kFinishWait{15000};
+
+  const Options& options_;
+  ElasticRunnerDeps deps_;
+  OutputRouter& output_;
+  EventLog* events_ = nullptr;  ///< --events-file, may be null
+  store::InMemoryStore& store_;
+  EventQueue queue_;
+  ElasticSink sink_;
+  std::unique_ptr<ElasticDriver> driver_;
+  EnvMap common_env_;
+  std::string cwd_;
+  std::optional<std::vector<std::string>> last_discovery_;
+  std::string last_discovery_error_;
+  std::optional<std::string> driver_addr_;  ///< what workers reach the store on; unset until hosts appear
+  bool loopback_only_ = false;               ///< driver_addr_ is 127.0.0.1
+  std::set<std::string> unreachable_warned_;  ///< remote hosts ignored because of that
+  std::vector<std::unique_ptr<Batch>> batches_;
+  std::map<std::string, LiveWorker> live_;
+  std::multimap<ElasticTime, std::string> kill_at_;
+  bool signalled_ = false;
+  bool finished_ = false;
+  int finish_code_ = exit_code::kInternal;
+  ElasticTime finish_deadline_{};
+};
+
+ElasticRunner::ElasticRunner(const Options& options, ElasticRunnerDeps deps)
+    : impl_(std::make_unique<Impl>(options, std::move(deps))) {}
+ElasticRunner::~ElasticRunner() = default;
+int ElasticRunner::run(DiscoveryResult first) { return impl_->run(std::move(first)); }
+void ElasticRunner::interrupt(int sig) { impl_->interrupt(sig); }
+
+}  // namespace hvd::launcher

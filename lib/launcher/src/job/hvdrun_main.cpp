@@ -1,0 +1,63 @@
+// hvdrun's whole main(): parse, pick the mode, map the outcome to an exit
+// code (docs/exit-codes.md). apps/hvdrun/main.cpp only calls hvdrun_main.
+#include "hvd/common/error.h"
+#include "hvd/launcher/job/launcher.h"
+#include "hvd/launcher/spawn/agent.h"
+#include "hvd/launcher/spawn/mpi/mpi_launch.h"
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+namespace hvd::launcher {
+
+int exit_code_for(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const InvalidArgument& e) {
+    std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
+    return exit_code::kUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hvdrun: internal error: %s\n", e.what());
+    return exit_code::kInternal;
+  } catch (...) {
+    std::fprintf(stderr, "hvdrun: internal error: unknown exception\n");
+    return exit_code::kInternal;
+  }
+}
+
+int hvdrun_main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--agent") == 0) return agent_main(argc, argv);
+  try {
+    ParseOutcome parsed = parse_command_line(argc, argv);
+    if (!parsed.options) {
+      std::fputs(parsed.message.c_str(), parsed.message_to_stdout ? stdout : stderr);
+      return parsed.exit_code;
+    }
+    const Options& options = *parsed.options;
+    if (options.check_build) {
+      std::fputs(render_check_build().c_str(), stdout);
+      return exit_code::kOk;
+    }
+    if (options.elastic.host_discovery_script) {
+      if (options.dry_run != DryRunFormat::None) {
+        std::fputs("hvdrun: error: --dry-run does not apply to elastic jobs: placement is decided at run time "
+                   "from the discovery script\n",
+                   stderr);
+        return exit_code::kUsage;
+      }
+      return run_elastic_job(options);
+    }
+    JobPlan plan = make_plan(options);
+    if (options.engine == Engine::Mpi) return run_mpi_mode(options, plan);
+    if (options.dry_run != DryRunFormat::None) {
+      std::fputs(render_dry_run(plan, options, options.dry_run).c_str(), stdout);
+      return exit_code::kOk;
+    }
+    return run_job(options, plan);
+  } catch (...) {
+    return exit_code_for(std::current_exception());
+  }
+}
+
+}  // namespace hvd::launcher

@@ -1,0 +1,180 @@
+// mpirun as a spawner, and the `mpirun --version` probe: the process half of
+// hvdrun --mpi (contracts in mpi_spawner.h and mpi_launch.h).
+#include "hvd/launcher/spawn/mpi/mpi_spawner.h"
+
+#include "hvd/common/error.h"
+#include "hvd/launcher/plan/worker_env.h"
+#include "hvd/launcher/process/subprocess.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+namespace hvd::launcher {
+
+namespace {
+
+std::vector<std::string> env_strings(const std::map<std::string, std::string>& env) {
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+std::string not_found_message(const std::string& mpirun) {
+  return mpirun == "mpirun" ? std::string("mpirun not found on PATH; install Open MPI or drop --mpi")
+                            : fmt::format("{} not found; install Open MPI or drop --mpi", mpirun);
+}
+
+/// Spawn failures of mpirun in the words users need.
+std::string spawn_failure(const std::string& mpirun, const SpawnError& e) {
+  if (e.error_number() == ENOENT) return not_found_message(mpirun);
+  return fmt::format("cannot run {}: {}", mpirun, std::strerror(e.error_number()));
+}
+
+class MpiSpawner final : public Spawner {
+ public:
+  ~MpiSpawner() override { shutdown(); }
+
+  void launch(const std::vector<WorkerSpec>& workers, EventSink& sink, Deadline) override {
+    HVD_ENFORCE(workers.size() == 1, "MpiSpawner::launch takes the one mpirun command");
+    HVD_ENFORCE(!thread_.joinable(), "MpiSpawner::launch may be called once");
+    const WorkerSpec& spec = workers.front();
+    rank_ = spec.slot.rank;
+    SpawnOptions so;
+    so.argv = spec.argv;
+    so.env = env_strings(spec.env);
+    so.parent_death_signal = SIGTERM;
+    so.stdin_fd = ChildFd::dev_null();
+    try {
+      std::lock_guard<std::mutex> lock(mutex_);
+      proc_ = Subprocess::spawn(so);
+    } catch (const SpawnError& e) {
+      throw LaunchError(spec.slot.hostname, spawn_failure(spec.argv.front(), e));
+    } catch (const Error& e) {
+      throw LaunchError(spec.slot.hostname, e.what());
+    }
+    thread_ = std::thread([this, &sink] { wait_for_exit(sink); });
+  }
+
+  void signal(int rank, int sig) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (rank != rank_ || !proc_.valid() || proc_.reaped()) return;
+    if (sig == SIGKILL) {
+      proc_.signal_group(SIGKILL);
+    } else {
+      proc_.signal(sig);
+    }
+  }
+
+  void shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (proc_.valid() && !proc_.reaped()) proc_.signal_group(SIGKILL);
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void wait_for_exit(EventSink& sink) {
+    for (;;) {
+      if (proc_.pidfd() >= 0) {
+        pollfd p{proc_.pidfd(), POLLIN, 0};
+        ::poll(&p, 1, 200);
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      if (proc_.exited()) break;
+    }
+    int status;
+    {
+      // What mpirun left in its process group goes with it: nothing outlives
+      // the job.
+      std::lock_guard<std::mutex> lock(mutex_);
+      status = proc_.kill_group_and_reap();
+    }
+    WorkerExit e;
+    e.rank = rank_;
+    e.signal = signal_of(status);
+    e.status = exit_status_of(status);
+    sink.on_exit(e);
+  }
+
+  std::mutex mutex_;  // proc_'s signal/reap vs the waiter
+  Subprocess proc_;
+  int rank_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::unique_ptr<Spawner> make_mpi_spawner() { return std::make_unique<MpiSpawner>(); }
+
+MpiInfo probe_mpirun(const std::string& mpirun, Deadline deadline) {
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) throw IoError(fmt::format("pipe: {}", std::strerror(errno)));
+  UniqueFd read_end(out[0]), write_end(out[1]);
+  SpawnOptions so;
+  so.argv = {mpirun, "--version"};
+  so.stdout_fd = ChildFd::from(write_end.get());
+  so.stderr_fd = ChildFd::from(write_end.get());
+  Subprocess proc;
+  try {
+    proc = Subprocess::spawn(so);
+  } catch (const SpawnError& e) {
+    throw InvalidArgument(spawn_failure(mpirun, e));
+  }
+  write_end.reset();
+  std::string text;
+  constexpr std::size_t kMaxOutput = 1 << 20;
+  for (;;) {
+    pollfd p{read_end.get(), POLLIN, 0};
+    int r = ::poll(&p, 1, deadline.poll_timeout_ms());
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0 || deadline.expired()) {
+      proc.kill_group_and_reap();
+      throw TimeoutError(fmt::format("'{} --version' did not finish in time; is {} working?", mpirun, mpirun));
+    }
+    char buf[4096];
+    ssize_t n = ::read(read_end.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    if (text.size() < kMaxOutput) text.append(buf, static_cast<std::size_t>(n));
+  }
+  // The output is closed; a well-behaved mpirun exits now. Bound it anyway.
+  std::optional<int> status = proc.reap_until(deadline);
+  if (!status) {
+    proc.kill_group_and_reap();
+    throw TimeoutError(fmt::format("'{} --version' did not exit in time", mpirun));
+  }
+  MpiInfo info;
+  info.mpirun = mpirun;
+  info.impl = detect_mpi_impl(text);
+  std::size_t nl = text.find('\n');
+  info.version_line = text.substr(0, nl);
+  while (!info.version_line.empty() && std::isspace(static_cast<unsigned char>(info.version_line.back()))) {
+    info.version_line.pop_back();
+  }
+  const int code = exit_status_of(*status);
+  if (code != 0) {
+    throw InvalidArgument(fmt::format("'{} --version' failed with status {}: {}", mpirun, code, info.version_line));
+  }
+  if (info.impl == MpiImpl::Unknown) {
+    throw InvalidArgument(fmt::format("unsupported MPI implementation '{}'; hvdrun --mpi supports Open MPI, "
+                                      "MPICH and Intel MPI (or drop --mpi)",
+                                      info.version_line));
+  }
+  return info;
+}
+
+}  // namespace hvd::launcher

@@ -1,0 +1,40 @@
+#include "hvd/launcher/spawn/spawner_factory.h"
+
+#include "hvd/launcher/hosts/network.h"
+#include "hvd/launcher/spawn/local_spawner.h"
+#include "hvd/launcher/spawn/ssh/ssh_spawner.h"
+
+namespace hvd::launcher {
+
+DefaultSpawnerFactory::DefaultSpawnerFactory(const Options& options) : options_(options) {}
+
+bool DefaultSpawnerFactory::is_local(const std::string& host) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = local_.find(host);
+    if (it != local_.end()) return it->second;
+  }
+  const bool local = is_local_host(host);  // outside the lock: may take a bounded name lookup
+  std::lock_guard<std::mutex> lock(mutex_);
+  local_.emplace(host, local);
+  return local;
+}
+
+std::unique_ptr<Spawner> DefaultSpawnerFactory::make(const std::string& host) {
+  if (is_local(host)) {
+    LocalSpawnerOptions lo;
+    lo.agent_command = {self_executable(), "--agent"};
+    lo.kill_grace = options_.kill_grace;
+    return make_local_spawner(lo);
+  }
+  SshSpawnerOptions ssh;
+  ssh.port = options_.ssh_port;
+  ssh.identity_file = options_.ssh_identity_file;
+  ssh.strict_host_key_checking = options_.ssh_strict_host_key_checking;
+  ssh.agent_command = {self_executable(), "--agent"};
+  ssh.verbose = options_.verbose;
+  ssh.keepalive = options_.ssh_keepalive;
+  return make_ssh_spawner(ssh);
+}
+
+}  // namespace hvd::launcher

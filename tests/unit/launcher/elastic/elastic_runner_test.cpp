@@ -1,0 +1,372 @@
+// The ElasticRunner's wiring, driven without a process: a scripted
+// HostSource, a fake SpawnerFactory whose workers only exist in this test,
+// and a real in-memory store in which the runner publishes worlds. A
+// "trainer" thread plays the collective library: it marks every published
+// world formed (as the last member to arrive would) and ends the job when
+// the test says so.
+#include "hvd/launcher/elastic/elastic_runner.h"
+#include "hvd/store/elastic_world.h"
+
+#include <catch2/catch.hpp>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <csignal>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+using namespace hvd::launcher;
+using namespace std::chrono_literals;
+namespace se = hvd::store::elastic;
+
+namespace {
+
+/// Hosts from a list the test changes while the job runs; an error when set.
+class ScriptedHostSource final : public HostSource {
+ public:
+  explicit ScriptedHostSource(std::vector<DiscoveredHost> hosts) : hosts_(std::move(hosts)) {}
+  DiscoveryResult discover() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++looks_;
+    DiscoveryResult r;
+    if (error_) {
+      r.error = *error_;
+    } else {
+      r.hosts = hosts_;
+    }
+    return r;
+  }
+  std::string describe() const override { return "scripted hosts"; }
+  void set_hosts(std::vector<DiscoveredHost> hosts) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    hosts_ = std::move(hosts);
+  }
+  void set_error(std::optional<std::string> error) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error_ = std::move(error);
+  }
+  int looks() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return looks_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<DiscoveredHost> hosts_;
+  std::optional<std::string> error_;
+  int looks_ = 0;
+};
+
+/// Every fake worker of the job, by serial. A launched worker sets its
+/// ready key at once (it "can take part"); it ends when the test exits it
+/// or a stopping signal reaches it.
+struct FakeCluster {
+  explicit FakeCluster(hvd::store::InMemoryStore& s) : store(s) {}
+  struct Worker {
+    std::string id, host;
+    EventSink* sink = nullptr;
+    bool alive = true;
+    std::vector<int> signals;
+  };
+  hvd::store::InMemoryStore& store;
+  std::mutex mutex;
+  std::map<int, Worker> workers;
+  int launches = 0;
+
+  void launched(const WorkerSpec& w, EventSink& sink) {
+    const std::string id = w.env.at("HVDRUN_WORKER_ID");
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      workers[w.slot.rank] = Worker{id, w.slot.hostname, &sink, true, {}};
+      ++launches;
+    }
+    store.set_string(se::ready_key(id), "1");
+  }
+  /// Reports the exit of a live worker; false if it had exited already.
+  bool exit(int serial, int status) {
+    EventSink* sink;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      auto it = workers.find(serial);
+      if (it == workers.end() || !it->second.alive) return false;
+      it->second.alive = false;
+      sink = it->second.sink;
+    }
+    WorkerExit e;
+    e.rank = serial;
+    e.status = status;
+    e.signal = status > 128 ? status - 128 : 0;
+    sink->on_exit(e);
+    return true;
+  }
+  void signal(int serial, int sig) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      auto it = workers.find(serial);
+      if (it == workers.end()) return;
+      it->second.signals.push_back(sig);
+    }
+    if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGKILL) exit(serial, 128 + sig);
+  }
+  int serial_of(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (auto& [serial, w] : workers) {
+      if (w.id == id) return serial;
+    }
+    return -1;
+  }
+  std::vector<int> alive_on(const std::string& host) {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::vector<int> out;
+    for (auto& [serial, w] : workers) {
+      if (w.alive && w.host == host) out.push_back(serial);
+    }
+    return out;
+  }
+  std::vector<int> signals_to(int serial) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return workers.count(serial) ? workers[serial].signals : std::vector<int>{};
+  }
+};
+
+class FakeSpawner final : public Spawner {
+ public:
+  explicit FakeSpawner(FakeCluster& cluster) : cluster_(cluster) {}
+  void launch(const std::vector<WorkerSpec>& workers, EventSink& sink, hvd::Deadline) override {
+    for (const auto& w : workers) {
+      serials_.push_back(w.slot.rank);
+      cluster_.launched(w, sink);
+    }
+  }
+  void signal(int serial, int sig) override { cluster_.signal(serial, sig); }
+  void shutdown() override {
+    for (int s : serials_) cluster_.exit(s, 128 + SIGKILL);
+  }
+
+ private:
+  FakeCluster& cluster_;
+  std::vector<int> serials_;
+};
+
+class FakeFactory final : public SpawnerFactory {
+ public:
+  explicit FakeFactory(FakeCluster& cluster) : cluster_(cluster) {}
+  bool is_local(const std::string&) override { return true; }
+  std::unique_ptr<Spawner> make(const std::string& host) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    hosts_.push_back(host);
+    return std::make_unique<FakeSpawner>(cluster_);
+  }
+
+ private:
+  FakeCluster& cluster_;
+  std::mutex mutex_;
+  std::vector<std::string> hosts_;
+};
+
+std::optional<se::World> world(hvd::store::InMemoryStore& store, uint64_t v) {
+  auto text = store.try_get(se::world_key(v));
+  if (!text) return std::nullopt;
+  return se::decode_world(std::string(text->begin(), text->end()));
+}
+
+uint64_t latest(hvd::store::InMemoryStore& store) {
+  auto text = store.try_get(se::kVersionKey);
+  return text ? std::stoull(std::string(text->begin(), text->end())) : 0;
+}
+
+/// The job under test: the runner on the test's thread, a trainer thread,
+/// and the test's script on a third one. Scripts use CHECK, never REQUIRE:
+/// an assertion must not throw on a thread of its own.
+struct Job {
+  Options options;
+  hvd::store::InMemoryStore store;
+  FakeCluster cluster{store};
+  FakeFactory factory{cluster};
+  std::unique_ptr<OutputRouter> output;
+  std::ostringstream log_text;
+  std::shared_ptr<spdlog::logger> previous_logger = spdlog::default_logger();
+
+  Job(int np, int min_np) {
+    options.num_proc = np;
+    options.elastic.min_np = min_np;
+    options.elastic.host_discovery_script = "scripted";
+    options.elastic.discovery_interval = 20ms;
+    options.start_timeout = std::chrono::seconds(10);
+    options.kill_grace = 200ms;
+    options.command = {"train"};
+    OutputOptions oo;
+    oo.stdout_fd = -1;
+    oo.stderr_fd = -1;
+    output = std::make_unique<OutputRouter>(oo);
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log_text);
+    auto logger = std::make_shared<spdlog::logger>("test", sink);
+    logger->set_pattern("%v");
+    logger->set_level(spdlog::level::debug);
+    spdlog::set_default_logger(logger);
+  }
+  ~Job() { spdlog::set_default_logger(previous_logger); }
+
+  /// Runs the job to its end with `source`; `script` runs beside it and
+  /// drives the workers.
+  /// On a failed expectation a script returns early after abort(): the job
+  /// then ends (SIGTERM to every worker) instead of hanging.
+  int run(HostSource& source, const std::function<void(Job&)>& script) {
+    ElasticRunnerDeps deps(source, factory, store, *output);
+    deps.worker_env = {{"HOROVOD_GLOO_RENDEZVOUS_PORT", "1"}};
+    deps.driver_address = "127.0.0.1";
+    deps.choose_address = [](const std::vector<HostSpec>&) { return std::string("127.0.0.1"); };
+    deps.store_address = "127.0.0.1:1";
+    deps.seed = 1;
+    ElasticRunner runner(options, std::move(deps));
+    runner_ = &runner;
+    DiscoveryResult first = source.discover();
+    std::atomic<bool> stop{false};
+    // The library's part: every published world forms.
+    std::thread trainer([&] {
+      uint64_t formed = 0;
+      while (!stop) {
+        uint64_t v = latest(store);
+        while (formed < v) {
+          ++formed;
+          store.set_string(se::formed_key(formed), "1");
+        }
+        std::this_thread::sleep_for(5ms);
+      }
+    });
+    std::thread driver([&] { script(*this); });
+    int code = runner.run(std::move(first));
+    stop = true;
+    driver.join();
+    trainer.join();
+    return code;
+  }
+
+  /// Waits until world version >= v is published and returns it.
+  se::World wait_world(uint64_t v, std::chrono::milliseconds limit = 10s) {
+    auto until = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < until) {
+      uint64_t latest_v = latest(store);
+      if (latest_v >= v) return *world(store, latest_v);
+      std::this_thread::sleep_for(5ms);
+    }
+    // Catch assertions must not throw on this (the script's) thread.
+    CHECK(latest(store) >= v);
+    return {};
+  }
+  /// Every member of `w` exits 0: training is done.
+  void finish(const se::World& w) {
+    for (const auto& m : w.members) cluster.exit(cluster.serial_of(m.worker_id), 0);
+  }
+  std::string log() { return log_text.str(); }
+  void abort() { runner_->interrupt(SIGTERM); }
+  void interrupt(int sig) { runner_->interrupt(sig); }
+  ElasticRunner* runner_ = nullptr;
+};
+
+std::vector<std::string> hosts_of(const se::World& w) {
+  std::vector<std::string> out;
+  for (const auto& m : w.members) out.push_back(m.host);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("ElasticRunner: a crashed worker is replaced on its slot and the job goes on", "[elastic_runner]") {
+  Job job(2, 1);
+  ScriptedHostSource hosts({{"hostA", 2}});
+  int code = job.run(hosts, [](Job& j) {
+    se::World w1 = j.wait_world(1);
+    CHECK(w1.size() == 2);
+    if (w1.size() != 2) return j.abort();
+    // One worker crashes; the survivor is not touched.
+    const int victim = j.cluster.serial_of(w1.members[1].worker_id);
+    const int survivor = j.cluster.serial_of(w1.members[0].worker_id);
+    j.cluster.exit(victim, 1);
+    // A world without it, then one with its replacement (a new worker id).
+    se::World w = j.wait_world(2);
+    auto until = std::chrono::steady_clock::now() + 10s;
+    while (w.size() < 2 && std::chrono::steady_clock::now() < until) w = j.wait_world(w.version + 1);
+    CHECK(w.size() == 2);
+    if (w.size() != 2) return j.abort();
+    CHECK(w.members[0].worker_id == w1.members[0].worker_id);  // rank 0 stays rank 0
+    CHECK(w.members[1].worker_id != w1.members[1].worker_id);
+    CHECK(j.cluster.signals_to(survivor).empty());
+    j.finish(w);
+  });
+  CHECK(code == exit_code::kOk);
+  CHECK(job.cluster.launches == 3);
+}
+
+TEST_CASE("ElasticRunner: a host that leaves discovery has its workers stopped", "[elastic_runner]") {
+  Job job(2, 1);
+  ScriptedHostSource hosts({{"hostA", 1}, {"hostB", 1}});
+  int code = job.run(hosts, [&hosts](Job& j) {
+    se::World w1 = j.wait_world(1);
+    CHECK(hosts_of(w1) == std::vector<std::string>{"hostA", "hostB"});
+    if (j.cluster.alive_on("hostB").empty()) return j.abort();
+    const int on_b = j.cluster.alive_on("hostB").at(0);
+    hosts.set_hosts({{"hostA", 1}});
+    se::World w2 = j.wait_world(2);
+    CHECK(hosts_of(w2) == std::vector<std::string>{"hostA"});
+    CHECK(j.cluster.signals_to(on_b) == std::vector<int>{SIGTERM});
+    CHECK(j.cluster.alive_on("hostB").empty());
+    j.finish(w2);
+  });
+  CHECK(code == exit_code::kOk);
+}
+
+TEST_CASE("ElasticRunner: more re-formations than --reset-limit end the job with exit 5", "[elastic_runner]") {
+  Job job(2, 1);
+  job.options.elastic.reset_limit = 1;
+  ScriptedHostSource hosts({{"hostA", 2}});
+  int code = job.run(hosts, [](Job& j) {
+    se::World w = j.wait_world(1);
+    // Crash after crash, each making a new world, until the runner gives up.
+    for (int i = 0; i < 20; ++i) {
+      auto alive = j.cluster.alive_on("hostA");
+      if (alive.empty()) break;
+      j.cluster.exit(alive.back(), 1);
+      std::this_thread::sleep_for(100ms);
+    }
+  });
+  CHECK(code == exit_code::kElastic);
+  CHECK(job.cluster.launches >= 3);  // it restarted the first crash, then gave up
+}
+
+TEST_CASE("ElasticRunner: a failing look keeps the last host set and is logged once", "[elastic_runner]") {
+  Job job(2, 2);
+  ScriptedHostSource hosts({{"hostA", 2}});
+  int code = job.run(hosts, [&hosts](Job& j) {
+    se::World w1 = j.wait_world(1);
+    hosts.set_error("scripted source: API server unreachable");
+    const int looks = hosts.looks();
+    while (hosts.looks() < looks + 5) std::this_thread::sleep_for(10ms);
+    // Nobody was stopped, no new world.
+    CHECK(j.cluster.alive_on("hostA").size() == 2);
+    CHECK(latest(j.store) == 1);
+    j.finish(w1);
+  });
+  CHECK(code == exit_code::kOk);
+  const std::string log = job.log();
+  const auto first = log.find("API server unreachable");
+  REQUIRE(first != std::string::npos);
+  CHECK(log.find("API server unreachable", first + 1) == std::string::npos);
+}
+
+TEST_CASE("ElasticRunner: a signal stops every worker and gives 128+signal", "[elastic_runner]") {
+  Job job(2, 1);
+  ScriptedHostSource hosts({{"hostA", 1}, {"hostB", 1}});
+  int code = job.run(hosts, [](Job& j) {
+    j.wait_world(1);
+    j.interrupt(SIGTERM);
+  });
+  CHECK(code == 128 + SIGTERM);
+  CHECK(job.cluster.alive_on("hostA").empty());
+  CHECK(job.cluster.alive_on("hostB").empty());
+}
