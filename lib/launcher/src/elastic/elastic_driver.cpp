@@ -67,13 +67,13 @@ std::string plural(std::size_t n, const char* word) {
 }
 
 /// Discovered hosts as "a:2 b:1", at most 8 of them.
-std::string hosts_text(const std::vector<DiscoveredHost>& hosts) {
+std::string hosts_text(const std::vector<HostSpec>& hosts) {
   if (hosts.empty()) return "none";
   std::string out;
   std::size_t shown = std::min<std::size_t>(hosts.size(), 8);
   for (std::size_t i = 0; i < shown; ++i) {
     if (i) out += ' ';
-    out += fmt::format("{}:{}", hosts[i].host, hosts[i].slots);
+    out += format_host(hosts[i]);
   }
   if (shown < hosts.size()) out += fmt::format(" (+{} more)", hosts.size() - shown);
   return out;
@@ -124,7 +124,7 @@ struct ElasticDriver::Impl {
   std::vector<ElasticAction> actions;
 
   bool have_hosts = false;
-  std::vector<DiscoveredHost> hosts;
+  std::vector<HostSpec> hosts;
   std::set<std::string> logged_discovery_reasons;
   bool discovery_reasons_capped = false;
 
@@ -205,9 +205,9 @@ struct ElasticDriver::Impl {
     return !it->second.until || *it->second.until > now;
   }
 
-  const DiscoveredHost* listed(const std::string& host) const {
+  const HostSpec* listed(const std::string& host) const {
     for (const auto& h : hosts) {
-      if (h.host == host) return &h;
+      if (h.name == host) return &h;
     }
     return nullptr;
   }
@@ -222,7 +222,7 @@ struct ElasticDriver::Impl {
   int usable_slots_except(const std::string& host, ElasticTime now) const {
     int n = 0;
     for (const auto& h : hosts) {
-      if (h.host != host && !blacklisted(h.host, now)) n += h.slots;
+      if (h.name != host && !blacklisted(h.name, now)) n += h.slots;
     }
     return n;
   }
@@ -230,8 +230,8 @@ struct ElasticDriver::Impl {
   int usable_free_slots(ElasticTime now) const {
     int n = 0;
     for (const auto& h : hosts) {
-      if (blacklisted(h.host, now)) continue;
-      for (int s = 0; s < h.slots; ++s) n += occupied.count({h.host, s}) ? 0 : 1;
+      if (blacklisted(h.name, now)) continue;
+      for (int s = 0; s < h.slots; ++s) n += occupied.count({h.name, s}) ? 0 : 1;
     }
     return n;
   }
@@ -288,7 +288,7 @@ struct ElasticDriver::Impl {
     // Hosts gone or shrunk: stop their (excess) workers.
     for (auto& [s, w] : live) {
       if (w.stopping) continue;
-      const DiscoveredHost* h = listed(w.host);
+      const HostSpec* h = listed(w.host);
       if (!h) {
         pending_reasons.push_back(fmt::format("host {} no longer listed by discovery", w.host));
         stop(w);
@@ -331,10 +331,10 @@ struct ElasticDriver::Impl {
     int count = active_count();
     for (const auto& h : hosts) {
       if (count >= policy.max_np) return;
-      if (blacklisted(h.host, now)) continue;
+      if (blacklisted(h.name, now)) continue;
       for (int s = 0; s < h.slots && count < policy.max_np; ++s) {
-        if (occupied.count({h.host, s})) continue;
-        spawn(h.host, s, now);
+        if (occupied.count({h.name, s})) continue;
+        spawn(h.name, s, now);
         ++count;
       }
     }

@@ -203,7 +203,7 @@ class ElasticRunner {
     // and which address remote hosts will reach the store on.
     DiscoveryResult first = run_discovery_script(dso);
     std::vector<HostSpec> first_hosts;
-    for (const auto& h : first.hosts) first_hosts.push_back(HostSpec{h.host, h.slots});
+    for (const auto& h : first.hosts) first_hosts.push_back(HostSpec{h.name, h.slots});
     if (!first.ok()) {
       std::fprintf(stderr, "hvdrun: error: %s\n", first.error->c_str());
       return exit_code::kLaunch;
@@ -433,7 +433,7 @@ class ElasticRunner {
     if (!result.ok()) return result;
     if (!driver_addr_ && !result.hosts.empty()) {
       std::vector<HostSpec> hosts;
-      for (const auto& h : result.hosts) hosts.push_back(HostSpec{h.host, h.slots});
+      for (const auto& h : result.hosts) hosts.push_back(HostSpec{h.name, h.slots});
       try {
         set_driver_address(choose_driver_address(options_.network_interfaces, hosts));
         spdlog::info("workers reach the store on {}:{}", *driver_addr_, server_->port());
@@ -445,14 +445,14 @@ class ElasticRunner {
       }
     }
     if (!loopback_only_) return result;
-    std::vector<DiscoveredHost> kept;
+    std::vector<HostSpec> kept;
     for (auto& h : result.hosts) {
-      if (is_local(h.host)) {
+      if (is_local(h.name)) {
         kept.push_back(std::move(h));
-      } else if (unreachable_warned_.insert(h.host).second) {
+      } else if (unreachable_warned_.insert(h.name).second) {
         spdlog::warn("ignoring discovered host {}: the store listens on 127.0.0.1 because every host was local "
                      "when the job started; restart with --network-interface to let jobs grow onto other machines",
-                     h.host);
+                     h.name);
       }
     }
     result.hosts = std::move(kept);
@@ -472,7 +472,7 @@ class ElasticRunner {
     }
     last_discovery_error_.clear();
     std::vector<std::string> hosts;
-    for (const auto& h : result.hosts) hosts.push_back(h.host + ":" + std::to_string(h.slots));
+    for (const auto& h : result.hosts) hosts.push_back(h.name + ":" + std::to_string(h.slots));
     if (last_discovery_ && *last_discovery_ == hosts) return;
     last_discovery_ = hosts;
     events_->emit("discovery", {{"hosts", hosts}});

@@ -86,7 +86,7 @@ struct Harness {
     return actions;
   }
 
-  std::vector<ElasticAction> discover(std::vector<DiscoveredHost> hosts) {
+  std::vector<ElasticAction> discover(std::vector<HostSpec> hosts) {
     DiscoveryResult r;
     r.hosts = std::move(hosts);
     d.on_discovery(r, now);
@@ -202,7 +202,7 @@ bool has_message(const std::vector<ElasticAction>& actions, Kind kind, const std
 using Strings = std::vector<std::string>;
 
 /// Starts a job on `hosts`, readies everyone and returns after world 1.
-void form(Harness& h, std::vector<DiscoveredHost> hosts) {
+void form(Harness& h, std::vector<HostSpec> hosts) {
   h.discover(std::move(hosts));
   auto a = h.ready_all();
   REQUIRE(h.d.current_world().version == 1);
@@ -906,7 +906,7 @@ TEST_CASE("elastic driver: random event storms keep the invariants and never spi
     std::mt19937 rng(static_cast<unsigned>(seed));
     const std::vector<std::string> names{"a", "b", "c", "d"};
     auto random_hosts = [&] {
-      std::vector<DiscoveredHost> hosts;
+      std::vector<HostSpec> hosts;
       for (const auto& n : names) {
         if (rng() % 3) hosts.push_back({n, 1 + static_cast<int>(rng() % 3)});
       }
