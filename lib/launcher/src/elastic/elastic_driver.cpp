@@ -42,6 +42,7 @@
 #include "hvd/launcher/elastic/elastic_driver.h"
 
 #include "hvd/launcher/options/options.h"
+#include "hvd/launcher/plan/placement.h"
 #include "hvd/launcher/process/status.h"
 
 #include <fmt/format.h>
@@ -279,6 +280,28 @@ struct ElasticDriver::Impl {
     live.emplace(w.serial, std::move(w));
   }
 
+  /// World members for `workers` listed in rank order (the list's order is
+  /// the ranks: rank stability is the caller's), local and cross ranks from
+  /// the launcher's one placement rule (plan/placement.h).
+  static std::vector<se::Member> members_in_rank_order(const std::vector<const Worker*>& workers) {
+    std::vector<std::string> rank_hosts;
+    for (const Worker* w : workers) rank_hosts.push_back(w->host);
+    const std::vector<SlotAssignment> slots = place_ranks(rank_hosts);
+    std::vector<se::Member> members;
+    for (std::size_t r = 0; r < workers.size(); ++r) {
+      se::Member m;
+      m.worker_id = workers[r]->id;
+      m.host = slots[r].hostname;
+      m.rank = slots[r].rank;
+      m.local_rank = slots[r].local_rank;
+      m.local_size = slots[r].local_size;
+      m.cross_rank = slots[r].cross_rank;
+      m.cross_size = slots[r].cross_size;
+      members.push_back(std::move(m));
+    }
+    return members;
+  }
+
   // ---- the rules ----
 
   /// Brings workers in line with the discovered hosts, then publishes and
@@ -390,12 +413,11 @@ struct ElasticDriver::Impl {
       return;
     }
 
-    std::vector<std::pair<std::string, std::string>> ids;
-    for (const Worker* w : survivors) ids.emplace_back(w->id, w->host);
-    for (const Worker* w : newcomers) ids.emplace_back(w->id, w->host);
+    std::vector<const Worker*> in_rank_order = survivors;
+    in_rank_order.insert(in_rank_order.end(), newcomers.begin(), newcomers.end());
     se::World next;
     next.version = world.version + 1;
-    next.members = se::assign_ranks(ids);
+    next.members = members_in_rank_order(in_rank_order);
     next.reason = reason_text(!newcomers.empty());
     if (next.version > 1) ++resets;
 
