@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <map>
 #include <set>
 
 namespace hvd::store::elastic {
@@ -75,29 +74,6 @@ World decode_world(const std::string& text) {
     throw InvalidArgument(fmt::format("malformed elastic world: {}", e.what()));
   }
   return w;
-}
-
-std::vector<Member> assign_ranks(const std::vector<std::pair<std::string, std::string>>& ids_and_hosts) {
-  std::vector<Member> out;
-  std::map<std::string, int> per_host;  // members seen so far on each host
-  for (const auto& [id, host] : ids_and_hosts) {
-    Member m;
-    m.worker_id = id;
-    m.host = host;
-    m.rank = static_cast<int>(out.size());
-    m.local_rank = per_host[host]++;
-    out.push_back(std::move(m));
-  }
-  // Hosts having a member at local rank L, in order of first appearance.
-  std::map<int, std::vector<std::string>> hosts_at;
-  for (auto& m : out) {
-    m.local_size = per_host[m.host];
-    auto& hosts = hosts_at[m.local_rank];
-    m.cross_rank = static_cast<int>(hosts.size());
-    hosts.push_back(m.host);
-  }
-  for (auto& m : out) m.cross_size = static_cast<int>(hosts_at[m.local_rank].size());
-  return out;
 }
 
 }  // namespace hvd::store::elastic

@@ -46,14 +46,16 @@ class FakeDriver {
   uint16_t port() const { return server_.port(); }
   store::InMemoryStore& store() { return server_.store(); }
 
-  /// Publishes world `version` with `ids` in rank order, all on one host.
+  /// Publishes world `version` with `ids` in rank order, all on one host
+  /// (so local rank = rank and there is one cross rank).
   void publish(uint64_t version, const std::vector<std::string>& ids, bool final = false,
                const std::string& reason = "test") {
-    std::vector<std::pair<std::string, std::string>> pairs;
-    for (const auto& id : ids) pairs.emplace_back(id, "localhost");
     store::elastic::World w;
     w.version = version;
-    w.members = store::elastic::assign_ranks(pairs);
+    const int size = static_cast<int>(ids.size());
+    for (int rank = 0; rank < size; ++rank) {
+      w.members.push_back(store::elastic::Member{ids[static_cast<size_t>(rank)], "localhost", rank, rank, size, 0, 1});
+    }
     w.reason = reason;
     w.final = final;
     store().set_string(store::elastic::world_key(version), store::elastic::encode_world(w));

@@ -42,6 +42,7 @@
 #include "hvd/launcher/elastic/elastic_driver.h"
 
 #include "hvd/launcher/options/options.h"
+#include "hvd/launcher/plan/placement.h"
 #include "hvd/launcher/process/status.h"
 
 #include <fmt/format.h>
@@ -67,13 +68,13 @@ std::string plural(std::size_t n, const char* word) {
 }
 
 /// Discovered hosts as "a:2 b:1", at most 8 of them.
-std::string hosts_text(const std::vector<DiscoveredHost>& hosts) {
+std::string hosts_text(const std::vector<HostSpec>& hosts) {
   if (hosts.empty()) return "none";
   std::string out;
   std::size_t shown = std::min<std::size_t>(hosts.size(), 8);
   for (std::size_t i = 0; i < shown; ++i) {
     if (i) out += ' ';
-    out += fmt::format("{}:{}", hosts[i].host, hosts[i].slots);
+    out += format_host(hosts[i]);
   }
   if (shown < hosts.size()) out += fmt::format(" (+{} more)", hosts.size() - shown);
   return out;
@@ -124,7 +125,7 @@ struct ElasticDriver::Impl {
   std::vector<ElasticAction> actions;
 
   bool have_hosts = false;
-  std::vector<DiscoveredHost> hosts;
+  std::vector<HostSpec> hosts;
   std::set<std::string> logged_discovery_reasons;
   bool discovery_reasons_capped = false;
 
@@ -205,9 +206,9 @@ struct ElasticDriver::Impl {
     return !it->second.until || *it->second.until > now;
   }
 
-  const DiscoveredHost* listed(const std::string& host) const {
+  const HostSpec* listed(const std::string& host) const {
     for (const auto& h : hosts) {
-      if (h.host == host) return &h;
+      if (h.name == host) return &h;
     }
     return nullptr;
   }
@@ -222,7 +223,7 @@ struct ElasticDriver::Impl {
   int usable_slots_except(const std::string& host, ElasticTime now) const {
     int n = 0;
     for (const auto& h : hosts) {
-      if (h.host != host && !blacklisted(h.host, now)) n += h.slots;
+      if (h.name != host && !blacklisted(h.name, now)) n += h.slots;
     }
     return n;
   }
@@ -230,8 +231,8 @@ struct ElasticDriver::Impl {
   int usable_free_slots(ElasticTime now) const {
     int n = 0;
     for (const auto& h : hosts) {
-      if (blacklisted(h.host, now)) continue;
-      for (int s = 0; s < h.slots; ++s) n += occupied.count({h.host, s}) ? 0 : 1;
+      if (blacklisted(h.name, now)) continue;
+      for (int s = 0; s < h.slots; ++s) n += occupied.count({h.name, s}) ? 0 : 1;
     }
     return n;
   }
@@ -279,6 +280,28 @@ struct ElasticDriver::Impl {
     live.emplace(w.serial, std::move(w));
   }
 
+  /// World members for `workers` listed in rank order (the list's order is
+  /// the ranks: rank stability is the caller's), local and cross ranks from
+  /// the launcher's one placement rule (plan/placement.h).
+  static std::vector<se::Member> members_in_rank_order(const std::vector<const Worker*>& workers) {
+    std::vector<std::string> rank_hosts;
+    for (const Worker* w : workers) rank_hosts.push_back(w->host);
+    const std::vector<SlotAssignment> slots = place_ranks(rank_hosts);
+    std::vector<se::Member> members;
+    for (std::size_t r = 0; r < workers.size(); ++r) {
+      se::Member m;
+      m.worker_id = workers[r]->id;
+      m.host = slots[r].hostname;
+      m.rank = slots[r].rank;
+      m.local_rank = slots[r].local_rank;
+      m.local_size = slots[r].local_size;
+      m.cross_rank = slots[r].cross_rank;
+      m.cross_size = slots[r].cross_size;
+      members.push_back(std::move(m));
+    }
+    return members;
+  }
+
   // ---- the rules ----
 
   /// Brings workers in line with the discovered hosts, then publishes and
@@ -288,7 +311,7 @@ struct ElasticDriver::Impl {
     // Hosts gone or shrunk: stop their (excess) workers.
     for (auto& [s, w] : live) {
       if (w.stopping) continue;
-      const DiscoveredHost* h = listed(w.host);
+      const HostSpec* h = listed(w.host);
       if (!h) {
         pending_reasons.push_back(fmt::format("host {} no longer listed by discovery", w.host));
         stop(w);
@@ -331,10 +354,10 @@ struct ElasticDriver::Impl {
     int count = active_count();
     for (const auto& h : hosts) {
       if (count >= policy.max_np) return;
-      if (blacklisted(h.host, now)) continue;
+      if (blacklisted(h.name, now)) continue;
       for (int s = 0; s < h.slots && count < policy.max_np; ++s) {
-        if (occupied.count({h.host, s})) continue;
-        spawn(h.host, s, now);
+        if (occupied.count({h.name, s})) continue;
+        spawn(h.name, s, now);
         ++count;
       }
     }
@@ -390,12 +413,11 @@ struct ElasticDriver::Impl {
       return;
     }
 
-    std::vector<std::pair<std::string, std::string>> ids;
-    for (const Worker* w : survivors) ids.emplace_back(w->id, w->host);
-    for (const Worker* w : newcomers) ids.emplace_back(w->id, w->host);
+    std::vector<const Worker*> in_rank_order = survivors;
+    in_rank_order.insert(in_rank_order.end(), newcomers.begin(), newcomers.end());
     se::World next;
     next.version = world.version + 1;
-    next.members = se::assign_ranks(ids);
+    next.members = members_in_rank_order(in_rank_order);
     next.reason = reason_text(!newcomers.empty());
     if (next.version > 1) ++resets;
 

@@ -367,10 +367,8 @@ class ElasticRunner::Impl {
     record_discovery(result);
     if (!result.ok()) return result;
     if (!driver_addr_ && !result.hosts.empty()) {
-      std::vector<HostSpec> hosts;
-      for (const auto& h : result.hosts) hosts.push_back(HostSpec{h.host, h.slots});
       try {
-        set_driver_address(deps_.choose_address(hosts));
+        set_driver_address(deps_.choose_address(result.hosts));
         spdlog::info("workers reach the store on {}:{}", *driver_addr_, common_env_["HOROVOD_GLOO_RENDEZVOUS_PORT"]);
       } catch (const std::exception& e) {
         spdlog::warn("cannot choose the address workers reach hvdrun on ({}); ignoring this discovery run",
@@ -380,14 +378,14 @@ class ElasticRunner::Impl {
       }
     }
     if (!loopback_only_) return result;
-    std::vector<DiscoveredHost> kept;
+    std::vector<HostSpec> kept;
     for (auto& h : result.hosts) {
-      if (is_local(h.host)) {
+      if (is_local(h.name)) {
         kept.push_back(std::move(h));
-      } else if (unreachable_warned_.insert(h.host).second) {
+      } else if (unreachable_warned_.insert(h.name).second) {
         spdlog::warn("ignoring discovered host {}: the store listens on 127.0.0.1 because every host was local "
                      "when the job started; restart with --network-interface to let jobs grow onto other machines",
-                     h.host);
+                     h.name);
       }
     }
     result.hosts = std::move(kept);
@@ -407,7 +405,7 @@ class ElasticRunner::Impl {
     }
     last_discovery_error_.clear();
     std::vector<std::string> hosts;
-    for (const auto& h : result.hosts) hosts.push_back(h.host + ":" + std::to_string(h.slots));
+    for (const auto& h : result.hosts) hosts.push_back(format_host(h));
     if (last_discovery_ && *last_discovery_ == hosts) return;
     last_discovery_ = hosts;
     events_->emit("discovery", {{"hosts", hosts}});

@@ -16,13 +16,6 @@ namespace hvd::launcher {
 
 namespace {
 
-std::string trim(const std::string& s) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return s.substr(b, e - b);
-}
-
 bool valid_hostname(const std::string& name) {
   if (name.empty()) return false;
   for (char c : name) {
@@ -41,73 +34,52 @@ bool valid_ipv6_literal(const std::string& name) {
   return name.find(':') != std::string::npos;
 }
 
-/// Parses a slot count; `what` names the entry for messages.
-int parse_slots(const std::string& text, const std::string& entry) {
-  if (text.empty()) {
-    throw InvalidArgument(fmt::format("'{}': missing slot count after ':' (write host:N, e.g. {}2)", entry, entry));
-  }
+/// Why `text` is not a slot count, or none (the count is then in *slots).
+/// `entry` only completes the hint for a missing count.
+std::optional<std::string> slot_count_error(const std::string& text, const std::string& entry, int* slots) {
+  if (text.empty()) return fmt::format("missing slot count after ':' (write host:N, e.g. {}2)", entry);
   bool digits = true;
   for (size_t i = 0; i < text.size(); ++i) {
     if (!std::isdigit(static_cast<unsigned char>(text[i])) && !(i == 0 && text[i] == '-')) digits = false;
   }
-  if (!digits || text == "-") {
-    throw InvalidArgument(fmt::format("'{}': slot count '{}' is not a number", entry, text));
-  }
-  if (text[0] == '-') {
-    throw InvalidArgument(fmt::format("'{}': slot count must be at least 1, not {}", entry, text));
-  }
-  if (text.size() > 6) {
-    throw InvalidArgument(fmt::format("'{}': slot count {} is too large", entry, text));
-  }
-  int slots = std::stoi(text);
-  if (slots < 1) {
-    throw InvalidArgument(fmt::format("'{}': slot count must be at least 1, not {}", entry, text));
-  }
-  return slots;
+  if (!digits || text == "-") return fmt::format("slot count '{}' is not a number", text);
+  if (text[0] == '-') return fmt::format("slot count must be at least 1, not {}", text);
+  if (text.size() > 6) return fmt::format("slot count {} is too large", text);
+  *slots = std::stoi(text);
+  if (*slots < 1) return fmt::format("slot count must be at least 1, not {}", text);
+  return std::nullopt;
 }
 
-/// One "host[:N]" entry (already trimmed, non-empty).
-HostSpec parse_entry(const std::string& entry) {
-  HostSpec spec;
-  std::string slots_text;
-  bool has_slots = false;
-  if (entry[0] == '[') {
+/// The name part of the grammar: splits `entry` into the host name (IPv6
+/// without brackets) and the text after its ':' (`slots_text`, set only when
+/// the entry has one). Returns why the entry is malformed, or none.
+std::optional<std::string> split_entry(const std::string& entry, std::string* name,
+                                       std::optional<std::string>* slots_text) {
+  if (!entry.empty() && entry[0] == '[') {
     size_t close = entry.find(']');
-    if (close == std::string::npos) {
-      throw InvalidArgument(fmt::format("'{}': missing ']' after IPv6 address", entry));
-    }
-    spec.name = entry.substr(1, close - 1);
-    if (!valid_ipv6_literal(spec.name)) {
-      throw InvalidArgument(fmt::format("'{}': '{}' is not an IPv6 address", entry, spec.name));
-    }
+    if (close == std::string::npos) return std::string("missing ']' after IPv6 address");
+    *name = entry.substr(1, close - 1);
+    if (!valid_ipv6_literal(*name)) return fmt::format("'{}' is not an IPv6 address", *name);
     std::string rest = entry.substr(close + 1);
     if (!rest.empty()) {
-      if (rest[0] != ':') {
-        throw InvalidArgument(fmt::format("'{}': expected ':N' after ']'", entry));
-      }
-      has_slots = true;
-      slots_text = rest.substr(1);
+      if (rest[0] != ':') return std::string("expected ':N' after ']'");
+      *slots_text = rest.substr(1);
     }
-  } else {
-    size_t colon = entry.find(':');
-    if (colon != std::string::npos && entry.find(':', colon + 1) != std::string::npos) {
-      throw InvalidArgument(fmt::format("'{}': too many ':' (put IPv6 addresses in brackets: [{}]:N)", entry, entry));
-    }
-    spec.name = entry.substr(0, colon);
-    if (colon != std::string::npos) {
-      has_slots = true;
-      slots_text = entry.substr(colon + 1);
-    }
-    if (spec.name.empty()) {
-      throw InvalidArgument(fmt::format("'{}': missing host name before ':'", entry));
-    }
-    if (!valid_hostname(spec.name)) {
-      throw InvalidArgument(
-          fmt::format("'{}': '{}' is not a valid host name (letters, digits, '.', '-', '_')", entry, spec.name));
-    }
+    return std::nullopt;
   }
-  spec.slots = has_slots ? parse_slots(slots_text, entry) : 1;
-  return spec;
+  size_t colon = entry.find(':');
+  if (colon != std::string::npos && entry.find(':', colon + 1) != std::string::npos) {
+    return fmt::format("too many ':' (put IPv6 addresses in brackets: [{}]:N)", entry);
+  }
+  *name = entry.substr(0, colon);
+  if (colon != std::string::npos) *slots_text = entry.substr(colon + 1);
+  if (name->empty()) {
+    return std::string(colon == std::string::npos ? "empty host entry" : "missing host name before ':'");
+  }
+  if (!valid_hostname(*name)) {
+    return fmt::format("'{}' is not a valid host name (letters, digits, '.', '-', '_')", *name);
+  }
+  return std::nullopt;
 }
 
 void check_duplicates(const std::vector<HostSpec>& hosts, const HostSpec& next) {
@@ -121,9 +93,33 @@ void check_duplicates(const std::vector<HostSpec>& hosts, const HostSpec& next) 
 
 }  // namespace
 
+std::string trim_spaces(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+HostEntry try_parse_host_entry(const std::string& entry, int default_slots) {
+  HostEntry out;
+  std::optional<std::string> slots_text;
+  out.error = split_entry(entry, &out.host.name, &slots_text);
+  if (!out.ok()) return out;
+  out.slots_given = slots_text.has_value();
+  out.host.slots = default_slots;
+  if (slots_text) out.error = slot_count_error(*slots_text, entry, &out.host.slots);
+  return out;
+}
+
+HostSpec parse_host_entry(const std::string& entry, int default_slots) {
+  HostEntry parsed = try_parse_host_entry(entry, default_slots);
+  if (!parsed.ok()) throw InvalidArgument(fmt::format("'{}': {}", entry, *parsed.error));
+  return parsed.host;
+}
+
 std::vector<HostSpec> parse_hosts(const std::string& text) {
   std::vector<HostSpec> hosts;
-  if (trim(text).empty()) throw InvalidArgument("-H: empty host list (expected e.g. -H host1:2,host2:2)");
+  if (trim_spaces(text).empty()) throw InvalidArgument("-H: empty host list (expected e.g. -H host1:2,host2:2)");
   std::string item;
   std::stringstream ss(text);
   size_t index = 0;
@@ -133,11 +129,11 @@ std::vector<HostSpec> parse_hosts(const std::string& text) {
   }
   while (std::getline(ss, item, ',')) {
     ++index;
-    std::string entry = trim(item);
+    std::string entry = trim_spaces(item);
     if (entry.empty()) {
       throw InvalidArgument(fmt::format("-H '{}': empty host entry at position {}", text, index));
     }
-    HostSpec spec = parse_entry(entry);
+    HostSpec spec = parse_host_entry(entry);
     check_duplicates(hosts, spec);
     hosts.push_back(spec);
   }
@@ -154,7 +150,7 @@ std::vector<HostSpec> parse_hostfile_text(const std::string& text, const std::st
     std::string line = raw;
     size_t hash = line.find('#');
     if (hash != std::string::npos) line.resize(hash);
-    line = trim(line);
+    line = trim_spaces(line);
     if (line.empty()) continue;
     try {
       std::stringstream fields(line);
@@ -168,7 +164,12 @@ std::vector<HostSpec> parse_hostfile_text(const std::string& text, const std::st
         if (key == "slots") {
           if (eq == std::string::npos) throw InvalidArgument("'slots' needs a value: slots=N");
           if (slots) throw InvalidArgument("'slots=' given twice");
-          slots = parse_slots(value, host_field + " slots=" + value);
+          const std::string entry = host_field + " slots=" + value;
+          int count = 0;
+          if (auto why = slot_count_error(value, entry, &count)) {
+            throw InvalidArgument(fmt::format("'{}': {}", entry, *why));
+          }
+          slots = count;
         } else if (key == "max_slots" || key == "max-slots") {
           if (eq == std::string::npos || value.empty()) {
             throw InvalidArgument(fmt::format("'{}' needs a value: {}=N", key, key));
@@ -178,9 +179,11 @@ std::vector<HostSpec> parse_hostfile_text(const std::string& text, const std::st
           throw InvalidArgument(fmt::format("unexpected '{}' (expected 'host slots=N', 'host:N' or 'host')", field));
         }
       }
-      HostSpec spec = parse_entry(host_field);
+      HostEntry parsed = try_parse_host_entry(host_field);
+      if (!parsed.ok()) throw InvalidArgument(fmt::format("'{}': {}", host_field, *parsed.error));
+      HostSpec spec = parsed.host;
       if (slots) {
-        if (host_field.find(':') != std::string::npos && host_field[0] != '[') {
+        if (parsed.slots_given) {
           throw InvalidArgument(fmt::format("'{}': give slots either as host:N or as slots=N, not both", host_field));
         }
         spec.slots = *slots;
@@ -204,15 +207,16 @@ std::vector<HostSpec> parse_hostfile(const std::string& path) {
   return parse_hostfile_text(ss.str(), path);
 }
 
+std::string format_host(const HostSpec& host) {
+  if (host.name.find(':') != std::string::npos) return fmt::format("[{}]:{}", host.name, host.slots);
+  return fmt::format("{}:{}", host.name, host.slots);
+}
+
 std::string format_hosts(const std::vector<HostSpec>& hosts) {
   std::string out;
   for (const auto& h : hosts) {
     if (!out.empty()) out += ", ";
-    if (h.name.find(':') != std::string::npos) {
-      out += fmt::format("[{}]:{}", h.name, h.slots);
-    } else {
-      out += fmt::format("{}:{}", h.name, h.slots);
-    }
+    out += format_host(h);
   }
   return out;
 }
@@ -224,17 +228,14 @@ long total_slots(const std::vector<HostSpec>& hosts) {
 }
 
 bool looks_like_host_entry(const std::string& text) {
-  if (text.empty() || text.find(',') != std::string::npos) return false;
-  size_t colon = text.rfind(':');
-  if (colon == std::string::npos || colon + 1 >= text.size()) return false;
-  for (size_t i = colon + 1; i < text.size(); ++i) {
-    if (!std::isdigit(static_cast<unsigned char>(text[i]))) return false;
+  if (text.find(',') != std::string::npos) return false;
+  std::string name;
+  std::optional<std::string> slots_text;
+  if (split_entry(text, &name, &slots_text) || !slots_text || slots_text->empty()) return false;
+  for (char c : *slots_text) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
   }
-  std::string name = text.substr(0, colon);
-  if (name.size() >= 2 && name.front() == '[' && name.back() == ']') {
-    return valid_ipv6_literal(name.substr(1, name.size() - 2));
-  }
-  return valid_hostname(name);
+  return true;
 }
 
 }  // namespace hvd::launcher

@@ -38,10 +38,8 @@ int run_elastic_job(const Options& options) {
   std::optional<std::string> driver_addr;
   std::string bind_addr = "0.0.0.0";
   if (!first.hosts.empty() || !options.network_interfaces.empty()) {
-    std::vector<HostSpec> hosts;
-    for (const auto& h : first.hosts) hosts.push_back(HostSpec{h.host, h.slots});
     std::string addr;
-    if (int code = job.choose_address(hosts, addr)) return job.finish(code);
+    if (int code = job.choose_address(first.hosts, addr)) return job.finish(code);
     driver_addr = bind_addr = addr;
   }
   if (int code = job.start_store(bind_addr)) return job.finish(code);

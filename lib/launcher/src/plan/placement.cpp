@@ -9,6 +9,27 @@
 
 namespace hvd::launcher {
 
+std::vector<SlotAssignment> place_ranks(const std::vector<std::string>& rank_hosts) {
+  std::vector<SlotAssignment> out(rank_hosts.size());
+  // Pass 1, in rank order: local_rank = ranks seen so far on the same host.
+  std::map<std::string, int> ranks_on_host;
+  for (size_t r = 0; r < rank_hosts.size(); ++r) {
+    SlotAssignment& slot = out[r];
+    slot.hostname = rank_hosts[r];
+    slot.rank = static_cast<int>(r);
+    slot.local_rank = ranks_on_host[slot.hostname]++;
+  }
+  // Pass 2, in rank order: a host has one rank per local rank, so the hosts
+  // seen so far at this local rank are the ranks seen so far with it.
+  std::map<int, int> hosts_at_local;
+  for (auto& slot : out) {
+    slot.local_size = ranks_on_host[slot.hostname];
+    slot.cross_rank = hosts_at_local[slot.local_rank]++;
+  }
+  for (auto& slot : out) slot.cross_size = hosts_at_local[slot.local_rank];
+  return out;
+}
+
 std::vector<SlotAssignment> assign_slots(const std::vector<HostSpec>& hosts, int num_proc) {
   if (num_proc < 1) throw InvalidArgument(fmt::format("-np must be at least 1, not {}", num_proc));
   if (hosts.empty()) throw InvalidArgument("no hosts to place ranks on");
@@ -18,46 +39,15 @@ std::vector<SlotAssignment> assign_slots(const std::vector<HostSpec>& hosts, int
                                       total == 1 ? "" : "s", hosts.size(), hosts.size() == 1 ? "" : "s",
                                       format_hosts(hosts)));
   }
-
-  // Pass 1: fill hosts in order; hosts_at_local[l] lists, in host order, the
-  // hosts that received a rank at local rank l.
-  struct HostRanks {
-    size_t host_index;
-    std::vector<int> ranks;
-  };
-  std::vector<HostRanks> per_host;
-  std::map<int, std::vector<size_t>> hosts_at_local;
-  int rank = 0;
-  for (size_t h = 0; h < hosts.size() && rank < num_proc; ++h) {
-    HostRanks hr{h, {}};
-    for (int local = 0; local < hosts[h].slots && rank < num_proc; ++local) {
-      hr.ranks.push_back(rank++);
-      hosts_at_local[local].push_back(h);
-    }
-    per_host.push_back(std::move(hr));
-  }
-
-  // Pass 2: one assignment per rank, in rank order (hosts were filled in
-  // order, so iterating hosts then local ranks yields ascending ranks).
-  std::vector<SlotAssignment> out;
-  out.reserve(static_cast<size_t>(num_proc));
-  for (const auto& hr : per_host) {
-    const int local_size = static_cast<int>(hr.ranks.size());
-    for (int local = 0; local < local_size; ++local) {
-      const auto& cross_hosts = hosts_at_local[local];
-      SlotAssignment slot;
-      slot.hostname = hosts[hr.host_index].name;
-      slot.rank = hr.ranks[static_cast<size_t>(local)];
-      slot.local_rank = local;
-      slot.local_size = local_size;
-      slot.cross_size = static_cast<int>(cross_hosts.size());
-      for (size_t i = 0; i < cross_hosts.size(); ++i) {
-        if (cross_hosts[i] == hr.host_index) slot.cross_rank = static_cast<int>(i);
-      }
-      out.push_back(slot);
+  // Fill hosts in order, each up to its slots.
+  std::vector<std::string> rank_hosts;
+  rank_hosts.reserve(static_cast<size_t>(num_proc));
+  for (const auto& host : hosts) {
+    for (int s = 0; s < host.slots && static_cast<int>(rank_hosts.size()) < num_proc; ++s) {
+      rank_hosts.push_back(host.name);
     }
   }
-  return out;
+  return place_ranks(rank_hosts);
 }
 
 }  // namespace hvd::launcher

@@ -17,7 +17,7 @@
 
 #include "hvd/launcher/discovery/discovery.h"
 
-using hvd::launcher::DiscoveredHost;
+using hvd::launcher::HostSpec;
 using hvd::launcher::DiscoveryResult;
 using hvd::launcher::DiscoveryScriptOptions;
 using hvd::launcher::run_discovery_script;
@@ -94,11 +94,11 @@ TEST_CASE("discovery script: hosts, host:slots and default slots", "[discovery_r
   auto s = d.script("d.sh", "echo '# fleet'\necho node1\necho node2:4\necho\necho '  node3  '\n");
   auto r = run(s, std::chrono::seconds(5), 2);
   REQUIRE(r.ok());
-  CHECK(r.hosts == std::vector<DiscoveredHost>{{"node1", 2}, {"node2", 4}, {"node3", 2}});
+  CHECK(r.hosts == std::vector<HostSpec>{{"node1", 2}, {"node2", 4}, {"node3", 2}});
   // A shell command, not only a path; empty output is an empty host set.
   auto cmd = run("printf 'a:3\\nb\\n'");
   REQUIRE(cmd.ok());
-  CHECK(cmd.hosts == std::vector<DiscoveredHost>{{"a", 3}, {"b", 1}});
+  CHECK(cmd.hosts == std::vector<HostSpec>{{"a", 3}, {"b", 1}});
   auto empty = run("true");
   REQUIRE(empty.ok());
   CHECK(empty.hosts.empty());
@@ -147,7 +147,7 @@ TEST_CASE("discovery script: a child left holding the pipes does not delay a fin
   auto r = run(s, std::chrono::seconds(10));
   CHECK(Clock::now() - t0 < std::chrono::seconds(2));
   REQUIRE(r.ok());
-  CHECK(r.hosts == std::vector<DiscoveredHost>{{"host1", 2}});
+  CHECK(r.hosts == std::vector<HostSpec>{{"host1", 2}});
   CHECK(group_gone_within(read_pid(pid_file), std::chrono::seconds(2)));
 }
 

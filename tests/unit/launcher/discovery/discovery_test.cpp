@@ -2,13 +2,13 @@
 
 #include "hvd/launcher/discovery/discovery.h"
 
-using hvd::launcher::DiscoveredHost;
+using hvd::launcher::HostSpec;
 using hvd::launcher::parse_discovery_output;
 
 TEST_CASE("discovery: hosts with and without slots, comments, blanks") {
   auto r = parse_discovery_output("# fleet\n\nnode1\n  node2:4  \n#node3\n", 2);
   REQUIRE(r.ok());
-  REQUIRE(r.hosts == std::vector<DiscoveredHost>{{"node1", 2}, {"node2", 4}});
+  REQUIRE(r.hosts == std::vector<HostSpec>{{"node1", 2}, {"node2", 4}});
 }
 
 TEST_CASE("discovery: empty output is an empty, valid host set") {
@@ -31,4 +31,43 @@ TEST_CASE("discovery: malformed lines give a one-line error naming the line") {
 
 TEST_CASE("discovery: invalid default slots rejected") {
   REQUIRE_FALSE(parse_discovery_output("n1\n", 0).ok());
+}
+
+TEST_CASE("discovery: IPv6 entries in brackets, as in -H") {
+  auto r = parse_discovery_output("[::1]:2\n[fe80::1%eth0]\nnode1:3\n", 4);
+  REQUIRE(r.ok());
+  // Names without brackets; a bare [addr] gets the default slots.
+  REQUIRE(r.hosts == std::vector<HostSpec>{{"::1", 2}, {"fe80::1%eth0", 4}, {"node1", 3}});
+  r = parse_discovery_output("  [::1]  \n", 1);
+  REQUIRE(r.ok());
+  REQUIRE(r.hosts == std::vector<HostSpec>{{"::1", 1}});
+}
+
+TEST_CASE("discovery: malformed IPv6 entries and IPv6 duplicates name the line and the reason") {
+  auto error_of = [](const std::string& output) {
+    auto r = parse_discovery_output(output, 1);
+    REQUIRE_FALSE(r.ok());
+    return *r.error;
+  };
+  CHECK(error_of("a\n[::1\n") == "malformed discovery output line 2 '[::1': missing ']' after IPv6 address");
+  CHECK(error_of("[::1]x\n") == "malformed discovery output line 1 '[::1]x': expected ':N' after ']'");
+  CHECK(error_of("[::1]:0\n") == "malformed discovery output line 1 '[::1]:0': slot count must be at least 1, not 0");
+  CHECK(error_of("[]:2\n") == "malformed discovery output line 1 '[]:2': '' is not an IPv6 address");
+  // An unbracketed address used to be split at its last ':' ("::1" with 2 slots).
+  CHECK(error_of("::1:2\n") ==
+        "malformed discovery output line 1 '::1:2': too many ':' (put IPv6 addresses in brackets: [::1:2]:N)");
+  CHECK(error_of("[::1]:2\n[::1]\n") == "malformed discovery output line 2 '[::1]': host listed twice");
+}
+
+TEST_CASE("discovery: host names follow the -H grammar") {
+  auto r = parse_discovery_output("node_1.example.com:2\n10.0.0.7\n", 1);
+  REQUIRE(r.ok());
+  REQUIRE(r.hosts == std::vector<HostSpec>{{"node_1.example.com", 2}, {"10.0.0.7", 1}});
+  r = parse_discovery_output("user@node1:2\n", 1);
+  REQUIRE_FALSE(r.ok());
+  REQUIRE(*r.error ==
+          "malformed discovery output line 1 'user@node1:2': 'user@node1' is not a valid host name (letters, digits, "
+          "'.', '-', '_')");
+  r = parse_discovery_output(":3\n", 1);
+  REQUIRE(*r.error == "malformed discovery output line 1 ':3': missing host name before ':'");
 }

@@ -3,6 +3,7 @@
 
 #include "hvd/launcher/elastic/elastic_driver.h"
 #include "hvd/launcher/options/options.h"
+#include "hvd/launcher/plan/placement.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -86,7 +87,7 @@ struct Harness {
     return actions;
   }
 
-  std::vector<ElasticAction> discover(std::vector<DiscoveredHost> hosts) {
+  std::vector<ElasticAction> discover(std::vector<HostSpec> hosts) {
     DiscoveryResult r;
     r.hosts = std::move(hosts);
     d.on_discovery(r, now);
@@ -202,7 +203,7 @@ bool has_message(const std::vector<ElasticAction>& actions, Kind kind, const std
 using Strings = std::vector<std::string>;
 
 /// Starts a job on `hosts`, readies everyone and returns after world 1.
-void form(Harness& h, std::vector<DiscoveredHost> hosts) {
+void form(Harness& h, std::vector<HostSpec> hosts) {
   h.discover(std::move(hosts));
   auto a = h.ready_all();
   REQUIRE(h.d.current_world().version == 1);
@@ -237,12 +238,32 @@ TEST_CASE("elastic driver: initial start waits for -np slots, then fills to max-
   REQUIRE(w.version == 1);
   REQUIRE(w.reason == "initial formation");
   REQUIRE(members(w) == Strings{"w1", "w2", "w3"});
-  // assign_ranks: w1 alone on a; w2, w3 share b.
+  // place_ranks: w1 alone on a; w2, w3 share b.
   REQUIRE((w.members[0].local_rank == 0 && w.members[0].local_size == 1 && w.members[0].cross_rank == 0));
   REQUIRE((w.members[1].local_rank == 0 && w.members[1].local_size == 2 && w.members[1].cross_rank == 1));
   REQUIRE((w.members[2].local_rank == 1 && w.members[2].cross_size == 1));
   REQUIRE(h.d.resets() == 0);
   REQUIRE(h.d.current_world().version == 1);
+}
+
+TEST_CASE("elastic driver: the first world places ranks as a static job on the same hosts does") {
+  // Uneven slots, including an IPv6 host as discovery prints it ([::1]:2).
+  const std::vector<HostSpec> hosts = {{"a", 2}, {"::1", 1}, {"c", 3}};
+  Harness h(base_policy());
+  form(h, hosts);
+  const World& w = h.d.current_world();
+  const auto slots = assign_slots(hosts, 6);
+  REQUIRE(w.members.size() == slots.size());
+  for (std::size_t r = 0; r < slots.size(); ++r) {
+    const auto& m = w.members[r];
+    INFO("rank " << r);
+    CHECK(m.host == slots[r].hostname);
+    CHECK(m.rank == slots[r].rank);
+    CHECK(m.local_rank == slots[r].local_rank);
+    CHECK(m.local_size == slots[r].local_size);
+    CHECK(m.cross_rank == slots[r].cross_rank);
+    CHECK(m.cross_size == slots[r].cross_size);
+  }
 }
 
 TEST_CASE("elastic driver: a failing first discovery run ends the job with kLaunch and its reason") {
@@ -542,6 +563,14 @@ TEST_CASE("elastic driver: survivors keep their order and the old rank 0 stays r
   REQUIRE(w.members[3].host == "a");
   REQUIRE(w.members[3].local_rank == 1);
   REQUIRE(w.members[1].local_rank == 0);
+  // Hosts interleave (a b b a); ranks stay positions and cross ranks follow
+  // rank order at each local rank: b before a at local rank 1.
+  for (const auto& m : w.members) {
+    CHECK(m.local_size == 2);
+    CHECK(m.cross_size == 2);
+  }
+  CHECK((w.members[0].cross_rank == 0 && w.members[1].cross_rank == 1));
+  CHECK((w.members[2].local_rank == 1 && w.members[2].cross_rank == 0 && w.members[3].cross_rank == 1));
   // Rank 0 dies: the lowest surviving rank becomes rank 0.
   w = published(h.exit("w1", 1));
   REQUIRE(members(w) == Strings{"w3", "w4", "w5"});
@@ -906,7 +935,7 @@ TEST_CASE("elastic driver: random event storms keep the invariants and never spi
     std::mt19937 rng(static_cast<unsigned>(seed));
     const std::vector<std::string> names{"a", "b", "c", "d"};
     auto random_hosts = [&] {
-      std::vector<DiscoveredHost> hosts;
+      std::vector<HostSpec> hosts;
       for (const auto& n : names) {
         if (rng() % 3) hosts.push_back({n, 1 + static_cast<int>(rng() % 3)});
       }

@@ -29,7 +29,7 @@ namespace {
 /// Hosts from a list the test changes while the job runs; an error when set.
 class ScriptedHostSource final : public HostSource {
  public:
-  explicit ScriptedHostSource(std::vector<DiscoveredHost> hosts) : hosts_(std::move(hosts)) {}
+  explicit ScriptedHostSource(std::vector<HostSpec> hosts) : hosts_(std::move(hosts)) {}
   DiscoveryResult discover() override {
     std::lock_guard<std::mutex> lock(mutex_);
     ++looks_;
@@ -42,7 +42,7 @@ class ScriptedHostSource final : public HostSource {
     return r;
   }
   std::string describe() const override { return "scripted hosts"; }
-  void set_hosts(std::vector<DiscoveredHost> hosts) {
+  void set_hosts(std::vector<HostSpec> hosts) {
     std::lock_guard<std::mutex> lock(mutex_);
     hosts_ = std::move(hosts);
   }
@@ -57,7 +57,7 @@ class ScriptedHostSource final : public HostSource {
 
  private:
   std::mutex mutex_;
-  std::vector<DiscoveredHost> hosts_;
+  std::vector<HostSpec> hosts_;
   std::optional<std::string> error_;
   int looks_ = 0;
 };

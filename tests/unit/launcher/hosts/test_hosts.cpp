@@ -101,3 +101,49 @@ TEST_CASE("looks_like_host_entry catches the -H a:2 b:2 typo shapes only", "[hos
   CHECK_FALSE(looks_like_host_entry("/bin/true"));
   CHECK_FALSE(looks_like_host_entry("a:2,b:2"));
 }
+
+TEST_CASE("host entry grammar: values for discovery, exceptions for -H and hostfiles", "[hosts]") {
+  struct Case {
+    const char* entry;
+    int default_slots;
+    HostSpec host;
+    bool slots_given;
+  };
+  for (const Case& c : {Case{"node1:3", 1, {"node1", 3}, true}, Case{"node1", 4, {"node1", 4}, false},
+                        Case{"[fe80::1%eth0]", 2, {"fe80::1%eth0", 2}, false},
+                        Case{"[fe80::1%eth0]:5", 2, {"fe80::1%eth0", 5}, true}}) {
+    INFO(c.entry);
+    HostEntry e = try_parse_host_entry(c.entry, c.default_slots);
+    REQUIRE(e.ok());
+    CHECK(e.host == c.host);
+    CHECK(e.slots_given == c.slots_given);
+  }
+  // Reasons come without the entry; the throwing form adds it.
+  HostEntry e = try_parse_host_entry("[::1");
+  REQUIRE_FALSE(e.ok());
+  CHECK(*e.error == "missing ']' after IPv6 address");
+  CHECK(invalid_message([] { parse_host_entry("[::1"); }) == "'[::1': missing ']' after IPv6 address");
+  CHECK(*try_parse_host_entry("[::1]:").error == "missing slot count after ':' (write host:N, e.g. [::1]:2)");
+  CHECK(*try_parse_host_entry("[10.0.0.1]").error == "'10.0.0.1' is not an IPv6 address");
+  CHECK(parse_host_entry("[::1]:2") == HostSpec{"::1", 2});
+}
+
+TEST_CASE("format_host brackets IPv6 names so the slot count stays unambiguous", "[hosts]") {
+  CHECK(format_host({"node1", 2}) == "node1:2");
+  CHECK(format_host({"fe80::1%eth0", 1}) == "[fe80::1%eth0]:1");
+  // What format_host writes, the grammar reads back.
+  for (const HostSpec& h : {HostSpec{"a.b-c_d", 7}, HostSpec{"::1", 3}, HostSpec{"10.1.2.3", 1}}) {
+    CHECK(parse_host_entry(format_host(h)) == h);
+  }
+}
+
+TEST_CASE("hostfile: IPv6 lines, and a slot count given twice is refused for them too", "[hosts][hostfile]") {
+  auto hosts = parse_hostfile_text("[::1] slots=2\n[fe80::1%eth0]:3\n", "hf");
+  REQUIRE(hosts.size() == 2);
+  CHECK(hosts[0] == HostSpec{"::1", 2});
+  CHECK(hosts[1] == HostSpec{"fe80::1%eth0", 3});
+  CHECK(invalid_message([] { parse_hostfile_text("[::1]:2 slots=3\n", "hf"); }) ==
+        "hf:1: '[::1]:2': give slots either as host:N or as slots=N, not both");
+  CHECK(invalid_message([] { parse_hostfile_text("[::1 slots=3\n", "hf"); }) ==
+        "hf:1: '[::1': missing ']' after IPv6 address");
+}

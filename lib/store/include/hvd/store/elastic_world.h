@@ -39,7 +39,9 @@ std::string comm_prefix(uint64_t version);
 /// it to know which worlds formed.
 std::string formed_key(uint64_t version);
 
-/// One worker's place in a world.
+/// One worker's place in a world. hvdrun computes the local and cross ranks
+/// with the placement rule static jobs use (horovodrun's; the launcher's
+/// plan/placement.h); this contract only carries them.
 struct Member {
   std::string worker_id;
   std::string host;
@@ -76,12 +78,5 @@ std::string encode_world(const World& world);
 /// reason on malformed input (bad JSON, missing fields, ranks that are not
 /// exactly 0..size-1 in order, duplicate worker ids).
 World decode_world(const std::string& text);
-
-/// A world's members from (worker_id, host) pairs listed in rank order:
-/// rank = position; local_rank = position among members on the same host;
-/// local_size = members on that host; cross_rank = index of this host among
-/// the hosts that have a member at this local_rank (in order of first
-/// appearance); cross_size = number of such hosts (horovodrun's rules).
-std::vector<Member> assign_ranks(const std::vector<std::pair<std::string, std::string>>& ids_and_hosts);
 
 }  // namespace hvd::store::elastic

@@ -19,29 +19,25 @@
 #include <string>
 #include <vector>
 
-namespace hvd::launcher {
+#include "hvd/launcher/hosts/hosts.h"
 
-/// One host reported by discovery, with the number of slots it offers.
-struct DiscoveredHost {
-  std::string host;
-  int slots = 1;
-  bool operator==(const DiscoveredHost& o) const { return host == o.host && slots == o.slots; }
-};
+namespace hvd::launcher {
 
 /// Either a host list or a one-line reason. Discovery failures are values,
 /// not exceptions, because after the first run a failing script must only be
 /// logged (the previous host set is kept), never tear the job down.
 struct DiscoveryResult {
-  std::vector<DiscoveredHost> hosts;
+  std::vector<HostSpec> hosts;
   std::optional<std::string> error;  ///< set => hosts is meaningless
   bool ok() const { return !error.has_value(); }
 };
 
-/// Parses script output: one `host` or `host:slots` per line; blank lines and
-/// lines starting with `#` (after leading spaces) are ignored; surrounding
-/// whitespace is trimmed. `default_slots` (--slots-per-host, else 1) applies
-/// to lines without `:slots`. A malformed line (empty host, non-numeric or
-/// non-positive slots, embedded whitespace) or a host listed twice yields an
+/// Parses script output: one host entry per line in the -H grammar
+/// (hosts.h: `host`, `host:slots`, `[ipv6]`, `[ipv6]:slots`); blank lines
+/// and lines starting with `#` (after leading spaces) are ignored;
+/// surrounding whitespace is trimmed. `default_slots` (--slots-per-host,
+/// else 1) applies to lines without `:slots`. A malformed entry (the
+/// grammar's reason), embedded whitespace or a host listed twice yields an
 /// error naming the line number and text. Empty output is a valid, empty set.
 DiscoveryResult parse_discovery_output(const std::string& output, int default_slots);
 

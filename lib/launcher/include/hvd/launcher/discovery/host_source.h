@@ -38,7 +38,7 @@ class ScriptHostSource final : public HostSource {
 /// A fixed host list that every look returns unchanged.
 class StaticHostSource final : public HostSource {
  public:
-  explicit StaticHostSource(std::vector<DiscoveredHost> hosts) : hosts_(std::move(hosts)) {}
+  explicit StaticHostSource(std::vector<HostSpec> hosts) : hosts_(std::move(hosts)) {}
   DiscoveryResult discover() override {
     DiscoveryResult r;
     r.hosts = hosts_;
@@ -47,7 +47,7 @@ class StaticHostSource final : public HostSource {
   std::string describe() const override { return "fixed host list"; }
 
  private:
-  std::vector<DiscoveredHost> hosts_;
+  std::vector<HostSpec> hosts_;
 };
 
 }  // namespace hvd::launcher

@@ -17,7 +17,8 @@
 ///    reset() and the elastic_timeout clock runs.
 ///  * Rank stability: a new world lists surviving members in their previous
 ///    rank order (so the old rank 0, if alive, stays rank 0), then newcomers
-///    in start order. Local/cross ranks follow store::elastic::assign_ranks.
+///    in start order. Local/cross ranks follow place_ranks (plan/placement.h),
+///    the rule static jobs use, with ranks = positions in that list.
 ///  * Host gone from discovery (or its slot count lowered): its (excess)
 ///    workers are stopped and a world without them is published.
 ///  * New host / more slots: workers are started on free slots up to max_np.

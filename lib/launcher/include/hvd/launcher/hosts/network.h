@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "hvd/launcher/plan/job_plan.h"
+#include "hvd/launcher/hosts/hosts.h"
 
 namespace hvd::launcher {
 

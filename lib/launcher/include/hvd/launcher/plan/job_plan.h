@@ -6,12 +6,9 @@
 #include <string>
 #include <vector>
 
-namespace hvd::launcher {
+#include "hvd/launcher/hosts/hosts.h"
 
-struct HostSpec {
-  std::string name;  // as the user wrote it (hostname or address)
-  int slots = 1;
-};
+namespace hvd::launcher {
 
 /// One rank's place, as horovodrun's get_host_assignments computes it.
 struct SlotAssignment {
