@@ -11,6 +11,7 @@
 #include "hvd/collective/algorithms.h"
 #include "hvd/common/env.h"
 #include "hvd/common/error.h"
+#include "hvd/common/job_env.h"
 #include "hvd/common/logging.h"
 #include "hvd/common/secret.h"
 #include "hvd/store/http_store.h"
@@ -91,11 +92,11 @@ int run_api(const Cli& cli, const bench::BenchOptions& o) {
 
 /// One process, one rank (under hvdrun, or alone as size 1).
 int run_process(const Cli& cli, const bench::BenchOptions& o) {
-  const int rank = static_cast<int>(env::get_int_or("HOROVOD_RANK", 0));
-  const int size = static_cast<int>(env::get_int_or("HOROVOD_SIZE", 1));
-  init_logging(fmt::format("hvdbench[{}]", rank), parse_log_level(env::get_or("HOROVOD_LOG_LEVEL", "warning")));
+  const int rank = static_cast<int>(env::get_int_or(job_env::kRank, 0));
+  const int size = static_cast<int>(env::get_int_or(job_env::kSize, 1));
+  init_logging(fmt::format("hvdbench[{}]", rank), parse_log_level(env::get_or(job_env::kLogLevel, "warning")));
   const auto timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(env::get_double_or("HOROVOD_GLOO_TIMEOUT_SECONDS", 30.0) * 1000));
+      static_cast<int64_t>(env::get_double_or(job_env::kGlooTimeoutSeconds, 30.0) * 1000));
   std::unique_ptr<store::Store> st = store::make_store_from_env(timeout);
   store::InMemoryStore alone;
   if (!st && size > 1) {
@@ -106,17 +107,17 @@ int run_process(const Cli& cli, const bench::BenchOptions& o) {
   co.rank = rank;
   co.size = size;
   co.prefix = "hvdbench/";
-  co.secret = env::get_or(kSecretEnv, "");
-  co.route_hint = env::get_or("HOROVOD_GLOO_RENDEZVOUS_ADDR", "");
+  co.secret = env::get_or(job_env::kSecret, "");
+  co.route_hint = env::get_or(job_env::kRendezvousAddr, "");
   co.timeout = timeout;
   co.socket_buffer_bytes = static_cast<int>(env::get_int_or("HVDBENCH_SOCKET_BUFFER", -1));
   auto comm = collective::connect_comm(st ? *st : alone, co);
   if (cli.device == "cuda") {
     bench::CudaRankInfo info;
-    info.local_rank = static_cast<int>(env::get_int_or("HOROVOD_LOCAL_RANK", 0));
-    info.local_size = static_cast<int>(env::get_int_or("HOROVOD_LOCAL_SIZE", 1));
-    info.cross_rank = static_cast<int>(env::get_int_or("HOROVOD_CROSS_RANK", 0));
-    info.cross_size = static_cast<int>(env::get_int_or("HOROVOD_CROSS_SIZE", 1));
+    info.local_rank = static_cast<int>(env::get_int_or(job_env::kLocalRank, 0));
+    info.local_size = static_cast<int>(env::get_int_or(job_env::kLocalSize, 1));
+    info.cross_rank = static_cast<int>(env::get_int_or(job_env::kCrossRank, 0));
+    info.cross_size = static_cast<int>(env::get_int_or(job_env::kCrossSize, 1));
     auto results = bench::run_cuda(*comm, st ? *st : alone, info, o, !cli.no_naive);
     if (rank == 0) {
       if (cli.json) {

@@ -5,6 +5,7 @@
 #include "hvd/collective/hvd.h"
 #include "hvd/collective/cuda.h"
 #include "hvd/collective/elastic.h"
+#include "hvd/common/job_env.h"
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -85,6 +86,19 @@ PYBIND11_MODULE(_core, m) {
   m.def("local_size", &hvd::local_size);
   m.def("cross_rank", &hvd::cross_rank);
   m.def("cross_size", &hvd::cross_size);
+
+  // The launcher<->worker contract (hvd/common/job_env.h), so Python code
+  // names variables by the header's constants instead of copying them:
+  // job_env.RANK == "HOROVOD_RANK" (the constant kRank without its k, in
+  // UPPER_SNAKE case), and job_env.groups maps every name to its part of the
+  // contract ("rendezvous", "placement", ...).
+  py::module_ job_env = m.def_submodule("job_env", "environment variables of the launcher<->worker contract");
+  py::dict groups;
+  for (const auto& v : hvd::job_env::kAll) {
+    job_env.attr(v.key) = v.name;
+    groups[v.name] = hvd::job_env::group_name(v.group);
+  }
+  job_env.attr("groups") = groups;
 
   m.def("elastic_enabled", &hvd::elastic::enabled);
   m.def("world_version", &hvd::elastic::world_version);

@@ -3,9 +3,12 @@
 // (protocol in hvd/collective/elastic_member.h and hvd/store/elastic_world.h).
 #include "hvd/collective/elastic_member.h"
 
+#include "hvd/collective/init_env.h"
+
 #include "hvd/common/env.h"
 #include "hvd/common/error.h"
 #include "hvd/common/io.h"
+#include "hvd/common/job_env.h"
 #include "hvd/store/http_store.h"
 
 #include <fmt/format.h>
@@ -385,7 +388,7 @@ const std::string& ElasticMember::worker_id() const { return impl_->options.work
 
 MemberOptions member_options_from_env() {
   MemberOptions o;
-  auto id = env::get("HVDRUN_WORKER_ID");
+  auto id = env::get(job_env::kWorkerId);
   if (!id || id->empty()) {
     throw InvalidArgument(
         "HOROVOD_ELASTIC=1 but HVDRUN_WORKER_ID is not set: elastic workers must be started by hvdrun "
@@ -393,12 +396,13 @@ MemberOptions member_options_from_env() {
   }
   o.worker_id = *id;
   o.settings = collective::settings_from_env();
-  if (!env::get("HOROVOD_GLOO_RENDEZVOUS_ADDR")) {
+  if (!env::get(job_env::kRendezvousAddr)) {
     throw InvalidArgument("HOROVOD_ELASTIC=1 but HOROVOD_GLOO_RENDEZVOUS_ADDR is not set: start the job with hvdrun");
   }
-  double seconds = env::get_double_or("HOROVOD_ELASTIC_TIMEOUT", 600);
+  double seconds = env::get_double_or(job_env::kElasticTimeout, 600);
   if (!std::isfinite(seconds) || seconds <= 0 || seconds > 1e7) {
-    throw InvalidArgument(fmt::format("HOROVOD_ELASTIC_TIMEOUT={} must be a positive number of seconds", seconds));
+    throw InvalidArgument(
+        fmt::format("{}={} must be a positive number of seconds", job_env::kElasticTimeout, seconds));
   }
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000.0)));
   const auto connect_timeout = o.settings.start_timeout;

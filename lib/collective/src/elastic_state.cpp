@@ -4,7 +4,6 @@
 #include "hvd/collective/elastic.h"
 #include "hvd/collective/hvd.h"
 
-#include "hvd/common/env.h"
 #include "hvd/common/error.h"
 
 #include <fmt/format.h>
@@ -23,8 +22,6 @@ constexpr const char* kHostsUpdatedTensor = "elastic.hosts_updated";
 constexpr const char* kCommitsTensor = "elastic.sync.commits";
 
 }  // namespace
-
-bool enabled() { return env::get_bool_or("HOROVOD_ELASTIC", false); }
 
 State::State() = default;
 State::~State() = default;

@@ -5,6 +5,7 @@
 #include "../mpi_bootstrap/hvd_mpi_bootstrap.h"
 #include "hvd/common/env.h"
 #include "hvd/common/error.h"
+#include "hvd/common/job_env.h"
 #include "hvd/common/secret.h"
 
 #include <fmt/format.h>
@@ -97,9 +98,12 @@ std::string interface_ipv4(const std::string& wanted_iface) {
 
 /// The address rank 0 advertises for its store in plug-in mode.
 std::string advertised_address(const WorldInfo& w) {
-  if (auto iface = env::get("HOROVOD_GLOO_IFACE"); iface && !iface->empty()) {
+  if (auto iface = env::get(job_env::kGlooIface); iface && !iface->empty()) {
     std::string a = interface_ipv4(*iface);
-    if (a.empty()) throw InvalidArgument(fmt::format("HOROVOD_GLOO_IFACE='{}': no such interface with an IPv4 address", *iface));
+    if (a.empty()) {
+      throw InvalidArgument(
+          fmt::format("{}='{}': no such interface with an IPv4 address", job_env::kGlooIface, *iface));
+    }
     return a;
   }
   if (w.local_size == w.size) return "127.0.0.1";
@@ -188,7 +192,7 @@ uint16_t parse_port(const std::string& name, const std::string& text) {
 /// rank is on this host, else on HVD_MASTER_BIND (default all interfaces).
 std::unique_ptr<store::HttpStoreServer> start_server(uint16_t port, const std::string& secret, bool all_local) {
   store::ServerOptions so;
-  so.bind_address = all_local ? std::string("127.0.0.1") : env::get_or("HVD_MASTER_BIND", "0.0.0.0");
+  so.bind_address = all_local ? std::string("127.0.0.1") : env::get_or(job_env::kMasterBind, "0.0.0.0");
   so.port = port;
   so.secret = secret;
   auto server = std::make_unique<store::HttpStoreServer>(so);
@@ -255,17 +259,17 @@ void exchange_topology(store::Store& store, WorldInfo& w, const std::string& sto
 /// learn where it is. Collective when the plug-in is used.
 JobStore find_job_store(const WorldInfo& w) {
   JobStore js;
-  if (env::get("HVD_MASTER_ADDR") || env::get("HVD_MASTER_PORT")) {
-    auto addr_var = env::get("HVD_MASTER_ADDR");
-    auto port_var = env::get("HVD_MASTER_PORT");
+  if (env::get(job_env::kMasterAddr) || env::get(job_env::kMasterPort)) {
+    auto addr_var = env::get(job_env::kMasterAddr);
+    auto port_var = env::get(job_env::kMasterPort);
     if (!addr_var || addr_var->empty() || !port_var) {
       throw InvalidArgument("set both HVD_MASTER_ADDR and HVD_MASTER_PORT (rank 0's host and a free port), or neither");
     }
-    js.port = parse_port("HVD_MASTER_PORT", *port_var);
-    js.mode = "HVD_MASTER_ADDR";
+    js.port = parse_port(job_env::kMasterPort, *port_var);
+    js.mode = job_env::kMasterAddr;
     js.host = *addr_var;
-    js.secret = env::get_or(kSecretEnv, "");
-    if (js.secret.empty()) js.secret = env::get_or("HVD_MASTER_SECRET", "");
+    js.secret = env::get_or(job_env::kSecret, "");
+    if (js.secret.empty()) js.secret = env::get_or(job_env::kMasterSecret, "");
     if (js.secret.empty()) {
       std::string why;
       auto fn = load_plugin(why);
@@ -300,7 +304,7 @@ JobStore find_job_store(const WorldInfo& w) {
   if (w.rank == 0) {
     try {
       js.secret = random_secret();
-      js.server = start_server(0, js.secret, w.local_size == w.size && env::get_or("HOROVOD_GLOO_IFACE", "").empty());
+      js.server = start_server(0, js.secret, w.local_size == w.size && env::get_or(job_env::kGlooIface, "").empty());
       payload = fmt::format("{} {} {}", advertised_address(w), js.server->port(), js.secret);
     } catch (const std::exception& e) {
       // The others are waiting in the broadcast: tell them why, then fail.
@@ -323,17 +327,17 @@ JobStore find_job_store(const WorldInfo& w) {
 }  // namespace
 
 std::optional<WorldInfo> detect_mpi_world(const EnvLookup& lookup) {
-  static const Family kOpenMpi{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                               "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_* (Open MPI)"};
-  static const Family kPmi{"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
-                           "PMI_* (MPICH/Intel MPI)"};
-  static const Family kPmix{"PMIX_RANK", "PMIX_SIZE", nullptr, nullptr, "PMIX_RANK (PMIx)"};
+  static const Family kOpenMpi{job_env::kOmpiRank, job_env::kOmpiSize, job_env::kOmpiLocalRank,
+                               job_env::kOmpiLocalSize, "OMPI_COMM_WORLD_* (Open MPI)"};
+  static const Family kPmi{job_env::kPmiRank, job_env::kPmiSize, job_env::kMpiLocalRankId,
+                           job_env::kMpiLocalNumRanks, "PMI_* (MPICH/Intel MPI)"};
+  static const Family kPmix{job_env::kPmixRank, job_env::kPmixSize, nullptr, nullptr, "PMIX_RANK (PMIx)"};
   std::optional<WorldInfo> w = read_family(lookup, kOpenMpi, kOpenMpi.size);
   if (!w) w = read_family(lookup, kPmi, kPmi.size);
-  if (!w && lookup("PMIX_RANK")) {
+  if (!w && lookup(job_env::kPmixRank)) {
     // PMIx publishes no size variable of its own; take the launcher's.
     const char* size_var = nullptr;
-    for (const char* v : {"PMIX_SIZE", "SLURM_NTASKS"}) {
+    for (const char* v : {job_env::kPmixSize, job_env::kSlurmNtasks}) {
       if (size_var == nullptr && lookup(v)) size_var = v;
     }
     if (size_var == nullptr) {
@@ -341,7 +345,7 @@ std::optional<WorldInfo> detect_mpi_world(const EnvLookup& lookup) {
     }
     w = read_family(lookup, kPmix, size_var);
   }
-  if (w) w->hostname = lookup("HOROVOD_HOSTNAME").value_or(local_hostname());
+  if (w) w->hostname = lookup(job_env::kHostname).value_or(local_hostname());
   return w;
 }
 
@@ -403,10 +407,10 @@ std::optional<BootstrapResult> bootstrap_from_mpi_env(std::chrono::milliseconds 
     return result;
   }
 
-  if (auto addr = env::get("HOROVOD_GLOO_RENDEZVOUS_ADDR"); addr && !addr->empty()) {
+  if (auto addr = env::get(job_env::kRendezvousAddr); addr && !addr->empty()) {
     // hvdrun --mpi: hvdrun runs the store.
     result.mode = "hvdrun";
-    result.secret = env::get_or(kSecretEnv, "");
+    result.secret = env::get_or(job_env::kSecret, "");
     result.store_host = *addr;
     result.store = store::make_store_from_env(timeout);
   } else {

@@ -321,9 +321,9 @@ void HttpStoreClient::wait(const std::vector<std::string>& keys, std::chrono::mi
 }
 
 std::unique_ptr<Store> make_store_from_env(std::chrono::milliseconds timeout) {
-  auto addr = env::get("HOROVOD_GLOO_RENDEZVOUS_ADDR");
+  auto addr = env::get(job_env::kRendezvousAddr);
   if (!addr || addr->empty()) return nullptr;
-  auto port = env::get_int("HOROVOD_GLOO_RENDEZVOUS_PORT");
+  auto port = env::get_int(job_env::kRendezvousPort);
   if (!port) {
     throw InvalidArgument(fmt::format("HOROVOD_GLOO_RENDEZVOUS_ADDR={} is set but HOROVOD_GLOO_RENDEZVOUS_PORT is not",
                                       *addr));

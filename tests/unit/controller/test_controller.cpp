@@ -2,6 +2,7 @@
 // out-of-order submission, fusion, cache, mismatches, stalls, failures.
 #include "hvd/collective/context.h"
 #include "hvd/collective/hvd.h"
+#include "hvd/collective/init_env.h"
 #include "hvd/store/memory_store.h"
 
 #include <catch2/catch.hpp>

@@ -10,6 +10,7 @@
 #include "hvd/launcher/elastic/elastic_runner.h"
 
 #include "hvd/common/error.h"
+#include "hvd/common/job_env.h"
 #include "hvd/launcher/process/status.h"
 #include "hvd/store/elastic_world.h"
 
@@ -369,7 +370,7 @@ class ElasticRunner::Impl {
     if (!driver_addr_ && !result.hosts.empty()) {
       try {
         set_driver_address(deps_.choose_address(result.hosts));
-        spdlog::info("workers reach the store on {}:{}", *driver_addr_, common_env_["HOROVOD_GLOO_RENDEZVOUS_PORT"]);
+        spdlog::info("workers reach the store on {}:{}", *driver_addr_, common_env_[job_env::kRendezvousPort]);
       } catch (const std::exception& e) {
         spdlog::warn("cannot choose the address workers reach hvdrun on ({}); ignoring this discovery run",
                      e.what());
@@ -414,7 +415,7 @@ class ElasticRunner::Impl {
   void set_driver_address(const std::string& addr) {
     driver_addr_ = addr;
     loopback_only_ = addr == "127.0.0.1";
-    common_env_["HOROVOD_GLOO_RENDEZVOUS_ADDR"] = addr;
+    common_env_[job_env::kRendezvousAddr] = addr;
     if (loopback_only_) {
       spdlog::debug("every discovered host is local: workers reach the store on 127.0.0.1 (use "
                     "--network-interface for jobs that will grow onto other machines)");
@@ -433,8 +434,8 @@ class ElasticRunner::Impl {
       spec.slot.local_rank = a->slot;
       spec.argv = options_.command;
       spec.env = common_env_;
-      spec.env["HVDRUN_WORKER_ID"] = a->worker_id;
-      spec.env["HOROVOD_HOSTNAME"] = host;
+      spec.env[job_env::kWorkerId] = a->worker_id;
+      spec.env[job_env::kHostname] = host;
       spec.cwd = cwd_;
       specs.push_back(std::move(spec));
       batch->worker_ids.push_back(a->worker_id);

@@ -1,6 +1,6 @@
 // The elastic mode: the job's services, the first look at the hosts (which
 // decides the store's address), then the ElasticRunner to the end.
-#include "hvd/common/secret.h"
+#include "hvd/common/job_env.h"
 #include "hvd/launcher/discovery/host_source.h"
 #include "hvd/launcher/elastic/elastic_runner.h"
 #include "hvd/launcher/hosts/network.h"
@@ -45,10 +45,10 @@ int run_elastic_job(const Options& options) {
   if (int code = job.start_store(bind_addr)) return job.finish(code);
 
   EnvMap env = build_common_env(current_environment(), options);
-  env["HOROVOD_GLOO_RENDEZVOUS_PORT"] = std::to_string(job.store_port());
-  env[kSecretEnv] = job.secret();
-  env["HOROVOD_ELASTIC"] = "1";
-  env["HOROVOD_ELASTIC_TIMEOUT"] = std::to_string(options.elastic.elastic_timeout.count());
+  env[job_env::kRendezvousPort] = std::to_string(job.store_port());
+  env[job_env::kSecret] = job.secret();
+  env[job_env::kElastic] = "1";
+  env[job_env::kElasticTimeout] = std::to_string(options.elastic.elastic_timeout.count());
 
   DefaultSpawnerFactory spawners(options);
   std::random_device rd;

@@ -21,6 +21,7 @@
 
 #include "hvd/common/env.h"
 #include "hvd/common/error.h"
+#include "hvd/common/job_env.h"
 #include "hvd/common/logging.h"
 #include "hvd/launcher/options/config_file.h"
 #include "hvd/launcher/hosts/hosts.h"
@@ -127,22 +128,22 @@ class Cli {
     pair("--hierarchical-allreduce", "--no-hierarchical-allreduce", "HOROVOD_HIERARCHICAL_ALLREDUCE=1/0", tune);
     pair("--hierarchical-allgather", "--no-hierarchical-allgather", "HOROVOD_HIERARCHICAL_ALLGATHER=1/0", tune);
     pair("--autotune", "--no-autotune", "HOROVOD_AUTOTUNE=1", tune);
-    value("--autotune-log-file", "FILE", "HOROVOD_AUTOTUNE_LOG", tune);
-    value("--autotune-warmup-samples", "N", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", tune);
-    value("--autotune-steps-per-sample", "N", "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", tune);
-    value("--autotune-bayes-opt-max-samples", "N", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", tune);
+    value("--autotune-log-file", "FILE", job_env::kAutotuneLog, tune);
+    value("--autotune-warmup-samples", "N", job_env::kAutotuneWarmupSamples, tune);
+    value("--autotune-steps-per-sample", "N", job_env::kAutotuneStepsPerSample, tune);
+    value("--autotune-bayes-opt-max-samples", "N", job_env::kAutotuneBayesOptMaxSamples, tune);
     value("--autotune-gaussian-process-noise", "X", "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE, in [0, 1]", tune);
-    value("--timeline-filename", "FILE", "HOROVOD_TIMELINE", tune);
+    value("--timeline-filename", "FILE", job_env::kTimeline, tune);
     pair("--timeline-mark-cycles", "--no-timeline-mark-cycles", "HOROVOD_TIMELINE_MARK_CYCLES=1", tune);
     pair("--no-stall-check", "--stall-check", "HOROVOD_STALL_CHECK_DISABLE=1", tune);
-    value("--stall-check-warning-time-seconds", "SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", tune);
-    value("--stall-check-shutdown-time-seconds", "SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", tune);
+    value("--stall-check-warning-time-seconds", "SECONDS", job_env::kStallCheckTimeSeconds, tune);
+    value("--stall-check-shutdown-time-seconds", "SECONDS", job_env::kStallShutdownTimeSeconds, tune);
     value("--log-level", "LEVEL", "HOROVOD_LOG_LEVEL: TRACE, DEBUG, INFO, WARNING, ERROR or FATAL", tune);
     pair("--log-without-timestamp,--log-hide-timestamp", "--log-with-timestamp,--no-log-hide-timestamp",
          "HOROVOD_LOG_HIDE_TIME=1", tune);
-    value("--num-nccl-streams", "N", "HOROVOD_NUM_NCCL_STREAMS", tune);
-    value("--thread-affinity", "N", "HOROVOD_THREAD_AFFINITY", tune);
-    value("--gloo-timeout-seconds", "SECONDS", "HOROVOD_GLOO_TIMEOUT_SECONDS", tune);
+    value("--num-nccl-streams", "N", job_env::kNumNcclStreams, tune);
+    value("--thread-affinity", "N", job_env::kThreadAffinity, tune);
+    value("--gloo-timeout-seconds", "SECONDS", job_env::kGlooTimeoutSeconds, tune);
     flag("--tcp", "NCCL_IB_DISABLE=1 (TCP only)", tune);
     value("--binding-args", "ARGS", "Accepted for compatibility; only used by MPI/jsrun modes", tune);
     // Controllers.
@@ -317,7 +318,7 @@ void fill_options(Cli& cli, Options& o) {
   o.disable_cache = cli.on("--disable-cache");
   if (auto t = cli.integer("--start-timeout", "--start-timeout", 1)) {
     o.start_timeout = std::chrono::seconds(*t);
-  } else if (auto env_text = hvd::env::get("HOROVOD_START_TIMEOUT")) {
+  } else if (auto env_text = hvd::env::get(job_env::kStartTimeout)) {
     auto v = hvd::env::parse_int(*env_text);
     if (!v || *v < 1) {
       throw InvalidArgument(fmt::format("HOROVOD_START_TIMEOUT='{}' is not a positive number of seconds", *env_text));
@@ -540,7 +541,7 @@ void finish_elastic(Cli& cli, Options& o, const ElasticSettings& from_cli, const
   ElasticOptions& e = o.elastic;
   apply_elastic_settings(merged, e);
   if (!merged.elastic_timeout) {
-    if (auto env_text = hvd::env::get("HOROVOD_ELASTIC_TIMEOUT")) {
+    if (auto env_text = hvd::env::get(job_env::kElasticTimeout)) {
       auto v = hvd::env::parse_int(*env_text);
       if (!v || *v < 1 || *v > 1000000000L) {
         throw InvalidArgument(

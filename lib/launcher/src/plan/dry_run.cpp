@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "hvd/common/job_env.h"
 #include "hvd/launcher/hosts/hosts.h"
 #include "hvd/launcher/job/launcher.h"
 #include "hvd/launcher/process/shell.h"
@@ -23,8 +24,8 @@ std::string join_command(const std::vector<std::string>& argv) {
 /// The variables a dry run shows: what hvdrun sets, not the whole inherited
 /// environment (that differs per machine and may hold secrets).
 bool shown(const std::string& name, const std::set<std::string>& exported) {
-  return name.rfind("HOROVOD_", 0) == 0 || name == "PYTHONUNBUFFERED" || name == "NCCL_SOCKET_IFNAME" ||
-         name == "NCCL_IB_DISABLE" || exported.count(name) != 0;
+  return name.rfind("HOROVOD_", 0) == 0 || name == job_env::kPythonUnbuffered || name == job_env::kNcclSocketIfname ||
+         name == job_env::kNcclIbDisable || exported.count(name) != 0;
 }
 
 std::map<std::string, std::string> shown_env(const WorkerSpec& w, const std::set<std::string>& exported) {
@@ -60,8 +61,8 @@ std::string render_text(const JobPlan& plan, const Options& options) {
 
   // Variables equal on every rank are listed once; a rank's place is always
   // listed with the rank, even when it happens to be equal everywhere.
-  static const std::set<std::string> place = {"HOROVOD_RANK",       "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
-                                              "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", "HOROVOD_HOSTNAME"};
+  static const std::set<std::string> place = {job_env::kRank,      job_env::kLocalRank, job_env::kLocalSize,
+                                              job_env::kCrossRank, job_env::kCrossSize, job_env::kHostname};
   std::map<std::string, std::string> common = shown_env(plan.workers.front(), exported);
   for (const auto& name : place) common.erase(name);
   for (const auto& w : plan.workers) {

@@ -9,7 +9,7 @@
 #include <set>
 
 #include "hvd/common/error.h"
-#include "hvd/common/secret.h"
+#include "hvd/common/job_env.h"
 
 extern char** environ;
 
@@ -49,7 +49,7 @@ const std::set<std::string>& host_local_names() {
       "DBUS_SESSION_BUS_ADDRESS",
       // The job secret is generated per job by run_job; an inherited one
       // (nested hvdrun) must not leak into this job.
-      kSecretEnv,
+      job_env::kSecret,
   };
   return names;
 }
@@ -100,48 +100,48 @@ EnvMap tuning_env(const Options& options) {
   const TuningOptions& t = options.tuning;
   EnvMap env;
   if (t.fusion_threshold_mb) {
-    env["HOROVOD_FUSION_THRESHOLD"] = fmt::format("{}", std::llround(*t.fusion_threshold_mb * 1024.0 * 1024.0));
+    env[job_env::kFusionThreshold] = fmt::format("{}", std::llround(*t.fusion_threshold_mb * 1024.0 * 1024.0));
   }
-  if (t.cycle_time_ms) env["HOROVOD_CYCLE_TIME"] = python_float(*t.cycle_time_ms);
-  if (t.cache_capacity) env["HOROVOD_CACHE_CAPACITY"] = std::to_string(*t.cache_capacity);
-  if (t.hierarchical_allreduce) env["HOROVOD_HIERARCHICAL_ALLREDUCE"] = flag01(*t.hierarchical_allreduce);
-  if (t.hierarchical_allgather) env["HOROVOD_HIERARCHICAL_ALLGATHER"] = flag01(*t.hierarchical_allgather);
+  if (t.cycle_time_ms) env[job_env::kCycleTime] = python_float(*t.cycle_time_ms);
+  if (t.cache_capacity) env[job_env::kCacheCapacity] = std::to_string(*t.cache_capacity);
+  if (t.hierarchical_allreduce) env[job_env::kHierarchicalAllreduce] = flag01(*t.hierarchical_allreduce);
+  if (t.hierarchical_allgather) env[job_env::kHierarchicalAllgather] = flag01(*t.hierarchical_allgather);
   // As horovodrun: the autotune knobs are only exported when autotune is on.
   if (t.autotune.value_or(false)) {
-    env["HOROVOD_AUTOTUNE"] = "1";
-    if (t.autotune_log_file) env["HOROVOD_AUTOTUNE_LOG"] = *t.autotune_log_file;
+    env[job_env::kAutotune] = "1";
+    if (t.autotune_log_file) env[job_env::kAutotuneLog] = *t.autotune_log_file;
     if (t.autotune_warmup_samples) {
-      env["HOROVOD_AUTOTUNE_WARMUP_SAMPLES"] = std::to_string(*t.autotune_warmup_samples);
+      env[job_env::kAutotuneWarmupSamples] = std::to_string(*t.autotune_warmup_samples);
     }
     if (t.autotune_steps_per_sample) {
-      env["HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE"] = std::to_string(*t.autotune_steps_per_sample);
+      env[job_env::kAutotuneStepsPerSample] = std::to_string(*t.autotune_steps_per_sample);
     }
     if (t.autotune_bayes_opt_max_samples) {
-      env["HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES"] = std::to_string(*t.autotune_bayes_opt_max_samples);
+      env[job_env::kAutotuneBayesOptMaxSamples] = std::to_string(*t.autotune_bayes_opt_max_samples);
     }
     if (t.autotune_gaussian_process_noise) {
-      env["HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"] = python_float(*t.autotune_gaussian_process_noise);
+      env[job_env::kAutotuneGaussianProcessNoise] = python_float(*t.autotune_gaussian_process_noise);
     }
   }
   // Likewise the timeline knobs only with a timeline file.
   if (t.timeline_filename && !t.timeline_filename->empty()) {
-    env["HOROVOD_TIMELINE"] = *t.timeline_filename;
-    if (t.timeline_mark_cycles) env["HOROVOD_TIMELINE_MARK_CYCLES"] = flag01(*t.timeline_mark_cycles);
+    env[job_env::kTimeline] = *t.timeline_filename;
+    if (t.timeline_mark_cycles) env[job_env::kTimelineMarkCycles] = flag01(*t.timeline_mark_cycles);
   }
-  if (t.no_stall_check) env["HOROVOD_STALL_CHECK_DISABLE"] = flag01(*t.no_stall_check);
+  if (t.no_stall_check) env[job_env::kStallCheckDisable] = flag01(*t.no_stall_check);
   if (t.stall_check_warning_time_seconds) {
-    env["HOROVOD_STALL_CHECK_TIME_SECONDS"] = std::to_string(*t.stall_check_warning_time_seconds);
+    env[job_env::kStallCheckTimeSeconds] = std::to_string(*t.stall_check_warning_time_seconds);
   }
   if (t.stall_check_shutdown_time_seconds) {
-    env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = std::to_string(*t.stall_check_shutdown_time_seconds);
+    env[job_env::kStallShutdownTimeSeconds] = std::to_string(*t.stall_check_shutdown_time_seconds);
   }
-  if (t.num_nccl_streams) env["HOROVOD_NUM_NCCL_STREAMS"] = std::to_string(*t.num_nccl_streams);
-  if (options.tcp_flag) env["NCCL_IB_DISABLE"] = "1";
-  if (t.thread_affinity) env["HOROVOD_THREAD_AFFINITY"] = std::to_string(*t.thread_affinity);
-  if (t.mpi_threads_disable) env["HOROVOD_MPI_THREADS_DISABLE"] = flag01(*t.mpi_threads_disable);
-  if (t.gloo_timeout_seconds) env["HOROVOD_GLOO_TIMEOUT_SECONDS"] = std::to_string(*t.gloo_timeout_seconds);
-  if (t.log_level) env["HOROVOD_LOG_LEVEL"] = *t.log_level;
-  if (t.log_hide_timestamp) env["HOROVOD_LOG_HIDE_TIME"] = flag01(*t.log_hide_timestamp);
+  if (t.num_nccl_streams) env[job_env::kNumNcclStreams] = std::to_string(*t.num_nccl_streams);
+  if (options.tcp_flag) env[job_env::kNcclIbDisable] = "1";
+  if (t.thread_affinity) env[job_env::kThreadAffinity] = std::to_string(*t.thread_affinity);
+  if (t.mpi_threads_disable) env[job_env::kMpiThreadsDisable] = flag01(*t.mpi_threads_disable);
+  if (t.gloo_timeout_seconds) env[job_env::kGlooTimeoutSeconds] = std::to_string(*t.gloo_timeout_seconds);
+  if (t.log_level) env[job_env::kLogLevel] = *t.log_level;
+  if (t.log_hide_timestamp) env[job_env::kLogHideTime] = flag01(*t.log_hide_timestamp);
   return env;
 }
 
@@ -150,15 +150,15 @@ EnvMap build_common_env(const EnvMap& launcher_env, const Options& options) {
   for (const auto& [name, value] : launcher_env) {
     if (is_forwardable(name, options.forward_loader_env)) env[name] = value;
   }
-  env["PYTHONUNBUFFERED"] = "1";
-  env["HOROVOD_START_TIMEOUT"] = std::to_string(options.start_timeout.count());
-  env["HOROVOD_CONTROLLER"] = "gloo";
-  env["HOROVOD_CPU_OPERATIONS"] = "gloo";
+  env[job_env::kPythonUnbuffered] = "1";
+  env[job_env::kStartTimeout] = std::to_string(options.start_timeout.count());
+  env[job_env::kController] = "gloo";
+  env[job_env::kCpuOperations] = "gloo";
   if (!options.network_interfaces.empty()) {
-    env["HOROVOD_GLOO_IFACE"] = options.network_interfaces.front();
+    env[job_env::kGlooIface] = options.network_interfaces.front();
     std::string all;
     for (const auto& nic : options.network_interfaces) all += (all.empty() ? "" : ",") + nic;
-    env["NCCL_SOCKET_IFNAME"] = all;
+    env[job_env::kNcclSocketIfname] = all;
   }
   for (const auto& [name, value] : tuning_env(options)) env[name] = value;
   for (const auto& item : options.env_exports) {
@@ -183,13 +183,13 @@ EnvMap build_common_env(const EnvMap& launcher_env, const Options& options) {
 }
 
 EnvMap add_slot_env(EnvMap env, const SlotAssignment& slot, std::size_t total) {
-  env["HOROVOD_HOSTNAME"] = slot.hostname;
-  env["HOROVOD_RANK"] = std::to_string(slot.rank);
-  env["HOROVOD_SIZE"] = std::to_string(total);
-  env["HOROVOD_LOCAL_RANK"] = std::to_string(slot.local_rank);
-  env["HOROVOD_LOCAL_SIZE"] = std::to_string(slot.local_size);
-  env["HOROVOD_CROSS_RANK"] = std::to_string(slot.cross_rank);
-  env["HOROVOD_CROSS_SIZE"] = std::to_string(slot.cross_size);
+  env[job_env::kHostname] = slot.hostname;
+  env[job_env::kRank] = std::to_string(slot.rank);
+  env[job_env::kSize] = std::to_string(total);
+  env[job_env::kLocalRank] = std::to_string(slot.local_rank);
+  env[job_env::kLocalSize] = std::to_string(slot.local_size);
+  env[job_env::kCrossRank] = std::to_string(slot.cross_rank);
+  env[job_env::kCrossSize] = std::to_string(slot.cross_size);
   return env;
 }
 
@@ -200,9 +200,9 @@ EnvMap build_worker_env(const EnvMap& launcher_env, const SlotAssignment& slot, 
 
 EnvMap rendezvous_env(const std::string& addr, uint16_t port, const std::string& secret) {
   EnvMap env;
-  env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] = addr;
-  env["HOROVOD_GLOO_RENDEZVOUS_PORT"] = std::to_string(port);
-  env[kSecretEnv] = secret;
+  env[job_env::kRendezvousAddr] = addr;
+  env[job_env::kRendezvousPort] = std::to_string(port);
+  env[job_env::kSecret] = secret;
   return env;
 }
 
@@ -214,7 +214,7 @@ void add_rendezvous_env(JobPlan& plan, const std::string& addr, uint16_t port, c
 }
 
 bool is_secret_name(const std::string& name) {
-  if (name == kSecretEnv) return true;
+  if (name == job_env::kSecret) return true;
   std::string upper = name;
   std::transform(upper.begin(), upper.end(), upper.begin(),
                  [](unsigned char c) { return static_cast<char>(std::toupper(c)); });

@@ -6,6 +6,7 @@
 #include "hvd/common/env.h"
 #include "hvd/common/error.h"
 #include "hvd/common/io.h"
+#include "hvd/common/job_env.h"
 #include "hvd/launcher/process/signals.h"
 #include "hvd/launcher/process/subprocess.h"
 
@@ -81,7 +82,7 @@ int agent_main(int argc, char** argv) {
   (void)argv;
   std::chrono::milliseconds grace{3000};
   try {
-    grace = std::chrono::milliseconds(env::get_int_or("HVDRUN_KILL_GRACE_MS", 3000));
+    grace = std::chrono::milliseconds(env::get_int_or(job_env::kKillGraceMs, 3000));
   } catch (const std::exception& e) {
     agent_error(e.what());
   }

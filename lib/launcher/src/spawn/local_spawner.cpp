@@ -5,6 +5,7 @@
 
 #include "hvd/common/error.h"
 #include "hvd/common/io.h"
+#include "hvd/common/job_env.h"
 #include "hvd/launcher/process/subprocess.h"
 #include "hvd/launcher/spawn/agent.h"
 
@@ -89,10 +90,11 @@ void LocalSpawner::launch(const std::vector<WorkerSpec>& workers, EventSink& sin
 
   // The agent inherits our environment plus the kill grace (the worker's own
   // environment travels in the spec frame, not here).
+  const std::string grace_prefix = std::string(job_env::kKillGraceMs) + "=";
   for (char** e = environ; e && *e; ++e) {
-    if (std::strncmp(*e, "HVDRUN_KILL_GRACE_MS=", 21) != 0) agent_env_.emplace_back(*e);
+    if (std::strncmp(*e, grace_prefix.c_str(), grace_prefix.size()) != 0) agent_env_.emplace_back(*e);
   }
-  agent_env_.push_back(fmt::format("HVDRUN_KILL_GRACE_MS={}", options_.kill_grace.count()));
+  agent_env_.push_back(fmt::format("{}{}", grace_prefix, options_.kill_grace.count()));
 
   try {
     for (const WorkerSpec& w : workers) start_agent(w, deadline);

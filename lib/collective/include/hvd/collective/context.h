@@ -29,7 +29,7 @@ inline constexpr int32_t kHostDevice = -1;
 inline constexpr int32_t kAutoDevice = -2;
 
 /// Everything a Context needs, normally read from the environment hvdrun
-/// sets (settings_from_env); tests fill it in directly.
+/// sets (settings_from_env, init_env.h); tests fill it in directly.
 struct Settings {
   int rank = 0;
   int size = 1;
@@ -245,16 +245,5 @@ class Context {
  private:
   std::unique_ptr<Impl> impl_;
 };
-
-/// Reads the environment hvdrun sets (docs/collective.md lists it):
-/// all of HOROVOD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE, _CROSS_RANK,
-/// _CROSS_SIZE present -> that job; none present -> a job of size 1; some
-/// present or any garbage -> hvd::InvalidArgument naming the variable.
-Settings settings_from_env();
-
-/// settings_from_env(), then the store from HOROVOD_GLOO_RENDEZVOUS_ADDR/
-/// _PORT (size > 1) and Context::create. `comm_prefix` names the
-/// communicator generation in the store (every rank must pass the same).
-std::unique_ptr<Context> context_from_env(const std::string& comm_prefix = "gen0/");
 
 }  // namespace hvd::collective

@@ -105,8 +105,8 @@ class ElasticMember final : public Membership {
 /// MemberOptions for this process from the environment hvdrun sets in an
 /// elastic job: HVDRUN_WORKER_ID, HOROVOD_GLOO_RENDEZVOUS_ADDR/_PORT,
 /// HVDRUN_SECRET, HOROVOD_ELASTIC_TIMEOUT (seconds, default 600) and the
-/// usual settings (settings_from_env). InvalidArgument naming what is
-/// missing.
+/// usual settings (settings_from_env, init_env.h). InvalidArgument naming
+/// what is missing.
 MemberOptions member_options_from_env();
 
 }  // namespace hvd::elastic

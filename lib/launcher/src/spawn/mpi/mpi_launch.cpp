@@ -3,7 +3,7 @@
 #include "hvd/launcher/spawn/mpi/mpi_launch.h"
 
 #include "hvd/common/error.h"
-#include "hvd/common/secret.h"
+#include "hvd/common/job_env.h"
 #include "hvd/launcher/plan/worker_env.h"
 
 #include <fmt/format.h>
@@ -118,14 +118,15 @@ std::map<std::string, std::string> mpi_job_env(const Options& options,
     // An enclosing MPI job's own variables (hvdrun started by mpirun or
     // srun) would confuse the mpirun we start and its ranks.
     bool mpi_runtime = false;
-    for (const char* prefix : {"OMPI_", "PMIX_", "PMI_", "HYDRA_", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "PRTE_"}) {
+    for (const char* prefix : {"OMPI_", "PMIX_", "PMI_", "HYDRA_", job_env::kMpiLocalRankId, job_env::kMpiLocalNumRanks,
+                               "PRTE_"}) {
       mpi_runtime = mpi_runtime || name.rfind(prefix, 0) == 0;
     }
     // horovodrun --mpi does not choose a controller: an unmodified Horovod
     // worker started by mpirun must take its MPI controller, which
     // HOROVOD_CONTROLLER=gloo (hvdrun's own spawning) would override with a
     // Gloo context lacking HOROVOD_RANK. Our library needs neither.
-    const bool controller_choice = name == "HOROVOD_CONTROLLER" || name == "HOROVOD_CPU_OPERATIONS";
+    const bool controller_choice = name == job_env::kController || name == job_env::kCpuOperations;
     if ((!mpi_runtime && !controller_choice) || explicit_names.count(name) != 0) out[name] = value;
   }
   return out;
@@ -214,12 +215,12 @@ std::string render_mpi_dry_run(const MpiInfo& info, const Options& options, cons
   // The rendezvous variables exist only once the store listens; name them so
   // the printed command is the one run_mpi_job runs.
   std::map<std::string, std::string> env = extra_env;
-  env.emplace("HOROVOD_GLOO_RENDEZVOUS_ADDR", "<store address>");
-  env.emplace("HOROVOD_GLOO_RENDEZVOUS_PORT", "<store port>");
-  env[kSecretEnv] = "<job secret>";
+  env.emplace(job_env::kRendezvousAddr, "<store address>");
+  env.emplace(job_env::kRendezvousPort, "<store port>");
+  env[job_env::kSecret] = "<job secret>";
   std::vector<std::string> cmd = build_mpirun_command(info, options, plan, env, running_as_root);
   auto shown = [](const std::string& name, const std::string& value) {
-    return is_secret_name(name) || name == kSecretEnv ? std::string("<hidden>") : value;
+    return is_secret_name(name) || name == job_env::kSecret ? std::string("<hidden>") : value;
   };
   if (format == DryRunFormat::Json) {
     nlohmann::json j;

@@ -1,0 +1,186 @@
+// The process-wide C++ API (hvd.h) and the process's elastic membership
+// (the free functions of elastic.h): one Context, or one ElasticMember in an
+// elastic job, behind a mutex. Reading the environment is init_env.cpp's.
+#include "hvd/collective/hvd.h"
+
+#include "hvd/collective/context.h"
+#include "hvd/collective/elastic.h"
+#include "hvd/collective/elastic_member.h"
+#include "hvd/collective/init_env.h"
+
+#include "hvd/common/env.h"
+#include "hvd/common/error.h"
+#include "hvd/common/job_env.h"
+#include "hvd/common/logging.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <mutex>
+
+namespace hvd {
+
+namespace {
+std::mutex g_mu;
+std::shared_ptr<collective::Context> g_context;
+int g_generation = 0;
+/// Set in an elastic job (HOROVOD_ELASTIC=1): owns g_context's world.
+std::shared_ptr<elastic::ElasticMember> g_member;
+
+/// Runs at exit for programs that never call shutdown(). Registered after
+/// the logger exists, so it runs before the logger is destroyed (a static
+/// Context's destructor would run after it).
+void shutdown_at_exit() {
+  try {
+    hvd::shutdown();
+  } catch (...) {
+  }
+}
+
+std::shared_ptr<collective::Context> current() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_context) throw collective::NotInitializedError("hvd: not initialised; call hvd::init() first");
+  return g_context;
+}
+}  // namespace
+
+void init() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_context) return;
+  auto level = parse_log_level(env::get_or(job_env::kLogLevel, "warning"));
+  auto rank = env::get(job_env::kRank);
+  init_logging(fmt::format("hvd[{}]", rank ? *rank : "0"), level);
+  if (elastic::enabled()) {
+    // Elastic job: rank and size come from the world hvdrun publishes, and
+    // the member's generations are the world versions.
+    elastic::MemberOptions options = elastic::member_options_from_env();
+    init_logging(fmt::format("hvd[{}]", options.worker_id), level);
+    auto member = std::make_shared<elastic::ElasticMember>(std::move(options));
+    member->join();
+    g_context = member->shared_context();
+    g_member = std::move(member);
+    init_logging(fmt::format("hvd[{}]", g_context->rank()), level);
+  } else {
+    // Every init after a shutdown forms a new communicator generation, so a
+    // re-init never reads the previous generation's addresses.
+    g_context = collective::context_from_env(fmt::format("gen{}/", g_generation));
+    ++g_generation;
+    if (!rank) init_logging(fmt::format("hvd[{}]", g_context->rank()), level);  // rank learned from MPI
+  }
+  static bool at_exit_registered = false;
+  if (!at_exit_registered) {
+    std::atexit(shutdown_at_exit);
+    at_exit_registered = true;
+  }
+}
+
+void shutdown() {
+  std::shared_ptr<collective::Context> ctx;
+  std::shared_ptr<elastic::ElasticMember> member;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    ctx = std::move(g_context);
+    g_context.reset();
+    member = std::move(g_member);
+    g_member.reset();
+  }
+  if (member) member->close();
+  if (ctx) ctx->shutdown();
+}
+
+bool is_initialized() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_context != nullptr;
+}
+
+int rank() { return current()->rank(); }
+int size() { return current()->size(); }
+int local_rank() { return current()->local_rank(); }
+int local_size() { return current()->local_size(); }
+int cross_rank() { return current()->cross_rank(); }
+int cross_size() { return current()->cross_size(); }
+
+collective::Context& context() { return *current(); }
+
+collective::Handle allreduce_async(const collective::AllreduceArgs& a) { return current()->allreduce_async(a); }
+collective::Handle allgather_async(const collective::AllgatherArgs& a) { return current()->allgather_async(a); }
+collective::Handle broadcast_async(const collective::BroadcastArgs& a) { return current()->broadcast_async(a); }
+collective::Handle alltoall_async(const collective::AlltoallArgs& a) { return current()->alltoall_async(a); }
+collective::Handle reducescatter_async(const collective::ReducescatterArgs& a) {
+  return current()->reducescatter_async(a);
+}
+collective::Handle barrier_async(const collective::BarrierArgs& a) { return current()->barrier_async(a); }
+
+void allreduce(const collective::AllreduceArgs& a) { allreduce_async(a).wait(); }
+collective::Handle allgather(const collective::AllgatherArgs& a) {
+  auto h = allgather_async(a);
+  h.wait();
+  return h;
+}
+void broadcast(const collective::BroadcastArgs& a) { broadcast_async(a).wait(); }
+collective::Handle alltoall(const collective::AlltoallArgs& a) {
+  auto h = alltoall_async(a);
+  h.wait();
+  return h;
+}
+collective::Handle reducescatter(const collective::ReducescatterArgs& a) {
+  auto h = reducescatter_async(a);
+  h.wait();
+  return h;
+}
+void barrier(const collective::BarrierArgs& a) { barrier_async(a).wait(); }
+int join() { return current()->join(); }
+collective::Handle join_async() { return current()->join_async(); }
+
+}  // namespace hvd
+
+namespace hvd::elastic {
+
+namespace {
+
+std::shared_ptr<ElasticMember> process_member() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_member;
+}
+
+/// The process-wide Membership: hvd::init()'s Context and member.
+class ProcessMembership final : public Membership {
+ public:
+  collective::Context& context() override { return hvd::context(); }
+  bool elastic() const override { return process_member() != nullptr; }
+  bool hosts_updated() const override { return elastic::hosts_updated(); }
+  void reset() override { elastic::reset(); }
+};
+
+}  // namespace
+
+Membership& process_membership() {
+  static ProcessMembership membership;
+  return membership;
+}
+
+uint64_t world_version() {
+  auto m = process_member();
+  return m ? m->version() : 0;
+}
+
+bool hosts_updated() {
+  auto m = process_member();
+  return m && m->hosts_updated();
+}
+
+void reset() {
+  auto m = process_member();
+  if (!m) {
+    throw InvalidArgument(
+        "hvd::elastic::reset: not an elastic job (HOROVOD_ELASTIC=1 unset) or hvd::init() was not called");
+  }
+  m->reset();
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_member != m) return;  // shut down meanwhile
+  g_context = m->shared_context();
+  init_logging(fmt::format("hvd[{}]", g_context->rank()),
+               parse_log_level(env::get_or(job_env::kLogLevel, "warning")));
+}
+
+}  // namespace hvd::elastic
