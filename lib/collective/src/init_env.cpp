@@ -8,14 +8,13 @@
 #include "hvd/common/env.h"
 #include "hvd/common/error.h"
 #include "hvd/common/job_env.h"
+#include "hvd/common/logging.h"
+#include "hvd/common/net.h"
+#include "hvd/common/secret.h"
 #include "hvd/store/http_store.h"
 
 #include <fmt/format.h>
 
-#include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <net/if.h>
-#include <netinet/in.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,21 +37,16 @@ std::string local_hostname() {
 
 /// IPv4 address of a network interface, for HOROVOD_GLOO_IFACE.
 std::string interface_address(const std::string& iface) {
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) throw IoError("getifaddrs failed while resolving HOROVOD_GLOO_IFACE");
-  std::string found;
-  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
-    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET || iface != a->ifa_name) continue;
-    char text[INET_ADDRSTRLEN] = {0};
-    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof text);
-    found = text;
-    break;
+  std::vector<net::InterfaceAddress> all;
+  try {
+    all = net::interface_addresses();
+  } catch (const IoError& e) {
+    throw IoError(fmt::format("{} while resolving {}", e.what(), job_env::kGlooIface));
   }
-  freeifaddrs(list);
-  if (found.empty()) {
-    throw InvalidArgument(fmt::format("{}='{}': no such interface with an IPv4 address", job_env::kGlooIface, iface));
+  for (const auto& a : all) {
+    if (!a.ipv6 && a.interface == iface) return a.address;
   }
-  return found;
+  throw InvalidArgument(fmt::format("{}='{}': no such interface with an IPv4 address", job_env::kGlooIface, iface));
 }
 
 int int_var(const char* name, int64_t fallback, int64_t min, int64_t max) {

@@ -6,17 +6,13 @@
 #include "hvd/common/env.h"
 #include "hvd/common/error.h"
 #include "hvd/common/job_env.h"
+#include "hvd/common/net.h"
 #include "hvd/common/secret.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <arpa/inet.h>
 #include <dlfcn.h>
-#include <ifaddrs.h>
-#include <net/if.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -80,20 +76,16 @@ std::string local_hostname() {
   return buf;
 }
 
+/// The first IPv4 address of `wanted_iface` (up), or of the first
+/// interface that is up and not loopback when `wanted_iface` is empty; ""
+/// when there is none. IoError when the interfaces cannot be listed.
 std::string interface_ipv4(const std::string& wanted_iface) {
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return "";
-  std::string found;
-  for (ifaddrs* a = list; a != nullptr && found.empty(); a = a->ifa_next) {
-    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
-    if (!(a->ifa_flags & IFF_UP)) continue;
-    if (wanted_iface.empty() ? (a->ifa_flags & IFF_LOOPBACK) != 0 : wanted_iface != a->ifa_name) continue;
-    char text[INET_ADDRSTRLEN] = {0};
-    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof text);
-    found = text;
+  for (const auto& a : net::interface_addresses()) {
+    if (a.ipv6 || !a.up) continue;
+    if (wanted_iface.empty() ? a.loopback : wanted_iface != a.interface) continue;
+    return a.address;
   }
-  freeifaddrs(list);
-  return found;
+  return "";
 }
 
 /// The address rank 0 advertises for its store in plug-in mode.
@@ -204,23 +196,8 @@ std::unique_ptr<store::HttpStoreServer> start_server(uint16_t port, const std::s
 /// sends nothing), or "" when `host` is not a numeric IPv4 address or has
 /// no route.
 std::string source_address_towards(const std::string& host) {
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(9);
-  if (inet_pton(AF_INET, host.c_str(), &to.sin_addr) != 1) return "";
-  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return "";
-  std::string out;
-  sockaddr_in me{};
-  socklen_t len = sizeof me;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0) {
-    char text[INET_ADDRSTRLEN] = {0};
-    inet_ntop(AF_INET, &me.sin_addr, text, sizeof text);
-    out = text;
-  }
-  close(fd);
-  return out;
+  const net::Resolution to = net::resolve(host, 9, Deadline::never(), {SOCK_DGRAM, false, true, AF_INET});
+  return net::source_address_towards(to.addresses);
 }
 
 /// Publishes this rank's place and fills in the topology from everyone's.

@@ -1,16 +1,18 @@
 // HttpStoreClient: blocking requests over one kept-alive, non-blocking socket
-// whose waits are bounded with poll() deadlines.
+// whose waits are bounded with poll() deadlines; Boost.Beast writes the
+// request heads and parses the responses.
 #include "hvd/common/env.h"
 #include "hvd/common/error.h"
 #include "hvd/common/io.h"
+#include "hvd/common/net.h"
 #include "hvd/common/secret.h"
 #include "hvd/store/http_store.h"
 #include "http_wire.h"
 #include "store_detail.h"
 
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -18,9 +20,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <sstream>
 #include <thread>
 
 namespace hvd::store {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
 
 namespace {
 
@@ -30,64 +37,16 @@ constexpr std::size_t kMaxResponseBody = std::size_t(1) << 30;
 constexpr std::size_t kExpectContinueBytes = 1u << 20;
 constexpr std::chrono::milliseconds kContinueWait{3000};
 
-/// One connect attempt to every resolved address; returns the fd or -1 with `why`.
-int connect_once(const std::string& host, uint16_t port, Deadline deadline, std::string& why) {
-  struct addrinfo hints {};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  struct addrinfo* res = nullptr;
-  int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
-  if (rc != 0) {
-    why = std::string("cannot resolve host: ") + ::gai_strerror(rc);
-    return -1;
-  }
-  int result = -1;
-  for (auto* ai = res; ai != nullptr && result < 0; ai = ai->ai_next) {
-    UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
-    if (!fd) {
-      why = std::strerror(errno);
-      continue;
-    }
-    if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
-      if (errno != EINPROGRESS) {
-        why = std::strerror(errno);
-        continue;
-      }
-      struct pollfd p{fd.get(), POLLOUT, 0};
-      int n;
-      do {
-        n = ::poll(&p, 1, deadline.poll_timeout_ms());
-      } while (n < 0 && errno == EINTR);
-      if (n <= 0) {
-        why = n == 0 ? "connect timed out" : std::strerror(errno);
-        continue;
-      }
-      int err = 0;
-      socklen_t len = sizeof err;
-      ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-      if (err != 0) {
-        why = std::strerror(err);
-        continue;
-      }
-    }
-    int one = 1;
-    ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    result = fd.release();
-  }
-  ::freeaddrinfo(res);
-  return result;
-}
-
-/// Appends what is available (at least one byte) to `buf`.
-void recv_some(int fd, std::string& buf, Deadline deadline) {
+/// Appends what is available (at least one byte) to `buf`; false at EOF.
+bool recv_some(int fd, std::string& buf, Deadline deadline) {
   char tmp[65536];
   for (;;) {
     ssize_t n = ::recv(fd, tmp, sizeof tmp, 0);
     if (n > 0) {
       buf.append(tmp, static_cast<std::size_t>(n));
-      return;
+      return true;
     }
-    if (n == 0) throw IoError("connection closed by the store");
+    if (n == 0) return false;
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) throw IoError(std::strerror(errno));
     struct pollfd p{fd, POLLIN, 0};
@@ -126,17 +85,21 @@ void HttpStoreClient::connect() {
 }
 
 void HttpStoreClient::connect_locked(bool retry_until_timeout) {
+  using Status = net::ConnectResult::Status;
   const Deadline deadline = Deadline::after(options_.connect_timeout);
   std::chrono::milliseconds backoff(20);
   std::string why;
   for (;;) {
-    int fd = connect_once(options_.host, options_.port, deadline, why);
-    if (fd >= 0) {
-      fd_ = fd;
+    net::ConnectResult r = net::connect_tcp(options_.host, options_.port, deadline);
+    if (r.ok()) {
+      fd_ = r.fd.release();
       ever_connected_ = true;
       inbuf_.clear();
       return;
     }
+    if (r.status == Status::ResolveFailed) why = "cannot resolve host: " + r.resolve_error;
+    if (r.status == Status::Failed) why = std::strerror(r.error);
+    if (r.status == Status::TimedOut) why = "connect timed out";
     if (!retry_until_timeout || deadline.expired()) break;
     std::this_thread::sleep_for(std::min(backoff, deadline.remaining()));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
@@ -145,29 +108,29 @@ void HttpStoreClient::connect_locked(bool retry_until_timeout) {
 }
 
 HttpStoreClient::Response HttpStoreClient::read_response_locked(Deadline deadline) {
-  std::size_t end;
-  while ((end = inbuf_.find("\r\n\r\n")) == std::string::npos) {
-    if (inbuf_.size() > kMaxResponseHead) throw IoError("response head too large");
-    recv_some(fd_, inbuf_, deadline);
+  bhttp::response_parser<bhttp::string_body> parser;
+  parser.header_limit(kMaxResponseHead);
+  parser.body_limit(kMaxResponseBody);
+  parser.eager(true);
+  for (;;) {
+    if (!inbuf_.empty()) {
+      beast::error_code ec;
+      inbuf_.erase(0, parser.put(asio::buffer(inbuf_), ec));
+      if (parser.is_done()) break;
+      if (ec && ec != bhttp::error::need_more) throw IoError("malformed response: " + ec.message());
+    }
+    if (!recv_some(fd_, inbuf_, deadline)) {
+      // A response without Content-Length ends with the connection.
+      beast::error_code ec;
+      if (parser.got_some()) parser.put_eof(ec);
+      if (!parser.is_done() || ec) throw IoError("connection closed by the store");
+      break;
+    }
   }
   Response r;
-  if (inbuf_.compare(0, 12, "HTTP/1.1 100") == 0) {  // interim answer, no body
-    inbuf_.erase(0, end + 4);
-    r.status = 100;
-    return r;
-  }
-  http::ResponseHead head;
-  std::string why;
-  if (!http::parse_response_head(std::string_view(inbuf_).substr(0, end), head, why)) {
-    throw IoError("malformed response: " + why);
-  }
-  if (head.content_length > kMaxResponseBody) throw IoError("response body too large");
-  inbuf_.erase(0, end + 4);
-  while (inbuf_.size() < head.content_length) recv_some(fd_, inbuf_, deadline);
-  r.status = head.status;
-  r.body.assign(inbuf_, 0, head.content_length);
-  inbuf_.erase(0, head.content_length);
-  r.keep_alive = head.keep_alive;
+  r.status = static_cast<int>(parser.get().result_int());
+  r.keep_alive = parser.get().keep_alive() && !parser.need_eof();
+  r.body = std::move(parser.get().body());
   return r;
 }
 
@@ -238,18 +201,18 @@ HttpStoreClient::Response HttpStoreClient::request(const std::string& method, co
                                                    const std::string& query, const std::string& body,
                                                    std::chrono::milliseconds server_wait) {
   if (key.empty()) throw InvalidArgument("rendezvous store: keys must not be empty");
-  std::string head;
-  head.reserve(256);
-  head += method;
-  head += " /";
-  head += http::percent_encode_path(key);
-  if (!query.empty()) head += "?" + query;
-  head += " HTTP/1.1\r\nHost: " + endpoint() + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
-  if (!options_.secret.empty()) head += std::string(http::kSecretHeader) + ": " + options_.secret + "\r\n";
-  if (body.size() > kExpectContinueBytes) head += "Expect: 100-continue\r\n";
-  head += "\r\n";
+  bhttp::request_header<> head;
+  head.method_string(method);
+  head.target(http::target_for(key, query));
+  head.version(11);
+  head.set(bhttp::field::host, endpoint());
+  head.set(bhttp::field::content_length, std::to_string(body.size()));
+  if (!options_.secret.empty()) head.set(http::kSecretHeader, options_.secret);
+  if (body.size() > kExpectContinueBytes) head.set(bhttp::field::expect, "100-continue");
+  std::ostringstream text;
+  text << head;  // request line, fields and the blank line
   std::lock_guard<std::mutex> lock(mu_);
-  return exchange_locked(head, body, server_wait);
+  return exchange_locked(text.str(), body, server_wait);
 }
 
 void HttpStoreClient::throw_for_status(const Response& r, const std::string& method, const std::string& key) {

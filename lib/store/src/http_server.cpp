@@ -1,19 +1,24 @@
 // The HTTP store server: one Boost.Asio event loop, one Connection object per
-// client socket, each on its own strand. Long-polls are answered by a timer
-// plus a one-shot watcher on the InMemoryStore, never by a parked thread.
-// Errors inside handlers are values (error_code) or caught exceptions that
-// close only the connection concerned; nothing escapes into io_context::run().
+// client socket, each on its own strand; Boost.Beast parses the requests and
+// writes the responses. Long-polls are answered by a timer plus a one-shot
+// watcher on the InMemoryStore, never by a parked thread. Errors inside
+// handlers are values (error_code) or caught exceptions that close only the
+// connection concerned; nothing escapes into io_context::run().
 #include "hvd/common/error.h"
 #include "hvd/common/secret.h"
 #include "hvd/store/http_store.h"
 #include "http_wire.h"
 
 #include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
 
 #include <array>
+#include <cctype>
 #include <atomic>
 #include <condition_variable>
+#include <limits>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -21,6 +26,8 @@
 namespace hvd::store {
 
 namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
 using boost::system::error_code;
 
@@ -33,6 +40,10 @@ class Connection;
 /// a reset that could destroy the error response in flight.
 constexpr std::chrono::milliseconds kLingerTime{500};
 constexpr std::size_t kLingerBytes = 4u << 20;
+/// Read sizes: small while a head arrives (idle connections hold one such
+/// buffer), larger for bodies.
+constexpr std::size_t kHeadChunk = 4096;
+constexpr std::size_t kBodyChunk = 64u << 10;
 
 }  // namespace
 
@@ -123,8 +134,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void begin_request() {
     if (state_ == State::Closed) return;
     state_ = State::Reading;
-    req_ = http::RequestHead{};
-    body_.clear();
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(
+        std::min<std::size_t>(srv_.opts.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
+    // Checked against max_body_bytes only after authentication (accept_head).
+    parser_->body_limit(boost::none);
+    request_line_checked_ = false;
     // The deadline covers the whole request: trickling bytes never extends it.
     deadline_.expires_after(srv_.opts.read_timeout);
     deadline_.async_wait([self = shared_from_this(), gen = ++deadline_gen_](const error_code& ec) {
@@ -133,94 +148,153 @@ class Connection : public std::enable_shared_from_this<Connection> {
                     self->srv_.opts.read_timeout.count());
       self->do_close();
     });
-    parse_or_read_head();
+    parse();
   }
 
-  void parse_or_read_head() {
-    std::size_t end = inbuf_.find("\r\n\r\n");
-    if (end == std::string::npos) {
-      // Reject garbage as soon as it is visible instead of waiting for a blank line.
-      std::size_t scan_to = std::min(inbuf_.size(), srv_.opts.max_header_bytes);
-      for (std::size_t i = 0; i < scan_to; ++i) {
-        unsigned char c = static_cast<unsigned char>(inbuf_[i]);
-        if ((c < 0x20 && c != '\r' && c != '\n' && c != '\t') || c == 0x7f) {
-          return fail(400, "request head contains control bytes");
-        }
-      }
-      std::size_t nl = inbuf_.find('\n');
-      if (nl != std::string::npos) {
-        http::RequestHead probe;
-        std::string why;
-        if (int status = http::parse_request_head(std::string_view(inbuf_).substr(0, nl), probe, why)) {
-          return fail(status, why);
-        }
-      }
-      if (inbuf_.size() > srv_.opts.max_header_bytes) {
-        return fail(431, "request head exceeds " + std::to_string(srv_.opts.max_header_bytes) + " bytes");
-      }
-      socket_.async_read_some(asio::buffer(chunk_), [self = shared_from_this()](const error_code& ec, std::size_t n) {
-        self->safely([&] {
-          if (self->state_ != State::Reading) return;
-          if (ec) return self->do_close();
-          self->inbuf_.append(self->chunk_.data(), n);
-          self->parse_or_read_head();
+  /// Feeds what has arrived to the parser; reads more while it needs more.
+  void parse() {
+    if (!parser_->is_header_done()) {
+      std::string why;
+      if (int status = screen_head(why)) return fail(status, why);
+      error_code ec;
+      inbuf_.consume(parser_->put(inbuf_.data(), ec));
+      if (ec == bhttp::error::need_more || (!ec && !parser_->is_header_done())) return read_more();
+      if (ec) return fail(status_for(ec), describe(ec));
+      if (!accept_head()) return;
+      const std::size_t need = static_cast<std::size_t>(parser_->content_length().value_or(0));
+      if (expect_continue_ && !parser_->is_done() && inbuf_.size() < need) {
+        // The client waits for this before sending the body (curl does for big bodies).
+        return bhttp::async_write(socket_, interim_, [self = shared_from_this()](const error_code& e, std::size_t) {
+          self->safely([&] {
+            if (self->state_ != State::Reading) return;
+            if (e) return self->do_close();
+            self->parse();
+          });
         });
-      });
-      return;
+      }
     }
-    if (end + 4 > srv_.opts.max_header_bytes) {
-      return fail(431, "request head exceeds " + std::to_string(srv_.opts.max_header_bytes) + " bytes");
+    // The body, still under the read deadline.
+    while (!parser_->is_done()) {
+      if (inbuf_.size() == 0) return read_more();
+      error_code ec;
+      const std::size_t used = parser_->put(inbuf_.data(), ec);
+      inbuf_.consume(used);
+      if (ec == bhttp::error::need_more || (!ec && used == 0)) return read_more();
+      if (ec) return fail(400, describe(ec));
+    }
+    handle_request();
+  }
+
+  void read_more() {
+    const std::size_t chunk = parser_->is_header_done() ? kBodyChunk : kHeadChunk;
+    socket_.async_read_some(inbuf_.prepare(chunk), [self = shared_from_this()](const error_code& ec, std::size_t n) {
+      self->safely([&] {
+        if (self->state_ != State::Reading) return;
+        if (ec) return self->do_close();
+        self->inbuf_.commit(n);
+        self->parse();
+      });
+    });
+  }
+
+  /// Beast parses nothing before the blank line that ends the head, so
+  /// garbage is looked for here as it arrives and answered at once rather
+  /// than after read_timeout: control bytes anywhere in the head, and the
+  /// request line as soon as its '\n' is in. 0 or the status to answer.
+  int screen_head(std::string& why) {
+    const std::string_view buffered(static_cast<const char*>(inbuf_.data().data()), inbuf_.size());
+    const std::size_t blank = buffered.find("\r\n\r\n");  // the head ends with the first CRLF of it
+    const std::string_view head =
+        buffered.substr(0, std::min(blank == std::string_view::npos ? blank : blank + 2, srv_.opts.max_header_bytes));
+    for (unsigned char c : head) {
+      if ((c < 0x20 && c != '\r' && c != '\n' && c != '\t') || c == 0x7f) {
+        why = "request head contains control bytes";
+        return 400;
+      }
+    }
+    const std::size_t nl = head.find('\n');
+    if (request_line_checked_ || nl == std::string_view::npos) return 0;
+    request_line_checked_ = true;
+    return check_request_line(head.substr(0, nl + 1), why);
+  }
+
+  /// Parses the request line (with its "\r\n") alone, as a request without
+  /// header fields.
+  int check_request_line(std::string_view line, std::string& why) {
+    if (line.size() < 2 || line.substr(line.size() - 2) != "\r\n") {
+      why = "request line must end with CRLF";
+      return 400;
+    }
+    bhttp::request_parser<bhttp::empty_body> probe;
+    const std::string text = std::string(line) + "\r\n";
+    error_code ec;
+    probe.put(asio::buffer(text), ec);
+    if (ec == bhttp::error::bad_version) {
+      // Beast says so both for "HTTP/2.0" (505) and for a garbled version (400).
+      const std::string_view v = line.substr(line.rfind(' ') + 1, 8);
+      const bool well_formed = line.size() >= 10 && line.rfind(' ') + 11 == line.size() && v.substr(0, 5) == "HTTP/" &&
+                               std::isdigit(static_cast<unsigned char>(v[5])) && v[6] == '.' &&
+                               std::isdigit(static_cast<unsigned char>(v[7]));
+      why = well_formed ? "unsupported HTTP version" : describe(ec);
+      return well_formed ? 505 : 400;
+    }
+    if (ec) {
+      why = describe(ec);
+      return status_for(ec);
+    }
+    return http::parse_target(probe.get().target(), why) ? 0 : 400;
+  }
+
+  static int status_for(const error_code& ec) {
+    if (ec == bhttp::error::header_limit) return 431;
+    if (ec == bhttp::error::bad_transfer_encoding) return 501;
+    return 400;
+  }
+
+  std::string describe(const error_code& ec) const {
+    if (ec == bhttp::error::header_limit) {
+      return "request head exceeds " + std::to_string(srv_.opts.max_header_bytes) + " bytes";
+    }
+    if (ec == bhttp::error::bad_transfer_encoding) return "Transfer-Encoding is not supported; send Content-Length";
+    return "malformed request: " + ec.message();
+  }
+
+  /// The head is complete: refuses what the protocol does not allow and
+  /// unauthenticated requests, before any body is read. False when it has
+  /// answered (and is closing).
+  bool accept_head() {
+    const auto& req = parser_->get();
+    if (req.find(bhttp::field::transfer_encoding) != req.end()) {
+      fail(501, "Transfer-Encoding is not supported; send Content-Length");
+      return false;
     }
     std::string why;
-    if (int status = http::parse_request_head(std::string_view(inbuf_).substr(0, end), req_, why)) {
-      return fail(status, why);
+    auto target = http::parse_target(req.target(), why);
+    if (!target) {
+      fail(400, why);
+      return false;
     }
-    inbuf_.erase(0, end + 4);
-
+    target_ = std::move(*target);
     // Authenticate before accepting a body from anyone.
-    bool authorized = req_.secret ? constant_time_equal(*req_.secret, srv_.opts.secret)
-                                  : srv_.opts.allow_unauthenticated;
+    auto secret = req.find(http::kSecretHeader);
+    const bool has_secret = secret != req.end();
+    bool authorized = has_secret ? constant_time_equal(std::string(secret->value()), srv_.opts.secret)
+                                 : srv_.opts.allow_unauthenticated;
     if (!authorized) {
-      spdlog::warn("rendezvous store: rejected {} /{} from {}: {} {} header", req_.method, req_.path, peer_,
-                   req_.secret ? "wrong" : "missing", http::kSecretHeader);
-      return fail(401, std::string(req_.secret ? "wrong" : "missing") + " " + http::kSecretHeader + " header");
+      spdlog::warn("rendezvous store: rejected {} /{} from {}: {} {} header", std::string(req.method_string()),
+                   target_.key, peer_, has_secret ? "wrong" : "missing", http::kSecretHeader);
+      fail(401, std::string(has_secret ? "wrong" : "missing") + " " + http::kSecretHeader + " header");
+      return false;
     }
-    const std::size_t need = req_.content_length.value_or(0);
+    const std::uint64_t need = parser_->content_length().value_or(0);
     if (need > srv_.opts.max_body_bytes) {
-      return fail(413, "body of " + std::to_string(need) + " bytes exceeds the limit of " +
-                           std::to_string(srv_.opts.max_body_bytes));
+      fail(413, "body of " + std::to_string(need) + " bytes exceeds the limit of " +
+                    std::to_string(srv_.opts.max_body_bytes));
+      return false;
     }
-    const std::size_t have = std::min(need, inbuf_.size());
-    body_.assign(inbuf_, 0, have);
-    inbuf_.erase(0, have);
-    if (have == need) return handle_request();
-    body_.resize(need);
-    if (req_.expect_continue && req_.minor_version == 1) {
-      // The client waits for this before sending the body (curl does for big bodies).
-      static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-      asio::async_write(socket_, asio::buffer(kContinue),
-                        [self = shared_from_this(), have](const error_code& ec, std::size_t) {
-                          self->safely([&] {
-                            if (self->state_ != State::Reading) return;
-                            if (ec) return self->do_close();
-                            self->read_body(have);
-                          });
-                        });
-      return;
-    }
-    read_body(have);
-  }
-
-  /// Reads the rest of the body into body_[have..]; still under the read deadline.
-  void read_body(std::size_t have) {
-    asio::async_read(socket_, asio::buffer(&body_[have], body_.size() - have),
-                     [self = shared_from_this()](const error_code& ec, std::size_t) {
-                       self->safely([&] {
-                         if (self->state_ != State::Reading) return;
-                         if (ec) return self->do_close();
-                         self->handle_request();
-                       });
-                     });
+    parser_->body_limit(srv_.opts.max_body_bytes);
+    expect_continue_ = req.version() == 11 && beast::iequals(req[bhttp::field::expect], "100-continue");
+    return true;
   }
 
   // ---- handling ----------------------------------------------------------
@@ -229,28 +303,31 @@ class Connection : public std::enable_shared_from_this<Connection> {
     state_ = State::Handling;
     ++deadline_gen_;
     deadline_.cancel();
-    keep_alive_ = req_.keep_alive;
-    const std::string& key = req_.path;
+    auto& req = parser_->get();
+    keep_alive_ = req.keep_alive();
+    const std::string& key = target_.key;
     if (key.empty()) return respond(400, "missing key: use /<scope>/<key>\n");
-    const std::string& m = req_.method;
     try {
-      if (m == "PUT") {
-        srv_.store.set(key, Bytes(body_.begin(), body_.end()));
-        return respond(200, "");
-      }
-      if (m == "GET") return handle_get(key);
-      if (m == "DELETE") return respond(srv_.store.erase(key) ? 200 : 404, "");
-      if (m == "POST") {
-        auto add = http::query_param(req_.query, "add");
-        std::optional<int64_t> delta;
-        if (add) delta = parse_int64(*add);
-        if (!delta) return respond(400, "POST needs ?add=<integer>\n");
-        return respond(200, std::to_string(srv_.store.add(key, *delta)));
+      switch (req.method()) {
+        case bhttp::verb::put:
+          srv_.store.set(key, Bytes(req.body().begin(), req.body().end()));
+          return respond(200, "");
+        case bhttp::verb::get: return handle_get(key);
+        case bhttp::verb::delete_: return respond(srv_.store.erase(key) ? 200 : 404, "");
+        case bhttp::verb::post: {
+          auto add = http::query_param(target_.query, "add");
+          std::optional<int64_t> delta;
+          if (add) delta = parse_int64(*add);
+          if (!delta) return respond(400, "POST needs ?add=<integer>\n");
+          return respond(200, std::to_string(srv_.store.add(key, *delta)));
+        }
+        default: break;
       }
     } catch (const InvalidArgument& e) {
       return respond(400, std::string(e.what()) + "\n");
     }
-    respond(405, "method " + m + " not supported: use GET, PUT, DELETE or POST ?add=N\n");
+    respond(405, "method " + std::string(req.method_string()) +
+                     " not supported: use GET, PUT, DELETE or POST ?add=N\n");
   }
 
   static std::optional<int64_t> parse_int64(const std::string& s) {
@@ -268,7 +345,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void handle_get(const std::string& key) {
     std::chrono::milliseconds wait{0};
-    if (auto w = http::query_param(req_.query, "wait_ms")) {
+    if (auto w = http::query_param(target_.query, "wait_ms")) {
       auto v = parse_int64(*w);
       if (!v || *v < 0) return respond(400, "wait_ms must be a non-negative integer\n");
       wait = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(*v), srv_.opts.max_wait);
@@ -343,26 +420,27 @@ class Connection : public std::enable_shared_from_this<Connection> {
     deadline_.cancel();
     // Requests we could not read completely leave the stream out of sync.
     const bool close_after = !keep_alive_ || srv_.stopping.load();
-    out_head_ = "HTTP/1.1 " + std::to_string(status) + " " + http::reason_phrase(status) +
-                "\r\nContent-Length: " + std::to_string(body.size()) +
-                "\r\nContent-Type: application/octet-stream\r\n" +
-                (close_after ? "Connection: close\r\n" : "") + "\r\n";
-    out_body_ = std::move(body);
-    std::array<asio::const_buffer, 2> bufs{asio::buffer(out_head_), asio::buffer(out_body_)};
+    res_ = {};
+    res_.version(11);
+    res_.result(static_cast<unsigned>(status));
+    res_.set(bhttp::field::content_type, "application/octet-stream");
+    res_.keep_alive(!close_after);
+    res_.body() = std::move(body);
+    res_.prepare_payload();
     // A client that stops reading is bounded by the same deadline as one that stops writing.
     deadline_.expires_after(srv_.opts.read_timeout);
     deadline_.async_wait([self = shared_from_this(), gen = ++deadline_gen_](const error_code& ec) {
       if (ec || gen != self->deadline_gen_ || self->state_ != State::Writing) return;
       self->do_close();
     });
-    asio::async_write(socket_, bufs, [self = shared_from_this(), close_after](const error_code& ec, std::size_t) {
+    bhttp::async_write(socket_, res_, [self = shared_from_this(), close_after](const error_code& ec, std::size_t) {
       self->safely([&] {
         if (self->state_ != State::Writing) return;
         if (ec) return self->do_close();
-        self->out_body_.clear();
-        self->out_body_.shrink_to_fit();
+        self->res_ = {};
         if (close_after) return self->linger_close();
         self->keep_alive_ = true;
+        if (self->inbuf_.capacity() > 4 * kHeadChunk && self->inbuf_.size() == 0) self->inbuf_.shrink_to_fit();
         self->begin_request();
       });
     });
@@ -404,10 +482,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     wait_timer_.cancel();
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
-    inbuf_.clear();
-    inbuf_.shrink_to_fit();
-    body_.clear();
-    body_.shrink_to_fit();
+    // parser_, inbuf_ and res_ stay as they are: a completed read or write
+    // whose handler is still queued refers to them. They go with the
+    // Connection, once the last handler has let go of it.
   }
 
   HttpStoreServer::Impl& srv_;
@@ -416,13 +493,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::steady_timer wait_timer_;
   std::string peer_;
   State state_ = State::Reading;
-  std::array<char, 4096> chunk_{};  // heads only: bodies are read in place
-  std::string inbuf_;
-  http::RequestHead req_;
-  std::string body_;
+  /// Bytes received and not yet parsed (pipelined requests wait here).
+  beast::flat_buffer inbuf_;
+  /// One per request: Beast parsers cannot be reused.
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  bool request_line_checked_ = false;
+  bool expect_continue_ = false;
+  http::Target target_;
   bool keep_alive_ = true;
-  std::string out_head_;
-  std::string out_body_;
+  bhttp::response<bhttp::string_body> res_;
+  const bhttp::response<bhttp::empty_body> interim_{bhttp::status::continue_, 11};
+  std::array<char, 4096> chunk_{};  // drained bytes after an error answer
   uint64_t deadline_gen_ = 0;
   uint64_t wait_gen_ = 0;
   std::string wait_key_;

@@ -1,10 +1,8 @@
 #pragma once
-/// The one HTTP/1.1 framing module shared by the store server and client:
-/// parsing of request/response heads, percent-encoding of keys into paths,
-/// and the few status codes the protocol uses (see docs/store.md).
-/// Only what the rendezvous protocol needs: no chunked bodies, no trailers.
-#include <cstddef>
-#include <cstdint>
+/// What the store's server and client share beyond HTTP/1.1 itself, which
+/// Boost.Beast parses and writes for both: how a key becomes a request target
+/// and back, the query parameters of the two extensions, and the header that
+/// carries the job secret. Protocol: docs/store.md.
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,42 +12,24 @@ namespace hvd::store::http {
 /// Header carrying the job secret on every request.
 inline constexpr const char* kSecretHeader = "X-Hvdrun-Secret";
 
-struct RequestHead {
-  std::string method;   ///< "GET", "PUT", ...
-  std::string path;     ///< percent-decoded, without the leading '/' and the query
-  std::string query;    ///< raw text after '?', may be empty
-  int minor_version = 1;
-  std::optional<std::size_t> content_length;
-  bool keep_alive = true;          ///< HTTP/1.1 default, "Connection: close" clears it
-  std::optional<std::string> secret;
-  bool expect_continue = false;    ///< "Expect: 100-continue" (curl sends it for big bodies)
+/// "/" + the key with every byte outside [A-Za-z0-9-._~/] as %XX, then
+/// "?" + query when there is one.
+std::string target_for(std::string_view key, std::string_view query);
+
+/// A request target taken apart: the percent-decoded key (the path without
+/// its leading '/') and the raw query after '?'.
+struct Target {
+  std::string key;
+  std::string query;
 };
 
-/// Parses the bytes before the blank line (excluding the final "\r\n\r\n").
-/// Returns 0 on success or the HTTP status to answer with (400 malformed,
-/// 501 Transfer-Encoding, 505 unknown version) and sets `why`.
-int parse_request_head(std::string_view head, RequestHead& out, std::string& why);
-
-struct ResponseHead {
-  int status = 0;
-  std::size_t content_length = 0;
-  bool keep_alive = true;
-};
-
-/// Parses a response head; false (with `why`) when it is not a response we understand.
-bool parse_response_head(std::string_view head, ResponseHead& out, std::string& why);
-
-/// Encodes every byte outside [A-Za-z0-9-._~/] as %XX.
-std::string percent_encode_path(std::string_view key);
-/// nullopt on a malformed escape.
-std::optional<std::string> percent_decode(std::string_view text);
+/// Accepts origin form ("/scope/key?wait_ms=5") and absolute form
+/// ("http://host:port/scope/key", RFC 7230). nullopt with `why` for a target
+/// that does not start with '/', holds control or non-ASCII bytes, or has a
+/// malformed %-escape.
+std::optional<Target> parse_target(std::string_view target, std::string& why);
 
 /// Value of `name` in "a=1&b=2"; nullopt when absent.
 std::optional<std::string> query_param(std::string_view query, std::string_view name);
-
-const char* reason_phrase(int status);
-
-/// Case-insensitive ASCII comparison (header names).
-bool iequals(std::string_view a, std::string_view b);
 
 }  // namespace hvd::store::http

@@ -317,6 +317,43 @@ TEST_CASE("http: keep-alive, pipelining and protocol errors that keep the connec
   CHECK(closed);
 }
 
+TEST_CASE("http: chunked bodies, HTTP versions, line endings and 100-continue", "[store][http]") {
+  HttpStoreServer server(test_options());
+  server.start();
+  const std::string h = auth_header();
+  auto answer_and_close = [&](const std::string& request) {
+    RawConn raw(server.port());
+    raw.send(request);
+    bool closed = false;
+    std::string reply = raw.read_until_close(3000ms, closed);
+    CHECK(closed);
+    return reply;
+  };
+  CHECK_THAT(answer_and_close("PUT /v/te HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"),
+             Catch::StartsWith("HTTP/1.1 501") && Catch::Contains("send Content-Length"));
+  CHECK_FALSE(server.store().try_get("v/te").has_value());
+  CHECK_THAT(answer_and_close("GET /v/x HTTP/9.9\r\n" + h + "\r\n"), Catch::StartsWith("HTTP/1.1 505"));
+  CHECK_THAT(answer_and_close("GET /v/x HTTP/1.x\r\n" + h + "\r\n"), Catch::StartsWith("HTTP/1.1 400"));
+  CHECK_THAT(answer_and_close("GET /v/x HTTP/1.1\n" + h + "\r\n"), Catch::StartsWith("HTTP/1.1 400"));
+  // HTTP/1.0 is served, then the connection closes.
+  CHECK_THAT(answer_and_close("PUT /v/old HTTP/1.0\r\n" + h + "Content-Length: 3\r\n\r\nabc"),
+             Catch::StartsWith("HTTP/1.1 200"));
+  CHECK(server.store().get_string("v/old", 0ms) == "abc");
+
+  // Expect: 100-continue: the interim answer comes from the head alone.
+  RawConn raw(server.port());
+  raw.send("PUT /v/cont HTTP/1.1\r\n" + h + "Expect: 100-continue\r\nContent-Length: 5\r\n\r\n");
+  CHECK_THAT(raw.read_response(), Catch::StartsWith("HTTP/1.1 100"));
+  raw.send("hello");
+  CHECK_THAT(raw.read_response(), Catch::StartsWith("HTTP/1.1 200"));
+  CHECK(server.store().get_string("v/cont", 0ms) == "hello");
+  // A request that arrives a byte at a time is parsed like one that arrives at once.
+  const std::string request = "PUT /v/slow HTTP/1.1\r\n" + h + "Content-Length: 4\r\n\r\nslow";
+  for (char ch : request) REQUIRE(raw.send(std::string(1, ch)));
+  CHECK_THAT(raw.read_response(), Catch::StartsWith("HTTP/1.1 200"));
+  CHECK(server.store().get_string("v/slow", 0ms) == "slow");
+}
+
 TEST_CASE("http: long-polls are answered by in-process writes and leak no watchers", "[store][http]") {
   HttpStoreServer server(test_options());
   server.start();

@@ -2,23 +2,16 @@
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
-#include <ifaddrs.h>
-#include <net/if.h>
-#include <netdb.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
-#include <cstring>
-#include <future>
-#include <memory>
 #include <optional>
 #include <set>
-#include <thread>
 
 #include "hvd/common/error.h"
+#include "hvd/common/net.h"
 
 namespace hvd::launcher {
 
@@ -34,18 +27,8 @@ std::string strip_brackets(const std::string& host) {
   return host;
 }
 
-std::string sockaddr_to_string(const sockaddr* sa) {
-  char buf[INET6_ADDRSTRLEN] = {0};
-  if (sa->sa_family == AF_INET) {
-    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof(buf));
-  } else if (sa->sa_family == AF_INET6) {
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof(buf));
-  }
-  return buf;
-}
-
 /// Numeric address forms: canonical text for comparison, or nullopt.
-std::optional<std::string> canonical_numeric(const std::string& host, bool* ipv6 = nullptr) {
+std::optional<std::string> canonical_numeric(const std::string& host) {
   std::string h = strip_brackets(host);
   size_t pct = h.find('%');
   if (pct != std::string::npos) h.resize(pct);
@@ -53,12 +36,10 @@ std::optional<std::string> canonical_numeric(const std::string& host, bool* ipv6
   in6_addr a6{};
   char buf[INET6_ADDRSTRLEN] = {0};
   if (inet_pton(AF_INET, h.c_str(), &a4) == 1) {
-    if (ipv6) *ipv6 = false;
     inet_ntop(AF_INET, &a4, buf, sizeof(buf));
     return std::string(buf);
   }
   if (inet_pton(AF_INET6, h.c_str(), &a6) == 1) {
-    if (ipv6) *ipv6 = true;
     inet_ntop(AF_INET6, &a6, buf, sizeof(buf));
     return std::string(buf);
   }
@@ -77,25 +58,13 @@ bool is_local_numeric(const std::string& canonical) {
   return false;
 }
 
-/// getaddrinfo bounded by `timeout`: the lookup runs on a detached thread so
-/// a hung resolver costs at most `timeout`, never the whole launch.
+/// The numeric addresses of `host`, looked up within `timeout` (hvd::net::resolve).
 std::vector<std::string> resolve_bounded(const std::string& host, std::chrono::milliseconds timeout) {
-  auto promise = std::make_shared<std::promise<std::vector<std::string>>>();
-  auto future = promise->get_future();
-  std::thread([promise, host] {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_DGRAM;
-    addrinfo* res = nullptr;
-    std::vector<std::string> out;
-    if (getaddrinfo(host.c_str(), nullptr, &hints, &res) == 0) {
-      for (addrinfo* p = res; p != nullptr; p = p->ai_next) out.push_back(sockaddr_to_string(p->ai_addr));
-      freeaddrinfo(res);
-    }
-    promise->set_value(std::move(out));
-  }).detach();
-  if (future.wait_for(timeout) != std::future_status::ready) return {};
-  return future.get();
+  std::vector<std::string> out;
+  for (const auto& a : net::resolve(host, 0, Deadline::after(timeout), {SOCK_DGRAM, false, false}).addresses) {
+    out.push_back(a.host());
+  }
+  return out;
 }
 
 std::string this_hostname() {
@@ -110,15 +79,13 @@ std::string short_name(const std::string& name) { return name.substr(0, name.fin
 
 std::vector<InterfaceAddress> local_interface_addresses() {
   std::vector<InterfaceAddress> out;
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return out;
-  for (ifaddrs* p = list; p != nullptr; p = p->ifa_next) {
-    if (p->ifa_addr == nullptr || (p->ifa_flags & IFF_UP) == 0) continue;
-    int family = p->ifa_addr->sa_family;
-    if (family != AF_INET && family != AF_INET6) continue;
-    out.push_back({p->ifa_name, sockaddr_to_string(p->ifa_addr), family == AF_INET6});
+  try {
+    for (auto& a : net::interface_addresses()) {
+      if (a.up) out.push_back(std::move(a));
+    }
+  } catch (const IoError&) {
+    // Without the list only loopback names and addresses count as local.
   }
-  freeifaddrs(list);
   return out;
 }
 
@@ -146,53 +113,15 @@ bool is_local_host(const std::string& host, std::chrono::milliseconds resolve_ti
 
 std::string route_source_address(const std::string& host, std::chrono::milliseconds resolve_timeout) {
   std::string h = strip_brackets(host);
-  std::vector<std::string> addrs;
-  if (auto numeric = canonical_numeric(h)) {
-    addrs.push_back(*numeric);
-  } else {
-    addrs = resolve_bounded(h, resolve_timeout);
-    if (addrs.empty()) {
-      throw IoError(fmt::format("{}: cannot resolve host name (within {} ms)", host, resolve_timeout.count()));
-    }
+  if (auto numeric = canonical_numeric(h)) h = *numeric;  // without a scope id
+  const net::Resolution to = net::resolve(h, 9, Deadline::after(resolve_timeout), {SOCK_DGRAM, false, false});
+  if (!to.ok()) {
+    throw IoError(fmt::format("{}: cannot resolve host name (within {} ms)", host, resolve_timeout.count()));
   }
   std::string last_error;
-  for (const auto& addr : addrs) {
-    bool v6 = false;
-    canonical_numeric(addr, &v6);
-    int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      last_error = std::strerror(errno);
-      continue;
-    }
-    sockaddr_storage ss{};
-    socklen_t len = 0;
-    if (v6) {
-      auto* s6 = reinterpret_cast<sockaddr_in6*>(&ss);
-      s6->sin6_family = AF_INET6;
-      s6->sin6_port = htons(9);
-      inet_pton(AF_INET6, addr.c_str(), &s6->sin6_addr);
-      len = sizeof(sockaddr_in6);
-    } else {
-      auto* s4 = reinterpret_cast<sockaddr_in*>(&ss);
-      s4->sin_family = AF_INET;
-      s4->sin_port = htons(9);
-      inet_pton(AF_INET, addr.c_str(), &s4->sin_addr);
-      len = sizeof(sockaddr_in);
-    }
-    // connect() on a UDP socket only selects a route; nothing is sent.
-    if (connect(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
-      last_error = std::strerror(errno);
-      close(fd);
-      continue;
-    }
-    sockaddr_storage local{};
-    socklen_t local_len = sizeof(local);
-    int rc = getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len);
-    close(fd);
-    if (rc == 0) return sockaddr_to_string(reinterpret_cast<sockaddr*>(&local));
-    last_error = std::strerror(errno);
-  }
-  throw IoError(fmt::format("{}: no route to host ({})", host, last_error));
+  std::string source = net::source_address_towards(to.addresses, &last_error);
+  if (source.empty()) throw IoError(fmt::format("{}: no route to host ({})", host, last_error));
+  return source;
 }
 
 std::string choose_driver_address(const std::vector<std::string>& interfaces, const std::vector<HostSpec>& hosts) {

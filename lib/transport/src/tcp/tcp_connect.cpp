@@ -1,11 +1,9 @@
 // Connection set-up for TCP links: listening, connecting, and the mutual
 // secret-proving handshake described in hvd/transport/tcp.h.
 #include "hvd/common/error.h"
+#include "hvd/common/net.h"
 #include "hvd/transport/tcp.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -72,41 +70,6 @@ bool mac_equal(const Mac& a, const unsigned char* b) {
   unsigned char diff = 0;
   for (std::size_t i = 0; i < kMac; ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   return diff == 0;
-}
-
-std::string sockaddr_text(const sockaddr* sa) {
-  char host[INET6_ADDRSTRLEN] = "?";
-  uint16_t port = 0;
-  if (sa->sa_family == AF_INET) {
-    auto* in = reinterpret_cast<const sockaddr_in*>(sa);
-    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-    port = ntohs(in->sin_port);
-    return fmt::format("{}:{}", host, port);
-  }
-  if (sa->sa_family == AF_INET6) {
-    auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
-    ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-    port = ntohs(in6->sin6_port);
-    return fmt::format("[{}]:{}", host, port);
-  }
-  return "?";
-}
-
-struct AddrInfo {
-  addrinfo* head = nullptr;
-  ~AddrInfo() {
-    if (head) ::freeaddrinfo(head);
-  }
-};
-
-void resolve(const std::string& host, uint16_t port, int socktype, int flags, AddrInfo& out) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = socktype;
-  hints.ai_flags = flags;
-  std::string service = std::to_string(port);
-  int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &out.head);
-  if (rc != 0) throw IoError(fmt::format("cannot resolve '{}': {}", host, ::gai_strerror(rc)));
 }
 
 /// Listener side; returns the authenticated peer rank or throws.
@@ -200,48 +163,30 @@ void split_endpoint(const std::string& endpoint, std::string& host, uint16_t& po
 }
 
 std::string source_address_for(const std::string& host) {
-  try {
-    AddrInfo ai;
-    resolve(host, 9, SOCK_DGRAM, 0, ai);
-    for (addrinfo* a = ai.head; a; a = a->ai_next) {
-      UniqueFd fd(::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-      if (!fd) continue;
-      if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0) continue;
-      sockaddr_storage ss{};
-      socklen_t len = sizeof(ss);
-      if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len) != 0) continue;
-      char text[INET6_ADDRSTRLEN] = {0};
-      const void* src = ss.ss_family == AF_INET
-                            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&ss)->sin_addr)
-                            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr);
-      if (::inet_ntop(ss.ss_family, src, text, sizeof(text))) return text;
-    }
-  } catch (const Error&) {
-  }
-  return {};
+  const net::Resolution to = net::resolve(host, 9, Deadline::never(), {SOCK_DGRAM, false, false});
+  return net::source_address_towards(to.addresses);
 }
 
 TcpListener::TcpListener(const std::string& address, uint16_t port, int backlog) : address_(address) {
-  AddrInfo ai;
-  resolve(address, port, SOCK_STREAM, AI_PASSIVE, ai);
+  const net::Resolution resolved = net::resolve(address, port, Deadline::never(), {SOCK_STREAM, true, false});
+  if (!resolved.ok()) throw IoError(fmt::format("cannot resolve '{}': {}", address, resolved.error));
   std::string last_error = "no usable address";
-  for (addrinfo* a = ai.head; a; a = a->ai_next) {
-    UniqueFd fd(::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  for (const net::Address& a : resolved.addresses) {
+    UniqueFd fd(::socket(a.family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!fd) {
       last_error = std::strerror(errno);
       continue;
     }
     int one = 1;
     ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd.get(), backlog) != 0) {
+    if (::bind(fd.get(), a.get(), a.length()) != 0 || ::listen(fd.get(), backlog) != 0) {
       last_error = std::strerror(errno);
       continue;
     }
     sockaddr_storage ss{};
     socklen_t len = sizeof(ss);
     ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len);
-    port_ = ss.ss_family == AF_INET ? ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port)
-                                    : ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+    port_ = net::Address(reinterpret_cast<sockaddr*>(&ss), len).port();
     fd_ = std::move(fd);
     return;
   }
@@ -271,7 +216,7 @@ std::unique_ptr<TcpLink> TcpListener::accept(const Handshake& hs, const std::fun
       throw IoError(fmt::format("accept failed: {}", std::strerror(errno)));
     }
     UniqueFd fd(raw);
-    std::string who = sockaddr_text(reinterpret_cast<sockaddr*>(&ss));
+    std::string who = net::Address(reinterpret_cast<sockaddr*>(&ss), len).host_port();
     try {
       int peer = handshake_listener(fd.get(), hs, wanted, handshake_deadline(hs, deadline));
       return std::make_unique<TcpLink>(std::move(fd), peer, who, options);
@@ -288,39 +233,20 @@ std::unique_ptr<TcpLink> connect(const std::string& endpoint, int peer, const Ha
   split_endpoint(endpoint, host, port);
   std::string last_error;
   for (;;) {
-    AddrInfo ai;
-    resolve(host, port, SOCK_STREAM, 0, ai);
-    for (addrinfo* a = ai.head; a; a = a->ai_next) {
-      UniqueFd fd(::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-      if (!fd) {
-        last_error = std::strerror(errno);
-        continue;
-      }
-      int rc = ::connect(fd.get(), a->ai_addr, a->ai_addrlen);
-      if (rc != 0 && errno == EINPROGRESS) {
-        pollfd p{fd.get(), POLLOUT, 0};
-        int prc;
-        do {
-          prc = ::poll(&p, 1, deadline.poll_timeout_ms());
-        } while (prc < 0 && errno == EINTR);
-        if (prc == 0) break;  // deadline; reported below
-        int err = 0;
-        socklen_t len = sizeof(err);
-        ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-        rc = err == 0 ? 0 : -1;
-        errno = err;
-      }
-      if (rc != 0) {
-        last_error = std::strerror(errno);
-        continue;
-      }
+    net::ConnectResult r = net::connect_tcp(host, port, deadline);
+    if (r.ok()) {
       // Connected: a failed handshake here is final (the peer is there but
       // does not share our secret), so IoError propagates. The whole
       // deadline applies: the peer may still be busy connecting to its own
       // lower-ranked peers before it accepts us.
-      handshake_connector(fd.get(), hs, peer, deadline);
-      return std::make_unique<TcpLink>(std::move(fd), peer, endpoint, options);
+      handshake_connector(r.fd.get(), hs, peer, deadline);
+      return std::make_unique<TcpLink>(std::move(r.fd), peer, endpoint, options);
     }
+    if (r.status == net::ConnectResult::Status::ResolveFailed) {
+      throw IoError(fmt::format("cannot resolve '{}': {}", host, r.resolve_error));
+    }
+    // Refused: the peer may not listen yet; retried until the deadline.
+    if (r.status == net::ConnectResult::Status::Failed) last_error = std::strerror(r.error);
     if (deadline.expired()) {
       throw TimeoutError(fmt::format("rank {}: could not connect to rank {} at {} ({})", hs.self_rank, peer,
                                      endpoint, last_error.empty() ? "timed out" : last_error));

@@ -1,13 +1,12 @@
 #include "hvd/launcher/spawn/ssh/ssh_session.h"
 
 #include "hvd/common/error.h"
+#include "hvd/common/net.h"
 #include "hvd/launcher/spawn/agent.h"
 #include "hvd/launcher/spawn/ssh/ssh_known_hosts.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <libssh2.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -39,13 +38,6 @@ std::string seconds_text(Clock::duration d) {
 
 bool cancelled(const std::atomic<bool>* cancel) {
   return cancel != nullptr && cancel->load(std::memory_order_relaxed);
-}
-
-std::string numeric_address(const sockaddr* sa, socklen_t len, int port) {
-  char buf[INET6_ADDRSTRLEN] = {0};
-  if (::getnameinfo(sa, len, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST) != 0) return "?";
-  if (sa->sa_family == AF_INET6) return fmt::format("[{}]:{}", buf, port);
-  return fmt::format("{}:{}", buf, port);
 }
 
 bool file_exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
@@ -117,68 +109,29 @@ std::string describe_connect_errno(int err) {
 UniqueFd connect_tcp(const std::string& host, int port, Deadline deadline,
                      const std::atomic<bool>* cancel, std::string* peer_description,
                      std::string* location) {
+  using Status = net::ConnectResult::Status;
   const auto started = Clock::now();
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  const std::string service = std::to_string(port);
-  int grc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res);
-  if (grc != 0) {
-    std::string why = grc == EAI_SYSTEM ? std::strerror(errno) : ::gai_strerror(grc);
-    throw LaunchError(host, fmt::format("{}: name does not resolve ({})", host, why));
+  net::ConnectOptions options;
+  options.cancel = cancel;
+  net::ConnectResult r = net::connect_tcp(host, static_cast<uint16_t>(port), deadline, options);
+  if (r.status == Status::ResolveFailed) {
+    throw LaunchError(host, fmt::format("{}: name does not resolve ({})", host, r.resolve_error));
   }
-  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(res, &::freeaddrinfo);
-
-  std::string last_error = fmt::format("{}: no usable address", host);
-  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
-    const std::string addr = numeric_address(ai->ai_addr, ai->ai_addrlen, port);
-    const std::string desc = fmt::format("{} ({})", host, addr);
-    // Messages start with "<host>: " (callers and users grep for the host);
-    // the address follows when it adds information.
-    const std::string where = location_suffix(host, addr, port);
-    auto msg = [&](const std::string& cause) { return fmt::format("{}: {}{}", host, cause, where); };
-    UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                         ai->ai_protocol));
-    if (!fd) {
-      last_error = msg(describe_connect_errno(errno));
-      continue;
-    }
-    int rc = ::connect(fd.get(), ai->ai_addr, ai->ai_addrlen);
-    if (rc != 0 && errno != EINPROGRESS) {
-      last_error = msg(describe_connect_errno(errno));
-      continue;
-    }
-    if (rc != 0) {
-      for (;;) {
-        if (cancelled(cancel)) throw LaunchError(host, msg("cancelled"));
-        int wait_ms = deadline.poll_timeout_ms();
-        if (wait_ms < 0 || wait_ms > kCancelPollMs) wait_ms = kCancelPollMs;
-        pollfd p{fd.get(), POLLOUT, 0};
-        int prc = ::poll(&p, 1, wait_ms);
-        if (prc < 0 && errno == EINTR) continue;
-        if (prc < 0) throw LaunchError(host, msg(fmt::format("poll: {}", std::strerror(errno))));
-        if (prc > 0) break;
-        if (deadline.expired()) {
-          throw LaunchError(host, msg(fmt::format("connection timed out after {}",
-                                                  seconds_text(Clock::now() - started))));
-        }
-      }
-      int err = 0;
-      socklen_t len = sizeof err;
-      ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-      if (err != 0) {
-        last_error = msg(describe_connect_errno(err));
-        continue;
-      }
-    }
-    int one = 1;
-    ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (peer_description != nullptr) *peer_description = desc;
-    if (location != nullptr) *location = where;
-    return fd;
+  // Messages start with "<host>: " (callers and users grep for the host);
+  // the address follows when it adds information.
+  const std::string addr = r.address.empty() ? std::string() : r.address.host_port();
+  const std::string where = addr.empty() ? "" : location_suffix(host, addr, port);
+  auto msg = [&](const std::string& cause) { return fmt::format("{}: {}{}", host, cause, where); };
+  switch (r.status) {
+    case Status::Connected:
+      if (peer_description != nullptr) *peer_description = fmt::format("{} ({})", host, addr);
+      if (location != nullptr) *location = where;
+      return std::move(r.fd);
+    case Status::Cancelled: throw LaunchError(host, msg("cancelled"));
+    case Status::TimedOut:
+      throw LaunchError(host, msg(fmt::format("connection timed out after {}", seconds_text(Clock::now() - started))));
+    default: throw LaunchError(host, msg(describe_connect_errno(r.error)));
   }
-  throw LaunchError(host, last_error);
 }
 
 std::string tilde_path(const std::string& path, const std::string& home) {

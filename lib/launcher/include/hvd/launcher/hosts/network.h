@@ -7,16 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "hvd/common/net.h"
 #include "hvd/launcher/hosts/hosts.h"
 
 namespace hvd::launcher {
 
-/// An address assigned to a local network interface (from getifaddrs).
-struct InterfaceAddress {
-  std::string interface;  // "lo", "eth0"
-  std::string address;    // numeric, without brackets or scope
-  bool ipv6 = false;
-};
+/// An address assigned to a local network interface (hvd::net::interface_addresses).
+using InterfaceAddress = net::InterfaceAddress;
 
 /// All addresses of all local interfaces that are up.
 std::vector<InterfaceAddress> local_interface_addresses();
