@@ -2,6 +2,7 @@
 #include "hvd/common/error.h"
 #include "hvd/launcher/spawn/agent.h"
 #include "hvd/launcher/job/launcher.h"
+#include "hvd/launcher/options/cli.h"
 #include "hvd/launcher/spawn/mpi/mpi_launch.h"
 
 #include <cstdio>
