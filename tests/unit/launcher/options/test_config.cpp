@@ -251,3 +251,20 @@ TEST_CASE("config: library_options.mpi_threads_disable is kept for MPI mode", "[
   auto v = parse_config_text("library_options:\n  mpi_threads_disable: true\n", "c.yaml");
   CHECK(v.options.tuning.mpi_threads_disable == std::optional<bool>(true));
 }
+
+TEST_CASE("config: a blank host_discovery_script is refused like the flag (it used to start a job that found no hosts)",
+          "[config][elastic]") {
+  auto msg = [](const std::string& text) { return invalid_message([&] { parse_config_text(text, "c.yaml"); }); };
+  CHECK(msg("elastic:\n  host_discovery_script: '  '\n") ==
+        "c.yaml:2: elastic.host_discovery_script: expected a script path or command, got '  '");
+}
+
+TEST_CASE("config: numbers are checked like the flags' (NaN and infinity refused)", "[config]") {
+  auto msg = [](const std::string& text) { return invalid_message([&] { parse_config_text(text, "c.yaml"); }); };
+  CHECK(msg("params:\n  fusion_threshold_mb: .nan\n") ==
+        "c.yaml:2: params.fusion_threshold_mb: expected a number >= 0, got '.nan'");
+  CHECK(msg("params:\n  cycle_time_ms: .inf\n") == "c.yaml:2: params.cycle_time_ms: expected a number >= 0, got '.inf'");
+  CHECK(msg("autotune:\n  gaussian_process_noise: .nan\n") ==
+        "c.yaml:2: autotune.gaussian_process_noise: expected a number in [0, 1], got '.nan'");
+  CHECK(msg("controller: [gloo]\n") == "c.yaml:1: controller: expected gloo or mpi, got a list");
+}
