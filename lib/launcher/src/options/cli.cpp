@@ -259,8 +259,7 @@ class CommandLine {
   };
 
   CLI::Option* add(const Flag& f, const Spelling& spelling, Slot& slot) {
-    std::string names;
-    for (const auto& n : spelling.names) names += (names.empty() ? "" : ",") + n;
+    const std::string names = join(spelling.names, ",", ",");
     const std::string& help = spelling.help;
     CLI::Option* opt = nullptr;
     if (f.action == Action::Help) {
