@@ -68,6 +68,9 @@ TEST_CASE("cli: usage errors are one line and exit 2", "[cli]") {
       {{"-np", "2", "--dry-run=yaml", "cmd"}, "--dry-run=yaml: expected --dry-run, --dry-run=text or --dry-run=json"},
       {{"-np", "2", "-x", "=v", "cmd"}, "-x '=v': expected -x NAME or -x NAME=VALUE"},
       {{"-np", "2", "-p", "70000", "cmd"}, "-p/--ssh-port 70000 is not a port number"},
+      {{"-np", "2", "--cycle-time-ms", "nan", "cmd"}, "--cycle-time-ms must be >= 0, not nan"},
+      {{"-np", "2", "--autotune-gaussian-process-noise", "nan", "cmd"},
+       "--autotune-gaussian-process-noise must be in [0, 1], not nan"},
   };
   for (const auto& c : cases) {
     auto out = parse(c.args);

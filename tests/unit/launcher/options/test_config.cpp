@@ -46,8 +46,9 @@ logging:
 
 TEST_CASE("config: horovodrun's layout fills every tuning field", "[config]") {
   auto v = parse_config_text(kFullConfig, "c.yaml");
-  const auto& t = v.tuning;
-  CHECK(v.engine == std::optional<Engine>(Engine::Gloo));
+  const auto& t = v.options.tuning;
+  CHECK(v.sets(*find_flag("--gloo")));
+  CHECK(v.options.engine == Engine::Gloo);
   CHECK(t.fusion_threshold_mb == std::optional<double>(32));
   CHECK(t.cycle_time_ms == std::optional<double>(10));
   CHECK(t.cache_capacity == std::optional<long>(2048));
@@ -69,7 +70,7 @@ TEST_CASE("config: horovodrun's layout fills every tuning field", "[config]") {
   CHECK(t.gloo_timeout_seconds == std::optional<long>(60));
   CHECK(t.log_level == std::optional<std::string>("WARNING"));
   CHECK(t.log_hide_timestamp == std::optional<bool>(true));
-  CHECK_FALSE(v.elastic_given);
+  CHECK_FALSE(v.elastic_given());
 }
 
 TEST_CASE("config: wrong types name file line and key", "[config]") {
@@ -95,11 +96,12 @@ TEST_CASE("config: wrong types name file line and key", "[config]") {
 
 TEST_CASE("config: unknown keys are ignored (with a warning) empty files are fine", "[config]") {
   auto v = parse_config_text("params:\n  fusion_threshold_mb: 1\n  fusion_treshold: 2\nextra: 1\n", "c.yaml");
-  CHECK(v.tuning.fusion_threshold_mb == std::optional<double>(1));
+  CHECK(v.options.tuning.fusion_threshold_mb == std::optional<double>(1));
   auto empty = parse_config_text("", "c.yaml");
-  CHECK_FALSE(empty.tuning.fusion_threshold_mb);
+  CHECK_FALSE(empty.options.tuning.fusion_threshold_mb);
+  CHECK(empty.given.empty());
   auto null_section = parse_config_text("params:\nautotune:\n", "c.yaml");
-  CHECK_FALSE(null_section.tuning.autotune);
+  CHECK_FALSE(null_section.options.tuning.autotune);
 }
 
 TEST_CASE("config: the command line overrides the file - the file fills the rest", "[config]") {
@@ -139,26 +141,26 @@ TEST_CASE("config: the elastic section, with flag names or horovodrun's dest nam
       "  elastic_timeout: 120\n  reset_limit: 3\n  blacklist_cooldown_range: [5, 50]\n"
       "  discovery_interval: 0.5\n  discovery_timeout: 4\n  blacklist_failures: 5\n  blacklist_window: 90\n",
       "c.yaml");
-  const ElasticSettings& e = v.elastic;
-  CHECK(v.elastic_given);
+  const ElasticOptions& e = v.options.elastic;
+  CHECK(v.elastic_given());
   CHECK(e.min_np == std::optional<int>(2));
   CHECK(e.max_np == std::optional<int>(8));
   CHECK(e.slots_per_host == std::optional<int>(4));
   CHECK(e.host_discovery_script == std::optional<std::string>("./d.sh"));
-  CHECK(e.elastic_timeout == std::optional<std::chrono::seconds>(120));
+  CHECK(e.elastic_timeout == std::chrono::seconds(120));
   CHECK(e.reset_limit == std::optional<int>(3));
   CHECK(e.blacklist_cooldown_range == std::optional<std::pair<int, int>>(std::make_pair(5, 50)));
-  CHECK(e.discovery_interval == std::optional<std::chrono::milliseconds>(500));
-  CHECK(e.discovery_timeout == std::optional<std::chrono::milliseconds>(4000));
-  CHECK(e.blacklist_failures == std::optional<int>(5));
-  CHECK(e.blacklist_window == std::optional<std::chrono::milliseconds>(90000));
+  CHECK(e.discovery_interval == std::chrono::milliseconds(500));
+  CHECK(e.discovery_timeout == std::chrono::milliseconds(4000));
+  CHECK(e.blacklist_failures == 5);
+  CHECK(e.blacklist_window == std::chrono::milliseconds(90000));
   auto d = parse_config_text("elastic:\n  min_num_proc: 1\n  max_num_proc: 3\n  slots: 2\n  cooldown_range: [1, 2]\n",
                              "c.yaml");
-  CHECK(d.elastic.min_np == std::optional<int>(1));
-  CHECK(d.elastic.max_np == std::optional<int>(3));
-  CHECK(d.elastic.slots_per_host == std::optional<int>(2));
-  CHECK(d.elastic.blacklist_cooldown_range == std::optional<std::pair<int, int>>(std::make_pair(1, 2)));
-  CHECK_FALSE(d.elastic.host_discovery_script);
+  CHECK(d.options.elastic.min_np == std::optional<int>(1));
+  CHECK(d.options.elastic.max_np == std::optional<int>(3));
+  CHECK(d.options.elastic.slots_per_host == std::optional<int>(2));
+  CHECK(d.options.elastic.blacklist_cooldown_range == std::optional<std::pair<int, int>>(std::make_pair(1, 2)));
+  CHECK_FALSE(d.options.elastic.host_discovery_script);
 }
 
 TEST_CASE("config: bad elastic values name file line and key", "[config][elastic]") {
@@ -239,13 +241,30 @@ TEST_CASE("config: elastic settings without a script are ignored (elastic mode o
 
 TEST_CASE("config: the shipped example conf/hvdrun.example.yaml is valid", "[config]") {
   auto v = load_config_file(std::string(HVD_SOURCE_DIR) + "/conf/hvdrun.example.yaml");
-  CHECK(v.tuning.fusion_threshold_mb == std::optional<double>(64));
-  CHECK(v.tuning.autotune == std::optional<bool>(false));
-  CHECK(v.tuning.log_level == std::optional<std::string>("WARNING"));
-  CHECK_FALSE(v.elastic_given);
+  CHECK(v.options.tuning.fusion_threshold_mb == std::optional<double>(64));
+  CHECK(v.options.tuning.autotune == std::optional<bool>(false));
+  CHECK(v.options.tuning.log_level == std::optional<std::string>("WARNING"));
+  CHECK_FALSE(v.elastic_given());
 }
 
 TEST_CASE("config: library_options.mpi_threads_disable is kept for MPI mode", "[config]") {
   auto v = parse_config_text("library_options:\n  mpi_threads_disable: true\n", "c.yaml");
-  CHECK(v.tuning.mpi_threads_disable == std::optional<bool>(true));
+  CHECK(v.options.tuning.mpi_threads_disable == std::optional<bool>(true));
+}
+
+TEST_CASE("config: a blank host_discovery_script is refused like the flag (it used to start a job that found no hosts)",
+          "[config][elastic]") {
+  auto msg = [](const std::string& text) { return invalid_message([&] { parse_config_text(text, "c.yaml"); }); };
+  CHECK(msg("elastic:\n  host_discovery_script: '  '\n") ==
+        "c.yaml:2: elastic.host_discovery_script: expected a script path or command, got '  '");
+}
+
+TEST_CASE("config: numbers are checked like the flags' (NaN and infinity refused)", "[config]") {
+  auto msg = [](const std::string& text) { return invalid_message([&] { parse_config_text(text, "c.yaml"); }); };
+  CHECK(msg("params:\n  fusion_threshold_mb: .nan\n") ==
+        "c.yaml:2: params.fusion_threshold_mb: expected a number >= 0, got '.nan'");
+  CHECK(msg("params:\n  cycle_time_ms: .inf\n") == "c.yaml:2: params.cycle_time_ms: expected a number >= 0, got '.inf'");
+  CHECK(msg("autotune:\n  gaussian_process_noise: .nan\n") ==
+        "c.yaml:2: autotune.gaussian_process_noise: expected a number in [0, 1], got '.nan'");
+  CHECK(msg("controller: [gloo]\n") == "c.yaml:1: controller: expected gloo or mpi, got a list");
 }

@@ -1,7 +1,9 @@
 #pragma once
-/// The launcher library's entry points, in the order main() calls them.
+/// The launcher library's entry points, in the order main() calls them
+/// (the first, parse_command_line, lives in options/cli.h).
 #include "hvd/launcher/elastic/elastic_driver.h"
 #include "hvd/launcher/plan/job_plan.h"
+#include "hvd/launcher/options/cli.h"  // parse_command_line: callers of this header still get it
 #include "hvd/launcher/options/options.h"
 
 #include <exception>
@@ -18,18 +20,6 @@ int hvdrun_main(int argc, char** argv);
 /// The exit code for an exception that reached main (one line on stderr):
 /// InvalidArgument -> exit_code::kUsage, anything else -> kInternal.
 int exit_code_for(std::exception_ptr error);
-
-/// Result of parsing argv. Either `options` is set, or `exit_code` and
-/// `message` say what to print (help/version to stdout, errors to stderr).
-struct ParseOutcome {
-  std::optional<Options> options;
-  int exit_code = 0;
-  std::string message;
-  bool message_to_stdout = false;
-};
-
-/// Command line + --config-file + environment -> Options (cli.cpp).
-ParseOutcome parse_command_line(int argc, char** argv);
 
 /// Hosts, placement and worker environments (plan.cpp). Pure apart from
 /// reading the hostfile and the launcher's environment. Throws
