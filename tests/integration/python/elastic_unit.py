@@ -29,6 +29,23 @@ def check(cond, what):
     checks += 1
 
 
+# size()/rank() live in hvdcomm.torch.mpi_ops; the package and its other
+# modules (optimizer, elastic.sampler, ...) import them by name, so a fake
+# must replace every binding of the real function.
+REAL = {"size": hvd.size, "rank": hvd.rank}
+BINDERS = {a: [m for n, m in sorted(sys.modules.items())
+               if (n == "hvdcomm.torch" or n.startswith("hvdcomm.torch.")) and getattr(m, a, None) is f]
+           for a, f in REAL.items()}
+
+
+def fake_world(**fns):
+    """fake_world(size=lambda: 2): the function(s) every module of
+    hvdcomm.torch calls from now on; fake_world(**REAL) undoes it."""
+    for a, f in fns.items():
+        for m in BINDERS[a]:
+            setattr(m, a, f)
+
+
 def raises(exc, fn, what):
     try:
         fn()
@@ -288,13 +305,15 @@ check(a.processed_indices == set() and list(a) == order, "set_epoch clears proce
 raises(ValueError, lambda: a.record_batch(-1, 2), "bad record_batch arguments")
 check(list(hvd.elastic.ElasticSampler([], shuffle=True)) == [], "empty dataset")
 
-# re-partitioning: pretend to be rank r of 3 (hvd.size/rank faked for the sampler only)
-real_size, real_rank = hvd.size, hvd.rank
+# re-partitioning: pretend to be rank r of 3 (size/rank faked for the sampler only)
+bound = {m.__name__ for m in BINDERS["size"]} & {m.__name__ for m in BINDERS["rank"]}
+check({"hvdcomm.torch", "hvdcomm.torch.mpi_ops", "hvdcomm.torch.elastic.sampler"} <= bound,
+      f"size/rank fakes reach the sampler: {sorted(bound)}")
 parts = []
 try:
-    hvd.size = lambda: 3
+    fake_world(size=lambda: 3)
     for r in range(3):
-        hvd.rank = lambda r=r: r
+        fake_world(rank=lambda r=r: r)
         s3 = hvd.elastic.ElasticSampler(ds, shuffle=True, seed=3)
         s3.record_indices(order[:4])
         s3.reset()
@@ -302,28 +321,27 @@ try:
         check(len(s3) == 2, f"rank {r} of 3 gets ceil(6/3) samples")
     check(sorted(sum(parts, [])) == sorted(order[4:]), f"partitions cover the remaining samples once: {parts}")
     # record_batch records the batch on every rank, so all ranks agree
-    hvd.rank = lambda: 1
+    fake_world(rank=lambda: 1)
     s3 = hvd.elastic.ElasticSampler(ds, shuffle=False)
     it = list(s3)  # 10 samples over 3 ranks -> padded to 12, 4 each
     check(it == [1, 4, 7, 0], f"padding repeats the head: {it}")
     s3.record_batch(0, 2)
     check(s3.processed_indices == {0, 3, 1, 4, 2, 5}, f"batch 0 of every rank recorded: {s3.processed_indices}")
-    hvd.size = lambda: 2
-    hvd.rank = lambda: 0
+    fake_world(size=lambda: 2, rank=lambda: 0)
     s3.reset()
     check(list(s3) == [6, 8] and len(s3) == 2, f"re-partitioned over the new size: {list(s3)}")
 finally:
-    hvd.size, hvd.rank = real_size, real_rank
+    fake_world(**REAL)
 
 # --- DistributedOptimizer across a re-join: built at size 2 (hooks registered), trains at size 1
-real_size = hvd.size
+check("hvdcomm.torch.optimizer" in {m.__name__ for m in BINDERS["size"]}, "size fakes reach the optimizer")
 try:
-    hvd.size = lambda: 2
+    fake_world(size=lambda: 2)
     m3 = torch.nn.Linear(3, 1)
     o3 = hvd.DistributedOptimizer(torch.optim.SGD(m3.parameters(), lr=0.1), named_parameters=m3.named_parameters())
     check(len(o3._hooks) == 2, "hooks registered at size 2")
 finally:
-    hvd.size = real_size
+    fake_world(**REAL)
 for _ in range(3):  # a shrink to one rank: hooks fire but reduce nothing, steps keep working
     o3.zero_grad()
     m3(torch.ones(2, 3)).sum().backward()
@@ -337,7 +355,7 @@ hvd._handles[12345] = "stale"
 real_reset = hvd._core.elastic_reset
 rejoined = []
 try:
-    hvd.size = lambda: 2
+    fake_world(size=lambda: 2)
     hvd._core.elastic_reset = lambda: rejoined.append(1)  # the library's re-join, faked
     hvd._elastic_reset()
     check(rejoined == [1], "the library re-join is called")
@@ -345,7 +363,7 @@ try:
     check(12345 not in hvd._handles, "re-join drops pending handles")
     check(hvd._name("allreduce", None) == "allreduce.noname.1", "generated names restart after a re-join")
 finally:
-    hvd.size = real_size
+    fake_world(**REAL)
     hvd._core.elastic_reset = real_reset
 
 # --- the torch collectives adapter at size 1

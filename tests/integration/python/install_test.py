@@ -54,8 +54,11 @@ import os, sys
 prefix = os.path.realpath(sys.argv[1])
 import hvdcomm.torch as hvd
 import hvdcomm._core as core
+import hvdcomm.torch.compression, hvdcomm.torch.functions, hvdcomm.torch.mpi_ops, hvdcomm.torch.optimizer
+import hvdcomm.torch.elastic.sampler, hvdcomm.torch.elastic.state
 import torch
-for m in (hvd, core):
+for m in (hvd, core, hvd.mpi_ops, hvd.compression, hvd.functions, hvd.optimizer, hvd.elastic.state,
+          hvd.elastic.sampler):
     assert os.path.realpath(m.__file__).startswith(prefix + os.sep), m.__file__
 hvd.init()
 assert hvd.is_initialized() and hvd.size() == 1 and hvd.rank() == 0 and hvd.is_homogeneous()
@@ -100,7 +103,11 @@ try:
     cores = [f for f in os.listdir(os.path.join(site, "hvdcomm")) if f.startswith("_core") and f.endswith(".so")] \
         if os.path.isdir(os.path.join(site, "hvdcomm")) else []
     check(len(cores) == 1, f"{py_dir}/hvdcomm/_core*.so installed")
-    check(os.path.isfile(os.path.join(site, "hvdcomm/torch/elastic/state.py")), "pure-Python files installed")
+    py_files = ["hvdcomm/__init__.py", "hvdcomm/elastic.py"] + [
+        f"hvdcomm/torch/{m}.py" for m in ("__init__", "mpi_ops", "compression", "functions", "optimizer",
+                                          "elastic/__init__", "elastic/state", "elastic/sampler")]
+    missing = [f for f in py_files if not os.path.isfile(os.path.join(site, f))]
+    check(not missing, f"pure-Python files installed (missing: {missing})")
     compat_dir = os.path.join(site, "horovod")
     if compat_default == "1":
         check(os.path.isfile(os.path.join(compat_dir, "torch/__init__.py")),
@@ -129,7 +136,15 @@ try:
         if p.returncode == 0:
             print(p.stdout.strip())
         shim = "import horovod.torch as hvd, torch; hvd.init(); " \
-               "assert hvd.allreduce(torch.ones(2), name='s').tolist() == [1.0, 1.0]; print('shim ok')"
+               "assert hvd.allreduce(torch.ones(2), name='s').tolist() == [1.0, 1.0]; " \
+               "from horovod.torch.mpi_ops import allreduce_async; " \
+               "from horovod.torch.optimizer import DistributedOptimizer; " \
+               "from horovod.torch.compression import Compression; " \
+               "from horovod.torch.functions import broadcast_object; " \
+               "from horovod.torch.elastic.state import TorchState; " \
+               "from horovod.torch.elastic.sampler import ElasticSampler; " \
+               "assert allreduce_async is hvd.allreduce_async and TorchState is hvd.elastic.TorchState; " \
+               "print('shim ok')"
         if compat_default != "1":
             p = run([cmake, "--install", build, "--prefix", prefix, "--component", "horovod_compat"])
             check(p.returncode == 0, "cmake --install --component horovod_compat")

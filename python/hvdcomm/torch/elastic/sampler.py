@@ -4,7 +4,7 @@ import random
 
 import torch.utils.data
 
-import hvdcomm.torch as _hvd
+from hvdcomm.torch.mpi_ops import is_initialized, rank, size
 
 
 class ElasticSampler(torch.utils.data.Sampler):
@@ -77,8 +77,8 @@ class ElasticSampler(torch.utils.data.Sampler):
     def reset(self):
         """Re-partitions the samples not yet processed this epoch by the
         current rank and size."""
-        self.num_replicas = _hvd.size() if _hvd.is_initialized() else 1
-        self.rank = _hvd.rank() if _hvd.is_initialized() else 0
+        self.num_replicas = size() if is_initialized() else 1
+        self.rank = rank() if is_initialized() else 0
         order = list(range(len(self.dataset)))
         if self.shuffle:
             random.Random(self.seed + self.epoch).shuffle(order)

@@ -3,29 +3,32 @@ import copy
 
 import torch
 
-import hvdcomm.torch as _hvd
 from hvdcomm import elastic as _elastic
 from hvdcomm.torch.elastic.sampler import ElasticSampler
+from hvdcomm.torch.functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
+                                     broadcast_parameters)
+from hvdcomm.torch.mpi_ops import Max, allgather, allreduce, rank
+from hvdcomm.torch.optimizer import _DistributedOptimizer
 
 
 class _TorchCollectives(_elastic.Collectives):
     """The collectives a State needs, on hvdcomm.torch."""
 
     def rank(self):
-        return _hvd.rank()
+        return rank()
 
     def allgather_int(self, name, value):
-        return _hvd.allgather(torch.tensor([int(value)], dtype=torch.int64), name=name).tolist()
+        return allgather(torch.tensor([int(value)], dtype=torch.int64), name=name).tolist()
 
     def any_true(self, name, flag):
         t = torch.tensor([1 if flag else 0], dtype=torch.int32)
-        return bool(_hvd.allreduce(t, op=_hvd.Max, name=name).item())
+        return bool(allreduce(t, op=Max, name=name).item())
 
     def broadcast_object(self, obj, root, name):
-        return _hvd.broadcast_object(obj, root_rank=root, name=name)
+        return broadcast_object(obj, root_rank=root, name=name)
 
     def allgather_object(self, obj, name):
-        return _hvd.allgather_object(obj, name=name)
+        return allgather_object(obj, name=name)
 
 
 COLLECTIVES = _TorchCollectives()
@@ -60,7 +63,7 @@ class _ModelHandler(_Handler):
         self.value.load_state_dict(self._saved)
 
     def sync_from(self, root, name):
-        _hvd.broadcast_parameters(self.value.state_dict(), root_rank=root)
+        broadcast_parameters(self.value.state_dict(), root_rank=root)
 
 
 class _OptimizerHandler(_Handler):
@@ -72,7 +75,7 @@ class _OptimizerHandler(_Handler):
         self.value.load_state_dict(self._saved)
 
     def sync_from(self, root, name):
-        _hvd.broadcast_optimizer_state(self.value, root_rank=root)
+        broadcast_optimizer_state(self.value, root_rank=root)
 
 
 class _SamplerHandler(_Handler):
@@ -87,7 +90,7 @@ class _SamplerHandler(_Handler):
         # local), from members at the root's epoch only: a newcomer's epoch 0
         # must not leak into the root's epoch.
         mine = (self.value.epoch, self.value.processed_indices)
-        everyone = _hvd.allgather_object(mine, name=f"hvdcomm.elastic.sampler.{name}.gather")
+        everyone = allgather_object(mine, name=f"hvdcomm.elastic.sampler.{name}.gather")
         epoch = everyone[root][0]
         merged = set()
         for e, processed in everyone:
@@ -101,7 +104,7 @@ def _handler_for(value):
         return _SamplerHandler(value)
     if isinstance(value, torch.nn.Module):
         return _ModelHandler(value)
-    if isinstance(value, (torch.optim.Optimizer, _hvd._DistributedOptimizer)):
+    if isinstance(value, (torch.optim.Optimizer, _DistributedOptimizer)):
         return _OptimizerHandler(value)
     return None
 

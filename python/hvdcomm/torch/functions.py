@@ -1,0 +1,72 @@
+"""hvdcomm.torch.functions: horovod.torch.functions -- picklable objects
+(broadcast_object, allgather_object) and model/optimizer state
+(broadcast_parameters, broadcast_optimizer_state) on the collectives of
+hvdcomm.torch.mpi_ops."""
+import io
+import pickle
+
+import torch
+
+from hvdcomm.torch.mpi_ops import _name, allgather, broadcast_, broadcast_async_, rank, synchronize
+from hvdcomm.torch.optimizer import _DistributedOptimizer
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+    name = _name("broadcast_object", name)
+    if rank() == root_rank:
+        buf = io.BytesIO()
+        pickle.dump(obj, buf)
+        payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+        sz = torch.tensor([payload.numel()], dtype=torch.int64)
+        broadcast_(sz, root_rank, name + ".sz")
+        broadcast_(payload, root_rank, name + ".data")
+        return obj
+    sz = torch.zeros(1, dtype=torch.int64)
+    broadcast_(sz, root_rank, name + ".sz")
+    payload = torch.zeros(int(sz.item()), dtype=torch.uint8)
+    broadcast_(payload, root_rank, name + ".data")
+    return pickle.loads(payload.numpy().tobytes())
+
+
+def allgather_object(obj, name=None, process_set=None):
+    name = _name("allgather_object", name)
+    data = pickle.dumps(obj)
+    payload = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.zeros(0, dtype=torch.uint8)
+    sizes = allgather(torch.tensor([len(data)], dtype=torch.int64), name + ".sz").tolist()
+    everything = allgather(payload, name + ".data").numpy().tobytes()
+    out, off = [], 0
+    for s in sizes:
+        out.append(pickle.loads(everything[off:off + s]))
+        off += s
+    return out
+
+
+def broadcast_parameters(params, root_rank):
+    """Broadcasts a state_dict or a list of (name, tensor) from root_rank, in place."""
+    if isinstance(params, dict):
+        items = sorted(params.items())
+    elif isinstance(params, list):
+        items = [p if isinstance(p, tuple) else (str(i), p) for i, p in enumerate(params)]
+    else:
+        raise ValueError("hvdcomm: broadcast_parameters expects a dict or a list of (name, tensor)")
+    handles = []
+    for n, p in items:
+        if p is None:
+            continue
+        t = p.data if isinstance(p, torch.nn.Parameter) else p
+        if not isinstance(t, torch.Tensor):
+            continue
+        handles.append(broadcast_async_(t, root_rank, name=f"broadcast_parameters.{n}"))
+    for h in handles:
+        synchronize(h)
+
+
+def broadcast_optimizer_state(optimizer, root_rank):
+    """Makes every rank's optimizer state and hyper-parameters equal root's.
+    State is pickled (broadcast_object) and tensors copied in place, so ranks
+    whose state is still empty (no step yet) receive root's."""
+    if isinstance(optimizer, _DistributedOptimizer):
+        optimizer = optimizer._opt
+    state = broadcast_object(optimizer.state_dict(), root_rank, name="broadcast_optimizer_state")
+    if rank() != root_rank:
+        optimizer.load_state_dict(state)

@@ -1,0 +1,565 @@
+"""hvdcomm.torch.mpi_ops: the collectives of horovod.torch.mpi_ops on
+hvdrun's collective library -- init/shutdown and the topology calls, the
+build facts (*_built() / *_enabled()), the reduce ops, handles
+(poll/synchronize), allreduce/allgather/broadcast/alltoall/reducescatter
+(async, in-place, grouped, differentiable), barrier and join.
+
+Tensors are passed to the native core as raw buffers (data_ptr, shape,
+dtype code, and for CUDA tensors the device and current stream); the
+extension does not link libtorch. See docs/python.md."""
+import collections
+
+import torch
+
+from hvdcomm import _core
+from hvdcomm._core import (HorovodInternalError, HostsUpdatedInterrupt, MismatchError,  # noqa: F401
+                           PeerFailureError, WorkerRemovedError)
+from hvdcomm.torch.compression import Compression
+
+
+# ---------------------------------------------------------------- basics
+def init(comm=None, process_sets=None):
+    _core.init()
+    _join_world(rejoin=False)
+
+
+def shutdown():
+    _homogeneous[0] = None
+    _core.shutdown()
+
+
+is_initialized = _core.is_initialized
+rank = _core.rank
+size = _core.size
+local_rank = _core.local_rank
+local_size = _core.local_size
+cross_rank = _core.cross_rank
+cross_size = _core.cross_size
+
+
+_homogeneous = [None]  # this world's answer, learnt by every rank in init() / an elastic re-join
+
+
+def _learn_topology():
+    """Collective, run by every rank of a (new) world: an allgather of each
+    rank's local_size, so is_homogeneous() is the same answer on every rank
+    (a rank's own local_size and cross_size cannot tell: with hosts of 1, 2
+    and 3 slots some ranks would compute True and others False)."""
+    if size() == 1:
+        _homogeneous[0] = True
+        return
+    sizes = allgather(torch.tensor([local_size()], dtype=torch.int64), name="hvdcomm.topology.local_size")
+    _homogeneous[0] = bool((sizes == sizes[0]).all())
+
+
+def is_homogeneous():
+    """True when every host runs the same number of ranks; the same answer on
+    every rank (computed collectively when this rank joined its world)."""
+    if not is_initialized() or _homogeneous[0] is None:
+        raise ValueError("hvdcomm has not been initialized; call hvd.init() first")
+    return _homogeneous[0]
+
+
+# Build facts: the data plane is a Gloo-style TCP controller; no MPI or NCCL.
+# CUDA tensors (allreduce, broadcast) are reduced by the library's own CUDA
+# component when it was built (docs/cuda.md).
+def mpi_built(verbose=False):
+    return False
+
+
+def mpi_enabled():
+    return False
+
+
+def gloo_built(verbose=False):
+    return True
+
+
+def gloo_enabled():
+    return True
+
+
+def nccl_built(verbose=False):
+    """Like Horovod: NCCL's version code (e.g. 22809 for 2.28.9) when CUDA
+    tensors can be reduced through NCCL (the CUDA component is built and
+    libnccl loads at run time), else 0."""
+    if not _core.nccl_detected():
+        return 0
+    major, minor, patch = (int(x) for x in _core.nccl_version().split("."))
+    return major * 10000 + minor * 100 + patch
+
+
+def cuda_built(verbose=False):
+    """True when the library has the CUDA component: CUDA tensors may then be
+    passed to allreduce and broadcast."""
+    return bool(_core.cuda_built())
+
+
+def rocm_built(verbose=False):
+    return False
+
+
+def ddl_built(verbose=False):
+    return False
+
+
+def ccl_built(verbose=False):
+    return False
+
+
+def mpi_threads_supported():
+    return False
+
+
+# ---------------------------------------------------------------- worlds
+# init() and an elastic re-join (hvdcomm.torch.elastic._elastic_reset) both
+# come here: the handles and op-name counters of the old world are dropped
+# and is_homogeneous() is learnt for the new one.
+def _join_world(rejoin):
+    """Re-joins the newest world when `rejoin`, then learns its topology
+    (collective, on every member). In an elastic job a member that dies
+    while the others learn the topology only means: join the next world."""
+    while True:
+        if rejoin:
+            _core.elastic_reset()
+            _handles.clear()
+            _counter.clear()
+        try:
+            _learn_topology()
+            return
+        except PeerFailureError:
+            if not _core.elastic_enabled():
+                raise
+            rejoin = True
+
+
+# ---------------------------------------------------------------- ops
+class ReduceOp(int):
+    pass
+
+
+Sum = ReduceOp(0)
+Average = ReduceOp(1)
+Min = ReduceOp(2)
+Max = ReduceOp(3)
+Product = ReduceOp(4)
+Adasum = ReduceOp(100)
+
+_DTYPES = {
+    torch.uint8: 0, torch.int8: 1, torch.int32: 2, torch.int64: 3,
+    torch.float16: 4, torch.bfloat16: 5, torch.float32: 6, torch.float64: 7,
+}
+
+
+def _dtype_code(t):
+    try:
+        return _DTYPES[t.dtype]
+    except KeyError:
+        raise ValueError(f"hvdcomm: dtype {t.dtype} is not supported (use one of "
+                         f"{', '.join(str(d) for d in _DTYPES)})") from None
+
+
+_DEVICE_OPS = ("allreduce", "broadcast", "allgather", "alltoall", "reducescatter")
+
+
+def _check(t, op="this operation"):
+    """The library's device value for `t`: -1 for a CPU tensor, the CUDA
+    device index for a CUDA tensor passed to an op that accepts them in a
+    build with the CUDA component; anything else raises ValueError."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"hvdcomm: expected a torch.Tensor, got {type(t).__name__}")
+    if t.device.type == "cpu":
+        return -1
+    if t.device.type != "cuda":
+        raise ValueError(f"hvdcomm: {t.device.type} tensors are not supported (CPU and CUDA tensors are)")
+    if op not in _DEVICE_OPS:
+        raise ValueError(f"hvdcomm: {op} of CUDA tensors is not supported (only {', '.join(_DEVICE_OPS)} "
+                         f"accept them); move the tensor to the CPU first")
+    if not _core.cuda_built():
+        raise ValueError("hvdcomm: a CUDA tensor was passed, but this hvdcomm's library was built without the CUDA "
+                         "component (rebuild with nvcc available and -DHVD_WITH_CUDA=ON, or pass CPU tensors)")
+    return t.device.index if t.device.index is not None else torch.cuda.current_device()
+
+
+def _stream(t, device):
+    """The stream the library orders the operation after: torch's current
+    stream of the tensor's device (0, unused, for CPU tensors)."""
+    return torch.cuda.current_stream(device).cuda_stream if device >= 0 else 0
+
+
+def _op_code(op, average):
+    if op is None:
+        op = Average if (average is None or average) else Sum
+    elif average is not None:
+        raise ValueError("hvdcomm: pass either op or average, not both")
+    if op == Adasum:
+        raise NotImplementedError("hvdcomm: Adasum is not supported by this library; use Average or Sum")
+    if int(op) not in (0, 1, 2, 3, 4):
+        raise ValueError(f"hvdcomm: unknown reduce op {op}")
+    return int(op)
+
+
+_counter = collections.defaultdict(int)
+
+
+def _name(kind, name):
+    if name:
+        return name
+    _counter[kind] += 1
+    return f"{kind}.noname.{_counter[kind]}"
+
+
+class _Pending:
+    """A native handle plus what keeps its buffers alive and turns it into a result."""
+
+    def __init__(self, handle, keep, finish):
+        self.handle, self.keep, self.finish = handle, keep, finish
+        self.result, self.done = None, False
+
+
+_handles = {}
+_next_handle = [0]
+
+
+def _register(p):
+    _next_handle[0] += 1
+    _handles[_next_handle[0]] = p
+    return _next_handle[0]
+
+
+def poll(handle):
+    """True when the operation behind `handle` has finished."""
+    return _handles[handle].handle.poll()
+
+
+def synchronize(handle):
+    """Waits for `handle` and returns its output tensor."""
+    p = _handles.get(handle)
+    if p is None:
+        raise ValueError(f"hvdcomm: unknown or already synchronized handle {handle}")
+    try:
+        p.handle.wait()
+    except BaseException:
+        # Interrupted (Ctrl-C) while still running: keep the entry, and with it
+        # the buffers the library will still write; synchronize() may be retried.
+        if p.handle.poll():
+            del _handles[handle]
+        raise
+    del _handles[handle]
+    return p.finish()
+
+
+def _allreduce_into(tensor, output, name, op, prescale, postscale, device):
+    h = _core.allreduce_async(name, tensor.data_ptr(), output.data_ptr(), _dtype_code(tensor),
+                              list(tensor.shape), op, float(prescale), float(postscale),
+                              device, _stream(tensor, device))
+    return _register(_Pending(h, (tensor, output), lambda: output))
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, compression=None, process_set=None):
+    device = _check(tensor, "allreduce")
+    opc = _op_code(op, average)
+    src = tensor.detach().contiguous()
+    out = torch.empty_like(src)
+    return _allreduce_into(src, out, _name("allreduce", name), opc, prescale_factor, postscale_factor, device)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=None):
+    device = _check(tensor, "allreduce")
+    opc = _op_code(op, average)
+    if tensor.is_contiguous():
+        return _allreduce_into(tensor, tensor, _name("allreduce", name), opc, prescale_factor, postscale_factor,
+                               device)
+    buf = tensor.detach().contiguous()
+    h = _core.allreduce_async(_name("allreduce", name), buf.data_ptr(), buf.data_ptr(), _dtype_code(buf),
+                              list(buf.shape), opc, float(prescale_factor), float(postscale_factor),
+                              device, _stream(buf, device))
+
+    def finish():
+        tensor.data.copy_(buf)
+        return tensor
+    return _register(_Pending(h, (buf,), finish))
+
+
+class _AllreduceFn(torch.autograd.Function):
+    """allreduce as a differentiable op: for Sum/Average the gradient is the
+    same allreduce of the incoming gradient (as in Horovod)."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale, postscale):
+        ctx.name, ctx.op, ctx.pre, ctx.post = name, op, prescale, postscale
+        return synchronize(allreduce_async(tensor, None, name, op, prescale, postscale))
+
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.op not in (Sum, Average):
+            raise NotImplementedError("hvdcomm: allreduce gradient is only defined for Sum and Average")
+        g = synchronize(allreduce_async(grad.contiguous(), None, ctx.name + ".grad", ctx.op, ctx.pre, ctx.post))
+        return g, None, None, None, None
+
+
+def allreduce(tensor, average=None, name=None, compression=None, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    if _wants_grad(tensor):
+        _check(tensor, "allreduce")
+        opc = ReduceOp(_op_code(op, average))
+        return _AllreduceFn.apply(tensor, _name("allreduce", name), opc, float(prescale_factor),
+                                  float(postscale_factor))
+    compression = compression or Compression.none
+    compressed, ctx = compression.compress(tensor)
+    out = synchronize(allreduce_async(compressed, average, name, op, prescale_factor, postscale_factor))
+    return compression.decompress(out, ctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=None):
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor))
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=None):
+    base = _name("grouped_allreduce", name)
+    hs = [allreduce_async(t, average, f"{base}.{i}", op, prescale_factor, postscale_factor)
+          for i, t in enumerate(tensors)]
+    return _register(_Pending(_Group(hs), (), lambda: [synchronize(h) for h in hs]))
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=None):
+    base = _name("grouped_allreduce", name)
+    hs = [allreduce_async_(t, average, f"{base}.{i}", op, prescale_factor, postscale_factor)
+          for i, t in enumerate(tensors)]
+    return _register(_Pending(_Group(hs), (), lambda: [synchronize(h) for h in hs]))
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor))
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=None):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor))
+
+
+class _Group:
+    """Handle-like view of several registered handles."""
+
+    def __init__(self, hs):
+        self.hs = hs
+
+    def poll(self):
+        return all(_handles[h].handle.poll() for h in self.hs)
+
+    def wait(self):
+        for h in self.hs:
+            _handles[h].handle.wait()
+
+
+def _copy_out(h, dtype, shape, device=-1):
+    """The handle's output as a new tensor: on the CPU, or for a device
+    operation on that CUDA device (the library's copy runs on the legacy
+    default stream, so torch's current stream is synchronised first: the
+    new tensor's memory may still be in use by work queued there)."""
+    if device < 0:
+        out = torch.empty(shape, dtype=dtype)
+    else:
+        out = torch.empty(shape, dtype=dtype, device=torch.device("cuda", device))
+        torch.cuda.current_stream(device).synchronize()
+    h.copy_output(out.data_ptr(), out.numel() * out.element_size())
+    return out
+
+
+def allgather_async(tensor, name=None, process_set=None):
+    device = _check(tensor, "allgather")
+    src = tensor.detach().contiguous()
+    if src.dim() == 0:
+        src = src.reshape(1)
+    h = _core.allgather_async(_name("allgather", name), src.data_ptr(), _dtype_code(src), list(src.shape),
+                              device, _stream(src, device))
+    return _register(_Pending(h, (src,), lambda: _copy_out(h, src.dtype, list(h.output_shape), device)))
+
+
+def _wants_grad(tensor):
+    return tensor.requires_grad and torch.is_grad_enabled()
+
+
+class _AllgatherFn(torch.autograd.Function):
+    """Horovod's gradient: the incoming gradients averaged over the ranks,
+    then this rank's rows."""
+
+    @staticmethod
+    def forward(ctx, tensor, name):
+        ctx.rows = tensor.shape[0] if tensor.dim() > 0 else 1
+        ctx.name = name
+        return synchronize(allgather_async(tensor, name))
+
+    @staticmethod
+    def backward(ctx, grad):
+        g = synchronize(allreduce_async(grad.contiguous(), None, ctx.name + ".grad", Average))
+        rows = synchronize(allgather_async(torch.tensor([ctx.rows], dtype=torch.int64), ctx.name + ".grad_rows"))
+        offset = int(rows[:rank()].sum().item())
+        return g.narrow(0, offset, ctx.rows), None
+
+
+def allgather(tensor, name=None, process_set=None):
+    if _wants_grad(tensor):
+        _check(tensor, "allgather")
+        return _AllgatherFn.apply(tensor, _name("allgather", name))
+    return synchronize(allgather_async(tensor, name))
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=None):
+    device = _check(tensor, "broadcast")
+    src = tensor.detach().contiguous()
+    out = torch.empty_like(src)
+    h = _core.broadcast_async(_name("broadcast", name), src.data_ptr(), out.data_ptr(), _dtype_code(src),
+                              list(src.shape), int(root_rank), device, _stream(src, device))
+    return _register(_Pending(h, (src, out), lambda: out))
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=None):
+    device = _check(tensor, "broadcast")
+    buf = tensor.data if tensor.is_contiguous() else tensor.detach().contiguous()
+    h = _core.broadcast_async(_name("broadcast", name), buf.data_ptr(), buf.data_ptr(), _dtype_code(buf),
+                              list(buf.shape), int(root_rank), device, _stream(buf, device))
+
+    def finish():
+        if buf.data_ptr() != tensor.data_ptr():
+            tensor.data.copy_(buf)
+        return tensor
+    return _register(_Pending(h, (buf,), finish))
+
+
+class _BroadcastFn(torch.autograd.Function):
+    """Horovod's gradient: the incoming gradients averaged over the ranks on
+    the root, zero elsewhere."""
+
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name):
+        ctx.root, ctx.name = root_rank, name
+        return synchronize(broadcast_async(tensor, root_rank, name))
+
+    @staticmethod
+    def backward(ctx, grad):
+        g = synchronize(allreduce_async(grad.contiguous(), None, ctx.name + ".grad", Average))
+        if rank() != ctx.root:
+            g.zero_()
+        return g, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=None):
+    if _wants_grad(tensor):
+        _check(tensor, "broadcast")
+        return _BroadcastFn.apply(tensor, int(root_rank), _name("broadcast", name))
+    return synchronize(broadcast_async(tensor, root_rank, name))
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=None):
+    return synchronize(broadcast_async_(tensor, root_rank, name))
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=None):
+    """As Horovod's: synchronize() of the handle returns the tuple
+    (output, received_splits) whether or not splits were given;
+    received_splits has the dtype of a splits tensor, else int32."""
+    device = _check(tensor, "alltoall")
+    src = tensor.detach().contiguous()
+    sp = [] if splits is None else [int(x) for x in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
+    rs_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
+    h = _core.alltoall_async(_name("alltoall", name), src.data_ptr(), _dtype_code(src), list(src.shape), sp,
+                             device, _stream(src, device))
+
+    def finish():
+        out = _copy_out(h, src.dtype, list(h.output_shape), device)
+        return out, torch.tensor(list(h.recv_splits), dtype=rs_dtype)
+    return _register(_Pending(h, (src,), finish))
+
+
+class _AlltoallFn(torch.autograd.Function):
+    """Horovod's gradient: the incoming gradient sent back with the received
+    splits."""
+
+    @staticmethod
+    def forward(ctx, tensor, splits, name):
+        out, received_splits = synchronize(alltoall_async(tensor, splits, name))
+        ctx.received, ctx.name = received_splits, name
+        if splits is None:
+            return out
+        ctx.mark_non_differentiable(received_splits)
+        return out, received_splits
+
+    @staticmethod
+    def backward(ctx, grad, *unused):
+        g, _ = synchronize(alltoall_async(grad.contiguous(), ctx.received, ctx.name + ".grad"))
+        return g, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=None):
+    """As horovod.torch.alltoall: the gathered tensor when splits is None
+    (the first dimension split equally over the ranks), else the tuple
+    (output, received_splits). Differentiable like Horovod's."""
+    if _wants_grad(tensor):
+        return _AlltoallFn.apply(tensor, splits, _name("alltoall", name))
+    out, received_splits = synchronize(alltoall_async(tensor, splits, name))
+    return out if splits is None else (out, received_splits)
+
+
+def reducescatter_async(tensor, name=None, compression=None, op=Average, process_set=None,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    device = _check(tensor, "reducescatter")
+    opc = _op_code(op, None)
+    src = tensor.detach().contiguous()
+    h = _core.reducescatter_async(_name("reducescatter", name), src.data_ptr(), _dtype_code(src),
+                                  list(src.shape), opc, float(prescale_factor), float(postscale_factor),
+                                  device, _stream(src, device))
+    return _register(_Pending(h, (src,), lambda: _copy_out(h, src.dtype, list(h.output_shape), device)))
+
+
+class _ReducescatterFn(torch.autograd.Function):
+    """Gradient of y_r = post * op_q(pre * x_q[rows of r]) for Sum/Average:
+    every rank's gradient gathered back into its rows, times pre * post
+    (and 1/size for Average)."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, pre, post):
+        ctx.name, ctx.op, ctx.scale = name, op, pre * post
+        return synchronize(reducescatter_async(tensor, name, None, op, None, pre, post))
+
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.op not in (Sum, Average):
+            raise NotImplementedError("hvdcomm: reducescatter gradient is only defined for Sum and Average")
+        g = synchronize(allgather_async(grad.contiguous(), ctx.name + ".grad"))
+        scale = ctx.scale / size() if ctx.op == Average else ctx.scale
+        if scale != 1.0:
+            g = g * scale
+        return g, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=None, op=Average, process_set=None,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    if _wants_grad(tensor):
+        _check(tensor, "reducescatter")
+        return _ReducescatterFn.apply(tensor, _name("reducescatter", name), ReduceOp(_op_code(op, None)),
+                                      float(prescale_factor), float(postscale_factor))
+    return synchronize(reducescatter_async(tensor, name, compression, op, process_set,
+                                           prescale_factor, postscale_factor))
+
+
+def barrier(process_set=None):
+    h = _core.barrier_async(_name("barrier", None))
+    h.wait()
+
+
+def join(device=-1):
+    """Horovod's join: this rank has no more data. Until every rank joined,
+    allreduces the other ranks submit (DistributedOptimizer's gradients
+    included) complete with zeros from this rank; other collectives then
+    fail with ValueError. Returns the rank that joined last. CPU only
+    (`device` is accepted for compatibility)."""
+    h = _core.join_async()
+    h.wait()
+    return int(_copy_out(h, torch.int32, []).item())
