@@ -29,12 +29,6 @@ constexpr std::array<const char*, 6> kTopologyVars = {job_env::kRank,      job_e
                                                       job_env::kLocalRank, job_env::kLocalSize,
                                                       job_env::kCrossRank, job_env::kCrossSize};
 
-std::string local_hostname() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
-  return buf;
-}
-
 /// IPv4 address of a network interface, for HOROVOD_GLOO_IFACE.
 std::string interface_address(const std::string& iface) {
   std::vector<net::InterfaceAddress> all;
@@ -96,7 +90,7 @@ Settings settings_from_env() {
     s.cross_size = int_var(job_env::kCrossSize, 1, 1, s.size);
     s.cross_rank = int_var(job_env::kCrossRank, 0, 0, s.cross_size - 1);
   }
-  s.hostname = env::get_or(job_env::kHostname, local_hostname());
+  s.hostname = env::get_or(job_env::kHostname, net::local_hostname());
 
   double cycle_ms = env::get_double_or(job_env::kCycleTime, 1.0);
   if (!std::isfinite(cycle_ms) || cycle_ms < 0 || cycle_ms > 60000) {

@@ -70,12 +70,6 @@ std::optional<WorldInfo> read_family(const EnvLookup& lookup, const Family& f, c
   return w;
 }
 
-std::string local_hostname() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
-  return buf;
-}
-
 /// The first IPv4 address of `wanted_iface` (up), or of the first
 /// interface that is up and not loopback when `wanted_iface` is empty; ""
 /// when there is none. IoError when the interfaces cannot be listed.
@@ -322,7 +316,7 @@ std::optional<WorldInfo> detect_mpi_world(const EnvLookup& lookup) {
     }
     w = read_family(lookup, kPmix, size_var);
   }
-  if (w) w->hostname = lookup(job_env::kHostname).value_or(local_hostname());
+  if (w) w->hostname = lookup(job_env::kHostname).value_or(net::local_hostname());
   return w;
 }
 

@@ -221,4 +221,10 @@ std::vector<InterfaceAddress> interface_addresses() {
   return out;
 }
 
+std::string local_hostname(const std::string& fallback) {
+  char buf[256] = {0};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return fallback;
+  return buf;
+}
+
 }  // namespace hvd::net

@@ -197,3 +197,11 @@ TEST_CASE("net: interface addresses include the loopback interface", "[common][n
   }
   CHECK(saw_lo);
 }
+
+TEST_CASE("net: local_hostname is gethostname's answer", "[common][net]") {
+  char buf[256] = {0};
+  REQUIRE(gethostname(buf, sizeof buf - 1) == 0);
+  CHECK(net::local_hostname() == buf);
+  CHECK(net::local_hostname("fallback") == buf);
+  CHECK_FALSE(net::local_hostname().empty());
+}

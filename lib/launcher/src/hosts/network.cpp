@@ -67,12 +67,6 @@ std::vector<std::string> resolve_bounded(const std::string& host, std::chrono::m
   return out;
 }
 
-std::string this_hostname() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "";
-  return buf;
-}
-
 std::string short_name(const std::string& name) { return name.substr(0, name.find('.')); }
 
 }  // namespace
@@ -94,7 +88,7 @@ bool is_local_host(const std::string& host, std::chrono::milliseconds resolve_ti
   if (h.empty()) return false;
   if (h == "localhost" || h == "localhost.localdomain" || h == "ip6-localhost") return true;
   if (auto numeric = canonical_numeric(h)) return is_local_numeric(*numeric);
-  std::string self = lower(this_hostname());
+  std::string self = lower(net::local_hostname(""));
   if (!self.empty()) {
     if (h == self) return true;
     // "node1" vs "node1.example.com": the same machine when one of them is

@@ -132,4 +132,8 @@ struct InterfaceAddress {
 /// getifaddrs order. IoError when getifaddrs fails.
 std::vector<InterfaceAddress> interface_addresses();
 
+/// This machine's host name as gethostname(2) reports it; `fallback` when
+/// it cannot be read.
+std::string local_hostname(const std::string& fallback = "localhost");
+
 }  // namespace hvd::net

@@ -1,7 +1,7 @@
 #pragma once
 /// The building blocks of the SSH spawner (ssh_spawner.h), split out so that
 /// they can be unit-tested without an SSH server:
-///  * connect_tcp: getaddrinfo + a non-blocking connect bounded by a deadline,
+///  * connect_tcp: hvd::net::connect_tcp (bounded resolve + non-blocking connect before a deadline),
 ///    with errors phrased for humans ("node2: connection refused
 ///    (198.18.0.9:22)"; the address is left out when the host is one).
 ///  * Session: one libssh2 session in non-blocking mode -- handshake,
