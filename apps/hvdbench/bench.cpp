@@ -37,9 +37,7 @@ void put(DataType t, void* p, std::size_t i, double v) {
     case DataType::Int32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
     case DataType::Int64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
     case DataType::Float16: static_cast<uint16_t*>(p)[i] = collective::float_to_float16(static_cast<float>(v)); break;
-    case DataType::BFloat16:
-      static_cast<uint16_t*>(p)[i] = collective::float_to_bfloat16(static_cast<float>(v));
-      break;
+    case DataType::BFloat16: static_cast<uint16_t*>(p)[i] = collective::float_to_bfloat16(static_cast<float>(v)); break;
     case DataType::Float32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
     case DataType::Float64: static_cast<double*>(p)[i] = v; break;
   }
@@ -81,15 +79,9 @@ void shape(Op op, std::size_t size, std::size_t es, int n, std::size_t& count, s
 void execute(Backend& comm, Op op, Buffers& b, std::size_t count, DataType t, ReduceOp rop) {
   const std::size_t es = collective::dtype_size(t);
   switch (op) {
-    case Op::Allreduce:
-      comm.allreduce(b.data.data(), count, t, rop);
-      return;
-    case Op::Allgather:
-      comm.allgather(b.data.data(), count / comm.size() * es, b.recv.data());
-      return;
-    case Op::Broadcast:
-      comm.broadcast(b.data.data(), count * es, 0);
-      return;
+    case Op::Allreduce: comm.allreduce(b.data.data(), count, t, rop); return;
+    case Op::Allgather: comm.allgather(b.data.data(), count / comm.size() * es, b.recv.data()); return;
+    case Op::Broadcast: comm.broadcast(b.data.data(), count * es, 0); return;
   }
 }
 
@@ -139,7 +131,9 @@ void CommBackend::allgather(const void* send, std::size_t send_bytes, void* recv
   collective::allgatherv(comm_, send, send_bytes, recv, std::vector<std::size_t>(comm_.size(), send_bytes));
 }
 
-void CommBackend::broadcast(void* data, std::size_t bytes, int root) { collective::broadcast(comm_, data, bytes, root); }
+void CommBackend::broadcast(void* data, std::size_t bytes, int root) {
+  collective::broadcast(comm_, data, bytes, root);
+}
 
 const char* op_name(Op op) {
   switch (op) {
@@ -167,9 +161,12 @@ std::size_t parse_bytes(const std::string& text) {
   }
   std::string suffix = text.substr(pos);
   unsigned long long mult = 1;
-  if (suffix == "K" || suffix == "k" || suffix == "KiB") mult = 1ull << 10;
-  else if (suffix == "M" || suffix == "m" || suffix == "MiB") mult = 1ull << 20;
-  else if (suffix == "G" || suffix == "g" || suffix == "GiB") mult = 1ull << 30;
+  if (suffix == "K" || suffix == "k" || suffix == "KiB")
+    mult = 1ull << 10;
+  else if (suffix == "M" || suffix == "m" || suffix == "MiB")
+    mult = 1ull << 20;
+  else if (suffix == "G" || suffix == "g" || suffix == "GiB")
+    mult = 1ull << 30;
   else if (!suffix.empty() && suffix != "B") {
     throw InvalidArgument(fmt::format("bad size '{}': unknown suffix '{}' (use K, M or G)", text, suffix));
   }
@@ -247,12 +244,12 @@ std::vector<Result> run(Backend& comm, const BenchOptions& o) {
 void print_table(std::ostream& out, const Backend& comm, const std::string& label, const BenchOptions& o,
                  const std::vector<Result>& results) {
   out << fmt::format("# hvdbench ({}): {} ranks, dtype {}, reduce {}, up to {} timed iterations after {} warm-up\n",
-                     label, comm.size(), collective::dtype_name(o.dtype), collective::reduce_op_name(o.reduce_op), o.iters,
-                     o.warmup);
+                     label, comm.size(), collective::dtype_name(o.dtype), collective::reduce_op_name(o.reduce_op),
+                     o.iters, o.warmup);
   out << "# time: median over iterations of the slowest rank; busbw = algbw * 2(n-1)/n (allreduce), "
          "(n-1)/n (allgather), 1 (broadcast)\n";
-  out << fmt::format("#{:>10} {:>12} {:>12} {:>9} {:>6} {:>12} {:>12} {:>12} {:>6}\n", "op", "size(B)", "count",
-                     "type", "iters", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "check");
+  out << fmt::format("#{:>10} {:>12} {:>12} {:>9} {:>6} {:>12} {:>12} {:>12} {:>6}\n", "op", "size(B)", "count", "type",
+                     "iters", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "check");
   for (const Result& r : results) {
     out << fmt::format(" {:>10} {:>12} {:>12} {:>9} {:>6} {:>12.2f} {:>12.3f} {:>12.3f} {:>6}\n", op_name(r.op),
                        r.bytes, r.count, collective::dtype_name(r.dtype), r.iters, r.time_us, r.algbw_gbps,

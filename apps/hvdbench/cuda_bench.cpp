@@ -150,7 +150,8 @@ std::vector<CudaResult> run_cuda(collective::Comm& comm, store::Store& store, co
     ck(cudaEventCreate(&e1), "cudaEventCreate");
     for (int r = 0; r < comm.size(); ++r) {
       if (r == comm.rank()) {
-        for (int i = 0; i < 2; ++i) ck(cudaMemcpyAsync(b, a, ref, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync D2D");
+        for (int i = 0; i < 2; ++i)
+          ck(cudaMemcpyAsync(b, a, ref, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync D2D");
         constexpr int kCopies = 10;
         ck(cudaEventRecord(e0, stream), "cudaEventRecord");
         for (int i = 0; i < kCopies; ++i) {
@@ -195,7 +196,8 @@ std::vector<CudaResult> run_cuda(collective::Comm& comm, store::Store& store, co
       double ranks = 0;
       for (int q = 0; q < n; ++q) ranks += q % 3;
       bool ok = true;
-      for (std::size_t i = 0; i < r.count && ok; ++i) ok = get(o.dtype, check_buf.data(), i) == ranks + n * double(i % 5);
+      for (std::size_t i = 0; i < r.count && ok; ++i)
+        ok = get(o.dtype, check_buf.data(), i) == ranks + n * double(i % 5);
       int32_t all_ok = ok ? 1 : 0;
       collective::allreduce(comm, &all_ok, 1, DataType::Int32, ReduceOp::Min);
       r.ok = all_ok == 1;
@@ -215,9 +217,8 @@ std::vector<CudaResult> run_cuda(collective::Comm& comm, store::Store& store, co
           ck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
         });
         r.staged_us = time_it(comm, o, [&] {
-          staged.allreduce(dev, r.count, o.dtype, stream, [&](void* h, std::size_t c) {
-            collective::allreduce(comm, h, c, o.dtype, o.reduce_op);
-          });
+          staged.allreduce(dev, r.count, o.dtype, stream,
+                           [&](void* h, std::size_t c) { collective::allreduce(comm, h, c, o.dtype, o.reduce_op); });
           ck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
         });
       }
@@ -255,14 +256,16 @@ void print_cuda_table(std::ostream& out, const collective::Comm& comm, const Ben
                       const std::vector<CudaResult>& results) {
   out << fmt::format("# hvdbench allreduce on CUDA device buffers: {} ranks on one host, dtype {}, op {}\n",
                      comm.size(), collective::dtype_name(o.dtype), collective::reduce_op_name(o.reduce_op));
-  out << fmt::format("# device: DeviceAllreducer (CUDA IPC); naive: D2H + CPU allreduce + H2D; staged: the\n"
-                     "# cross-host path (StagedAllreducer, pinned chunks overlapping the network); speedup = naive/device\n");
+  out << fmt::format(
+      "# device: DeviceAllreducer (CUDA IPC); naive: D2H + CPU allreduce + H2D; staged: the\n"
+      "# cross-host path (StagedAllreducer, pinned chunks overlapping the network); speedup = naive/device\n");
   if (!results.empty()) {
-    out << fmt::format("# device-to-device copy: {:.1f} GB/s (cudaMemcpy D2D, each GPU alone, slowest); {} rank(s) "
-                       "per GPU;\n# %d2d = k ranks per GPU x (k + 1) x size / time (each reads every input, writes "
-                       "its output) over 2 x the copy rate\n# (issue 7's target: >= 50% at 256 MiB, 2 ranks on one "
-                       "GPU)\n",
-                       results[0].d2d_gbps, results[0].ranks_per_gpu);
+    out << fmt::format(
+        "# device-to-device copy: {:.1f} GB/s (cudaMemcpy D2D, each GPU alone, slowest); {} rank(s) "
+        "per GPU;\n# %d2d = k ranks per GPU x (k + 1) x size / time (each reads every input, writes "
+        "its output) over 2 x the copy rate\n# (issue 7's target: >= 50% at 256 MiB, 2 ranks on one "
+        "GPU)\n",
+        results[0].d2d_gbps, results[0].ranks_per_gpu);
   }
   out << fmt::format("{:>12} {:>12} {:>12} {:>10} {:>10} {:>7} {:>12} {:>12} {:>9} {:>6}\n", "size(B)", "count",
                      "device(us)", "algbw", "busbw", "%d2d", "naive(us)", "staged(us)", "speedup", "check");

@@ -28,7 +28,7 @@ struct CudaResult {
   std::size_t bytes = 0;
   std::size_t count = 0;
   double device_us = 0;  ///< DeviceAllreducer, median of slowest rank
-  double naive_us = 0;   ///< D2H + CPU allreduce + H2D; 0 when --no-naive
+  double naive_us = 0;  ///< D2H + CPU allreduce + H2D; 0 when --no-naive
   double staged_us = 0;  ///< cuda::StagedAllreducer over the Comm (the cross-host path); 0 when --no-naive
   double algbw_gbps = 0;
   double busbw_gbps = 0;

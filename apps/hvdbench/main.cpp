@@ -95,13 +95,13 @@ int run_process(const Cli& cli, const bench::BenchOptions& o) {
   const int rank = static_cast<int>(env::get_int_or(job_env::kRank, 0));
   const int size = static_cast<int>(env::get_int_or(job_env::kSize, 1));
   init_logging(fmt::format("hvdbench[{}]", rank), parse_log_level(env::get_or(job_env::kLogLevel, "warning")));
-  const auto timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(env::get_double_or(job_env::kGlooTimeoutSeconds, 30.0) * 1000));
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(env::get_double_or(job_env::kGlooTimeoutSeconds, 30.0) * 1000));
   std::unique_ptr<store::Store> st = store::make_store_from_env(timeout);
   store::InMemoryStore alone;
   if (!st && size > 1) {
-    throw InvalidArgument(fmt::format(
-        "HOROVOD_SIZE={} but HOROVOD_GLOO_RENDEZVOUS_ADDR is not set: run hvdbench under hvdrun", size));
+    throw InvalidArgument(
+        fmt::format("HOROVOD_SIZE={} but HOROVOD_GLOO_RENDEZVOUS_ADDR is not set: run hvdbench under hvdrun", size));
   }
   collective::CommOptions co;
   co.rank = rank;
@@ -182,8 +182,7 @@ int main(int argc, char** argv) {
   app.add_option("--op", cli.op, "allreduce, allgather, broadcast or all")->capture_default_str();
   app.add_option("--min-bytes,-b", cli.min_bytes, "smallest message (4K, 1M, ...)")->capture_default_str();
   app.add_option("--max-bytes,-e", cli.max_bytes, "largest message")->capture_default_str();
-  app.add_option("--step-factor,-f", cli.step_factor, "multiply the size by this between rows")
-      ->capture_default_str();
+  app.add_option("--step-factor,-f", cli.step_factor, "multiply the size by this between rows")->capture_default_str();
   app.add_option("--dtype,-d", cli.dtype, "element type")->capture_default_str();
   app.add_option("--reduce", cli.reduce, "allreduce operator: sum, average, min, max, product")->capture_default_str();
   app.add_option("--iters,-n", cli.iters, "timed iterations per size (at most)")->capture_default_str();
@@ -193,8 +192,9 @@ int main(int argc, char** argv) {
   app.add_option("--threads", cli.threads, "run N ranks as threads of this process (without hvdrun)");
   app.add_flag("--json", cli.json, "print JSON instead of the table");
   app.add_flag("--api", cli.api, "go through the public named-tensor API instead of the raw collectives");
-  app.add_option("--device", cli.device, "where the buffers live: cpu, or cuda (allreduce of device buffers on "
-                                         "one host, beside the naive copy-to-host and the staged cross-host paths)")
+  app.add_option("--device", cli.device,
+                 "where the buffers live: cpu, or cuda (allreduce of device buffers on "
+                 "one host, beside the naive copy-to-host and the staged cross-host paths)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   app.add_flag("--no-naive", cli.no_naive, "with --device cuda: skip timing the naive and staged paths");

@@ -2,9 +2,9 @@
 // (hvd/collective/hvd.h). Python passes (name, data pointer, dtype code,
 // shape); outputs whose size is known only after negotiation stay owned by
 // the handle and are copied out by Python (Handle.copy_output).
-#include "hvd/collective/hvd.h"
 #include "hvd/collective/cuda.h"
 #include "hvd/collective/elastic.h"
+#include "hvd/collective/hvd.h"
 #include "hvd/common/job_env.h"
 
 #include <pybind11/pybind11.h>
@@ -77,8 +77,14 @@ PYBIND11_MODULE(_core, m) {
     }
   });
 
-  m.def("init", [] { py::gil_scoped_release nogil; hvd::init(); });
-  m.def("shutdown", [] { py::gil_scoped_release nogil; hvd::shutdown(); });
+  m.def("init", [] {
+    py::gil_scoped_release nogil;
+    hvd::init();
+  });
+  m.def("shutdown", [] {
+    py::gil_scoped_release nogil;
+    hvd::shutdown();
+  });
   m.def("is_initialized", &hvd::is_initialized);
   m.def("rank", &hvd::rank);
   m.def("size", &hvd::size);
@@ -149,40 +155,53 @@ PYBIND11_MODULE(_core, m) {
 
   // device: -1 host memory, >= 0 the CUDA device of both buffers; stream: a
   // cudaStream_t (0: the legacy default stream) the operation runs after.
-  m.def("allreduce_async", [](const std::string& name, uintptr_t in, uintptr_t out, int dtype,
-                              std::vector<int64_t> shape, int op, double pre, double post, int device,
-                              uintptr_t stream) {
-    return hvd::allreduce_async(AllreduceArgs{name, cptr(in), mptr(out), DataType(dtype), std::move(shape),
-                                              ReduceOp(op), pre, post, device, sptr(stream)});
-  }, py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"), py::arg("shape"), py::arg("op"),
-     py::arg("prescale"), py::arg("postscale"), py::arg("device") = kHostDevice, py::arg("stream") = 0);
+  m.def(
+      "allreduce_async",
+      [](const std::string& name, uintptr_t in, uintptr_t out, int dtype, std::vector<int64_t> shape, int op,
+         double pre, double post, int device, uintptr_t stream) {
+        return hvd::allreduce_async(AllreduceArgs{name, cptr(in), mptr(out), DataType(dtype), std::move(shape),
+                                                  ReduceOp(op), pre, post, device, sptr(stream)});
+      },
+      py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"), py::arg("shape"), py::arg("op"),
+      py::arg("prescale"), py::arg("postscale"), py::arg("device") = kHostDevice, py::arg("stream") = 0);
   // allgather, alltoall, reducescatter: device and stream as for allreduce;
   // the output of a device operation is device memory the handle owns
   // (copy_output copies it into a tensor of that device).
-  m.def("allgather_async", [](const std::string& name, uintptr_t in, int dtype, std::vector<int64_t> shape,
-                              int device, uintptr_t stream) {
-    return hvd::allgather_async(
-        AllgatherArgs{name, cptr(in), DataType(dtype), std::move(shape), {}, device, sptr(stream)});
-  }, py::arg("name"), py::arg("input"), py::arg("dtype"), py::arg("shape"), py::arg("device") = kHostDevice,
-     py::arg("stream") = 0);
-  m.def("broadcast_async", [](const std::string& name, uintptr_t in, uintptr_t out, int dtype,
-                              std::vector<int64_t> shape, int root, int device, uintptr_t stream) {
-    return hvd::broadcast_async(
-        BroadcastArgs{name, cptr(in), mptr(out), DataType(dtype), std::move(shape), root, device, sptr(stream)});
-  }, py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"), py::arg("shape"), py::arg("root"),
-     py::arg("device") = kHostDevice, py::arg("stream") = 0);
-  m.def("alltoall_async", [](const std::string& name, uintptr_t in, int dtype, std::vector<int64_t> shape,
-                             std::vector<int64_t> splits, int device, uintptr_t stream) {
-    return hvd::alltoall_async(AlltoallArgs{name, cptr(in), DataType(dtype), std::move(shape), std::move(splits), {},
-                                            device, sptr(stream)});
-  }, py::arg("name"), py::arg("input"), py::arg("dtype"), py::arg("shape"), py::arg("splits"),
-     py::arg("device") = kHostDevice, py::arg("stream") = 0);
-  m.def("reducescatter_async", [](const std::string& name, uintptr_t in, int dtype, std::vector<int64_t> shape,
-                                  int op, double pre, double post, int device, uintptr_t stream) {
-    return hvd::reducescatter_async(ReducescatterArgs{name, cptr(in), DataType(dtype), std::move(shape), ReduceOp(op),
-                                                      pre, post, {}, device, sptr(stream)});
-  }, py::arg("name"), py::arg("input"), py::arg("dtype"), py::arg("shape"), py::arg("op"), py::arg("prescale"),
-     py::arg("postscale"), py::arg("device") = kHostDevice, py::arg("stream") = 0);
+  m.def(
+      "allgather_async",
+      [](const std::string& name, uintptr_t in, int dtype, std::vector<int64_t> shape, int device, uintptr_t stream) {
+        return hvd::allgather_async(
+            AllgatherArgs{name, cptr(in), DataType(dtype), std::move(shape), {}, device, sptr(stream)});
+      },
+      py::arg("name"), py::arg("input"), py::arg("dtype"), py::arg("shape"), py::arg("device") = kHostDevice,
+      py::arg("stream") = 0);
+  m.def(
+      "broadcast_async",
+      [](const std::string& name, uintptr_t in, uintptr_t out, int dtype, std::vector<int64_t> shape, int root,
+         int device, uintptr_t stream) {
+        return hvd::broadcast_async(
+            BroadcastArgs{name, cptr(in), mptr(out), DataType(dtype), std::move(shape), root, device, sptr(stream)});
+      },
+      py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"), py::arg("shape"), py::arg("root"),
+      py::arg("device") = kHostDevice, py::arg("stream") = 0);
+  m.def(
+      "alltoall_async",
+      [](const std::string& name, uintptr_t in, int dtype, std::vector<int64_t> shape, std::vector<int64_t> splits,
+         int device, uintptr_t stream) {
+        return hvd::alltoall_async(AlltoallArgs{
+            name, cptr(in), DataType(dtype), std::move(shape), std::move(splits), {}, device, sptr(stream)});
+      },
+      py::arg("name"), py::arg("input"), py::arg("dtype"), py::arg("shape"), py::arg("splits"),
+      py::arg("device") = kHostDevice, py::arg("stream") = 0);
+  m.def(
+      "reducescatter_async",
+      [](const std::string& name, uintptr_t in, int dtype, std::vector<int64_t> shape, int op, double pre, double post,
+         int device, uintptr_t stream) {
+        return hvd::reducescatter_async(ReducescatterArgs{
+            name, cptr(in), DataType(dtype), std::move(shape), ReduceOp(op), pre, post, {}, device, sptr(stream)});
+      },
+      py::arg("name"), py::arg("input"), py::arg("dtype"), py::arg("shape"), py::arg("op"), py::arg("prescale"),
+      py::arg("postscale"), py::arg("device") = kHostDevice, py::arg("stream") = 0);
   m.def("barrier_async", [](const std::string& name) { return hvd::barrier_async(BarrierArgs{name}); });
   // Horovod's join; the handle's output is the last rank to join (int32).
   m.def("join_async", []() { return hvd::join_async(); });

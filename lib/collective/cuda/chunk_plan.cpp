@@ -9,17 +9,13 @@ namespace hvd::collective::cuda::detail {
 std::size_t element_size(DataType dtype) {
   switch (dtype) {
     case DataType::UInt8:
-    case DataType::Int8:
-      return 1;
+    case DataType::Int8: return 1;
     case DataType::Float16:
-    case DataType::BFloat16:
-      return 2;
+    case DataType::BFloat16: return 2;
     case DataType::Int32:
-    case DataType::Float32:
-      return 4;
+    case DataType::Float32: return 4;
     case DataType::Int64:
-    case DataType::Float64:
-      return 8;
+    case DataType::Float64: return 8;
   }
   throw InvalidArgument(fmt::format("unknown data type {}", static_cast<int>(dtype)));
 }
@@ -27,8 +23,8 @@ std::size_t element_size(DataType dtype) {
 std::vector<Chunk> plan_chunks(std::size_t bytes, std::size_t elem_size, std::size_t chunk_bytes, std::size_t align) {
   if (elem_size == 0 || align == 0) throw InvalidArgument("plan_chunks: element size and alignment must be positive");
   if (bytes % elem_size != 0) {
-    throw InvalidArgument(fmt::format("plan_chunks: {} bytes is not a whole number of {}-byte elements", bytes,
-                                      elem_size));
+    throw InvalidArgument(
+        fmt::format("plan_chunks: {} bytes is not a whole number of {}-byte elements", bytes, elem_size));
   }
   std::vector<Chunk> chunks;
   if (bytes == 0) return chunks;

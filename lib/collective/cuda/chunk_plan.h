@@ -33,7 +33,7 @@ std::vector<Chunk> plan_chunks(std::size_t bytes, std::size_t elem_size, std::si
 
 struct Step {
   uint64_t seq = 0;  ///< global step number (1-based; 0 means "none yet")
-  int slot = 0;      ///< exchange slot = (seq - 1) % slots
+  int slot = 0;  ///< exchange slot = (seq - 1) % slots
   Chunk chunk;
   /// The earlier step that used this slot and must be released by every
   /// rank before this step writes it; 0 when the slot is fresh.

@@ -30,7 +30,7 @@ struct ControlBlock::Layout {
   int32_t ranks;
   std::atomic<int32_t> attached;
   std::atomic<int32_t> aborted_by;  // -1: healthy
-  alignas(64) RankSlot slots[1];    // `ranks` of them
+  alignas(64) RankSlot slots[1];  // `ranks` of them
 };
 
 namespace {
@@ -79,8 +79,8 @@ ControlBlock ControlBlock::open(const std::string& name, int ranks) {
   const std::size_t bytes = layout_bytes(ranks);
   int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
   if (fd < 0) {
-    throw IoError(fmt::format("shm_open({}) failed: {} (the creating rank exited, or ranks are not on one host?)",
-                              name, std::strerror(errno)));
+    throw IoError(fmt::format("shm_open({}) failed: {} (the creating rank exited, or ranks are not on one host?)", name,
+                              std::strerror(errno)));
   }
   UniqueFd guard(fd);
   struct stat st {};
@@ -92,8 +92,7 @@ ControlBlock ControlBlock::open(const std::string& name, int ranks) {
   if (p == MAP_FAILED) throw IoError(fmt::format("mmap of shared memory {} failed: {}", name, std::strerror(errno)));
   ControlBlock block(name, p, bytes, false);
   auto* l = block.layout();
-  if (l->magic.load(std::memory_order_acquire) != kMagic ||
-      l->ranks != ranks) {
+  if (l->magic.load(std::memory_order_acquire) != kMagic || l->ranks != ranks) {
     throw IoError(fmt::format("shared memory {} is not a control block for {} ranks", name, ranks));
   }
   return block;
@@ -133,8 +132,8 @@ void ControlBlock::wait_attached(const Deadline& deadline) const {
   while (layout()->attached.load(std::memory_order_acquire) < want) {
     check_abort();
     if (deadline.expired()) {
-      throw TimeoutError(fmt::format("control block {}: only {} of {} local ranks attached", name_,
-                                     layout()->attached.load(), want));
+      throw TimeoutError(
+          fmt::format("control block {}: only {} of {} local ranks attached", name_, layout()->attached.load(), want));
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }

@@ -28,8 +28,8 @@ namespace hvd::collective::cuda {
 namespace {
 
 using detail::ControlBlock;
-using detail::DeviceGuard;
 using detail::Counter;
+using detail::DeviceGuard;
 using detail::IpcHandle;
 
 static_assert(sizeof(cudaIpcMemHandle_t) == detail::kIpcHandleBytes, "cudaIpcMemHandle_t size changed");
@@ -142,14 +142,15 @@ void DeviceAllreducer::Impl::setup(store::Store& store) {
   for (int p = 0; p < n(); ++p) {
     if (p == me()) continue;
     void* mapped = nullptr;
-    const auto what = fmt::format("cudaIpcOpenMemHandle(local rank {} exchange buffer, its device {})", p,
-                                  records[p].device);
+    const auto what =
+        fmt::format("cudaIpcOpenMemHandle(local rank {} exchange buffer, its device {})", p, records[p].device);
     detail::check(cudaIpcOpenMemHandle(&mapped, from_bytes<cudaIpcMemHandle_t>(records[p].buffer),
                                        cudaIpcMemLazyEnablePeerAccess),
                   what.c_str());
     buffers[p] = static_cast<uint8_t*>(mapped);
     for (int s = 0; s < slots; ++s) {
-      HVD_CUDA_CHECK(cudaIpcOpenEventHandle(&ready[p][s], from_bytes<cudaIpcEventHandle_t>(records[p].ready_events[s])));
+      HVD_CUDA_CHECK(
+          cudaIpcOpenEventHandle(&ready[p][s], from_bytes<cudaIpcEventHandle_t>(records[p].ready_events[s])));
       HVD_CUDA_CHECK(cudaIpcOpenEventHandle(&done[p][s], from_bytes<cudaIpcEventHandle_t>(records[p].done_events[s])));
     }
   }
@@ -307,19 +308,20 @@ DeviceAllreducer::DeviceAllreducer(store::Store& store, const DeviceAllreducerOp
     : impl_(std::make_unique<Impl>()) {
   const auto& o = options;
   if (o.local_size < 1 || o.local_size > detail::kMaxReduceInputs) {
-    throw InvalidArgument(fmt::format("DeviceAllreducer: local_size must be 1..{}, got {}", detail::kMaxReduceInputs,
-                                      o.local_size));
+    throw InvalidArgument(
+        fmt::format("DeviceAllreducer: local_size must be 1..{}, got {}", detail::kMaxReduceInputs, o.local_size));
   }
   if (o.local_rank < 0 || o.local_rank >= o.local_size) {
-    throw InvalidArgument(fmt::format("DeviceAllreducer: local_rank {} is outside 0..{}", o.local_rank,
-                                      o.local_size - 1));
+    throw InvalidArgument(
+        fmt::format("DeviceAllreducer: local_rank {} is outside 0..{}", o.local_rank, o.local_size - 1));
   }
-  if (o.slots < 1 || o.slots > 64) throw InvalidArgument(fmt::format("DeviceAllreducer: slots must be 1..64, got {}", o.slots));
+  if (o.slots < 1 || o.slots > 64)
+    throw InvalidArgument(fmt::format("DeviceAllreducer: slots must be 1..64, got {}", o.slots));
   if (o.chunk_bytes == 0) throw InvalidArgument("DeviceAllreducer: chunk_bytes must be positive");
   const int devices = device_count();
   if (o.device < 0 || o.device >= devices) {
-    throw InvalidArgument(fmt::format("DeviceAllreducer: device {} does not exist ({} CUDA devices visible)", o.device,
-                                      devices));
+    throw InvalidArgument(
+        fmt::format("DeviceAllreducer: device {} does not exist ({} CUDA devices visible)", o.device, devices));
   }
   impl_->options = o;
   impl_->slot_bytes = (o.chunk_bytes + kAlign - 1) / kAlign * kAlign;

@@ -26,8 +26,8 @@ namespace {
 /// events is created at its first use.
 struct PerDevice {
   int device = 0;
-  cudaStream_t stream = nullptr;       // all of this rank's work on the device
-  cudaEvent_t callers = nullptr;       // caller's stream -> stream
+  cudaStream_t stream = nullptr;  // all of this rank's work on the device
+  cudaEvent_t callers = nullptr;  // caller's stream -> stream
   cudaEvent_t h2d_done[2] = {nullptr, nullptr};
   void* pinned[2] = {nullptr, nullptr};  // broadcast staging, chunk_bytes each
   std::unique_ptr<DeviceFusionBuffer> fusion;
@@ -51,9 +51,10 @@ struct PerDevice {
       return;
     }
     if (stream && failed && !drained(stream, std::chrono::milliseconds(2000))) {
-      spdlog::warn("hvd: device work on CUDA device {} did not finish after the failure; its buffers are left to "
-                   "process exit",
-                   device);
+      spdlog::warn(
+          "hvd: device work on CUDA device {} did not finish after the failure; its buffers are left to "
+          "process exit",
+          device);
       (void)staged.release();
       (void)fusion.release();
       cudaGetLastError();
@@ -143,16 +144,16 @@ void scale_in_place(void* data, std::size_t count, DataType dtype, double presca
 /// background thread; with an NCCL communicator, NCCL's asynchronous error
 /// (a lost peer) ends the wait too.
 void wait_stream(cudaStream_t stream, NcclComm* nccl, int device, std::chrono::milliseconds timeout) {
-  const bool done = poll_until_done(
-      [&] { return cudaStreamQuery(stream); }, timeout,
-      [&] {
-        if (nccl) nccl->check_async();
-      },
-      "cudaStreamQuery");
+  const bool done = poll_until_done([&] { return cudaStreamQuery(stream); }, timeout,
+                                    [&] {
+                                      if (nccl) nccl->check_async();
+                                    },
+                                    "cudaStreamQuery");
   if (!done) {
-    throw TimeoutError(fmt::format("hvd: device work on CUDA device {} did not finish within {} ms "
-                                   "(HVD_CUDA_WAIT_TIMEOUT): a local peer may have died, or the GPU hangs",
-                                   device, timeout.count()));
+    throw TimeoutError(
+        fmt::format("hvd: device work on CUDA device {} did not finish within {} ms "
+                    "(HVD_CUDA_WAIT_TIMEOUT): a local peer may have died, or the GPU hangs",
+                    device, timeout.count()));
   }
 }
 
@@ -385,48 +386,50 @@ void DeviceExecutor::allreduce(const std::vector<int32_t>& devices, const std::v
     path.nccl->allreduce(data, data, count, dtype, op, pd.stream);
     const int divisor = op == ReduceOp::Average ? job.size : 1;
     if (postscale != 1.0 || divisor > 1) scale_in_place(data, count, dtype, 1.0, postscale, divisor, pd.stream);
-  } else switch (path.setting == DevicePathSetting::Staged || !path.peer_access ? AllreducePath::Staged
-                  : !path.cross_group.empty()                                    ? AllreducePath::Hierarchical
-                                                                                 : choose_allreduce_path(job)) {
-    case AllreducePath::IntraHost:
-      im.intra_host(devices).allreduce(data, bytes / esize, dtype, op, pd.stream, prescale, postscale);
-      break;
-    case AllreducePath::Staged:
-      if (!pd.staged) {
-        pd.staged = std::make_unique<StagedAllreducer>(StagedAllreducerOptions{dev, im.options.chunk_bytes, im.options.wait_timeout});
-      }
-      pd.staged->allreduce(data, bytes / esize, dtype, pd.stream, network);
-      break;
-    case AllreducePath::Hierarchical: {
-      // 1. Within the host: every local rank gets the host's result (Sum
-      //    for Average; prescale applied once, here).
-      const ReduceOp leg = op == ReduceOp::Average ? ReduceOp::Sum : op;
-      DeviceAllreducer& host = im.intra_host(devices);
-      host.allreduce(data, count, dtype, leg, pd.stream, prescale, 1.0);
-      // 2. Across hosts: local rank l carries slice l, among the ranks of
-      //    its local rank (same slice on each), through pinned memory.
-      const auto [first, last] =
-          hierarchical_slice(count, job.local_rank, job.local_size, std::max<std::size_t>(1, 16 / esize));
-      auto* base = static_cast<uint8_t*>(data);
-      if (last > first) {
+  } else
+    switch (path.setting == DevicePathSetting::Staged || !path.peer_access ? AllreducePath::Staged
+            : !path.cross_group.empty()                                    ? AllreducePath::Hierarchical
+                                                                           : choose_allreduce_path(job)) {
+      case AllreducePath::IntraHost:
+        im.intra_host(devices).allreduce(data, bytes / esize, dtype, op, pd.stream, prescale, postscale);
+        break;
+      case AllreducePath::Staged:
         if (!pd.staged) {
-          pd.staged = std::make_unique<StagedAllreducer>(StagedAllreducerOptions{dev, im.options.chunk_bytes, im.options.wait_timeout});
+          pd.staged = std::make_unique<StagedAllreducer>(
+              StagedAllreducerOptions{dev, im.options.chunk_bytes, im.options.wait_timeout});
         }
-        pd.staged->allreduce(base + first * esize, last - first, dtype, pd.stream, [&](void* h, std::size_t c) {
-          group_network(h, c, leg, path.cross_group);
-        });
+        pd.staged->allreduce(data, bytes / esize, dtype, pd.stream, network);
+        break;
+      case AllreducePath::Hierarchical: {
+        // 1. Within the host: every local rank gets the host's result (Sum
+        //    for Average; prescale applied once, here).
+        const ReduceOp leg = op == ReduceOp::Average ? ReduceOp::Sum : op;
+        DeviceAllreducer& host = im.intra_host(devices);
+        host.allreduce(data, count, dtype, leg, pd.stream, prescale, 1.0);
+        // 2. Across hosts: local rank l carries slice l, among the ranks of
+        //    its local rank (same slice on each), through pinned memory.
+        const auto [first, last] =
+            hierarchical_slice(count, job.local_rank, job.local_size, std::max<std::size_t>(1, 16 / esize));
+        auto* base = static_cast<uint8_t*>(data);
+        if (last > first) {
+          if (!pd.staged) {
+            pd.staged = std::make_unique<StagedAllreducer>(
+                StagedAllreducerOptions{dev, im.options.chunk_bytes, im.options.wait_timeout});
+          }
+          pd.staged->allreduce(base + first * esize, last - first, dtype, pd.stream,
+                               [&](void* h, std::size_t c) { group_network(h, c, leg, path.cross_group); });
+        }
+        // 3. Every slice to every local rank: zero the rest of mine and sum
+        //    within the host again (x + 0 is exact for every dtype).
+        if (first > 0) HVD_CUDA_CHECK(cudaMemsetAsync(base, 0, first * esize, pd.stream));
+        if (last < count) HVD_CUDA_CHECK(cudaMemsetAsync(base + last * esize, 0, (count - last) * esize, pd.stream));
+        host.allreduce(data, count, dtype, ReduceOp::Sum, pd.stream, 1.0, 1.0);
+        // 4. Average's division by the job size, and postscale.
+        const int divisor = op == ReduceOp::Average ? job.size : 1;
+        if (postscale != 1.0 || divisor > 1) scale_in_place(data, count, dtype, 1.0, postscale, divisor, pd.stream);
+        break;
       }
-      // 3. Every slice to every local rank: zero the rest of mine and sum
-      //    within the host again (x + 0 is exact for every dtype).
-      if (first > 0) HVD_CUDA_CHECK(cudaMemsetAsync(base, 0, first * esize, pd.stream));
-      if (last < count) HVD_CUDA_CHECK(cudaMemsetAsync(base + last * esize, 0, (count - last) * esize, pd.stream));
-      host.allreduce(data, count, dtype, ReduceOp::Sum, pd.stream, 1.0, 1.0);
-      // 4. Average's division by the job size, and postscale.
-      const int divisor = op == ReduceOp::Average ? job.size : 1;
-      if (postscale != 1.0 || divisor > 1) scale_in_place(data, count, dtype, 1.0, postscale, divisor, pd.stream);
-      break;
     }
-  }
 
   // 3. Results out, then complete: the handle finishes after this returns.
   if (fused) pd.fusion->unpack(outputs, pd.stream);

@@ -47,8 +47,8 @@ std::vector<int> cross_group(const std::vector<RankPlace>& places, int rank, std
     }
     if (p.local_rank < 0 || p.local_rank >= local_size || p.cross_rank < 0 || p.cross_rank >= hosts ||
         by_local[p.local_rank][p.cross_rank] != -1) {
-      return no(fmt::format("rank {} (local rank {}, cross rank {}) does not fit {} hosts of {} ranks", r,
-                            p.local_rank, p.cross_rank, hosts, local_size));
+      return no(fmt::format("rank {} (local rank {}, cross rank {}) does not fit {} hosts of {} ranks", r, p.local_rank,
+                            p.cross_rank, hosts, local_size));
     }
     by_local[p.local_rank][p.cross_rank] = r;
   }
@@ -72,8 +72,8 @@ std::string intra_host_prefix(const std::string& comm_prefix, int cross_rank, ui
 
 void check_devices(const std::vector<int32_t>& devices, const JobShape& job) {
   if (static_cast<int>(devices.size()) != job.size) {
-    throw InvalidArgument(fmt::format("device operation lists {} devices for a job of size {}", devices.size(),
-                                      job.size));
+    throw InvalidArgument(
+        fmt::format("device operation lists {} devices for a job of size {}", devices.size(), job.size));
   }
   for (std::size_t r = 0; r < devices.size(); ++r) {
     if (devices[r] < 0) {

@@ -9,8 +9,8 @@ namespace hvd::collective::cuda {
 
 DeviceFusionBuffer::DeviceFusionBuffer(int device, std::size_t threshold) : device_(device), threshold_(threshold) {
   if (device < 0 || device >= device_count()) {
-    throw InvalidArgument(fmt::format("DeviceFusionBuffer: device {} does not exist ({} CUDA devices visible)",
-                                      device, device_count()));
+    throw InvalidArgument(
+        fmt::format("DeviceFusionBuffer: device {} does not exist ({} CUDA devices visible)", device, device_count()));
   }
 }
 

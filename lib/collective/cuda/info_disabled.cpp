@@ -1,17 +1,18 @@
 // The CUDA component's entry points in a build without CUDA
 // (HVD_WITH_CUDA=OFF or no nvcc): truthful answers, and a clear error for
 // anything that would need a device.
-#include "hvd/collective/cuda.h"
 #include "device_executor.h"
+#include "hvd/collective/cuda.h"
 #include "staging_pool.h"
 
 namespace hvd::collective::cuda {
 
 namespace {
 [[noreturn]] void not_built(const char* what) {
-  throw InvalidArgument(fmt::format("{} needs the CUDA component, but this hvd_collective was built without CUDA "
-                                    "(configure with nvcc available and -DHVD_WITH_CUDA=ON)",
-                                    what));
+  throw InvalidArgument(
+      fmt::format("{} needs the CUDA component, but this hvd_collective was built without CUDA "
+                  "(configure with nvcc available and -DHVD_WITH_CUDA=ON)",
+                  what));
 }
 }  // namespace
 

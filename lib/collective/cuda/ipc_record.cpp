@@ -78,8 +78,8 @@ IpcRecord parse_ipc_record(const store::Bytes& bytes, const std::string& what) {
   if (rd.pod<uint32_t>() != kMagic) throw IoError(fmt::format("CUDA IPC record {} has a bad magic", what));
   const auto version = rd.pod<uint32_t>();
   if (version != kVersion) {
-    throw IoError(fmt::format("CUDA IPC record {} has version {}, expected {} (mixed hvd versions?)", what, version,
-                              kVersion));
+    throw IoError(
+        fmt::format("CUDA IPC record {} has version {}, expected {} (mixed hvd versions?)", what, version, kVersion));
   }
   IpcRecord r;
   r.local_rank = rd.pod<int32_t>();

@@ -79,19 +79,27 @@ HVD_HD A wrap_mul(A a, A b) {
 
 struct SumOp {
   template <class A>
-  HVD_HD static A apply(A a, A b) { return wrap_add(a, b); }
+  HVD_HD static A apply(A a, A b) {
+    return wrap_add(a, b);
+  }
 };
 struct MinOp {
   template <class A>
-  HVD_HD static A apply(A a, A b) { return b < a ? b : a; }
+  HVD_HD static A apply(A a, A b) {
+    return b < a ? b : a;
+  }
 };
 struct MaxOp {
   template <class A>
-  HVD_HD static A apply(A a, A b) { return a < b ? b : a; }
+  HVD_HD static A apply(A a, A b) {
+    return a < b ? b : a;
+  }
 };
 struct ProdOp {
   template <class A>
-  HVD_HD static A apply(A a, A b) { return wrap_mul(a, b); }
+  HVD_HD static A apply(A a, A b) {
+    return wrap_mul(a, b);
+  }
 };
 
 struct DeviceReduceParams {
@@ -101,9 +109,9 @@ struct DeviceReduceParams {
   std::size_t count;
   double prescale;
   double postscale;  // floats: already divided by the average divisor
-  int divisor;       // integers: Average's divisor (1 = none)
-  bool scale_in;     // prescale != 1
-  bool scale_out;    // postscale != 1
+  int divisor;  // integers: Average's divisor (1 = none)
+  bool scale_in;  // prescale != 1
+  bool scale_out;  // postscale != 1
 };
 
 // A scaled integer: truncated to int64, then wrapped to A (two's
@@ -244,14 +252,10 @@ template <class T>
 void launch_op(const ReduceLaunch& l, cudaStream_t stream, bool emulate) {
   switch (l.op) {
     case ReduceOp::Sum:
-    case ReduceOp::Average:
-      return launch_typed<T, SumOp>(l, stream, emulate);
-    case ReduceOp::Min:
-      return launch_typed<T, MinOp>(l, stream, emulate);
-    case ReduceOp::Max:
-      return launch_typed<T, MaxOp>(l, stream, emulate);
-    case ReduceOp::Product:
-      return launch_typed<T, ProdOp>(l, stream, emulate);
+    case ReduceOp::Average: return launch_typed<T, SumOp>(l, stream, emulate);
+    case ReduceOp::Min: return launch_typed<T, MinOp>(l, stream, emulate);
+    case ReduceOp::Max: return launch_typed<T, MaxOp>(l, stream, emulate);
+    case ReduceOp::Product: return launch_typed<T, ProdOp>(l, stream, emulate);
   }
   throw InvalidArgument(fmt::format("unknown reduce op {}", static_cast<int>(l.op)));
 }
@@ -275,7 +279,8 @@ __global__ void batched_copy_kernel(CopyParams p) {
   std::size_t vec = 0;
   if (((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) & 15u) == 0) {
     vec = bytes / 16;
-    for (std::size_t i = tid; i < vec; i += stride) reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+    for (std::size_t i = tid; i < vec; i += stride)
+      reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
   }
   for (std::size_t i = vec * 16 + tid; i < bytes; i += stride) dst[i] = src[i];
 }
@@ -286,8 +291,7 @@ namespace {
 
 void run_reduce(const ReduceLaunch& l, cudaStream_t s, bool emulate) {
   if (l.num_inputs < 1 || l.num_inputs > kMaxReduceInputs) {
-    throw InvalidArgument(
-        fmt::format("device reduce takes 1 to {} inputs, got {}", kMaxReduceInputs, l.num_inputs));
+    throw InvalidArgument(fmt::format("device reduce takes 1 to {} inputs, got {}", kMaxReduceInputs, l.num_inputs));
   }
   if (l.count == 0) return;
   HVD_ENFORCE(l.out != nullptr, "device reduce output is null{}", "");
@@ -331,7 +335,8 @@ void launch_batched_copy(const CopyItem* items, std::size_t n, CUstream_st* stre
       ++used;
     }
     if (used == 0) continue;
-    const unsigned bx = static_cast<unsigned>(std::clamp<std::size_t>((largest / 16 + kThreads - 1) / kThreads, 1, 512));
+    const unsigned bx =
+        static_cast<unsigned>(std::clamp<std::size_t>((largest / 16 + kThreads - 1) / kThreads, 1, 512));
     batched_copy_kernel<<<dim3(bx, static_cast<unsigned>(used)), kThreads, 0, s>>>(p);
     check(cudaGetLastError(), "launch of batched_copy_kernel");
   }
@@ -349,8 +354,8 @@ void reduce(const std::vector<const void*>& inputs, void* out, std::size_t count
             double prescale, double postscale, CUstream_st* stream) {
   detail::ReduceLaunch l;
   if (inputs.empty() || inputs.size() > static_cast<std::size_t>(detail::kMaxReduceInputs)) {
-    throw InvalidArgument(fmt::format("cuda::reduce takes 1 to {} inputs, got {}", detail::kMaxReduceInputs,
-                                      inputs.size()));
+    throw InvalidArgument(
+        fmt::format("cuda::reduce takes 1 to {} inputs, got {}", detail::kMaxReduceInputs, inputs.size()));
   }
   for (std::size_t j = 0; j < inputs.size(); ++j) l.inputs[j] = inputs[j];
   l.num_inputs = static_cast<int>(inputs.size());

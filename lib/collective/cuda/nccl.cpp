@@ -57,7 +57,7 @@ static_assert(offsetof(Config, blocking) == 16 && offsetof(Config, net_name) == 
               "ncclConfig_v21700 layout (LP64)");
 constexpr unsigned int kConfigMagic = 0xcafebeef;
 constexpr int kConfigUndefInt = std::numeric_limits<int>::min();  // NCCL_CONFIG_UNDEF_INT
-constexpr int kConfigLayoutVersion = 21700;                       // the header whose layout Config is
+constexpr int kConfigLayoutVersion = 21700;  // the header whose layout Config is
 
 /// NCCL_CONFIG_INITIALIZER for Config. `version` is our layout's, or the
 /// library's own when that is older (2.14-2.16 never see a newer header).
@@ -261,8 +261,8 @@ DevicePathSetting parse_device_path_setting(const std::string& value) {
   if (value == "intra-host" || value == "ipc") return DevicePathSetting::IntraHost;
   if (value == "staged") return DevicePathSetting::Staged;
   if (value == "hierarchical") return DevicePathSetting::Hierarchical;
-  throw InvalidArgument(fmt::format(
-      "HVD_CUDA_ALLREDUCE_PATH='{}': expected auto, nccl, intra-host, staged or hierarchical", value));
+  throw InvalidArgument(
+      fmt::format("HVD_CUDA_ALLREDUCE_PATH='{}': expected auto, nccl, intra-host, staged or hierarchical", value));
 }
 
 bool all_peer_access(const std::vector<NcclRankInfo>& ranks, std::string* why) {
@@ -306,8 +306,7 @@ bool choose_nccl(const std::vector<NcclRankInfo>& ranks, std::string* why) {
       if (!i.available) {
         reason = fmt::format("rank {} cannot load NCCL ({})", r, i.reason.empty() ? "no reason given" : i.reason);
       } else if (i.version != ranks[0].version) {
-        reason = fmt::format("ranks 0 and {} load different NCCL versions ({} vs {})", r, ranks[0].version,
-                             i.version);
+        reason = fmt::format("ranks 0 and {} load different NCCL versions ({} vs {})", r, ranks[0].version, i.version);
       } else if (i.gpu.empty()) {
         reason = fmt::format("rank {} did not identify its GPU", r);
       } else if (!gpus.insert(i.gpu).second) {
@@ -355,9 +354,10 @@ NcclComm::NcclComm(const NcclLibrary& lib, store::Store& store, const std::strin
   if (!api.comm_init_rank_config) {
     static std::once_flag logged;
     std::call_once(logged, [&] {
-      spdlog::debug("NCCL {} has no ncclCommInitRankConfig (NCCL >= 2.14): NCCL communicator set-up is not bounded "
-                    "by a timeout, a peer that dies before joining hangs it",
-                    lib.version());
+      spdlog::debug(
+          "NCCL {} has no ncclCommInitRankConfig (NCCL >= 2.14): NCCL communicator set-up is not bounded "
+          "by a timeout, a peer that dies before joining hangs it",
+          lib.version());
     });
     api.check(api.comm_init_rank(&c, size, id, rank), "ncclCommInitRank");
     comm_ = c;
@@ -380,10 +380,11 @@ NcclComm::NcclComm(const NcclLibrary& lib, store::Store& store, const std::strin
   }
   api.comm_abort(c);
   if (state == kNcclInProgress) {
-    throw TimeoutError(fmt::format("rank {}: the NCCL communicator of {} ranks did not form within {} ms "
-                                   "(HOROVOD_START_TIMEOUT): a peer may have died before joining the NCCL "
-                                   "communicator; see the other ranks' logs",
-                                   rank, size, timeout.count()));
+    throw TimeoutError(
+        fmt::format("rank {}: the NCCL communicator of {} ranks did not form within {} ms "
+                    "(HOROVOD_START_TIMEOUT): a peer may have died before joining the NCCL "
+                    "communicator; see the other ranks' logs",
+                    rank, size, timeout.count()));
   }
   throw NcclError(fmt::format("ncclCommInitRankConfig failed: {}", api.describe(state)), state);
 }
@@ -405,9 +406,10 @@ void NcclComm::settle(int code, const char* call) {
   if (state == kNcclSuccess) return;
   aborted_ = true;  // NCCL's rule: a communicator in error is aborted, not destroyed
   if (state == kNcclInProgress) {
-    throw TimeoutError(fmt::format("rank {}: NCCL did not enqueue {} within {} ms (HOROVOD_START_TIMEOUT): a peer "
-                                   "may have died while NCCL connected to it",
-                                   rank_, call, timeout_.count()));
+    throw TimeoutError(
+        fmt::format("rank {}: NCCL did not enqueue {} within {} ms (HOROVOD_START_TIMEOUT): a peer "
+                    "may have died while NCCL connected to it",
+                    rank_, call, timeout_.count()));
   }
   api.check(state, call);
 }

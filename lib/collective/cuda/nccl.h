@@ -123,7 +123,6 @@ struct NcclRankInfo {
   static NcclRankInfo decode(const std::string& text);
 };
 
-
 /// The job's choice, identical on every rank (every rank decides from the
 /// same records): NCCL when rank 0's setting allows it (Auto or Nccl), every
 /// rank has the same setting, the job has more than one rank, every rank

@@ -37,8 +37,8 @@ struct StagedAllreducer::Impl {
   StagedAllreducerOptions options;
   std::size_t chunk_bytes = 0;
   cudaStream_t stream = nullptr;  // every staging copy, in order
-  cudaEvent_t start = nullptr;    // caller's stream -> copy stream
-  cudaEvent_t end = nullptr;      // copy stream -> caller's stream
+  cudaEvent_t start = nullptr;  // caller's stream -> copy stream
+  cudaEvent_t end = nullptr;  // copy stream -> caller's stream
   cudaEvent_t copied[2] = {nullptr, nullptr};
   std::unique_ptr<detail::StagingPool> pool;
 };
@@ -64,9 +64,10 @@ void CudaStagedDevice::wait_d2h(int slot) {
   // Polled, so that a copy stuck behind work that never finishes (a dead
   // local peer's event) fails the operation instead of hanging the thread.
   if (!detail::poll_until_done([&] { return cudaEventQuery(im_.copied[slot]); }, bound, [] {}, "cudaEventQuery")) {
-    throw TimeoutError(fmt::format("hvd: a device-to-host copy on CUDA device {} did not finish within {} ms "
-                                   "(HVD_CUDA_WAIT_TIMEOUT): a local peer may have died, or the GPU hangs",
-                                   im_.options.device, bound.count()));
+    throw TimeoutError(
+        fmt::format("hvd: a device-to-host copy on CUDA device {} did not finish within {} ms "
+                    "(HVD_CUDA_WAIT_TIMEOUT): a local peer may have died, or the GPU hangs",
+                    im_.options.device, bound.count()));
   }
 }
 void CudaStagedDevice::h2d(const detail::Chunk& c, int slot) {
@@ -81,8 +82,8 @@ StagedAllreducer::StagedAllreducer(const StagedAllreducerOptions& options) : imp
   if (options.chunk_bytes == 0) throw InvalidArgument("StagedAllreducer: chunk_bytes must be positive");
   const int devices = device_count();
   if (options.device < 0 || options.device >= devices) {
-    throw InvalidArgument(fmt::format("StagedAllreducer: device {} does not exist ({} CUDA devices visible)",
-                                      options.device, devices));
+    throw InvalidArgument(
+        fmt::format("StagedAllreducer: device {} does not exist ({} CUDA devices visible)", options.device, devices));
   }
   auto& im = *impl_;
   im.options = options;

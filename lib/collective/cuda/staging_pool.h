@@ -27,8 +27,8 @@ std::unique_ptr<HostAllocator> make_pinned_allocator();
 
 struct StagingPoolStats {
   uint64_t allocations = 0;  ///< calls to HostAllocator::allocate
-  uint64_t reuses = 0;       ///< acquires served by a kept buffer
-  uint64_t releases = 0;     ///< buffers given back to the allocator (eviction)
+  uint64_t reuses = 0;  ///< acquires served by a kept buffer
+  uint64_t releases = 0;  ///< buffers given back to the allocator (eviction)
   std::size_t bytes_held = 0;
 };
 

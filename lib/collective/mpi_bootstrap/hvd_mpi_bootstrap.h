@@ -13,8 +13,7 @@ extern "C" {
 /// program may exit without MPI_Finalize (Open MPI's mpirun otherwise
 /// reports such an exit as a failure). Must be called by every rank.
 /// Returns 0, or non-zero with a NUL-terminated message in `err`.
-typedef int (*hvd_mpi_bootstrap_broadcast_v1_fn)(char* buf, int len, int* rank, int* size, char* err,
-                                                 int err_len);
+typedef int (*hvd_mpi_bootstrap_broadcast_v1_fn)(char* buf, int len, int* rank, int* size, char* err, int err_len);
 int hvd_mpi_bootstrap_broadcast_v1(char* buf, int len, int* rank, int* size, char* err, int err_len);
 
 #ifdef __cplusplus

@@ -10,8 +10,8 @@
 
 #include <exception>
 #include <functional>
-#include <vector>
 #include <string>
+#include <vector>
 
 struct hvd_handle {
   hvd::collective::Handle handle;
@@ -95,8 +95,12 @@ int submit(hvd_handle_t* out, const std::function<hvd::collective::Handle()>& f)
 
 extern "C" {
 
-int hvd_init(void) { return guarded([] { hvd::init(); }); }
-int hvd_shutdown(void) { return guarded([] { hvd::shutdown(); }); }
+int hvd_init(void) {
+  return guarded([] { hvd::init(); });
+}
+int hvd_shutdown(void) {
+  return guarded([] { hvd::shutdown(); });
+}
 int hvd_is_initialized(void) { return hvd::is_initialized() ? 1 : 0; }
 int hvd_rank(void) { return topology(hvd::rank); }
 int hvd_size(void) { return topology(hvd::size); }
@@ -106,27 +110,25 @@ int hvd_cross_rank(void) { return topology(hvd::cross_rank); }
 int hvd_cross_size(void) { return topology(hvd::cross_size); }
 const char* hvd_last_error(void) { return t_last_error.c_str(); }
 
-int hvd_allreduce_async(const char* name, const void* in, void* out, int64_t count, int dtype, int op,
-                        double prescale, double postscale, hvd_handle_t* out_handle) {
+int hvd_allreduce_async(const char* name, const void* in, void* out, int64_t count, int dtype, int op, double prescale,
+                        double postscale, hvd_handle_t* out_handle) {
   return hvd_allreduce_async_ex(name, in, out, count, dtype, op, prescale, postscale, HVD_DEVICE_HOST, nullptr,
                                 out_handle);
 }
 
 int hvd_allreduce_async_ex(const char* name, const void* in, void* out, int64_t count, int dtype, int op,
-                           double prescale, double postscale, int device, void* cuda_stream,
-                           hvd_handle_t* out_handle) {
+                           double prescale, double postscale, int device, void* cuda_stream, hvd_handle_t* out_handle) {
   return submit(out_handle, [&] {
-    return hvd::allreduce_async(hvd::collective::AllreduceArgs{
-        name_of(name), in, out, static_cast<hvd::collective::DataType>(dtype), count_shape(count),
-        static_cast<hvd::collective::ReduceOp>(op), prescale, postscale, device,
-        static_cast<CUstream_st*>(cuda_stream)});
+    return hvd::allreduce_async(
+        hvd::collective::AllreduceArgs{name_of(name), in, out, static_cast<hvd::collective::DataType>(dtype),
+                                       count_shape(count), static_cast<hvd::collective::ReduceOp>(op), prescale,
+                                       postscale, device, static_cast<CUstream_st*>(cuda_stream)});
   });
 }
 
-int hvd_allgather_async(const char* name, const void* in, int ndim, const int64_t* shape, int dtype,
-                        hvd_alloc_fn alloc, void* alloc_user, hvd_handle_t* out_handle) {
-  return hvd_allgather_async_ex(name, in, ndim, shape, dtype, alloc, alloc_user, HVD_DEVICE_HOST, nullptr,
-                                out_handle);
+int hvd_allgather_async(const char* name, const void* in, int ndim, const int64_t* shape, int dtype, hvd_alloc_fn alloc,
+                        void* alloc_user, hvd_handle_t* out_handle) {
+  return hvd_allgather_async_ex(name, in, ndim, shape, dtype, alloc, alloc_user, HVD_DEVICE_HOST, nullptr, out_handle);
 }
 
 int hvd_allgather_async_ex(const char* name, const void* in, int ndim, const int64_t* shape, int dtype,
@@ -146,13 +148,12 @@ int hvd_broadcast_async(const char* name, const void* in, void* out, int64_t cou
   return hvd_broadcast_async_ex(name, in, out, count, dtype, root, HVD_DEVICE_HOST, nullptr, out_handle);
 }
 
-int hvd_broadcast_async_ex(const char* name, const void* in, void* out, int64_t count, int dtype, int root,
-                           int device, void* cuda_stream, hvd_handle_t* out_handle) {
+int hvd_broadcast_async_ex(const char* name, const void* in, void* out, int64_t count, int dtype, int root, int device,
+                           void* cuda_stream, hvd_handle_t* out_handle) {
   return submit(out_handle, [&] {
-    return hvd::broadcast_async(hvd::collective::BroadcastArgs{name_of(name), in, out,
-                                                               static_cast<hvd::collective::DataType>(dtype),
-                                                               count_shape(count), root, device,
-                                                               static_cast<CUstream_st*>(cuda_stream)});
+    return hvd::broadcast_async(
+        hvd::collective::BroadcastArgs{name_of(name), in, out, static_cast<hvd::collective::DataType>(dtype),
+                                       count_shape(count), root, device, static_cast<CUstream_st*>(cuda_stream)});
   });
 }
 
@@ -167,12 +168,12 @@ int hvd_alltoall_async(const char* name, const void* in, int ndim, const int64_t
 }
 
 int hvd_alltoall_async_ex(const char* name, const void* in, int ndim, const int64_t* shape, int dtype,
-                          const int64_t* splits, hvd_alloc_fn alloc, void* alloc_user, int device,
-                          void* cuda_stream, hvd_handle_t* out_handle) {
+                          const int64_t* splits, hvd_alloc_fn alloc, void* alloc_user, int device, void* cuda_stream,
+                          hvd_handle_t* out_handle) {
   return submit(out_handle, [&] {
     std::vector<int64_t> split_vec;
     if (splits != nullptr) split_vec.assign(splits, splits + hvd::size());
-    hvd::collective::AlltoallArgs a{name_of(name), in, static_cast<hvd::collective::DataType>(dtype),
+    hvd::collective::AlltoallArgs a{name_of(name),         in,        static_cast<hvd::collective::DataType>(dtype),
                                     shape_of(ndim, shape), split_vec, allocator_of(alloc, alloc_user)};
     a.device = device;
     a.stream = static_cast<CUstream_st*>(cuda_stream);
@@ -188,12 +189,17 @@ int hvd_reducescatter_async(const char* name, const void* in, int ndim, const in
 }
 
 int hvd_reducescatter_async_ex(const char* name, const void* in, int ndim, const int64_t* shape, int dtype, int op,
-                               double prescale, double postscale, hvd_alloc_fn alloc, void* alloc_user,
-                               int device, void* cuda_stream, hvd_handle_t* out_handle) {
+                               double prescale, double postscale, hvd_alloc_fn alloc, void* alloc_user, int device,
+                               void* cuda_stream, hvd_handle_t* out_handle) {
   return submit(out_handle, [&] {
-    hvd::collective::ReducescatterArgs a{name_of(name), in, static_cast<hvd::collective::DataType>(dtype),
-                                         shape_of(ndim, shape), static_cast<hvd::collective::ReduceOp>(op),
-                                         prescale, postscale, allocator_of(alloc, alloc_user)};
+    hvd::collective::ReducescatterArgs a{name_of(name),
+                                         in,
+                                         static_cast<hvd::collective::DataType>(dtype),
+                                         shape_of(ndim, shape),
+                                         static_cast<hvd::collective::ReduceOp>(op),
+                                         prescale,
+                                         postscale,
+                                         allocator_of(alloc, alloc_user)};
     a.device = device;
     a.stream = static_cast<CUstream_st*>(cuda_stream);
     return hvd::reducescatter_async(a);
@@ -287,7 +293,6 @@ int hvd_barrier(void) {
   return rc;
 }
 
-
 int hvd_elastic_enabled(void) {
   int value = 0;
   guarded([&] { value = hvd::elastic::enabled() ? 1 : 0; });
@@ -310,6 +315,8 @@ int hvd_elastic_check_host_updates(void) {
   return guarded([] { hvd::elastic::check_host_updates(); });
 }
 
-int hvd_elastic_reset(void) { return guarded([] { hvd::elastic::reset(); }); }
+int hvd_elastic_reset(void) {
+  return guarded([] { hvd::elastic::reset(); });
+}
 
 }  // extern "C"

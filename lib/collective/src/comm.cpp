@@ -46,8 +46,8 @@ class TcpComm final : public Comm {
   int size() const override { return size_; }
 
   transport::Link& link(int peer) override {
-    HVD_ENFORCE(peer >= 0 && peer < size_ && peer != rank_ && links_[peer], "no link from rank {} to rank {}",
-                rank_, peer);
+    HVD_ENFORCE(peer >= 0 && peer < size_ && peer != rank_ && links_[peer], "no link from rank {} to rank {}", rank_,
+                peer);
     return *links_[peer];
   }
 
@@ -118,8 +118,7 @@ std::unique_ptr<Comm> connect_comm(store::Store& store, const CommOptions& optio
   store.set_string(rank_key(options, options.rank), advertise);
 
   transport::TcpOptions tcp;
-  tcp.socket_buffer_bytes =
-      options.socket_buffer_bytes < 0 ? kDefaultSocketBuffer : options.socket_buffer_bytes;
+  tcp.socket_buffer_bytes = options.socket_buffer_bytes < 0 ? kDefaultSocketBuffer : options.socket_buffer_bytes;
 
   transport::Handshake hs;
   hs.secret = options.secret;

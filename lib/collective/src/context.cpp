@@ -16,10 +16,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <condition_variable>
-#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -97,8 +97,7 @@ struct Context::Impl {
       : settings(s),
         store(std::move(st)),
         comm(c ? std::move(c) : std::make_unique<LocalComm>()),
-        controller(detail::ControllerOptions{s.rank, s.size, s.cache_capacity, s.fusion_threshold,
-                                             cuda::cuda_built()}),
+        controller(detail::ControllerOptions{s.rank, s.size, s.cache_capacity, s.fusion_threshold, cuda::cuda_built()}),
         stall(detail::StallOptions{s.stall_check, s.stall_warn_after, s.stall_fail_after}),
         fusion(s.fusion_threshold) {}
 
@@ -133,8 +132,8 @@ struct Context::Impl {
     std::unique_lock<std::mutex> lock(mu);
     Request& q = op->request;
     if (q.name.empty()) {
-      q.name = fmt::format("{}.noname.{}", detail::op_type_name(q.type),
-                           noname_counter[static_cast<std::size_t>(q.type)]++);
+      q.name =
+          fmt::format("{}.noname.{}", detail::op_type_name(q.type), noname_counter[static_cast<std::size_t>(q.type)]++);
     }
     if (state == State::Failed) throw_failure();
     if (state == State::Stopped || shutdown_requested) {
@@ -143,9 +142,9 @@ struct Context::Impl {
     }
     detail::check_request(*op, settings.size);
     if (pending.count(q.name)) {
-      throw InvalidArgument(fmt::format(
-          "hvd: tensor '{}' is already pending on rank {}; wait for it before submitting the name again", q.name,
-          settings.rank));
+      throw InvalidArgument(
+          fmt::format("hvd: tensor '{}' is already pending on rank {}; wait for it before submitting the name again",
+                      q.name, settings.rank));
     }
     op->submitted = Clock::now();
     pending.emplace(q.name, op);
@@ -183,8 +182,8 @@ struct Context::Impl {
   cuda::detail::DeviceExecutor& device_executor() {
     if (!device) {
       cuda::detail::DeviceExecutorOptions o;
-      o.job = {settings.rank, settings.size, settings.local_rank, settings.local_size, settings.cross_rank,
-               settings.cross_size};
+      o.job = {settings.rank,       settings.size,       settings.local_rank,
+               settings.local_size, settings.cross_rank, settings.cross_size};
       o.comm_prefix = settings.comm_prefix;
       o.fusion_threshold = settings.fusion_threshold;
       o.timeout = settings.start_timeout;
@@ -267,7 +266,8 @@ struct Context::Impl {
     std::vector<uint8_t> bytes = detail::encode(mine);
     const int size = settings.size;
     if (size == 1) return {detail::decode(bytes.data(), bytes.size())};
-    if (bytes.size() > kMaxMessage) throw Error(fmt::format("negotiation message of {} bytes is too large", bytes.size()));
+    if (bytes.size() > kMaxMessage)
+      throw Error(fmt::format("negotiation message of {} bytes is too large", bytes.size()));
 
     slot.assign(kSlot, 0);
     const uint32_t len = static_cast<uint32_t>(bytes.size());
@@ -464,8 +464,8 @@ Context::Context(const Settings& settings, std::unique_ptr<Comm> comm, std::shar
     throw InvalidArgument(fmt::format("hvd: rank {} is not valid for a job of size {}", settings.rank, settings.size));
   }
   if (comm && (comm->size() != settings.size || comm->rank() != settings.rank)) {
-    throw InvalidArgument(fmt::format("hvd: communicator is rank {} of {} but settings say rank {} of {}",
-                                      comm->rank(), comm->size(), settings.rank, settings.size));
+    throw InvalidArgument(fmt::format("hvd: communicator is rank {} of {} but settings say rank {} of {}", comm->rank(),
+                                      comm->size(), settings.rank, settings.size));
   }
   if (!comm && settings.size != 1) throw InvalidArgument("hvd: a job of size > 1 needs a communicator");
   impl_ = std::make_unique<Impl>(settings, std::move(comm), std::move(store));

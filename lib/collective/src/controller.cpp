@@ -16,9 +16,8 @@ namespace {
 
 /// nullopt when every rank has the same value, else
 /// "ranks 0,2 have float32[4,4], rank 1 has float32[4,5]".
-std::optional<std::string> disagreement(const std::vector<std::string>& keys,
-                                        const std::vector<std::string>& shown, const char* plural_verb,
-                                        const char* singular_verb) {
+std::optional<std::string> disagreement(const std::vector<std::string>& keys, const std::vector<std::string>& shown,
+                                        const char* plural_verb, const char* singular_verb) {
   bool all_equal = std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return k == keys[0]; });
   if (all_equal) return std::nullopt;
   std::vector<std::pair<std::string, std::vector<int>>> groups;  // shown value -> ranks, first-seen order
@@ -33,8 +32,8 @@ std::optional<std::string> disagreement(const std::vector<std::string>& keys,
   std::vector<std::string> parts;
   for (const auto& [value, ranks] : groups) {
     bool one = ranks.size() == 1;
-    parts.push_back(fmt::format("rank{} {} {} {}", one ? "" : "s", join_ranks(ranks), one ? singular_verb : plural_verb,
-                                value));
+    parts.push_back(
+        fmt::format("rank{} {} {} {}", one ? "" : "s", join_ranks(ranks), one ? singular_verb : plural_verb, value));
   }
   return fmt::format("{}", fmt::join(parts, ", "));
 }
@@ -211,8 +210,8 @@ Controller::Outcome Controller::process(const std::vector<RankMessage>& messages
   for (const std::string& name : ready) {
     auto it = table_.find(name);
     std::vector<uint64_t> cycles = std::move(it->second.cycle);
-    const bool made_up = std::any_of(it->second.requests.begin(), it->second.requests.end(),
-                                     [](const Request& q) { return q.joined; });
+    const bool made_up =
+        std::any_of(it->second.requests.begin(), it->second.requests.end(), [](const Request& q) { return q.joined; });
     Response resp = validate(std::move(it->second.requests));
     table_.erase(it);
     if (resp.ok() && made_up && (resp.type != OpType::Allreduce || resp.tensors[0][0].device >= 0)) {
@@ -257,8 +256,8 @@ Controller::Outcome Controller::process(const std::vector<RankMessage>& messages
     }
     Response resp;
     resp.error = ResponseError::Stalled;
-    resp.message = fmt::format("tensor '{}' stalled: rank{} {} did not submit it before the stall shutdown time",
-                               name, missing.size() == 1 ? "" : "s", join_ranks(missing));
+    resp.message = fmt::format("tensor '{}' stalled: rank{} {} did not submit it before the stall shutdown time", name,
+                               missing.size() == 1 ? "" : "s", join_ranks(missing));
     TensorRequests t = std::move(it->second.requests);
     for (Request& q : t) q.name = name;
     resp.type = t[0].type;

@@ -74,8 +74,7 @@ class Controller {
 
   /// This rank's message for the coming cycle. `fresh` are requests
   /// submitted since the last cycle (each name at most once while pending).
-  RankMessage make_message(const std::vector<Request>& fresh, bool shutdown,
-                           std::vector<std::string> stalled);
+  RankMessage make_message(const std::vector<Request>& fresh, bool shutdown, std::vector<std::string> stalled);
 
   struct Outcome {
     std::vector<Response> responses;

@@ -49,8 +49,8 @@ uint64_t latest_version(store::Store& st) {
   if (!v) return 0;
   auto n = env::parse_int(text_of(*v));
   if (!n || *n < 0) {
-    throw IoError(fmt::format("elastic: store key '{}' holds '{}', not a version number", selastic::kVersionKey,
-                              text_of(*v)));
+    throw IoError(
+        fmt::format("elastic: store key '{}' holds '{}', not a version number", selastic::kVersionKey, text_of(*v)));
   }
   return static_cast<uint64_t>(*n);
 }
@@ -147,8 +147,7 @@ struct ElasticMember::Impl {
       w.newer_final = next->final;
       w.next_world = next;
       spdlog::info("elastic worker {}: world {} published ({} members{}{})", w.worker_id, next->version,
-                   next->members.size(), next->final ? ", final" : "",
-                   next->reason.empty() ? "" : ": " + next->reason);
+                   next->members.size(), next->final ? ", final" : "", next->reason.empty() ? "" : ": " + next->reason);
       w.abort_if_departed_locked(*next);
     }
   }
@@ -219,8 +218,8 @@ struct ElasticMember::Impl {
           store->set_string(abandoned, "1");
           if (out_of_time) {
             throw TimeoutError(fmt::format(
-                "elastic: {} gave up on world {} after HOROVOD_ELASTIC_TIMEOUT ({} s): {} of {} members arrived",
-                tag(), w.version, options.timeout.count() / 1000.0, before, n));
+                "elastic: {} gave up on world {} after HOROVOD_ELASTIC_TIMEOUT ({} s): {} of {} members arrived", tag(),
+                w.version, options.timeout.count() / 1000.0, before, n));
           }
           return Rendezvous::Abandoned;
         }
@@ -256,9 +255,9 @@ struct ElasticMember::Impl {
     const auto started = Clock::now();
     for (;;) {
       if (Clock::now() >= deadline) {
-        throw TimeoutError(fmt::format(
-            "elastic: {} was not admitted to a world (version >= {}) within HOROVOD_ELASTIC_TIMEOUT ({} s)", tag(),
-            wanted, options.timeout.count() / 1000.0));
+        throw TimeoutError(
+            fmt::format("elastic: {} was not admitted to a world (version >= {}) within HOROVOD_ELASTIC_TIMEOUT ({} s)",
+                        tag(), wanted, options.timeout.count() / 1000.0));
       }
       const uint64_t candidate = std::max(wanted, latest_version(*store));
       selastic::World w;
@@ -268,14 +267,14 @@ struct ElasticMember::Impl {
         continue;  // the deadline check above reports it
       }
       if (w.final) {
-        throw WorkerRemovedError(fmt::format("elastic: {}: the job is ending (world {} is final{}{})", tag(),
-                                             w.version, w.reason.empty() ? "" : ": ", w.reason));
+        throw WorkerRemovedError(fmt::format("elastic: {}: the job is ending (world {} is final{}{})", tag(), w.version,
+                                             w.reason.empty() ? "" : ": ", w.reason));
       }
       const selastic::Member* me = w.find(options.worker_id);
       if (!me) {
         if (ever_member) {
-          throw WorkerRemovedError(fmt::format("elastic: {} was removed from the job in world {}{}{}", tag(),
-                                               w.version, w.reason.empty() ? "" : ": ", w.reason));
+          throw WorkerRemovedError(fmt::format("elastic: {} was removed from the job in world {}{}{}", tag(), w.version,
+                                               w.reason.empty() ? "" : ": ", w.reason));
         }
         wanted = candidate + 1;  // not admitted yet
         continue;
@@ -401,8 +400,7 @@ MemberOptions member_options_from_env() {
   }
   double seconds = env::get_double_or(job_env::kElasticTimeout, 600);
   if (!std::isfinite(seconds) || seconds <= 0 || seconds > 1e7) {
-    throw InvalidArgument(
-        fmt::format("{}={} must be a positive number of seconds", job_env::kElasticTimeout, seconds));
+    throw InvalidArgument(fmt::format("{}={} must be a positive number of seconds", job_env::kElasticTimeout, seconds));
   }
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000.0)));
   const auto connect_timeout = o.settings.start_timeout;

@@ -39,12 +39,12 @@ void check_host_updates(Membership& m) {
   // them whether anyone did, so all throw (or none) at this same point.
   int32_t flag = m.hosts_updated() ? 1 : 0;
   if (ctx.size() > 1) {
-    ctx.allreduce(collective::AllreduceArgs{kHostsUpdatedTensor, &flag, &flag, collective::DataType::Int32, {1},
-                                            collective::ReduceOp::Max});
+    ctx.allreduce(collective::AllreduceArgs{
+        kHostsUpdatedTensor, &flag, &flag, collective::DataType::Int32, {1}, collective::ReduceOp::Max});
   }
   if (flag != 0) {
-    throw HostsUpdatedInterrupt(fmt::format("hvd elastic: a new world was published (this is rank {} of {})",
-                                            ctx.rank(), ctx.size()));
+    throw HostsUpdatedInterrupt(
+        fmt::format("hvd elastic: a new world was published (this is rank {} of {})", ctx.rank(), ctx.size()));
   }
 }
 
@@ -57,8 +57,8 @@ void State::sync() {
   int root = 0;
   if (ctx.size() > 1) {
     const int64_t mine = static_cast<int64_t>(commits_);
-    collective::Handle h = ctx.allgather(
-        collective::AllgatherArgs{kCommitsTensor, &mine, collective::DataType::Int64, {1}, {}});
+    collective::Handle h =
+        ctx.allgather(collective::AllgatherArgs{kCommitsTensor, &mine, collective::DataType::Int64, {1}, {}});
     const auto* all = static_cast<const int64_t*>(h.output());
     const std::size_t n = h.output_bytes() / sizeof(int64_t);
     if (n != static_cast<std::size_t>(ctx.size())) {
@@ -122,8 +122,7 @@ void BufferState::sync_from(int root) {
   handles.reserve(entries_.size());
   for (auto& e : entries_) {
     handles.push_back(ctx.broadcast_async(collective::BroadcastArgs{
-        "elastic.sync." + e.name, e.data, e.data, collective::DataType::UInt8, {static_cast<int64_t>(e.bytes)},
-        root}));
+        "elastic.sync." + e.name, e.data, e.data, collective::DataType::UInt8, {static_cast<int64_t>(e.bytes)}, root}));
   }
   for (auto& h : handles) h.wait();
 }

@@ -16,9 +16,7 @@ std::size_t fusion_bytes(const Request& request) {
 
 namespace {
 
-bool fusable(const Response& r) {
-  return r.ok() && r.type == OpType::Allreduce && r.tensors.size() == 1;
-}
+bool fusable(const Response& r) { return r.ok() && r.type == OpType::Allreduce && r.tensors.size() == 1; }
 
 /// Parameters are validated equal across ranks, so rank 0's decide; the
 /// memory may differ per rank (each rank's device), so every rank's must

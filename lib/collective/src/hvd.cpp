@@ -179,8 +179,7 @@ void reset() {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_member != m) return;  // shut down meanwhile
   g_context = m->shared_context();
-  init_logging(fmt::format("hvd[{}]", g_context->rank()),
-               parse_log_level(env::get_or(job_env::kLogLevel, "warning")));
+  init_logging(fmt::format("hvd[{}]", g_context->rank()), parse_log_level(env::get_or(job_env::kLogLevel, "warning")));
 }
 
 }  // namespace hvd::elastic

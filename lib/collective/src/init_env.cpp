@@ -25,9 +25,8 @@ namespace hvd::collective {
 
 namespace {
 
-constexpr std::array<const char*, 6> kTopologyVars = {job_env::kRank,      job_env::kSize,
-                                                      job_env::kLocalRank, job_env::kLocalSize,
-                                                      job_env::kCrossRank, job_env::kCrossSize};
+constexpr std::array<const char*, 6> kTopologyVars = {job_env::kRank,      job_env::kSize,      job_env::kLocalRank,
+                                                      job_env::kLocalSize, job_env::kCrossRank, job_env::kCrossSize};
 
 /// IPv4 address of a network interface, for HOROVOD_GLOO_IFACE.
 std::string interface_address(const std::string& iface) {
@@ -142,8 +141,8 @@ std::unique_ptr<Context> context_from_env(const std::string& comm_prefix) {
   }
   if (s.size == 1) return Context::create(s, nullptr);
   if (!env::get(job_env::kRendezvousAddr)) {
-    throw InvalidArgument(fmt::format(
-        "HOROVOD_SIZE={} but HOROVOD_GLOO_RENDEZVOUS_ADDR is not set: start the job with hvdrun", s.size));
+    throw InvalidArgument(
+        fmt::format("HOROVOD_SIZE={} but HOROVOD_GLOO_RENDEZVOUS_ADDR is not set: start the job with hvdrun", s.size));
   }
   std::shared_ptr<store::Store> store;
   try {

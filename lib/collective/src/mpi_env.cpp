@@ -170,7 +170,8 @@ std::unique_ptr<store::HttpStoreClient> connect_client(const std::string& host, 
 
 uint16_t parse_port(const std::string& name, const std::string& text) {
   auto v = env::parse_int(text);
-  if (!v || *v < 1 || *v > 65535) throw InvalidArgument(fmt::format("{}='{}' is not a port number (1-65535)", name, text));
+  if (!v || *v < 1 || *v > 65535)
+    throw InvalidArgument(fmt::format("{}='{}' is not a port number (1-65535)", name, text));
   return static_cast<uint16_t>(*v);
 }
 
@@ -285,7 +286,8 @@ JobStore find_job_store(const WorldInfo& w) {
   }
   payload = broadcast(fn, w, payload);
   if (!rank0_error.empty()) throw IoError(fmt::format("rank 0 cannot serve the store: {}", rank0_error));
-  if (payload.rfind("error ", 0) == 0) throw IoError(fmt::format("rank 0 could not start the store: {}", payload.substr(6)));
+  if (payload.rfind("error ", 0) == 0)
+    throw IoError(fmt::format("rank 0 could not start the store: {}", payload.substr(6)));
   std::istringstream in(payload);
   std::string port_text;
   in >> js.host >> port_text >> js.secret;
@@ -298,10 +300,10 @@ JobStore find_job_store(const WorldInfo& w) {
 }  // namespace
 
 std::optional<WorldInfo> detect_mpi_world(const EnvLookup& lookup) {
-  static const Family kOpenMpi{job_env::kOmpiRank, job_env::kOmpiSize, job_env::kOmpiLocalRank,
-                               job_env::kOmpiLocalSize, "OMPI_COMM_WORLD_* (Open MPI)"};
-  static const Family kPmi{job_env::kPmiRank, job_env::kPmiSize, job_env::kMpiLocalRankId,
-                           job_env::kMpiLocalNumRanks, "PMI_* (MPICH/Intel MPI)"};
+  static const Family kOpenMpi{job_env::kOmpiRank, job_env::kOmpiSize, job_env::kOmpiLocalRank, job_env::kOmpiLocalSize,
+                               "OMPI_COMM_WORLD_* (Open MPI)"};
+  static const Family kPmi{job_env::kPmiRank, job_env::kPmiSize, job_env::kMpiLocalRankId, job_env::kMpiLocalNumRanks,
+                           "PMI_* (MPICH/Intel MPI)"};
   static const Family kPmix{job_env::kPmixRank, job_env::kPmixSize, nullptr, nullptr, "PMIX_RANK (PMIx)"};
   std::optional<WorldInfo> w = read_family(lookup, kOpenMpi, kOpenMpi.size);
   if (!w) w = read_family(lookup, kPmi, kPmi.size);

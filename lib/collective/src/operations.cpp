@@ -63,9 +63,7 @@ int32_t Handle::output_device() const {
 const std::vector<int64_t>& Handle::recv_splits() const { return finished_state(state_).recv_splits; }
 const std::string& Handle::name() const { return state_of(state_).request.name; }
 
-int64_t reducescatter_rows(int64_t rows, int rank, int size) {
-  return rows / size + (rank < rows % size ? 1 : 0);
-}
+int64_t reducescatter_rows(int64_t rows, int rank, int size) { return rows / size + (rank < rows % size ? 1 : 0); }
 
 }  // namespace hvd::collective
 

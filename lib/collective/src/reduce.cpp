@@ -77,18 +77,10 @@ void reduce_typed(ReduceOp op, void* acc_v, const void* in_v, std::size_t n) {
   const T* in = static_cast<const T*>(in_v);
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Average:
-      combine(acc, in, n, [](C a, C b) { return wrap_add(a, b); });
-      return;
-    case ReduceOp::Min:
-      combine(acc, in, n, [](C a, C b) { return b < a ? b : a; });
-      return;
-    case ReduceOp::Max:
-      combine(acc, in, n, [](C a, C b) { return a < b ? b : a; });
-      return;
-    case ReduceOp::Product:
-      combine(acc, in, n, [](C a, C b) { return wrap_mul(a, b); });
-      return;
+    case ReduceOp::Average: combine(acc, in, n, [](C a, C b) { return wrap_add(a, b); }); return;
+    case ReduceOp::Min: combine(acc, in, n, [](C a, C b) { return b < a ? b : a; }); return;
+    case ReduceOp::Max: combine(acc, in, n, [](C a, C b) { return a < b ? b : a; }); return;
+    case ReduceOp::Product: combine(acc, in, n, [](C a, C b) { return wrap_mul(a, b); }); return;
   }
   throw InvalidArgument(fmt::format("unknown reduce op {}", static_cast<int>(op)));
 }

@@ -17,9 +17,10 @@ std::optional<uint32_t> ResponseCache::lookup(const Request& request, int rank) 
 
 const TensorRequests& ResponseCache::get(uint32_t id) const {
   if (id >= slots_.size() || !slots_[id].used) {
-    throw IoError(fmt::format("negotiation state diverged: a peer referred to response-cache entry {} "
-                              "which this rank does not hold",
-                              id));
+    throw IoError(
+        fmt::format("negotiation state diverged: a peer referred to response-cache entry {} "
+                    "which this rank does not hold",
+                    id));
   }
   return slots_[id].tensor;
 }

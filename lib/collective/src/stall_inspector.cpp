@@ -25,9 +25,9 @@ StallInspector::Report StallInspector::check(const std::vector<PendingTensor>& p
     last_warned_[t.name] = now;
     double seconds = std::chrono::duration<double>(waited).count();
     report.warnings.push_back(fmt::format(
-        "stall: tensor '{}' submitted by rank{} {} has waited {:.1f} s for rank{} {} that never submitted it",
-        t.name, t.present.size() == 1 ? "" : "s", join_ranks(t.present), seconds,
-        t.missing.size() == 1 ? "" : "s", join_ranks(t.missing)));
+        "stall: tensor '{}' submitted by rank{} {} has waited {:.1f} s for rank{} {} that never submitted it", t.name,
+        t.present.size() == 1 ? "" : "s", join_ranks(t.present), seconds, t.missing.size() == 1 ? "" : "s",
+        join_ranks(t.missing)));
   }
   // Forget tensors that are no longer pending.
   for (auto it = last_warned_.begin(); it != last_warned_.end();) {

@@ -9,17 +9,13 @@ namespace hvd::collective {
 std::size_t dtype_size(DataType dtype) {
   switch (dtype) {
     case DataType::UInt8:
-    case DataType::Int8:
-      return 1;
+    case DataType::Int8: return 1;
     case DataType::Float16:
-    case DataType::BFloat16:
-      return 2;
+    case DataType::BFloat16: return 2;
     case DataType::Int32:
-    case DataType::Float32:
-      return 4;
+    case DataType::Float32: return 4;
     case DataType::Int64:
-    case DataType::Float64:
-      return 8;
+    case DataType::Float64: return 8;
   }
   throw InvalidArgument(fmt::format("unknown data type {}", static_cast<int>(dtype)));
 }

@@ -37,7 +37,9 @@ bool is_socket(int fd) {
 
 void wait_fd(int fd, short events, const Deadline& deadline, const char* what) {
   for (;;) {
-    struct pollfd p{fd, events, 0};
+    struct pollfd p {
+      fd, events, 0
+    };
     int rc = ::poll(&p, 1, deadline.poll_timeout_ms());
     if (rc > 0) return;
     if (rc == 0) throw TimeoutError(fmt::format("timed out while {}", what));

@@ -107,14 +107,12 @@ FileStore::FileStore(FileStoreOptions options) : options_(std::move(options)) {
   if (options_.max_poll_interval.count() < 1) options_.max_poll_interval = std::chrono::milliseconds(1);
 }
 
-std::string FileStore::path_for(const std::string& key) const {
-  return options_.directory + "/" + encode_name(key);
-}
+std::string FileStore::path_for(const std::string& key) const { return options_.directory + "/" + encode_name(key); }
 
 void FileStore::write_atomically(const std::string& key, const Bytes& value) {
   const std::string final_path = path_for(key);
-  const std::string tmp = fmt::format("{}/.tmp.{}.{}.{}", options_.directory, ::getpid(),
-                                      g_temp_counter.fetch_add(1), encode_name(key));
+  const std::string tmp =
+      fmt::format("{}/.tmp.{}.{}.{}", options_.directory, ::getpid(), g_temp_counter.fetch_add(1), encode_name(key));
   {
     UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
     if (!fd) throw IoError(fmt::format("FileStore: cannot create '{}': {}", tmp, errno_text()));

@@ -1,13 +1,13 @@
 // HttpStoreClient: blocking requests over one kept-alive, non-blocking socket
 // whose waits are bounded with poll() deadlines; Boost.Beast writes the
 // request heads and parses the responses.
+#include "http_wire.h"
 #include "hvd/common/env.h"
 #include "hvd/common/error.h"
 #include "hvd/common/io.h"
 #include "hvd/common/net.h"
 #include "hvd/common/secret.h"
 #include "hvd/store/http_store.h"
-#include "http_wire.h"
 #include "store_detail.h"
 
 #include <boost/beast/core.hpp>
@@ -49,7 +49,9 @@ bool recv_some(int fd, std::string& buf, Deadline deadline) {
     if (n == 0) return false;
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) throw IoError(std::strerror(errno));
-    struct pollfd p{fd, POLLIN, 0};
+    struct pollfd p {
+      fd, POLLIN, 0
+    };
     int rc = ::poll(&p, 1, deadline.poll_timeout_ms());
     if (rc == 0) throw TimeoutError("no response");
     if (rc < 0 && errno != EINTR) throw IoError(std::strerror(errno));
@@ -135,7 +137,7 @@ HttpStoreClient::Response HttpStoreClient::read_response_locked(Deadline deadlin
 }
 
 HttpStoreClient::Response HttpStoreClient::exchange_locked(const std::string& head, const std::string& body,
-                                                            std::chrono::milliseconds server_wait) {
+                                                           std::chrono::milliseconds server_wait) {
   const bool expect_continue = body.size() > kExpectContinueBytes;
   for (int attempt = 0;; ++attempt) {
     bool fresh = false;
@@ -217,8 +219,8 @@ HttpStoreClient::Response HttpStoreClient::request(const std::string& method, co
 
 void HttpStoreClient::throw_for_status(const Response& r, const std::string& method, const std::string& key) {
   if (r.status == 401) {
-    throw Error(fmt::format("rendezvous store {} rejected the job secret (HTTP 401); is {} the launcher's?",
-                            endpoint(), kSecretEnv));
+    throw Error(fmt::format("rendezvous store {} rejected the job secret (HTTP 401); is {} the launcher's?", endpoint(),
+                            kSecretEnv));
   }
   if (r.status == 400 || r.status == 413) {
     throw InvalidArgument(fmt::format("rendezvous store {} refused {} '{}' (HTTP {}): {}", endpoint(), method, key,
@@ -288,8 +290,8 @@ std::unique_ptr<Store> make_store_from_env(std::chrono::milliseconds timeout) {
   if (!addr || addr->empty()) return nullptr;
   auto port = env::get_int(job_env::kRendezvousPort);
   if (!port) {
-    throw InvalidArgument(fmt::format("HOROVOD_GLOO_RENDEZVOUS_ADDR={} is set but HOROVOD_GLOO_RENDEZVOUS_PORT is not",
-                                      *addr));
+    throw InvalidArgument(
+        fmt::format("HOROVOD_GLOO_RENDEZVOUS_ADDR={} is set but HOROVOD_GLOO_RENDEZVOUS_PORT is not", *addr));
   }
   if (*port < 1 || *port > 65535) {
     throw InvalidArgument(fmt::format("HOROVOD_GLOO_RENDEZVOUS_PORT={} is not a TCP port (1..65535)", *port));

@@ -4,19 +4,19 @@
 // watcher on the InMemoryStore, never by a parked thread. Errors inside
 // handlers are values (error_code) or caught exceptions that close only the
 // connection concerned; nothing escapes into io_context::run().
+#include "http_wire.h"
 #include "hvd/common/error.h"
 #include "hvd/common/secret.h"
 #include "hvd/store/http_store.h"
-#include "http_wire.h"
 
+#include <spdlog/spdlog.h>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <spdlog/spdlog.h>
 
 #include <array>
-#include <cctype>
 #include <atomic>
+#include <cctype>
 #include <condition_variable>
 #include <limits>
 #include <optional>
@@ -88,10 +88,7 @@ namespace {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(HttpStoreServer::Impl& srv, tcp::socket socket)
-      : srv_(srv),
-        socket_(std::move(socket)),
-        deadline_(socket_.get_executor()),
-        wait_timer_(socket_.get_executor()) {
+      : srv_(srv), socket_(std::move(socket)), deadline_(socket_.get_executor()), wait_timer_(socket_.get_executor()) {
     error_code ec;
     auto ep = socket_.remote_endpoint(ec);
     peer_ = ec ? std::string("unknown peer") : ep.address().to_string() + ":" + std::to_string(ep.port());
@@ -103,9 +100,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void start() {
-    asio::dispatch(socket_.get_executor(), [self = shared_from_this()] {
-      self->safely([&] { self->begin_request(); });
-    });
+    asio::dispatch(socket_.get_executor(),
+                   [self = shared_from_this()] { self->safely([&] { self->begin_request(); }); });
   }
 
   /// Thread-safe: closes on the connection's strand.
@@ -326,8 +322,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     } catch (const InvalidArgument& e) {
       return respond(400, std::string(e.what()) + "\n");
     }
-    respond(405, "method " + std::string(req.method_string()) +
-                     " not supported: use GET, PUT, DELETE or POST ?add=N\n");
+    respond(405,
+            "method " + std::string(req.method_string()) + " not supported: use GET, PUT, DELETE or POST ?add=N\n");
   }
 
   static std::optional<int64_t> parse_int64(const std::string& s) {
@@ -560,9 +556,9 @@ void HttpStoreServer::Impl::start() {
       }
     });
   }
-  spdlog::info("rendezvous store listening on {}:{} ({})", bound_address, bound_port,
-               opts.allow_unauthenticated ? "requests without the job secret allowed: --insecure-store"
-                                          : "job secret required");
+  spdlog::info(
+      "rendezvous store listening on {}:{} ({})", bound_address, bound_port,
+      opts.allow_unauthenticated ? "requests without the job secret allowed: --insecure-store" : "job secret required");
 }
 
 void HttpStoreServer::Impl::do_accept() {

@@ -94,8 +94,8 @@ std::size_t InMemoryStore::size() const {
   return data_.size();
 }
 
-std::optional<Bytes> InMemoryStore::try_get_or_watch(const std::string& key,
-                                                     std::function<void()> on_set, WatchId& id) {
+std::optional<Bytes> InMemoryStore::try_get_or_watch(const std::string& key, std::function<void()> on_set,
+                                                     WatchId& id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = data_.find(key);
   if (it != data_.end()) {

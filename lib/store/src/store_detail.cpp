@@ -25,17 +25,17 @@ std::string join_keys(const std::vector<std::string>& keys) {
 }
 
 void throw_timeout(const std::vector<std::string>& missing, std::chrono::milliseconds timeout) {
-  throw TimeoutError(fmt::format("rendezvous store: timed out after {} ms waiting for key(s) {}",
-                                 timeout.count(), join_keys(missing)));
+  throw TimeoutError(fmt::format("rendezvous store: timed out after {} ms waiting for key(s) {}", timeout.count(),
+                                 join_keys(missing)));
 }
 
 int64_t parse_counter(const std::string& key, const Bytes& value) {
   std::string text(value.begin(), value.end());
   auto v = text.find('\0') == std::string::npos ? env::parse_int(text) : std::nullopt;
   if (!v) {
-    throw InvalidArgument(fmt::format(
-        "rendezvous store: key '{}' holds {} bytes that are not a decimal integer; add() needs a counter",
-        key, value.size()));
+    throw InvalidArgument(
+        fmt::format("rendezvous store: key '{}' holds {} bytes that are not a decimal integer; add() needs a counter",
+                    key, value.size()));
   }
   return *v;
 }

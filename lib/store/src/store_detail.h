@@ -18,8 +18,7 @@ std::string join_keys(const std::vector<std::string>& keys);
 
 /// The one TimeoutError message every store throws, so callers and tests see
 /// the same wording: "rendezvous store: timed out after 500 ms waiting for key(s) 'a', 'b'".
-[[noreturn]] void throw_timeout(const std::vector<std::string>& missing,
-                                std::chrono::milliseconds timeout);
+[[noreturn]] void throw_timeout(const std::vector<std::string>& missing, std::chrono::milliseconds timeout);
 
 /// Parses a stored counter (decimal text, optional sign); InvalidArgument
 /// naming the key otherwise.

@@ -24,8 +24,8 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
-#include <cstdint>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -48,8 +48,8 @@ void Link::recv(void* data, std::size_t len, Deadline deadline) {
   progress(&t, 1, deadline);
 }
 
-void sendrecv(Link& to, const void* send_data, std::size_t send_len, Link& from, void* recv_data,
-              std::size_t recv_len, Deadline deadline) {
+void sendrecv(Link& to, const void* send_data, std::size_t send_len, Link& from, void* recv_data, std::size_t recv_len,
+              Deadline deadline) {
   Transfer ts[2] = {Transfer::send(to, send_data, send_len), Transfer::recv(from, recv_data, recv_len)};
   progress(ts, 2, deadline);
 }
@@ -80,8 +80,8 @@ namespace {
 /// The poll loop. `skip[i]` marks transfers another thread drives; `wake_fd`
 /// (or -1) is polled too and ends the loop early when readable (returns
 /// false then; true when every non-skipped transfer completed).
-bool progress_loop(Transfer* transfers, std::size_t count, Deadline deadline,
-                   const std::function<void()>& on_progress, const std::vector<char>* skip, int wake_fd) {
+bool progress_loop(Transfer* transfers, std::size_t count, Deadline deadline, const std::function<void()>& on_progress,
+                   const std::vector<char>* skip, int wake_fd) {
   std::vector<pollfd> fds;
   std::vector<std::size_t> fd_owner;
   const long spin_us = spin_micros();
@@ -185,8 +185,7 @@ bool progress_loop(Transfer* transfers, std::size_t count, Deadline deadline,
         if (fd_owner[k] == count) continue;
         const Transfer& t = transfers[fd_owner[k]];
         who += fmt::format("{}{} {} ({} of {} bytes)", who.empty() ? "" : ", ",
-                           t.dir == Transfer::Dir::Send ? "send to" : "recv from", t.link->describe(), t.done,
-                           t.size);
+                           t.dir == Transfer::Dir::Send ? "send to" : "recv from", t.link->describe(), t.done, t.size);
       }
       throw TimeoutError("timed out waiting for " + who);
     }
@@ -198,8 +197,7 @@ bool progress_loop(Transfer* transfers, std::size_t count, Deadline deadline,
         const Transfer& t = transfers[fd_owner[k]];
         // Peers never half-close: a FIN on a link we still have to send on
         // means the peer aborted or died before taking bytes it needs.
-        if (t.dir == Transfer::Dir::Send && (fds[k].revents & (POLLRDHUP | POLLHUP)) &&
-            !(fds[k].revents & POLLOUT)) {
+        if (t.dir == Transfer::Dir::Send && (fds[k].revents & (POLLRDHUP | POLLHUP)) && !(fds[k].revents & POLLOUT)) {
           throw IoError(fmt::format("connection to {} closed by peer while sending ({} of {} bytes)",
                                     t.link->describe(), t.done, t.size));
         }
@@ -323,16 +321,17 @@ SendHelper& helper() {
 
 }  // namespace
 
-void progress(Transfer* transfers, std::size_t count, Deadline deadline,
-              const std::function<void()>& on_progress) {
+void progress(Transfer* transfers, std::size_t count, Deadline deadline, const std::function<void()>& on_progress) {
   // Offload plain (not pipelined) sends when they are large and there is
   // receiving to do meanwhile; otherwise one thread drives everything.
   std::size_t offload_bytes = 0;
   bool has_recv = false;
   for (std::size_t i = 0; i < count; ++i) {
     const Transfer& t = transfers[i];
-    if (t.dir == Transfer::Dir::Recv) has_recv = has_recv || !t.complete();
-    else if (t.ready == static_cast<std::size_t>(-1)) offload_bytes += t.size - t.done;
+    if (t.dir == Transfer::Dir::Recv)
+      has_recv = has_recv || !t.complete();
+    else if (t.ready == static_cast<std::size_t>(-1))
+      offload_bytes += t.size - t.done;
   }
   if (!has_recv || offload_bytes < kOffloadBytes || !offload_enabled()) {
     progress_loop(transfers, count, deadline, on_progress, nullptr, -1);

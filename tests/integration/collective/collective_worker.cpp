@@ -22,8 +22,8 @@
 #include "hvd/collective/hvd.h"
 
 #include <chrono>
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -44,14 +44,14 @@ namespace {
 
 int g_failures = 0;
 
-#define EXPECT(cond, ...)                                                \
-  do {                                                                   \
-    if (!(cond)) {                                                       \
+#define EXPECT(cond, ...)                                                                           \
+  do {                                                                                              \
+    if (!(cond)) {                                                                                  \
       std::fprintf(stderr, "rank %d: check failed at line %d: %s: ", hvd::rank(), __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                                 \
-      std::fprintf(stderr, "\n");                                        \
-      ++g_failures;                                                      \
-    }                                                                    \
+      std::fprintf(stderr, __VA_ARGS__);                                                            \
+      std::fprintf(stderr, "\n");                                                                   \
+      ++g_failures;                                                                                 \
+    }                                                                                               \
   } while (0)
 
 int64_t monotonic_ns() {
@@ -75,8 +75,7 @@ uint16_t float_to_half(float f) {
 
 float half_to_float(uint16_t h) {
   int exp = (h >> 10) & 31, mant = h & 1023;
-  float v = exp == 0 ? std::ldexp(static_cast<float>(mant), -24)
-                     : std::ldexp(1.0f + mant / 1024.0f, exp - 15);
+  float v = exp == 0 ? std::ldexp(static_cast<float>(mant), -24) : std::ldexp(1.0f + mant / 1024.0f, exp - 15);
   return (h & 0x8000) ? -v : v;
 }
 
@@ -133,8 +132,8 @@ struct Buffer {
 
 void mode_ops() {
   const int rank = hvd::rank(), size = hvd::size();
-  const DataType dtypes[] = {DataType::UInt8,    DataType::Int8,    DataType::Int32,   DataType::Int64,
-                             DataType::Float16,  DataType::BFloat16, DataType::Float32, DataType::Float64};
+  const DataType dtypes[] = {DataType::UInt8,   DataType::Int8,     DataType::Int32,   DataType::Int64,
+                             DataType::Float16, DataType::BFloat16, DataType::Float32, DataType::Float64};
   for (DataType t : dtypes) {
     const std::string tn = hvd::collective::dtype_name(t);
     for (std::size_t count : {std::size_t(0), std::size_t(1), std::size_t(1000), std::size_t(100000)}) {
@@ -216,7 +215,10 @@ void mode_order() {
   std::vector<Handle> hs(kTensors);
   for (int i : order) {
     data[i].assign(static_cast<std::size_t>(i * 100 + 1), i + rank);
-    hs[i] = hvd::allreduce_async({"layer" + std::to_string(i), data[i].data(), data[i].data(), DataType::Int64,
+    hs[i] = hvd::allreduce_async({"layer" + std::to_string(i),
+                                  data[i].data(),
+                                  data[i].data(),
+                                  DataType::Int64,
                                   {static_cast<int64_t>(data[i].size())}});
   }
   for (int i = 0; i < kTensors; ++i) {
@@ -233,8 +235,11 @@ void mode_fusion() {
     std::vector<Handle> hs;
     for (int i = 0; i < 200; ++i) {
       data[i].assign(static_cast<std::size_t>(1 + i % 50), static_cast<float>(rank + i));
-      hs.push_back(hvd::allreduce_async({"small" + std::to_string(i), data[i].data(), data[i].data(),
-                                         DataType::Float32, {static_cast<int64_t>(data[i].size())}}));
+      hs.push_back(hvd::allreduce_async({"small" + std::to_string(i),
+                                         data[i].data(),
+                                         data[i].data(),
+                                         DataType::Float32,
+                                         {static_cast<int64_t>(data[i].size())}}));
     }
     for (int i = 0; i < 200; ++i) {
       hs[i].wait();
@@ -310,8 +315,8 @@ int mode_kill() {
   }
   for (int iter = 0; iter < 100000; ++iter) {
     try {
-      hvd::allreduce({"grad", x.data(), x.data(), DataType::Float32, {static_cast<int64_t>(x.size())},
-                      ReduceOp::Average});
+      hvd::allreduce(
+          {"grad", x.data(), x.data(), DataType::Float32, {static_cast<int64_t>(x.size())}, ReduceOp::Average});
     } catch (const hvd::IoError& e) {
       return report_peer_failure(rank, iter, e);
     }
@@ -341,8 +346,8 @@ int mode_cut(bool idle) {
         };
         hvd::allgather(a);
       } else {
-        hvd::allreduce({"grad", x.data(), x.data(), DataType::Float32, {static_cast<int64_t>(x.size())},
-                        ReduceOp::Average});
+        hvd::allreduce(
+            {"grad", x.data(), x.data(), DataType::Float32, {static_cast<int64_t>(x.size())}, ReduceOp::Average});
       }
     } catch (const hvd::IoError& e) {
       return report_peer_failure(rank, iter, e);

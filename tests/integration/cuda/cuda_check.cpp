@@ -96,10 +96,10 @@ int run_kernels() {
     const std::size_t es = dtype_size(t);
     for (ReduceOp op : kOps) {
       for (int n : {1, 2, 3, 4, 16}) {
-        for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{65539},
-                                  std::size_t{1} << 20}) {
+        for (std::size_t count :
+             {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{65539}, std::size_t{1} << 20}) {
           if (n == 16 && count > 1000) continue;
-          for (int misalign : {0, 1}) {      // element offset: 1 forces the scalar path
+          for (int misalign : {0, 1}) {  // element offset: 1 forces the scalar path
             for (bool alias : {false, true}) {  // out == inputs[0]
               // The largest size only in the main configurations (CPU time
               // for inputs and the reference dominates the test).
@@ -134,7 +134,8 @@ int run_kernels() {
               const std::string err = verify(t, op, refs, got.data(), count, pre, post, n, guard);
               ++checks;
               if (!err.empty()) {
-                if (++failures <= 20) std::cout << "FAIL reduce (misalign " << misalign << ", alias " << alias << "): " << err << "\n";
+                if (++failures <= 20)
+                  std::cout << "FAIL reduce (misalign " << misalign << ", alias " << alias << "): " << err << "\n";
               }
             }
           }
@@ -337,9 +338,8 @@ int run_allreduce() {
         const auto guard = poison_bytes(t, kGuard * es);
         CK(cudaMemcpy(buf.data(), all[rank].bytes.data(), count * es, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(buf.data() + count * es, guard.data(), guard.size(), cudaMemcpyHostToDevice));
-        staged.allreduce(buf.ptr, count, t, stream, [&](void* h, std::size_t c) {
-          hvd::collective::allreduce(*comm, h, c, t, op);
-        });
+        staged.allreduce(buf.ptr, count, t, stream,
+                         [&](void* h, std::size_t c) { hvd::collective::allreduce(*comm, h, c, t, op); });
         CK(cudaStreamSynchronize(stream));
         std::vector<uint8_t> got((count + kGuard) * es);
         CK(cudaMemcpy(got.data(), buf.ptr, got.size(), cudaMemcpyDeviceToHost));
@@ -407,7 +407,7 @@ int run_hvd() {
     return c;
   };
   auto args = [&](Case& c, const std::string& name) {
-    AllreduceArgs a{name, c.in->ptr, c.out ? c.out->ptr : c.in->ptr, c.t, {static_cast<int64_t>(c.count)}, c.op,
+    AllreduceArgs a{name,  c.in->ptr, c.out ? c.out->ptr : c.in->ptr, c.t, {static_cast<int64_t>(c.count)}, c.op,
                     c.pre, c.post};
     a.device = device;
     a.stream = stream;
@@ -460,8 +460,10 @@ int run_hvd() {
       cases.push_back(make(t, op, counts[i], i % 2 == 0, 700000 + i));
       handles.push_back(hvd::allreduce_async(args(*cases.back(), "fused." + std::to_string(i))));
       host.emplace_back(counts[i], float(rank + 1));
-      handles.push_back(hvd::allreduce_async(AllreduceArgs{"host." + std::to_string(i), host.back().data(),
-                                                           host.back().data(), DataType::Float32,
+      handles.push_back(hvd::allreduce_async(AllreduceArgs{"host." + std::to_string(i),
+                                                           host.back().data(),
+                                                           host.back().data(),
+                                                           DataType::Float32,
                                                            {static_cast<int64_t>(counts[i])}}));
     }
     for (auto& h : handles) h.wait();
@@ -493,7 +495,11 @@ int run_hvd() {
         CK(cudaMemset(out.ptr, 0xee, out.bytes));
         CK(cudaMemcpy(in.ptr, rank == root ? pattern.data() : mine.data(), bytes, cudaMemcpyHostToDevice));
         BroadcastArgs b{"bcast." + std::to_string(root) + "." + std::to_string(bytes) + (in_place ? ".in" : ".out"),
-                        in.ptr, in_place ? in.ptr : out.ptr, DataType::UInt8, {static_cast<int64_t>(bytes)}, root};
+                        in.ptr,
+                        in_place ? in.ptr : out.ptr,
+                        DataType::UInt8,
+                        {static_cast<int64_t>(bytes)},
+                        root};
         b.device = device;
         b.stream = stream;
         hvd::broadcast(b);
@@ -562,7 +568,8 @@ int run_hvd() {
           a.device = device;
           a.stream = stream;
           auto dh = hvd::alltoall(a);
-          auto hh = hvd::alltoall(AlltoallArgs{"a2a.host." + tag, c->all[rank].bytes.data(), t, {rows, 33}, splits, {}});
+          auto hh =
+              hvd::alltoall(AlltoallArgs{"a2a.host." + tag, c->all[rank].bytes.data(), t, {rows, 33}, splits, {}});
           compare("device alltoall " + tag, dh, hh, with_allocator);
           report("device alltoall recv_splits " + tag, dh.recv_splits() == hh.recv_splits() ? "" : "differ");
         }
@@ -577,8 +584,8 @@ int run_hvd() {
           a.device = device;
           a.stream = stream;
           auto dh = hvd::reducescatter(a);
-          auto hh = hvd::reducescatter(ReducescatterArgs{"rs.host." + tag, c->all[rank].bytes.data(), t, {rows, 17},
-                                                         ReduceOp::Sum, pre, post, {}});
+          auto hh = hvd::reducescatter(ReducescatterArgs{
+              "rs.host." + tag, c->all[rank].bytes.data(), t, {rows, 17}, ReduceOp::Sum, pre, post, {}});
           compare("device reducescatter " + tag, dh, hh, with_allocator);
         }
       }
@@ -588,8 +595,10 @@ int run_hvd() {
     {
       std::vector<float> host_out(4 * size);
       auto c = make(DataType::Float32, ReduceOp::Sum, 4, true, 930000);
-      AllgatherArgs a{"ag.hostalloc", c->in->ptr, DataType::Float32, {4},
-                      [&](const std::vector<int64_t>&, std::size_t) -> void* { return host_out.data(); }};
+      AllgatherArgs a{
+          "ag.hostalloc", c->in->ptr, DataType::Float32, {4}, [&](const std::vector<int64_t>&, std::size_t) -> void* {
+            return host_out.data();
+          }};
       a.device = device;
       a.stream = stream;
       std::string err = "the allocator's host memory was accepted";

@@ -1,8 +1,8 @@
 // Drives run_mpi_job directly (the path `hvdrun --mpi` takes once wired), so
 // the real Open MPI path is tested independently of the CLI:
 //   mpi_job_driver -np N -H host:slots[,host:slots] [--dry-run] -- command...
-#include "hvd/launcher/spawn/mpi/mpi_launch.h"
 #include "hvd/launcher/plan/worker_env.h"
+#include "hvd/launcher/spawn/mpi/mpi_launch.h"
 
 #include <unistd.h>
 
@@ -22,10 +22,14 @@ int main(int argc, char** argv) {
   std::string hosts = "localhost:1";
   int i = 1;
   for (; i < argc && std::strcmp(argv[i], "--") != 0; ++i) {
-    if (std::strcmp(argv[i], "-np") == 0 && i + 1 < argc) np = std::atoi(argv[++i]);
-    else if (std::strcmp(argv[i], "-H") == 0 && i + 1 < argc) hosts = argv[++i];
-    else if (std::strcmp(argv[i], "--dry-run") == 0) dry = true;
-    else if (std::strcmp(argv[i], "--mpi-args") == 0 && i + 1 < argc) o.mpi_args = argv[++i];
+    if (std::strcmp(argv[i], "-np") == 0 && i + 1 < argc)
+      np = std::atoi(argv[++i]);
+    else if (std::strcmp(argv[i], "-H") == 0 && i + 1 < argc)
+      hosts = argv[++i];
+    else if (std::strcmp(argv[i], "--dry-run") == 0)
+      dry = true;
+    else if (std::strcmp(argv[i], "--mpi-args") == 0 && i + 1 < argc)
+      o.mpi_args = argv[++i];
   }
   for (++i; i < argc; ++i) o.command.push_back(argv[i]);
   JobPlan plan;

@@ -43,8 +43,7 @@ class PrintingSink : public EventSink {
     buf.append(data, len);
     std::size_t pos;
     while ((pos = buf.find('\n')) != std::string::npos) {
-      std::printf("out %d %s %s\n", rank, stream == Stream::Stdout ? "stdout" : "stderr",
-                  buf.substr(0, pos).c_str());
+      std::printf("out %d %s %s\n", rank, stream == Stream::Stdout ? "stdout" : "stderr", buf.substr(0, pos).c_str());
       buf.erase(0, pos + 1);
       ++lines_;
     }
@@ -113,20 +112,31 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) usage(("missing value after " + a).c_str());
       return argv[++i];
     };
-    if (a == "--host") host = next();
-    else if (a == "--identity") options.identity_file = next();
-    else if (a == "--port") options.port = std::stoi(next());
-    else if (a == "--keepalive") options.keepalive = std::chrono::seconds(std::stoi(next()));
-    else if (a == "--ranks") ranks = std::stoi(next());
-    else if (a == "--timeout") timeout_s = std::stoi(next());
-    else if (a == "--agent") agent = next();
-    else if (a == "--signal-after-ms") signal_after_ms = std::stoi(next());
-    else if (a == "--signal-after-lines") signal_after_lines = std::stoi(next());
-    else if (a == "--signal") sig = signal_by_name(next());
+    if (a == "--host")
+      host = next();
+    else if (a == "--identity")
+      options.identity_file = next();
+    else if (a == "--port")
+      options.port = std::stoi(next());
+    else if (a == "--keepalive")
+      options.keepalive = std::chrono::seconds(std::stoi(next()));
+    else if (a == "--ranks")
+      ranks = std::stoi(next());
+    else if (a == "--timeout")
+      timeout_s = std::stoi(next());
+    else if (a == "--agent")
+      agent = next();
+    else if (a == "--signal-after-ms")
+      signal_after_ms = std::stoi(next());
+    else if (a == "--signal-after-lines")
+      signal_after_lines = std::stoi(next());
+    else if (a == "--signal")
+      sig = signal_by_name(next());
     else if (a == "--") {
       command.assign(argv + i + 1, argv + argc);
       break;
-    } else usage(("unknown argument " + a).c_str());
+    } else
+      usage(("unknown argument " + a).c_str());
   }
   if (host.empty() || command.empty()) usage("--host and a command are required");
   if (!agent.empty()) options.agent_command = {agent, "--agent"};

@@ -149,9 +149,7 @@ void put(DataType t, void* p, std::size_t i, double v) {
     case DataType::Int32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
     case DataType::Int64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
     case DataType::Float16: static_cast<uint16_t*>(p)[i] = detail::float_to_half(static_cast<float>(v)); break;
-    case DataType::BFloat16:
-      static_cast<uint16_t*>(p)[i] = detail::float_to_bfloat16(static_cast<float>(v));
-      break;
+    case DataType::BFloat16: static_cast<uint16_t*>(p)[i] = detail::float_to_bfloat16(static_cast<float>(v)); break;
     case DataType::Float32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
     case DataType::Float64: static_cast<double*>(p)[i] = v; break;
   }
@@ -278,11 +276,12 @@ TEST_CASE("allreduce grid: every dtype x op x world 1..8 x count", "[collective]
               const Expect& e = table[i % kPeriod];
               double got = load(t, buf.data(), i);
               if (!close_enough(t, n, got, e) && bad++ == 0) {
-                f.add("{} {} count {} element {}: got {} expected {}", dtype_name(t), reduce_op_name(op), count, i,
-                      got, e.value);
+                f.add("{} {} count {} element {}: got {} expected {}", dtype_name(t), reduce_op_name(op), count, i, got,
+                      e.value);
               }
             }
-            if (buf.back() != 0x5a) f.add("{} {} count {}: wrote past the end", dtype_name(t), reduce_op_name(op), count);
+            if (buf.back() != 0x5a)
+              f.add("{} {} count {}: wrote past the end", dtype_name(t), reduce_op_name(op), count);
             hashes[r].push_back(fnv(buf.data(), buf.size()));
           }
         }
@@ -311,8 +310,8 @@ TEST_CASE("allreduce prescale and postscale", "[collective][allreduce]") {
               const Expect& e = table[i % kPeriod];
               double got = load(t, buf.data(), i);
               if (!close_enough(t, n, got, e)) {
-                f.add("{} {} count {} element {}: got {} expected {}", dtype_name(t), reduce_op_name(op), count, i,
-                      got, e.value);
+                f.add("{} {} count {} element {}: got {} expected {}", dtype_name(t), reduce_op_name(op), count, i, got,
+                      e.value);
                 break;
               }
             }
@@ -346,8 +345,8 @@ TEST_CASE("allgatherv grid with uneven and empty contributions", "[collective][a
   Worlds worlds;
   for (int n = 1; n <= 8; ++n) {
     auto fails = run_ranks(worlds.get(n), [&](int r, Comm& comm, Failures& f) {
-      for (std::size_t base : {std::size_t(0), std::size_t(1), std::size_t(7), std::size_t(1000), std::size_t(70001),
-                               kBig}) {
+      for (std::size_t base :
+           {std::size_t(0), std::size_t(1), std::size_t(7), std::size_t(1000), std::size_t(70001), kBig}) {
         for (int pattern = 0; pattern < 2; ++pattern) {
           // pattern 0: everyone sends base + small skew; 1: odd ranks send nothing.
           auto bytes_of = [&](int q) -> std::size_t {
@@ -385,8 +384,8 @@ TEST_CASE("broadcast grid from every root", "[collective][broadcast]") {
   for (int n = 1; n <= 8; ++n) {
     auto fails = run_ranks(worlds.get(n), [&](int r, Comm& comm, Failures& f) {
       for (int root = 0; root < n; ++root) {
-        for (std::size_t bytes : {std::size_t(0), std::size_t(1), std::size_t(7), std::size_t(1000),
-                                  std::size_t(70001), std::size_t(300001), kBig + 3}) {
+        for (std::size_t bytes : {std::size_t(0), std::size_t(1), std::size_t(7), std::size_t(1000), std::size_t(70001),
+                                  std::size_t(300001), kBig + 3}) {
           std::vector<unsigned char> buf(bytes + 1, 0xa5);
           if (r == root) {
             for (std::size_t j = 0; j < bytes; ++j) buf[j] = static_cast<unsigned char>(root * 13 + j);
@@ -410,8 +409,8 @@ TEST_CASE("alltoallv grid with uneven splits", "[collective][alltoall]") {
   Worlds worlds;
   for (int n = 1; n <= 8; ++n) {
     auto fails = run_ranks(worlds.get(n), [&](int r, Comm& comm, Failures& f) {
-      for (std::size_t base : {std::size_t(0), std::size_t(1), std::size_t(7), std::size_t(1000),
-                               std::size_t(70001), kBig}) {
+      for (std::size_t base :
+           {std::size_t(0), std::size_t(1), std::size_t(7), std::size_t(1000), std::size_t(70001), kBig}) {
         // Rank a sends split(a, b) bytes to rank b; some pairs send nothing.
         auto split = [&](int a, int b) -> std::size_t {
           if (base == 0 || (a + b) % 4 == 3) return 0;
@@ -491,8 +490,8 @@ TEST_CASE("reducescatter grid with uneven counts", "[collective][reducescatter]"
       // Prescale/postscale once.
       std::vector<float> send(3 * n), recv(3);
       for (int i = 0; i < 3 * n; ++i) send[i] = static_cast<float>(r + 1);
-      reducescatter(comm, send.data(), recv.data(), std::vector<std::size_t>(n, 3), DataType::Float32,
-                    ReduceOp::Sum, 2.0, 0.25);
+      reducescatter(comm, send.data(), recv.data(), std::vector<std::size_t>(n, 3), DataType::Float32, ReduceOp::Sum,
+                    2.0, 0.25);
       const float want = 0.5f * n * (n + 1) / 2.0f;
       if (recv[0] != want || recv[2] != want) f.add("scaled reducescatter: got {} expected {}", recv[0], want);
     });

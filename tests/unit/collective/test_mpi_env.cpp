@@ -70,8 +70,8 @@ TEST_CASE("mpi: PMIx rank with the size from SLURM_NTASKS", "[mpi_env]") {
 }
 
 TEST_CASE("mpi: Open MPI wins over PMI when both are present", "[mpi_env]") {
-  auto w = detect_mpi_world(fake({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                                  {"PMI_RANK", "1"}, {"PMI_SIZE", "2"}}));
+  auto w = detect_mpi_world(
+      fake({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"PMI_RANK", "1"}, {"PMI_SIZE", "2"}}));
   REQUIRE(w);
   CHECK(w->rank == 0);
 }

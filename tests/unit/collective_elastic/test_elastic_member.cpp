@@ -38,8 +38,8 @@ bool eventually(Pred pred, std::chrono::milliseconds limit = 5s) {
 
 int64_t sum_of_ones(collective::Context& ctx, const std::string& name) {
   int64_t one = 1;
-  ctx.allreduce(collective::AllreduceArgs{name, &one, &one, collective::DataType::Int64, {1},
-                                          collective::ReduceOp::Sum});
+  ctx.allreduce(
+      collective::AllreduceArgs{name, &one, &one, collective::DataType::Int64, {1}, collective::ReduceOp::Sum});
   return one;
 }
 
@@ -59,8 +59,8 @@ void train(Counter& c, uint64_t steps, std::chrono::milliseconds step_time,
     collective::Context& ctx = c.state.membership().context();
     c.size_seen = ctx.size();
     int64_t one = 1;
-    ctx.allreduce(collective::AllreduceArgs{"step", &one, &one, collective::DataType::Int64, {1},
-                                            collective::ReduceOp::Average});
+    ctx.allreduce(
+        collective::AllreduceArgs{"step", &one, &one, collective::DataType::Int64, {1}, collective::ReduceOp::Average});
     c.value[0] += one;
     std::this_thread::sleep_for(step_time);
     c.state.commit();
@@ -78,7 +78,8 @@ TEST_CASE("elastic members join the first world with the ranks it gives them", "
   auto jb = std::async(std::launch::async, [&] { b.join(); });
   // Both announce themselves before any world exists.
   REQUIRE(eventually([&] {
-    return driver.store().try_get(store::elastic::ready_key("a")) && driver.store().try_get(store::elastic::ready_key("b"));
+    return driver.store().try_get(store::elastic::ready_key("a")) &&
+           driver.store().try_get(store::elastic::ready_key("b"));
   }));
   driver.publish(1, {"b", "a"});
   ja.get();
@@ -229,7 +230,8 @@ TEST_CASE("elastic a peer failure mid-allreduce throws PeerFailureError fast, th
   CHECK(a.value[0] == static_cast<int64_t>(kSteps));
 }
 
-TEST_CASE("elastic a world that drops a silent peer aborts the blocked operation (cut link)", "[elastic][member][failure]") {
+TEST_CASE("elastic a world that drops a silent peer aborts the blocked operation (cut link)",
+          "[elastic][member][failure]") {
   FakeDriver driver;
   driver.publish(1, {"a", "b"});
   ElasticMember a(driver.options("a")), b(driver.options("b"));
@@ -373,7 +375,7 @@ TEST_CASE("elastic bench: N members re-form after one is killed", "[.][bench]") 
   double worst = 0;
   for (auto& s : survivors) worst = std::max(worst, s.get());
   CHECK(failed == n - 1);
-  WARN(n << " members: first join " << join_s << " s; kill -> all " << n - 1
-         << " survivors re-formed and allreduced " << worst << " s");
+  WARN(n << " members: first join " << join_s << " s; kill -> all " << n - 1 << " survivors re-formed and allreduced "
+         << worst << " s");
   members[n - 1]->close();
 }

@@ -70,18 +70,17 @@ void report(int fd, const Record& r) {
         collective::Context& ctx = member.context();
         int64_t one = 1;
         try {
-          ctx.allreduce(collective::AllreduceArgs{"step", &one, &one, collective::DataType::Int64, {1},
-                                                  collective::ReduceOp::Average});
+          ctx.allreduce(collective::AllreduceArgs{
+              "step", &one, &one, collective::DataType::Int64, {1}, collective::ReduceOp::Average});
           value[0] += one;
           std::this_thread::sleep_for(4ms);
           state.commit();  // its host-update agreement may be what fails
         } catch (const PeerFailureError&) {
-          report(report_fd, Record{index, kFailure, static_cast<int64_t>(state.commits()), ctx.size(), value[0],
-                                   now_ns()});
+          report(report_fd,
+                 Record{index, kFailure, static_cast<int64_t>(state.commits()), ctx.size(), value[0], now_ns()});
           throw;
         }
-        report(report_fd,
-               Record{index, kStep, static_cast<int64_t>(state.commits()), ctx.size(), value[0], now_ns()});
+        report(report_fd, Record{index, kStep, static_cast<int64_t>(state.commits()), ctx.size(), value[0], now_ns()});
       }
     });
     rec = Record{index, kDone, static_cast<int64_t>(state.commits()), 0, value[0], now_ns()};
@@ -176,8 +175,7 @@ TEST_CASE("elastic SIGKILL of a worker mid-training: the survivor resumes alone 
 
     const int64_t published_at = now_ns();
     driver.publish(2, {"p0"}, false, "worker p1 failed");  // hvdrun's reaction
-    const Record* resumed =
-        read_until([](const Record& r) { return r.child == 0 && r.kind == kStep && r.size == 1; });
+    const Record* resumed = read_until([](const Record& r) { return r.child == 0 && r.kind == kStep && r.size == 1; });
     REQUIRE(resumed);
     const double resume_s = (resumed->when_ns - published_at) / 1e9;
     // Resumed from its last commit, not from scratch.
@@ -192,8 +190,7 @@ TEST_CASE("elastic SIGKILL of a worker mid-training: the survivor resumes alone 
       std::this_thread::sleep_for(2ms);
     }
     driver.publish(3, {"p0", "p2"}, false, "worker p2 joined");
-    const Record* regrown =
-        read_until([](const Record& r) { return r.child == 2 && r.kind == kStep && r.size == 2; });
+    const Record* regrown = read_until([](const Record& r) { return r.child == 2 && r.kind == kStep && r.size == 2; });
     REQUIRE(regrown);
     const double regrow_s = (regrown->when_ns - started_at) / 1e9;
     // The newcomer continued from the survivor's commit count.
@@ -209,8 +206,8 @@ TEST_CASE("elastic SIGKILL of a worker mid-training: the survivor resumes alone 
       return done == 2;
     });
     WARN("kill -9 -> survivor's PeerFailureError " << detect_s << " s; world published -> survivor training at size 1 "
-                                                    << resume_s << " s; replacement process start -> training at size 2 "
-                                                    << regrow_s << " s");
+                                                   << resume_s << " s; replacement process start -> training at size 2 "
+                                                   << regrow_s << " s");
     CHECK(detect_s < 0.5);
     CHECK(resume_s < 1.0);
     CHECK(regrow_s < 5.0);

@@ -7,13 +7,12 @@
 
 static int failures = 0;
 
-#define EXPECT(cond)                                                     \
-  do {                                                                   \
-    if (!(cond)) {                                                       \
-      fprintf(stderr, "%s:%d: expected %s (last error: %s)\n", __FILE__, \
-              __LINE__, #cond, hvd_last_error());                        \
-      ++failures;                                                        \
-    }                                                                    \
+#define EXPECT(cond)                                                                                         \
+  do {                                                                                                       \
+    if (!(cond)) {                                                                                           \
+      fprintf(stderr, "%s:%d: expected %s (last error: %s)\n", __FILE__, __LINE__, #cond, hvd_last_error()); \
+      ++failures;                                                                                            \
+    }                                                                                                        \
   } while (0)
 
 static void* my_alloc(void* user, int ndim, const int64_t* shape, size_t bytes) {

@@ -89,15 +89,16 @@ TEST_CASE("context: a job of size 1 needs no store and runs every op locally") {
   std::vector<int32_t> g{7, 8};
   Handle h = ctx->allgather({"g", g.data(), DataType::Int32, {2}, {}});
   CHECK(h.output_shape() == std::vector<int64_t>{2});
-  CHECK(std::vector<int32_t>(static_cast<const int32_t*>(h.output()), static_cast<const int32_t*>(h.output()) + 2) == g);
+  CHECK(std::vector<int32_t>(static_cast<const int32_t*>(h.output()), static_cast<const int32_t*>(h.output()) + 2) ==
+        g);
   ctx->barrier();
   ctx->shutdown();
   ctx->shutdown();  // idempotent
 }
 
 TEST_CASE("settings_from_env: no topology variables -> size 1 - partial or garbage -> InvalidArgument naming it") {
-  const char* vars[] = {"HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
-                        "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE"};
+  const char* vars[] = {"HOROVOD_RANK",       "HOROVOD_SIZE",       "HOROVOD_LOCAL_RANK",
+                        "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE"};
   for (const char* v : vars) unsetenv(v);
   CHECK(settings_from_env().size == 1);
   setenv("HOROVOD_SIZE", "2", 1);
@@ -130,9 +131,10 @@ TEST_CASE("settings_from_env: no topology variables -> size 1 - partial or garba
 }
 
 TEST_CASE("settings_from_env: Horovod's tuning variables, their defaults and bad values") {
-  const char* tuning[] = {"HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD", "HOROVOD_CACHE_CAPACITY",
-                          "HOROVOD_STALL_CHECK_DISABLE", "HOROVOD_STALL_CHECK_TIME_SECONDS",
-                          "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_START_TIMEOUT"};
+  const char* tuning[] = {
+      "HOROVOD_CYCLE_TIME",          "HOROVOD_FUSION_THRESHOLD",         "HOROVOD_CACHE_CAPACITY",
+      "HOROVOD_STALL_CHECK_DISABLE", "HOROVOD_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
+      "HOROVOD_START_TIMEOUT"};
   for (const char* v : tuning) unsetenv(v);
   Settings d = settings_from_env();
   CHECK(d.cycle_time == std::chrono::microseconds(1000));
@@ -331,8 +333,9 @@ TEST_CASE("mismatched submissions fail on every rank with a message naming the r
     std::vector<float> w(20, 1.0f);
     int64_t cols = r == 1 ? 5 : 4;
     Handle h = c.allreduce_async({"grad.w", w.data(), w.data(), DataType::Float32, {4, cols}});
-    CHECK_THROWS_MATCHES(h.wait(), MismatchError,
-                         Catch::Message("tensor 'grad.w' mismatch: ranks 0,2 have float32[4,4], rank 1 has float32[4,5]"));
+    CHECK_THROWS_MATCHES(
+        h.wait(), MismatchError,
+        Catch::Message("tensor 'grad.w' mismatch: ranks 0,2 have float32[4,4], rank 1 has float32[4,5]"));
     // Dtype.
     std::vector<double> d(4, 1.0);
     DataType dt = r == 2 ? DataType::Float64 : DataType::Float32;
@@ -538,15 +541,15 @@ TEST_CASE("rendezvous failures are clear: absent peers time out naming the store
     context_from_env();
     FAIL("context_from_env succeeded without a store");
   } catch (const hvd::Error& e) {
-    CHECK_THAT(std::string(e.what()), Catch::Contains("rendezvous store unreachable") ||
-                                          Catch::Contains("could not rendezvous"));
+    CHECK_THAT(std::string(e.what()),
+               Catch::Contains("rendezvous store unreachable") || Catch::Contains("could not rendezvous"));
   }
   CHECK(std::chrono::steady_clock::now() - t0 < 10s);
   unsetenv("HOROVOD_GLOO_RENDEZVOUS_ADDR");
   CHECK_THROWS_WITH(context_from_env(), Catch::Contains("HOROVOD_GLOO_RENDEZVOUS_ADDR is not set"));
-  for (const char* v : {"HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
-                        "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", "HOROVOD_START_TIMEOUT",
-                        "HOROVOD_GLOO_RENDEZVOUS_PORT"}) {
+  for (const char* v :
+       {"HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK",
+        "HOROVOD_CROSS_SIZE", "HOROVOD_START_TIMEOUT", "HOROVOD_GLOO_RENDEZVOUS_PORT"}) {
     unsetenv(v);
   }
 }
@@ -565,7 +568,10 @@ TEST_CASE("response cache: a tiny capacity with eviction keeps ranks in agreemen
       for (int i : order) {
         // Shapes change every 7 iterations, so entries are also replaced.
         data[i].assign(static_cast<std::size_t>(i + 1 + iter / 7), r);
-        hs[i] = c.allreduce_async({"rot" + std::to_string(i), data[i].data(), data[i].data(), DataType::Int32,
+        hs[i] = c.allreduce_async({"rot" + std::to_string(i),
+                                   data[i].data(),
+                                   data[i].data(),
+                                   DataType::Int32,
                                    {static_cast<int64_t>(data[i].size())}});
       }
       for (int i = 0; i < 5; ++i) {

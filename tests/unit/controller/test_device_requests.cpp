@@ -174,13 +174,13 @@ TEST_CASE("device: the response cache keeps host and device submissions of one n
 
 TEST_CASE("device: fusion groups only tensors on the same memory of every rank, counting device padding") {
   std::vector<Response> list;
-  list.push_back(ready({device_req("a", 3, 0), device_req("a", 3, 1)}));                     // 12 B -> 16
+  list.push_back(ready({device_req("a", 3, 0), device_req("a", 3, 1)}));  // 12 B -> 16
   list.push_back(ready({device_req("b", 4, kHostDevice), device_req("b", 4, kHostDevice)}));  // host
-  list.push_back(ready({device_req("c", 3, 0), device_req("c", 3, 0)}));                     // rank 1 differs
-  list.push_back(ready({device_req("d", 1, 0), device_req("d", 1, 1)}));                     // 4 B -> 16
-  list.push_back(ready({device_req("e", 3, 1), device_req("e", 3, 1)}));                     // rank 0 differs
+  list.push_back(ready({device_req("c", 3, 0), device_req("c", 3, 0)}));  // rank 1 differs
+  list.push_back(ready({device_req("d", 1, 0), device_req("d", 1, 1)}));  // 4 B -> 16
+  list.push_back(ready({device_req("e", 3, 1), device_req("e", 3, 1)}));  // rank 0 differs
   list.push_back(ready({device_req("f", 4, kHostDevice), device_req("f", 4, kHostDevice)}));  // host
-  list.push_back(ready({device_req("g", 1, 0), device_req("g", 1, 1)}));                     // 16 B more: over 40
+  list.push_back(ready({device_req("g", 1, 0), device_req("g", 1, 1)}));  // 16 B more: over 40
   auto groups = plan_fusion(list, 40);
   REQUIRE(groups.size() == 5);
   REQUIRE(groups[0].tensors.size() == 2);  // a + d: 32 of 40 bytes after padding (raw: 16)
@@ -275,7 +275,8 @@ TEST_CASE("device: argument errors about devices are reported at submission") {
   AllgatherArgs empty{"empty", nullptr, DataType::Float32, {0}, {}};
   empty.device = kAutoDevice;
   if (cuda::cuda_built()) {
-    CHECK_THROWS_WITH(ctx[0]->allgather_async(empty), Catch::Contains("kAutoDevice cannot tell where a null buffer is"));
+    CHECK_THROWS_WITH(ctx[0]->allgather_async(empty),
+                      Catch::Contains("kAutoDevice cannot tell where a null buffer is"));
   } else {
     Handle h = ctx[0]->allgather(empty);
     CHECK(h.output_device() == -1);

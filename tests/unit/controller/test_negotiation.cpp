@@ -104,8 +104,8 @@ TEST_CASE("controller: a tensor is ready only once every rank announced it, in o
 TEST_CASE("controller: mismatches name the tensor and the disagreeing ranks") {
   auto ctl = make_controllers(3);
   SECTION("shape") {
-    auto out = cycle(ctl, {{allreduce_req("grad.w", {4, 4})}, {allreduce_req("grad.w", {4, 5})},
-                           {allreduce_req("grad.w", {4, 4})}});
+    auto out = cycle(
+        ctl, {{allreduce_req("grad.w", {4, 4})}, {allreduce_req("grad.w", {4, 5})}, {allreduce_req("grad.w", {4, 4})}});
     for (auto& o : out) {
       REQUIRE(o.responses.size() == 1);
       CHECK(o.responses[0].error == ResponseError::Mismatch);
@@ -113,8 +113,8 @@ TEST_CASE("controller: mismatches name the tensor and the disagreeing ranks") {
     }
   }
   SECTION("dtype") {
-    auto out = cycle(ctl, {{allreduce_req("t", {2}, DataType::Float64)}, {allreduce_req("t", {2})},
-                           {allreduce_req("t", {2})}});
+    auto out = cycle(
+        ctl, {{allreduce_req("t", {2}, DataType::Float64)}, {allreduce_req("t", {2})}, {allreduce_req("t", {2})}});
     CHECK(out[2].responses[0].message == "tensor 't' mismatch: rank 0 has float64[2], ranks 1,2 have float32[2]");
   }
   SECTION("reduce op") {
@@ -192,11 +192,11 @@ TEST_CASE("fusion: compatible allreduces are grouped up to the threshold") {
     r.tensors.push_back({allreduce_req(n, {elems}, dt)});
     ready.push_back(r);
   };
-  add("a", 10, DataType::Float32);   // 40 B
-  add("b", 10, DataType::Float64);   // 80 B, other dtype
-  add("c", 10, DataType::Float32);   // 40 B
+  add("a", 10, DataType::Float32);  // 40 B
+  add("b", 10, DataType::Float64);  // 80 B, other dtype
+  add("c", 10, DataType::Float32);  // 40 B
   add("d", 100, DataType::Float32);  // 400 B: over the threshold with a+c
-  add("e", 5, DataType::Float32);    // 20 B
+  add("e", 5, DataType::Float32);  // 20 B
   auto groups = plan_fusion(ready, 100);
   REQUIRE(groups.size() == 3);
   CHECK(groups[0].tensors.size() == 3);  // a, c, e
@@ -213,7 +213,8 @@ TEST_CASE("stall inspector: warns naming missing ranks, then fails past the shut
   CHECK(si.check(pending, t0 + std::chrono::milliseconds(50)).warnings.empty());
   auto r = si.check(pending, t0 + std::chrono::milliseconds(150));
   REQUIRE(r.warnings.size() == 1);
-  CHECK_THAT(r.warnings[0], Catch::Contains("'lonely'") && Catch::Contains("ranks 0,1") && Catch::Contains("ranks 2,3"));
+  CHECK_THAT(r.warnings[0],
+             Catch::Contains("'lonely'") && Catch::Contains("ranks 0,1") && Catch::Contains("ranks 2,3"));
   CHECK(si.check(pending, t0 + std::chrono::milliseconds(160)).warnings.empty());  // rate-limited
   CHECK(si.check(pending, t0 + std::chrono::milliseconds(1100)).to_fail == std::vector<std::string>{"lonely"});
 }

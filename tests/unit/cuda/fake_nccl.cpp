@@ -85,7 +85,7 @@ struct FakeComm {
   int rank;
   bool nonblocking = false;
   int state = kSuccess;  // what ncclCommGetAsyncError reports (before the knob)
-  bool busy = false;     // a background thread of ours still uses it
+  bool busy = false;  // a background thread of ours still uses it
   bool joining = false;  // counted in group->joined, set-up not finished
   bool aborted = false;  // ncclCommAbort while busy: the thread frees it
 };
@@ -235,9 +235,8 @@ int ncclCommInitRankConfig(void** comm, int nranks, Id id, int rank, Config* con
   if (!config || config->magic != 0xcafebeef || config->version < 21400 || config->size < 24) {
     return kInvalidArgument;
   }
-  if (config->size >= sizeof(Config) &&
-      (config->cgaClusterSize != INT_MIN || config->minCTAs != INT_MIN || config->maxCTAs != INT_MIN ||
-       config->netName != nullptr)) {
+  if (config->size >= sizeof(Config) && (config->cgaClusterSize != INT_MIN || config->minCTAs != INT_MIN ||
+                                         config->maxCTAs != INT_MIN || config->netName != nullptr)) {
     return kInvalidArgument;
   }
   if (config->blocking != 0) return ncclCommInitRank(comm, nranks, id, rank);

@@ -22,9 +22,12 @@ constexpr std::size_t kGuard = 64;  // poisoned elements checked past the end
 
 inline std::size_t ref_size(DataType t) {
   switch (t) {
-    case DataType::UInt8: case DataType::Int8: return 1;
-    case DataType::Float16: case DataType::BFloat16: return 2;
-    case DataType::Int32: case DataType::Float32: return 4;
+    case DataType::UInt8:
+    case DataType::Int8: return 1;
+    case DataType::Float16:
+    case DataType::BFloat16: return 2;
+    case DataType::Int32:
+    case DataType::Float32: return 4;
     default: return 8;
   }
 }
@@ -39,10 +42,11 @@ inline const char* ref_name(ReduceOp op) {
   return names[static_cast<int>(op)];
 }
 
-inline const std::vector<DataType> kTypes = {DataType::UInt8,    DataType::Int8,    DataType::Int32,   DataType::Int64,
-                                      DataType::Float16,  DataType::BFloat16, DataType::Float32, DataType::Float64};
+inline const std::vector<DataType> kTypes = {DataType::UInt8,   DataType::Int8,    DataType::Int32,
+                                             DataType::Int64,   DataType::Float16, DataType::BFloat16,
+                                             DataType::Float32, DataType::Float64};
 inline const std::vector<ReduceOp> kOps = {ReduceOp::Sum, ReduceOp::Average, ReduceOp::Min, ReduceOp::Max,
-                                    ReduceOp::Product};
+                                           ReduceOp::Product};
 
 inline bool is_float(DataType t) {
   return t == DataType::Float16 || t == DataType::BFloat16 || t == DataType::Float32 || t == DataType::Float64;
@@ -58,12 +62,36 @@ inline double load(DataType t, const uint8_t* p) {
   switch (t) {
     case DataType::UInt8: return *p;
     case DataType::Int8: return static_cast<int8_t>(*p);
-    case DataType::Int32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-    case DataType::Int64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
-    case DataType::Float16: { uint16_t v; std::memcpy(&v, p, 2); return detail::half_to_float(v); }
-    case DataType::BFloat16: { uint16_t v; std::memcpy(&v, p, 2); return detail::bfloat16_to_float(v); }
-    case DataType::Float32: { float v; std::memcpy(&v, p, 4); return v; }
-    case DataType::Float64: { double v; std::memcpy(&v, p, 8); return v; }
+    case DataType::Int32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DataType::Int64: {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      return static_cast<double>(v);
+    }
+    case DataType::Float16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return detail::half_to_float(v);
+    }
+    case DataType::BFloat16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return detail::bfloat16_to_float(v);
+    }
+    case DataType::Float32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DataType::Float64: {
+      double v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
   }
   return 0;
 }
@@ -72,11 +100,31 @@ inline void store_value(DataType t, uint8_t* p, double x) {
   switch (t) {
     case DataType::UInt8: *p = static_cast<uint8_t>(x); return;
     case DataType::Int8: *p = static_cast<uint8_t>(static_cast<int8_t>(x)); return;
-    case DataType::Int32: { int32_t v = static_cast<int32_t>(x); std::memcpy(p, &v, 4); return; }
-    case DataType::Int64: { int64_t v = static_cast<int64_t>(x); std::memcpy(p, &v, 8); return; }
-    case DataType::Float16: { uint16_t v = detail::float_to_half(static_cast<float>(x)); std::memcpy(p, &v, 2); return; }
-    case DataType::BFloat16: { uint16_t v = detail::float_to_bfloat16(static_cast<float>(x)); std::memcpy(p, &v, 2); return; }
-    case DataType::Float32: { float v = static_cast<float>(x); std::memcpy(p, &v, 4); return; }
+    case DataType::Int32: {
+      int32_t v = static_cast<int32_t>(x);
+      std::memcpy(p, &v, 4);
+      return;
+    }
+    case DataType::Int64: {
+      int64_t v = static_cast<int64_t>(x);
+      std::memcpy(p, &v, 8);
+      return;
+    }
+    case DataType::Float16: {
+      uint16_t v = detail::float_to_half(static_cast<float>(x));
+      std::memcpy(p, &v, 2);
+      return;
+    }
+    case DataType::BFloat16: {
+      uint16_t v = detail::float_to_bfloat16(static_cast<float>(x));
+      std::memcpy(p, &v, 2);
+      return;
+    }
+    case DataType::Float32: {
+      float v = static_cast<float>(x);
+      std::memcpy(p, &v, 4);
+      return;
+    }
     case DataType::Float64: std::memcpy(p, &x, 8); return;
   }
 }
@@ -91,7 +139,8 @@ inline Tensor random_tensor(DataType t, ReduceOp op, std::size_t count, uint64_t
   for (std::size_t i = 0; i < count; ++i) {
     double x;
     if (is_float(t)) {
-      std::uniform_real_distribution<double> mag(op == ReduceOp::Product ? 0.7 : 0.5, op == ReduceOp::Product ? 1.3 : 2.0);
+      std::uniform_real_distribution<double> mag(op == ReduceOp::Product ? 0.7 : 0.5,
+                                                 op == ReduceOp::Product ? 1.3 : 2.0);
       x = mag(rng) * ((rng() & 1) ? 1 : -1);
     } else if (op == ReduceOp::Product) {
       x = static_cast<double>(1 + rng() % 3);
@@ -115,7 +164,8 @@ inline T wrap_int(double v) {
 }
 
 /// The integer reference, mirroring the documented semantics step by step.
-inline double int_reference(DataType t, ReduceOp op, const std::vector<double>& xs, double pre, double post, int divisor) {
+inline double int_reference(DataType t, ReduceOp op, const std::vector<double>& xs, double pre, double post,
+                            int divisor) {
   auto as_t = [&](double v) -> double {
     switch (t) {
       case DataType::UInt8: return wrap_int<uint8_t>(v);
@@ -142,9 +192,9 @@ inline double int_reference(DataType t, ReduceOp op, const std::vector<double>& 
 }
 
 struct Tolerance {
-  double acc_eps;    // accumulate type
+  double acc_eps;  // accumulate type
   double store_eps;  // storage rounding
-  double tiny;       // absolute floor (subnormals)
+  double tiny;  // absolute floor (subnormals)
 };
 inline Tolerance tolerance(DataType t) {
   switch (t) {
@@ -159,7 +209,7 @@ inline Tolerance tolerance(DataType t) {
 /// Compares `got` (count values + kGuard guard elements) with the reference
 /// of inputs[j] reduced. Returns a description of the first failure or "".
 inline std::string verify(DataType t, ReduceOp op, const std::vector<const Tensor*>& inputs, const uint8_t* got,
-                   std::size_t count, double pre, double post, int divisor, const std::vector<uint8_t>& guard) {
+                          std::size_t count, double pre, double post, int divisor, const std::vector<uint8_t>& guard) {
   const std::size_t es = ref_size(t);
   const int n = static_cast<int>(inputs.size());
   const Tolerance tol = tolerance(t);
@@ -179,14 +229,27 @@ inline std::string verify(DataType t, ReduceOp op, const std::vector<const Tenso
         const double x = xs[j] * pre;
         switch (op) {
           case ReduceOp::Sum:
-          case ReduceOp::Average: acc += x; mag += std::fabs(x); break;
-          case ReduceOp::Min: acc = x < acc ? x : acc; mag = std::max(mag, std::fabs(x)); break;
-          case ReduceOp::Max: acc = acc < x ? x : acc; mag = std::max(mag, std::fabs(x)); break;
-          case ReduceOp::Product: acc *= x; mag *= std::fabs(x); break;
+          case ReduceOp::Average:
+            acc += x;
+            mag += std::fabs(x);
+            break;
+          case ReduceOp::Min:
+            acc = x < acc ? x : acc;
+            mag = std::max(mag, std::fabs(x));
+            break;
+          case ReduceOp::Max:
+            acc = acc < x ? x : acc;
+            mag = std::max(mag, std::fabs(x));
+            break;
+          case ReduceOp::Product:
+            acc *= x;
+            mag *= std::fabs(x);
+            break;
         }
       }
       ref = acc * post_eff;
-      const double bound = (n + 3) * tol.acc_eps * mag * std::fabs(post_eff) + tol.store_eps * std::fabs(ref) + tol.tiny;
+      const double bound =
+          (n + 3) * tol.acc_eps * mag * std::fabs(post_eff) + tol.store_eps * std::fabs(ref) + tol.tiny;
       ok = !std::isnan(g) && std::fabs(g - ref) <= bound;
     }
     if (!ok) {

@@ -56,15 +56,14 @@ TEST_CASE("cuda: device kernels check their arguments before touching the GPU", 
   int dummy = 0;
   CHECK_THROWS_AS(cuda::reduce({}, &dummy, 1, DataType::Float32, ReduceOp::Sum, 1, 1, nullptr), hvd::Error);
   std::vector<const void*> too_many(cuda::detail::kMaxReduceInputs + 1, &dummy);
-  CHECK_THROWS_AS(cuda::reduce(too_many, &dummy, 1, DataType::Float32, ReduceOp::Sum, 1, 1, nullptr),
-                  hvd::Error);
+  CHECK_THROWS_AS(cuda::reduce(too_many, &dummy, 1, DataType::Float32, ReduceOp::Sum, 1, 1, nullptr), hvd::Error);
 }
 
 #ifdef HVD_WITH_CUDA
 TEST_CASE("cuda: CUDA failures become CudaError naming the call and the runtime's message", "[cuda][info]") {
   const std::string m = cuda::detail::cuda_error_message(2, "cudaMalloc(&p, 1 << 40)");
-  CHECK_THAT(m, Catch::StartsWith("cudaMalloc(&p, 1 << 40) failed: ") && Catch::Contains("memory") &&
-                    Catch::EndsWith("(2)"));
+  CHECK_THAT(
+      m, Catch::StartsWith("cudaMalloc(&p, 1 << 40) failed: ") && Catch::Contains("memory") && Catch::EndsWith("(2)"));
   try {
     HVD_CUDA_CHECK(cudaErrorInvalidValue);
     FAIL("no throw");

@@ -61,7 +61,12 @@ TEST_CASE("cuda: hierarchical path groups - the ranks of one local rank, by cros
   CHECK(why.empty());
   CHECK(cross_group(two_by_two, 3, nullptr) == std::vector<int>{1, 3});
   // Any rank order: hosts interleaved, the group still follows cross ranks.
-  std::vector<RankPlace> mixed = {{0, 2, 1}, {0, 2, 0}, {1, 2, 1}, {1, 2, 0}, };
+  std::vector<RankPlace> mixed = {
+      {0, 2, 1},
+      {0, 2, 0},
+      {1, 2, 1},
+      {1, 2, 0},
+  };
   CHECK(cross_group(mixed, 0, nullptr) == std::vector<int>{1, 0});
   CHECK(cross_group(mixed, 2, nullptr) == std::vector<int>{3, 2});
   // Three hosts of one rank each: one group of every rank.

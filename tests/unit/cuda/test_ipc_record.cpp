@@ -107,8 +107,7 @@ TEST_CASE("cuda: IPC record exchange reports missing, misplaced and inconsistent
   hvd::store::InMemoryStore store;
   const std::string prefix = "p/";
   publish_ipc_record(store, prefix, sample(0));
-  CHECK_THROWS_WITH(gather_ipc_records(store, prefix, sample(0), 2, 100ms),
-                    Catch::Contains("p/ipc/rank_1"));
+  CHECK_THROWS_WITH(gather_ipc_records(store, prefix, sample(0), 2, 100ms), Catch::Contains("p/ipc/rank_1"));
   // rank 1's key holding rank 0's record
   store.set(ipc_record_key(prefix, 1), serialize(sample(0)));
   CHECK_THROWS_WITH(gather_ipc_records(store, prefix, sample(0), 2, 1s), Catch::Contains("claims local rank 0"));

@@ -234,7 +234,7 @@ TEST_CASE("cuda: kernel arithmetic: integer scaling out of the dtype's range wra
     l.out = out.data();
     l.count = count;
     l.dtype = DataType::Int8;
-    l.prescale = 5.0;   // inputs up to 30: 150 is past int8
+    l.prescale = 5.0;  // inputs up to 30: 150 is past int8
     l.postscale = 3.0;
     cuda::detail::emulate_reduce_on_host(l);
     CHECK(verify(DataType::Int8, ReduceOp::Sum, {&x}, out.data(), count, 5.0, 3.0, 1, guard) == "");

@@ -140,8 +140,7 @@ TEST_CASE("cuda: nccl: rank records round-trip and garbage is refused") {
   CHECK(b.version == 21803);
   CHECK(b.reason.empty());
   CHECK(b.setting == DevicePathSetting::Auto);
-  CHECK(NcclRankInfo::decode(ok("G", 21803, DevicePathSetting::Staged).encode()).setting ==
-        DevicePathSetting::Staged);
+  CHECK(NcclRankInfo::decode(ok("G", 21803, DevicePathSetting::Staged).encode()).setting == DevicePathSetting::Staged);
 
   NcclRankInfo c;
   c.reason = "libnccl.so.2: cannot open shared object file: No such file or directory";
@@ -256,8 +255,7 @@ TEST_CASE("cuda: nccl: records exchanged through the store, communicator formed,
     for (int r = 0; r < n; ++r) {
       ranks.emplace_back([&, r] {
         try {
-          seen[r] = exchange_nccl_info(store, prefix, r, n, ok("GPU-" + std::to_string(r)),
-                                       std::chrono::seconds(10));
+          seen[r] = exchange_nccl_info(store, prefix, r, n, ok("GPU-" + std::to_string(r)), std::chrono::seconds(10));
           if (!choose_nccl(seen[r], nullptr)) return;
           NcclComm comm(*lib, store, prefix, r, n, std::chrono::seconds(10));
           std::vector<float> in(5);

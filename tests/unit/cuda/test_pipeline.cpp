@@ -180,8 +180,8 @@ void run_world(int n, int slots, std::size_t slot_bytes, const std::vector<std::
         }
         for (std::size_t c = 0; c < counts.size(); ++c) {
           dev.set_data(data[c].data());
-          const auto steps = plan_steps(seq + 1, plan_chunks(counts[c] * sizeof(float), sizeof(float), slot_bytes),
-                                        slots);
+          const auto steps =
+              plan_steps(seq + 1, plan_chunks(counts[c] * sizeof(float), sizeof(float), slot_bytes), slots);
           run_pipeline(block, r, steps, dev, hvd::Deadline::after(20s));
           if (!steps.empty()) seq = steps.back().seq;
         }
@@ -279,8 +279,7 @@ class CountingDevice final : public PipelineDevice {
 
 }  // namespace
 
-TEST_CASE("cuda: device allreduce protocol: reports the last step whose device work was enqueued",
-          "[cuda][pipeline]") {
+TEST_CASE("cuda: device allreduce protocol: reports the last step whose device work was enqueued", "[cuda][pipeline]") {
   // DeviceAllreducer's teardown leaves its buffers to process exit (instead
   // of freeing/unmapping while queued work may wait on a dead peer's event)
   // when any step's work was enqueued -- including a call that failed

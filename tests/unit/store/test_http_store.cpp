@@ -4,11 +4,11 @@
 #include "hvd/store/http_store.h"
 #include "test_store_util.h"
 
-#include <catch2/catch.hpp>
-#include <spdlog/spdlog.h>
 #include <poll.h>
+#include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <catch2/catch.hpp>
 
 #include <atomic>
 #include <cstdlib>
@@ -127,10 +127,10 @@ TEST_CASE("http: garbage bytes get 400 and a close while other clients are unaff
   std::mt19937 rng(7);
   std::string binary(4096, '\0');
   for (auto& c : binary) c = static_cast<char>(rng());
-  for (const std::string& junk : {binary, std::string("HELLO THERE FRIEND\r\n\r\n"),
-                                  std::string("GET /a/b HTTP/9.9\r\n\r\n"), std::string("GET nopath HTTP/1.1\r\n\r\n"),
-                                  std::string("GET /a/b HTTP/1.1\r\nbad header line\r\n\r\n"),
-                                  std::string("GET /a/%zz HTTP/1.1\r\n") + auth_header() + "\r\n"}) {
+  for (const std::string& junk :
+       {binary, std::string("HELLO THERE FRIEND\r\n\r\n"), std::string("GET /a/b HTTP/9.9\r\n\r\n"),
+        std::string("GET nopath HTTP/1.1\r\n\r\n"), std::string("GET /a/b HTTP/1.1\r\nbad header line\r\n\r\n"),
+        std::string("GET /a/%zz HTTP/1.1\r\n") + auth_header() + "\r\n"}) {
     RawConn raw(server.port());
     raw.send(junk);
     bool closed = false;
@@ -147,9 +147,7 @@ TEST_CASE("http: an oversized header gets 431 and a close", "[store][http]") {
   HttpStoreServer server(test_options());
   server.start();
   RawConn raw(server.port());
-  std::thread sender([&] {
-    raw.send("GET /a/b HTTP/1.1\r\nX-Big: " + std::string(1u << 20, 'a') + "\r\n\r\n");
-  });
+  std::thread sender([&] { raw.send("GET /a/b HTTP/1.1\r\nX-Big: " + std::string(1u << 20, 'a') + "\r\n\r\n"); });
   bool closed = false;
   auto t0 = std::chrono::steady_clock::now();
   std::string reply = raw.read_until_close(5000ms, closed);
@@ -425,8 +423,8 @@ TEST_CASE("http: client errors are clear and idle connections are re-established
     c.connect();
     FAIL("connected to nothing");
   } catch (const hvd::IoError& e) {
-    CHECK_THAT(e.what(), Catch::Contains("127.0.0.1:" + std::to_string(nobody) + " unreachable") &&
-                             Catch::Contains("refused"));
+    CHECK_THAT(e.what(),
+               Catch::Contains("127.0.0.1:" + std::to_string(nobody) + " unreachable") && Catch::Contains("refused"));
   }
   CHECK(seconds_since(t0) >= 0.25);
   CHECK(seconds_since(t0) < 3.0);
@@ -490,7 +488,9 @@ TEST_CASE("http: stress, 16 client threads x 1000 operations", "[store][http][st
   auto t0 = std::chrono::steady_clock::now();
   // Operation i of thread t: i%3==0 writes key j=i/3, i%3==1 reads it back, i%3==2 adds.
   auto key_of = [](int t, int j) { return "stress/" + std::to_string(t) + "/" + std::to_string(j); };
-  auto value_of = [](int t, int j) { return "t" + std::to_string(t) + ":" + std::to_string(j) + std::string(j % 97, 'z'); };
+  auto value_of = [](int t, int j) {
+    return "t" + std::to_string(t) + ":" + std::to_string(j) + std::string(j % 97, 'z');
+  };
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       try {
@@ -566,8 +566,10 @@ TEST_CASE("http: mutated requests never take the server down", "[store][http]") 
       bool closed = false;
       std::string reply = c.read_until_close(5000ms, closed);
       CHECK(closed);  // every connection ends: answered and closed, or closed on EOF
-      if (reply.rfind("HTTP/1.1 ", 0) == 0) ++answered;
-      else CHECK(reply.empty());
+      if (reply.rfind("HTTP/1.1 ", 0) == 0)
+        ++answered;
+      else
+        CHECK(reply.empty());
     }
   }
   CHECK(answered > 0);

@@ -9,14 +9,14 @@
 #include "hvd/store/prefix_store.h"
 #include "test_store_util.h"
 
-#include <catch2/catch.hpp>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <filesystem>
 #include <atomic>
+#include <filesystem>
 #include <numeric>
 #include <thread>
 
@@ -28,14 +28,18 @@ namespace {
 struct MemoryFixture {
   InMemoryStore mem;
   Store& store() { return mem; }
-  std::shared_ptr<Store> handle() { return std::shared_ptr<Store>(&mem, [](Store*) {}); }
+  std::shared_ptr<Store> handle() {
+    return std::shared_ptr<Store>(&mem, [](Store*) {});
+  }
 };
 
 struct FileFixture {
   TempDir dir;
   FileStore fs{FileStoreOptions{dir.path() + "/store", Ms(20)}};
   Store& store() { return fs; }
-  std::shared_ptr<Store> handle() { return std::make_shared<FileStore>(FileStoreOptions{dir.path() + "/store", Ms(20)}); }
+  std::shared_ptr<Store> handle() {
+    return std::make_shared<FileStore>(FileStoreOptions{dir.path() + "/store", Ms(20)});
+  }
 };
 
 struct PrefixFixture {
@@ -175,8 +179,8 @@ TEMPLATE_TEST_CASE("store contract: timeouts name the missing keys", "[store][co
   CHECK_NOTHROW(s.wait({"present"}, 0ms));
 }
 
-TEMPLATE_TEST_CASE("store contract: a blocked get is woken by a later set from another thread",
-                   "[store][contract]", STORE_FIXTURES) {
+TEMPLATE_TEST_CASE("store contract: a blocked get is woken by a later set from another thread", "[store][contract]",
+                   STORE_FIXTURES) {
   TestType f;
   Store& s = f.store();
   auto writer_handle = f.handle();
@@ -266,17 +270,27 @@ TEST_CASE("InMemoryStore watchers fire once, outside the lock, and can be cancel
   InMemoryStore mem;
   int fired = 0;
   InMemoryStore::WatchId id = 0;
-  CHECK_FALSE(mem.try_get_or_watch("k", [&] { ++fired; mem.try_get("k"); }, id).has_value());
+  CHECK_FALSE(mem.try_get_or_watch(
+                     "k",
+                     [&] {
+                       ++fired;
+                       mem.try_get("k");
+                     },
+                     id)
+                  .has_value());
   CHECK(id != 0);
   CHECK(mem.watcher_count() == 1);
   mem.set_string("k", "v");  // the callback re-enters the store: must not deadlock
   mem.set_string("k", "w");
   CHECK(fired == 1);
   CHECK(mem.watcher_count() == 0);
-  auto v = mem.try_get_or_watch("k", [&] { ++fired; }, id);
+  auto v = mem.try_get_or_watch(
+      "k", [&] { ++fired; }, id);
   REQUIRE(v.has_value());
   CHECK(id == 0);
-  CHECK_FALSE(mem.try_get_or_watch("j", [&] { ++fired; }, id).has_value());
+  CHECK_FALSE(mem.try_get_or_watch(
+                     "j", [&] { ++fired; }, id)
+                  .has_value());
   CHECK(mem.unwatch(id));
   CHECK_FALSE(mem.unwatch(id));
   mem.add("j", 1);
@@ -323,7 +337,8 @@ TEST_CASE("FileStore add is atomic across processes and readers never see torn v
   while (!done) {
     if (auto v = fs.try_get("torn/v")) {
       ++reads;
-      if (v->size() != (256u << 10) || std::count(v->begin(), v->end(), v->front()) != static_cast<long>(v->size())) ++torn;
+      if (v->size() != (256u << 10) || std::count(v->begin(), v->end(), v->front()) != static_cast<long>(v->size()))
+        ++torn;
     }
   }
   writer.join();

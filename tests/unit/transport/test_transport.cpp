@@ -40,7 +40,8 @@ std::pair<std::unique_ptr<Link>, std::unique_ptr<Link>> linked_pair(const TcpOpt
   TcpListener listener("127.0.0.1");
   auto fut = std::async(std::launch::async,
                         [&] { return connect(listener.endpoint(), 0, hs(1), Deadline::after(5s), options); });
-  auto a = listener.accept(hs(0), [](int p) { return p == 1; }, Deadline::after(5s), options);
+  auto a = listener.accept(
+      hs(0), [](int p) { return p == 1; }, Deadline::after(5s), options);
   auto b = fut.get();
   return {std::move(a), std::move(b)};
 }
@@ -104,7 +105,8 @@ TEST_CASE("large simultaneous sends in both directions do not deadlock", "[trans
     sa[i] = static_cast<char>(i * 7 + 1);
     sb[i] = static_cast<char>(i * 13 + 5);
   }
-  auto fut = std::async(std::launch::async, [&] { sendrecv(*b, sb.data(), n, *b, rb.data(), n, Deadline::after(20s)); });
+  auto fut =
+      std::async(std::launch::async, [&] { sendrecv(*b, sb.data(), n, *b, rb.data(), n, Deadline::after(20s)); });
   sendrecv(*a, sa.data(), n, *a, ra.data(), n, Deadline::after(20s));
   fut.get();
   CHECK(ra == sb);
@@ -113,9 +115,8 @@ TEST_CASE("large simultaneous sends in both directions do not deadlock", "[trans
 
 TEST_CASE("a peer with the wrong secret is refused and the listener keeps waiting", "[transport][security]") {
   TcpListener listener("127.0.0.1");
-  auto intruder = std::async(std::launch::async, [&] {
-    return connect(listener.endpoint(), 0, hs(1, "wrong"), Deadline::after(3s));
-  });
+  auto intruder = std::async(std::launch::async,
+                             [&] { return connect(listener.endpoint(), 0, hs(1, "wrong"), Deadline::after(3s)); });
   auto stale = std::async(std::launch::async, [&] {
     std::this_thread::sleep_for(50ms);
     return connect(listener.endpoint(), 0, hs(1, "s3cret", "gen1/"), Deadline::after(3s));
@@ -124,7 +125,8 @@ TEST_CASE("a peer with the wrong secret is refused and the listener keeps waitin
     std::this_thread::sleep_for(300ms);
     return connect(listener.endpoint(), 0, hs(1), Deadline::after(3s));
   });
-  auto link = listener.accept(hs(0), [](int p) { return p == 1; }, Deadline::after(5s));
+  auto link = listener.accept(
+      hs(0), [](int p) { return p == 1; }, Deadline::after(5s));
   REQUIRE(link);
   CHECK(link->peer() == 1);
   CHECK_THROWS_AS(intruder.get(), IoError);
@@ -143,15 +145,15 @@ TEST_CASE("garbage, silent and unexpected-rank connections are dropped", "[trans
   const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n0123456789012345678901234567890123456789012345678901234567890";
   REQUIRE(::write(garbage, junk, sizeof(junk)) > 0);
   int silent = raw_connect(listener.port());  // says nothing: handshake timeout drops it
-  auto wrong_rank = std::async(std::launch::async, [&] {
-    return connect(listener.endpoint(), 0, hs(5), Deadline::after(3s));
-  });
+  auto wrong_rank =
+      std::async(std::launch::async, [&] { return connect(listener.endpoint(), 0, hs(5), Deadline::after(3s)); });
   auto good = std::async(std::launch::async, [&] {
     std::this_thread::sleep_for(200ms);
     return connect(listener.endpoint(), 0, hs(1), Deadline::after(5s));
   });
   auto t0 = std::chrono::steady_clock::now();
-  auto link = listener.accept(hs(0), [](int p) { return p == 1; }, Deadline::after(5s));
+  auto link = listener.accept(
+      hs(0), [](int p) { return p == 1; }, Deadline::after(5s));
   CHECK(link->peer() == 1);
   CHECK(seconds_since(t0) < 3.0);
   CHECK_THROWS_AS(wrong_rank.get(), IoError);
@@ -163,7 +165,9 @@ TEST_CASE("garbage, silent and unexpected-rank connections are dropped", "[trans
 TEST_CASE("accept times out when nobody comes", "[transport]") {
   TcpListener listener("127.0.0.1");
   auto t0 = std::chrono::steady_clock::now();
-  CHECK_THROWS_AS(listener.accept(hs(0), [](int) { return true; }, Deadline::after(200ms)), TimeoutError);
+  CHECK_THROWS_AS(listener.accept(
+                      hs(0), [](int) { return true; }, Deadline::after(200ms)),
+                  TimeoutError);
   CHECK(seconds_since(t0) < 2.0);
 }
 
@@ -202,7 +206,8 @@ TEST_CASE("local shutdown wakes a thread blocked on the link", "[transport][fail
   std::vector<char> big(64u << 20);
   auto t0 = std::chrono::steady_clock::now();
   // The sender blocks once the socket buffers are full (b never reads).
-  auto fut = std::async(std::launch::async, [&, ap = a.get()] { ap->send(big.data(), big.size(), Deadline::after(10s)); });
+  auto fut =
+      std::async(std::launch::async, [&, ap = a.get()] { ap->send(big.data(), big.size(), Deadline::after(10s)); });
   std::this_thread::sleep_for(200ms);
   a->shutdown();
   CHECK_THROWS_AS(fut.get(), IoError);
@@ -294,8 +299,10 @@ int sockopt(const Link& l, int level, int name) {
 struct ScopedEnv {
   std::string name;
   ScopedEnv(std::string n, const char* value) : name(std::move(n)) {
-    if (value) ::setenv(name.c_str(), value, 1);
-    else ::unsetenv(name.c_str());
+    if (value)
+      ::setenv(name.c_str(), value, 1);
+    else
+      ::unsetenv(name.c_str());
   }
   ~ScopedEnv() { ::unsetenv(name.c_str()); }
 };

@@ -22,8 +22,8 @@ void allgatherv(Comm& comm, const void* send, std::size_t send_bytes, void* recv
   const int n = comm.size();
   const int r = comm.rank();
   if (recv_bytes[r] != send_bytes) {
-    throw InvalidArgument(fmt::format("allgatherv: rank {} sends {} bytes but recv_bytes[{}] is {}", r, send_bytes,
-                                      r, recv_bytes[r]));
+    throw InvalidArgument(
+        fmt::format("allgatherv: rank {} sends {} bytes but recv_bytes[{}] is {}", r, send_bytes, r, recv_bytes[r]));
   }
   const std::vector<std::size_t> off = detail::offsets_of(recv_bytes);
   if (off[n] > 0 && recv == nullptr) throw InvalidArgument("allgatherv: null receive buffer");

@@ -14,9 +14,9 @@
 // to the chunk this rank owns, before the allgather spreads it).
 #include "hvd/collective/algorithms.h"
 
+#include "../reduce.h"
 #include "common.h"
 #include "ring.h"
-#include "../reduce.h"
 
 #include "hvd/transport/link.h"
 

@@ -22,8 +22,8 @@ void alltoallv(Comm& comm, const void* send, const std::vector<std::size_t>& sen
   const int n = comm.size();
   const int r = comm.rank();
   if (send_bytes[r] != recv_bytes[r]) {
-    throw InvalidArgument(fmt::format("alltoallv: rank {} sends itself {} bytes but expects {}", r, send_bytes[r],
-                                      recv_bytes[r]));
+    throw InvalidArgument(
+        fmt::format("alltoallv: rank {} sends itself {} bytes but expects {}", r, send_bytes[r], recv_bytes[r]));
   }
   const std::vector<std::size_t> soff = detail::offsets_of(send_bytes);
   const std::vector<std::size_t> roff = detail::offsets_of(recv_bytes);

@@ -34,7 +34,8 @@ void binomial_broadcast(Comm& comm, char* data, std::size_t bytes, int root) {
   }
   std::vector<transport::Transfer> ts;
   for (mask >>= 1; mask > 0; mask >>= 1) {
-    if (vr + mask < n) ts.push_back(transport::Transfer::send(comm.link(detail::mod(vr + mask + root, n)), data, bytes));
+    if (vr + mask < n)
+      ts.push_back(transport::Transfer::send(comm.link(detail::mod(vr + mask + root, n)), data, bytes));
   }
   transport::progress(ts.data(), ts.size());
 }

@@ -48,8 +48,8 @@ inline std::vector<std::size_t> offsets_of(const std::vector<std::size_t>& bytes
 
 inline void check_per_rank(const Comm& comm, const std::vector<std::size_t>& v, const char* op, const char* what) {
   if (v.size() != static_cast<std::size_t>(comm.size())) {
-    throw InvalidArgument(fmt::format("{}: {} has {} entries, the communicator has {} ranks", op, what, v.size(),
-                                      comm.size()));
+    throw InvalidArgument(
+        fmt::format("{}: {} has {} entries, the communicator has {} ranks", op, what, v.size(), comm.size()));
   }
 }
 

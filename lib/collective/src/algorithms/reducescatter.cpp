@@ -10,9 +10,9 @@
 // recv_counts exactly.
 #include "hvd/collective/algorithms.h"
 
+#include "../reduce.h"
 #include "common.h"
 #include "ring.h"
-#include "../reduce.h"
 
 #include "hvd/transport/link.h"
 

@@ -22,8 +22,8 @@
 // chunk-sized (cache-thrashing) staging buffer.
 #include "ring.h"
 
-#include "common.h"
 #include "../reduce.h"
+#include "common.h"
 
 #include "hvd/transport/link.h"
 
@@ -51,9 +51,8 @@ void ring_reduce_scatter(Comm& comm, char* work, const std::vector<std::size_t>&
     // The receive lands segment by segment in the small (cache-resident)
     // tmp buffer; each full segment is reduced into place and tmp reused.
     std::size_t reduced = 0;
-    transport::Transfer ts[2] = {
-        transport::Transfer::send(right, work + off[send_chunk], chunk_bytes[send_chunk]),
-        transport::Transfer::recv(left, tmp, std::min(kSegmentBytes, recv_bytes))};
+    transport::Transfer ts[2] = {transport::Transfer::send(right, work + off[send_chunk], chunk_bytes[send_chunk]),
+                                 transport::Transfer::recv(left, tmp, std::min(kSegmentBytes, recv_bytes))};
     auto consume = [&] {
       if (!ts[1].complete() || ts[1].size == 0) return;
       reduce_into(dtype, op, target + reduced, tmp, ts[1].size / es);

@@ -51,8 +51,8 @@ std::string shown_script(const std::string& script) {
 std::string last_line(const std::string& text) {
   std::size_t end = text.size();
   for (;;) {
-    while (end > 0 && (text[end - 1] == '\n' || text[end - 1] == '\r' || text[end - 1] == ' ' ||
-                       text[end - 1] == '\t')) {
+    while (end > 0 &&
+           (text[end - 1] == '\n' || text[end - 1] == '\r' || text[end - 1] == ' ' || text[end - 1] == '\t')) {
       --end;
     }
     if (end == 0) return "";
@@ -206,8 +206,8 @@ DiscoveryResult run_discovery_script(const DiscoveryScriptOptions& options) {
     return failure(fmt::format("{} timed out after {} and was killed", name, seconds_text(options.timeout)));
   }
   if (too_much) {
-    return failure(fmt::format("{} printed more than {} (a host list is expected)", name,
-                               byte_size(options.max_output_bytes)));
+    return failure(
+        fmt::format("{} printed more than {} (a host list is expected)", name, byte_size(options.max_output_bytes)));
   }
   const std::string err_line = last_line(stderr_text);
   const std::string err_suffix = err_line.empty() ? std::string(" (no stderr output)") : ": " + err_line;

@@ -63,9 +63,7 @@ std::string seconds_text(milliseconds d) {
   return fmt::format("{:g} s", static_cast<double>(d.count()) / 1000.0);
 }
 
-std::string plural(std::size_t n, const char* word) {
-  return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s");
-}
+std::string plural(std::size_t n, const char* word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); }
 
 /// Discovered hosts as "a:2 b:1", at most 8 of them.
 std::string hosts_text(const std::vector<HostSpec>& hosts) {
@@ -426,8 +424,8 @@ struct ElasticDriver::Impl {
     for (const auto& m : world.members) {
       if (!next.find(m.worker_id)) left += (left.empty() ? "" : ", ") + where(m.worker_id);
     }
-    log(fmt::format("world {}: size {} -> {}, joined {}; left: {}; reason: {}", next.version, world.size(),
-                    next.size(), joined.empty() ? "-" : joined, left.empty() ? "-" : left, next.reason));
+    log(fmt::format("world {}: size {} -> {}, joined {}; left: {}; reason: {}", next.version, world.size(), next.size(),
+                    joined.empty() ? "-" : joined, left.empty() ? "-" : left, next.reason));
     world = next;
     std::vector<std::string> member_ids;
     for (const auto& m : world.members) member_ids.push_back(m.worker_id);
@@ -658,8 +656,7 @@ void ElasticDriver::on_worker_exit(const std::string& worker_id, int status, con
     return;
   }
   if (d.finishing) {
-    if (!e.ok && std::find(d.finishing_members.begin(), d.finishing_members.end(), w.id) !=
-                     d.finishing_members.end()) {
+    if (!e.ok && std::find(d.finishing_members.begin(), d.finishing_members.end(), w.id) != d.finishing_members.end()) {
       d.finishing_failures.push_back(w.id);
     }
     d.check_finished();
@@ -675,8 +672,7 @@ void ElasticDriver::on_worker_exit(const std::string& worker_id, int status, con
     return;
   }
   std::string what = e.ok ? std::string("exited 0 before it joined the job") : e.description;
-  if (d.world.version == 0 && !w.ready &&
-      (!e.lost || d.usable_slots_except(w.host, now) < d.policy.start_np)) {
+  if (d.world.version == 0 && !w.ready && (!e.lost || d.usable_slots_except(w.host, now) < d.policy.start_np)) {
     int code = e.failure_code();
     d.finish(code, fmt::format("{} failed before the job formed: {}", d.on_host(w), what));
     return;
@@ -760,10 +756,9 @@ void ElasticDriver::tick(ElasticTime now) {
                fmt::format("discovery offered only {} usable slots in {}; -np needs {} (--elastic-timeout)",
                            d.usable_free_slots(now), seconds_text(d.policy.elastic_timeout), d.policy.start_np));
     } else {
-      d.finish(exit_code::kElastic,
-               fmt::format("only {} for {}, fewer than --min-np {} (--elastic-timeout)",
-                           plural(static_cast<std::size_t>(d.active_count()), "usable worker"),
-                           seconds_text(d.policy.elastic_timeout), d.policy.min_np));
+      d.finish(exit_code::kElastic, fmt::format("only {} for {}, fewer than --min-np {} (--elastic-timeout)",
+                                                plural(static_cast<std::size_t>(d.active_count()), "usable worker"),
+                                                seconds_text(d.policy.elastic_timeout), d.policy.min_np));
     }
   }
 }

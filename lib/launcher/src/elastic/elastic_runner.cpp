@@ -179,8 +179,12 @@ struct Batch {
 class ElasticRunner::Impl {
  public:
   Impl(const Options& options, ElasticRunnerDeps deps)
-      : options_(options), deps_(std::move(deps)), output_(deps_.output), events_(deps_.events),
-        store_(deps_.store), sink_(deps_.output, queue_) {}
+      : options_(options),
+        deps_(std::move(deps)),
+        output_(deps_.output),
+        events_(deps_.events),
+        store_(deps_.store),
+        sink_(deps_.output, queue_) {}
 
   void interrupt(int sig) {
     ElasticEvent e;
@@ -196,19 +200,18 @@ class ElasticRunner::Impl {
 
     ElasticPolicy policy = elastic_policy(options_);
     driver_ = std::make_unique<ElasticDriver>(policy, deps_.seed);
-    spdlog::info("elastic job: min-np {}, start with {}, max-np {}; {} every {} ms; store {}",
-                 policy.min_np, policy.start_np,
-                 policy.max_np >= (1 << 20) ? std::string("unlimited") : std::to_string(policy.max_np),
+    spdlog::info("elastic job: min-np {}, start with {}, max-np {}; {} every {} ms; store {}", policy.min_np,
+                 policy.start_np, policy.max_np >= (1 << 20) ? std::string("unlimited") : std::to_string(policy.max_np),
                  deps_.hosts.describe(), options_.elastic.discovery_interval.count(), deps_.store_address);
 
     if (events_) {
-      events_->emit("job_start", {{"mode", "elastic"},
-                                  {"np", policy.start_np},
-                                  {"min_np", policy.min_np},
-                                  {"max_np", policy.max_np >= (1 << 20) ? EventValue::null()
-                                                                        : EventValue(policy.max_np)},
-                                  {"discovery", deps_.hosts.describe()},
-                                  {"store", deps_.store_address}});
+      events_->emit("job_start",
+                    {{"mode", "elastic"},
+                     {"np", policy.start_np},
+                     {"min_np", policy.min_np},
+                     {"max_np", policy.max_np >= (1 << 20) ? EventValue::null() : EventValue(policy.max_np)},
+                     {"discovery", deps_.hosts.describe()},
+                     {"store", deps_.store_address}});
     }
 
     DiscoveryLoop discovery(deps_.hosts, options_.elastic.discovery_interval, queue_);
@@ -256,9 +259,7 @@ class ElasticRunner::Impl {
   void dispatch(const ElasticEvent& e) {
     auto now = ElasticClock::now();
     switch (e.kind) {
-      case ElasticEvent::Kind::Discovery:
-        driver_->on_discovery(usable(std::move(e.discovery)), now);
-        break;
+      case ElasticEvent::Kind::Discovery: driver_->on_discovery(usable(std::move(e.discovery)), now); break;
       case ElasticEvent::Kind::Ready:
         if (live_.count(e.worker_id)) {
           if (events_) events_->emit("worker_ready", {{"worker", e.worker_id}});
@@ -274,11 +275,11 @@ class ElasticRunner::Impl {
           k = k->second == e.worker_id ? kill_at_.erase(k) : std::next(k);
         }
         if (events_) {
-          events_->emit("worker_exit",
-                        {{"worker", e.worker_id},
-                         {"status", e.lost_reason.empty() ? e.status : -1},
-                         {"description", e.lost_reason.empty() ? describe_status(e.status, 0) : "lost: " + e.lost_reason},
-                         {"lost", !e.lost_reason.empty()}});
+          events_->emit("worker_exit", {{"worker", e.worker_id},
+                                        {"status", e.lost_reason.empty() ? e.status : -1},
+                                        {"description", e.lost_reason.empty() ? describe_status(e.status, 0)
+                                                                              : "lost: " + e.lost_reason},
+                                        {"lost", !e.lost_reason.empty()}});
         }
         report_formed_worlds(now);
         driver_->on_worker_exit(e.worker_id, e.status, e.lost_reason, now);
@@ -372,8 +373,7 @@ class ElasticRunner::Impl {
         set_driver_address(deps_.choose_address(result.hosts));
         spdlog::info("workers reach the store on {}:{}", *driver_addr_, common_env_[job_env::kRendezvousPort]);
       } catch (const std::exception& e) {
-        spdlog::warn("cannot choose the address workers reach hvdrun on ({}); ignoring this discovery run",
-                     e.what());
+        spdlog::warn("cannot choose the address workers reach hvdrun on ({}); ignoring this discovery run", e.what());
         result.hosts.clear();
         return result;
       }
@@ -384,9 +384,10 @@ class ElasticRunner::Impl {
       if (is_local(h.name)) {
         kept.push_back(std::move(h));
       } else if (unreachable_warned_.insert(h.name).second) {
-        spdlog::warn("ignoring discovered host {}: the store listens on 127.0.0.1 because every host was local "
-                     "when the job started; restart with --network-interface to let jobs grow onto other machines",
-                     h.name);
+        spdlog::warn(
+            "ignoring discovered host {}: the store listens on 127.0.0.1 because every host was local "
+            "when the job started; restart with --network-interface to let jobs grow onto other machines",
+            h.name);
       }
     }
     result.hosts = std::move(kept);
@@ -417,8 +418,9 @@ class ElasticRunner::Impl {
     loopback_only_ = addr == "127.0.0.1";
     common_env_[job_env::kRendezvousAddr] = addr;
     if (loopback_only_) {
-      spdlog::debug("every discovered host is local: workers reach the store on 127.0.0.1 (use "
-                    "--network-interface for jobs that will grow onto other machines)");
+      spdlog::debug(
+          "every discovered host is local: workers reach the store on 127.0.0.1 (use "
+          "--network-interface for jobs that will grow onto other machines)");
     }
   }
 
@@ -554,7 +556,7 @@ class ElasticRunner::Impl {
   std::optional<std::vector<std::string>> last_discovery_;
   std::string last_discovery_error_;
   std::optional<std::string> driver_addr_;  ///< what workers reach the store on; unset until hosts appear
-  bool loopback_only_ = false;               ///< driver_addr_ is 127.0.0.1
+  bool loopback_only_ = false;  ///< driver_addr_ is 127.0.0.1
   std::set<std::string> unreachable_warned_;  ///< remote hosts ignored because of that
   std::vector<std::unique_ptr<Batch>> batches_;
   std::map<std::string, LiveWorker> live_;

@@ -41,9 +41,10 @@ int hvdrun_main(int argc, char** argv) {
     }
     if (options.elastic.host_discovery_script) {
       if (options.dry_run != DryRunFormat::None) {
-        std::fputs("hvdrun: error: --dry-run does not apply to elastic jobs: placement is decided at run time "
-                   "from the discovery script\n",
-                   stderr);
+        std::fputs(
+            "hvdrun: error: --dry-run does not apply to elastic jobs: placement is decided at run time "
+            "from the discovery script\n",
+            stderr);
         return exit_code::kUsage;
       }
       return run_elastic_job(options);

@@ -106,8 +106,7 @@ int JobServices::supervise(std::vector<HostLaunch> hosts, std::optional<std::chr
   return supervisor.run(std::move(hosts));
 }
 
-void JobServices::emit(const std::string& event,
-                       std::initializer_list<std::pair<const char*, EventValue>> fields) {
+void JobServices::emit(const std::string& event, std::initializer_list<std::pair<const char*, EventValue>> fields) {
   if (events_) events_->emit(event, fields);
 }
 

@@ -4,8 +4,8 @@
 #include "hvd/launcher/spawn/spawner_factory.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include <future>
 #include <map>
@@ -83,8 +83,8 @@ int run_job(const Options& options, const JobPlan& plan_in) {
 
   DefaultSpawnerFactory spawners(options);
   std::vector<HostLaunch> hosts = launches_by_host(plan, spawners);
-  spdlog::info("{} worker{} on {} host{}: {}", plan.workers.size(), plan.workers.size() == 1 ? "" : "s",
-               hosts.size(), hosts.size() == 1 ? "" : "s", host_summary(hosts));
+  spdlog::info("{} worker{} on {} host{}: {}", plan.workers.size(), plan.workers.size() == 1 ? "" : "s", hosts.size(),
+               hosts.size() == 1 ? "" : "s", host_summary(hosts));
   return job.finish(job.supervise(std::move(hosts)));
 }
 

@@ -136,7 +136,6 @@ class TextReader final : public ValueReader {
     return {bounds[0], bounds[1]};
   }
 
-
  protected:
   std::string rejection(const std::string& message, const std::string&) const override { return message; }
 
@@ -189,11 +188,11 @@ class CommandLine {
       legacy.insert(legacy.end(), f.legacy.begin(), f.legacy.end());
       for (const Spelling& spelling : f.spellings) slots_[i].options.push_back(add(f, spelling, slots_[i]));
     }
-    app_.footer(fmt::format(
-        "Everything from the first positional argument on is the worker command, passed through\n"
-        "untouched. horovodrun's spellings {} are accepted.\n"
-        "See docs/cli.md for every flag and environment variable.",
-        join(legacy, ", ", " and ")));
+    app_.footer(
+        fmt::format("Everything from the first positional argument on is the worker command, passed through\n"
+                    "untouched. horovodrun's spellings {} are accepted.\n"
+                    "See docs/cli.md for every flag and environment variable.",
+                    join(legacy, ", ", " and ")));
   }
 
   CLI::App& app() { return app_; }
@@ -254,8 +253,8 @@ class CommandLine {
  private:
   struct Slot {
     std::vector<CLI::Option*> options;  ///< one per Flag::spellings
-    std::string value;                  ///< Value, OptionalValue
-    std::vector<std::string> values;    ///< Repeated, TwoValues
+    std::string value;  ///< Value, OptionalValue
+    std::vector<std::string> values;  ///< Repeated, TwoValues
   };
 
   CLI::Option* add(const Flag& f, const Spelling& spelling, Slot& slot) {
@@ -266,23 +265,15 @@ class CommandLine {
       opt = app_.set_help_flag(names, help);
     } else {
       switch (f.syntax) {
-        case Syntax::Switch:
-          opt = app_.add_flag(names, help);
-          break;
-        case Syntax::Value:
-          opt = app_.add_option(names, slot.value, help);
-          break;
-        case Syntax::OptionalValue:
-          opt = app_.add_option(names, slot.value, help)->expected(0, 1);
-          break;
+        case Syntax::Switch: opt = app_.add_flag(names, help); break;
+        case Syntax::Value: opt = app_.add_option(names, slot.value, help); break;
+        case Syntax::OptionalValue: opt = app_.add_option(names, slot.value, help)->expected(0, 1); break;
         case Syntax::Repeated:
           opt = app_.add_option(names, slot.values, help)
                     ->expected(1)
                     ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
           break;
-        case Syntax::TwoValues:
-          opt = app_.add_option(names, slot.values, help)->expected(2);
-          break;
+        case Syntax::TwoValues: opt = app_.add_option(names, slot.values, help)->expected(2); break;
       }
       if (!f.value_name.empty()) opt->type_name(f.value_name);
     }
@@ -381,9 +372,10 @@ void finish_elastic(Options& o, FlagSet& set, const FlagSet& on_command_line, bo
       }
     }
     if (file && file->elastic_given()) {
-      spdlog::warn("{}: elastic settings ignored: no host_discovery_script or --host-discovery-script "
-                   "(elastic mode is off)",
-                   *o.config_file);
+      spdlog::warn(
+          "{}: elastic settings ignored: no host_discovery_script or --host-discovery-script "
+          "(elastic mode is off)",
+          *o.config_file);
     }
     return;
   }
@@ -391,19 +383,20 @@ void finish_elastic(Options& o, FlagSet& set, const FlagSet& on_command_line, bo
                                         ? std::string("--host-discovery-script")
                                         : fmt::format("elastic.host_discovery_script in {}", *o.config_file);
   if (!o.hosts.empty()) {
-    throw InvalidArgument(fmt::format(
-        "{} and -H/--hosts cannot be used together: in elastic mode the discovery script lists the hosts",
-        script_source));
+    throw InvalidArgument(
+        fmt::format("{} and -H/--hosts cannot be used together: in elastic mode the discovery script lists the hosts",
+                    script_source));
   }
   if (o.hostfile) {
-    throw InvalidArgument(fmt::format(
-        "{} and --hostfile cannot be used together: in elastic mode the discovery script lists the hosts",
-        script_source));
+    throw InvalidArgument(
+        fmt::format("{} and --hostfile cannot be used together: in elastic mode the discovery script lists the hosts",
+                    script_source));
   }
   if (o.engine == Engine::Mpi) {
-    throw InvalidArgument(fmt::format("{} (elastic mode) cannot be used with --mpi: elastic jobs use hvdrun's "
-                                      "own controller",
-                                      script_source));
+    throw InvalidArgument(
+        fmt::format("{} (elastic mode) cannot be used with --mpi: elastic jobs use hvdrun's "
+                    "own controller",
+                    script_source));
   }
   if (file) fill_unset(o, set, file->options, file->given, /*elastic_rows=*/true);
   fill_from_environment(o, set, /*elastic_rows=*/true);

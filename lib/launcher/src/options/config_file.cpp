@@ -109,7 +109,6 @@ class ConfigReader final : public ValueReader {
     return {static_cast<int>(lo), static_cast<int>(hi)};
   }
 
-
  protected:
   std::string rejection(const std::string&, const std::string& expected) const override {
     return message(node_, expected);

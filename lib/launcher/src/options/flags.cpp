@@ -35,7 +35,7 @@ auto at(T Options::*member) {
 }
 template <typename S, typename T>
 auto at(S Options::*part, T S::*member) {
-  return [part, member](auto& o) -> auto& { return (o.*part).*member; };
+  return [ part, member ](auto& o) -> auto& { return (o.*part).*member; };
 }
 template <typename T>
 auto tuning(T TuningOptions::*member) {
@@ -263,9 +263,8 @@ void bind_switch_config(Flag& f) {
     HVD_ENFORCE(!s.config_value.empty(), "{}: spelling {} has no config value", f.name(), s.names.front());
     words.push_back(s.config_value);
   }
-  const bool is_bool = std::all_of(words.begin(), words.end(), [](const std::string& w) {
-    return w == "true" || w == "false";
-  });
+  const bool is_bool =
+      std::all_of(words.begin(), words.end(), [](const std::string& w) { return w == "true" || w == "false"; });
   std::string expected = is_bool ? "true or false" : words.front();
   for (size_t i = 1; i < words.size(); ++i) expected += (i + 1 == words.size() ? " or " : ", ") + words[i];
   auto choose = f.choose;
@@ -403,8 +402,7 @@ std::vector<Flag> build_table() {
           .group(tune)
           .config("autotune.enabled")
           .absent_in_section_means("--no-autotune"));
-  add(value({"--autotune-log-file"}, "FILE", job_env::kAutotuneLog, tuning(&TuningOptions::autotune_log_file),
-            any_text)
+  add(value({"--autotune-log-file"}, "FILE", job_env::kAutotuneLog, tuning(&TuningOptions::autotune_log_file), any_text)
           .group(tune)
           .config("autotune.log_file")
           .example("autotune.csv"));
@@ -467,8 +465,7 @@ std::vector<Flag> build_table() {
           .group(tune)
           .config("library_options.num_nccl_streams")
           .example("2"));
-  add(value({"--thread-affinity"}, "N", job_env::kThreadAffinity, tuning(&TuningOptions::thread_affinity),
-            non_negative)
+  add(value({"--thread-affinity"}, "N", job_env::kThreadAffinity, tuning(&TuningOptions::thread_affinity), non_negative)
           .group(tune)
           .config("library_options.thread_affinity")
           .example("1"));

@@ -7,13 +7,12 @@
 #include "hvd/common/job_env.h"
 #include "hvd/launcher/hosts/hosts.h"
 #include "hvd/launcher/job/launcher.h"
-#include "hvd/launcher/process/shell.h"
 #include "hvd/launcher/plan/worker_env.h"
+#include "hvd/launcher/process/shell.h"
 
 namespace hvd::launcher {
 
 namespace {
-
 
 std::string join_command(const std::vector<std::string>& argv) {
   std::string out;

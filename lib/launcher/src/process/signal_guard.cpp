@@ -56,7 +56,8 @@ void SignalGuard::stop_watching() {
 SignalGuard::~SignalGuard() {
   stop_watching();
   struct signalfd_siginfo si;
-  while (::read(fd_.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {}
+  while (::read(fd_.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+  }
   ::sigaction(SIGPIPE, &old_pipe_, nullptr);
   pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
 }

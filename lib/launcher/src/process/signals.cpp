@@ -20,7 +20,7 @@ void reset_signals_for_exec() {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  struct sigaction dfl{};
+  struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
   // All of them: a signal ignored by whoever started hvdrun (nohup's SIGHUP,

@@ -249,8 +249,7 @@ Subprocess Subprocess::spawn(const SpawnOptions& options) {
   const ChildFd* wiring[3] = {&options.stdin_fd, &options.stdout_fd, &options.stderr_fd};
   for (int i = 0; i < 3; ++i) {
     switch (wiring[i]->kind) {
-      case ChildFd::Kind::Inherit:
-        break;
+      case ChildFd::Kind::Inherit: break;
       case ChildFd::Kind::DevNull:
         if (!dev_null) {
           dev_null.reset(::open("/dev/null", O_RDWR | O_CLOEXEC));
@@ -266,7 +265,8 @@ Subprocess Subprocess::spawn(const SpawnOptions& options) {
   }
   for (int fd : options.keep_fds) {
     if (fd < 3) {
-      throw InvalidArgument(fmt::format("cannot start a process: keep_fds holds {} (0, 1, 2 are wired separately)", fd));
+      throw InvalidArgument(
+          fmt::format("cannot start a process: keep_fds holds {} (0, 1, 2 are wired separately)", fd));
     }
     require_open(fd, "a descriptor in keep_fds");
     plan.keep.push_back(fd);

@@ -36,7 +36,7 @@ struct Spec {
   std::vector<std::string> argv;
   std::vector<std::string> env;  // NAME=value
   std::string cwd;
-  std::string path;              // the worker's PATH, for the command search
+  std::string path;  // the worker's PATH, for the command search
 };
 
 void agent_error(const std::string& message) {

@@ -59,7 +59,7 @@ class LocalSpawner final : public Spawner {
   struct Agent {
     int rank = -1;
     Subprocess process;  // reaped by the reader thread under control_mutex_
-    UniqueFd control;    // our end of the agent's stdin
+    UniqueFd control;  // our end of the agent's stdin
     UniqueFd out, err;
     Clock::time_point reaped_at;
     bool reported = false;
@@ -74,7 +74,7 @@ class LocalSpawner final : public Spawner {
 
   EventSink* sink_ = nullptr;
   std::vector<std::unique_ptr<Agent>> agents_;  // fixed once the reader runs
-  std::mutex control_mutex_;                    // control fds: signal() vs shutdown()
+  std::mutex control_mutex_;  // control fds: signal() vs shutdown()
   std::thread reader_;
   std::mutex done_mutex_;
   std::condition_variable done_cv_;
@@ -122,8 +122,8 @@ void LocalSpawner::start_agent(const WorkerSpec& worker, Deadline deadline) {
   SpawnOptions spawn;
   spawn.argv = options_.agent_command;
   spawn.env = agent_env_;
-  spawn.new_process_group = true;        // terminal Ctrl-C reaches hvdrun only; it forwards
-  spawn.parent_death_signal = SIGTERM;   // extra guard; the socket EOF is the main one
+  spawn.new_process_group = true;  // terminal Ctrl-C reaches hvdrun only; it forwards
+  spawn.parent_death_signal = SIGTERM;  // extra guard; the socket EOF is the main one
   spawn.stdin_fd = ChildFd::from(control1.get());
   spawn.stdout_fd = ChildFd::from(out1.get());
   spawn.stderr_fd = ChildFd::from(err1.get());
@@ -180,11 +180,20 @@ void LocalSpawner::reader_loop() {
       Agent& a = *ap;
       if (a.reported) continue;
       ++pending;
-      if (a.out) { fds.push_back({a.out.get(), POLLIN, 0}); who.emplace_back(&a, 0); }
-      if (a.err) { fds.push_back({a.err.get(), POLLIN, 0}); who.emplace_back(&a, 1); }
+      if (a.out) {
+        fds.push_back({a.out.get(), POLLIN, 0});
+        who.emplace_back(&a, 0);
+      }
+      if (a.err) {
+        fds.push_back({a.err.get(), POLLIN, 0});
+        who.emplace_back(&a, 1);
+      }
       if (!a.process.reaped()) {
-        if (a.process.pidfd() >= 0) { fds.push_back({a.process.pidfd(), POLLIN, 0}); who.emplace_back(&a, 2); }
-        else need_tick = true;
+        if (a.process.pidfd() >= 0) {
+          fds.push_back({a.process.pidfd(), POLLIN, 0});
+          who.emplace_back(&a, 2);
+        } else
+          need_tick = true;
       } else {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(a.reaped_at + kDrainAfterExit - now).count();
         int t = left < 0 ? 0 : static_cast<int>(left) + 1;

@@ -221,9 +221,8 @@ void OutputRouter::write(int rank, Stream stream, const char* data, std::size_t 
   }
   std::string out;
   LineSplitter& splitter = stream == Stream::Stdout ? st.out : st.err;
-  splitter.feed(data, len, [&](std::string_view line, bool terminated) {
-    emit_line(rank, stream, line, terminated, out);
-  });
+  splitter.feed(data, len,
+                [&](std::string_view line, bool terminated) { emit_line(rank, stream, line, terminated, out); });
   // Every complete line of this chunk in one write(): whole lines only.
   flush(stream, out);
 }
@@ -236,9 +235,7 @@ void OutputRouter::finish(int rank) {
   for (Stream stream : {Stream::Stdout, Stream::Stderr}) {
     std::string out;
     LineSplitter& splitter = stream == Stream::Stdout ? st.out : st.err;
-    splitter.finish([&](std::string_view line, bool terminated) {
-      emit_line(rank, stream, line, terminated, out);
-    });
+    splitter.finish([&](std::string_view line, bool terminated) { emit_line(rank, stream, line, terminated, out); });
     flush(stream, out);
   }
   st.tail_open = false;

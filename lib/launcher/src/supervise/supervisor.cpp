@@ -26,8 +26,7 @@ long long ms_since(Clock::time_point t) { return duration_cast<milliseconds>(Clo
 
 }  // namespace
 
-Supervisor::Supervisor(SupervisorOptions options, OutputRouter* output)
-    : options_(options), output_(output) {}
+Supervisor::Supervisor(SupervisorOptions options, OutputRouter* output) : options_(options), output_(output) {}
 
 void Supervisor::interrupt(int sig) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -60,8 +59,8 @@ void Supervisor::launch_all(std::vector<HostLaunch>& hosts, std::vector<std::str
     auto t0 = Clock::now();
     try {
       h.spawner->launch(h.workers, *this, deadline);
-      spdlog::info("started {} worker{} on {} in {} ms", h.workers.size(), h.workers.size() == 1 ? "" : "s",
-                   h.host, ms_since(t0));
+      spdlog::info("started {} worker{} on {} in {} ms", h.workers.size(), h.workers.size() == 1 ? "" : "s", h.host,
+                   ms_since(t0));
       if (options_.events) {
         std::vector<int> ranks;
         for (const auto& w : h.workers) ranks.push_back(w.slot.rank);
@@ -128,9 +127,8 @@ int Supervisor::run(std::vector<HostLaunch> hosts) {
   std::map<int, RankInfo> ranks;
   for (auto& h : hosts) {
     for (const auto& w : h.workers) {
-      ranks[w.slot.rank] = RankInfo{h.spawner.get(), h.host,
-                                    w.label.empty() ? fmt::format("rank {} on {}", w.slot.rank, h.host) : w.label,
-                                    true};
+      ranks[w.slot.rank] = RankInfo{
+          h.spawner.get(), h.host, w.label.empty() ? fmt::format("rank {} on {}", w.slot.rank, h.host) : w.label, true};
     }
   }
 
@@ -169,8 +167,10 @@ int Supervisor::run(std::vector<HostLaunch> hosts) {
       std::unique_lock<std::mutex> lock(mutex_);
       Clock::time_point wake = std::min(kill_at, give_up_at);
       if (events_.empty()) {
-        if (wake == Clock::time_point::max()) cv_.wait(lock, [&] { return !events_.empty(); });
-        else cv_.wait_until(lock, wake, [&] { return !events_.empty(); });
+        if (wake == Clock::time_point::max())
+          cv_.wait(lock, [&] { return !events_.empty(); });
+        else
+          cv_.wait_until(lock, wake, [&] { return !events_.empty(); });
       }
       batch.swap(events_);
     }

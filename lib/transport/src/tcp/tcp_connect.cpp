@@ -248,8 +248,8 @@ std::unique_ptr<TcpLink> connect(const std::string& endpoint, int peer, const Ha
     // Refused: the peer may not listen yet; retried until the deadline.
     if (r.status == net::ConnectResult::Status::Failed) last_error = std::strerror(r.error);
     if (deadline.expired()) {
-      throw TimeoutError(fmt::format("rank {}: could not connect to rank {} at {} ({})", hs.self_rank, peer,
-                                     endpoint, last_error.empty() ? "timed out" : last_error));
+      throw TimeoutError(fmt::format("rank {}: could not connect to rank {} at {} ({})", hs.self_rank, peer, endpoint,
+                                     last_error.empty() ? "timed out" : last_error));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -37,8 +37,8 @@ std::chrono::milliseconds peer_timeout_from_env() {
   auto v = env::get_int(kPeerTimeoutEnv);
   if (!v) return kDefaultPeerTimeout;
   if (*v < 0) {
-    throw InvalidArgument(fmt::format("{}={} must be >= 0 (milliseconds; 0 turns silent-peer detection off)",
-                                      kPeerTimeoutEnv, *v));
+    throw InvalidArgument(
+        fmt::format("{}={} must be >= 0 (milliseconds; 0 turns silent-peer detection off)", kPeerTimeoutEnv, *v));
   }
   return std::chrono::milliseconds(*v);
 }
@@ -169,9 +169,9 @@ void TcpLink::check_peer() {
       const auto silent =
           std::min(since_ack, std::chrono::duration_cast<std::chrono::milliseconds>(now - *outstanding_since_));
       if (silent >= peer_timeout_) {
-        reason = fmt::format(
-            "{} stopped answering: sent data unacknowledged for {} ms (host down or network cut?; {}={})",
-            describe(), silent.count(), kPeerTimeoutEnv, peer_timeout_.count());
+        reason =
+            fmt::format("{} stopped answering: sent data unacknowledged for {} ms (host down or network cut?; {}={})",
+                        describe(), silent.count(), kPeerTimeoutEnv, peer_timeout_.count());
       }
     } else {
       outstanding_since_.reset();

@@ -17,9 +17,9 @@
 
 #include "hvd/launcher/discovery/discovery.h"
 
-using hvd::launcher::HostSpec;
 using hvd::launcher::DiscoveryResult;
 using hvd::launcher::DiscoveryScriptOptions;
+using hvd::launcher::HostSpec;
 using hvd::launcher::run_discovery_script;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -106,8 +106,8 @@ TEST_CASE("discovery script: hosts, host:slots and default slots", "[discovery_r
 
 TEST_CASE("discovery script: non-zero exit names the code and the last stderr line", "[discovery_runner]") {
   ScriptDir d;
-  auto s = d.script("fail.sh",
-                    "echo host1\necho 'first problem' >&2\necho 'cannot reach the API' >&2\necho >&2\nexit 2\n");
+  auto s =
+      d.script("fail.sh", "echo host1\necho 'first problem' >&2\necho 'cannot reach the API' >&2\necho >&2\nexit 2\n");
   CHECK(error_of(run(s)) == "host discovery script '" + s + "' exited with code 2: cannot reach the API");
   auto quiet = d.script("quiet.sh", "exit 3\n");
   CHECK(error_of(run(quiet)) == "host discovery script '" + quiet + "' exited with code 3 (no stderr output)");
@@ -137,8 +137,7 @@ TEST_CASE("discovery script: a hang is killed with its children within timeout +
   CHECK(group_gone_within(pgid, std::chrono::seconds(2)));
 }
 
-TEST_CASE("discovery script: a child left holding the pipes does not delay a finished run",
-          "[discovery_runner]") {
+TEST_CASE("discovery script: a child left holding the pipes does not delay a finished run", "[discovery_runner]") {
   REQUIRE(::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
   ScriptDir d;
   const std::string pid_file = d.path("pid");

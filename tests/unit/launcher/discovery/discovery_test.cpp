@@ -29,9 +29,7 @@ TEST_CASE("discovery: malformed lines give a one-line error naming the line") {
   REQUIRE(r.error->find("line 2 'bad:z'") != std::string::npos);
 }
 
-TEST_CASE("discovery: invalid default slots rejected") {
-  REQUIRE_FALSE(parse_discovery_output("n1\n", 0).ok());
-}
+TEST_CASE("discovery: invalid default slots rejected") { REQUIRE_FALSE(parse_discovery_output("n1\n", 0).ok()); }
 
 TEST_CASE("discovery: IPv6 entries in brackets, as in -H") {
   auto r = parse_discovery_output("[::1]:2\n[fe80::1%eth0]\nnode1:3\n", 4);

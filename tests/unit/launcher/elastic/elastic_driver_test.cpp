@@ -41,7 +41,10 @@ struct Harness {
     for (const auto& a : actions) {
       // HVD_TEST_PRINT_ACTIONS=1 shows the driver's lines (to judge them by eye).
       if (std::getenv("HVD_TEST_PRINT_ACTIONS") && !a.message.empty()) {
-        std::printf("  %s: %s\n", a.kind == Kind::Finish ? "finish" : a.kind == Kind::Warn ? "warn" : "info",
+        std::printf("  %s: %s\n",
+                    a.kind == Kind::Finish ? "finish"
+                    : a.kind == Kind::Warn ? "warn"
+                                           : "info",
                     a.message.c_str());
       }
       switch (a.kind) {
@@ -56,9 +59,7 @@ struct Harness {
           live.insert(a.worker_id);
           break;
         }
-        case Kind::Stop:
-          REQUIRE(live.count(a.worker_id) == 1);
-          break;
+        case Kind::Stop: REQUIRE(live.count(a.worker_id) == 1); break;
         case Kind::Publish:
           REQUIRE(a.world.version == last_version + 1);
           last_version = a.world.version;
@@ -690,8 +691,9 @@ TEST_CASE("elastic driver: a host lost during formation is retried when the othe
   REQUIRE(h.d.live_workers() == Strings{"w1", "w2"});
   auto a = h.exit("w2", 255, "ssh: connect to host far: Connection refused");
   REQUIRE(of(a, Kind::Finish).empty());
-  REQUIRE(has_message(a, Kind::Warn, "w2 on far slot 0 failed (lost: ssh: connect to host far: Connection refused); "
-                                     "restarting the slot"));
+  REQUIRE(has_message(a, Kind::Warn,
+                      "w2 on far slot 0 failed (lost: ssh: connect to host far: Connection refused); "
+                      "restarting the slot"));
   REQUIRE(ids(a, Kind::Spawn) == Strings{"w3"});
   // w3 (a retry on a failing host) does not hold back the first world
   a = h.ready("w1");
@@ -857,7 +859,7 @@ TEST_CASE("elastic driver: a newcomer whose world formed is a member the ending 
   REQUIRE(h.d.unformed_worlds() == std::vector<uint64_t>{2, 3});
   h.formed(3);
   REQUIRE(h.d.unformed_worlds().empty());  // world 2 cannot matter any more
-  REQUIRE(h.formed(2).empty());            // late or unknown reports are ignored
+  REQUIRE(h.formed(2).empty());  // late or unknown reports are ignored
   auto a = h.exit("w1", 0);
   REQUIRE(ids(a, Kind::Stop).empty());
   REQUIRE(has_message(a, Kind::Log, "waiting up to 5 s for 3 other members"));
@@ -946,12 +948,8 @@ TEST_CASE("elastic driver: random event storms keep the invariants and never spi
     for (int step = 0; step < 300 && !h.d.done(); ++step) {
       std::vector<std::string> live(h.live.begin(), h.live.end());
       switch (rng() % 8) {
-        case 0:
-          h.discover(random_hosts());
-          break;
-        case 1:
-          h.discover_fail(rng() % 2 ? "timed out" : "exited with code 1");
-          break;
+        case 0: h.discover(random_hosts()); break;
+        case 1: h.discover_fail(rng() % 2 ? "timed out" : "exited with code 1"); break;
         case 2:
         case 3:
           if (!live.empty()) {
@@ -962,9 +960,7 @@ TEST_CASE("elastic driver: random event storms keep the invariants and never spi
         case 4:
           if (!live.empty()) h.exit(live[rng() % live.size()], rng() % 4 ? 1 : 0);
           break;
-        case 5:
-          h.advance(std::chrono::milliseconds(rng() % 3000));
-          break;
+        case 5: h.advance(std::chrono::milliseconds(rng() % 3000)); break;
         case 6:
           if (!h.d.unformed_worlds().empty()) {
             auto versions = h.d.unformed_worlds();

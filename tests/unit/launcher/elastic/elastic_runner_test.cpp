@@ -7,13 +7,13 @@
 #include "hvd/launcher/elastic/elastic_runner.h"
 #include "hvd/store/elastic_world.h"
 
-#include <catch2/catch.hpp>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
+#include <catch2/catch.hpp>
 
 #include <atomic>
-#include <csignal>
 #include <condition_variable>
+#include <csignal>
 #include <functional>
 #include <map>
 #include <mutex>

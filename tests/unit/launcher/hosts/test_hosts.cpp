@@ -1,5 +1,5 @@
-#include "hvd/launcher/hosts/hosts.h"
 #include "../test_util.h"
+#include "hvd/launcher/hosts/hosts.h"
 
 using namespace hvd::launcher;
 using hvd_test::invalid_message;

@@ -1,7 +1,7 @@
 #include <arpa/inet.h>
 
-#include "hvd/launcher/hosts/network.h"
 #include "../test_util.h"
+#include "hvd/launcher/hosts/network.h"
 
 using namespace hvd::launcher;
 

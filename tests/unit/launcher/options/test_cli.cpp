@@ -135,11 +135,35 @@ struct DiscoveryScript {
 
 TEST_CASE("cli: elastic flags fill ElasticOptions", "[cli][elastic]") {
   DiscoveryScript script;
-  auto o = parse_ok({"--host-discovery-script", script.path(), "--min-np", "2", "--max-np", "8", "-np", "4",
-                     "--slots-per-host", "2", "--elastic-timeout", "30", "--reset-limit", "5",
-                     "--blacklist-cooldown-range", "10", "100", "--discovery-interval", "0.25",
-                     "--discovery-timeout", "3", "--blacklist-failures", "2", "--blacklist-window", "30.5", "python",
-                     "train.py", "--min-np", "9"});
+  auto o = parse_ok({"--host-discovery-script",
+                     script.path(),
+                     "--min-np",
+                     "2",
+                     "--max-np",
+                     "8",
+                     "-np",
+                     "4",
+                     "--slots-per-host",
+                     "2",
+                     "--elastic-timeout",
+                     "30",
+                     "--reset-limit",
+                     "5",
+                     "--blacklist-cooldown-range",
+                     "10",
+                     "100",
+                     "--discovery-interval",
+                     "0.25",
+                     "--discovery-timeout",
+                     "3",
+                     "--blacklist-failures",
+                     "2",
+                     "--blacklist-window",
+                     "30.5",
+                     "python",
+                     "train.py",
+                     "--min-np",
+                     "9"});
   const ElasticOptions& e = o.elastic;
   CHECK(e.host_discovery_script == std::optional<std::string>(script.path()));
   CHECK(e.min_np == std::optional<int>(2));
@@ -156,8 +180,8 @@ TEST_CASE("cli: elastic flags fill ElasticOptions", "[cli][elastic]") {
   // The worker's own flags are untouched.
   CHECK(o.command == std::vector<std::string>{"python", "train.py", "--min-np", "9"});
   // horovodrun's long aliases.
-  auto a = parse_ok({"--host-discovery-script", script.path(), "--min-num-proc", "1", "--max-num-proc", "3",
-                     "-np", "2", "cmd"});
+  auto a = parse_ok(
+      {"--host-discovery-script", script.path(), "--min-num-proc", "1", "--max-num-proc", "3", "-np", "2", "cmd"});
   CHECK(a.elastic.min_np == std::optional<int>(1));
   CHECK(a.elastic.max_np == std::optional<int>(3));
 }
@@ -217,9 +241,15 @@ TEST_CASE("cli: --elastic-timeout defaults to 600 then HOROVOD_ELASTIC_TIMEOUT t
 
 TEST_CASE("cli: elastic flags without --host-discovery-script are usage errors", "[cli][elastic]") {
   std::vector<std::vector<std::string>> flags = {
-      {"--min-np", "2"},          {"--max-np", "4"},          {"--slots-per-host", "2"},
-      {"--elastic-timeout", "60"}, {"--reset-limit", "3"},    {"--blacklist-cooldown-range", "10", "100"},
-      {"--discovery-interval", "2"}, {"--discovery-timeout", "5"}, {"--blacklist-failures", "2"},
+      {"--min-np", "2"},
+      {"--max-np", "4"},
+      {"--slots-per-host", "2"},
+      {"--elastic-timeout", "60"},
+      {"--reset-limit", "3"},
+      {"--blacklist-cooldown-range", "10", "100"},
+      {"--discovery-interval", "2"},
+      {"--discovery-timeout", "5"},
+      {"--blacklist-failures", "2"},
       {"--blacklist-window", "30"},
   };
   for (const auto& f : flags) {
@@ -285,8 +315,8 @@ TEST_CASE("cli: elastic usage errors are one line and exit 2", "[cli][elastic]")
        "--host-discovery-script '/nonexistent/discover.sh': No such file or directory"},
       {{"--host-discovery-script", "/tmp", "-np", "1", "cmd"}, "--host-discovery-script '/tmp' is a directory"},
       {{"--host-discovery-script", not_executable.path(), "-np", "1", "cmd"},
-       "--host-discovery-script '" + not_executable.path() + "' is not executable (chmod +x " +
-           not_executable.path() + ")"},
+       "--host-discovery-script '" + not_executable.path() + "' is not executable (chmod +x " + not_executable.path() +
+           ")"},
       {{"--host-discovery-script", "no-such-discovery-command", "-np", "1", "cmd"},
        "--host-discovery-script 'no-such-discovery-command': no such file or command"},
       {{"--host-discovery-script", "", "-np", "1", "cmd"},

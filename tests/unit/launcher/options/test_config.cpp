@@ -1,7 +1,7 @@
 #include <sys/stat.h>
 
-#include "hvd/launcher/options/config_file.h"
 #include "../test_util.h"
+#include "hvd/launcher/options/config_file.h"
 
 using namespace hvd::launcher;
 using hvd_test::invalid_message;
@@ -197,8 +197,8 @@ TEST_CASE("config: elastic settings merge under the command line", "[config][ela
   CHECK(o.elastic.blacklist_failures == 5);
   CHECK(o.elastic.discovery_timeout == std::chrono::milliseconds(10000));  // default
   // Flags win, field by field.
-  auto c = parse_ok({"--config-file", f.path(), "--max-np", "4", "--elastic-timeout", "9", "--blacklist-failures",
-                     "1", "-np", "3", "cmd"});
+  auto c = parse_ok({"--config-file", f.path(), "--max-np", "4", "--elastic-timeout", "9", "--blacklist-failures", "1",
+                     "-np", "3", "cmd"});
   CHECK(c.elastic.max_np == std::optional<int>(4));
   CHECK(c.elastic.min_np == std::optional<int>(2));
   CHECK(c.elastic.elastic_timeout == std::chrono::seconds(9));
@@ -263,7 +263,8 @@ TEST_CASE("config: numbers are checked like the flags' (NaN and infinity refused
   auto msg = [](const std::string& text) { return invalid_message([&] { parse_config_text(text, "c.yaml"); }); };
   CHECK(msg("params:\n  fusion_threshold_mb: .nan\n") ==
         "c.yaml:2: params.fusion_threshold_mb: expected a number >= 0, got '.nan'");
-  CHECK(msg("params:\n  cycle_time_ms: .inf\n") == "c.yaml:2: params.cycle_time_ms: expected a number >= 0, got '.inf'");
+  CHECK(msg("params:\n  cycle_time_ms: .inf\n") ==
+        "c.yaml:2: params.cycle_time_ms: expected a number >= 0, got '.inf'");
   CHECK(msg("autotune:\n  gaussian_process_noise: .nan\n") ==
         "c.yaml:2: autotune.gaussian_process_noise: expected a number in [0, 1], got '.nan'");
   CHECK(msg("controller: [gloo]\n") == "c.yaml:1: controller: expected gloo or mpi, got a list");

@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "hvd/launcher/options/flags.h"
 #include "../test_util.h"
+#include "hvd/launcher/options/flags.h"
 
 using namespace hvd::launcher;
 using hvd_test::parse;
@@ -48,15 +48,13 @@ std::vector<std::string> words(const std::string& text) {
 /// The command-line tokens that give `value` to a value row.
 std::vector<std::string> flag_args(const Flag& f, const std::string& value) {
   switch (f.syntax) {
-    case Syntax::OptionalValue:
-      return {f.name() + "=" + value};
+    case Syntax::OptionalValue: return {f.name() + "=" + value};
     case Syntax::TwoValues: {
       std::vector<std::string> out = {f.name()};
       for (const auto& w : words(value)) out.push_back(w);
       return out;
     }
-    default:
-      return {f.name(), value};
+    default: return {f.name(), value};
   }
 }
 

@@ -1,8 +1,8 @@
 #include <random>
 #include <tuple>
 
-#include "hvd/launcher/plan/placement.h"
 #include "../test_util.h"
+#include "hvd/launcher/plan/placement.h"
 
 using namespace hvd::launcher;
 using hvd_test::invalid_message;

@@ -1,7 +1,7 @@
 #include <nlohmann/json.hpp>
 
-#include "hvd/launcher/plan/worker_env.h"
 #include "../test_util.h"
+#include "hvd/launcher/plan/worker_env.h"
 
 using namespace hvd::launcher;
 using hvd_test::invalid_message;

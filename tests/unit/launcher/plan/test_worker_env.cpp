@@ -1,5 +1,5 @@
-#include "hvd/launcher/plan/worker_env.h"
 #include "../test_util.h"
+#include "hvd/launcher/plan/worker_env.h"
 
 using namespace hvd::launcher;
 using hvd_test::parse_ok;

@@ -383,7 +383,8 @@ TEST_CASE("Subprocess: signals are back to defaults in the child", "[subprocess]
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   REQUIRE(::pthread_sigmask(SIG_BLOCK, &set, &old) == 0);
-  struct sigaction ign {}, old_usr1 {};
+  struct sigaction ign {
+  }, old_usr1{};
   ign.sa_handler = SIG_IGN;
   ::sigaction(SIGUSR1, &ign, &old_usr1);
   auto [text, status] = run_sh("grep -E '^Sig(Blk|Ign)' /proc/self/status");

@@ -38,10 +38,22 @@ class RecordingSink : public EventSink {
     std::unique_lock<std::mutex> lock(mutex_);
     return cv_.wait_for(lock, timeout, [&] { return exits_.size() >= n; });
   }
-  std::string out(int rank) { std::lock_guard<std::mutex> l(mutex_); return out_[rank]; }
-  std::string err(int rank) { std::lock_guard<std::mutex> l(mutex_); return err_[rank]; }
-  WorkerExit exit(int rank) { std::lock_guard<std::mutex> l(mutex_); return exits_.at(rank); }
-  std::size_t exits() { std::lock_guard<std::mutex> l(mutex_); return exits_.size(); }
+  std::string out(int rank) {
+    std::lock_guard<std::mutex> l(mutex_);
+    return out_[rank];
+  }
+  std::string err(int rank) {
+    std::lock_guard<std::mutex> l(mutex_);
+    return err_[rank];
+  }
+  WorkerExit exit(int rank) {
+    std::lock_guard<std::mutex> l(mutex_);
+    return exits_.at(rank);
+  }
+  std::size_t exits() {
+    std::lock_guard<std::mutex> l(mutex_);
+    return exits_.size();
+  }
 
  private:
   std::mutex mutex_;
@@ -171,8 +183,8 @@ TEST_CASE("LocalSpawner: a missing working directory fails with its name", "[loc
 }
 
 TEST_CASE("LocalSpawner: signals reach the worker's process group", "[local_spawner]") {
-  auto [sig, status] = GENERATE(std::make_pair(SIGTERM, 143), std::make_pair(SIGINT, 130),
-                                std::make_pair(SIGHUP, 129), std::make_pair(SIGKILL, 137));
+  auto [sig, status] = GENERATE(std::make_pair(SIGTERM, 143), std::make_pair(SIGINT, 130), std::make_pair(SIGHUP, 129),
+                                std::make_pair(SIGKILL, 137));
   RecordingSink sink;
   auto sp = spawner();
   std::string token = unique_token();

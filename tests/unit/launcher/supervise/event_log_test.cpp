@@ -1,12 +1,12 @@
 // --events-file writer: every line one complete JSON object, strings
 // escaped, concurrent writers never interleave, bad paths are clear errors.
-#include "hvd/common/error.h"
 #include "hvd/launcher/supervise/event_log.h"
+#include "hvd/common/error.h"
 
-#include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <unistd.h>
 

@@ -1,10 +1,10 @@
 // The Supervisor's failure policy, driven by a FakeSpawner: no processes.
-#include "hvd/launcher/options/options.h"
 #include "hvd/launcher/supervise/supervisor.h"
+#include "hvd/launcher/options/options.h"
 
-#include <catch2/catch.hpp>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
+#include <catch2/catch.hpp>
 
 #include <csignal>
 #include <map>
@@ -56,12 +56,14 @@ struct FakeHost {
   std::vector<int> signals_to(int rank) {
     std::lock_guard<std::mutex> lock(mutex);
     std::vector<int> out;
-    for (auto& [r, s, t] : signals) if (r == rank) out.push_back(s);
+    for (auto& [r, s, t] : signals)
+      if (r == rank) out.push_back(s);
     return out;
   }
   std::optional<hvd::Clock::time_point> when(int rank, int sig) {
     std::lock_guard<std::mutex> lock(mutex);
-    for (auto& [r, s, t] : signals) if (r == rank && s == sig) return t;
+    for (auto& [r, s, t] : signals)
+      if (r == rank && s == sig) return t;
     return std::nullopt;
   }
 };

@@ -21,8 +21,8 @@ namespace hvd::collective {
 /// at every pairwise step. Results are bit-identical on every rank.
 /// Small messages (<= 64 KiB, <= 8 ranks) take one all-to-all round; larger
 /// ones the bandwidth-optimal ring (reduce-scatter + allgather).
-void allreduce(Comm& comm, void* data, std::size_t count, DataType dtype, ReduceOp op,
-               double prescale = 1.0, double postscale = 1.0);
+void allreduce(Comm& comm, void* data, std::size_t count, DataType dtype, ReduceOp op, double prescale = 1.0,
+               double postscale = 1.0);
 
 /// Every rank contributes send_bytes (== recv_bytes[rank]); recv gets all
 /// contributions back to back in rank order.

@@ -22,20 +22,20 @@ extern "C" {
 
 /* Error codes. */
 #define HVD_OK 0
-#define HVD_ERR_INVALID (-1)         /* bad argument / environment variable */
-#define HVD_ERR_IO (-2)              /* communicator failed: peer died, link dropped */
-#define HVD_ERR_TIMEOUT (-3)         /* rendezvous timed out or tensor stalled */
-#define HVD_ERR_MISMATCH (-4)        /* ranks disagree on a tensor's parameters */
+#define HVD_ERR_INVALID (-1) /* bad argument / environment variable */
+#define HVD_ERR_IO (-2) /* communicator failed: peer died, link dropped */
+#define HVD_ERR_TIMEOUT (-3) /* rendezvous timed out or tensor stalled */
+#define HVD_ERR_MISMATCH (-4) /* ranks disagree on a tensor's parameters */
 #define HVD_ERR_NOT_INITIALIZED (-5) /* hvd_init() not called, or after hvd_shutdown() */
-#define HVD_ERR_SHUTDOWN (-6)        /* the job shut down before the operation ran */
-#define HVD_ERR_INTERNAL (-7)        /* anything else (a bug: please report) */
+#define HVD_ERR_SHUTDOWN (-6) /* the job shut down before the operation ran */
+#define HVD_ERR_INTERNAL (-7) /* anything else (a bug: please report) */
 /* Elastic jobs (docs/elastic.md). HVD_ERR_PEER_FAILURE is the HVD_ERR_IO of a
  * communicator whose peer died or whose link dropped mid-operation (every
  * communicator failure reports it): restore the last commit, call
  * hvd_elastic_reset() and go on. */
 #define HVD_ERR_PEER_FAILURE (-8)
-#define HVD_ERR_HOSTS_UPDATED (-9)   /* a new world was published: hvd_elastic_reset() */
-#define HVD_ERR_REMOVED (-10)        /* this worker is no longer in the job (or it ended) */
+#define HVD_ERR_HOSTS_UPDATED (-9) /* a new world was published: hvd_elastic_reset() */
+#define HVD_ERR_REMOVED (-10) /* this worker is no longer in the job (or it ended) */
 
 /* Data types. */
 #define HVD_UINT8 0
@@ -75,12 +75,12 @@ int hvd_cross_size(void);
 const char* hvd_last_error(void);
 
 /* Elementwise reduction of `count` elements; in may equal out. */
-int hvd_allreduce_async(const char* name, const void* in, void* out, int64_t count, int dtype, int op,
-                        double prescale, double postscale, hvd_handle_t* out_handle);
+int hvd_allreduce_async(const char* name, const void* in, void* out, int64_t count, int dtype, int op, double prescale,
+                        double postscale, hvd_handle_t* out_handle);
 /* Concatenation along the first dimension of shape[0..ndim) (which may
  * differ per rank). Output from alloc (may be NULL: the handle owns it). */
-int hvd_allgather_async(const char* name, const void* in, int ndim, const int64_t* shape, int dtype,
-                        hvd_alloc_fn alloc, void* alloc_user, hvd_handle_t* out_handle);
+int hvd_allgather_async(const char* name, const void* in, int ndim, const int64_t* shape, int dtype, hvd_alloc_fn alloc,
+                        void* alloc_user, hvd_handle_t* out_handle);
 /* `count` elements from root's in to every rank's out (in may equal out). */
 int hvd_broadcast_async(const char* name, const void* in, void* out, int64_t count, int dtype, int root,
                         hvd_handle_t* out_handle);
@@ -110,10 +110,9 @@ int hvd_join(int* last_rank);
 #define HVD_DEVICE_HOST (-1)
 #define HVD_DEVICE_AUTO (-2)
 int hvd_allreduce_async_ex(const char* name, const void* in, void* out, int64_t count, int dtype, int op,
-                           double prescale, double postscale, int device, void* cuda_stream,
-                           hvd_handle_t* out_handle);
-int hvd_broadcast_async_ex(const char* name, const void* in, void* out, int64_t count, int dtype, int root,
-                           int device, void* cuda_stream, hvd_handle_t* out_handle);
+                           double prescale, double postscale, int device, void* cuda_stream, hvd_handle_t* out_handle);
+int hvd_broadcast_async_ex(const char* name, const void* in, void* out, int64_t count, int dtype, int root, int device,
+                           void* cuda_stream, hvd_handle_t* out_handle);
 /* Allgather, alltoall and reducescatter of device buffers: the data goes
  * through host memory (docs/cuda.md); `alloc` must return memory on
  * `device`, or be NULL: the handle then owns device memory, and
@@ -122,11 +121,11 @@ int hvd_allgather_async_ex(const char* name, const void* in, int ndim, const int
                            hvd_alloc_fn alloc, void* alloc_user, int device, void* cuda_stream,
                            hvd_handle_t* out_handle);
 int hvd_alltoall_async_ex(const char* name, const void* in, int ndim, const int64_t* shape, int dtype,
-                          const int64_t* splits, hvd_alloc_fn alloc, void* alloc_user, int device,
-                          void* cuda_stream, hvd_handle_t* out_handle);
+                          const int64_t* splits, hvd_alloc_fn alloc, void* alloc_user, int device, void* cuda_stream,
+                          hvd_handle_t* out_handle);
 int hvd_reducescatter_async_ex(const char* name, const void* in, int ndim, const int64_t* shape, int dtype, int op,
-                               double prescale, double postscale, hvd_alloc_fn alloc, void* alloc_user,
-                               int device, void* cuda_stream, hvd_handle_t* out_handle);
+                               double prescale, double postscale, hvd_alloc_fn alloc, void* alloc_user, int device,
+                               void* cuda_stream, hvd_handle_t* out_handle);
 /* 1 when the library was built with the CUDA component, else 0. */
 int hvd_cuda_built(void);
 /* Number of CUDA devices visible (0 without CUDA, driver or device). */

@@ -18,7 +18,7 @@
 #include <vector>
 
 struct CUstream_st;  // = cudaStream_t's pointee
-struct CUevent_st;   // = cudaEvent_t's pointee
+struct CUevent_st;  // = cudaEvent_t's pointee
 
 namespace hvd::collective {
 
@@ -120,8 +120,8 @@ class DeviceAllreducer {
   /// options.device; the result is ordered on `stream` (null: the legacy
   /// default stream) -- the call returns once the work is enqueued, before
   /// it completes. Host blocking is limited to waiting for peers to enqueue.
-  void allreduce(void* data, std::size_t count, DataType dtype, ReduceOp op, CUstream_st* stream,
-                 double prescale = 1.0, double postscale = 1.0);
+  void allreduce(void* data, std::size_t count, DataType dtype, ReduceOp op, CUstream_st* stream, double prescale = 1.0,
+                 double postscale = 1.0);
 
   /// Marks this rank's side failed and wakes every local peer waiting on it
   /// (they fail with hvd::IoError instead of at their timeout); later calls

@@ -55,20 +55,27 @@ collective::Handle join_async();
 template <typename T>
 constexpr collective::DataType dtype_of() {
   using collective::DataType;
-  if constexpr (std::is_same_v<T, uint8_t>) return DataType::UInt8;
-  else if constexpr (std::is_same_v<T, int8_t>) return DataType::Int8;
-  else if constexpr (std::is_same_v<T, int32_t>) return DataType::Int32;
-  else if constexpr (std::is_same_v<T, int64_t>) return DataType::Int64;
-  else if constexpr (std::is_same_v<T, float>) return DataType::Float32;
-  else if constexpr (std::is_same_v<T, double>) return DataType::Float64;
-  else static_assert(!sizeof(T), "no hvd DataType for this element type");
+  if constexpr (std::is_same_v<T, uint8_t>)
+    return DataType::UInt8;
+  else if constexpr (std::is_same_v<T, int8_t>)
+    return DataType::Int8;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return DataType::Int32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return DataType::Int64;
+  else if constexpr (std::is_same_v<T, float>)
+    return DataType::Float32;
+  else if constexpr (std::is_same_v<T, double>)
+    return DataType::Float64;
+  else
+    static_assert(!sizeof(T), "no hvd DataType for this element type");
 }
 
 /// In-place allreduce of a vector.
 template <typename T>
 void allreduce(const std::string& name, std::vector<T>& data, collective::ReduceOp op = collective::ReduceOp::Sum) {
-  allreduce(collective::AllreduceArgs{name, data.data(), data.data(), dtype_of<T>(),
-                                      {static_cast<int64_t>(data.size())}, op});
+  allreduce(collective::AllreduceArgs{
+      name, data.data(), data.data(), dtype_of<T>(), {static_cast<int64_t>(data.size())}, op});
 }
 
 /// Concatenation of every rank's vector, in rank order.
@@ -83,8 +90,8 @@ std::vector<T> allgather(const std::string& name, const std::vector<T>& data) {
 /// In-place broadcast of a vector from `root`.
 template <typename T>
 void broadcast(const std::string& name, std::vector<T>& data, int root) {
-  broadcast(collective::BroadcastArgs{name, data.data(), data.data(), dtype_of<T>(),
-                                      {static_cast<int64_t>(data.size())}, root});
+  broadcast(collective::BroadcastArgs{
+      name, data.data(), data.data(), dtype_of<T>(), {static_cast<int64_t>(data.size())}, root});
 }
 
 }  // namespace hvd

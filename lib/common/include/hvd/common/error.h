@@ -41,22 +41,20 @@ class InvalidArgument : public Error {
 
 }  // namespace hvd
 
-#define HVD_ENFORCE(cond, ...)                                                  \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
-      ::hvd::throw_enforce(__FILE__, __LINE__,                                  \
-                           std::string("enforce failed: " #cond ": ") +         \
-                               ::fmt::format(__VA_ARGS__));                     \
-    }                                                                           \
+#define HVD_ENFORCE(cond, ...)                                                                       \
+  do {                                                                                               \
+    if (!(cond)) {                                                                                   \
+      ::hvd::throw_enforce(__FILE__, __LINE__,                                                       \
+                           std::string("enforce failed: " #cond ": ") + ::fmt::format(__VA_ARGS__)); \
+    }                                                                                                \
   } while (0)
 
-#define HVD_ENFORCE_EQ(a, b)                                                    \
-  do {                                                                          \
-    const auto& hvd_a_ = (a);                                                   \
-    const auto& hvd_b_ = (b);                                                   \
-    if (!(hvd_a_ == hvd_b_)) {                                                  \
-      ::hvd::throw_enforce(__FILE__, __LINE__,                                  \
-                           ::fmt::format("enforce failed: {} == {} ({} vs {})", \
-                                         #a, #b, hvd_a_, hvd_b_));              \
-    }                                                                           \
+#define HVD_ENFORCE_EQ(a, b)                                                                              \
+  do {                                                                                                    \
+    const auto& hvd_a_ = (a);                                                                             \
+    const auto& hvd_b_ = (b);                                                                             \
+    if (!(hvd_a_ == hvd_b_)) {                                                                            \
+      ::hvd::throw_enforce(__FILE__, __LINE__,                                                            \
+                           ::fmt::format("enforce failed: {} == {} ({} vs {})", #a, #b, hvd_a_, hvd_b_)); \
+    }                                                                                                     \
   } while (0)

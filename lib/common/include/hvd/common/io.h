@@ -54,7 +54,11 @@ class UniqueFd {
   ~UniqueFd() { reset(); }
   int get() const { return fd_; }
   explicit operator bool() const { return fd_ >= 0; }
-  int release() { int f = fd_; fd_ = -1; return f; }
+  int release() {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
   void reset(int fd = -1);
 
  private:

@@ -89,9 +89,9 @@ struct ConnectResult {
   enum class Status {
     Connected,
     ResolveFailed,  ///< the name does not resolve: see resolve_error
-    Failed,         ///< every address refused or failed; `error` is the last one's errno
-    TimedOut,       ///< the deadline passed while `address` was pending, or while resolving (`address` empty)
-    Cancelled,      ///< ConnectOptions::cancel became true while `address` was pending
+    Failed,  ///< every address refused or failed; `error` is the last one's errno
+    TimedOut,  ///< the deadline passed while `address` was pending, or while resolving (`address` empty)
+    Cancelled,  ///< ConnectOptions::cancel became true while `address` was pending
   };
   Status status = Status::Failed;
   /// Connected: the socket, non-blocking and SOCK_CLOEXEC.
@@ -122,9 +122,9 @@ std::string source_address_towards(const std::vector<Address>& destinations, std
 /// An address assigned to a local network interface.
 struct InterfaceAddress {
   std::string interface;  ///< "lo", "eth0"
-  std::string address;    ///< numeric, without brackets or scope id
+  std::string address;  ///< numeric, without brackets or scope id
   bool ipv6 = false;
-  bool up = false;        ///< IFF_UP
+  bool up = false;  ///< IFF_UP
   bool loopback = false;  ///< IFF_LOOPBACK
 };
 

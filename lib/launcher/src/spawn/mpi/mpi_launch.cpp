@@ -85,8 +85,7 @@ std::vector<std::string> split_shell_words(const std::string& text) {
       std::size_t j = i + 1;
       for (; j < text.size() && text[j] != '"'; ++j) {
         // Inside double quotes a backslash escapes only $ ` " \ and newline.
-        if (text[j] == '\\' && j + 1 < text.size() &&
-            std::string("$`\"\\\n").find(text[j + 1]) != std::string::npos) {
+        if (text[j] == '\\' && j + 1 < text.size() && std::string("$`\"\\\n").find(text[j + 1]) != std::string::npos) {
           ++j;
         }
         word += text[j];
@@ -108,7 +107,6 @@ std::vector<std::string> split_shell_words(const std::string& text) {
   return words;
 }
 
-
 std::map<std::string, std::string> mpi_job_env(const Options& options,
                                                const std::map<std::string, std::string>& launcher_env) {
   std::set<std::string> explicit_names;
@@ -118,8 +116,8 @@ std::map<std::string, std::string> mpi_job_env(const Options& options,
     // An enclosing MPI job's own variables (hvdrun started by mpirun or
     // srun) would confuse the mpirun we start and its ranks.
     bool mpi_runtime = false;
-    for (const char* prefix : {"OMPI_", "PMIX_", "PMI_", "HYDRA_", job_env::kMpiLocalRankId, job_env::kMpiLocalNumRanks,
-                               "PRTE_"}) {
+    for (const char* prefix :
+         {"OMPI_", "PMIX_", "PMI_", "HYDRA_", job_env::kMpiLocalRankId, job_env::kMpiLocalNumRanks, "PRTE_"}) {
       mpi_runtime = mpi_runtime || name.rfind(prefix, 0) == 0;
     }
     // horovodrun --mpi does not choose a controller: an unmodified Horovod
@@ -136,9 +134,10 @@ std::vector<std::string> build_mpirun_command(const MpiInfo& info, const Options
                                               const std::map<std::string, std::string>& extra_env,
                                               bool running_as_root) {
   if (info.impl == MpiImpl::Unknown) {
-    throw InvalidArgument(fmt::format("unsupported MPI implementation '{}'; hvdrun --mpi supports Open MPI, "
-                                      "MPICH and Intel MPI (or drop --mpi)",
-                                      info.version_line));
+    throw InvalidArgument(
+        fmt::format("unsupported MPI implementation '{}'; hvdrun --mpi supports Open MPI, "
+                    "MPICH and Intel MPI (or drop --mpi)",
+                    info.version_line));
   }
   if (options.command.empty()) throw InvalidArgument("no command to run: give the worker command after the flags");
   if (plan.workers.empty()) throw InvalidArgument("nothing to run: the job has no workers");

@@ -170,9 +170,10 @@ MpiInfo probe_mpirun(const std::string& mpirun, Deadline deadline) {
     throw InvalidArgument(fmt::format("'{} --version' failed with status {}: {}", mpirun, code, info.version_line));
   }
   if (info.impl == MpiImpl::Unknown) {
-    throw InvalidArgument(fmt::format("unsupported MPI implementation '{}'; hvdrun --mpi supports Open MPI, "
-                                      "MPICH and Intel MPI (or drop --mpi)",
-                                      info.version_line));
+    throw InvalidArgument(
+        fmt::format("unsupported MPI implementation '{}'; hvdrun --mpi supports Open MPI, "
+                    "MPICH and Intel MPI (or drop --mpi)",
+                    info.version_line));
   }
   return info;
 }

@@ -24,7 +24,7 @@ namespace {
 
 struct KeyType {
   int knownhost_bits;  // LIBSSH2_KNOWNHOST_KEY_*
-  const char* name;    // as OpenSSH writes it
+  const char* name;  // as OpenSSH writes it
 };
 
 KeyType key_type(int hostkey_type) {
@@ -58,8 +58,7 @@ std::vector<std::string> read_lines(const std::string& path) {
 /// Adds one known_hosts line to `kh`; false if libssh2 cannot parse it.
 bool add_line(LIBSSH2_KNOWNHOSTS* kh, std::string line) {
   line += '\n';
-  return libssh2_knownhost_readline(kh, line.data(), line.size(),
-                                    LIBSSH2_KNOWNHOST_FILE_OPENSSH) == 0;
+  return libssh2_knownhost_readline(kh, line.data(), line.size(), LIBSSH2_KNOWNHOST_FILE_OPENSSH) == 0;
 }
 
 std::string base64_nopad(const unsigned char* data, std::size_t len) {
@@ -144,57 +143,54 @@ void verify_host_key(LIBSSH2_SESSION* session, const HostKeyCheck& check) {
     for (std::size_t i = 0; i < lines.size(); ++i) {
       KnownHosts one = new_collection(session);
       if (!add_line(one.get(), lines[i])) continue;
-      if (libssh2_knownhost_checkp(one.get(), host.c_str(), check.port, key, key_len, mask,
-                                   nullptr) == LIBSSH2_KNOWNHOST_CHECK_MISMATCH) {
+      if (libssh2_knownhost_checkp(one.get(), host.c_str(), check.port, key, key_len, mask, nullptr) ==
+          LIBSSH2_KNOWNHOST_CHECK_MISMATCH) {
         where = fmt::format("{}:{}", check.known_hosts_file, i + 1);
         break;
       }
     }
-    throw LaunchError(host, fmt::format(
-        "{}: REFUSED: the {} host key ({}) differs from the one recorded in {} -- someone may be "
-        "intercepting the connection; if the host was reinstalled, remove the old key with "
-        "ssh-keygen -R {} -f {}",
-        host, type.name, host_key_fingerprint(session), where,
-        check.port == 22 ? host : fmt::format("'[{}]:{}'", host, check.port),
-        check.known_hosts_file));
+    throw LaunchError(
+        host,
+        fmt::format("{}: REFUSED: the {} host key ({}) differs from the one recorded in {} -- someone may be "
+                    "intercepting the connection; if the host was reinstalled, remove the old key with "
+                    "ssh-keygen -R {} -f {}",
+                    host, type.name, host_key_fingerprint(session), where,
+                    check.port == 22 ? host : fmt::format("'[{}]:{}'", host, check.port), check.known_hosts_file));
   }
   if (rc != LIBSSH2_KNOWNHOST_CHECK_NOTFOUND) {
-    throw LaunchError(host, fmt::format("{}: could not check the host key against {}", host,
-                                        check.known_hosts_file));
+    throw LaunchError(host, fmt::format("{}: could not check the host key against {}", host, check.known_hosts_file));
   }
   if (check.strict) {
-    throw LaunchError(host, fmt::format(
-        "{}: host key ({} {}) is not in {} and --ssh-strict-host-key-checking is set; add it "
-        "with: ssh-keyscan -p {} {} >> {}",
-        host, type.name, host_key_fingerprint(session), check.known_hosts_file, check.port, host,
-        check.known_hosts_file));
+    throw LaunchError(
+        host, fmt::format("{}: host key ({} {}) is not in {} and --ssh-strict-host-key-checking is set; add it "
+                          "with: ssh-keyscan -p {} {} >> {}",
+                          host, type.name, host_key_fingerprint(session), check.known_hosts_file, check.port, host,
+                          check.known_hosts_file));
   }
   if (type.knownhost_bits == LIBSSH2_KNOWNHOST_KEY_UNKNOWN) {
-    throw LaunchError(host, fmt::format("{}: host key of an unknown type; cannot record it in {}",
-                                        host, check.known_hosts_file));
+    throw LaunchError(
+        host, fmt::format("{}: host key of an unknown type; cannot record it in {}", host, check.known_hosts_file));
   }
   // accept-new: record it.
   const std::string name = check.port == 22 ? host : fmt::format("[{}]:{}", host, check.port);
   KnownHosts fresh = new_collection(session);
   libssh2_knownhost* entry = nullptr;
-  if (libssh2_knownhost_addc(fresh.get(), name.c_str(), nullptr, key, key_len, nullptr, 0, mask,
-                             &entry) != 0) {
+  if (libssh2_knownhost_addc(fresh.get(), name.c_str(), nullptr, key, key_len, nullptr, 0, mask, &entry) != 0) {
     throw LaunchError(host, fmt::format("{}: could not record the host key", host));
   }
   std::vector<char> buf(16384);
   std::size_t out_len = 0;
   if (libssh2_knownhost_writeline(fresh.get(), entry, buf.data(), buf.size(), &out_len,
                                   LIBSSH2_KNOWNHOST_FILE_OPENSSH) != 0) {
-    throw LaunchError(host, fmt::format("{}: could not format the host key for {}", host,
-                                        check.known_hosts_file));
+    throw LaunchError(host, fmt::format("{}: could not format the host key for {}", host, check.known_hosts_file));
   }
   try {
     append_line(check.known_hosts_file, std::string(buf.data(), out_len));
   } catch (const hvd::Error& e) {
     throw LaunchError(host, fmt::format("{}: cannot record the new host key: {}", host, e.what()));
   }
-  spdlog::info("{}: permanently added the {} host key ({}) to {}", host, type.name,
-               host_key_fingerprint(session), check.known_hosts_file);
+  spdlog::info("{}: permanently added the {} host key ({}) to {}", host, type.name, host_key_fingerprint(session),
+               check.known_hosts_file);
 }
 
 }  // namespace hvd::launcher::ssh

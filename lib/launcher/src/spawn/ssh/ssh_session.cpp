@@ -29,16 +29,14 @@ static_assert(Session::kEagain == LIBSSH2_ERROR_EAGAIN, "kEagain must match libs
 namespace {
 
 constexpr std::size_t kMaxFrame = 16u << 20;  // agent.h
-constexpr int kCancelPollMs = 100;           // how often waits look at `cancel`
+constexpr int kCancelPollMs = 100;  // how often waits look at `cancel`
 
 std::string seconds_text(Clock::duration d) {
   double s = std::chrono::duration<double>(d).count();
   return fmt::format("{:.0f} s", std::max(1.0, std::round(s)));
 }
 
-bool cancelled(const std::atomic<bool>* cancel) {
-  return cancel != nullptr && cancel->load(std::memory_order_relaxed);
-}
+bool cancelled(const std::atomic<bool>* cancel) { return cancel != nullptr && cancel->load(std::memory_order_relaxed); }
 
 bool file_exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
@@ -79,9 +77,9 @@ void ensure_libssh2_initialized() {
 std::string encode_spec_frame(const WorkerSpec& spec) {
   const std::string payload = encode_agent_spec(spec);  // the agent's own encoder (agent.h)
   if (payload.size() > kMaxFrame) {
-    throw hvd::InvalidArgument(fmt::format(
-        "rank {}: the worker's command and environment take {} bytes; the agent accepts at most {}",
-        spec.slot.rank, payload.size(), kMaxFrame));
+    throw hvd::InvalidArgument(
+        fmt::format("rank {}: the worker's command and environment take {} bytes; the agent accepts at most {}",
+                    spec.slot.rank, payload.size(), kMaxFrame));
   }
   std::string frame(4, '\0');
   auto n = static_cast<uint32_t>(payload.size());
@@ -106,9 +104,8 @@ std::string describe_connect_errno(int err) {
   }
 }
 
-UniqueFd connect_tcp(const std::string& host, int port, Deadline deadline,
-                     const std::atomic<bool>* cancel, std::string* peer_description,
-                     std::string* location) {
+UniqueFd connect_tcp(const std::string& host, int port, Deadline deadline, const std::atomic<bool>* cancel,
+                     std::string* peer_description, std::string* location) {
   using Status = net::ConnectResult::Status;
   const auto started = Clock::now();
   net::ConnectOptions options;
@@ -179,8 +176,7 @@ struct SessionAccess {
     }
     if (n == 0) note(abstract, ECONNRESET);  // orderly close by the peer mid-session
     if (n > 0 && abstract != nullptr && *abstract != nullptr) {
-      static_cast<Session*>(*abstract)->bytes_received_.fetch_add(static_cast<uint64_t>(n),
-                                                                   std::memory_order_relaxed);
+      static_cast<Session*>(*abstract)->bytes_received_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
     }
     return n;
   }
@@ -207,8 +203,8 @@ std::unique_ptr<Session> Session::open(const SessionOptions& options, Deadline d
   set_liveness_checks(s->fd_.get(), options.keepalive);
   spdlog::debug("{}: TCP connected", s->peer_);
   s->handshake(deadline);
-  verify_host_key(s->session_, HostKeyCheck{options.host, options.port, options.known_hosts_file,
-                                            options.strict_host_key_checking});
+  verify_host_key(s->session_,
+                  HostKeyCheck{options.host, options.port, options.known_hosts_file, options.strict_host_key_checking});
   s->authenticate(deadline);
   spdlog::debug("{}: authenticated as {}", s->peer_, options.user);
   return s;
@@ -263,13 +259,10 @@ void Session::wait_socket(Deadline deadline, const char* what) {
 void Session::handshake(Deadline deadline) {
   session_ = libssh2_session_init_ex(nullptr, nullptr, nullptr, this);
   if (session_ == nullptr) fail("could not create an SSH session (out of memory?)");
-  libssh2_session_callback_set(session_, LIBSSH2_CALLBACK_RECV,
-                               reinterpret_cast<void*>(&SessionAccess::recv_hook));
-  libssh2_session_callback_set(session_, LIBSSH2_CALLBACK_SEND,
-                               reinterpret_cast<void*>(&SessionAccess::send_hook));
+  libssh2_session_callback_set(session_, LIBSSH2_CALLBACK_RECV, reinterpret_cast<void*>(&SessionAccess::recv_hook));
+  libssh2_session_callback_set(session_, LIBSSH2_CALLBACK_SEND, reinterpret_cast<void*>(&SessionAccess::send_hook));
   libssh2_session_set_blocking(session_, 0);
-  int rc = run(deadline, "the SSH handshake",
-               [&] { return libssh2_session_handshake(session_, fd_.get()); });
+  int rc = run(deadline, "the SSH handshake", [&] { return libssh2_session_handshake(session_, fd_.get()); });
   if (rc != 0) fail(fmt::format("SSH handshake failed: {}", last_error()));
 }
 
@@ -278,8 +271,7 @@ bool Session::try_key_file(const std::string& path, Deadline deadline, std::stri
   const char* pubp = file_exists(pub) ? pub.c_str() : nullptr;
   int rc = run(deadline, "public-key authentication", [&] {
     return libssh2_userauth_publickey_fromfile_ex(
-        session_, options_.user.c_str(), static_cast<unsigned>(options_.user.size()), pubp,
-        path.c_str(), nullptr);
+        session_, options_.user.c_str(), static_cast<unsigned>(options_.user.size()), pubp, path.c_str(), nullptr);
   });
   if (rc == 0) return true;
   if (rc == LIBSSH2_ERROR_FILE || rc == LIBSSH2_ERROR_METHOD_NOT_SUPPORTED) {
@@ -314,9 +306,8 @@ bool Session::try_agent(Deadline deadline, std::string* note) {
   int count = 0;
   while (libssh2_agent_get_identity(agent, &id, prev) == 0) {
     ++count;
-    int rc = run(deadline, "ssh-agent authentication", [&] {
-      return libssh2_agent_userauth(agent, options_.user.c_str(), id);
-    });
+    int rc = run(deadline, "ssh-agent authentication",
+                 [&] { return libssh2_agent_userauth(agent, options_.user.c_str(), id); });
     if (rc == 0) return true;
     prev = id;
   }
@@ -337,9 +328,10 @@ void Session::authenticate(Deadline deadline) {
   }
   if (libssh2_userauth_authenticated(session_)) return;  // "none" was accepted
   if (std::strstr(methods, "publickey") == nullptr) {
-    fail(fmt::format("SSH authentication failed for user {}: the server offers only {}, "
-                     "hvdrun uses public keys",
-                     user, methods));
+    fail(
+        fmt::format("SSH authentication failed for user {}: the server offers only {}, "
+                    "hvdrun uses public keys",
+                    user, methods));
   }
 
   std::vector<std::string> tried;
@@ -369,8 +361,8 @@ void Session::authenticate(Deadline deadline) {
   std::string list;
   for (const auto& t : tried) list += (list.empty() ? "" : ", ") + t;
   if (list.empty()) list = "no keys: no -i, no ssh-agent, no ~/.ssh/id_ed25519, id_ecdsa or id_rsa";
-  throw LaunchError(options_.host, fmt::format("{}: SSH authentication failed for user {} (tried {})",
-                                               options_.host, user, list));
+  throw LaunchError(options_.host,
+                    fmt::format("{}: SSH authentication failed for user {} (tried {})", options_.host, user, list));
 }
 
 void Session::close(const char* reason) {

@@ -48,11 +48,9 @@ char control_byte(int sig) {
 
 int signal_number(const std::string& name) {
   static const std::map<std::string, int> table = {
-      {"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"ILL", SIGILL},
-      {"TRAP", SIGTRAP}, {"ABRT", SIGABRT}, {"BUS", SIGBUS},   {"FPE", SIGFPE},
-      {"KILL", SIGKILL}, {"USR1", SIGUSR1}, {"SEGV", SIGSEGV}, {"USR2", SIGUSR2},
-      {"PIPE", SIGPIPE}, {"ALRM", SIGALRM}, {"TERM", SIGTERM}, {"XCPU", SIGXCPU},
-      {"XFSZ", SIGXFSZ}, {"SYS", SIGSYS}};
+      {"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"ILL", SIGILL},   {"TRAP", SIGTRAP}, {"ABRT", SIGABRT},
+      {"BUS", SIGBUS},   {"FPE", SIGFPE},   {"KILL", SIGKILL}, {"USR1", SIGUSR1}, {"SEGV", SIGSEGV}, {"USR2", SIGUSR2},
+      {"PIPE", SIGPIPE}, {"ALRM", SIGALRM}, {"TERM", SIGTERM}, {"XCPU", SIGXCPU}, {"XFSZ", SIGXFSZ}, {"SYS", SIGSYS}};
   std::string n = name.rfind("SIG", 0) == 0 ? name.substr(3) : name;
   auto it = table.find(n);
   return it == table.end() ? 0 : it->second;
@@ -69,10 +67,8 @@ bool is_connection_error(int rc) {
     case LIBSSH2_ERROR_KEX_FAILURE:
     case LIBSSH2_ERROR_DECRYPT:
     case LIBSSH2_ERROR_BANNER_RECV:
-    case LIBSSH2_ERROR_PROTO:
-      return true;
-    default:
-      return false;
+    case LIBSSH2_ERROR_PROTO: return true;
+    default: return false;
   }
 }
 
@@ -87,8 +83,8 @@ struct Worker {
   std::string frame;  // the spec frame, sent once at start
   LIBSSH2_CHANNEL* channel = nullptr;
   std::string stdin_pending;  // control bytes not yet written
-  bool eof = false;           // remote sent EOF (all output read)
-  bool done = false;          // on_exit delivered
+  bool eof = false;  // remote sent EOF (all output read)
+  bool done = false;  // on_exit delivered
 };
 
 /// One host: its workers, its session and the thread that owns both.
@@ -192,18 +188,17 @@ class HostRunner {
         ch = libssh2_channel_open_session(raw);
         if (ch != nullptr) break;
         if (libssh2_session_last_errno(raw) != LIBSSH2_ERROR_EAGAIN) {
-          throw LaunchError(host.name, fmt::format("{}: cannot open an SSH channel for rank {}: {}",
-                                                   s.peer(), w.rank, s.last_error()));
+          throw LaunchError(host.name, fmt::format("{}: cannot open an SSH channel for rank {}: {}", s.peer(), w.rank,
+                                                   s.last_error()));
         }
         s.wait_socket(deadline, "opening a channel");
       }
       w.channel = ch;
-      int rc = s.run(deadline, "starting the remote agent", [&] {
-        return libssh2_channel_exec(ch, remote_command_.c_str());
-      });
+      int rc = s.run(deadline, "starting the remote agent",
+                     [&] { return libssh2_channel_exec(ch, remote_command_.c_str()); });
       if (rc != 0) {
-        throw LaunchError(host.name, fmt::format("{}: the server refused to run the agent for rank {}: {}",
-                                                 s.peer(), w.rank, s.last_error()));
+        throw LaunchError(host.name, fmt::format("{}: the server refused to run the agent for rank {}: {}", s.peer(),
+                                                 w.rank, s.last_error()));
       }
       std::size_t off = 0;
       while (off < w.frame.size()) {
@@ -213,8 +208,8 @@ class HostRunner {
           return n == LIBSSH2_ERROR_EAGAIN ? LIBSSH2_ERROR_EAGAIN : 0;
         });
         if (n < 0) {
-          throw LaunchError(host.name, fmt::format("{}: cannot send the worker spec for rank {}: {}",
-                                                   s.peer(), w.rank, s.last_error()));
+          throw LaunchError(host.name, fmt::format("{}: cannot send the worker spec for rank {}: {}", s.peer(), w.rank,
+                                                   s.last_error()));
         }
         off += static_cast<std::size_t>(n);
       }
@@ -320,8 +315,7 @@ class HostRunner {
     ex.rank = w.rank;
     char* sig_name = nullptr;
     std::size_t sig_len = 0;
-    libssh2_channel_get_exit_signal(w.channel, &sig_name, &sig_len, nullptr, nullptr, nullptr,
-                                    nullptr);
+    libssh2_channel_get_exit_signal(w.channel, &sig_name, &sig_len, nullptr, nullptr, nullptr, nullptr);
     if (sig_name != nullptr) {
       std::string name(sig_name, sig_len);
       libssh2_free(raw, sig_name);
@@ -459,8 +453,7 @@ class SshSpawner final : public Spawner {
 
     // Wait for every host's start phase (the threads bound themselves by the
     // deadline; the extra second covers a resolver that ignores it).
-    const auto hard_stop = deadline.is_never() ? Clock::time_point::max()
-                                               : deadline.at() + std::chrono::seconds(1);
+    const auto hard_stop = deadline.is_never() ? Clock::time_point::max() : deadline.at() + std::chrono::seconds(1);
     std::string first_error;
     std::string first_error_host;
     for (auto& host : hosts_) {
@@ -547,8 +540,7 @@ class SshSpawner final : public Spawner {
       } else {
         // Only a resolver that ignores deadlines gets here; the thread holds
         // the runner and its host by shared_ptr, so abandoning it is safe.
-        spdlog::warn("{}: SSH thread did not stop within {} ms; abandoning it", host->name,
-                     timeout.count());
+        spdlog::warn("{}: SSH thread did not stop within {} ms; abandoning it", host->name, timeout.count());
         host->thread.detach();
       }
     }

@@ -132,8 +132,8 @@ class HttpStoreClient : public Store {
     std::string body;
     bool keep_alive = true;
   };
-  Response request(const std::string& method, const std::string& key, const std::string& query,
-                   const std::string& body, std::chrono::milliseconds server_wait);
+  Response request(const std::string& method, const std::string& key, const std::string& query, const std::string& body,
+                   std::chrono::milliseconds server_wait);
   /// Sends `head` then `body`; bodies above 1 MiB first wait
   /// for "100 Continue", so a refused value (413, 401) is reported as such
   /// instead of as a reset connection.

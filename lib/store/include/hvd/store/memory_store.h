@@ -39,8 +39,7 @@ class InMemoryStore : public Store {
   /// `on_set`, to be called exactly once, without the store's lock held and
   /// on the thread that creates the key (set or add), and stores its id in
   /// `id`. The callback must be cheap and must not throw (post work elsewhere).
-  std::optional<Bytes> try_get_or_watch(const std::string& key, std::function<void()> on_set,
-                                        WatchId& id);
+  std::optional<Bytes> try_get_or_watch(const std::string& key, std::function<void()> on_set, WatchId& id);
   /// Drops a watcher that has not fired yet; returns whether it was pending.
   bool unwatch(WatchId id);
   /// Pending watchers (for tests: a server must not leak them).

@@ -42,9 +42,7 @@ class Store {
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
 
   // Convenience for text values.
-  void set_string(const std::string& key, const std::string& value) {
-    set(key, Bytes(value.begin(), value.end()));
-  }
+  void set_string(const std::string& key, const std::string& value) { set(key, Bytes(value.begin(), value.end())); }
   std::string get_string(const std::string& key, std::chrono::milliseconds timeout) {
     Bytes b = get(key, timeout);
     return std::string(b.begin(), b.end());

@@ -114,7 +114,7 @@ void progress(Transfer* transfers, std::size_t count, Deadline deadline = Deadli
 
 /// Sends `send_len` bytes to `to` while receiving `recv_len` bytes from
 /// `from` (which may be the same link).
-void sendrecv(Link& to, const void* send_data, std::size_t send_len, Link& from, void* recv_data,
-              std::size_t recv_len, Deadline deadline = Deadline::never());
+void sendrecv(Link& to, const void* send_data, std::size_t send_len, Link& from, void* recv_data, std::size_t recv_len,
+              Deadline deadline = Deadline::never());
 
 }  // namespace hvd::transport

@@ -135,8 +135,8 @@ class TcpListener {
   /// for which `wanted(rank)` is true (the listener's own rank is the
   /// handshake's to_rank). Failed handshakes are logged and dropped.
   /// Throws TimeoutError when the deadline passes first.
-  std::unique_ptr<TcpLink> accept(const Handshake& hs, const std::function<bool(int)>& wanted,
-                                  Deadline deadline, const TcpOptions& options = {});
+  std::unique_ptr<TcpLink> accept(const Handshake& hs, const std::function<bool(int)>& wanted, Deadline deadline,
+                                  const TcpOptions& options = {});
 
  private:
   UniqueFd fd_;
@@ -148,8 +148,8 @@ class TcpListener {
 /// towards `peer`. Retries refused connections until the deadline (the peer
 /// may not be listening yet). Throws IoError when the peer fails the
 /// handshake (wrong secret), TimeoutError at the deadline.
-std::unique_ptr<TcpLink> connect(const std::string& endpoint, int peer, const Handshake& hs,
-                                 Deadline deadline, const TcpOptions& options = {});
+std::unique_ptr<TcpLink> connect(const std::string& endpoint, int peer, const Handshake& hs, Deadline deadline,
+                                 const TcpOptions& options = {});
 
 /// Splits "host:port" / "[v6]:port"; InvalidArgument on malformed input.
 void split_endpoint(const std::string& endpoint, std::string& host, uint16_t& port);

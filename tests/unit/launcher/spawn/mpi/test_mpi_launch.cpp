@@ -59,8 +59,7 @@ TEST_CASE("mpi: detect_mpi_impl classifies version outputs", "[mpi]") {
   CHECK(detect_mpi_impl("mpirun (OpenRTE) 3.1.0\n") == MpiImpl::OpenMpi);
   CHECK(detect_mpi_impl("HYDRA build details:\n    Version:    4.0.2\n") == MpiImpl::Mpich);
   CHECK(detect_mpi_impl("Configure options: 'MPICHLIB_CFLAGS=-g'") == MpiImpl::Mpich);
-  CHECK(detect_mpi_impl("Intel(R) MPI Library for Linux* OS, Version 2021.6 Build 20220227\n") ==
-        MpiImpl::IntelMpi);
+  CHECK(detect_mpi_impl("Intel(R) MPI Library for Linux* OS, Version 2021.6 Build 20220227\n") == MpiImpl::IntelMpi);
   CHECK(detect_mpi_impl("mpirun (IBM Spectrum MPI) 10.3.0.0\n") == MpiImpl::Unknown);
   CHECK(detect_mpi_impl("") == MpiImpl::Unknown);
   CHECK(detect_mpi_impl("srun: unrecognized option") == MpiImpl::Unknown);
@@ -176,9 +175,8 @@ TEST_CASE("mpi: mpi_job_env exports the job-wide environment, never per-rank or 
   o.env_exports = {"NCCL_DEBUG", "FOO=bar", "MISSING", "OMPI_MCA_wanted"};
   o.tuning.cycle_time_ms = 5;
   std::map<std::string, std::string> launcher = {
-      {"PATH", "/bin"},          {"NCCL_DEBUG", "INFO"},        {"HOSTNAME", "here"},
-      {"OMPI_COMM_WORLD_RANK", "3"}, {"PMI_RANK", "1"},         {"OMPI_MCA_wanted", "1"},
-      {"HVDRUN_SECRET", "inherited"}};
+      {"PATH", "/bin"},  {"NCCL_DEBUG", "INFO"},   {"HOSTNAME", "here"},          {"OMPI_COMM_WORLD_RANK", "3"},
+      {"PMI_RANK", "1"}, {"OMPI_MCA_wanted", "1"}, {"HVDRUN_SECRET", "inherited"}};
   auto env = mpi_job_env(o, launcher);
   CHECK(env.at("PATH") == "/bin");
   CHECK(env.count("HOSTNAME") == 0);
@@ -203,8 +201,8 @@ TEST_CASE("mpi: mpi_job_env exports the job-wide environment, never per-rank or 
 
 TEST_CASE("mpi: JSON dry run carries the argv and hides secrets", "[mpi]") {
   std::map<std::string, std::string> env = {{"API_TOKEN", "tok123"}, {"X", "1"}};
-  std::string j = render_mpi_dry_run(info_for(MpiImpl::OpenMpi), basic_options(), plan_for({{"h", 2}}, 2), env,
-                                     false, DryRunFormat::Json);
+  std::string j = render_mpi_dry_run(info_for(MpiImpl::OpenMpi), basic_options(), plan_for({{"h", 2}}, 2), env, false,
+                                     DryRunFormat::Json);
   CHECK(j.find("\"engine\": \"mpi\"") != std::string::npos);
   CHECK(j.find("\"-np\",") != std::string::npos);
   CHECK(j.find("\"API_TOKEN\": \"<hidden>\"") != std::string::npos);

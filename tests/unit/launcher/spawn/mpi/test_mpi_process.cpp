@@ -162,7 +162,8 @@ TEST_CASE("mpi: probe: Open MPI, unsupported, failing and hanging mpiruns", "[mp
 }
 
 TEST_CASE("mpi: run: mpirun's exit code becomes hvdrun's, secret only in the environment", "[mpi][process]") {
-  FakeMpirun fake(std::string(kVersion) + "echo \"$@\" > \"$(dirname \"$0\")/argv\"\n"
+  FakeMpirun fake(std::string(kVersion) +
+                  "echo \"$@\" > \"$(dirname \"$0\")/argv\"\n"
                   "env > \"$(dirname \"$0\")/env\"\nexit 7");
   Options o = options();
   pid_t pid = fork_job(o, one_host_plan(2));
@@ -188,7 +189,8 @@ TEST_CASE("mpi: run: mpirun killed by a signal gives 128+signal", "[mpi][process
 }
 
 TEST_CASE("mpi: run: SIGTERM is forwarded to mpirun and gives 143", "[mpi][process]") {
-  FakeMpirun fake(std::string(kVersion) + "d=$(dirname \"$0\")\n"
+  FakeMpirun fake(std::string(kVersion) +
+                  "d=$(dirname \"$0\")\n"
                   "trap 'echo got > \"$d/term\"; exit 1' TERM\ntouch \"$d/started\"\n"
                   "while :; do sleep 0.05; done");
   pid_t pid = fork_job(options(), one_host_plan(1));
@@ -199,7 +201,8 @@ TEST_CASE("mpi: run: SIGTERM is forwarded to mpirun and gives 143", "[mpi][proce
 }
 
 TEST_CASE("mpi: run: an mpirun that ignores signals is killed, a second signal kills at once", "[mpi][process]") {
-  FakeMpirun fake(std::string(kVersion) + "d=$(dirname \"$0\")\ntrap '' INT TERM\n"
+  FakeMpirun fake(std::string(kVersion) +
+                  "d=$(dirname \"$0\")\ntrap '' INT TERM\n"
                   "sh -c 'trap \"\" INT TERM; while :; do sleep 0.05; done' &\necho $! > \"$d/child\"\n"
                   "touch \"$d/started\"\nwhile :; do sleep 0.05; done");
   pid_t pid = fork_job(options(), one_host_plan(1));

@@ -72,8 +72,8 @@ using ElasticClock = std::chrono::steady_clock;
 using ElasticTime = ElasticClock::time_point;
 
 struct ElasticPolicy {
-  int start_np = 1;   ///< -np: slots needed before the first start
-  int min_np = 1;     ///< --min-np (defaults to -np)
+  int start_np = 1;  ///< -np: slots needed before the first start
+  int min_np = 1;  ///< --min-np (defaults to -np)
   int max_np = 1 << 20;  ///< --max-np (default: no limit)
   std::chrono::milliseconds elastic_timeout{600000};
   std::optional<int> reset_limit;
@@ -90,12 +90,12 @@ struct ElasticPolicy {
 /// What the runner must do, in order.
 struct ElasticAction {
   enum class Kind {
-    Spawn,    ///< start worker `worker_id` on `host` (slot `slot`)
-    Stop,     ///< stop worker `worker_id` (SIGTERM, then SIGKILL after the grace)
+    Spawn,  ///< start worker `worker_id` on `host` (slot `slot`)
+    Stop,  ///< stop worker `worker_id` (SIGTERM, then SIGKILL after the grace)
     Publish,  ///< write `world` to the store (world_key then kVersionKey)
-    Log,      ///< one line for spdlog::info (`message`)
-    Warn,     ///< one line for spdlog::warn (`message`)
-    Finish,   ///< the job is over: exit code `code`, error `message` (may be empty)
+    Log,  ///< one line for spdlog::info (`message`)
+    Warn,  ///< one line for spdlog::warn (`message`)
+    Finish,  ///< the job is over: exit code `code`, error `message` (may be empty)
   };
   Kind kind;
   std::string worker_id;

@@ -36,8 +36,7 @@ namespace hvd::launcher {
 ElasticPolicy elastic_policy(const Options& options);
 
 struct ElasticRunnerDeps {
-  ElasticRunnerDeps(HostSource& hosts_, SpawnerFactory& spawners_, store::InMemoryStore& store_,
-                    OutputRouter& output_)
+  ElasticRunnerDeps(HostSource& hosts_, SpawnerFactory& spawners_, store::InMemoryStore& store_, OutputRouter& output_)
       : hosts(hosts_), spawners(spawners_), store(store_), output(output_) {}
   HostSource& hosts;
   SpawnerFactory& spawners;

@@ -2,9 +2,9 @@
 /// The launcher library's entry points, in the order main() calls them
 /// (the first, parse_command_line, lives in options/cli.h).
 #include "hvd/launcher/elastic/elastic_driver.h"
-#include "hvd/launcher/plan/job_plan.h"
 #include "hvd/launcher/options/cli.h"  // parse_command_line: callers of this header still get it
 #include "hvd/launcher/options/options.h"
+#include "hvd/launcher/plan/job_plan.h"
 
 #include <exception>
 #include <map>
@@ -40,8 +40,8 @@ std::string render_dry_run(const JobPlan& plan, const Options& options, DryRunFo
 /// the launcher; hvdrun itself never links the collective library).
 struct BuiltComponents {
   bool pytorch_binding = false;  ///< python/ hvdcomm.torch
-  bool cuda = false;             ///< lib/collective/cuda (HVD_WITH_CUDA)
-  bool nccl_found = false;       ///< libnccl seen at configure time (loaded at run time by the CUDA component)
+  bool cuda = false;  ///< lib/collective/cuda (HVD_WITH_CUDA)
+  bool nccl_found = false;  ///< libnccl seen at configure time (loaded at run time by the CUDA component)
 };
 /// This build's components (from compile definitions).
 BuiltComponents built_components();

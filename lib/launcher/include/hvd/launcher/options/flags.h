@@ -65,19 +65,19 @@ class ValueReader {
 
 /// How a flag is written on the command line.
 enum class Syntax {
-  Switch,         ///< no value: each spelling sets the field to its own value (--x / --no-x, --gloo / --mpi)
-  Value,          ///< one value: --num-proc 4, --num-proc=4, -H a:2
+  Switch,  ///< no value: each spelling sets the field to its own value (--x / --no-x, --gloo / --mpi)
+  Value,  ///< one value: --num-proc 4, --num-proc=4, -H a:2
   OptionalValue,  ///< a value only when attached with '=': --dry-run, --dry-run=json
-  Repeated,       ///< one value per occurrence, all kept in order: -x A -x B
-  TwoValues,      ///< --blacklist-cooldown-range MIN MAX
+  Repeated,  ///< one value per occurrence, all kept in order: -x A -x B
+  TwoValues,  ///< --blacklist-cooldown-range MIN MAX
 };
 
 /// What giving a flag does.
 enum class Action {
-  Fill,     ///< fills its Options field (every row but the three below)
-  Help,     ///< -h/--help: help on stdout, exit 0
+  Fill,  ///< fills its Options field (every row but the three below)
+  Help,  ///< -h/--help: help on stdout, exit 0
   Version,  ///< -v/--version: version on stdout, exit 0
-  Refuse,   ///< a flag of a feature hvdrun does not have yet: exit 4, naming Flag::refusal
+  Refuse,  ///< a flag of a feature hvdrun does not have yet: exit 4, naming Flag::refusal
 };
 
 /// One way of writing a flag. Only Switch rows have more than one.

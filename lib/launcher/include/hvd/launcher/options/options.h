@@ -16,28 +16,28 @@ enum class Engine { Native, Mpi, Gloo };  // Gloo == Native (hvdrun's own spawni
 
 struct TuningOptions {
   // Each becomes a HOROVOD_* variable for workers when set (see docs/cli.md).
-  std::optional<double> fusion_threshold_mb;      // HOROVOD_FUSION_THRESHOLD (bytes)
-  std::optional<double> cycle_time_ms;            // HOROVOD_CYCLE_TIME
-  std::optional<long> cache_capacity;             // HOROVOD_CACHE_CAPACITY
-  std::optional<bool> hierarchical_allreduce;     // HOROVOD_HIERARCHICAL_ALLREDUCE
-  std::optional<bool> hierarchical_allgather;     // HOROVOD_HIERARCHICAL_ALLGATHER
-  std::optional<bool> autotune;                   // HOROVOD_AUTOTUNE
-  std::optional<std::string> autotune_log_file;   // HOROVOD_AUTOTUNE_LOG
-  std::optional<long> autotune_warmup_samples;    // HOROVOD_AUTOTUNE_WARMUP_SAMPLES
+  std::optional<double> fusion_threshold_mb;  // HOROVOD_FUSION_THRESHOLD (bytes)
+  std::optional<double> cycle_time_ms;  // HOROVOD_CYCLE_TIME
+  std::optional<long> cache_capacity;  // HOROVOD_CACHE_CAPACITY
+  std::optional<bool> hierarchical_allreduce;  // HOROVOD_HIERARCHICAL_ALLREDUCE
+  std::optional<bool> hierarchical_allgather;  // HOROVOD_HIERARCHICAL_ALLGATHER
+  std::optional<bool> autotune;  // HOROVOD_AUTOTUNE
+  std::optional<std::string> autotune_log_file;  // HOROVOD_AUTOTUNE_LOG
+  std::optional<long> autotune_warmup_samples;  // HOROVOD_AUTOTUNE_WARMUP_SAMPLES
   std::optional<long> autotune_steps_per_sample;  // HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE
   std::optional<long> autotune_bayes_opt_max_samples;
   std::optional<double> autotune_gaussian_process_noise;
-  std::optional<std::string> timeline_filename;   // HOROVOD_TIMELINE
-  std::optional<bool> timeline_mark_cycles;       // HOROVOD_TIMELINE_MARK_CYCLES
-  std::optional<bool> no_stall_check;             // HOROVOD_STALL_CHECK_DISABLE
-  std::optional<long> stall_check_warning_time_seconds;   // HOROVOD_STALL_CHECK_TIME_SECONDS
+  std::optional<std::string> timeline_filename;  // HOROVOD_TIMELINE
+  std::optional<bool> timeline_mark_cycles;  // HOROVOD_TIMELINE_MARK_CYCLES
+  std::optional<bool> no_stall_check;  // HOROVOD_STALL_CHECK_DISABLE
+  std::optional<long> stall_check_warning_time_seconds;  // HOROVOD_STALL_CHECK_TIME_SECONDS
   std::optional<long> stall_check_shutdown_time_seconds;  // HOROVOD_STALL_SHUTDOWN_TIME_SECONDS
-  std::optional<std::string> log_level;           // HOROVOD_LOG_LEVEL
-  std::optional<bool> log_hide_timestamp;         // HOROVOD_LOG_HIDE_TIME
-  std::optional<long> num_nccl_streams;           // HOROVOD_NUM_NCCL_STREAMS
-  std::optional<long> thread_affinity;            // HOROVOD_THREAD_AFFINITY
-  std::optional<long> gloo_timeout_seconds;       // HOROVOD_GLOO_TIMEOUT_SECONDS
-  std::optional<bool> mpi_threads_disable;        // HOROVOD_MPI_THREADS_DISABLE (MPI mode)
+  std::optional<std::string> log_level;  // HOROVOD_LOG_LEVEL
+  std::optional<bool> log_hide_timestamp;  // HOROVOD_LOG_HIDE_TIME
+  std::optional<long> num_nccl_streams;  // HOROVOD_NUM_NCCL_STREAMS
+  std::optional<long> thread_affinity;  // HOROVOD_THREAD_AFFINITY
+  std::optional<long> gloo_timeout_seconds;  // HOROVOD_GLOO_TIMEOUT_SECONDS
+  std::optional<bool> mpi_threads_disable;  // HOROVOD_MPI_THREADS_DISABLE (MPI mode)
 };
 
 struct ElasticOptions {
@@ -51,23 +51,23 @@ struct ElasticOptions {
   // hvdrun extensions (coordinator-defined names; the CLI fills them):
   std::chrono::milliseconds discovery_interval{1000};  // --discovery-interval
   std::chrono::milliseconds discovery_timeout{10000};  // --discovery-timeout
-  int blacklist_failures = 3;                          // --blacklist-failures
-  std::chrono::milliseconds blacklist_window{60000};   // --blacklist-window
+  int blacklist_failures = 3;  // --blacklist-failures
+  std::chrono::milliseconds blacklist_window{60000};  // --blacklist-window
 };
 
 struct Options {
   // Placement
-  std::optional<int> num_proc;                 // -np; default: total slots? no: required unless elastic
-  std::string hosts;                           // -H text as given ("h1:2,h2:4"); empty if not given
-  std::optional<std::string> hostfile;         // --hostfile path
+  std::optional<int> num_proc;  // -np; default: total slots? no: required unless elastic
+  std::string hosts;  // -H text as given ("h1:2,h2:4"); empty if not given
+  std::optional<std::string> hostfile;  // --hostfile path
   // SSH
-  std::optional<int> ssh_port;                 // -p
+  std::optional<int> ssh_port;  // -p
   std::optional<std::string> ssh_identity_file;  // -i
-  bool ssh_strict_host_key_checking = false;   // --ssh-strict-host-key-checking (hvdrun addition)
-  std::optional<std::string> events_file;     // --events-file: JSON Lines record of the job (event_log.h)
-  std::chrono::seconds ssh_keepalive{5};      // --ssh-keepalive: liveness probe interval of SSH connections
-  std::chrono::seconds start_timeout{30};      // --start-timeout / HOROVOD_START_TIMEOUT
-  std::vector<std::string> network_interfaces; // --network-interface (comma list accepted)
+  bool ssh_strict_host_key_checking = false;  // --ssh-strict-host-key-checking (hvdrun addition)
+  std::optional<std::string> events_file;  // --events-file: JSON Lines record of the job (event_log.h)
+  std::chrono::seconds ssh_keepalive{5};  // --ssh-keepalive: liveness probe interval of SSH connections
+  std::chrono::seconds start_timeout{30};  // --start-timeout / HOROVOD_START_TIMEOUT
+  std::vector<std::string> network_interfaces;  // --network-interface (comma list accepted)
   // Output
   std::optional<std::string> output_filename;  // --output-filename DIR
   bool prefix_output_with_timestamp = false;
@@ -76,10 +76,10 @@ struct Options {
   std::optional<std::string> config_file;
   bool disable_cache = false;
   bool check_build = false;
-  DryRunFormat dry_run = DryRunFormat::None;   // hvdrun addition
-  Engine engine = Engine::Native;              // --mpi / --gloo
-  std::optional<std::string> mpi_args;         // --mpi-args
-  bool tcp_flag = false;                       // --tcp (accepted, no effect)
+  DryRunFormat dry_run = DryRunFormat::None;  // hvdrun addition
+  Engine engine = Engine::Native;  // --mpi / --gloo
+  std::optional<std::string> mpi_args;  // --mpi-args
+  bool tcp_flag = false;  // --tcp (accepted, no effect)
   bool binding_args_given = false;
   TuningOptions tuning;
   ElasticOptions elastic;
@@ -99,11 +99,12 @@ struct Options {
 /// worker's own status is passed through instead when a worker failed.
 namespace exit_code {
 inline constexpr int kOk = 0;
-inline constexpr int kUsage = 2;          // bad flags, hosts, hostfile, config, too few slots
-inline constexpr int kLaunch = 3;         // host unreachable, auth failed, start timeout
-inline constexpr int kNotSupported = 4;   // a flag whose feature is not implemented yet
-inline constexpr int kElastic = 5;        // elastic job gave up: below --min-np past --elastic-timeout, --reset-limit exceeded, or members still running after the ending grace
-inline constexpr int kInternal = 70;      // EX_SOFTWARE: a bug in hvdrun
+inline constexpr int kUsage = 2;  // bad flags, hosts, hostfile, config, too few slots
+inline constexpr int kLaunch = 3;  // host unreachable, auth failed, start timeout
+inline constexpr int kNotSupported = 4;  // a flag whose feature is not implemented yet
+inline constexpr int kElastic = 5;  // elastic job gave up: below --min-np past --elastic-timeout, --reset-limit
+                                    // exceeded, or members still running after the ending grace
+inline constexpr int kInternal = 70;  // EX_SOFTWARE: a bug in hvdrun
 inline constexpr int kCommandNotFound = 127;
 inline constexpr int kSigHup = 129;
 inline constexpr int kSigInt = 130;

@@ -23,9 +23,9 @@ struct SlotAssignment {
 /// What one worker is started with.
 struct WorkerSpec {
   SlotAssignment slot;
-  std::vector<std::string> argv;           // the worker command, untouched
+  std::vector<std::string> argv;  // the worker command, untouched
   std::map<std::string, std::string> env;  // the complete environment the worker gets
-  std::string cwd;                         // the launcher's working directory
+  std::string cwd;  // the launcher's working directory
   /// How reports name this worker when it is not one rank ("mpirun": the
   /// whole job under mpirun); empty: "rank N on HOST".
   std::string label;

@@ -18,8 +18,8 @@
 #include <map>
 #include <string>
 
-#include "hvd/launcher/plan/job_plan.h"
 #include "hvd/launcher/options/options.h"
+#include "hvd/launcher/plan/job_plan.h"
 
 namespace hvd::launcher {
 

@@ -39,8 +39,7 @@ struct AgentControlByte {
   char byte;
   int sig;
 };
-inline constexpr AgentControlByte kAgentControlBytes[] = {
-    {'I', SIGINT}, {'T', SIGTERM}, {'H', SIGHUP}, {'K', SIGKILL}};
+inline constexpr AgentControlByte kAgentControlBytes[] = {{'I', SIGINT}, {'T', SIGTERM}, {'H', SIGHUP}, {'K', SIGKILL}};
 
 /// Launcher side: the control byte for `sig`, or 0 when the protocol cannot
 /// carry it.

@@ -45,8 +45,7 @@ class EventSink {
 /// line naming the host and the cause ("node2: connection refused on port 22").
 class LaunchError : public std::runtime_error {
  public:
-  LaunchError(std::string host, const std::string& message)
-      : std::runtime_error(message), host_(std::move(host)) {}
+  LaunchError(std::string host, const std::string& message) : std::runtime_error(message), host_(std::move(host)) {}
   const std::string& host() const { return host_; }
 
  private:

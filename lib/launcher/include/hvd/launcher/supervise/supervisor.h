@@ -16,8 +16,8 @@
 ///    SIGKILL follows after `kill_grace`, or at once on a second signal; the
 ///    exit code is 128+N (130 SIGINT, 143 SIGTERM, 129 SIGHUP);
 ///  * every worker exiting 0 gives 0.
-#include "hvd/launcher/supervise/output.h"
 #include "hvd/launcher/spawn/spawner.h"
+#include "hvd/launcher/supervise/output.h"
 
 #include <chrono>
 #include <condition_variable>

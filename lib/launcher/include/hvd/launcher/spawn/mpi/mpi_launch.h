@@ -14,8 +14,8 @@
 /// they are placed in mpirun's environment and exported by NAME (`-x NAME`,
 /// `-genvlist A,B`), so neither `ps` nor --dry-run can show the job secret.
 #include "hvd/common/io.h"
-#include "hvd/launcher/plan/job_plan.h"
 #include "hvd/launcher/options/options.h"
+#include "hvd/launcher/plan/job_plan.h"
 #include "hvd/launcher/process/shell.h"
 
 #include <chrono>
@@ -89,7 +89,6 @@ std::vector<std::string> build_mpirun_command(const MpiInfo& info, const Options
 /// quotes, backslash escapes; no expansion). InvalidArgument on an
 /// unterminated quote.
 std::vector<std::string> split_shell_words(const std::string& text);
-
 
 /// --dry-run for --mpi. Text: a comment naming the implementation, the exact
 /// mpirun command as one shell-quoted line, then one comment line per

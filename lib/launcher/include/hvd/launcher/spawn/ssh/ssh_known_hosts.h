@@ -20,7 +20,7 @@ namespace hvd::launcher::ssh {
 
 struct HostKeyCheck {
   std::string host;  // name as the user wrote it
-  int port = 22;     // non-22 ports are recorded as "[host]:port"
+  int port = 22;  // non-22 ports are recorded as "[host]:port"
   std::string known_hosts_file;
   bool strict = false;
 };

@@ -35,7 +35,7 @@ namespace hvd::launcher::ssh {
 /// not thread-safe itself and must precede any session).
 void ensure_libssh2_initialized();
 
-using launcher::shell_join;   // hvd/launcher/shell.h
+using launcher::shell_join;  // hvd/launcher/shell.h
 using launcher::shell_quote;
 
 /// The bytes the agent expects first on its stdin: a 4-byte little-endian
@@ -52,10 +52,8 @@ std::string describe_connect_errno(int err);
 /// answers. Throws LaunchError naming host, address and cause; "connection
 /// timed out after N s" when the deadline passes first. `cancel`, when set
 /// and true, aborts early (another host already failed).
-UniqueFd connect_tcp(const std::string& host, int port, Deadline deadline,
-                     const std::atomic<bool>* cancel = nullptr,
-                     std::string* peer_description = nullptr,
-                     std::string* location = nullptr);
+UniqueFd connect_tcp(const std::string& host, int port, Deadline deadline, const std::atomic<bool>* cancel = nullptr,
+                     std::string* peer_description = nullptr, std::string* location = nullptr);
 
 /// Makes the kernel notice a dead peer: TCP keepalive probes after
 /// `interval` of silence, every `interval`, three unanswered -> the socket
@@ -71,7 +69,7 @@ struct SessionOptions {
   /// -i: the only key tried when set. Otherwise ssh-agent ($SSH_AUTH_SOCK)
   /// and then ~/.ssh/id_ed25519, id_ecdsa, id_rsa (those that exist).
   std::optional<std::string> identity_file;
-  std::string home;              // for ~/.ssh defaults and messages
+  std::string home;  // for ~/.ssh defaults and messages
   std::string known_hosts_file;  // checked and appended to
   bool strict_host_key_checking = false;
   /// Liveness interval (set_liveness_checks).

@@ -36,12 +36,12 @@
 namespace hvd::launcher {
 
 struct SshSpawnerOptions {
-  std::optional<int> port;                    // -p; default 22 (or ~/.ssh/config? no: 22)
-  std::optional<std::string> identity_file;   // -i; else default keys + ssh-agent
-  std::optional<std::string> user;            // default: $USER / getpwuid
-  bool strict_host_key_checking = false;      // false: accept-new semantics
-  std::string known_hosts_file;               // empty: <home>/.ssh/known_hosts
-  std::vector<std::string> agent_command;     // remote argv prefix for the agent
+  std::optional<int> port;  // -p; default 22 (or ~/.ssh/config? no: 22)
+  std::optional<std::string> identity_file;  // -i; else default keys + ssh-agent
+  std::optional<std::string> user;  // default: $USER / getpwuid
+  bool strict_host_key_checking = false;  // false: accept-new semantics
+  std::string known_hosts_file;  // empty: <home>/.ssh/known_hosts
+  std::vector<std::string> agent_command;  // remote argv prefix for the agent
   /// Liveness probe interval (TCP keepalive; ssh::set_liveness_checks): a
   /// vanished host is declared lost after about 4 intervals.
   std::chrono::seconds keepalive{5};
