@@ -1,9 +1,12 @@
 // hvdrun's whole main(): parse, pick the mode, map the outcome to an exit
 // code (docs/exit-codes.md). apps/hvdrun/main.cpp only calls hvdrun_main.
 #include "hvd/common/error.h"
+#include "hvd/launcher/job/launch_mode.h"
 #include "hvd/launcher/job/launcher.h"
 #include "hvd/launcher/spawn/agent.h"
 #include "hvd/launcher/spawn/mpi/mpi_launch.h"
+
+#include <spdlog/spdlog.h>
 
 #include <cstdio>
 #include <cstring>
@@ -34,26 +37,34 @@ int hvdrun_main(int argc, char** argv) {
       std::fputs(parsed.message.c_str(), parsed.message_to_stdout ? stdout : stderr);
       return parsed.exit_code;
     }
-    const Options& options = *parsed.options;
-    if (options.check_build) {
+    if (parsed.options->check_build) {
       std::fputs(render_check_build().c_str(), stdout);
       return exit_code::kOk;
     }
-    if (options.elastic.host_discovery_script) {
-      if (options.dry_run != DryRunFormat::None) {
-        std::fputs(
-            "hvdrun: error: --dry-run does not apply to elastic jobs: placement is decided at run time "
-            "from the discovery script\n",
-            stderr);
-        return exit_code::kUsage;
-      }
-      return run_elastic_job(options);
+    const bool elastic = parsed.options->elastic.host_discovery_script.has_value();
+    if (elastic && parsed.options->dry_run != DryRunFormat::None) {
+      std::fputs(
+          "hvdrun: error: --dry-run does not apply to elastic jobs: placement is decided at run time "
+          "from the discovery script\n",
+          stderr);
+      return exit_code::kUsage;
     }
+    const LaunchDecision launch = decide_launch(*parsed.options, probe_installed_mpirun);
+    for (const auto& line : launch.info) spdlog::info("{}", line);
+    for (const auto& line : launch.warnings) spdlog::warn("{}", line);
+    const Options& options = launch.options;
+    if (elastic) return run_elastic_job(options);
     JobPlan plan = make_plan(options);
-    if (options.engine == Engine::Mpi) return run_mpi_mode(options, plan);
+    if (launch.mode == LaunchMode::Mpirun)
+      return run_mpi_mode(options, plan, launch.mpirun ? &*launch.mpirun : nullptr);
     if (options.dry_run != DryRunFormat::None) {
       std::fputs(render_dry_run(plan, options, options.dry_run).c_str(), stdout);
       return exit_code::kOk;
+    }
+    if (launch.display_map) {
+      // Before any worker writes: the placement, as mpirun --display-map shows its map.
+      std::fputs(render_placement_table(plan).c_str(), stdout);
+      std::fflush(stdout);
     }
     return run_job(options, plan);
   } catch (...) {

@@ -18,7 +18,8 @@
 
 namespace hvd::launcher {
 
-int run_mpi_job(const Options& options, const JobPlan& plan, const std::map<std::string, std::string>& job_env) {
+int run_mpi_job(const Options& options, const JobPlan& plan, const std::map<std::string, std::string>& job_env,
+                const MpiInfo* probed) {
   JobServices job(options);
   if (plan.workers.empty()) {
     spdlog::warn("nothing to run: the job has no workers");
@@ -26,7 +27,7 @@ int run_mpi_job(const Options& options, const JobPlan& plan, const std::map<std:
   }
   MpiInfo info;
   try {
-    info = probe_mpirun("mpirun");
+    info = probed ? *probed : probe_mpirun("mpirun");
   } catch (const Error& e) {
     std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
     return exit_code::kLaunch;
@@ -79,12 +80,12 @@ int run_mpi_job(const Options& options, const JobPlan& plan, const std::map<std:
   return job.finish(job.supervise(std::move(hosts), options.kill_grace + std::chrono::seconds(5)));
 }
 
-int run_mpi_mode(const Options& options, const JobPlan& plan) {
+int run_mpi_mode(const Options& options, const JobPlan& plan, const MpiInfo* probed) {
   const auto job_env = mpi_job_env(options, current_environment());
-  if (options.dry_run == DryRunFormat::None) return run_mpi_job(options, plan, job_env);
+  if (options.dry_run == DryRunFormat::None) return run_mpi_job(options, plan, job_env, probed);
   try {
-    const std::string text =
-        render_mpi_dry_run(probe_mpirun(), options, plan, job_env, ::geteuid() == 0, options.dry_run);
+    const std::string text = render_mpi_dry_run(probed ? *probed : probe_mpirun(), options, plan, job_env,
+                                                ::geteuid() == 0, options.dry_run);
     std::fputs(text.c_str(), stdout);
   } catch (const Error& e) {  // no/unsupported mpirun, uneven Intel MPI slots, bad --mpi-args
     std::fprintf(stderr, "hvdrun: error: %s\n", e.what());

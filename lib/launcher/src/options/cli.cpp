@@ -512,8 +512,6 @@ ParseOutcome parse_command_line(int argc, char** argv) {
   } catch (const InvalidArgument& e) {
     return usage_error(e.what());
   }
-  if (o.binding_args_given && o.engine != Engine::Mpi)
-    spdlog::warn("--binding-args only applies to MPI/jsrun modes; ignored");
   if (o.verbose) hvd::init_logging("hvdrun", spdlog::level::debug);
 
   if (o.check_build) {

@@ -475,14 +475,10 @@ std::vector<Flag> build_table() {
           .config("library_options.gloo_timeout_seconds")
           .example("60"));
   add(flag({"--tcp"}, "NCCL_IB_DISABLE=1 (TCP only)", at(&Options::tcp_flag)).group(tune));
-  add(value({"--binding-args"}, "ARGS", "Accepted for compatibility; only used by MPI/jsrun modes",
-            at(&Options::binding_args_given),
-            [](ValueReader& in) {
-              in.text();
-              return true;
-            })
+  add(value({"--binding-args"}, "ARGS", "mpirun binding arguments, replacing -bind-to none -map-by slot (mpirun mode)",
+            at(&Options::binding_args), any_text)
           .group(tune)
-          .example("--bind-to none"));
+          .example("-bind-to core -map-by core"));
 
   // Controllers.
   add(choice(at(&Options::engine),

@@ -47,15 +47,7 @@ std::string render_text(const JobPlan& plan, const Options& options) {
   std::string out = fmt::format("hvdrun dry run: {} rank{} on {} host{} ({}); nothing is started\n\n",
                                 plan.workers.size(), plan.workers.size() == 1 ? "" : "s", plan.hosts.size(),
                                 plan.hosts.size() == 1 ? "" : "s", format_hosts(plan.hosts));
-  size_t host_width = 4;
-  for (const auto& w : plan.workers) host_width = std::max(host_width, w.slot.hostname.size());
-  out += fmt::format("{:>4}  {:<{}}  {:>10}  {:>10}  {:>10}  {:>10}\n", "rank", "host", host_width, "local_rank",
-                     "local_size", "cross_rank", "cross_size");
-  for (const auto& w : plan.workers) {
-    const auto& s = w.slot;
-    out += fmt::format("{:>4}  {:<{}}  {:>10}  {:>10}  {:>10}  {:>10}\n", s.rank, s.hostname, host_width, s.local_rank,
-                       s.local_size, s.cross_rank, s.cross_size);
-  }
+  out += render_placement_table(plan);
   if (plan.workers.empty()) return out;
 
   // Variables equal on every rank are listed once; a rank's place is always
@@ -110,6 +102,19 @@ std::string render_json(const JobPlan& plan, const Options& options) {
 }
 
 }  // namespace
+
+std::string render_placement_table(const JobPlan& plan) {
+  size_t host_width = 4;
+  for (const auto& w : plan.workers) host_width = std::max(host_width, w.slot.hostname.size());
+  std::string out = fmt::format("{:>4}  {:<{}}  {:>10}  {:>10}  {:>10}  {:>10}\n", "rank", "host", host_width,
+                                "local_rank", "local_size", "cross_rank", "cross_size");
+  for (const auto& w : plan.workers) {
+    const auto& s = w.slot;
+    out += fmt::format("{:>4}  {:<{}}  {:>10}  {:>10}  {:>10}  {:>10}\n", s.rank, s.hostname, host_width, s.local_rank,
+                       s.local_size, s.cross_rank, s.cross_size);
+  }
+  return out;
+}
 
 std::string render_dry_run(const JobPlan& plan, const Options& options, DryRunFormat format) {
   return format == DryRunFormat::Json ? render_json(plan, options) : render_text(plan, options);

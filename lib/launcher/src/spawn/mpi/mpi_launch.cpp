@@ -63,7 +63,7 @@ MpiImpl detect_mpi_impl(const std::string& version_output) {
   return MpiImpl::Unknown;
 }
 
-std::vector<std::string> split_shell_words(const std::string& text) {
+std::vector<std::string> split_shell_words(const std::string& text, const std::string& flag) {
   std::vector<std::string> words;
   std::string word;
   bool in_word = false;
@@ -76,7 +76,7 @@ std::vector<std::string> split_shell_words(const std::string& text) {
     } else if (c == '\'') {
       std::size_t end = text.find('\'', i + 1);
       if (end == std::string::npos) {
-        throw InvalidArgument(fmt::format("--mpi-args '{}': unterminated single quote", text));
+        throw InvalidArgument(fmt::format("{} '{}': unterminated single quote", flag, text));
       }
       word += text.substr(i + 1, end - i - 1);
       in_word = true;
@@ -91,7 +91,7 @@ std::vector<std::string> split_shell_words(const std::string& text) {
         word += text[j];
       }
       if (j >= text.size()) {
-        throw InvalidArgument(fmt::format("--mpi-args '{}': unterminated double quote", text));
+        throw InvalidArgument(fmt::format("{} '{}': unterminated double quote", flag, text));
       }
       in_word = true;
       i = j;
@@ -105,6 +105,27 @@ std::vector<std::string> split_shell_words(const std::string& text) {
   }
   if (in_word) words.push_back(std::move(word));
   return words;
+}
+
+MpiArgsWithoutMpirun interpret_mpi_args_without_mpirun(const std::vector<std::string>& words) {
+  MpiArgsWithoutMpirun out;
+  for (const auto& word : words) {
+    // Open MPI takes its long options with one dash or two.
+    const std::size_t dashes = word.rfind("--", 0) == 0 ? 2 : word.rfind('-', 0) == 0 ? 1 : 0;
+    const std::string name = dashes ? word.substr(dashes) : std::string();
+    if (name == "display-map") {
+      out.display_map = true;
+    } else if (name == "timestamp-output") {
+      out.timestamp_output = true;
+    } else if (name == "tag-output" || word == "-l" || word == "-prepend-rank") {
+      out.tag_output = true;
+    } else if (name == "allow-run-as-root") {
+      out.allow_run_as_root = true;
+    } else {
+      out.ignored.push_back(word);
+    }
+  }
+  return out;
 }
 
 std::map<std::string, std::string> mpi_job_env(const Options& options,
@@ -163,6 +184,17 @@ std::vector<std::string> build_mpirun_command(const MpiInfo& info, const Options
 
   std::vector<std::string> cmd = {info.mpirun};
   auto add = [&cmd](std::initializer_list<std::string> args) { cmd.insert(cmd.end(), args); };
+  // --binding-args replaces the default binding where it stands (as
+  // horovodrun does for Open MPI); Intel MPI has no default to replace.
+  const std::vector<std::string> user_binding =
+      options.binding_args ? split_shell_words(*options.binding_args, "--binding-args") : std::vector<std::string>{};
+  auto add_binding = [&cmd, &user_binding](std::initializer_list<std::string> fallback) {
+    if (user_binding.empty()) {
+      cmd.insert(cmd.end(), fallback);
+    } else {
+      cmd.insert(cmd.end(), user_binding.begin(), user_binding.end());
+    }
+  };
   std::vector<std::string> names_exported;
   for (const auto& [name, value] : extra_env) names_exported.push_back(name);  // std::map: sorted
   const std::string ssh = ssh_args(options);
@@ -170,7 +202,8 @@ std::vector<std::string> build_mpirun_command(const MpiInfo& info, const Options
   if (info.impl == MpiImpl::OpenMpi) {
     if (running_as_root) add({"--allow-run-as-root"});
     add({"--tag-output", "-np", std::to_string(np), "-H", join(with_slots, ",")});
-    add({"-bind-to", "none", "-map-by", "slot", "-mca", "pml", "ob1", "-mca", "btl", "^openib"});
+    add_binding({"-bind-to", "none", "-map-by", "slot"});
+    add({"-mca", "pml", "ob1", "-mca", "btl", "^openib"});
     if (used.size() >= kLargeClusterHosts) {
       add({"-mca", "plm_rsh_no_tree_spawn", "true", "-mca", "plm_rsh_num_concurrent", std::to_string(used.size())});
     }
@@ -193,8 +226,10 @@ std::vector<std::string> build_mpirun_command(const MpiInfo& info, const Options
         }
       }
       add({"-ppn", std::to_string(used.front().second), "-hosts", join(names, ",")});
+      add_binding({});
     } else {
-      add({"-hosts", join(with_slots, ","), "-bind-to", "none", "-map-by", "slot"});
+      add({"-hosts", join(with_slots, ",")});
+      add_binding({"-bind-to", "none", "-map-by", "slot"});
     }
     if (!ssh.empty()) add({"-bootstrap", "ssh", "-bootstrap-exec-args", ssh});
     if (!options.network_interfaces.empty()) add({"-iface", options.network_interfaces.front()});

@@ -120,7 +120,7 @@ class MpiSpawner final : public Spawner {
 
 std::unique_ptr<Spawner> make_mpi_spawner() { return std::make_unique<MpiSpawner>(); }
 
-MpiInfo probe_mpirun(const std::string& mpirun, Deadline deadline) {
+MpiInfo identify_mpirun(const std::string& mpirun, Deadline deadline) {
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) throw IoError(fmt::format("pipe: {}", std::strerror(errno)));
   UniqueFd read_end(out[0]), write_end(out[1]);
@@ -169,6 +169,11 @@ MpiInfo probe_mpirun(const std::string& mpirun, Deadline deadline) {
   if (code != 0) {
     throw InvalidArgument(fmt::format("'{} --version' failed with status {}: {}", mpirun, code, info.version_line));
   }
+  return info;
+}
+
+MpiInfo probe_mpirun(const std::string& mpirun, Deadline deadline) {
+  MpiInfo info = identify_mpirun(mpirun, deadline);
   if (info.impl == MpiImpl::Unknown) {
     throw InvalidArgument(
         fmt::format("unsupported MPI implementation '{}'; hvdrun --mpi supports Open MPI, "

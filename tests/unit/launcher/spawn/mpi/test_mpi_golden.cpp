@@ -82,6 +82,8 @@ std::string render_case(const std::string& text) {
       o.prefix_output_with_timestamp = value == "1";
     } else if (key == "mpi_args") {
       o.mpi_args = value;
+    } else if (key == "binding") {
+      o.binding_args = value;
     } else if (key == "export") {
       auto eq = value.find('=');
       env[value.substr(0, eq)] = value.substr(eq + 1);

@@ -209,3 +209,59 @@ TEST_CASE("mpi: JSON dry run carries the argv and hides secrets", "[mpi]") {
   CHECK(j.find("\"HVDRUN_SECRET\": \"<hidden>\"") != std::string::npos);
   CHECK(j.find("tok123") == std::string::npos);
 }
+
+TEST_CASE("mpi: --binding-args replace the default binding where it stands", "[mpi][binding]") {
+  Options o = basic_options();
+  o.binding_args = "-bind-to core -map-by 'ppr:2:socket'";
+  const JobPlan plan = plan_for({{"h1", 2}, {"h2", 2}}, 4);
+  auto ompi = build_mpirun_command(info_for(MpiImpl::OpenMpi), o, plan, {}, false);
+  CHECK(joined(ompi) ==
+        "mpirun --tag-output -np 4 -H h1:2,h2:2 -bind-to core -map-by ppr:2:socket -mca pml ob1 -mca btl ^openib "
+        "python3 train.py --lr 0.1");
+  auto mpich = build_mpirun_command(info_for(MpiImpl::Mpich), o, plan, {}, false);
+  CHECK(joined(mpich) ==
+        "mpirun -l -np 4 -hosts h1:2,h2:2 -bind-to core -map-by ppr:2:socket python3 train.py --lr 0.1");
+  // Intel MPI has no default binding: the user's words are added after the hosts.
+  auto impi = build_mpirun_command(info_for(MpiImpl::IntelMpi), o, plan, {}, false);
+  CHECK(joined(impi) ==
+        "mpirun -l -np 4 -ppn 2 -hosts h1,h2 -bind-to core -map-by ppr:2:socket python3 train.py --lr 0.1");
+  for (auto* cmd : {&ompi, &mpich}) CHECK_FALSE(has_seq(*cmd, {"-bind-to", "none"}));
+}
+
+TEST_CASE("mpi: empty --binding-args keep the default binding; a bad quote is refused", "[mpi][binding]") {
+  Options o = basic_options();
+  o.binding_args = "  ";
+  auto cmd = build_mpirun_command(info_for(MpiImpl::OpenMpi), o, plan_for({{"h", 1}}, 1), {}, false);
+  CHECK(has_seq(cmd, {"-bind-to", "none", "-map-by", "slot"}));
+  o.binding_args = "--rankfile 'my file";
+  try {
+    build_mpirun_command(info_for(MpiImpl::OpenMpi), o, plan_for({{"h", 1}}, 1), {}, false);
+    FAIL("no exception");
+  } catch (const hvd::InvalidArgument& e) {
+    CHECK(std::string(e.what()).rfind("--binding-args '--rankfile 'my file': unterminated single quote", 0) == 0);
+  }
+}
+
+TEST_CASE("mpi: --mpi-args without mpirun: output flags are sorted from the rest", "[mpi][mpi_args]") {
+  using V = std::vector<std::string>;
+  auto a = interpret_mpi_args_without_mpirun(
+      split_shell_words("--mca orte_keep_fqdn_hostnames t --allow-run-as-root --display-map --tag-output "
+                        "--timestamp-output"));
+  CHECK(a.display_map);
+  CHECK(a.tag_output);
+  CHECK(a.timestamp_output);
+  CHECK(a.allow_run_as_root);
+  CHECK(a.ignored == V{"--mca", "orte_keep_fqdn_hostnames", "t"});
+  // Open MPI's single-dash spellings and MPICH's rank labels.
+  auto b = interpret_mpi_args_without_mpirun({"-display-map", "-timestamp-output", "-l", "-x", "FOO"});
+  CHECK(b.display_map);
+  CHECK(b.timestamp_output);
+  CHECK(b.tag_output);
+  CHECK_FALSE(b.allow_run_as_root);
+  CHECK(b.ignored == V{"-x", "FOO"});
+  CHECK(interpret_mpi_args_without_mpirun({"-prepend-rank"}).tag_output);
+  // Values are not flags: "display-map" alone is an ignored word.
+  auto c = interpret_mpi_args_without_mpirun({"display-map", "--display-mapx"});
+  CHECK_FALSE(c.display_map);
+  CHECK(c.ignored == V{"display-map", "--display-mapx"});
+}

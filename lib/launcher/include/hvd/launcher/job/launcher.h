@@ -35,6 +35,11 @@ JobPlan make_plan(const Options& options, const std::map<std::string, std::strin
 /// JSON (dry_run.cpp).
 std::string render_dry_run(const JobPlan& plan, const Options& options, DryRunFormat format);
 
+/// The placement table of the text dry run (a header line, then one line
+/// per rank: rank, host, local/cross rank and size); also what
+/// `--mpi-args --display-map` prints before a job hvdrun starts itself.
+std::string render_placement_table(const JobPlan& plan);
+
 /// --check-build output (what this build supports).
 /// What was built beside hvdrun in this build tree (CMake passes it to
 /// the launcher; hvdrun itself never links the collective library).

@@ -80,7 +80,9 @@ struct Options {
   Engine engine = Engine::Native;  // --mpi / --gloo
   std::optional<std::string> mpi_args;  // --mpi-args
   bool tcp_flag = false;  // --tcp (accepted, no effect)
-  bool binding_args_given = false;
+  /// --binding-args: under mpirun, replaces the default binding
+  /// (`-bind-to none -map-by slot`), split shell-style (spawn/mpi/mpi_launch.h).
+  std::optional<std::string> binding_args;
   TuningOptions tuning;
   ElasticOptions elastic;
   /// -x NAME or -x NAME=VALUE, in order given.

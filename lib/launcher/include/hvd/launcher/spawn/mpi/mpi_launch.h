@@ -54,6 +54,11 @@ MpiImpl detect_mpi_impl(const std::string& version_output);
 MpiInfo probe_mpirun(const std::string& mpirun = "mpirun",
                      Deadline deadline = Deadline::after(std::chrono::seconds(10)));
 
+/// probe_mpirun without the last check: an implementation hvdrun does not
+/// support comes back as MpiImpl::Unknown instead of an error.
+MpiInfo identify_mpirun(const std::string& mpirun = "mpirun",
+                        Deadline deadline = Deadline::after(std::chrono::seconds(10)));
+
 /// The job-wide variables an mpirun job exports to every rank, as
 /// horovodrun exports its whole environment with -x: build_common_env (the
 /// filtered launcher environment, HOROVOD_* tuning and controller variables,
@@ -66,29 +71,55 @@ std::map<std::string, std::string> mpi_job_env(const Options& options,
 
 /// The exact mpirun argv (argv[0] is info.mpirun). Pure.
 ///  Open MPI:  mpirun [--allow-run-as-root] --tag-output -np N -H h1:2,h2:2
-///             -bind-to none -map-by slot -mca pml ob1 -mca btl ^openib
+///             <binding> -mca pml ob1 -mca btl ^openib
 ///             [-mca plm_rsh_no_tree_spawn true -mca plm_rsh_num_concurrent H (>= 64 hosts)]
 ///             [--timestamp-output] [-mca plm_rsh_args "-p P -i KEY"]
 ///             [-mca btl_tcp_if_include IF1,IF2] [--output-filename DIR]
 ///             -x NAME... <--mpi-args split shell-style> <command>
-///  MPICH:     mpirun -l -np N -hosts h1:2,h2:2 -bind-to none -map-by slot
+///  MPICH:     mpirun -l -np N -hosts h1:2,h2:2 <binding>
 ///             [-bootstrap ssh -bootstrap-exec-args "-p P -i KEY"] [-iface IF]
 ///             [-outfile-pattern DIR/rank.%r/stdout] -genvlist A,B <mpi-args> <command>
 ///  Intel MPI: mpirun -l -np N -ppn S -hosts h1,h2 (every host needs the same
-///             slot count, else InvalidArgument) [-bootstrap ssh
+///             slot count, else InvalidArgument) [--binding-args words] [-bootstrap ssh
 ///             -bootstrap-exec-args "..."] [-iface IF] [-outfile-pattern ...]
 ///             -genvlist A,B <mpi-args> <command>
+/// <binding> is `-bind-to none -map-by slot`, or the words of --binding-args
+/// (split shell-style) in its place when given: horovodrun substitutes them
+/// for Open MPI; hvdrun does so for MPICH too and adds them for Intel MPI
+/// (which has no default binding) instead of dropping them.
 /// `extra_env` names are exported (sorted); their values are never part of
 /// the argv. Throws InvalidArgument for an Unknown impl, an empty command,
-/// an unbalanced quote in --mpi-args, or uneven slots with Intel MPI.
+/// an unbalanced quote in --mpi-args or --binding-args, or uneven slots
+/// with Intel MPI.
 std::vector<std::string> build_mpirun_command(const MpiInfo& info, const Options& options, const JobPlan& plan,
                                               const std::map<std::string, std::string>& extra_env,
                                               bool running_as_root);
 
-/// Splits --mpi-args the way a POSIX shell splits words (single and double
-/// quotes, backslash escapes; no expansion). InvalidArgument on an
-/// unterminated quote.
-std::vector<std::string> split_shell_words(const std::string& text);
+/// Splits --mpi-args (or --binding-args: `flag` names it in messages) the
+/// way a POSIX shell splits words (single and double quotes, backslash
+/// escapes; no expansion). InvalidArgument on an unterminated quote.
+std::vector<std::string> split_shell_words(const std::string& text, const std::string& flag = "--mpi-args");
+
+/// What --mpi-args asks of a job that mpirun does not start (hvdrun's own
+/// spawning: --gloo, no usable mpirun, elastic mode). hvdrun honours the
+/// output flags that guides copy from mpirun lines itself; the rest cannot
+/// apply without mpirun.
+struct MpiArgsWithoutMpirun {
+  /// --display-map: print the placement before starting.
+  bool display_map = false;
+  /// --timestamp-output: as --prefix-output-with-timestamp.
+  bool timestamp_output = false;
+  /// --tag-output (MPICH: -l, -prepend-rank): hvdrun tags every line anyway.
+  bool tag_output = false;
+  /// --allow-run-as-root: hvdrun needs no permission to run as root.
+  bool allow_run_as_root = false;
+  /// Every other word, in the order given.
+  std::vector<std::string> ignored;
+};
+
+/// Sorts --mpi-args words (split_shell_words) into the flags above (Open
+/// MPI's one- and two-dash spellings) and the ignored rest. Pure.
+MpiArgsWithoutMpirun interpret_mpi_args_without_mpirun(const std::vector<std::string>& words);
 
 /// --dry-run for --mpi. Text: a comment naming the implementation, the exact
 /// mpirun command as one shell-quoted line, then one comment line per
@@ -112,12 +143,13 @@ std::string render_mpi_dry_run(const MpiInfo& info, const Options& options, cons
 ///    after a forwarded signal, or at once on a second signal;
 ///  - returns mpirun's exit code, 128+signal if mpirun died of a signal, and
 ///    128+signal of the forwarded signal when the job was interrupted.
-/// Never calls exit().
-int run_mpi_job(const Options& options, const JobPlan& plan, const std::map<std::string, std::string>& job_env);
+/// Never calls exit(). `probed`: mpirun already probed (no second probe).
+int run_mpi_job(const Options& options, const JobPlan& plan, const std::map<std::string, std::string>& job_env,
+                const MpiInfo* probed = nullptr);
 
-/// Everything hvdrun does for --mpi after planning: --dry-run prints the
+/// Everything hvdrun does in mpirun mode after planning: --dry-run prints the
 /// mpirun command (exit_code::kLaunch with one line when mpirun is missing
 /// or unsupported), otherwise run_mpi_job. Returns hvdrun's exit code.
-int run_mpi_mode(const Options& options, const JobPlan& plan);
+int run_mpi_mode(const Options& options, const JobPlan& plan, const MpiInfo* probed = nullptr);
 
 }  // namespace hvd::launcher
