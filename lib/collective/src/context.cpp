@@ -12,9 +12,13 @@
 #include "hvd/collective/elastic.h"
 #include "hvd/common/env.h"
 #include "hvd/common/error.h"
+#include "hvd/common/job_env.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <array>
@@ -56,6 +60,42 @@ constexpr std::size_t kSlotPayload = kSlot - 4;
 constexpr std::size_t kMaxMessage = 256u << 20;
 
 enum class FailureKind { Io, Timeout, Other };
+
+/// Where settings.thread_affinity puts this rank's background thread.
+struct BackgroundCore {
+  int core = -1;  ///< -1: not pinned
+  std::string warning;  ///< why not, when the setting cannot apply
+};
+
+/// Throws InvalidArgument for a core this process may not run on, so a
+/// typo fails every rank at once instead of pinning nothing.
+BackgroundCore background_core(const Settings& s) {
+  BackgroundCore out;
+  if (s.thread_affinity.empty()) return out;
+  std::string list;
+  for (int c : s.thread_affinity) list += (list.empty() ? "" : ",") + std::to_string(c);
+  if (static_cast<int>(s.thread_affinity.size()) < s.local_size) {
+    out.warning = fmt::format(
+        "{}={} lists {} core id(s) for {} local ranks; background threads are not pinned (give one core id per "
+        "local rank, e.g. {}=0,1)",
+        job_env::kThreadAffinity, list, s.thread_affinity.size(), s.local_size, job_env::kThreadAffinity);
+    return out;
+  }
+  const int core = s.thread_affinity[static_cast<std::size_t>(s.local_rank)];
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) CPU_ZERO(&allowed);
+  if (core >= CPU_SETSIZE || !CPU_ISSET(core, &allowed)) {
+    std::string usable;
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &allowed)) usable += (usable.empty() ? "" : ",") + std::to_string(c);
+    }
+    throw InvalidArgument(fmt::format("hvd: {}={}: core {} (local rank {}) is not one this process may run on ({})",
+                                      job_env::kThreadAffinity, list, core, s.local_rank, usable));
+  }
+  out.core = core;
+  return out;
+}
 
 }  // namespace
 
@@ -437,6 +477,7 @@ std::unique_ptr<Context> Context::create(const Settings& settings, std::shared_p
   }
   if (settings.size == 1) return std::make_unique<Context>(settings, nullptr, std::move(store));
   if (!store) throw InvalidArgument("hvd: a job of size > 1 needs a rendezvous store");
+  background_core(settings);  // a bad core fails before the peers are connected
   CommOptions options;
   options.rank = settings.rank;
   options.size = settings.size;
@@ -468,8 +509,21 @@ Context::Context(const Settings& settings, std::unique_ptr<Comm> comm, std::shar
                                       comm->size(), settings.rank, settings.size));
   }
   if (!comm && settings.size != 1) throw InvalidArgument("hvd: a job of size > 1 needs a communicator");
+  const BackgroundCore pin = background_core(settings);
+  if (!pin.warning.empty() && settings.local_rank == 0) spdlog::warn("{}", pin.warning);
   impl_ = std::make_unique<Impl>(settings, std::move(comm), std::move(store));
   impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
+  // The name lets people (and tests) find the thread: top -H, /proc/PID/task.
+  pthread_setname_np(impl_->thread.native_handle(), "hvd-background");
+  if (pin.core >= 0) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(pin.core, &one);
+    if (int err = pthread_setaffinity_np(impl_->thread.native_handle(), sizeof one, &one); err != 0) {
+      spdlog::warn("{}: pinning the background thread to core {} failed: {}", job_env::kThreadAffinity, pin.core,
+                   std::strerror(err));
+    }
+  }
 }
 
 Context::~Context() { shutdown(); }

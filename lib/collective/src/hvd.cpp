@@ -47,25 +47,33 @@ std::shared_ptr<collective::Context> current() {
 void init() {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_context) return;
-  auto level = parse_log_level(env::get_or(job_env::kLogLevel, "warning"));
+  const collective::LogSettings log = collective::log_settings_from_env();
+  auto start_logging = [&log](const std::string& who) {
+    init_logging(fmt::format("hvd[{}]", who), log.level, !log.hide_time);
+  };
   auto rank = env::get(job_env::kRank);
-  init_logging(fmt::format("hvd[{}]", rank ? *rank : "0"), level);
+  start_logging(rank ? *rank : "0");
   if (elastic::enabled()) {
     // Elastic job: rank and size come from the world hvdrun publishes, and
     // the member's generations are the world versions.
     elastic::MemberOptions options = elastic::member_options_from_env();
-    init_logging(fmt::format("hvd[{}]", options.worker_id), level);
+    start_logging(options.worker_id);
     auto member = std::make_shared<elastic::ElasticMember>(std::move(options));
     member->join();
     g_context = member->shared_context();
     g_member = std::move(member);
-    init_logging(fmt::format("hvd[{}]", g_context->rank()), level);
+    start_logging(std::to_string(g_context->rank()));
   } else {
     // Every init after a shutdown forms a new communicator generation, so a
     // re-init never reads the previous generation's addresses.
     g_context = collective::context_from_env(fmt::format("gen{}/", g_generation));
     ++g_generation;
-    if (!rank) init_logging(fmt::format("hvd[{}]", g_context->rank()), level);  // rank learned from MPI
+    if (!rank) start_logging(std::to_string(g_context->rank()));  // rank learned from MPI
+  }
+  if (g_context->rank() == 0) {
+    // What took effect, once per init (hvdrun --verbose shows it).
+    spdlog::log(log.verbose ? spdlog::level::info : spdlog::level::debug, "{}",
+                collective::describe_settings(g_context->settings(), log));
   }
   static bool at_exit_registered = false;
   if (!at_exit_registered) {
@@ -179,7 +187,8 @@ void reset() {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_member != m) return;  // shut down meanwhile
   g_context = m->shared_context();
-  init_logging(fmt::format("hvd[{}]", g_context->rank()), parse_log_level(env::get_or(job_env::kLogLevel, "warning")));
+  const collective::LogSettings log = collective::log_settings_from_env();
+  init_logging(fmt::format("hvd[{}]", g_context->rank()), log.level, !log.hide_time);
 }
 
 }  // namespace hvd::elastic

@@ -60,6 +60,44 @@ std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000.0)));
 }
 
+/// HOROVOD_THREAD_AFFINITY: "3" or "2,3" -- core ids, one per local rank.
+std::vector<int> core_ids(const std::string& text) {
+  std::vector<int> cores;
+  if (text.find_first_not_of(" ") == std::string::npos) return cores;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    std::string item = text.substr(start, comma - start);
+    auto v = env::parse_int(item);
+    if (!v || *v < 0 || *v > 1000000) {
+      throw InvalidArgument(fmt::format("{}='{}': '{}' is not a core id (expected core ids, one per local rank: 0,1)",
+                                        job_env::kThreadAffinity, text, item));
+    }
+    cores.push_back(static_cast<int>(*v));
+    start = comma + 1;
+  }
+  return cores;
+}
+
+/// Horovod's switches: strtol(value) > 0.
+bool switched_on(const char* name) {
+  auto v = env::get(name);
+  if (!v) return false;
+  auto n = env::parse_int(*v);
+  return n && *n > 0;
+}
+
+std::string join_ints(const std::vector<int>& values) {
+  std::string out;
+  for (int v : values) out += (out.empty() ? "" : ",") + std::to_string(v);
+  return out;
+}
+
+std::string seconds_text(std::chrono::milliseconds ms) {
+  return ms.count() % 1000 == 0 ? fmt::format("{} s", ms.count() / 1000) : fmt::format("{} ms", ms.count());
+}
+
 }  // namespace
 
 Settings settings_from_env() {
@@ -108,12 +146,72 @@ Settings settings_from_env() {
   s.stall_warn_after = to_ms(seconds_var(job_env::kStallCheckTimeSeconds, 60));
   s.stall_fail_after = to_ms(seconds_var(job_env::kStallShutdownTimeSeconds, 0));
   s.start_timeout = to_ms(seconds_var(job_env::kStartTimeout, 30));
+  // Horovod's Gloo rendezvous timeout means what start_timeout means here.
+  if (env::get(job_env::kGlooTimeoutSeconds)) s.start_timeout = to_ms(seconds_var(job_env::kGlooTimeoutSeconds, 30));
   if (s.start_timeout.count() == 0) s.start_timeout = std::chrono::milliseconds(1);
+  s.thread_affinity = core_ids(env::get_or(job_env::kThreadAffinity, ""));
 
   s.secret = env::get_or(job_env::kSecret, "");
   if (auto iface = env::get(job_env::kGlooIface); iface && !iface->empty()) s.bind_address = interface_address(*iface);
   s.route_hint = env::get_or(job_env::kRendezvousAddr, "");
   return s;
+}
+
+LogSettings log_settings_from_env() {
+  LogSettings l;
+  l.verbose = env::get_bool_or(job_env::kVerbose, false);
+  const auto level = env::get(job_env::kLogLevel);
+  l.level = level ? parse_log_level(*level) : l.verbose ? spdlog::level::info : spdlog::level::warn;
+  l.hide_time = env::get_bool_or(job_env::kLogHideTime, false);
+  return l;
+}
+
+std::string describe_settings(const Settings& s, const LogSettings& log) {
+  std::vector<std::string> items;
+  items.push_back(fmt::format("fusion_threshold={} bytes", s.fusion_threshold));
+  items.push_back(fmt::format("cycle_time={} ms", s.cycle_time.count() / 1000.0));
+  items.push_back(fmt::format("cache_capacity={}", s.cache_capacity));
+  items.push_back(
+      s.stall_check
+          ? fmt::format("stall_check=on (warn after {}, fail {})", seconds_text(s.stall_warn_after),
+                        s.stall_fail_after.count() ? "after " + seconds_text(s.stall_fail_after) : std::string("never"))
+          : std::string("stall_check=off"));
+  items.push_back(fmt::format("rendezvous_timeout={} ({})", seconds_text(s.start_timeout),
+                              env::get(job_env::kGlooTimeoutSeconds) ? job_env::kGlooTimeoutSeconds
+                              : env::get(job_env::kStartTimeout)     ? job_env::kStartTimeout
+                                                                     : "default"));
+  if (s.thread_affinity.empty()) {
+    items.push_back("thread_affinity=none");
+  } else if (static_cast<int>(s.thread_affinity.size()) < s.local_size) {
+    items.push_back(fmt::format("thread_affinity=none ({}={} lists fewer cores than the {} local ranks)",
+                                job_env::kThreadAffinity, join_ints(s.thread_affinity), s.local_size));
+  } else {
+    items.push_back(fmt::format("thread_affinity={} (this rank: core {})", join_ints(s.thread_affinity),
+                                s.thread_affinity[s.local_rank]));
+  }
+  items.push_back(fmt::format("log_timestamps={}", log.hide_time ? "off" : "on"));
+  // Requests the library cannot honour yet (hvdrun warns about each once).
+  auto requested = [&](const char* key, const char* variable, bool on, const char* why) {
+    if (!on) {
+      items.push_back(fmt::format("{}=off", key));
+    } else {
+      items.push_back(fmt::format("{}=off ({}={} ignored: {})", key, variable, env::get_or(variable, ""), why));
+    }
+  };
+  requested("hierarchical_allreduce", job_env::kHierarchicalAllreduce, switched_on(job_env::kHierarchicalAllreduce),
+            "not implemented");
+  requested("hierarchical_allgather", job_env::kHierarchicalAllgather, switched_on(job_env::kHierarchicalAllgather),
+            "not implemented");
+  requested("torus_allreduce", job_env::kTorusAllreduce, switched_on(job_env::kTorusAllreduce), "not implemented");
+  requested("autotune", job_env::kAutotune, switched_on(job_env::kAutotune), "not implemented");
+  requested("timeline", job_env::kTimeline, !env::get_or(job_env::kTimeline, "").empty(), "not implemented");
+  const std::string streams = env::get_or(job_env::kNumNcclStreams, "");
+  items.push_back(streams.empty() || streams == "1"
+                      ? std::string("nccl_streams=1")
+                      : fmt::format("nccl_streams=1 ({}={} ignored: one stream)", job_env::kNumNcclStreams, streams));
+  std::string out = "settings:";
+  for (std::size_t i = 0; i < items.size(); ++i) out += (i ? ", " : " ") + items[i];
+  return out;
 }
 
 std::unique_ptr<Context> context_from_env(const std::string& comm_prefix) {

@@ -7,10 +7,10 @@
 
 namespace hvd {
 
-void init_logging(const std::string& name, spdlog::level::level_enum level) {
+void init_logging(const std::string& name, spdlog::level::level_enum level, bool with_time) {
   auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
   auto logger = std::make_shared<spdlog::logger>(name, sink);
-  logger->set_pattern("[%H:%M:%S.%e] [%n] [%^%l%$] %v");
+  logger->set_pattern(with_time ? "[%H:%M:%S.%e] [%n] [%^%l%$] %v" : "[%n] [%^%l%$] %v");
   logger->set_level(level);
   logger->flush_on(spdlog::level::trace);
   spdlog::set_default_logger(logger);

@@ -16,6 +16,11 @@
 //             blocks its background thread for 8 s: the others wait on
 //             links with nothing in flight (the keepalive path) when cut
 //   latency   not a test: per-call time of the C++ API for a few sizes
+//   settings  prints the CPUs the library's background thread may run on
+//             ("rank R: background cpus LIST", HOROVOD_THREAD_AFFINITY's
+//             effect), then one allreduce; with HVD_TEST_INIT_DELAY_MS every
+//             rank but 0 waits that long before hvd::init (rendezvous
+//             timeouts)
 // Prints "rank R: <mode> ok" and exits 0 on success; exit 1 on a failed check.
 // Any further argv (e.g. a unique tag) is ignored: tests use it to find
 // leftover processes.
@@ -25,15 +30,18 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <exception>
+#include <fstream>
 #include <numeric>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <dirent.h>
 #include <unistd.h>
 
 using hvd::collective::DataType;
@@ -373,16 +381,50 @@ void mode_latency() {
   }
 }
 
+/// The CPUs the thread named "hvd-background" may run on
+/// (/proc/self/task/<tid>/status, Cpus_allowed_list), or "" if none.
+std::string background_cpus() {
+  DIR* tasks = opendir("/proc/self/task");
+  if (tasks == nullptr) return "";
+  std::string found;
+  while (dirent* e = readdir(tasks)) {
+    const std::string dir = std::string("/proc/self/task/") + e->d_name;
+    std::ifstream comm(dir + "/comm");
+    std::string name;
+    if (!std::getline(comm, name) || name != "hvd-background") continue;
+    std::ifstream status(dir + "/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("Cpus_allowed_list:", 0) == 0) found = line.substr(line.find_first_not_of(" \t", 18));
+    }
+  }
+  closedir(tasks);
+  return found;
+}
+
+int mode_settings() {
+  std::printf("rank %d: background cpus %s\n", hvd::rank(), background_cpus().c_str());
+  std::vector<float> x(4, 1.0f);
+  hvd::allreduce("settings", x);
+  EXPECT(x[0] == hvd::size(), "x=%g", x[0]);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (argc < 2) {
-    std::fprintf(stderr, "usage: collective_worker ops|order|fusion|mismatch|kill|cut|cutidle [tag]\n");
+    std::fprintf(stderr, "usage: collective_worker ops|order|fusion|mismatch|kill|cut|cutidle|settings [tag]\n");
     return 2;
   }
   const std::string mode = argv[1];
   try {
+    const char* delay = std::getenv("HVD_TEST_INIT_DELAY_MS");
+    const char* my_rank = std::getenv("HOROVOD_RANK");
+    if (mode == "settings" && delay != nullptr && my_rank != nullptr && std::string(my_rank) != "0") {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)));
+    }
     hvd::init();
     int rc = 0;
     if (mode == "ops") {
@@ -402,6 +444,8 @@ int main(int argc, char** argv) {
       return g_failures == 0 ? 0 : 1;
     } else if (mode == "latency") {
       mode_latency();
+    } else if (mode == "settings") {
+      mode_settings();
     } else if (mode == "kill") {
       return mode_kill();
     } else if (mode == "cut" || mode == "cutidle") {

@@ -145,6 +145,108 @@ class Flags(unittest.TestCase):
         self.assertEqual(code, 0, err)
         self.assertNotIn("MCW rank 0 bound to", out + err)
 
+    # ------------------------------------------- flags the library cannot honour
+    def test_unsupported_tuning_flags_warn_once_each_and_the_job_runs(self):
+        code, out, err = run(["-np", "2", "--autotune", "--autotune-log-file", "a.csv", "--timeline-filename", "t.json",
+                              "--hierarchical-allreduce", "--hierarchical-allgather", "--torus-allreduce",
+                              "--num-nccl-streams", "2", "/bin/sh", "-c",
+                              "echo $HOROVOD_AUTOTUNE$HOROVOD_TORUS_ALLREDUCE$HOROVOD_HIERARCHICAL_ALLREDUCE"])
+        self.assertEqual(code, 0, err)
+        # Still exported, for unmodified Horovod workers.
+        self.assertEqual(sorted(out.splitlines()), ["[0]<stdout>:111", "[1]<stdout>:111"])
+        for flag, why in (("--autotune (autotune.enabled), --autotune-log-file", "does not autotune (issue 20)"),
+                          ("--timeline-filename (timeline.filename)", "writes no timeline (issue 20)"),
+                          ("--hierarchical-allreduce (params.hierarchical_allreduce)", "no hierarchical algorithms"),
+                          ("--hierarchical-allgather (params.hierarchical_allgather)", "no hierarchical algorithms"),
+                          ("--torus-allreduce (params.torus_allreduce)", "no torus allreduce"),
+                          ("--num-nccl-streams (library_options.num_nccl_streams)", "uses one stream")):
+            line = self.assertOneLine(err, flag)
+            self.assertIn("[warning]", line)
+            self.assertIn(why, line)
+            self.assertTrue(line.endswith("; ignored"), line)
+        self.assertEqual(len(lines_with(err, "no effect yet")), 6, err)
+
+    def test_unsupported_config_keys_and_variables_warn_once(self):
+        d = tempfile.mkdtemp(prefix="hvd_cfg_")
+        cfg = os.path.join(d, "c.yaml")
+        with open(cfg, "w") as f:
+            f.write("autotune:\n  enabled: true\nparams:\n  torus_allreduce: true\n")
+        code, out, err = run(["-np", "1", "--config-file", cfg, "/bin/sh", "-c", "echo ran"],
+                             env={"HOROVOD_TIMELINE": os.path.join(d, "t.json")})
+        self.assertEqual(code, 0, err)
+        self.assertEqual(out, "[0]<stdout>:ran\n")
+        self.assertIn("does not autotune", self.assertOneLine(err, "(autotune.enabled)"))
+        self.assertIn("no torus allreduce", self.assertOneLine(err, "(params.torus_allreduce)"))
+        self.assertIn("writes no timeline", self.assertOneLine(err, "HOROVOD_TIMELINE="))
+        self.assertEqual(len(lines_with(err, "no effect yet")), 3, err)
+
+    def test_wired_tuning_flags_do_not_warn(self):
+        code, out, err = run(["-np", "1", "--thread-affinity", str(max(os.sched_getaffinity(0))),
+                              "--gloo-timeout-seconds", "20", "--log-without-timestamp", "--num-nccl-streams", "1",
+                              "--no-autotune", "/bin/sh", "-c", "echo ran"])
+        self.assertEqual(code, 0, err)
+        self.assertEqual(lines_with(err, "[warning]"), [], err)
+
+    # ------------------------------------------ settings the library acts on
+    def worker(self):
+        if not WORKER or not os.path.exists(WORKER):
+            self.skipTest("COLLECTIVE_WORKER not built")
+        return WORKER
+
+    def test_thread_affinity_pins_the_background_thread(self):
+        cpus = sorted(os.sched_getaffinity(0))
+        core = cpus[-1]
+        code, out, err = run(["-np", "1", "--thread-affinity", str(core), self.worker(), "settings"])
+        self.assertEqual(code, 0, err)
+        self.assertIn("[0]<stdout>:rank 0: background cpus %d\n" % core, out)
+        if len(cpus) > 1:
+            # Not pinned without it (so the check above can fail).
+            code, out, err = run(["-np", "1", self.worker(), "settings"])
+            self.assertEqual(code, 0, err)
+            self.assertNotIn("background cpus %d\n" % core, out)
+            # Horovod's format: one core id per local rank.
+            code, out, err = run(["-np", "2", "-x", "HOROVOD_THREAD_AFFINITY=%d,%d" % (cpus[-1], cpus[0]),
+                                  self.worker(), "settings"])
+            self.assertEqual(code, 0, err)
+            self.assertIn("[0]<stdout>:rank 0: background cpus %d\n" % cpus[-1], out)
+            self.assertIn("[1]<stdout>:rank 1: background cpus %d\n" % cpus[0], out)
+
+    def test_gloo_timeout_seconds_bounds_the_rendezvous(self):
+        """Rank 1 calls init 4 s late: with --gloo-timeout-seconds 1 rank 0
+        gives up after about a second; with the default it waits."""
+        late = {"HVD_TEST_INIT_DELAY_MS": "4000"}
+        code, out, err = run(["-np", "2", "--gloo-timeout-seconds", "1", self.worker(), "settings"], env=late)
+        self.assertNotEqual(code, 0, err)
+        self.assertRegex(err, r"could not rendezvous .* within 1000 ms")
+        code, out, err = run(["-np", "2", self.worker(), "settings"], env=late)
+        self.assertEqual(code, 0, err)
+        self.assertIn("rank 0: settings ok", out)
+
+    def test_verbose_shows_the_library_settings_once_from_rank_0(self):
+        code, out, err = run(["-np", "2", "--verbose", "--fusion-threshold-mb", "1", "--cycle-time-ms", "2",
+                              "--autotune", "--gloo-timeout-seconds", "12", self.worker(), "settings"])
+        self.assertEqual(code, 0, err)
+        line = self.assertOneLine(err, "settings: ")
+        self.assertRegex(line, r"^\[0\]<stderr>:\[\d\d:\d\d:\d\d\.\d{3}\] \[hvd\[0\]\] \[info\] settings: ")
+        for item in ("fusion_threshold=1048576 bytes", "cycle_time=2 ms", "cache_capacity=1024",
+                     "rendezvous_timeout=12 s (HOROVOD_GLOO_TIMEOUT_SECONDS)", "thread_affinity=none",
+                     "log_timestamps=on", "hierarchical_allreduce=off", "torus_allreduce=off",
+                     "autotune=off (HOROVOD_AUTOTUNE=1 ignored: not implemented)", "timeline=off", "nccl_streams=1"):
+            self.assertIn(item, line)
+        code, out, err = run(["-np", "2", self.worker(), "settings"])
+        self.assertEqual(code, 0, err)
+        self.assertEqual(lines_with(err, "settings: "), [], err)
+
+    def test_log_without_timestamp_drops_the_time_from_library_lines(self):
+        code, out, err = run(["-np", "1", "--verbose", "--log-without-timestamp", self.worker(), "settings"])
+        self.assertEqual(code, 0, err)
+        line = self.assertOneLine(err, "settings: ")
+        self.assertRegex(line, r"^\[0\]<stderr>:\[hvd\[0\]\] \[info\] settings: .*log_timestamps=off")
+        code, out, err = run(["-np", "1", "--verbose", "--log-with-timestamp", self.worker(), "settings"])
+        self.assertEqual(code, 0, err)
+        line = self.assertOneLine(err, "settings: ")
+        self.assertRegex(line, r"^\[0\]<stderr>:\[\d\d:\d\d:\d\d\.\d{3}\] \[hvd\[0\]\] .*log_timestamps=on")
+
 
 if __name__ == "__main__":
     unittest.main(argv=[sys.argv[0]] + sys.argv[1:])

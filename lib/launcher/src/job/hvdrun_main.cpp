@@ -3,6 +3,7 @@
 #include "hvd/common/error.h"
 #include "hvd/launcher/job/launch_mode.h"
 #include "hvd/launcher/job/launcher.h"
+#include "hvd/launcher/plan/worker_env.h"
 #include "hvd/launcher/spawn/agent.h"
 #include "hvd/launcher/spawn/mpi/mpi_launch.h"
 
@@ -53,6 +54,7 @@ int hvdrun_main(int argc, char** argv) {
     for (const auto& line : launch.info) spdlog::info("{}", line);
     for (const auto& line : launch.warnings) spdlog::warn("{}", line);
     const Options& options = launch.options;
+    for (const auto& line : ineffective_setting_warnings(options, current_environment())) spdlog::warn("{}", line);
     if (elastic) return run_elastic_job(options);
     JobPlan plan = make_plan(options);
     if (launch.mode == LaunchMode::Mpirun)

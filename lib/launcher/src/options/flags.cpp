@@ -398,6 +398,10 @@ std::vector<Flag> build_table() {
              tuning(&TuningOptions::hierarchical_allgather))
           .group(tune)
           .config("params.hierarchical_allgather"));
+  add(toggle({"--torus-allreduce"}, {"--no-torus-allreduce"}, "HOROVOD_TORUS_ALLREDUCE=1/0 (no effect yet: warns)",
+             tuning(&TuningOptions::torus_allreduce))
+          .group(tune)
+          .config("params.torus_allreduce"));
   add(toggle({"--autotune"}, {"--no-autotune"}, "HOROVOD_AUTOTUNE=1", tuning(&TuningOptions::autotune))
           .group(tune)
           .config("autotune.enabled")

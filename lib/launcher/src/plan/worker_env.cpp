@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include "hvd/common/error.h"
 #include "hvd/common/job_env.h"
+#include "hvd/launcher/options/flags.h"
 
 extern char** environ;
 
@@ -106,6 +108,7 @@ EnvMap tuning_env(const Options& options) {
   if (t.cache_capacity) env[job_env::kCacheCapacity] = std::to_string(*t.cache_capacity);
   if (t.hierarchical_allreduce) env[job_env::kHierarchicalAllreduce] = flag01(*t.hierarchical_allreduce);
   if (t.hierarchical_allgather) env[job_env::kHierarchicalAllgather] = flag01(*t.hierarchical_allgather);
+  if (t.torus_allreduce) env[job_env::kTorusAllreduce] = flag01(*t.torus_allreduce);
   // As horovodrun: the autotune knobs are only exported when autotune is on.
   if (t.autotune.value_or(false)) {
     env[job_env::kAutotune] = "1";
@@ -145,6 +148,105 @@ EnvMap tuning_env(const Options& options) {
   return env;
 }
 
+namespace {
+
+/// A flag (and its config key) that asks for a missing feature, by name.
+std::string row_name(const char* flag) {
+  const Flag* row = find_flag(flag);
+  HVD_ENFORCE(row != nullptr, "no flag {}", flag);
+  return row->config_key.empty() ? row->name() : fmt::format("{} ({})", row->name(), row->config_key);
+}
+
+/// The value the workers get for `name` from the user directly: the last
+/// -x for it, else hvdrun's environment (HOROVOD_* is always forwarded).
+std::optional<std::string> user_value(const std::string& name, const Options& options, const EnvMap& launcher_env) {
+  std::optional<std::string> value;
+  if (auto it = launcher_env.find(name); it != launcher_env.end()) value = it->second;
+  for (const auto& item : options.env_exports) {
+    const size_t eq = item.find('=');
+    if (item.substr(0, eq) != name) continue;
+    if (eq != std::string::npos) {
+      value = item.substr(eq + 1);
+    } else if (auto it = launcher_env.find(name); it != launcher_env.end()) {
+      value = it->second;
+    }
+  }
+  return value;
+}
+
+/// Horovod reads its switches with strtol(...) > 0.
+bool switched_on(const std::optional<std::string>& value) {
+  if (!value) return false;
+  try {
+    return std::stol(*value) > 0;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> ineffective_setting_warnings(const Options& options, const EnvMap& launcher_env) {
+  const TuningOptions& t = options.tuning;
+  std::vector<std::string> lines;
+  // `asked`: what asked for the feature, in table order; `variable`: the
+  // switch a user may set directly when no flag did.
+  auto report = [&](std::vector<std::string> asked, const char* variable, bool flag_set,
+                    bool (*on)(const std::optional<std::string>&), const char* why) {
+    if (!flag_set) {
+      const auto value = user_value(variable, options, launcher_env);
+      if (on(value)) asked.push_back(fmt::format("{}={}", variable, *value));
+    }
+    if (asked.empty()) return;
+    std::string names;
+    for (size_t i = 0; i < asked.size(); ++i) names += (i ? ", " : "") + asked[i];
+    lines.push_back(fmt::format("{} {} no effect yet: {}; ignored", names, asked.size() == 1 ? "has" : "have", why));
+  };
+  auto non_empty = [](const std::optional<std::string>& v) { return v && !v->empty(); };
+  auto not_one = [](const std::optional<std::string>& v) {
+    return v && v->find_first_not_of(" ") != std::string::npos && *v != "1";
+  };
+
+  std::vector<std::string> autotune;
+  if (t.autotune.value_or(false)) autotune.push_back(row_name("--autotune"));
+  if (t.autotune_log_file) autotune.push_back(row_name("--autotune-log-file"));
+  if (t.autotune_warmup_samples) autotune.push_back(row_name("--autotune-warmup-samples"));
+  if (t.autotune_steps_per_sample) autotune.push_back(row_name("--autotune-steps-per-sample"));
+  if (t.autotune_bayes_opt_max_samples) autotune.push_back(row_name("--autotune-bayes-opt-max-samples"));
+  if (t.autotune_gaussian_process_noise) autotune.push_back(row_name("--autotune-gaussian-process-noise"));
+  report(autotune, job_env::kAutotune, t.autotune.has_value(), switched_on,
+         "the collective library does not autotune (issue 20)");
+
+  std::vector<std::string> timeline;
+  if (t.timeline_filename && !t.timeline_filename->empty()) timeline.push_back(row_name("--timeline-filename"));
+  if (t.timeline_mark_cycles.value_or(false)) timeline.push_back(row_name("--timeline-mark-cycles"));
+  report(timeline, job_env::kTimeline, t.timeline_filename.has_value(), non_empty,
+         "the collective library writes no timeline (issue 20)");
+
+  const char* hierarchical_why =
+      "the collective library has no hierarchical algorithms for host buffers (issue 20; for CUDA buffers see "
+      "HVD_CUDA_ALLREDUCE_PATH=hierarchical)";
+  std::vector<std::string> allreduce;
+  if (t.hierarchical_allreduce.value_or(false)) allreduce.push_back(row_name("--hierarchical-allreduce"));
+  report(allreduce, job_env::kHierarchicalAllreduce, t.hierarchical_allreduce.has_value(), switched_on,
+         hierarchical_why);
+  std::vector<std::string> allgather;
+  if (t.hierarchical_allgather.value_or(false)) allgather.push_back(row_name("--hierarchical-allgather"));
+  report(allgather, job_env::kHierarchicalAllgather, t.hierarchical_allgather.has_value(), switched_on,
+         hierarchical_why);
+
+  std::vector<std::string> torus;
+  if (t.torus_allreduce.value_or(false)) torus.push_back(row_name("--torus-allreduce"));
+  report(torus, job_env::kTorusAllreduce, t.torus_allreduce.has_value(), switched_on,
+         "the collective library has no torus allreduce");
+
+  std::vector<std::string> streams;
+  if (t.num_nccl_streams && *t.num_nccl_streams != 1) streams.push_back(row_name("--num-nccl-streams"));
+  report(streams, job_env::kNumNcclStreams, t.num_nccl_streams.has_value(), not_one,
+         "the collective library's NCCL path uses one stream");
+  return lines;
+}
+
 EnvMap build_common_env(const EnvMap& launcher_env, const Options& options) {
   EnvMap env;
   for (const auto& [name, value] : launcher_env) {
@@ -154,6 +256,7 @@ EnvMap build_common_env(const EnvMap& launcher_env, const Options& options) {
   env[job_env::kStartTimeout] = std::to_string(options.start_timeout.count());
   env[job_env::kController] = "gloo";
   env[job_env::kCpuOperations] = "gloo";
+  if (options.verbose) env[job_env::kVerbose] = "1";
   if (!options.network_interfaces.empty()) {
     env[job_env::kGlooIface] = options.network_interfaces.front();
     std::string all;

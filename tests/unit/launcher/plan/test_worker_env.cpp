@@ -181,3 +181,72 @@ TEST_CASE("worker env: secret-looking names", "[env]") {
   CHECK_FALSE(is_secret_name("HOROVOD_RANK"));
   CHECK_FALSE(is_secret_name("PATH"));
 }
+
+TEST_CASE("worker env: --torus-allreduce and --verbose reach the workers", "[env]") {
+  CHECK(tuning_env(parse_ok({"-np", "1", "--torus-allreduce", "cmd"})) == EnvMap{{"HOROVOD_TORUS_ALLREDUCE", "1"}});
+  CHECK(tuning_env(parse_ok({"-np", "1", "--no-torus-allreduce", "cmd"})) == EnvMap{{"HOROVOD_TORUS_ALLREDUCE", "0"}});
+  CHECK(build_common_env({}, parse_ok({"-np", "1", "--verbose", "cmd"})).at("HVDRUN_VERBOSE") == "1");
+  CHECK(build_common_env({}, parse_ok({"-np", "1", "cmd"})).count("HVDRUN_VERBOSE") == 0);
+}
+
+TEST_CASE("ineffective settings: one line per missing feature, naming the flag and its config key", "[env][warn]") {
+  using V = std::vector<std::string>;
+  CHECK(ineffective_setting_warnings(parse_ok({"-np", "1", "cmd"}), {}).empty());
+  // Settings the library has, or that ask for nothing, warn about nothing.
+  CHECK(ineffective_setting_warnings(parse_ok({"-np", "1", "--no-autotune", "--no-hierarchical-allreduce",
+                                               "--no-torus-allreduce", "--num-nccl-streams", "1", "--thread-affinity",
+                                               "0", "--gloo-timeout-seconds", "9", "--log-without-timestamp", "cmd"}),
+                                     {})
+            .empty());
+  auto lines = ineffective_setting_warnings(
+      parse_ok({"-np", "1", "--autotune", "--autotune-log-file", "a.csv", "--timeline-filename", "t.json",
+                "--timeline-mark-cycles", "--hierarchical-allreduce", "--hierarchical-allgather", "--torus-allreduce",
+                "--num-nccl-streams", "2", "cmd"}),
+      {});
+  CHECK(lines == V{"--autotune (autotune.enabled), --autotune-log-file (autotune.log_file) have no effect yet: the "
+                   "collective library does not autotune (issue 20); ignored",
+                   "--timeline-filename (timeline.filename), --timeline-mark-cycles (timeline.mark_cycles) have no "
+                   "effect yet: the collective library writes no timeline (issue 20); ignored",
+                   "--hierarchical-allreduce (params.hierarchical_allreduce) has no effect yet: the collective library "
+                   "has no hierarchical algorithms for host buffers (issue 20; for CUDA buffers see "
+                   "HVD_CUDA_ALLREDUCE_PATH=hierarchical); ignored",
+                   "--hierarchical-allgather (params.hierarchical_allgather) has no effect yet: the collective library "
+                   "has no hierarchical algorithms for host buffers (issue 20; for CUDA buffers see "
+                   "HVD_CUDA_ALLREDUCE_PATH=hierarchical); ignored",
+                   "--torus-allreduce (params.torus_allreduce) has no effect yet: the collective library has no torus "
+                   "allreduce; ignored",
+                   "--num-nccl-streams (library_options.num_nccl_streams) has no effect yet: the collective library's "
+                   "NCCL path uses one stream; ignored"});
+  // Knobs without their switch do nothing either (not even exported).
+  auto knobs = ineffective_setting_warnings(
+      parse_ok({"-np", "1", "--autotune-warmup-samples", "3", "--timeline-mark-cycles", "cmd"}), {});
+  REQUIRE(knobs.size() == 2);
+  CHECK(knobs[0].rfind("--autotune-warmup-samples (autotune.warmup_samples) has no effect yet", 0) == 0);
+  CHECK(knobs[1].rfind("--timeline-mark-cycles (timeline.mark_cycles) has no effect yet", 0) == 0);
+}
+
+TEST_CASE("ineffective settings: HOROVOD_* variables the user sets for workers warn too", "[env][warn]") {
+  // From hvdrun's own environment (forwarded to every worker).
+  auto lines = ineffective_setting_warnings(parse_ok({"-np", "1", "cmd"}), {{"HOROVOD_AUTOTUNE", "1"},
+                                                                            {"HOROVOD_TIMELINE", "/tmp/t.json"},
+                                                                            {"HOROVOD_HIERARCHICAL_ALLGATHER", "0"},
+                                                                            {"HOROVOD_NUM_NCCL_STREAMS", "1"},
+                                                                            {"HOROVOD_TORUS_ALLREDUCE", "yes"}});
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0].rfind("HOROVOD_AUTOTUNE=1 has no effect yet: the collective library does not autotune", 0) == 0);
+  CHECK(lines[1].rfind("HOROVOD_TIMELINE=/tmp/t.json has no effect yet", 0) == 0);
+  // -x NAME=VALUE wins over the environment; -x NAME forwards it.
+  auto x =
+      ineffective_setting_warnings(parse_ok({"-np", "1", "-x", "HOROVOD_AUTOTUNE=0", "-x", "HOROVOD_TORUS_ALLREDUCE=1",
+                                             "-x", "HOROVOD_NUM_NCCL_STREAMS", "cmd"}),
+                                   {{"HOROVOD_AUTOTUNE", "1"}, {"HOROVOD_NUM_NCCL_STREAMS", "4"}});
+  CHECK(x == std::vector<std::string>{
+                 "HOROVOD_TORUS_ALLREDUCE=1 has no effect yet: the collective library has no torus allreduce; ignored",
+                 "HOROVOD_NUM_NCCL_STREAMS=4 has no effect yet: the collective library's NCCL path uses one stream; "
+                 "ignored"});
+  // A flag names itself even when the variable is set as well.
+  auto both = ineffective_setting_warnings(parse_ok({"-np", "1", "--torus-allreduce", "cmd"}),
+                                           {{"HOROVOD_TORUS_ALLREDUCE", "1"}});
+  REQUIRE(both.size() == 1);
+  CHECK(both[0].rfind("--torus-allreduce (params.torus_allreduce) has no effect yet", 0) == 0);
+}

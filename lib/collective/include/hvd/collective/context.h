@@ -52,8 +52,16 @@ struct Settings {
   std::chrono::milliseconds stall_warn_after{60000};
   /// HOROVOD_STALL_SHUTDOWN_TIME_SECONDS; 0 = never fail stalled tensors.
   std::chrono::milliseconds stall_fail_after{0};
+  /// HOROVOD_THREAD_AFFINITY: one core id per local rank (Horovod's
+  /// format); local rank i pins its background thread to core
+  /// thread_affinity[i]. Empty: not pinned. Fewer ids than local ranks: not
+  /// pinned, one warning from local rank 0 (as Horovod, which logs an
+  /// error). A core this process may not run on: InvalidArgument.
+  std::vector<int> thread_affinity;
 
-  /// Rendezvous through the store (size > 1 only). HOROVOD_START_TIMEOUT.
+  /// Rendezvous through the store (size > 1 only): reaching the store and
+  /// connecting the mesh. HOROVOD_GLOO_TIMEOUT_SECONDS when set (Horovod's
+  /// Gloo rendezvous timeout), else HOROVOD_START_TIMEOUT.
   std::chrono::milliseconds start_timeout{30000};
   /// Key prefix of this communicator generation in the store.
   std::string comm_prefix = "gen0/";
@@ -178,7 +186,8 @@ int64_t reducescatter_rows(int64_t rows, int rank, int size);
 class Context {
  public:
   /// Rendezvous: connects the Comm through `store` (size > 1; may be null
-  /// for size 1) within settings.start_timeout, then starts the thread.
+  /// for size 1) within settings.start_timeout, then starts the thread
+  /// (named "hvd-background"; pinned per settings.thread_affinity).
   /// Throws hvd::TimeoutError / hvd::IoError naming the store on failure.
   static std::unique_ptr<Context> create(const Settings& settings, std::shared_ptr<store::Store> store);
 

@@ -10,6 +10,8 @@
 /// and hvd.cpp -> init_env.cpp.
 #include "hvd/collective/context.h"
 
+#include <spdlog/spdlog.h>
+
 #include <memory>
 #include <string>
 
@@ -19,7 +21,30 @@ namespace hvd::collective {
 /// all of HOROVOD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE, _CROSS_RANK,
 /// _CROSS_SIZE present -> that job; none present -> a job of size 1; some
 /// present or any garbage -> hvd::InvalidArgument naming the variable.
+/// Tuning: HOROVOD_CYCLE_TIME, _FUSION_THRESHOLD, _CACHE_CAPACITY, the
+/// stall check, HOROVOD_THREAD_AFFINITY ("2,3": core ids per local rank),
+/// HOROVOD_GLOO_TIMEOUT_SECONDS (else HOROVOD_START_TIMEOUT) as the
+/// rendezvous timeout.
 Settings settings_from_env();
+
+/// How the library logs (hvd.cpp sets up its logger from this).
+struct LogSettings {
+  /// HOROVOD_LOG_LEVEL; unset: info under HVDRUN_VERBOSE=1, else warning.
+  spdlog::level::level_enum level = spdlog::level::warn;
+  /// HOROVOD_LOG_HIDE_TIME=1: no time in log lines.
+  bool hide_time = false;
+  /// HVDRUN_VERBOSE=1 (hvdrun --verbose): rank 0 logs its settings at info.
+  bool verbose = false;
+};
+LogSettings log_settings_from_env();
+
+/// One line naming each setting the library applied and what it ignores
+/// (fusion threshold, cycle time, cache, stall check, rendezvous timeout
+/// and where it came from, thread affinity, log timestamps, and the
+/// hierarchical / torus / autotune / timeline / NCCL-stream requests that
+/// have no effect yet). hvd::init logs it once from rank 0: at info with
+/// HVDRUN_VERBOSE=1, else at debug.
+std::string describe_settings(const Settings& settings, const LogSettings& log);
 
 /// settings_from_env(), then the store from HOROVOD_GLOO_RENDEZVOUS_ADDR/
 /// _PORT (size > 1) and Context::create. Without the placement variables,

@@ -117,14 +117,20 @@ inline constexpr const char* kCycleTime = "HOROVOD_CYCLE_TIME";
 /// hvdrun, from --cache-capacity. Read by the library: response-cache
 /// entries, 0 disables the cache (default 1024).
 inline constexpr const char* kCacheCapacity = "HOROVOD_CACHE_CAPACITY";
-/// hvdrun, from --(no-)hierarchical-allreduce as 1/0. Read by Horovod
-/// workers; ignored by the hvdcomm library.
+/// hvdrun, from --(no-)hierarchical-allreduce as 1/0 (hvdrun warns that
+/// 1 has no effect yet). Read by Horovod workers; the hvdcomm library only
+/// reports it in its settings log (not implemented: issue 20).
 inline constexpr const char* kHierarchicalAllreduce = "HOROVOD_HIERARCHICAL_ALLREDUCE";
-/// hvdrun, from --(no-)hierarchical-allgather as 1/0. Read by Horovod
-/// workers; ignored by the hvdcomm library.
+/// hvdrun, from --(no-)hierarchical-allgather as 1/0. As
+/// kHierarchicalAllreduce.
 inline constexpr const char* kHierarchicalAllgather = "HOROVOD_HIERARCHICAL_ALLGATHER";
+/// hvdrun, from --(no-)torus-allreduce as 1/0 (hvdrun warns that 1 has no
+/// effect). Read by Horovod workers (NCCL builds); the hvdcomm library only
+/// reports it in its settings log.
+inline constexpr const char* kTorusAllreduce = "HOROVOD_TORUS_ALLREDUCE";
 /// hvdrun, "1" with --autotune (the other autotune variables only then).
-/// Read by Horovod workers; ignored by the hvdcomm library.
+/// Read by Horovod workers; the hvdcomm library only reports it in its
+/// settings log (not implemented: issue 20).
 inline constexpr const char* kAutotune = "HOROVOD_AUTOTUNE";
 /// hvdrun, from --autotune-log-file. Read by Horovod workers.
 inline constexpr const char* kAutotuneLog = "HOROVOD_AUTOTUNE_LOG";
@@ -137,7 +143,8 @@ inline constexpr const char* kAutotuneBayesOptMaxSamples = "HOROVOD_AUTOTUNE_BAY
 /// hvdrun, from --autotune-gaussian-process-noise. Read by Horovod workers.
 inline constexpr const char* kAutotuneGaussianProcessNoise = "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE";
 /// hvdrun, from --timeline-filename (the mark-cycles variable only with
-/// it). Read by Horovod workers; the hvdcomm library writes no timeline.
+/// it). Read by Horovod workers; the hvdcomm library writes no timeline yet
+/// (issue 20) and only reports it in its settings log.
 inline constexpr const char* kTimeline = "HOROVOD_TIMELINE";
 /// hvdrun, from --(no-)timeline-mark-cycles as 1/0. Read by Horovod workers.
 inline constexpr const char* kTimelineMarkCycles = "HOROVOD_TIMELINE_MARK_CYCLES";
@@ -155,16 +162,25 @@ inline constexpr const char* kStallShutdownTimeSeconds = "HOROVOD_STALL_SHUTDOWN
 /// level, trace..error (default warning).
 inline constexpr const char* kLogLevel = "HOROVOD_LOG_LEVEL";
 /// hvdrun, from --log-without-timestamp / --log-with-timestamp as 1/0.
-/// Read by Horovod workers; ignored by the hvdcomm library.
+/// Read by the library (and Horovod workers): 1 drops the time from its
+/// log lines.
 inline constexpr const char* kLogHideTime = "HOROVOD_LOG_HIDE_TIME";
-/// hvdrun, from --num-nccl-streams. Read by Horovod workers.
+/// hvdrun, from --num-nccl-streams. Read by Horovod workers; the hvdcomm
+/// library's NCCL path uses one stream and only reports it in its settings
+/// log.
 inline constexpr const char* kNumNcclStreams = "HOROVOD_NUM_NCCL_STREAMS";
-/// hvdrun, from --thread-affinity. Read by Horovod workers.
+/// hvdrun, from --thread-affinity. Read by the library (and Horovod
+/// workers): core ids, one per local rank, comma-separated; the local
+/// rank's background thread is pinned to its core.
 inline constexpr const char* kThreadAffinity = "HOROVOD_THREAD_AFFINITY";
-/// hvdrun, from --gloo-timeout-seconds. Read by Horovod workers and by
-/// hvdbench (its connect timeout, default 30); not by the library, whose
-/// rendezvous timeout is kStartTimeout.
+/// hvdrun, from --gloo-timeout-seconds. Read by the library (when set, its
+/// rendezvous timeout instead of kStartTimeout: reaching the store and
+/// connecting the mesh), by Horovod workers and by hvdbench (its connect
+/// timeout, default 30).
 inline constexpr const char* kGlooTimeoutSeconds = "HOROVOD_GLOO_TIMEOUT_SECONDS";
+/// hvdrun, "1" with --verbose. Read by the library: rank 0 logs the
+/// settings it applied, once per hvd::init(), at info level.
+inline constexpr const char* kVerbose = "HVDRUN_VERBOSE";
 
 // --- Runtime: variables hvdrun sets for the worker's runtime libraries -----
 
@@ -290,6 +306,7 @@ inline constexpr Variable kAll[] = {
     {"CACHE_CAPACITY", kCacheCapacity, Group::Tuning},
     {"HIERARCHICAL_ALLREDUCE", kHierarchicalAllreduce, Group::Tuning},
     {"HIERARCHICAL_ALLGATHER", kHierarchicalAllgather, Group::Tuning},
+    {"TORUS_ALLREDUCE", kTorusAllreduce, Group::Tuning},
     {"AUTOTUNE", kAutotune, Group::Tuning},
     {"AUTOTUNE_LOG", kAutotuneLog, Group::Tuning},
     {"AUTOTUNE_WARMUP_SAMPLES", kAutotuneWarmupSamples, Group::Tuning},
@@ -306,6 +323,7 @@ inline constexpr Variable kAll[] = {
     {"NUM_NCCL_STREAMS", kNumNcclStreams, Group::Tuning},
     {"THREAD_AFFINITY", kThreadAffinity, Group::Tuning},
     {"GLOO_TIMEOUT_SECONDS", kGlooTimeoutSeconds, Group::Tuning},
+    {"VERBOSE", kVerbose, Group::Tuning},
 
     {"PYTHON_UNBUFFERED", kPythonUnbuffered, Group::Runtime},
     {"NCCL_SOCKET_IFNAME", kNcclSocketIfname, Group::Runtime},

@@ -9,7 +9,9 @@ namespace hvd {
 
 /// Installs a stderr logger named `name` ("hvdrun", "hvd[3]", ...) as the
 /// default logger. Safe to call more than once (the last call wins).
-void init_logging(const std::string& name, spdlog::level::level_enum level);
+/// `with_time` false drops the "[HH:MM:SS.mmm] " prefix
+/// (HOROVOD_LOG_HIDE_TIME=1 for the worker library).
+void init_logging(const std::string& name, spdlog::level::level_enum level, bool with_time = true);
 
 /// Parses "trace|debug|info|warning|warn|error|fatal|critical|off"
 /// (case-insensitive, as HOROVOD_LOG_LEVEL has them). Unknown -> info.

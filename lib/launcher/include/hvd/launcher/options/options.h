@@ -21,6 +21,7 @@ struct TuningOptions {
   std::optional<long> cache_capacity;  // HOROVOD_CACHE_CAPACITY
   std::optional<bool> hierarchical_allreduce;  // HOROVOD_HIERARCHICAL_ALLREDUCE
   std::optional<bool> hierarchical_allgather;  // HOROVOD_HIERARCHICAL_ALLGATHER
+  std::optional<bool> torus_allreduce;  // HOROVOD_TORUS_ALLREDUCE
   std::optional<bool> autotune;  // HOROVOD_AUTOTUNE
   std::optional<std::string> autotune_log_file;  // HOROVOD_AUTOTUNE_LOG
   std::optional<long> autotune_warmup_samples;  // HOROVOD_AUTOTUNE_WARMUP_SAMPLES

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "hvd/launcher/options/options.h"
 #include "hvd/launcher/plan/job_plan.h"
@@ -37,6 +38,16 @@ bool is_forwardable(const std::string& name, bool forward_loader_env);
 /// ask for, formatted as horovodrun formats them (fusion threshold in bytes,
 /// booleans as 1/0). Unset options produce no variable.
 EnvMap tuning_env(const Options& options);
+
+/// One line per feature that the tuning flags, their config keys or
+/// HOROVOD_* variables the user sets for workers (hvdrun's environment, -x)
+/// ask for and the collective library does not have yet: autotune,
+/// timeline, hierarchical allreduce/allgather, torus allreduce, more than
+/// one NCCL stream. Each line names what asked ("--autotune
+/// (autotune.enabled)", "HOROVOD_TIMELINE=t.json") and why it has no
+/// effect. The variables are still exported (unmodified Horovod workers
+/// read them). Empty when nothing such is asked. Pure.
+std::vector<std::string> ineffective_setting_warnings(const Options& options, const EnvMap& launcher_env);
 
 /// Everything every rank gets: filtered launcher environment, then
 /// PYTHONUNBUFFERED, HOROVOD_START_TIMEOUT, HOROVOD_CONTROLLER,
