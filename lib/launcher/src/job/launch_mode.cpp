@@ -76,8 +76,10 @@ LaunchDecision decide_launch(const Options& options, const std::function<MpirunP
   LaunchDecision d;
   d.options = options;
   const bool elastic = options.elastic.host_discovery_script.has_value();
+  // Both are split now, so a bad quote is a usage error in every mode.
   const std::vector<std::string> words =
       options.mpi_args ? split_shell_words(*options.mpi_args) : std::vector<std::string>{};
+  const bool binding_given = has_words(options.binding_args, "--binding-args");
   if (options.engine == Engine::Mpi) {
     d.mode = LaunchMode::Mpirun;
   } else if (!words.empty()) {
@@ -101,7 +103,7 @@ LaunchDecision decide_launch(const Options& options, const std::function<MpirunP
     }
     if (d.mode == LaunchMode::Own) without_mpirun(d, words, why, elastic);
   }
-  if (d.mode == LaunchMode::Own && has_words(options.binding_args, "--binding-args")) {
+  if (d.mode == LaunchMode::Own && binding_given) {
     d.warnings.push_back(
         "--binding-args only applies when mpirun starts the workers (--mpi, or --mpi-args with an mpirun "
         "installed); ignored");

@@ -165,7 +165,11 @@ TEST_CASE("launch mode: --binding-args outside mpirun mode: one warning; in mpir
   CHECK(decide_launch(empty, probe.fn()).warnings.empty());
 }
 
-TEST_CASE("launch mode: an unterminated quote in --mpi-args is a usage error", "[job][launch_mode]") {
+TEST_CASE("launch mode: an unterminated quote in --mpi-args or --binding-args is a usage error", "[job][launch_mode]") {
   FakeProbe probe;
   CHECK_THROWS_AS(decide_launch(static_job("-x 'open"), probe.fn()), hvd::InvalidArgument);
+  Options mpi = static_job(nullptr);
+  mpi.engine = Engine::Mpi;
+  mpi.binding_args = "--rankfile \"open";
+  CHECK_THROWS_WITH(decide_launch(mpi, probe.fn()), Catch::Contains("--binding-args"));
 }

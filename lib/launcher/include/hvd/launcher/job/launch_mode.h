@@ -55,7 +55,8 @@ struct LaunchDecision {
 
 /// The decision above. `probe` is called only when it matters (--mpi-args
 /// given, no controller chosen, static job). Pure apart from `probe`.
-/// Throws InvalidArgument on an unterminated quote in --mpi-args.
+/// Throws InvalidArgument on an unterminated quote in --mpi-args or
+/// --binding-args (whatever the mode).
 LaunchDecision decide_launch(const Options& options, const std::function<MpirunProbe()>& probe);
 
 /// The real probe: `mpirun` on PATH, then `mpirun --version` (probe_mpirun).
