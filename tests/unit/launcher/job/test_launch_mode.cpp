@@ -77,7 +77,7 @@ TEST_CASE("launch mode: --mpi-args with an mpirun installed selects mpirun mode,
   CHECK_FALSE(d.options.prefix_output_with_timestamp);
 }
 
-TEST_CASE("launch mode: --mpi always means mpirun; no probe, no message", "[job][launch_mode]") {
+TEST_CASE("launch mode: --mpi always means mpirun, with no probe and no message", "[job][launch_mode]") {
   FakeProbe probe;
   Options o = static_job(kGuideArgs);
   o.engine = Engine::Mpi;
@@ -129,7 +129,7 @@ TEST_CASE("launch mode: only flags hvdrun applies: one info line, no warning", "
   CHECK(d.warnings.empty());
 }
 
-TEST_CASE("launch mode: elastic jobs never use mpirun; --display-map is ignored there", "[job][launch_mode]") {
+TEST_CASE("launch mode: elastic jobs never use mpirun, and --display-map is ignored there", "[job][launch_mode]") {
   FakeProbe probe;
   Options o;
   o.num_proc = 2;
@@ -145,7 +145,7 @@ TEST_CASE("launch mode: elastic jobs never use mpirun; --display-map is ignored 
   CHECK(contains(d.warnings[0], "ignored: --display-map --mca orte_keep_fqdn_hostnames t"));
 }
 
-TEST_CASE("launch mode: --binding-args outside mpirun mode: one warning; in mpirun mode none", "[job][launch_mode]") {
+TEST_CASE("launch mode: --binding-args outside mpirun mode warn once, in mpirun mode not", "[job][launch_mode]") {
   FakeProbe probe;
   Options o = static_job(nullptr);
   o.binding_args = "-bind-to core";

@@ -228,7 +228,7 @@ TEST_CASE("mpi: --binding-args replace the default binding where it stands", "[m
   for (auto* cmd : {&ompi, &mpich}) CHECK_FALSE(has_seq(*cmd, {"-bind-to", "none"}));
 }
 
-TEST_CASE("mpi: empty --binding-args keep the default binding; a bad quote is refused", "[mpi][binding]") {
+TEST_CASE("mpi: empty --binding-args keep the default binding, a bad quote is refused", "[mpi][binding]") {
   Options o = basic_options();
   o.binding_args = "  ";
   auto cmd = build_mpirun_command(info_for(MpiImpl::OpenMpi), o, plan_for({{"h", 1}}, 1), {}, false);
