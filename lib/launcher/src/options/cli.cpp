@@ -167,20 +167,27 @@ class TextReader final : public ValueReader {
   std::vector<std::string> texts_;
 };
 
-/// CLI11's generic "Usage: hvdrun [OPTIONS]" hides the worker command.
+/// CLI11's generic "Usage: hvdrun [OPTIONS]" hides the worker command. The
+/// usage line names the program as it was invoked (hvdrun or horovodrun).
 class HelpFormatter : public CLI::Formatter {
  public:
+  explicit HelpFormatter(std::string program) : program_(std::move(program)) {}
   std::string make_usage(const CLI::App*, std::string) const override {
-    return "Usage: hvdrun -np N [-H host1:n1,host2:n2 | --hostfile FILE] [options] command [args...]\n";
+    return fmt::format("Usage: {} -np N [-H host1:n1,host2:n2 | --hostfile FILE] [options] command [args...]\n",
+                       program_);
   }
+
+ private:
+  std::string program_;
 };
 
 /// The CLI11 app, one option per spelling of every row of the table. The
 /// values a row was given land in its Slot; nothing is keyed by name.
 class CommandLine {
  public:
-  CommandLine() : app_("hvdrun: run a Horovod job (a C++ horovodrun)", "hvdrun"), slots_(flags().size()) {
-    app_.formatter(std::make_shared<HelpFormatter>());
+  explicit CommandLine(const std::string& program)
+      : app_("hvdrun: run a Horovod job (a C++ horovodrun)", program), slots_(flags().size()) {
+    app_.formatter(std::make_shared<HelpFormatter>(program));
     std::vector<std::string> legacy;
     const auto& table = flags();
     for (size_t i = 0; i < table.size(); ++i) {
@@ -429,6 +436,15 @@ const Flag* given_action(const FlagSet& given, Action action) {
   return nullptr;
 }
 
+/// The name hvdrun was invoked as ("hvdrun", "horovodrun"), for --help.
+std::string program_name(int argc, char** argv) {
+  if (argc < 1 || argv[0] == nullptr || *argv[0] == '\0') return "hvdrun";
+  const std::string path = argv[0];
+  const size_t slash = path.find_last_of('/');
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  return base.empty() ? std::string("hvdrun") : base;
+}
+
 }  // namespace
 
 ParseOutcome parse_command_line(int argc, char** argv) {
@@ -439,7 +455,7 @@ ParseOutcome parse_command_line(int argc, char** argv) {
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
 
-  CommandLine cli;
+  CommandLine cli(program_name(argc, argv));
   // Pre-scan: rewrite legacy names and find where the worker command starts.
   std::vector<std::string> ours;
   std::vector<std::string> command;

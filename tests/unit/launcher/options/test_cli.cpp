@@ -103,6 +103,17 @@ TEST_CASE("cli: --help and --version go to stdout with exit 0", "[cli]") {
   CHECK(parse({"--version"}).message == version.message);
 }
 
+TEST_CASE("cli: --help: the usage line names the program as invoked", "[cli]") {
+  std::vector<std::string> args = {"/usr/local/bin/horovodrun", "--help"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const auto out = parse_command_line(static_cast<int>(args.size()), argv.data());
+  CHECK(out.exit_code == 0);
+  CHECK(out.message.find("Usage: horovodrun -np N ") != std::string::npos);
+  CHECK(parse({"--help"}).message.find("Usage: hvdrun -np N ") != std::string::npos);
+}
+
 TEST_CASE("cli: flags of later features parse and are refused with exit 4", "[cli]") {
   struct Case {
     std::vector<std::string> args;
