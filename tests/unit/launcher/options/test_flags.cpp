@@ -1,28 +1,22 @@
 // The flag table itself (flags.h): every row, iterated, against the real
 // parser. These tests know no flag by name except where a row needs a file
-// that must exist (--config-file, --host-discovery-script).
+// that must exist (--config-file, --host-discovery-script, -i).
 #include <sys/stat.h>
 
 #include <cctype>
 #include <cstdlib>
 #include <sstream>
 
-#include "../test_util.h"
 #include "hvd/launcher/options/flags.h"
+#include "options_test_util.h"
 
 using namespace hvd::launcher;
+using hvd_test::DiscoveryScript;
 using hvd_test::parse;
 using hvd_test::parse_ok;
 using hvd_test::TempFile;
 
 namespace {
-
-/// An executable discovery script (elastic rows need one to be accepted).
-struct DiscoveryScript {
-  TempFile file{"#!/bin/sh\necho localhost:4\n", ".sh"};
-  DiscoveryScript() { REQUIRE(::chmod(file.path().c_str(), 0755) == 0); }
-  const std::string& path() const { return file.path(); }
-};
 
 const Flag& script_row() {
   const Flag* f = find_flag("--host-discovery-script");
@@ -34,7 +28,8 @@ const Flag& script_row() {
 /// parser opens or checks one.
 std::string value_for(const Flag& f, const DiscoveryScript& script, const TempFile& empty_config) {
   if (&f == &script_row()) return script.path();
-  if (&f == find_flag("--config-file")) return empty_config.path();
+  // --config-file reads its file; -i/--ssh-identity-file must name a readable one.
+  if (&f == find_flag("--config-file") || &f == find_flag("-i")) return empty_config.path();
   return f.example;
 }
 
@@ -152,6 +147,74 @@ TEST_CASE("flags: every value row's example is accepted and fills the row's fiel
     ++checked;
   }
   CHECK(checked > 30);
+}
+
+namespace {
+
+/// Every option string of the table: spelling names and legacy names.
+std::vector<std::string> option_strings() {
+  std::vector<std::string> out;
+  for (const Flag& f : flags()) {
+    for (const Spelling& s : f.spellings) out.insert(out.end(), s.names.begin(), s.names.end());
+    out.insert(out.end(), f.legacy.begin(), f.legacy.end());
+  }
+  return out;
+}
+
+/// The shortest word argparse reads as `name` and nothing else (no other
+/// option string begins with it; for a single-dash word, its first two
+/// characters are no one-letter option either), or "" when only `name`
+/// itself is.
+std::string shortest_abbreviation(const std::string& name, const std::vector<std::string>& all) {
+  const bool long_name = name.rfind("--", 0) == 0;
+  for (size_t n = long_name ? 3 : 2; n < name.size(); ++n) {
+    const std::string word = name.substr(0, n);
+    bool unique = true;
+    for (const auto& other : all) {
+      if (other == name) continue;
+      if (other.rfind(word, 0) == 0) unique = false;
+      if (!long_name && other.size() == 2 && other == word.substr(0, 2)) unique = false;
+    }
+    if (unique) return word;
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("flags: every name's shortest unambiguous abbreviation means the name", "[flags][abbrev]") {
+  DiscoveryScript script;
+  TempFile empty_config("", ".yaml");
+  const Options defaults;
+  const auto all = option_strings();
+  size_t checked = 0;
+  for (const Flag& f : flags()) {
+    if (f.action != Action::Fill) continue;
+    std::vector<std::string> names = f.legacy;
+    for (const Spelling& s : f.spellings) names.insert(names.end(), s.names.begin(), s.names.end());
+    for (const auto& name : names) {
+      const std::string word = shortest_abbreviation(name, all);
+      if (word.empty()) continue;
+      INFO(name << " as " << word);
+      auto given_as = [&](const std::string& spelt) {
+        std::vector<std::string> tokens = {spelt};
+        if (f.syntax != Syntax::Switch) {
+          tokens = flag_args(f, value_for(f, script, empty_config));
+          tokens.front().replace(0, f.name().size(), spelt);
+        }
+        auto out = parse(concat(concat(base_args(f, script), tokens), {"cmd"}));
+        INFO(out.message);
+        REQUIRE(out.options);
+        return *out.options;
+      };
+      const Options full = given_as(name);
+      const Options abbreviated = given_as(word);
+      CHECK(f.same(abbreviated, full));
+      CHECK_FALSE(f.same(abbreviated, defaults));
+      ++checked;
+    }
+  }
+  CHECK(checked > 40);
 }
 
 TEST_CASE("flags: every switch spelling sets its row's field", "[flags]") {
