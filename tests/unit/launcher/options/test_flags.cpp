@@ -1,10 +1,13 @@
 // The flag table itself (flags.h): every row, iterated, against the real
 // parser. These tests know no flag by name except where a row needs a file
-// that must exist (--config-file, --host-discovery-script, -i).
+// that must exist (--config-file, --host-discovery-script, -i). The last
+// one holds docs/cli.md's table of every flag against the flag table.
 #include <sys/stat.h>
 
 #include <cctype>
 #include <cstdlib>
+#include <fstream>
+#include <set>
 #include <sstream>
 
 #include "hvd/launcher/options/flags.h"
@@ -297,5 +300,82 @@ TEST_CASE("flags: elastic-only rows are refused without a discovery script", "[f
     TempFile yaml(yaml_setting(f.config_key, yaml_value(f, f.example)), ".yaml");
     const Options o = parse_ok({"-np", "4", "--config-file", yaml.path(), "cmd"});
     CHECK(f.same(o, Options{}));
+  }
+}
+
+namespace {
+
+/// The flag names of docs/cli.md's "Every horovodrun flag" tables: the
+/// names each row's first cell gives in backquotes ("`-np`, `--num-proc N`"
+/// -> -np, --num-proc), split into the additions tables and the rest, and
+/// the names of rows documented as unknown to hvdrun ("error (exit 2)").
+struct DocumentedFlags {
+  std::set<std::string> horovodrun;
+  std::set<std::string> additions;
+  std::set<std::string> unknown;
+};
+
+DocumentedFlags documented_flags() {
+  std::ifstream in(std::string(HVD_SOURCE_DIR) + "/docs/cli.md");
+  REQUIRE(in);
+  DocumentedFlags out;
+  bool inside = false;
+  bool additions = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("## ", 0) == 0) inside = line == "## Every horovodrun flag";
+    if (!inside) continue;
+    if (line.rfind("### ", 0) == 0) additions = line.find("hvdrun's") != std::string::npos;
+    if (line.rfind("| `", 0) != 0) continue;
+    const size_t first_end = line.find(" | ", 2);
+    REQUIRE(first_end != std::string::npos);
+    const std::string first = line.substr(2, first_end - 2);
+    const bool unknown = line.find("| error (exit 2)") != std::string::npos;
+    for (size_t open = first.find('`'); open != std::string::npos; open = first.find('`', open + 1)) {
+      const size_t close = first.find('`', open + 1);
+      REQUIRE(close != std::string::npos);
+      std::string name = first.substr(open + 1, close - open - 1);
+      name = name.substr(0, name.find_first_of(" ["));
+      (additions ? out.additions : out.horovodrun).insert(name);
+      if (unknown) out.unknown.insert(name);
+      open = close;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("flags: docs/cli.md lists every name of the flag table", "[flags][docs]") {
+  const DocumentedFlags docs = documented_flags();
+  REQUIRE(docs.horovodrun.size() > 60);
+  REQUIRE(docs.additions.size() > 5);
+  size_t names = 0;
+  for (const Flag& f : flags()) {
+    std::vector<std::string> all = f.legacy;
+    for (const Spelling& s : f.spellings) all.insert(all.end(), s.names.begin(), s.names.end());
+    for (const auto& name : all) {
+      INFO(name);
+      ++names;
+      if (f.is_addition(name)) {
+        CHECK(docs.additions.count(name) == 1);
+      } else {
+        CHECK(docs.horovodrun.count(name) == 1);
+      }
+    }
+  }
+  CHECK(names > 70);
+  // And the other way: a documented name is a name of the table, in the
+  // table that matches its row, unless documented as unknown to hvdrun.
+  for (const auto* set : {&docs.horovodrun, &docs.additions}) {
+    for (const auto& name : *set) {
+      INFO(name);
+      const Flag* f = find_flag(name);
+      if (docs.unknown.count(name) != 0) {
+        CHECK(f == nullptr);
+        continue;
+      }
+      REQUIRE(f != nullptr);
+      CHECK(f->is_addition(name) == (set == &docs.additions));
+    }
   }
 }
