@@ -1,6 +1,8 @@
 """python.install: `cmake --install` of the build tree into a temporary
 prefix, then the installed tree is used without the build tree:
 
+* bin/hvdrun, and bin/horovodrun, a symbolic link that resolves to the
+  installed hvdrun (not to the build tree); both run `--version`;
 * libhvd_collective.so (+ the MPI bootstrap plug-in when built) in LIBDIR,
   c_api.h in include/hvd/collective; a C program compiled against them runs
   a size-1 allreduce;
@@ -94,6 +96,16 @@ try:
         raise SystemExit(1)
     lib = os.path.join(prefix, libdir)
     site = os.path.join(prefix, py_dir)
+    hvdrun = os.path.join(prefix, "bin", "hvdrun")
+    horovodrun = os.path.join(prefix, "bin", "horovodrun")
+    check(os.path.isfile(hvdrun) and os.access(hvdrun, os.X_OK), "bin/hvdrun installed")
+    check(os.path.islink(horovodrun) and os.path.realpath(horovodrun) == os.path.realpath(hvdrun),
+          "bin/horovodrun installed: a link to the installed bin/hvdrun")
+    for program in (hvdrun, horovodrun):
+        p = run([program, "--version"], env=clean_env(), cwd=prefix)
+        check(p.returncode == 0 and p.stdout.startswith("hvdrun "), f"bin/{os.path.basename(program)} --version runs")
+    p = run([horovodrun, "--help"], env=clean_env(), cwd=prefix)
+    check(p.returncode == 0 and "Usage: horovodrun -np N" in p.stdout, "bin/horovodrun --help names horovodrun")
     check(os.path.isfile(os.path.join(lib, "libhvd_collective.so")), f"{libdir}/libhvd_collective.so installed")
     check(os.path.isfile(os.path.join(prefix, "include/hvd/collective/c_api.h")),
           "include/hvd/collective/c_api.h installed")
