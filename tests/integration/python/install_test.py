@@ -166,6 +166,7 @@ try:
                "from horovod.torch.elastic.sampler import ElasticSampler; " \
                "assert allreduce_async is hvd.allreduce_async and TorchState is hvd.elastic.TorchState; " \
                "import horovod, hvdcomm, hvdcomm.runner; from horovod.runner import run; " \
+               "from horovod.common.util import split_list; from horovod.common.elastic import run_fn; " \
                "assert horovod.__version__ == hvdcomm.__version__ and horovod.run is run is hvdcomm.runner.run; " \
                "print('shim ok')"
         if compat_default != "1":
