@@ -281,12 +281,15 @@ def _run_hvdrun(cmd, env):
 _HVDRUN_LOG_ERROR = re.compile(r"^\[[0-9:.]+\] \[hvdrun\] \[error\] ")
 
 
+_WORKER_LINE = re.compile(r"^\[\d+\]<std(out|err)>:")
+
+
 def _hvdrun_detail(tail):
-    """What hvdrun said went wrong: its first error lines (a usage error's
-    "hvdrun: error: ..." line, or its log's errors without the lines of
-    worker output it quotes), else its last line of its own."""
-    own = [line.strip() for line in tail
-           if line.strip() and not (line.startswith("[") and "]<std" in line[:16])]
+    """What went wrong when no rank reported: hvdrun's first error lines (a
+    usage error's "hvdrun: error: ..." line, or its log's errors without the
+    worker output it quotes), else its last line of its own; then the first
+    line a worker's task wrote about why it could not report."""
+    own = [line.strip() for line in tail if line.strip() and not _WORKER_LINE.match(line)]
     errors = []
     for line in own:
         if line.startswith("hvdrun: error:"):
@@ -295,7 +298,9 @@ def _hvdrun_detail(tail):
             text = _HVDRUN_LOG_ERROR.sub("", line)
             if not text.startswith((" ", "last ")):  # not the worker output it quotes
                 errors.append(text)
-    return "; ".join(errors[:3] or own[-1:])
+    picked = errors[:3] or own[-1:]
+    task = [line for line in tail if _WORKER_LINE.match(line) and "hvdcomm.runner.task: " in line]
+    return "; ".join(picked + task[:1])
 
 
 def _failure(rank, info):

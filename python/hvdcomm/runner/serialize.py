@@ -55,16 +55,16 @@ def main_source():
     (interactive: a notebook, the REPL, ``python -c``; or a package's
     ``__main__``, which multiprocessing does not re-run either)."""
     main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    name = getattr(spec, "name", None)
+    path = getattr(main, "__file__", None)
+    if not path or not os.path.isfile(path):
+        # No file: a notebook (IPython's namespace module), the REPL, -c.
+        return None
+    name = getattr(getattr(main, "__spec__", None), "name", None)
     if name is not None:
         if name == "__main__" or name.endswith(".__main__"):
             return None
         return ("module", name)
-    path = getattr(main, "__file__", None)
-    if path and os.path.isfile(path):
-        return ("path", os.path.abspath(path))
-    return None
+    return ("path", os.path.abspath(path))
 
 
 class MainLoader:

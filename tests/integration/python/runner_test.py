@@ -4,8 +4,9 @@ run() starts the build's hvdrun with 2 local ranks. Needs no torch.
 
 PYTHONPATH=<build>/python:<build>/python/compat; usage: runner_test.py HVDRUN
 
-* rank-dependent return values in rank order, from a module function and
-  from functions and classes of this script's __main__; args and kwargs
+* rank-dependent return values in rank order, from a module function,
+  from functions and classes of this script's __main__ and of a
+  `python -m` main module; args and kwargs
   (with a 4 MiB argument); the caller's environment reaches the workers;
 * a raising rank -> RunError naming it, with its traceback (and the
   exception as __cause__); a rank that exits without reporting, an
@@ -96,6 +97,16 @@ def main():
     out = horovod.run(in_main, args=(7,), num_proc=2)
     check([type(p) for p in out] == [Point, Point] and [(p.x, p.y) for p in out] == [(0, 7), (7, 7)],
           "a function of __main__ runs; a __main__ class comes back as this __main__'s")
+    with tempfile.TemporaryDirectory(prefix="hvd-runner-m-") as d:  # python -m pkg.mod: its __main__ by name
+        os.mkdir(os.path.join(d, "pk"))
+        open(os.path.join(d, "pk", "__init__.py"), "w").close()
+        with open(os.path.join(d, "pk", "train.py"), "w") as f:
+            f.write("import horovod, os\ndef f(x):\n    return (int(os.environ['HOROVOD_RANK']), x, __name__)\n"
+                    "if __name__ == '__main__':\n    print('RESULT', horovod.run(f, args=(5,), num_proc=2))\n")
+        p = subprocess.run([sys.executable, "-m", "pk.train"], cwd=d, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=60)
+        check("RESULT [(0, 5, '__mp_main__'), (1, 5, '__mp_main__')]" in p.stdout,
+              f"a function of a `python -m` main module: {p.stdout}")
     marker = f"value-{os.getpid()}-{time.time()}"
     os.environ["HVD_RUNNER_TEST_ENV"] = marker
     try:
@@ -121,6 +132,19 @@ def main():
     e = raises(RunError, horovod.run, runner_fns.exit_without_report, args=(1, 3), num_proc=2)
     check(e.rank is None and e.exit_code not in (0, None) and "exited with code 3" in str(e)
           and "[hvdrun]" not in str(e), f"a rank that dies without reporting: hvdrun's reason: {e}")
+    tail = ["[0]<stdout>:an error in the output", "[12:00:00.000] [hvdrun] [info] started",
+            "[12:00:00.100] [hvdrun] [error] rank 0 on localhost: exited with code 1",
+            "[12:00:00.100] [hvdrun] [error] last 1 line of rank 0's stderr:",
+            "[12:00:00.100] [hvdrun] [error]   [0] quoted worker line",
+            "[0]<stderr>:hvdcomm.runner.task: cannot fetch the function from horovod.run's caller at h:1: refused"]
+    check(runner._hvdrun_detail(tail) == "rank 0 on localhost: exited with code 1; [0]<stderr>:hvdcomm.runner.task: "
+          "cannot fetch the function from horovod.run's caller at h:1: refused", runner._hvdrun_detail(tail))
+    check(runner._hvdrun_detail(["hvdrun: error: -np: bad", "usage"]) == "hvdrun: error: -np: bad", "usage error")
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(runner.__file__)))
+    p = subprocess.run([HVDRUN, "-np", "1", "-H", "localhost:1", "--", sys.executable, "-c", runner._BOOTSTRAP,
+                        package_parent], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    check(p.returncode != 0 and "hvdcomm.runner.task: started without horovod.run's channel" in p.stdout,
+          f"the task alone refuses to run: {p.stdout}")
     e = raises(RunError, horovod.run, runner_fns.unpicklable_result, num_proc=2)
     check(e.rank in (0, 1) and "cannot be pickled" in str(e), f"an unpicklable return value: {e}")
     e = raises(RunError, horovod.run, runner_fns.nested_run, num_proc=1)
