@@ -274,13 +274,12 @@ def _run_hvdrun(cmd, env):
             proc.kill()
             proc.wait()
         for t in threads:
-            t.join()
+            # Bounded: a process hvdrun left behind may hold the pipes open.
+            t.join(timeout=10)
     return rc, list(tail)
 
 
 _HVDRUN_LOG_ERROR = re.compile(r"^\[[0-9:.]+\] \[hvdrun\] \[error\] ")
-
-
 _WORKER_LINE = re.compile(r"^\[\d+\]<std(out|err)>:")
 
 
