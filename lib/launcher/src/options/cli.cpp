@@ -374,38 +374,43 @@ void check_discovery_script(const std::string& script) {
 /// command line are errors and the file's elastic settings are ignored.
 void finish_elastic(Options& o, FlagSet& set, const FlagSet& on_command_line, bool script_on_command_line,
                     const ConfigFileValues* file) {
-  if (!o.elastic.host_discovery_script) {
+  const Flag* min_np_row = find_flag("--min-np");
+  const bool min_np_given = o.elastic.min_np.has_value() || (file && min_np_row && file->given.count(min_np_row));
+  o.elastic.enabled = o.elastic.host_discovery_script.has_value() || min_np_given;
+  if (!o.elastic.enabled) {
     for (const Flag& f : flags()) {
       if (f.elastic_only && on_command_line.count(&f)) {
-        throw InvalidArgument(fmt::format("{} needs --host-discovery-script (elastic mode)", f.name()));
+        throw InvalidArgument(
+            fmt::format("{} needs --host-discovery-script or --min-np (elastic mode)", f.name()));
       }
     }
     if (file && file->elastic_given()) {
       spdlog::warn(
-          "{}: elastic settings ignored: no host_discovery_script or --host-discovery-script "
-          "(elastic mode is off)",
+          "{}: elastic settings ignored: no host_discovery_script or min_np, nor --host-discovery-script or "
+          "--min-np (elastic mode is off)",
           *o.config_file);
     }
     return;
   }
-  const std::string script_source = script_on_command_line
-                                        ? std::string("--host-discovery-script")
-                                        : fmt::format("elastic.host_discovery_script in {}", *o.config_file);
-  if (!o.hosts.empty()) {
-    throw InvalidArgument(
-        fmt::format("{} and -H/--hosts cannot be used together: in elastic mode the discovery script lists the hosts",
-                    script_source));
-  }
-  if (o.hostfile) {
-    throw InvalidArgument(
-        fmt::format("{} and --hostfile cannot be used together: in elastic mode the discovery script lists the hosts",
-                    script_source));
+  const std::string mode_source =
+      !o.elastic.host_discovery_script ? std::string("--min-np")
+      : script_on_command_line         ? std::string("--host-discovery-script")
+                                       : fmt::format("elastic.host_discovery_script in {}", *o.config_file);
+  if (o.elastic.host_discovery_script) {
+    if (!o.hosts.empty()) {
+      throw InvalidArgument(fmt::format(
+          "{} and -H/--hosts cannot be used together: in elastic mode the discovery script lists the hosts",
+          mode_source));
+    }
+    if (o.hostfile) {
+      throw InvalidArgument(fmt::format(
+          "{} and --hostfile cannot be used together: in elastic mode the discovery script lists the hosts",
+          mode_source));
+    }
   }
   if (o.engine == Engine::Mpi) {
-    throw InvalidArgument(
-        fmt::format("{} (elastic mode) cannot be used with --mpi: elastic jobs use hvdrun's "
-                    "own controller",
-                    script_source));
+    throw InvalidArgument(fmt::format(
+        "{} (elastic mode) cannot be used with --mpi: elastic jobs use hvdrun's own controller", mode_source));
   }
   if (file) fill_unset(o, set, file->options, file->given, /*elastic_rows=*/true);
   fill_from_environment(o, set, /*elastic_rows=*/true);
@@ -427,7 +432,13 @@ void finish_elastic(Options& o, FlagSet& set, const FlagSet& on_command_line, bo
   if (e.max_np && *o.num_proc > *e.max_np) {
     throw InvalidArgument(fmt::format("-np {} is greater than --max-np {}", *o.num_proc, *e.max_np));
   }
-  check_discovery_script(*e.host_discovery_script);
+  if (e.host_discovery_script) {
+    check_discovery_script(*e.host_discovery_script);
+  } else if (e.slots_per_host) {
+    throw InvalidArgument(
+        "--slots-per-host applies to --host-discovery-script output; with fixed hosts give the slots in -H "
+        "(host:N) or the hostfile");
+  }
 }
 
 /// The first given row with `action`, if any.

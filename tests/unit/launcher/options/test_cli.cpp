@@ -264,9 +264,8 @@ TEST_CASE("cli: --elastic-timeout defaults to 600 then HOROVOD_ELASTIC_TIMEOUT t
   CHECK(parse_ok(with({})).elastic.elastic_timeout == std::chrono::seconds(600));
 }
 
-TEST_CASE("cli: elastic flags without --host-discovery-script are usage errors", "[cli][elastic]") {
+TEST_CASE("cli: elastic flags without --host-discovery-script or --min-np are usage errors", "[cli][elastic]") {
   std::vector<std::vector<std::string>> flags = {
-      {"--min-np", "2"},
       {"--max-np", "4"},
       {"--slots-per-host", "2"},
       {"--elastic-timeout", "60"},
@@ -284,11 +283,35 @@ TEST_CASE("cli: elastic flags without --host-discovery-script are usage errors",
     INFO(f.front() << " -> " << out.message);
     CHECK_FALSE(out.options);
     CHECK(out.exit_code == exit_code::kUsage);
-    CHECK(out.message == "hvdrun: error: " + f.front() + " needs --host-discovery-script (elastic mode)\n");
+    CHECK(out.message == "hvdrun: error: " + f.front() + " needs --host-discovery-script or --min-np (elastic mode)\n");
   }
   // The alias is reported under the main name.
-  CHECK(parse({"--min-num-proc", "2", "-np", "2", "cmd"}).message ==
-        "hvdrun: error: --min-np needs --host-discovery-script (elastic mode)\n");
+  CHECK(parse({"--max-num-proc", "2", "-np", "2", "cmd"}).message ==
+        "hvdrun: error: --max-np needs --host-discovery-script or --min-np (elastic mode)\n");
+}
+
+TEST_CASE("cli: --min-np without a script is elastic mode on fixed hosts (horovodrun's rule)", "[cli][elastic]") {
+  const Options o = parse_ok({"--min-num-proc", "1", "-np", "2", "-H", "localhost:2", "--max-np", "2", "cmd"});
+  CHECK(o.elastic.enabled);
+  CHECK_FALSE(o.elastic.host_discovery_script);
+  CHECK(o.elastic.min_np == 1);
+  CHECK(o.elastic.max_np == 2);
+  CHECK(o.hosts == "localhost:2");
+  // Without -np the job starts at --min-np, as with a script.
+  CHECK(parse_ok({"--min-np", "2", "--hostfile", "hosts", "cmd"}).num_proc == 2);
+  // A static job stays static.
+  CHECK_FALSE(parse_ok({"-np", "2", "cmd"}).elastic.enabled);
+  auto usage = [](std::vector<std::string> args) {
+    auto out = parse(args);
+    CHECK(out.exit_code == exit_code::kUsage);
+    return out.message;
+  };
+  CHECK(usage({"--min-np", "1", "-np", "2", "--slots-per-host", "2", "cmd"}) ==
+        "hvdrun: error: --slots-per-host applies to --host-discovery-script output; with fixed hosts give the "
+        "slots in -H (host:N) or the hostfile\n");
+  CHECK(usage({"--min-np", "1", "-np", "2", "--mpi", "cmd"}) ==
+        "hvdrun: error: --min-np (elastic mode) cannot be used with --mpi: elastic jobs use hvdrun's own "
+        "controller\n");
 }
 
 TEST_CASE("cli: elastic usage errors are one line and exit 2", "[cli][elastic]") {
