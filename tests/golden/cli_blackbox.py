@@ -24,8 +24,8 @@ CASES = [
      "hvdrun: error: " + GOLDEN_DIR + "/bad.hosts:3: 'bad slots=zero': slot count 'zero' is not a number\n"),
     (["-np", "2", "--hostfile", "/nonexistent/hvd.hosts", "true"], 2, "",
      "hvdrun: error: cannot read hostfile '/nonexistent/hvd.hosts': No such file or directory\n"),
-    (["--min-np", "2", "-np", "2", "true"], 2, "",
-     "hvdrun: error: --min-np needs --host-discovery-script (elastic mode)\n"),
+    (["--max-np", "2", "-np", "2", "true"], 2, "",
+     "hvdrun: error: --max-np needs --host-discovery-script or --min-np (elastic mode)\n"),
     (["--jsrun", "-np", "2", "true"], 4, "", "hvdrun: error: --jsrun is not supported yet (jsrun/LSF mode)\n"),
     (["-np", "2", "--no-such-flag", "true"], 2, "", None),
 ]

@@ -20,7 +20,7 @@ launcher_opt=()
 if command -v ccache >/dev/null 2>&1; then
   launcher_opt=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 fi
-cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE= -DCMAKE_CXX_FLAGS="-O0 -g1" -DHVD_SANITIZE=ON \
+cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE= -DCMAKE_CXX_FLAGS="-O0 -g0" -DHVD_SANITIZE=ON \
       -DHVD_WITH_PYTHON=OFF -DHVD_WITH_CUDA=OFF "${launcher_opt[@]}" >"$build.configure.log" 2>&1 || {
   cat "$build.configure.log"
   exit 1

@@ -1,9 +1,23 @@
 """hvdcomm.torch.compression: horovod.torch's Compression (none, fp16), the
-gradient compressors of allreduce and DistributedOptimizer."""
+gradient compressors of allreduce and DistributedOptimizer, with Horovod's
+class names (``Compressor`` is the base a custom compressor subclasses)."""
 import torch
 
 
-class _NoneCompressor:
+class Compressor:
+    """Interface: ``compress(tensor) -> (tensor, ctx)`` before the
+    allreduce, ``decompress(tensor, ctx) -> tensor`` after it."""
+
+    @staticmethod
+    def compress(tensor):
+        raise NotImplementedError
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        raise NotImplementedError
+
+
+class NoneCompressor(Compressor):
     @staticmethod
     def compress(tensor):
         return tensor, None
@@ -13,7 +27,7 @@ class _NoneCompressor:
         return tensor
 
 
-class _FP16Compressor:
+class FP16Compressor(Compressor):
     @staticmethod
     def compress(tensor):
         if tensor.dtype.is_floating_point:
@@ -26,5 +40,5 @@ class _FP16Compressor:
 
 
 class Compression:
-    none = _NoneCompressor
-    fp16 = _FP16Compressor
+    none = NoneCompressor
+    fp16 = FP16Compressor

@@ -111,7 +111,7 @@ class ElasticJob:
     stdout/stderr are collected by threads, with arrival times."""
 
     def __init__(self, hosts, args=(), steps=40, step_ms=50, extra_env=None, script=None, command=None,
-                 drop_env=()):
+                 drop_env=(), fixed_hosts=None):
         self.dir = tempfile.mkdtemp(prefix="hvd-elastic-")
         self.hosts_file = os.path.join(self.dir, "hosts")
         self.set_hosts(hosts)
@@ -123,8 +123,11 @@ class ElasticJob:
         for k in drop_env:
             env.pop(k, None)
         script = script or "cat %s" % self.hosts_file
-        cmd = [HVDRUN, "--host-discovery-script", script, "--discovery-interval", "0.2"] + list(args) + \
-            (command or [TRAINER])
+        # fixed_hosts: horovodrun's fault-tolerant mode on a fixed -H list
+        # (--min-np in args, no discovery script).
+        hosts_args = ["-H", fixed_hosts] if fixed_hosts else \
+            ["--host-discovery-script", script, "--discovery-interval", "0.2"]
+        cmd = [HVDRUN] + hosts_args + list(args) + (command or [TRAINER])
         self.started = time.monotonic()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      stdin=subprocess.DEVNULL, env=env, start_new_session=True)
@@ -244,6 +247,23 @@ class Elastic(unittest.TestCase):
         self.assert_success(j, 20, res)
         self.assertEqual({s["size"] for s in j.steps()}, {2})
         self.assertEqual(len(j.final_checksums(res[1])), 2)
+
+    def test_fixed_hosts_kill9_restarts_slot(self):
+        # horovodrun's fault tolerance without a discovery script: -H and
+        # --min-np. A killed worker is replaced on its slot and the job ends
+        # with the checksum of an undisturbed run.
+        steps = 120
+        j = self.job("", ["-np", "2", "--min-np", "1"], steps=steps, step_ms=20, fixed_hosts="localhost:2")
+        j.wait_for_step(2, 3)
+        pid = worker_pid(j.token, "w2")
+        self.assertIsNotNone(pid)
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        j.wait_for(lambda: [s for s in j.steps() if s["t"] > killed_at and s["size"] == 2 and s["worker"] >= 3], 20,
+                   "the restarted worker training at size 2")
+        res = j.finish()
+        self.assert_success(j, steps, res)
+        self.assertIn("elastic job on fixed hosts localhost:2", res[2])
 
     def test_scale_up_1_2_3(self):
         j = self.job("localhost:1\n", ["-np", "1", "--max-np", "3"], steps=60, step_ms=40)

@@ -1,6 +1,8 @@
 """python.install: `cmake --install` of the build tree into a temporary
 prefix, then the installed tree is used without the build tree:
 
+* bin/hvdrun, and bin/horovodrun, a symbolic link that resolves to the
+  installed hvdrun (not to the build tree); both run `--version`;
 * libhvd_collective.so (+ the MPI bootstrap plug-in when built) in LIBDIR,
   c_api.h in include/hvd/collective; a C program compiled against them runs
   a size-1 allreduce;
@@ -8,6 +10,9 @@ prefix, then the installed tree is used without the build tree:
   `import hvdcomm.torch` loads the installed _core and the installed
   libhvd_collective.so (checked in /proc/self/maps) and a size-1
   allreduce works;
+* hvdcomm.runner.run (horovod.run) from the installed tree starts the
+  installed bin/hvdrun (found through the installed _build_info.py) and
+  runs 2 ranks that import the installed package;
 * the `horovod` shim is absent after a plain install (unless the build has
   HVD_INSTALL_HOROVOD_COMPAT=ON) and importable after
   `cmake --install --component horovod_compat`.
@@ -70,6 +75,18 @@ hvd.shutdown()
 print("installed hvdcomm ok:", sorted(libs))
 """
 
+RUN_CHECK = r"""
+import os, sys
+prefix = os.path.realpath(sys.argv[1])
+import hvdcomm, hvdcomm.runner as runner
+assert os.path.realpath(runner.__file__).startswith(prefix + os.sep), runner.__file__
+hvdrun = runner.find_hvdrun()
+assert os.path.realpath(hvdrun) == os.path.join(prefix, "bin", "hvdrun"), hvdrun
+out = runner.run(os.getcwd, num_proc=2)
+assert out == [os.getcwd()] * 2, out
+print("installed hvdcomm.runner ok:", hvdcomm.__version__, hvdrun)
+"""
+
 C_CHECK = r"""
 #include "hvd/collective/c_api.h"
 #include <stdio.h>
@@ -94,6 +111,16 @@ try:
         raise SystemExit(1)
     lib = os.path.join(prefix, libdir)
     site = os.path.join(prefix, py_dir)
+    hvdrun = os.path.join(prefix, "bin", "hvdrun")
+    horovodrun = os.path.join(prefix, "bin", "horovodrun")
+    check(os.path.isfile(hvdrun) and os.access(hvdrun, os.X_OK), "bin/hvdrun installed")
+    check(os.path.islink(horovodrun) and os.path.realpath(horovodrun) == os.path.realpath(hvdrun),
+          "bin/horovodrun installed: a link to the installed bin/hvdrun")
+    for program in (hvdrun, horovodrun):
+        p = run([program, "--version"], env=clean_env(), cwd=prefix)
+        check(p.returncode == 0 and p.stdout.startswith("hvdrun "), f"bin/{os.path.basename(program)} --version runs")
+    p = run([horovodrun, "--help"], env=clean_env(), cwd=prefix)
+    check(p.returncode == 0 and "Usage: horovodrun -np N" in p.stdout, "bin/horovodrun --help names horovodrun")
     check(os.path.isfile(os.path.join(lib, "libhvd_collective.so")), f"{libdir}/libhvd_collective.so installed")
     check(os.path.isfile(os.path.join(prefix, "include/hvd/collective/c_api.h")),
           "include/hvd/collective/c_api.h installed")
@@ -103,7 +130,8 @@ try:
     cores = [f for f in os.listdir(os.path.join(site, "hvdcomm")) if f.startswith("_core") and f.endswith(".so")] \
         if os.path.isdir(os.path.join(site, "hvdcomm")) else []
     check(len(cores) == 1, f"{py_dir}/hvdcomm/_core*.so installed")
-    py_files = ["hvdcomm/__init__.py", "hvdcomm/elastic.py"] + [
+    py_files = ["hvdcomm/__init__.py", "hvdcomm/_build_info.py", "hvdcomm/elastic.py"] + [
+        f"hvdcomm/runner/{m}.py" for m in ("__init__", "channel", "serialize", "task")] + [
         f"hvdcomm/torch/{m}.py" for m in ("__init__", "mpi_ops", "compression", "functions", "optimizer",
                                           "elastic/__init__", "elastic/state", "elastic/sampler")]
     missing = [f for f in py_files if not os.path.isfile(os.path.join(site, f))]
@@ -127,6 +155,11 @@ try:
         p = run([exe], env=clean_env(), cwd=prefix)
         check(p.returncode == 0 and "ok" in p.stdout, "it runs a size-1 allreduce")
 
+    # horovod.run from the installed tree: its _build_info names the
+    # installed bin/hvdrun, and the workers import the installed package.
+    p = run([py, "-c", RUN_CHECK, prefix], env=clean_env(PYTHONPATH=site), cwd=prefix)
+    check(p.returncode == 0, "hvdcomm.runner.run from the installed tree starts <prefix>/bin/hvdrun, 2 ranks")
+
     if run([py, "-c", "import torch"], env=clean_env()).returncode != 0:
         torch_missing = True
     else:
@@ -144,6 +177,9 @@ try:
                "from horovod.torch.elastic.state import TorchState; " \
                "from horovod.torch.elastic.sampler import ElasticSampler; " \
                "assert allreduce_async is hvd.allreduce_async and TorchState is hvd.elastic.TorchState; " \
+               "import horovod, hvdcomm, hvdcomm.runner; from horovod.runner import run; " \
+               "from horovod.common.util import split_list; from horovod.common.elastic import run_fn; " \
+               "assert horovod.__version__ == hvdcomm.__version__ and horovod.run is run is hvdcomm.runner.run; " \
                "print('shim ok')"
         if compat_default != "1":
             p = run([cmake, "--install", build, "--prefix", prefix, "--component", "horovod_compat"])

@@ -1,32 +1,62 @@
 // The elastic mode: the job's services, the first look at the hosts (which
 // decides the store's address), then the ElasticRunner to the end.
+#include "hvd/common/error.h"
 #include "hvd/common/job_env.h"
 #include "hvd/launcher/discovery/host_source.h"
 #include "hvd/launcher/elastic/elastic_runner.h"
+#include "hvd/launcher/hosts/hosts.h"
 #include "hvd/launcher/hosts/network.h"
 #include "hvd/launcher/job/job_services.h"
 #include "hvd/launcher/job/launcher.h"
 #include "hvd/launcher/spawn/spawner_factory.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
+#include <memory>
 #include <random>
 
 namespace hvd::launcher {
+
+/// The job's host source: the discovery script, or (--min-np without one)
+/// the fixed -H / --hostfile list, default localhost:np as in static jobs.
+std::unique_ptr<HostSource> make_host_source(const Options& options) {
+  if (options.elastic.host_discovery_script) {
+    DiscoveryScriptOptions dso;
+    dso.script = *options.elastic.host_discovery_script;
+    dso.default_slots = options.elastic.slots_per_host.value_or(1);
+    dso.timeout = options.elastic.discovery_timeout;
+    return std::make_unique<ScriptHostSource>(dso);
+  }
+  std::vector<HostSpec> hosts;
+  if (options.hostfile) {
+    hosts = parse_hostfile(*options.hostfile);
+  } else if (!options.hosts.empty()) {
+    hosts = parse_hosts(options.hosts);
+  } else {
+    hosts = {HostSpec{"localhost", options.num_proc.value_or(1)}};  // as a static job: localhost:np
+  }
+  spdlog::info("elastic job on fixed hosts {}: failed workers are restarted, failing hosts blacklisted",
+               format_hosts(hosts));
+  return std::make_unique<StaticHostSource>(std::move(hosts));
+}
 
 int run_elastic_job(const Options& options) {
   JobServices job(options);
   // Prefixes are worker serials, not ranks; DIR/worker.<N> appear on first write.
   if (int code = job.open_output(1, true)) return code;
 
-  DiscoveryScriptOptions dso;
-  dso.script = *options.elastic.host_discovery_script;
-  dso.default_slots = options.elastic.slots_per_host.value_or(1);
-  dso.timeout = options.elastic.discovery_timeout;
-  ScriptHostSource source(dso);
+  std::unique_ptr<HostSource> source;
+  try {
+    source = make_host_source(options);
+  } catch (const InvalidArgument& e) {
+    std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
+    return job.finish(exit_code::kUsage);
+  }
 
   // The first look decides whether the job can start at all, and which
   // address remote hosts will reach the store on.
-  DiscoveryResult first = source.discover();
+  DiscoveryResult first = source->discover();
   if (!first.ok()) {
     std::fprintf(stderr, "hvdrun: error: %s\n", first.error->c_str());
     return job.finish(exit_code::kLaunch);
@@ -52,7 +82,7 @@ int run_elastic_job(const Options& options) {
 
   DefaultSpawnerFactory spawners(options);
   std::random_device rd;
-  ElasticRunnerDeps deps(source, spawners, job.store().store(), *job.output());
+  ElasticRunnerDeps deps(*source, spawners, job.store().store(), *job.output());
   deps.events = job.events();
   deps.worker_env = std::move(env);
   deps.driver_address = driver_addr;

@@ -42,11 +42,11 @@ int hvdrun_main(int argc, char** argv) {
       std::fputs(render_check_build().c_str(), stdout);
       return exit_code::kOk;
     }
-    const bool elastic = parsed.options->elastic.host_discovery_script.has_value();
+    const bool elastic = parsed.options->elastic.enabled;
     if (elastic && parsed.options->dry_run != DryRunFormat::None) {
       std::fputs(
           "hvdrun: error: --dry-run does not apply to elastic jobs: placement is decided at run time "
-          "from the discovery script\n",
+          "from the hosts it finds\n",
           stderr);
       return exit_code::kUsage;
     }

@@ -75,7 +75,7 @@ bool executable_in_path(const std::string& name) {
 LaunchDecision decide_launch(const Options& options, const std::function<MpirunProbe()>& probe) {
   LaunchDecision d;
   d.options = options;
-  const bool elastic = options.elastic.host_discovery_script.has_value();
+  const bool elastic = options.elastic.enabled;
   // Both are split now, so a bad quote is a usage error in every mode.
   const std::vector<std::string> words =
       options.mpi_args ? split_shell_words(*options.mpi_args) : std::vector<std::string>{};

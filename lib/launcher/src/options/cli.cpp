@@ -2,7 +2,8 @@
 // the flags of the table; this file adds what horovodrun users expect and
 // CLI11 cannot express directly:
 //  * horovodrun's single-dash long names (Flag::legacy: -np, -cb, -hostfile,
-//    -prefix-timestamp) are rewritten to their long forms first;
+//    -prefix-timestamp) are rewritten to their long forms first, and so are
+//    the abbreviations horovodrun's argparse accepts (--num-p, -n, --slots);
 //  * the worker command starts at the first positional argument and is
 //    passed through untouched (a pre-scan finds it, so CLI11 never sees the
 //    worker's own flags);
@@ -167,20 +168,27 @@ class TextReader final : public ValueReader {
   std::vector<std::string> texts_;
 };
 
-/// CLI11's generic "Usage: hvdrun [OPTIONS]" hides the worker command.
+/// CLI11's generic "Usage: hvdrun [OPTIONS]" hides the worker command. The
+/// usage line names the program as it was invoked (hvdrun or horovodrun).
 class HelpFormatter : public CLI::Formatter {
  public:
+  explicit HelpFormatter(std::string program) : program_(std::move(program)) {}
   std::string make_usage(const CLI::App*, std::string) const override {
-    return "Usage: hvdrun -np N [-H host1:n1,host2:n2 | --hostfile FILE] [options] command [args...]\n";
+    return fmt::format("Usage: {} -np N [-H host1:n1,host2:n2 | --hostfile FILE] [options] command [args...]\n",
+                       program_);
   }
+
+ private:
+  std::string program_;
 };
 
 /// The CLI11 app, one option per spelling of every row of the table. The
 /// values a row was given land in its Slot; nothing is keyed by name.
 class CommandLine {
  public:
-  CommandLine() : app_("hvdrun: run a Horovod job (a C++ horovodrun)", "hvdrun"), slots_(flags().size()) {
-    app_.formatter(std::make_shared<HelpFormatter>());
+  explicit CommandLine(const std::string& program)
+      : app_("hvdrun: run a Horovod job (a C++ horovodrun)", program), slots_(flags().size()) {
+    app_.formatter(std::make_shared<HelpFormatter>(program));
     std::vector<std::string> legacy;
     const auto& table = flags();
     for (size_t i = 0; i < table.size(); ++i) {
@@ -190,7 +198,8 @@ class CommandLine {
     }
     app_.footer(
         fmt::format("Everything from the first positional argument on is the worker command, passed through\n"
-                    "untouched. horovodrun's spellings {} are accepted.\n"
+                    "untouched. horovodrun's spellings {} are accepted,\n"
+                    "and so are the abbreviations horovodrun accepts (-n for -np, --slots for --slots-per-host).\n"
                     "See docs/cli.md for every flag and environment variable.",
                     join(legacy, ", ", " and ")));
   }
@@ -365,38 +374,43 @@ void check_discovery_script(const std::string& script) {
 /// command line are errors and the file's elastic settings are ignored.
 void finish_elastic(Options& o, FlagSet& set, const FlagSet& on_command_line, bool script_on_command_line,
                     const ConfigFileValues* file) {
-  if (!o.elastic.host_discovery_script) {
+  const Flag* min_np_row = find_flag("--min-np");
+  const bool min_np_given = o.elastic.min_np.has_value() || (file && min_np_row && file->given.count(min_np_row));
+  o.elastic.enabled = o.elastic.host_discovery_script.has_value() || min_np_given;
+  if (!o.elastic.enabled) {
     for (const Flag& f : flags()) {
       if (f.elastic_only && on_command_line.count(&f)) {
-        throw InvalidArgument(fmt::format("{} needs --host-discovery-script (elastic mode)", f.name()));
+        throw InvalidArgument(
+            fmt::format("{} needs --host-discovery-script or --min-np (elastic mode)", f.name()));
       }
     }
     if (file && file->elastic_given()) {
       spdlog::warn(
-          "{}: elastic settings ignored: no host_discovery_script or --host-discovery-script "
-          "(elastic mode is off)",
+          "{}: elastic settings ignored: no host_discovery_script or min_np, nor --host-discovery-script or "
+          "--min-np (elastic mode is off)",
           *o.config_file);
     }
     return;
   }
-  const std::string script_source = script_on_command_line
-                                        ? std::string("--host-discovery-script")
-                                        : fmt::format("elastic.host_discovery_script in {}", *o.config_file);
-  if (!o.hosts.empty()) {
-    throw InvalidArgument(
-        fmt::format("{} and -H/--hosts cannot be used together: in elastic mode the discovery script lists the hosts",
-                    script_source));
-  }
-  if (o.hostfile) {
-    throw InvalidArgument(
-        fmt::format("{} and --hostfile cannot be used together: in elastic mode the discovery script lists the hosts",
-                    script_source));
+  const std::string mode_source =
+      !o.elastic.host_discovery_script ? std::string("--min-np")
+      : script_on_command_line         ? std::string("--host-discovery-script")
+                                       : fmt::format("elastic.host_discovery_script in {}", *o.config_file);
+  if (o.elastic.host_discovery_script) {
+    if (!o.hosts.empty()) {
+      throw InvalidArgument(fmt::format(
+          "{} and -H/--hosts cannot be used together: in elastic mode the discovery script lists the hosts",
+          mode_source));
+    }
+    if (o.hostfile) {
+      throw InvalidArgument(fmt::format(
+          "{} and --hostfile cannot be used together: in elastic mode the discovery script lists the hosts",
+          mode_source));
+    }
   }
   if (o.engine == Engine::Mpi) {
-    throw InvalidArgument(
-        fmt::format("{} (elastic mode) cannot be used with --mpi: elastic jobs use hvdrun's "
-                    "own controller",
-                    script_source));
+    throw InvalidArgument(fmt::format(
+        "{} (elastic mode) cannot be used with --mpi: elastic jobs use hvdrun's own controller", mode_source));
   }
   if (file) fill_unset(o, set, file->options, file->given, /*elastic_rows=*/true);
   fill_from_environment(o, set, /*elastic_rows=*/true);
@@ -418,7 +432,13 @@ void finish_elastic(Options& o, FlagSet& set, const FlagSet& on_command_line, bo
   if (e.max_np && *o.num_proc > *e.max_np) {
     throw InvalidArgument(fmt::format("-np {} is greater than --max-np {}", *o.num_proc, *e.max_np));
   }
-  check_discovery_script(*e.host_discovery_script);
+  if (e.host_discovery_script) {
+    check_discovery_script(*e.host_discovery_script);
+  } else if (e.slots_per_host) {
+    throw InvalidArgument(
+        "--slots-per-host applies to --host-discovery-script output; with fixed hosts give the slots in -H "
+        "(host:N) or the hostfile");
+  }
 }
 
 /// The first given row with `action`, if any.
@@ -427,6 +447,104 @@ const Flag* given_action(const FlagSet& given, Action action) {
     if (f.action == action && given.count(&f)) return &f;
   }
   return nullptr;
+}
+
+/// One option string of the table: a name of a spelling ("--num-proc",
+/// "-H") or a legacy name ("-np").
+struct OptionString {
+  const Flag* flag;
+  std::string name;
+  bool legacy;
+
+  /// The word CLI11 knows it by: the row's long name for a legacy name.
+  const std::string& cli_name() const { return legacy ? flag->name() : name; }
+};
+
+std::vector<OptionString> option_strings() {
+  std::vector<OptionString> out;
+  for (const Flag& f : flags()) {
+    for (const Spelling& s : f.spellings) {
+      for (const auto& n : s.names) out.push_back({&f, n, false});
+    }
+    for (const auto& n : f.legacy) out.push_back({&f, n, true});
+  }
+  return out;
+}
+
+bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
+
+/// One option word before the worker command, read as horovodrun's argparse
+/// reads it, and rewritten to the word CLI11 gets:
+///  * an exact option string, or one followed by "=value", is itself (a
+///    legacy name becomes its long name: "-np=4" -> "--num-proc=4");
+///  * else "--word[=value]" may abbreviate every long name it begins
+///    ("--num-p=4" -> "--num-proc=4"), and "-word" every single-dash name
+///    it begins ("-n" -> "-np" -> "--num-proc") or be a one-letter option
+///    with its value attached ("-Hhost:2", left to CLI11);
+///  * one match is taken; several are an error naming them all, as
+///    argparse words it, unless exactly one of them is horovodrun's own
+///    (Flag::additions): a line horovodrun accepts means the same here;
+///  * no match: the word is left as it is, for CLI11 to refuse.
+std::string resolve_option(const std::string& word) {
+  const std::vector<OptionString> all = option_strings();
+  const std::string before_value = word.substr(0, word.find('='));
+  for (const OptionString& o : all) {
+    if (o.name == word) return o.cli_name();
+  }
+  for (const OptionString& o : all) {
+    if (o.name == before_value) return o.cli_name() + word.substr(before_value.size());
+  }
+  const bool long_word = starts_with(word, "--");
+  if (long_word && before_value.size() <= 2) return word;
+  const std::string& prefix = long_word ? before_value : word;
+  std::vector<const OptionString*> matches;
+  const OptionString* attached = nullptr;  // "-Hhost:2"
+  for (const OptionString& o : all) {
+    if (!long_word && o.name.size() == 2 && o.name == word.substr(0, 2)) {
+      attached = &o;
+      matches.push_back(&o);
+    } else if (starts_with(o.name, long_word ? "--" : "-") && starts_with(o.name, prefix)) {
+      matches.push_back(&o);
+    }
+  }
+  if (matches.size() > 1) {
+    std::vector<const OptionString*> horovodrun;
+    for (const OptionString* o : matches) {
+      if (!o->flag->is_addition(o->name)) horovodrun.push_back(o);
+    }
+    if (horovodrun.size() != 1) {
+      std::vector<std::string> names;
+      for (const OptionString* o : matches) names.push_back(o->name);
+      throw InvalidArgument(fmt::format("ambiguous option: {} could match {}", prefix, join(names, ", ", ", ")));
+    }
+    matches = horovodrun;
+  }
+  if (matches.empty() || matches.front() == attached) return word;
+  return matches.front()->cli_name() + (long_word ? word.substr(before_value.size()) : std::string());
+}
+
+/// -i/--ssh-identity-file must name a readable file now, whether or not
+/// any host is reached over SSH: a typo would otherwise surface only on
+/// the first remote host, or never.
+void check_identity_file(const std::string& path) {
+  const std::string flag = "-i/--ssh-identity-file";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    throw InvalidArgument(fmt::format("{} '{}': {}", flag, path, std::strerror(errno)));
+  }
+  if (S_ISDIR(st.st_mode)) throw InvalidArgument(fmt::format("{} '{}' is a directory, not a key file", flag, path));
+  if (::access(path.c_str(), R_OK) != 0) {
+    throw InvalidArgument(fmt::format("{} '{}' is not readable: {}", flag, path, std::strerror(errno)));
+  }
+}
+
+/// The name hvdrun was invoked as ("hvdrun", "horovodrun"), for --help.
+std::string program_name(int argc, char** argv) {
+  if (argc < 1 || argv[0] == nullptr || *argv[0] == '\0') return "hvdrun";
+  const std::string path = argv[0];
+  const size_t slash = path.find_last_of('/');
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  return base.empty() ? std::string("hvdrun") : base;
 }
 
 }  // namespace
@@ -439,26 +557,26 @@ ParseOutcome parse_command_line(int argc, char** argv) {
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
 
-  CommandLine cli;
-  // Pre-scan: rewrite legacy names and find where the worker command starts.
+  CommandLine cli(program_name(argc, argv));
+  // Pre-scan: rewrite legacy names and abbreviations, and find where the
+  // worker command starts (nothing after that is rewritten).
   std::vector<std::string> ours;
   std::vector<std::string> command;
   size_t i = 0;
   while (i < args.size()) {
-    std::string token = args[i];
-    if (token == "--") {
+    if (args[i] == "--") {
       command.assign(args.begin() + static_cast<long>(i) + 1, args.end());
       break;
     }
-    if (token.size() < 2 || token[0] != '-') {
+    if (args[i].size() < 2 || args[i][0] != '-') {
       command.assign(args.begin() + static_cast<long>(i), args.end());
       break;
     }
-    const std::string name = token.substr(0, token.find('='));
-    for (const Flag& f : flags()) {
-      if (std::find(f.legacy.begin(), f.legacy.end(), name) != f.legacy.end()) {
-        token = f.name() + token.substr(name.size());
-      }
+    std::string token;
+    try {
+      token = resolve_option(args[i]);
+    } catch (const InvalidArgument& e) {
+      return usage_error(e.what());
     }
     ours.push_back(token);
     int n = cli.values_after(token);
@@ -496,6 +614,7 @@ ParseOutcome parse_command_line(int argc, char** argv) {
   Options o;
   try {
     cli.read(o);
+    if (o.ssh_identity_file) check_identity_file(*o.ssh_identity_file);
     if (!o.hosts.empty() && o.hostfile) {
       throw InvalidArgument("-H/--hosts and --hostfile cannot be used together; give hosts one way");
     }

@@ -99,6 +99,17 @@ struct Row {
     f.elastic_only = true;
     return *this;
   }
+  /// Every name of the row is hvdrun's own (Flag::additions).
+  Row& addition() {
+    for (const Spelling& s : f.spellings) f.additions.insert(f.additions.end(), s.names.begin(), s.names.end());
+    f.additions.insert(f.additions.end(), f.legacy.begin(), f.legacy.end());
+    return *this;
+  }
+  /// One alias of a horovodrun row is hvdrun's own: --jsm.
+  Row& addition(std::string name) {
+    f.additions.push_back(std::move(name));
+    return *this;
+  }
 };
 
 template <typename Field>
@@ -292,6 +303,13 @@ void check_row(const Flag& f) {
   HVD_ENFORCE(f.config_key.empty() || f.parse, "{}: a config key without a parser", f.name());
   HVD_ENFORCE(f.env.empty() || f.syntax == Syntax::Value, "{}: environment fallbacks take one value", f.name());
   HVD_ENFORCE(f.action != Action::Refuse || !f.refusal.empty(), "{}: refused without a reason", f.name());
+  for (const auto& a : f.additions) {
+    bool spelt = std::find(f.legacy.begin(), f.legacy.end(), a) != f.legacy.end();
+    for (const Spelling& s : f.spellings) {
+      spelt = spelt || std::find(s.names.begin(), s.names.end(), a) != s.names.end();
+    }
+    HVD_ENFORCE(spelt, "{}: addition {} is not one of its names", f.name(), a);
+  }
 }
 
 std::vector<Flag> build_table() {
@@ -353,6 +371,7 @@ std::vector<Flag> build_table() {
   add(value({"--events-file"}, "FILE", "Write one JSON object per job event (start, exits, worlds, end) to FILE",
             at(&Options::events_file), not_empty("empty file name", "a file name"))
           .group(output)
+          .addition()
           .example("events.jsonl"));
   add(value({"--config-file"}, "FILE", "horovodrun YAML config file; command-line flags override it",
             at(&Options::config_file), any_text)
@@ -367,11 +386,13 @@ std::vector<Flag> build_table() {
           .example("~/.ssh/id_ed25519"));
   add(flag({"--ssh-strict-host-key-checking"}, "Refuse hosts not in known_hosts (default: accept and record new hosts)",
            at(&Options::ssh_strict_host_key_checking))
-          .group(ssh));
+          .group(ssh)
+          .addition());
   add(value({"--ssh-keepalive"}, "SECONDS",
             "TCP keepalive interval of SSH connections; a host silent for about 4 intervals is lost (default 5)",
             at(&Options::ssh_keepalive), [](ValueReader& in) { return in.whole_seconds(1, kUnbounded); })
           .group(ssh)
+          .addition()
           .example("10"));
 
   // Tuning parameters -> HOROVOD_* variables (plan/worker_env.cpp).
@@ -491,7 +512,9 @@ std::vector<Flag> build_table() {
              std::vector<Engine>{Engine::Gloo, Engine::Mpi})
           .group(controller)
           .config("controller"));
-  add(refused({"--jsrun", "--jsm"}, "jsrun launcher (not supported)", "jsrun/LSF mode").group(controller));
+  add(refused({"--jsrun", "--jsm"}, "jsrun launcher (not supported)", "jsrun/LSF mode")
+          .group(controller)
+          .addition("--jsm"));
   add(value({"--mpi-args"}, "ARGS", "Extra arguments for mpirun, split shell-style (with --mpi)",
             at(&Options::mpi_args), any_text)
           .group(controller)
@@ -553,12 +576,14 @@ std::vector<Flag> build_table() {
   add(value({"--discovery-interval"}, "SECONDS", "Seconds between discovery runs (default 1, fractions allowed)",
             elastic(&ElasticOptions::discovery_interval), seconds)
           .group(elastic_group)
+          .addition()
           .config("elastic.discovery_interval")
           .elastic_only()
           .example("0.5"));
   add(value({"--discovery-timeout"}, "SECONDS", "A discovery run taking longer is killed (default 10)",
             elastic(&ElasticOptions::discovery_timeout), seconds)
           .group(elastic_group)
+          .addition()
           .config("elastic.discovery_timeout")
           .elastic_only()
           .example("4"));
@@ -566,12 +591,14 @@ std::vector<Flag> build_table() {
             "Worker failures on one host within --blacklist-window that blacklist it (default 3)",
             elastic(&ElasticOptions::blacklist_failures), positive_count)
           .group(elastic_group)
+          .addition()
           .config("elastic.blacklist_failures")
           .elastic_only()
           .example("5"));
   add(value({"--blacklist-window"}, "SECONDS", "Window for --blacklist-failures (default 60)",
             elastic(&ElasticOptions::blacklist_window), seconds)
           .group(elastic_group)
+          .addition()
           .config("elastic.blacklist_window")
           .elastic_only()
           .example("90"));
@@ -581,20 +608,25 @@ std::vector<Flag> build_table() {
             at(&Options::dry_run), dry_run)
           .syntax(Syntax::OptionalValue)
           .group(additions)
+          .addition()
           .example("json"));
   add(value({"-x"}, "NAME[=VALUE]",
             "-x NAME or -x NAME=VALUE: forward or set a worker environment variable (repeatable)",
             at(&Options::env_exports), env_exports)
           .syntax(Syntax::Repeated)
           .group(additions)
+          .addition()
           .example("NCCL_DEBUG=INFO"));
   add(flag({"--forward-loader-env"}, "Also forward LD_PRELOAD-style loader variables", at(&Options::forward_loader_env))
-          .group(additions));
+          .group(additions)
+          .addition());
   add(flag({"--insecure-store"}, "Serve unauthenticated Horovod-style store requests", at(&Options::insecure_store))
-          .group(additions));
+          .group(additions)
+          .addition());
   add(value({"--kill-grace-ms"}, "MS", "Milliseconds between SIGTERM and SIGKILL on teardown (default 3000)",
             at(&Options::kill_grace), [](ValueReader& in) { return std::chrono::milliseconds(non_negative(in)); })
           .group(additions)
+          .addition()
           .example("5000"));
 
   for (Flag& f : t) {

@@ -1,1 +1,1 @@
-"""horovod.common names that scripts import (exceptions)."""
+"""horovod.common: the modules scripts import from (exceptions, util, elastic)."""

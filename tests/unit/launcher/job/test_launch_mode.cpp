@@ -133,6 +133,7 @@ TEST_CASE("launch mode: elastic jobs never use mpirun, and --display-map is igno
   FakeProbe probe;
   Options o;
   o.num_proc = 2;
+  o.elastic.enabled = true;
   o.elastic.host_discovery_script = "./discover.sh";
   o.mpi_args = kGuideArgs;
   auto d = decide_launch(o, probe.fn());
@@ -143,6 +144,16 @@ TEST_CASE("launch mode: elastic jobs never use mpirun, and --display-map is igno
   REQUIRE(d.warnings.size() == 1);
   CHECK(contains(d.warnings[0], "elastic jobs start their workers through hvdrun"));
   CHECK(contains(d.warnings[0], "ignored: --display-map --mca orte_keep_fqdn_hostnames t"));
+  // Fixed-host fault tolerance (--min-np on -H hosts) is elastic mode too.
+  Options fixed = static_job(kGuideArgs);
+  fixed.hosts = "localhost:2";
+  fixed.elastic.enabled = true;
+  fixed.elastic.min_np = 1;
+  d = decide_launch(fixed, probe.fn());
+  CHECK(d.mode == LaunchMode::Own);
+  CHECK(probe.calls == 0);
+  REQUIRE(d.warnings.size() == 1);
+  CHECK(contains(d.warnings[0], "elastic jobs start their workers through hvdrun"));
 }
 
 TEST_CASE("launch mode: --binding-args outside mpirun mode warn once, in mpirun mode not", "[job][launch_mode]") {

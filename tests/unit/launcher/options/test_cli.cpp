@@ -1,13 +1,16 @@
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 
-#include "../test_util.h"
+#include "options_test_util.h"
 
 using namespace hvd::launcher;
+using hvd_test::DiscoveryScript;
 using hvd_test::parse;
 using hvd_test::parse_ok;
 using hvd_test::TempFile;
+using hvd_test::usage_error;
 
 TEST_CASE("cli: -np -H and the worker command pass through untouched", "[cli]") {
   auto o = parse_ok({"-np", "2", "-H", "a:1,b:1", "python", "train.py", "--lr", "0.1", "-np", "3", "-H", "x"});
@@ -25,11 +28,12 @@ TEST_CASE("cli: long and legacy spellings", "[cli]") {
   CHECK(o.verbose);
   auto cb = parse_ok({"-cb"});
   CHECK(cb.check_build);
-  auto o2 = parse_ok({"-np=3", "--hosts=a:3", "-p22", "-i", "/k", "cmd"});
+  TempFile key("not really a key");
+  auto o2 = parse_ok({"-np=3", "--hosts=a:3", "-p22", "-i", key.path(), "cmd"});
   CHECK(*o2.num_proc == 3);
   CHECK(o2.hosts == "a:3");
   CHECK(o2.ssh_port == std::optional<int>(22));
-  CHECK(o2.ssh_identity_file == std::optional<std::string>("/k"));
+  CHECK(o2.ssh_identity_file == std::optional<std::string>(key.path()));
 }
 
 TEST_CASE("cli: -- ends hvdrun's options", "[cli]") {
@@ -103,6 +107,38 @@ TEST_CASE("cli: --help and --version go to stdout with exit 0", "[cli]") {
   CHECK(parse({"--version"}).message == version.message);
 }
 
+TEST_CASE("cli: --help: the usage line names the program as invoked", "[cli]") {
+  std::vector<std::string> args = {"/usr/local/bin/horovodrun", "--help"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const auto out = parse_command_line(static_cast<int>(args.size()), argv.data());
+  CHECK(out.exit_code == 0);
+  CHECK(out.message.find("Usage: horovodrun -np N ") != std::string::npos);
+  CHECK(parse({"--help"}).message.find("Usage: hvdrun -np N ") != std::string::npos);
+}
+
+TEST_CASE("cli: a missing or unusable -i/--ssh-identity-file is a usage error even with local hosts", "[cli][ssh]") {
+  CHECK(usage_error({"-np", "1", "-i", "/nonexistent/id_rsa", "cmd"}) ==
+        "-i/--ssh-identity-file '/nonexistent/id_rsa': No such file or directory");
+  CHECK(usage_error({"-np", "1", "-H", "localhost:1", "--ssh-identity-file=/nonexistent/k", "cmd"}) ==
+        "-i/--ssh-identity-file '/nonexistent/k': No such file or directory");
+  CHECK(usage_error({"-np", "1", "-i", "/tmp", "cmd"}) ==
+        "-i/--ssh-identity-file '/tmp' is a directory, not a key file");
+  // Checked before the mode is chosen: --check-build and --dry-run too.
+  CHECK(usage_error({"-cb", "-i", "/nonexistent/k"}) ==
+        "-i/--ssh-identity-file '/nonexistent/k': No such file or directory");
+  CHECK(usage_error({"-np", "1", "--dry-run", "-i", "/nonexistent/k", "cmd"}) ==
+        "-i/--ssh-identity-file '/nonexistent/k': No such file or directory");
+  TempFile key("-----BEGIN OPENSSH PRIVATE KEY-----\n");
+  CHECK(parse_ok({"-np", "1", "-i", key.path(), "cmd"}).ssh_identity_file == std::optional<std::string>(key.path()));
+  if (::geteuid() != 0) {  // root reads any file
+    REQUIRE(::chmod(key.path().c_str(), 0) == 0);
+    CHECK(usage_error({"-np", "1", "-i", key.path(), "cmd"}) ==
+          "-i/--ssh-identity-file '" + key.path() + "' is not readable: Permission denied");
+  }
+}
+
 TEST_CASE("cli: flags of later features parse and are refused with exit 4", "[cli]") {
   struct Case {
     std::vector<std::string> args;
@@ -121,17 +157,6 @@ TEST_CASE("cli: flags of later features parse and are refused with exit 4", "[cl
   // The refusal wins over "-np is required".
   CHECK(parse({"--jsrun", "python"}).exit_code == exit_code::kNotSupported);
 }
-
-namespace {
-
-/// An executable discovery script in a temporary file.
-struct DiscoveryScript {
-  TempFile file{"#!/bin/sh\necho localhost:2\n", ".sh"};
-  DiscoveryScript() { REQUIRE(::chmod(file.path().c_str(), 0755) == 0); }
-  const std::string& path() const { return file.path(); }
-};
-
-}  // namespace
 
 TEST_CASE("cli: elastic flags fill ElasticOptions", "[cli][elastic]") {
   DiscoveryScript script;
@@ -239,9 +264,8 @@ TEST_CASE("cli: --elastic-timeout defaults to 600 then HOROVOD_ELASTIC_TIMEOUT t
   CHECK(parse_ok(with({})).elastic.elastic_timeout == std::chrono::seconds(600));
 }
 
-TEST_CASE("cli: elastic flags without --host-discovery-script are usage errors", "[cli][elastic]") {
+TEST_CASE("cli: elastic flags without --host-discovery-script or --min-np are usage errors", "[cli][elastic]") {
   std::vector<std::vector<std::string>> flags = {
-      {"--min-np", "2"},
       {"--max-np", "4"},
       {"--slots-per-host", "2"},
       {"--elastic-timeout", "60"},
@@ -259,11 +283,35 @@ TEST_CASE("cli: elastic flags without --host-discovery-script are usage errors",
     INFO(f.front() << " -> " << out.message);
     CHECK_FALSE(out.options);
     CHECK(out.exit_code == exit_code::kUsage);
-    CHECK(out.message == "hvdrun: error: " + f.front() + " needs --host-discovery-script (elastic mode)\n");
+    CHECK(out.message == "hvdrun: error: " + f.front() + " needs --host-discovery-script or --min-np (elastic mode)\n");
   }
   // The alias is reported under the main name.
-  CHECK(parse({"--min-num-proc", "2", "-np", "2", "cmd"}).message ==
-        "hvdrun: error: --min-np needs --host-discovery-script (elastic mode)\n");
+  CHECK(parse({"--max-num-proc", "2", "-np", "2", "cmd"}).message ==
+        "hvdrun: error: --max-np needs --host-discovery-script or --min-np (elastic mode)\n");
+}
+
+TEST_CASE("cli: --min-np without a script is elastic mode on fixed hosts (horovodrun's rule)", "[cli][elastic]") {
+  const Options o = parse_ok({"--min-num-proc", "1", "-np", "2", "-H", "localhost:2", "--max-np", "2", "cmd"});
+  CHECK(o.elastic.enabled);
+  CHECK_FALSE(o.elastic.host_discovery_script);
+  CHECK(o.elastic.min_np == 1);
+  CHECK(o.elastic.max_np == 2);
+  CHECK(o.hosts == "localhost:2");
+  // Without -np the job starts at --min-np, as with a script.
+  CHECK(parse_ok({"--min-np", "2", "--hostfile", "hosts", "cmd"}).num_proc == 2);
+  // A static job stays static.
+  CHECK_FALSE(parse_ok({"-np", "2", "cmd"}).elastic.enabled);
+  auto usage = [](std::vector<std::string> args) {
+    auto out = parse(args);
+    CHECK(out.exit_code == exit_code::kUsage);
+    return out.message;
+  };
+  CHECK(usage({"--min-np", "1", "-np", "2", "--slots-per-host", "2", "cmd"}) ==
+        "hvdrun: error: --slots-per-host applies to --host-discovery-script output; with fixed hosts give the "
+        "slots in -H (host:N) or the hostfile\n");
+  CHECK(usage({"--min-np", "1", "-np", "2", "--mpi", "cmd"}) ==
+        "hvdrun: error: --min-np (elastic mode) cannot be used with --mpi: elastic jobs use hvdrun's own "
+        "controller\n");
 }
 
 TEST_CASE("cli: elastic usage errors are one line and exit 2", "[cli][elastic]") {

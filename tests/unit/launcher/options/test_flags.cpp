@@ -1,28 +1,25 @@
 // The flag table itself (flags.h): every row, iterated, against the real
 // parser. These tests know no flag by name except where a row needs a file
-// that must exist (--config-file, --host-discovery-script).
+// that must exist (--config-file, --host-discovery-script, -i). The last
+// one holds docs/cli.md's table of every flag against the flag table.
 #include <sys/stat.h>
 
 #include <cctype>
 #include <cstdlib>
+#include <fstream>
+#include <set>
 #include <sstream>
 
-#include "../test_util.h"
 #include "hvd/launcher/options/flags.h"
+#include "options_test_util.h"
 
 using namespace hvd::launcher;
+using hvd_test::DiscoveryScript;
 using hvd_test::parse;
 using hvd_test::parse_ok;
 using hvd_test::TempFile;
 
 namespace {
-
-/// An executable discovery script (elastic rows need one to be accepted).
-struct DiscoveryScript {
-  TempFile file{"#!/bin/sh\necho localhost:4\n", ".sh"};
-  DiscoveryScript() { REQUIRE(::chmod(file.path().c_str(), 0755) == 0); }
-  const std::string& path() const { return file.path(); }
-};
 
 const Flag& script_row() {
   const Flag* f = find_flag("--host-discovery-script");
@@ -34,7 +31,8 @@ const Flag& script_row() {
 /// parser opens or checks one.
 std::string value_for(const Flag& f, const DiscoveryScript& script, const TempFile& empty_config) {
   if (&f == &script_row()) return script.path();
-  if (&f == find_flag("--config-file")) return empty_config.path();
+  // --config-file reads its file; -i/--ssh-identity-file must name a readable one.
+  if (&f == find_flag("--config-file") || &f == find_flag("-i")) return empty_config.path();
   return f.example;
 }
 
@@ -154,6 +152,74 @@ TEST_CASE("flags: every value row's example is accepted and fills the row's fiel
   CHECK(checked > 30);
 }
 
+namespace {
+
+/// Every option string of the table: spelling names and legacy names.
+std::vector<std::string> option_strings() {
+  std::vector<std::string> out;
+  for (const Flag& f : flags()) {
+    for (const Spelling& s : f.spellings) out.insert(out.end(), s.names.begin(), s.names.end());
+    out.insert(out.end(), f.legacy.begin(), f.legacy.end());
+  }
+  return out;
+}
+
+/// The shortest word argparse reads as `name` and nothing else (no other
+/// option string begins with it; for a single-dash word, its first two
+/// characters are no one-letter option either), or "" when only `name`
+/// itself is.
+std::string shortest_abbreviation(const std::string& name, const std::vector<std::string>& all) {
+  const bool long_name = name.rfind("--", 0) == 0;
+  for (size_t n = long_name ? 3 : 2; n < name.size(); ++n) {
+    const std::string word = name.substr(0, n);
+    bool unique = true;
+    for (const auto& other : all) {
+      if (other == name) continue;
+      if (other.rfind(word, 0) == 0) unique = false;
+      if (!long_name && other.size() == 2 && other == word.substr(0, 2)) unique = false;
+    }
+    if (unique) return word;
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("flags: every name's shortest unambiguous abbreviation means the name", "[flags][abbrev]") {
+  DiscoveryScript script;
+  TempFile empty_config("", ".yaml");
+  const Options defaults;
+  const auto all = option_strings();
+  size_t checked = 0;
+  for (const Flag& f : flags()) {
+    if (f.action != Action::Fill) continue;
+    std::vector<std::string> names = f.legacy;
+    for (const Spelling& s : f.spellings) names.insert(names.end(), s.names.begin(), s.names.end());
+    for (const auto& name : names) {
+      const std::string word = shortest_abbreviation(name, all);
+      if (word.empty()) continue;
+      INFO(name << " as " << word);
+      auto given_as = [&](const std::string& spelt) {
+        std::vector<std::string> tokens = {spelt};
+        if (f.syntax != Syntax::Switch) {
+          tokens = flag_args(f, value_for(f, script, empty_config));
+          tokens.front().replace(0, f.name().size(), spelt);
+        }
+        auto out = parse(concat(concat(base_args(f, script), tokens), {"cmd"}));
+        INFO(out.message);
+        REQUIRE(out.options);
+        return *out.options;
+      };
+      const Options full = given_as(name);
+      const Options abbreviated = given_as(word);
+      CHECK(f.same(abbreviated, full));
+      CHECK_FALSE(f.same(abbreviated, defaults));
+      ++checked;
+    }
+  }
+  CHECK(checked > 40);
+}
+
 TEST_CASE("flags: every switch spelling sets its row's field", "[flags]") {
   const Options defaults;
   for (const Flag& f : flags()) {
@@ -221,18 +287,96 @@ TEST_CASE("flags: every environment fallback reads its variable like the flag", 
   CHECK(checked == 3);  // HOROVOD_START_TIMEOUT, HOROVOD_MPI_ARGS, HOROVOD_ELASTIC_TIMEOUT
 }
 
-TEST_CASE("flags: elastic-only rows are refused without a discovery script", "[flags][elastic]") {
+TEST_CASE("flags: elastic-only rows are refused without a discovery script or --min-np", "[flags][elastic]") {
   DiscoveryScript script;
   TempFile empty_config("", ".yaml");
   for (const Flag& f : flags()) {
-    if (!f.elastic_only) continue;
+    // --min-np itself turns elastic mode on (fixed hosts, horovodrun's rule).
+    if (!f.elastic_only || f.name() == "--min-np") continue;
     INFO(f.name());
     auto out = parse(concat(concat({"-np", "4"}, flag_args(f, f.example)), {"cmd"}));
     CHECK(out.exit_code == exit_code::kUsage);
-    CHECK(out.message == "hvdrun: error: " + f.name() + " needs --host-discovery-script (elastic mode)\n");
+    CHECK(out.message == "hvdrun: error: " + f.name() + " needs --host-discovery-script or --min-np (elastic mode)\n");
     // From the file they are ignored instead (with a warning).
     TempFile yaml(yaml_setting(f.config_key, yaml_value(f, f.example)), ".yaml");
     const Options o = parse_ok({"-np", "4", "--config-file", yaml.path(), "cmd"});
     CHECK(f.same(o, Options{}));
+  }
+}
+
+namespace {
+
+/// The flag names of docs/cli.md's "Every horovodrun flag" tables: the
+/// names each row's first cell gives in backquotes ("`-np`, `--num-proc N`"
+/// -> -np, --num-proc), split into the additions tables and the rest, and
+/// the names of rows documented as unknown to hvdrun ("error (exit 2)").
+struct DocumentedFlags {
+  std::set<std::string> horovodrun;
+  std::set<std::string> additions;
+  std::set<std::string> unknown;
+};
+
+DocumentedFlags documented_flags() {
+  std::ifstream in(std::string(HVD_SOURCE_DIR) + "/docs/cli.md");
+  REQUIRE(in);
+  DocumentedFlags out;
+  bool inside = false;
+  bool additions = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("## ", 0) == 0) inside = line == "## Every horovodrun flag";
+    if (!inside) continue;
+    if (line.rfind("### ", 0) == 0) additions = line.find("hvdrun's") != std::string::npos;
+    if (line.rfind("| `", 0) != 0) continue;
+    const size_t first_end = line.find(" | ", 2);
+    REQUIRE(first_end != std::string::npos);
+    const std::string first = line.substr(2, first_end - 2);
+    const bool unknown = line.find("| error (exit 2)") != std::string::npos;
+    for (size_t open = first.find('`'); open != std::string::npos; open = first.find('`', open + 1)) {
+      const size_t close = first.find('`', open + 1);
+      REQUIRE(close != std::string::npos);
+      std::string name = first.substr(open + 1, close - open - 1);
+      name = name.substr(0, name.find_first_of(" ["));
+      (additions ? out.additions : out.horovodrun).insert(name);
+      if (unknown) out.unknown.insert(name);
+      open = close;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("flags: docs/cli.md lists every name of the flag table", "[flags][docs]") {
+  const DocumentedFlags docs = documented_flags();
+  REQUIRE(docs.horovodrun.size() > 60);
+  REQUIRE(docs.additions.size() > 5);
+  size_t names = 0;
+  for (const Flag& f : flags()) {
+    std::vector<std::string> all = f.legacy;
+    for (const Spelling& s : f.spellings) all.insert(all.end(), s.names.begin(), s.names.end());
+    for (const auto& name : all) {
+      INFO(name);
+      ++names;
+      if (f.is_addition(name)) {
+        CHECK(docs.additions.count(name) == 1);
+      } else {
+        CHECK(docs.horovodrun.count(name) == 1);
+      }
+    }
+  }
+  CHECK(names > 70);
+  // And the other way: a documented name is a name of the table, in the
+  // table that matches its row, unless documented as unknown to hvdrun.
+  for (const auto* set : {&docs.horovodrun, &docs.additions}) {
+    for (const auto& name : *set) {
+      INFO(name);
+      const Flag* f = find_flag(name);
+      if (docs.unknown.count(name) != 0) {
+        CHECK(f == nullptr);
+        continue;
+      }
+      REQUIRE(f != nullptr);
+      CHECK(f->is_addition(name) == (set == &docs.additions));
+    }
   }
 }

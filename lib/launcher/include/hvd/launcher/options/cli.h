@@ -18,7 +18,11 @@ struct ParseOutcome {
   bool message_to_stdout = false;
 };
 
-/// Command line + --config-file + environment -> Options (cli.cpp). Usage
+/// Command line + --config-file + environment -> Options (cli.cpp). Flags
+/// are read as horovodrun's argparse reads them: legacy single-dash names
+/// and unambiguous abbreviations ("-n 4", "--num-p=4") are accepted; an
+/// ambiguous abbreviation is a usage error naming its matches. argv[0]'s
+/// base name is the program --help names (hvdrun or horovodrun). Usage
 /// problems come back as one line "hvdrun: error: ..." with exit code 2; a
 /// flag of a feature not built yet with 4. Never exits.
 ParseOutcome parse_command_line(int argc, char** argv);

@@ -132,6 +132,12 @@ struct Flag {
   bool elastic_only = false;
   /// Action::Refuse: the missing feature, for the exit-4 message.
   std::string refusal;
+  /// The names of this row that hvdrun added and horovodrun does not have
+  /// ("--dry-run", the alias "--jsm"). An abbreviation that would be
+  /// ambiguous only because of them means horovodrun's flag ("--dis" is
+  /// --disable-cache, as in horovodrun, despite --discovery-interval), and
+  /// docs/cli.md lists them as additions.
+  std::vector<std::string> additions;
 
   /// Reads a value and stores it in the row's field: every value row from
   /// the command line; every row with a config key from the file; rows
@@ -148,6 +154,13 @@ struct Flag {
   const std::string& name() const { return spellings.front().names.front(); }
   /// The name command-line messages use (message_name, else name()).
   const std::string& shown() const { return message_name.empty() ? name() : message_name; }
+  /// Whether `spelling` (one of this row's names) is an hvdrun addition.
+  bool is_addition(const std::string& spelling) const {
+    for (const auto& a : additions) {
+      if (a == spelling) return true;
+    }
+    return false;
+  }
 };
 
 /// Every flag, in --help order. Built once; rows never move, so a

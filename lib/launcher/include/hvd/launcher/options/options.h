@@ -42,6 +42,11 @@ struct TuningOptions {
 };
 
 struct ElasticOptions {
+  /// Elastic mode, horovodrun's rule: a discovery script, or --min-np. With
+  /// --min-np and no script the hosts are the fixed -H / --hostfile list
+  /// (default localhost:np): failed workers are restarted, failing hosts
+  /// blacklisted, and the job goes on while --min-np workers remain.
+  bool enabled = false;
   std::optional<int> min_np;
   std::optional<int> max_np;
   std::optional<int> slots_per_host;
