@@ -1,7 +1,7 @@
 #include "hvd/launcher/job/launcher.h"
 
 #ifndef HVDRUN_VERSION
-#define HVDRUN_VERSION "0.1.0"
+#error "HVDRUN_VERSION comes from the project version (lib/launcher/CMakeLists.txt)"
 #endif
 // Set by the top-level CMakeLists.txt from what the build tree contains.
 #ifndef HVD_BUILT_PYTORCH

@@ -34,7 +34,7 @@
 #include "hvd/launcher/options/flags.h"
 
 #ifndef HVDRUN_VERSION
-#define HVDRUN_VERSION "0.1.0"
+#error "HVDRUN_VERSION comes from the project version (lib/launcher/CMakeLists.txt)"
 #endif
 
 namespace hvd::launcher {

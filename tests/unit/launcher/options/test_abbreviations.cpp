@@ -47,7 +47,7 @@ TEST_CASE("abbrev: --slots is --slots-per-host (elastic mode)", "[cli][abbrev][e
   CHECK(o.elastic.slots_per_host == std::optional<int>(2));
   // Without a script, the message names the flag in full.
   CHECK(usage_error({"-np", "2", "--slots", "2", "cmd"}) ==
-        "--slots-per-host needs --host-discovery-script (elastic mode)");
+        "--slots-per-host needs --host-discovery-script or --min-np (elastic mode)");
 }
 
 TEST_CASE("abbrev: an exact name wins over the longer names it begins", "[cli][abbrev]") {

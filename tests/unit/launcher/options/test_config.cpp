@@ -224,12 +224,19 @@ TEST_CASE("config: elastic settings merge under the command line", "[config][ela
         "hvdrun: error: --host-discovery-script '/nonexistent/d.sh': No such file or directory\n");
 }
 
-TEST_CASE("config: elastic settings without a script are ignored (elastic mode off)", "[config][elastic]") {
-  TempFile f("elastic:\n  min_np: 2\n  max_np: 4\n", ".yaml");
-  auto o = parse_ok({"-np", "1", "--config-file", f.path(), "cmd"});
-  CHECK_FALSE(o.elastic.host_discovery_script);
-  CHECK_FALSE(o.elastic.min_np);
+TEST_CASE("config: elastic settings without a script or min_np are ignored (elastic mode off)", "[config][elastic]") {
+  TempFile off("elastic:\n  max_np: 4\n  reset_limit: 2\n", ".yaml");
+  auto o = parse_ok({"-np", "1", "--config-file", off.path(), "cmd"});
+  CHECK_FALSE(o.elastic.enabled);
   CHECK_FALSE(o.elastic.max_np);
+  CHECK_FALSE(o.elastic.reset_limit);
+  // min_np alone turns elastic mode on over the fixed hosts, as --min-np does.
+  TempFile f("elastic:\n  min_np: 2\n  max_np: 4\n", ".yaml");
+  auto fixed = parse_ok({"-np", "2", "-H", "localhost:4", "--config-file", f.path(), "cmd"});
+  CHECK(fixed.elastic.enabled);
+  CHECK_FALSE(fixed.elastic.host_discovery_script);
+  CHECK(fixed.elastic.min_np == std::optional<int>(2));
+  CHECK(fixed.elastic.max_np == std::optional<int>(4));
   // With a script on the command line the file's settings apply.
   TempFile script("#!/bin/sh\n", ".sh");
   REQUIRE(::chmod(script.path().c_str(), 0755) == 0);
