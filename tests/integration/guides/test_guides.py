@@ -120,6 +120,21 @@ class Guides(unittest.TestCase):
         self.check_ok(p)
         self.sums(p.stdout, 4)
 
+    # --- the chart's static line with its --mpi-args and no --mpi: mpirun
+    # starts the workers when one is installed (docs/mpi.md), else hvdrun
+    # applies the output flags and warns once about the rest.
+    def test_hostfile_mpi_args(self):
+        self.needs_torch()
+        with open(os.path.join(self.dir, "hostfile"), "w") as f:
+            f.write("localhost slots=4\n")
+        p = self.run_line('horovodrun -n 4 --hostfile hostfile --mpi-args "--mca orte_keep_fqdn_hostnames t '
+                          '--allow-run-as-root --display-map --tag-output --timestamp-output" '
+                          "bash -c 'python3 train.py'")
+        self.check_ok(p)
+        self.sums(p.stdout, 4)
+        if shutil.which("mpirun"):
+            self.assertIn("mpirun", p.stderr)
+
     # --- the chart's elastic line: a discovery script, fixed size 4
     def test_elastic_discovery_script(self):
         self.script("discoverHosts.sh", "echo localhost:4\n")
