@@ -3,7 +3,7 @@
 Split as horovod.torch is (docs/python.md, "Package layout"):
 mpi_ops (init, topology, build facts, collectives, handles), compression,
 functions (objects, parameters, optimizer state), optimizer
-(DistributedOptimizer) and elastic; this module re-exports them."""
+(DistributedOptimizer), sync_batch_norm (SyncBatchNorm) and elastic; this module re-exports them."""
 from hvdcomm import _core  # noqa: F401  (tests fake library calls through hvd._core)
 from hvdcomm.torch import elastic  # noqa: F401  (hvd.elastic.run etc.)
 from hvdcomm.torch.compression import Compression  # noqa: F401
@@ -30,3 +30,4 @@ from hvdcomm.torch.mpi_ops import (HorovodInternalError, HostsUpdatedInterrupt, 
                                    PeerFailureError, WorkerRemovedError)
 from hvdcomm.torch.mpi_ops import _handles, _join_world, _name  # noqa: F401  (elastic glue, tests)
 from hvdcomm.torch.optimizer import DistributedOptimizer, _DistributedOptimizer  # noqa: F401
+from hvdcomm.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401

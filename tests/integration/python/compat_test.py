@@ -12,8 +12,7 @@ lacks torch.
 * horovod.common.elastic: run_fn is hvdcomm's; State / ObjectState take
   Horovod's (bcast_object, get_rank) and work on a real 2-rank job;
 * horovod.torch.{mpi_ops, optimizer, compression, functions, elastic.state,
-  elastic.sampler} import with Horovod's names; horovod.torch.sync_batch_norm
-  does not exist (no SyncBatchNorm yet: not faked)."""
+  elastic.sampler, sync_batch_norm} import with Horovod's names."""
 import importlib
 import os
 import re
@@ -146,12 +145,11 @@ check(Compression.none is NoneCompressor and Compression.fp16 is FP16Compressor
 check(util.extension_available("torch") is True, "extension_available('torch')")
 check(util.gloo_built() is True and util.mpi_built() is False and util.nccl_built() == hvd.nccl_built(),
       "the build facts are hvdcomm.torch's")
-try:
-    import horovod.torch.sync_batch_norm  # noqa: F401
-    check(False, "horovod.torch.sync_batch_norm must not exist until SyncBatchNorm does")
-except ModuleNotFoundError:
-    checks += 1
-check(not hasattr(hvd, "SyncBatchNorm"), "no SyncBatchNorm")
+from horovod.torch.sync_batch_norm import SyncBatchNorm  # noqa: E402
+check(SyncBatchNorm is hvd.SyncBatchNorm is hvdcomm.torch.SyncBatchNorm
+      and hvd.sync_batch_norm is sys.modules["horovod.torch.sync_batch_norm"]
+      and issubclass(SyncBatchNorm, torch.nn.modules.batchnorm._BatchNorm),
+      "horovod.torch.sync_batch_norm.SyncBatchNorm is hvdcomm.torch's, a _BatchNorm")
 
 out = horovod.run(importlib.import_module("compat_fns").common_elastic_state, num_proc=2)
 expect = ((11, [1], 2), 11, 105, [5], [])

@@ -133,7 +133,7 @@ try:
     py_files = ["hvdcomm/__init__.py", "hvdcomm/_build_info.py", "hvdcomm/elastic.py"] + [
         f"hvdcomm/runner/{m}.py" for m in ("__init__", "channel", "serialize", "task")] + [
         f"hvdcomm/torch/{m}.py" for m in ("__init__", "mpi_ops", "compression", "functions", "optimizer",
-                                          "elastic/__init__", "elastic/state", "elastic/sampler")]
+                                          "sync_batch_norm", "elastic/__init__", "elastic/state", "elastic/sampler")]
     missing = [f for f in py_files if not os.path.isfile(os.path.join(site, f))]
     check(not missing, f"pure-Python files installed (missing: {missing})")
     compat_dir = os.path.join(site, "horovod")

@@ -1,5 +1,5 @@
 """python.layout: hvdcomm.torch is split as horovod.torch is (mpi_ops,
-compression, functions, optimizer, elastic.{state,sampler}) and the
+compression, functions, optimizer, sync_batch_norm, elastic.{state,sampler}) and the
 `horovod` shim mirrors it (docs/python.md, "Package layout"). One process
 (size 1, no hvdrun), PYTHONPATH=<build>/python:<build>/python/compat:
 
@@ -27,7 +27,8 @@ import horovod.torch as H
 import hvdcomm.torch as hvd
 
 # What `import horovod.torch` alone binds (importing a submodule later binds it too).
-SHIM_BOUND = {m: getattr(H, m, None) for m in ("compression", "elastic", "functions", "mpi_ops", "optimizer")}
+SHIM_BOUND = {m: getattr(H, m, None) for m in ("compression", "elastic", "functions", "mpi_ops", "optimizer",
+                                               "sync_batch_norm")}
 SHIM_ELASTIC_BOUND = {m: getattr(H.elastic, m, None) for m in ("sampler", "state")}
 
 checks = 0
@@ -42,7 +43,8 @@ def check(cond, what):
 
 
 # --- the submodules of both packages
-SUBMODULES = ["compression", "elastic", "elastic.sampler", "elastic.state", "functions", "mpi_ops", "optimizer"]
+SUBMODULES = ["compression", "elastic", "elastic.sampler", "elastic.state", "functions", "mpi_ops", "optimizer",
+              "sync_batch_norm"]
 
 
 def submodules(pkg):
@@ -65,13 +67,16 @@ from horovod.torch.elastic.state import TorchState  # noqa: E402
 from horovod.torch.functions import broadcast_object  # noqa: E402
 from horovod.torch.mpi_ops import allreduce_async  # noqa: E402
 from horovod.torch.optimizer import DistributedOptimizer  # noqa: E402
+from horovod.torch.sync_batch_norm import SyncBatchNorm  # noqa: E402
 
-check((Compression, ElasticSampler, TorchState, broadcast_object, allreduce_async, DistributedOptimizer) ==
+check((Compression, ElasticSampler, TorchState, broadcast_object, allreduce_async, DistributedOptimizer,
+       SyncBatchNorm) ==
       (hvd.Compression, hvd.elastic.ElasticSampler, hvd.elastic.TorchState, hvd.broadcast_object,
-       hvd.allreduce_async, hvd.DistributedOptimizer), "horovod.torch.<module> imports give hvdcomm.torch's objects")
+       hvd.allreduce_async, hvd.DistributedOptimizer, hvd.SyncBatchNorm),
+      "horovod.torch.<module> imports give hvdcomm.torch's objects")
 
 # --- package-level names are the submodules' objects
-from hvdcomm.torch import compression, elastic, functions, mpi_ops, optimizer  # noqa: E402
+from hvdcomm.torch import compression, elastic, functions, mpi_ops, optimizer, sync_batch_norm  # noqa: E402
 from hvdcomm.torch.elastic import sampler, state  # noqa: E402
 
 HOME = {
@@ -88,6 +93,7 @@ HOME = {
     compression: ["Compression"],
     functions: ["broadcast_object", "allgather_object", "broadcast_parameters", "broadcast_optimizer_state"],
     optimizer: ["DistributedOptimizer", "_DistributedOptimizer"],
+    sync_batch_norm: ["SyncBatchNorm"],
     elastic: ["_elastic_reset"],
 }
 for mod, names in HOME.items():
@@ -97,7 +103,7 @@ check(hvd._core is sys.modules["hvdcomm._core"], "hvdcomm.torch._core is the ext
 check(hvd.elastic is elastic and elastic.TorchState is state.TorchState and
       elastic.ElasticSampler is sampler.ElasticSampler and elastic.ObjectState is state.ObjectState,
       "hvd.elastic re-exports elastic.state and elastic.sampler")
-check(set(HOME[mpi_ops] + HOME[compression] + HOME[functions] + HOME[optimizer]) >=
+check(set(HOME[mpi_ops] + HOME[compression] + HOME[functions] + HOME[optimizer] + HOME[sync_batch_norm]) >=
       {n for n in dir(hvd) if not n.startswith("_")} - {"elastic"} - set(SUBMODULES),
       "every public name of hvdcomm.torch has a home above")
 
@@ -167,6 +173,8 @@ for n in sorted(graph):
     visit(n, [])
 check(graph["hvdcomm.torch.mpi_ops"] == {"hvdcomm.torch.compression"}, f"mpi_ops needs only compression: "
       f"{graph['hvdcomm.torch.mpi_ops']}")
+check(graph["hvdcomm.torch.sync_batch_norm"] == {"hvdcomm.torch.mpi_ops"}, f"sync_batch_norm needs only mpi_ops: "
+      f"{graph['hvdcomm.torch.sync_batch_norm']}")
 
 # --- a size-1 job through the submodules
 mpi_ops.init()
@@ -178,5 +186,9 @@ check(functions.broadcast_object({"a": 1}, 0) == {"a": 1}, "broadcast_object thr
 model = torch.nn.Linear(2, 1)
 opt = optimizer.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
 check(isinstance(opt, hvd._DistributedOptimizer), "DistributedOptimizer through optimizer")
+bn, ref = sync_batch_norm.SyncBatchNorm(2).double(), torch.nn.BatchNorm1d(2).double()
+x = torch.arange(8, dtype=torch.float64).reshape(4, 2) ** 2
+check(torch.equal(bn(x), ref(x)) and torch.equal(bn.running_var, ref.running_var),
+      "size 1: SyncBatchNorm is torch's BatchNorm")
 hvd.shutdown()
 print(f"layout: {checks} checks passed")
