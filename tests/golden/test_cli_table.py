@@ -152,7 +152,7 @@ def names_in(text, names):
 def check_row(row, cwd):
     for name in row.names:
         argv = command_line(row, name, HOROVODRUN)
-        if name == "--mpi" and shutil.which("mpirun") is None:
+        if name in ("--mpi", "--mpi-args") and shutil.which("mpirun") is None:
             print(f"skip {' '.join(argv)}: no mpirun on PATH", flush=True)
             continue
         p = run(argv, cwd)
