@@ -268,36 +268,25 @@ std::vector<pid_t> our_agents() {
   return out;
 }
 
-TEST_CASE("Agent: SIGTERM to the agent itself stops its worker", "[agent]") {
-  RecordingSink sink;
-  auto sp = spawner();
-  std::string token = unique_token();
-  sp->launch({sh(0, "echo ready; exec sleep 30", token)}, sink, hvd::Deadline::after(5s));
-  auto until = hvd::Clock::now() + 5s;
-  while (sink.out(0).empty() && hvd::Clock::now() < until) std::this_thread::sleep_for(5ms);
-  auto agents = our_agents();
-  REQUIRE(agents.size() == 1);
-  ::kill(agents[0], SIGTERM);
-  REQUIRE(sink.wait(1, 5s));
-  CHECK(sink.exit(0).status == 143);
-  CHECK(none_left(token, 2s));
-  sp->shutdown();
-}
-
-TEST_CASE("Agent: a worker does not outlive an agent killed with SIGKILL", "[agent]") {
-  RecordingSink sink;
-  auto sp = spawner();
-  std::string token = unique_token();
-  sp->launch({sh(0, "echo ready; exec sleep 30", token)}, sink, hvd::Deadline::after(5s));
-  auto until = hvd::Clock::now() + 5s;
-  while (sink.out(0).empty() && hvd::Clock::now() < until) std::this_thread::sleep_for(5ms);
-  auto agents = our_agents();
-  REQUIRE(agents.size() == 1);
-  ::kill(agents[0], SIGKILL);
-  REQUIRE(sink.wait(1, 5s));
-  CHECK(sink.exit(0).status == 137);
-  CHECK(none_left(token, 2s));
-  sp->shutdown();
+TEST_CASE("Agent: a worker does not outlive its agent, whether it is terminated or killed", "[agent]") {
+  // SIGTERM: the agent stops its worker and reports 143; SIGKILL: the
+  // worker's parent-death signal takes it down and 137 is reported.
+  for (int sig : {SIGTERM, SIGKILL}) {
+    INFO("signal " << sig);
+    RecordingSink sink;
+    auto sp = spawner();
+    std::string token = unique_token();
+    sp->launch({sh(0, "echo ready; exec sleep 30", token)}, sink, hvd::Deadline::after(5s));
+    auto until = hvd::Clock::now() + 5s;
+    while (sink.out(0).empty() && hvd::Clock::now() < until) std::this_thread::sleep_for(5ms);
+    auto agents = our_agents();
+    REQUIRE(agents.size() == 1);
+    ::kill(agents[0], sig);
+    REQUIRE(sink.wait(1, 5s));
+    CHECK(sink.exit(0).status == 128 + sig);
+    CHECK(none_left(token, 2s));
+    sp->shutdown();
+  }
 }
 
 TEST_CASE("LocalSpawner: large output arrives complete", "[local_spawner]") {
