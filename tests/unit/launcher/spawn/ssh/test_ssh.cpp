@@ -109,7 +109,7 @@ ssh::SessionOptions loopback_options(int port) {
   o.port = port;
   o.user = "nobody";
   o.home = "/nonexistent";
-  o.known_hosts_file = "/nonexistent/.ssh/known_hosts";
+  o.known_hosts_files = {"/nonexistent/.ssh/known_hosts"};
   return o;
 }
 
