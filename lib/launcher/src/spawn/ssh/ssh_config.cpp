@@ -3,6 +3,7 @@
 #include "hvd/common/error.h"
 
 #include <glob.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
@@ -532,6 +534,33 @@ HostConfig SshConfig::resolve(const std::string& alias, const TokenValues& token
     if (out.known_hosts_files.empty()) out.known_hosts_files.push_back("/dev/null");
   }
   return out;
+}
+
+std::string configured_hostname(const std::string& alias) {
+  std::string home;
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') {
+    home = h;
+  } else if (passwd* pw = ::getpwuid(::geteuid()); pw != nullptr && pw->pw_dir != nullptr) {
+    home = pw->pw_dir;
+  }
+  try {
+    SshConfig config = SshConfig::load({home + "/.ssh/config", "/etc/ssh/ssh_config"}, home, nullptr);
+    // Only HostName: another key's bad value is the spawner's to report.
+    for (const ConfigEntry& e : config.entries()) {
+      if (e.keyword != "hostname" || e.in_match_block || e.args.empty()) continue;
+      bool applies = std::all_of(e.conditions.begin(), e.conditions.end(),
+                                 [&](const std::vector<std::string>& c) { return match_host_line(alias, c); });
+      if (!applies) continue;
+      TokenValues t;
+      t.home = home;
+      t.host = alias;
+      t.alias = alias;
+      return expand_tokens(e.args[0], t);
+    }
+    return alias;
+  } catch (const std::exception&) {
+    return alias;
+  }
 }
 
 }  // namespace hvd::launcher::ssh

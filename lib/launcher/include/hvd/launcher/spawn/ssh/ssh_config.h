@@ -137,4 +137,11 @@ class SshConfig {
   std::vector<ConfigEntry> entries_;
 };
 
+/// The address hvdrun's SSH spawner would connect to for `alias`: the
+/// HostName of ~/.ssh/config or /etc/ssh/ssh_config ($HOME's), else `alias`
+/// itself. Never throws (an unusable file gives `alias`; the spawner reports
+/// it). For code that must route to a host before connecting (the driver
+/// address).
+std::string configured_hostname(const std::string& alias);
+
 }  // namespace hvd::launcher::ssh
