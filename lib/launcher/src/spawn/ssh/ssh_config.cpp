@@ -122,6 +122,10 @@ const std::map<std::string, const char*>& cosmetic_keywords() {
       {"gssapidelegatecredentials", "hvdrun authenticates with public keys only"},
       {"gssapikeyexchange", "hvdrun authenticates with public keys only"},
       {"gssapitrustdns", "hvdrun authenticates with public keys only"},
+      {"gssapikexalgorithms", "hvdrun authenticates with public keys only"},
+      {"gssapiclientidentity", "hvdrun authenticates with public keys only"},
+      {"gssapiserveridentity", "hvdrun authenticates with public keys only"},
+      {"gssapirenewalforcesrekey", "hvdrun authenticates with public keys only"},
       {"compression", "no compression"},
       {"controlmaster", "hvdrun opens one connection per host itself"},
       {"controlpath", "hvdrun opens one connection per host itself"},
@@ -136,6 +140,24 @@ const std::map<std::string, const char*>& cosmetic_keywords() {
       {"ignoreunknown", "applied while reading"},
   };
   return table;
+}
+
+/// Algorithm lists: system-wide crypto policies (e.g. RHEL's
+/// /etc/crypto-policies/back-ends/openssh.config, included by
+/// /etc/ssh/ssh_config) set them for every host; warning about them on every
+/// run would bury the warnings users can act on.
+bool is_algorithm_policy(const std::string& kw) {
+  static const std::set<std::string> keys = {"ciphers",
+                                             "macs",
+                                             "kexalgorithms",
+                                             "hostkeyalgorithms",
+                                             "pubkeyacceptedalgorithms",
+                                             "pubkeyacceptedkeytypes",
+                                             "casignaturealgorithms",
+                                             "hostbasedacceptedalgorithms",
+                                             "requiredrsasize",
+                                             "rekeylimit"};
+  return keys.count(kw) != 0;
 }
 
 bool is_implemented(const std::string& kw) {

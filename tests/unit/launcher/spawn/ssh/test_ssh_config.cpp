@@ -356,3 +356,22 @@ TEST_CASE("ssh_config: the system file's relative Includes are under its own dir
   auto cfg = SshConfig::load({(d.path / "etc/ssh_config").string()}, "/h", nullptr);
   CHECK(cfg.resolve("x", tokens()).host_key_policy == HostKeyPolicy::No);
 }
+
+TEST_CASE("ssh_config: algorithm lists warn from the user's file, not from a system crypto policy", "[ssh][config]") {
+  TempDir d;
+  const std::string home = (d.path / "home").string();
+  d.write("home/.ssh/config", "Host strict\n  Ciphers aes256-gcm@openssh.com\n");
+  d.write("etc/crypto.config", "Ciphers aes128-ctr\nMACs hmac-sha2-256\nGSSAPIKexAlgorithms gss-curve25519-sha256-\n");
+  d.write("etc/ssh_config", "Include " + (d.path / "etc/crypto.config").string() + "\n");
+  std::vector<std::string> warnings;
+  auto cfg = SshConfig::load({home + "/.ssh/config", (d.path / "etc/ssh_config").string()}, home, &warnings);
+  CHECK(warnings.empty());  // GSSAPIKexAlgorithms is known (and cosmetic)
+  TokenValues t = tokens();
+  t.home = home;
+  HostConfig strict = cfg.resolve("strict", t);
+  REQUIRE(strict.unsupported.size() == 1);
+  CHECK_THAT(strict.unsupported[0], Catch::Contains("Ciphers is not supported"));
+  HostConfig other = cfg.resolve("other", t);
+  CHECK(other.unsupported.empty());
+  CHECK(other.ignored.size() == 3);
+}
