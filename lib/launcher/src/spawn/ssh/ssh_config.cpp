@@ -478,6 +478,12 @@ HostConfig SshConfig::resolve(const std::string& alias, const TokenValues& token
         out.ignored.push_back(fmt::format("{}: {} {} ignored (nothing to do)", e.where(), e.keyword_as_written, v));
         continue;
       }
+      const bool user_file = !tokens.home.empty() && e.file.rfind(tokens.home + "/", 0) == 0;
+      if (is_algorithm_policy(kw) && !user_file) {
+        out.ignored.push_back(fmt::format("{}: {} ignored (a system-wide algorithm policy; {})", e.where(),
+                                          e.keyword_as_written, it->second));
+        continue;
+      }
       out.unsupported.push_back(
           fmt::format("{}: {} is not supported by hvdrun ({}); ignored", e.where(), e.keyword_as_written, it->second));
       continue;

@@ -369,6 +369,7 @@ TEST_CASE("ssh_config: algorithm lists warn from the user's file, not from a sys
   TokenValues t = tokens();
   t.home = home;
   HostConfig strict = cfg.resolve("strict", t);
+  CAPTURE(strict.unsupported);
   REQUIRE(strict.unsupported.size() == 1);
   CHECK_THAT(strict.unsupported[0], Catch::Contains("Ciphers is not supported"));
   HostConfig other = cfg.resolve("other", t);
