@@ -252,12 +252,26 @@ class HostRunner {
     if (!remote_command_override_.empty()) return remote_command_override_;
     const std::string& program = agent_argv_.front();
     if (program.empty() || program[0] != '/') return ssh::shell_join(agent_argv_);
-    const std::string probe = fmt::format(
-        "if [ -x {0} ] && [ ! -d {0} ]; then echo same; elif command -v hvdrun >/dev/null 2>&1; then "
-        "echo \"path $(command -v hvdrun)\"; else echo \"none $PATH\"; fi",
+    // Through sh: the user's login shell may not be a POSIX one (csh, fish).
+    const std::string script = fmt::format(
+        "if [ -x {0} ] && [ ! -d {0} ]; then echo hvdrun-probe:same; elif command -v hvdrun >/dev/null 2>&1; then "
+        "echo \"hvdrun-probe:path $(command -v hvdrun)\"; else echo \"hvdrun-probe:none $PATH\"; fi",
         ssh::shell_quote(program));
-    std::string out = run_remote(s, probe, deadline);
-    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+    const std::string output = run_remote(s, "sh -c " + ssh::shell_quote(script), deadline);
+    // The last probe line (shell start-up files may print their own).
+    std::string out;
+    const auto at = output.rfind("hvdrun-probe:");
+    if (at != std::string::npos) {
+      out = output.substr(at + 13);
+      out = out.substr(0, out.find('\n'));
+      while (!out.empty() && out.back() == '\r') out.pop_back();
+    }
+    if (out.empty()) {
+      // The probe did not run as expected (no sh?): start the agent as before.
+      spdlog::debug("{}: could not check for {} there (output: '{}'); using it as is", s.host(), program,
+                    output.substr(0, 200));
+      return ssh::shell_join(agent_argv_);
+    }
     if (out == "same") {
       spdlog::debug("{}: starting the agent with {}", s.host(), program);
       return ssh::shell_join(agent_argv_);
