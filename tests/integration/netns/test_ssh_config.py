@@ -115,6 +115,7 @@ def case_config_alias(hosts):
         "    User root\n"
         "    IdentityFile ~/.ssh/k8s_key\n"
         "    StrictHostKeyChecking accept-new\n"
+        "    ProxyJump bastion.example\n"
         "Host worker-0\n"
         "    HostName {a}\n"
         "Host worker-1\n"
@@ -139,11 +140,14 @@ def case_config_alias(hosts):
     # One warning for the Match block, naming file:line; one for ProxyCommand
     # (it applies to worker-1 only); the cosmetic ForwardX11 only under --verbose.
     match = [l for l in p.stderr.splitlines() if "Match" in l and "not supported" in l]
-    check(len(match) == 1 and "~/.ssh/config:12:" in match[0] and "skipped" in match[0],
-          "want one Match warning naming ~/.ssh/config:12", p.stderr)
+    check(len(match) == 1 and "~/.ssh/config:13:" in match[0] and "skipped" in match[0],
+          "want one Match warning naming ~/.ssh/config:13", p.stderr)
     proxy = [l for l in p.stderr.splitlines() if "ProxyCommand" in l]
-    check(len(proxy) == 1 and "not supported" in proxy[0] and "config:11" in proxy[0] and "worker-1" in proxy[0],
-          "want one ProxyCommand warning", p.stderr)
+    check(len(proxy) == 1 and "not supported" in proxy[0] and "~/.ssh/config:12:" in proxy[0]
+          and "worker-1" in proxy[0], "want one ProxyCommand warning", p.stderr)
+    # ProxyJump applies to both hosts: still one line.
+    jump = [l for l in p.stderr.splitlines() if "ProxyJump" in l]
+    check(len(jump) == 1 and "~/.ssh/config:7:" in jump[0], "want one ProxyJump warning for two hosts", p.stderr)
     check(any("ForwardX11 ignored" in l for l in p.stderr.splitlines()), "ForwardX11 not listed under --verbose",
           p.stderr)
     # Without --verbose, the cosmetic key is not mentioned.

@@ -75,11 +75,11 @@ bool is_connection_error(int rc) {
 
 /// Logs each distinct configuration warning once per process (every host
 /// gets its own spawner, and elastic jobs launch again and again).
-void warn_once(const std::string& line) {
+void warn_once(const std::string& line, const std::string& suffix = "") {
   static std::mutex mu;
   static std::set<std::string> seen;
   std::lock_guard<std::mutex> lock(mu);
-  if (seen.insert(line).second) spdlog::warn("{}", line);
+  if (seen.insert(line).second) spdlog::warn("{}{}", line, suffix);
 }
 
 void debug_once(const std::string& line) {
@@ -173,8 +173,11 @@ class HostRunner {
     } catch (const InvalidArgument& e) {
       throw LaunchError(host, fmt::format("{}: {}", host, e.what()));
     }
-    for (const auto& line : hc.unsupported) warn_once(fmt::format("{} (host {})", line, host));
-    for (const auto& line : hc.ignored) debug_once(line);
+    // One line per keyword line, however many hosts it applies to.
+    for (const auto& line : hc.unsupported) {
+      warn_once(ssh::tilde_path(line, options_.home), fmt::format(" (applies to {} and maybe others)", host));
+    }
+    for (const auto& line : hc.ignored) debug_once(ssh::tilde_path(line, options_.home));
 
     ssh::SessionOptions so;
     so.host = host;
