@@ -8,7 +8,10 @@ defects of issue 21, against real sshd's in network namespaces
 Cases:
   config_alias      ~/.ssh/config Host patterns map aliases to netns
                     addresses with HostName, Port, User, IdentityFile; a Match
-                    block warns once with file:line; ProxyCommand warns.
+                    block warns once with file:line; ProxyCommand and
+                    ProxyJump warn once per config line; ForwardX11 is
+                    listed under --verbose only; a bad Port fails with
+                    file:line.
   host_key_policies StrictHostKeyChecking accept-new (unknown host recorded,
                     then a recreated sshd's new key refused), no (accepted
                     with one warning), yes (refused), /dev/null, and
