@@ -37,6 +37,10 @@ SKIP_CODE = 77
 SKIP_MESSAGE = "SKIPPED: needs root and ip netns"
 
 
+def secrets_token():
+    return os.urandom(4).hex()
+
+
 def run(*args, check=True, **kw):
     return subprocess.run(list(args), check=check, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, **kw)
@@ -212,13 +216,14 @@ class NetnsHosts:
             self._wait_port(self.addrs[i], 22)
         return self
 
-    def _start_sshd(self, i):
+    def _start_sshd(self, i, host_key=None, extra=""):
+        host_key = host_key or os.path.join(self.tmp, "host_key")
         cfg = os.path.join(self.tmp, f"sshd_{i}.conf")
         with open(cfg, "w") as f:
             f.write(
                 f"ListenAddress {self.addrs[i]}:22\n"
                 f"ListenAddress {self.addrs[i]}:2222\n"
-                f"HostKey {os.path.join(self.tmp, 'host_key')}\n"
+                f"HostKey {host_key}\n"
                 f"PidFile {os.path.join(self.tmp, f'sshd_{i}.pid')}\n"
                 f"AuthorizedKeysFile {os.path.join(self.tmp, 'authorized_keys')}\n"
                 "PermitRootLogin yes\n"
@@ -230,10 +235,40 @@ class NetnsHosts:
                 "MaxSessions 64\n"
                 f"ClientAliveInterval {self.client_alive_interval}\n"
                 "ClientAliveCountMax 3\n"
-                "LogLevel VERBOSE\n")
+                "LogLevel VERBOSE\n"
+                f"{extra}")
         log = os.path.join(self.tmp, f"sshd_{i}.log")
         return subprocess.Popen(["ip", "netns", "exec", self.namespaces[i], "/usr/sbin/sshd", "-D", "-f", cfg,
                                  "-E", log], stdin=subprocess.DEVNULL)
+
+    def restart_sshd(self, i, new_host_key=False, extra=""):
+        """Restarts host i's sshd, optionally with a freshly generated host key
+        (a recreated pod) and extra sshd_config lines. Returns the new host
+        key's public line when one was made."""
+        p = self.sshd[i]
+        p.kill()
+        p.wait(timeout=5)
+        self._wait_closed(self.addrs[i], 22)
+        key, pub = None, None
+        if new_host_key:
+            key = os.path.join(self.tmp, f"host_key_{i}_{secrets_token()}")
+            run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "recreated", "-f", key)
+            with open(key + ".pub") as f:
+                pub = f.read().strip()
+        self.sshd[i] = self._start_sshd(i, host_key=key, extra=extra)
+        self._wait_port(self.addrs[i], 22)
+        self._wait_port(self.addrs[i], 2222)
+        return pub
+
+    def _wait_closed(self, addr, port, timeout=5.0):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                with socket.create_connection((addr, port), timeout=0.5):
+                    pass
+            except OSError:
+                return
+            time.sleep(0.05)
 
     def _wait_port(self, addr, port, timeout=10.0):
         end = time.monotonic() + timeout

@@ -237,7 +237,7 @@ def case_refused(hosts):
     p, took = run_hvdrun(hosts, ["-np", "1", "-H", f"{a}:1", "-p", "1", "true"], timeout=20)
     check(p.returncode == 3, f"hvdrun exited {p.returncode}, want 3", p.stderr)
     lines = [l for l in p.stderr.splitlines() if "connection refused" in l]
-    check(lines and a in lines[0] and "port 1" in lines[0], "no 'connection refused' line naming host and port",
+    check(lines and a in lines[0] and f"({a}:1)" in lines[0], "no 'connection refused' line naming host and port",
           p.stderr)
     check(took < 3, f"took {took:.1f} s")
     print(f"refused: ok ({took:.1f} s): {lines[0]}")

@@ -291,6 +291,7 @@ class ElasticRunner::Impl {
           for (auto& [id, w] : live_) signal_worker(id, SIGKILL);
         }
         signalled_ = true;
+        for (auto& b : batches_) b->spawner->cancel_launch();  // hosts still connecting give up now
         if (events_) events_->emit("signal", {{"signal", e.sig}});
         spdlog::warn("received {}; stopping every worker", strsignal(e.sig));
         driver_->on_signal(e.sig, now);

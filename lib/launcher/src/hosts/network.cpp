@@ -12,6 +12,7 @@
 
 #include "hvd/common/error.h"
 #include "hvd/common/net.h"
+#include "hvd/launcher/spawn/ssh/ssh_config.h"
 
 namespace hvd::launcher {
 
@@ -144,7 +145,8 @@ std::string choose_driver_address(const std::vector<std::string>& interfaces, co
                     available.empty() ? "none" : available));
   }
   for (const auto& h : hosts) {
-    if (!is_local_host(h.name)) return route_source_address(h.name);
+    // An ~/.ssh/config alias is routed to by its HostName.
+    if (!is_local_host(h.name)) return route_source_address(ssh::configured_hostname(h.name));
   }
   return "127.0.0.1";
 }

@@ -384,7 +384,9 @@ std::vector<Flag> build_table() {
   add(value({"--ssh-identity-file", "-i"}, "FILE", "SSH private key file", at(&Options::ssh_identity_file), any_text)
           .group(ssh)
           .example("~/.ssh/id_ed25519"));
-  add(flag({"--ssh-strict-host-key-checking"}, "Refuse hosts not in known_hosts (default: accept and record new hosts)",
+  add(flag({"--ssh-strict-host-key-checking"},
+           "Refuse hosts not in known_hosts, over ~/.ssh/config's StrictHostKeyChecking (default: the config's, "
+           "else accept and record new hosts)",
            at(&Options::ssh_strict_host_key_checking))
           .group(ssh)
           .addition());

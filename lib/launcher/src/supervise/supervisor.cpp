@@ -34,6 +34,10 @@ void Supervisor::interrupt(int sig) {
   ev.sig = sig;
   events_.push_back(ev);
   cv_.notify_all();
+  if (!launching_.empty() && signal_during_launch_ == 0) {
+    signal_during_launch_ = sig;
+    for (Spawner* s : launching_) s->cancel_launch();
+  }
 }
 
 void Supervisor::on_output(int rank, Stream stream, const char* data, std::size_t len) {
@@ -53,6 +57,16 @@ void Supervisor::on_exit(const WorkerExit& exit) {
 
 void Supervisor::launch_all(std::vector<HostLaunch>& hosts, std::vector<std::string>& errors) {
   const Deadline deadline = Deadline::after(options_.start_timeout);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& h : hosts) launching_.push_back(h.spawner.get());
+    for (const Event& ev : events_) {  // a signal that came before run()
+      if (!ev.is_exit && signal_during_launch_ == 0) signal_during_launch_ = ev.sig;
+    }
+    if (signal_during_launch_ != 0) {
+      for (Spawner* s : launching_) s->cancel_launch();
+    }
+  }
   std::mutex errors_mutex;
   auto launch_one = [&](HostLaunch& h) {
     if (h.workers.empty()) return;
@@ -85,6 +99,8 @@ void Supervisor::launch_all(std::vector<HostLaunch>& hosts, std::vector<std::str
     if (h.launch_on_caller_thread) launch_one(h);
   }
   for (auto& t : threads) t.join();
+  std::lock_guard<std::mutex> lock(mutex_);
+  launching_.clear();
 }
 
 void Supervisor::shutdown_all(std::vector<HostLaunch>& hosts) {
@@ -134,6 +150,13 @@ int Supervisor::run(std::vector<HostLaunch> hosts) {
 
   std::vector<std::string> launch_errors;
   launch_all(hosts, launch_errors);
+  if (!launch_errors.empty() && signal_during_launch_ != 0) {
+    // The launch was cancelled by the signal: not a launch failure.
+    spdlog::warn("received {} while starting workers; stopping", signal_name(signal_during_launch_));
+    if (options_.events) options_.events->emit("signal", {{"signal", signal_during_launch_}});
+    shutdown_all(hosts);
+    return 128 + signal_during_launch_;
+  }
   if (!launch_errors.empty()) {
     for (const auto& msg : launch_errors) std::fprintf(stderr, "hvdrun: error: %s\n", msg.c_str());
     std::fflush(stderr);

@@ -6,8 +6,10 @@
 #include <spdlog/spdlog.h>
 #include <catch2/catch.hpp>
 
+#include <condition_variable>
 #include <csignal>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -326,4 +328,75 @@ TEST_CASE("Supervisor: a worker that never reports after SIGKILL does not hang h
   CHECK(hvd::Clock::now() - t0 < 2s);
   CHECK(a->shut_down);
   CHECK(a->alive.empty());
+}
+
+namespace {
+
+/// A host still connecting: launch() blocks until cancel_launch() or the
+/// deadline, like the SSH spawner waiting on a silent host.
+class ConnectingSpawner : public Spawner {
+ public:
+  void launch(const std::vector<WorkerSpec>&, EventSink&, hvd::Deadline deadline) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait_until(lock, deadline.at(), [&] { return cancelled_; });
+    throw LaunchError("silent", cancelled_ ? "silent: cancelled" : "silent: connection timed out");
+  }
+  void signal(int, int) override {}
+  void shutdown() override {}
+  void cancel_launch() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cancelled_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool cancelled_ = false;
+};
+
+}  // namespace
+
+TEST_CASE("Supervisor: a signal while a host is still connecting ends the job at once with 128+N", "[supervisor]") {
+  // Issue 21: hvdrun used to wait for --start-timeout and exit 3.
+  for (int sig : {SIGINT, SIGTERM}) {
+    Job job;
+    auto a = job.add("hostA", {0});
+    HostLaunch silent;
+    silent.host = "silent";
+    silent.workers = specs("silent", {1});
+    silent.spawner = std::make_unique<ConnectingSpawner>();
+    job.hosts.push_back(std::move(silent));
+    SupervisorOptions o = fast_options();
+    o.start_timeout = 20s;
+    Supervisor sup(o, nullptr);
+    std::thread killer([&] {
+      std::this_thread::sleep_for(200ms);
+      sup.interrupt(sig);
+    });
+    auto t0 = hvd::Clock::now();
+    int code = sup.run(std::move(job.hosts));
+    auto took = hvd::Clock::now() - t0;
+    killer.join();
+    CHECK(code == 128 + sig);
+    CHECK(took < 1s);
+    CHECK(a->shut_down);
+    CHECK(a->alive.empty());  // the host that did start is stopped
+  }
+}
+
+TEST_CASE("Supervisor: a signal before run() cancels the connecting at once", "[supervisor]") {
+  Job job;
+  HostLaunch silent;
+  silent.host = "silent";
+  silent.workers = specs("silent", {0});
+  silent.spawner = std::make_unique<ConnectingSpawner>();
+  job.hosts.push_back(std::move(silent));
+  SupervisorOptions o = fast_options();
+  o.start_timeout = 20s;
+  Supervisor sup(o, nullptr);
+  sup.interrupt(SIGINT);
+  auto t0 = hvd::Clock::now();
+  CHECK(sup.run(std::move(job.hosts)) == 130);
+  CHECK(hvd::Clock::now() - t0 < 1s);
 }

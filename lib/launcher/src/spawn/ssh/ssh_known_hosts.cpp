@@ -116,81 +116,118 @@ std::string host_key_fingerprint(LIBSSH2_SESSION* session) {
   return "SHA256:" + base64_nopad(reinterpret_cast<const unsigned char*>(hash), 32);
 }
 
+namespace {
+
+std::string join_files(const std::vector<std::string>& files) {
+  std::string out;
+  for (const auto& f : files) out += (out.empty() ? "" : ", ") + f;
+  return out;
+}
+
+}  // namespace
+
 void verify_host_key(LIBSSH2_SESSION* session, const HostKeyCheck& check) {
   const std::string& host = check.host;
+  const std::string& name = check.known_name.empty() ? check.host : check.known_name;
+  std::vector<std::string> files = check.known_hosts_files;
+  if (files.empty())
+    throw LaunchError(host, fmt::format("{}: no known_hosts file to check the host key against", host));
   std::size_t key_len = 0;
   int raw_type = 0;
   const char* key = libssh2_session_hostkey(session, &key_len, &raw_type);
   if (key == nullptr) throw LaunchError(host, fmt::format("{}: the server sent no host key", host));
   const KeyType type = key_type(raw_type);
   const int mask = LIBSSH2_KNOWNHOST_TYPE_PLAIN | LIBSSH2_KNOWNHOST_KEYENC_RAW | type.knownhost_bits;
+  const std::string fingerprint = host_key_fingerprint(session);
+  const std::string recorded_name = check.port == 22 ? name : fmt::format("[{}]:{}", name, check.port);
 
-  const std::vector<std::string> lines = read_lines(check.known_hosts_file);
+  std::vector<std::vector<std::string>> lines;
   KnownHosts all = new_collection(session);
-  for (std::size_t i = 0; i < lines.size(); ++i) {
-    if (!add_line(all.get(), lines[i])) {
-      spdlog::debug("{}:{}: line not understood by libssh2, ignored", check.known_hosts_file, i + 1);
+  for (const auto& file : files) {
+    lines.push_back(read_lines(file));
+    for (std::size_t i = 0; i < lines.back().size(); ++i) {
+      if (!add_line(all.get(), lines.back()[i])) {
+        spdlog::debug("{}:{}: line not understood by libssh2, ignored", file, i + 1);
+      }
     }
   }
-  int rc = libssh2_knownhost_checkp(all.get(), host.c_str(), check.port, key, key_len, mask, nullptr);
+  int rc = libssh2_knownhost_checkp(all.get(), name.c_str(), check.port, key, key_len, mask, nullptr);
   if (rc == LIBSSH2_KNOWNHOST_CHECK_MATCH) {
-    spdlog::debug("{}: host key {} matches {}", host, type.name, check.known_hosts_file);
+    spdlog::debug("{}: host key {} matches {}", host, type.name, join_files(files));
     return;
   }
   if (rc == LIBSSH2_KNOWNHOST_CHECK_MISMATCH) {
     // Find the offending line: check each line on its own.
-    std::string where = check.known_hosts_file;
-    for (std::size_t i = 0; i < lines.size(); ++i) {
-      KnownHosts one = new_collection(session);
-      if (!add_line(one.get(), lines[i])) continue;
-      if (libssh2_knownhost_checkp(one.get(), host.c_str(), check.port, key, key_len, mask, nullptr) ==
-          LIBSSH2_KNOWNHOST_CHECK_MISMATCH) {
-        where = fmt::format("{}:{}", check.known_hosts_file, i + 1);
-        break;
+    std::string where = join_files(files);
+    std::string where_file = files.front();
+    bool found = false;
+    for (std::size_t f = 0; f < files.size() && !found; ++f) {
+      for (std::size_t i = 0; i < lines[f].size() && !found; ++i) {
+        KnownHosts one = new_collection(session);
+        if (!add_line(one.get(), lines[f][i])) continue;
+        if (libssh2_knownhost_checkp(one.get(), name.c_str(), check.port, key, key_len, mask, nullptr) ==
+            LIBSSH2_KNOWNHOST_CHECK_MISMATCH) {
+          where = fmt::format("{}:{}", files[f], i + 1);
+          where_file = files[f];
+          found = true;
+        }
       }
+    }
+    if (check.policy == HostKeyPolicy::No) {
+      spdlog::warn(
+          "{}: the {} host key ({}) differs from the one recorded in {}; accepted because StrictHostKeyChecking is "
+          "no ({}), as expected when a pod or host was recreated",
+          host, type.name, fingerprint, where, check.policy_source);
+      return;
     }
     throw LaunchError(
         host,
-        fmt::format("{}: REFUSED: the {} host key ({}) differs from the one recorded in {} -- someone may be "
-                    "intercepting the connection; if the host was reinstalled, remove the old key with "
-                    "ssh-keygen -R {} -f {}",
-                    host, type.name, host_key_fingerprint(session), where,
-                    check.port == 22 ? host : fmt::format("'[{}]:{}'", host, check.port), check.known_hosts_file));
+        fmt::format("{}: REFUSED: the {} host key ({}) differs from the one recorded in {} (StrictHostKeyChecking "
+                    "{}, {}) -- someone may be intercepting the connection; if the host was reinstalled or "
+                    "recreated, remove the old key with ssh-keygen -R {} -f {} (or set StrictHostKeyChecking no "
+                    "for this host in ~/.ssh/config)",
+                    host, type.name, fingerprint, where, policy_name(check.policy), check.policy_source,
+                    check.port == 22 ? name : fmt::format("'{}'", recorded_name), where_file));
   }
   if (rc != LIBSSH2_KNOWNHOST_CHECK_NOTFOUND) {
-    throw LaunchError(host, fmt::format("{}: could not check the host key against {}", host, check.known_hosts_file));
+    throw LaunchError(host, fmt::format("{}: could not check the host key against {}", host, join_files(files)));
   }
-  if (check.strict) {
-    throw LaunchError(
-        host, fmt::format("{}: host key ({} {}) is not in {} and --ssh-strict-host-key-checking is set; add it "
-                          "with: ssh-keyscan -p {} {} >> {}",
-                          host, type.name, host_key_fingerprint(session), check.known_hosts_file, check.port, host,
-                          check.known_hosts_file));
+  const std::string& target = files.front();
+  if (check.policy == HostKeyPolicy::Yes) {
+    throw LaunchError(host,
+                      fmt::format("{}: REFUSED: the {} host key ({}) of {} is not in {} and StrictHostKeyChecking is "
+                                  "yes ({}); add it with: ssh-keyscan -p {} {} >> {}",
+                                  host, type.name, fingerprint, recorded_name, join_files(files), check.policy_source,
+                                  check.port, name, target == "/dev/null" ? "~/.ssh/known_hosts" : target));
   }
   if (type.knownhost_bits == LIBSSH2_KNOWNHOST_KEY_UNKNOWN) {
-    throw LaunchError(
-        host, fmt::format("{}: host key of an unknown type; cannot record it in {}", host, check.known_hosts_file));
+    throw LaunchError(host, fmt::format("{}: host key of an unknown type; cannot record it in {}", host, target));
   }
-  // accept-new: record it.
-  const std::string name = check.port == 22 ? host : fmt::format("[{}]:{}", host, check.port);
+  if (target == "/dev/null") {
+    spdlog::debug("{}: accepted the new {} host key ({}) without recording it (UserKnownHostsFile /dev/null)", host,
+                  type.name, fingerprint);
+    return;
+  }
+  // accept-new / no: record it.
   KnownHosts fresh = new_collection(session);
   libssh2_knownhost* entry = nullptr;
-  if (libssh2_knownhost_addc(fresh.get(), name.c_str(), nullptr, key, key_len, nullptr, 0, mask, &entry) != 0) {
+  if (libssh2_knownhost_addc(fresh.get(), recorded_name.c_str(), nullptr, key, key_len, nullptr, 0, mask, &entry) !=
+      0) {
     throw LaunchError(host, fmt::format("{}: could not record the host key", host));
   }
   std::vector<char> buf(16384);
   std::size_t out_len = 0;
   if (libssh2_knownhost_writeline(fresh.get(), entry, buf.data(), buf.size(), &out_len,
                                   LIBSSH2_KNOWNHOST_FILE_OPENSSH) != 0) {
-    throw LaunchError(host, fmt::format("{}: could not format the host key for {}", host, check.known_hosts_file));
+    throw LaunchError(host, fmt::format("{}: could not format the host key for {}", host, target));
   }
   try {
-    append_line(check.known_hosts_file, std::string(buf.data(), out_len));
+    append_line(target, std::string(buf.data(), out_len));
   } catch (const hvd::Error& e) {
     throw LaunchError(host, fmt::format("{}: cannot record the new host key: {}", host, e.what()));
   }
-  spdlog::info("{}: permanently added the {} host key ({}) to {}", host, type.name, host_key_fingerprint(session),
-               check.known_hosts_file);
+  spdlog::info("{}: permanently added the {} host key ({}) of {} to {} (StrictHostKeyChecking {}, {})", host, type.name,
+               fingerprint, recorded_name, target, policy_name(check.policy), check.policy_source);
 }
 
 }  // namespace hvd::launcher::ssh

@@ -40,14 +40,6 @@ bool cancelled(const std::atomic<bool>* cancel) { return cancel != nullptr && ca
 
 bool file_exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
-/// " (198.18.0.9:22)" when the address adds something to the host name.
-std::string location_suffix(const std::string& host, const std::string& addr_port, int port) {
-  if (addr_port == fmt::format("{}:{}", host, port) || addr_port == fmt::format("[{}]:{}", host, port)) {
-    return port == 22 ? "" : fmt::format(" (port {})", port);
-  }
-  return fmt::format(" ({})", addr_port);
-}
-
 }  // namespace
 
 void set_liveness_checks(int fd, std::chrono::seconds interval) {
@@ -105,29 +97,37 @@ std::string describe_connect_errno(int err) {
 }
 
 UniqueFd connect_tcp(const std::string& host, int port, Deadline deadline, const std::atomic<bool>* cancel,
-                     std::string* peer_description, std::string* location) {
+                     std::string* peer_description, std::string* location, const std::string& name_in) {
   using Status = net::ConnectResult::Status;
+  const std::string& name = name_in.empty() ? host : name_in;
   const auto started = Clock::now();
   net::ConnectOptions options;
   options.cancel = cancel;
   net::ConnectResult r = net::connect_tcp(host, static_cast<uint16_t>(port), deadline, options);
+  const std::string via = host == name ? "" : fmt::format(" (HostName {})", host);
   if (r.status == Status::ResolveFailed) {
-    throw LaunchError(host, fmt::format("{}: name does not resolve ({})", host, r.resolve_error));
+    throw LaunchError(name, fmt::format("{}: name does not resolve{} ({})", name, via, r.resolve_error));
   }
-  // Messages start with "<host>: " (callers and users grep for the host);
-  // the address follows when it adds information.
-  const std::string addr = r.address.empty() ? std::string() : r.address.host_port();
-  const std::string where = addr.empty() ? "" : location_suffix(host, addr, port);
-  auto msg = [&](const std::string& cause) { return fmt::format("{}: {}{}", host, cause, where); };
+  if (r.address.empty()) {  // the name lookup itself did not finish
+    const std::string cause = r.status == Status::Cancelled
+                                  ? "cancelled"
+                                  : fmt::format("name lookup timed out after {}", seconds_text(Clock::now() - started));
+    throw LaunchError(name, fmt::format("{}: {}{}", name, cause, via));
+  }
+  // Messages start with "<name>: " (callers and users grep for the host);
+  // the address and port always follow, as in docs/ssh.md.
+  const std::string addr = r.address.host_port();
+  const std::string where = fmt::format(" ({})", addr);
+  auto msg = [&](const std::string& cause) { return fmt::format("{}: {}{}", name, cause, where); };
   switch (r.status) {
     case Status::Connected:
-      if (peer_description != nullptr) *peer_description = fmt::format("{} ({})", host, addr);
+      if (peer_description != nullptr) *peer_description = fmt::format("{} ({})", name, addr);
       if (location != nullptr) *location = where;
       return std::move(r.fd);
-    case Status::Cancelled: throw LaunchError(host, msg("cancelled"));
+    case Status::Cancelled: throw LaunchError(name, msg("cancelled"));
     case Status::TimedOut:
-      throw LaunchError(host, msg(fmt::format("connection timed out after {}", seconds_text(Clock::now() - started))));
-    default: throw LaunchError(host, msg(describe_connect_errno(r.error)));
+      throw LaunchError(name, msg(fmt::format("connection timed out after {}", seconds_text(Clock::now() - started))));
+    default: throw LaunchError(name, msg(describe_connect_errno(r.error)));
   }
 }
 
@@ -199,12 +199,19 @@ std::unique_ptr<Session> Session::open(const SessionOptions& options, Deadline d
                                        const std::atomic<bool>* cancel) {
   ensure_libssh2_initialized();
   std::unique_ptr<Session> s(new Session(options, cancel));
-  s->fd_ = connect_tcp(options.host, options.port, deadline, cancel, &s->peer_, &s->location_);
+  const std::string& target = options.hostname.empty() ? options.host : options.hostname;
+  s->fd_ = connect_tcp(target, options.port, deadline, cancel, &s->peer_, &s->location_, options.host);
   set_liveness_checks(s->fd_.get(), options.keepalive);
   spdlog::debug("{}: TCP connected", s->peer_);
   s->handshake(deadline);
-  verify_host_key(s->session_,
-                  HostKeyCheck{options.host, options.port, options.known_hosts_file, options.strict_host_key_checking});
+  HostKeyCheck check;
+  check.host = options.host;
+  check.known_name = target;
+  check.port = options.port;
+  check.known_hosts_files = options.known_hosts_files;
+  check.policy = options.host_key_policy;
+  check.policy_source = options.host_key_policy_source;
+  verify_host_key(s->session_, check);
   s->authenticate(deadline);
   spdlog::debug("{}: authenticated as {}", s->peer_, options.user);
   return s;
@@ -345,14 +352,21 @@ void Session::authenticate(Deadline deadline) {
     tried.push_back(tilde_path(path, options_.home) + note);
   } else {
     const char* sock = std::getenv("SSH_AUTH_SOCK");
-    if (sock != nullptr && *sock != '\0') {
+    if (sock != nullptr && *sock != '\0' && !options_.identities_only) {
       std::string note;
       if (try_agent(deadline, &note)) return;
       tried.push_back("ssh-agent" + note);
     }
-    for (const char* name : {"id_ed25519", "id_ecdsa", "id_rsa"}) {
-      std::string path = options_.home + "/.ssh/" + name;
-      if (!file_exists(path)) continue;
+    std::vector<std::string> keys = options_.identity_files;
+    const bool from_config = !keys.empty();
+    if (!from_config) {
+      for (const char* name : {"id_ed25519", "id_ecdsa", "id_rsa"}) keys.push_back(options_.home + "/.ssh/" + name);
+    }
+    for (const std::string& path : keys) {
+      if (!file_exists(path)) {
+        if (from_config) tried.push_back(tilde_path(path, options_.home) + " (missing)");
+        continue;
+      }
       std::string note;
       if (try_key_file(path, deadline, &note)) return;
       tried.push_back(tilde_path(path, options_.home) + note);

@@ -26,6 +26,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 namespace hvd::launcher {
@@ -70,6 +71,28 @@ bool is_connection_error(int rc) {
     case LIBSSH2_ERROR_PROTO: return true;
     default: return false;
   }
+}
+
+/// Logs each distinct configuration warning once per process (every host
+/// gets its own spawner, and elastic jobs launch again and again).
+void warn_once(const std::string& line, const std::string& suffix = "") {
+  static std::mutex mu;
+  static std::set<std::string> seen;
+  std::lock_guard<std::mutex> lock(mu);
+  if (seen.insert(line).second) spdlog::warn("{}{}", line, suffix);
+}
+
+void debug_once(const std::string& line) {
+  static std::mutex mu;
+  static std::set<std::string> seen;
+  std::lock_guard<std::mutex> lock(mu);
+  if (seen.insert(line).second) spdlog::debug("{}", line);
+}
+
+std::string local_hostname() {
+  std::array<char, 256> buf{};
+  if (::gethostname(buf.data(), buf.size() - 1) != 0) return "localhost";
+  return buf.data();
 }
 
 std::string self_exe_path() {
@@ -124,9 +147,151 @@ struct Host {
 class HostRunner {
  public:
   SshSpawnerOptions options_;
-  std::string remote_command_;
+  /// $HVDRUN_REMOTE_AGENT: used verbatim, no probing.
+  std::string remote_command_override_;
+  std::vector<std::string> agent_argv_;  // the agent command otherwise
+  ssh::SshConfig config_;
+  std::string config_error_;  // a configuration file that cannot be used
   EventSink* sink_ = nullptr;
   std::atomic<bool> cancel_{false};
+  /// cancel_launch(): hvdrun is stopping (cancel_ is then set too).
+  std::atomic<bool> stopping_{false};
+
+  /// This host's connection settings: flags, then ssh_config, then defaults.
+  ssh::SessionOptions session_options(const std::string& host) {
+    if (!config_error_.empty()) throw LaunchError(host, fmt::format("{}: {}", host, config_error_));
+    ssh::TokenValues tokens;
+    tokens.home = options_.home;
+    tokens.local_user = ssh::default_user();
+    tokens.remote_user = options_.user.value_or(tokens.local_user);
+    tokens.local_host = local_hostname();
+    tokens.port = options_.port.value_or(22);
+    tokens.port_from_flag = options_.port.has_value();
+    ssh::HostConfig hc;
+    try {
+      hc = config_.resolve(host, tokens);
+    } catch (const InvalidArgument& e) {
+      throw LaunchError(host, fmt::format("{}: {}", host, e.what()));
+    }
+    // One line per keyword line, however many hosts it applies to.
+    for (const auto& line : hc.unsupported) {
+      warn_once(ssh::tilde_path(line, options_.home), fmt::format(" (applies to {} and maybe others)", host));
+    }
+    for (const auto& line : hc.ignored) debug_once(ssh::tilde_path(line, options_.home));
+
+    ssh::SessionOptions so;
+    so.host = host;
+    so.hostname = hc.hostname.value_or("");
+    so.port = options_.port ? *options_.port : hc.port.value_or(22);
+    so.user = options_.user ? *options_.user : hc.user.value_or(ssh::default_user());
+    so.identity_file = options_.identity_file;
+    so.identity_files = hc.identity_files;
+    so.identities_only = hc.identities_only.value_or(false);
+    so.home = options_.home;
+    if (!options_.known_hosts_file.empty()) {
+      so.known_hosts_files = {options_.known_hosts_file};
+    } else if (!hc.known_hosts_files.empty()) {
+      so.known_hosts_files = hc.known_hosts_files;
+    } else {
+      so.known_hosts_files = {options_.home + "/.ssh/known_hosts"};
+    }
+    if (options_.strict_host_key_checking) {
+      so.host_key_policy = ssh::HostKeyPolicy::Yes;
+      so.host_key_policy_source = "--ssh-strict-host-key-checking";
+    } else if (hc.host_key_policy) {
+      so.host_key_policy = *hc.host_key_policy;
+      so.host_key_policy_source = ssh::tilde_path(hc.host_key_policy_where, options_.home);
+    }
+    so.keepalive = options_.keepalive;
+    if (!so.hostname.empty() || hc.port || hc.user) {
+      spdlog::debug("{}: ssh_config: connecting to {}:{} as {}", host, so.hostname.empty() ? host : so.hostname,
+                    so.port, so.user);
+    }
+    return so;
+  }
+
+  /// Runs `command` on the host in a channel of its own and returns its
+  /// stdout (bounded: 64 KiB), before `deadline`.
+  std::string run_remote(ssh::Session& s, const std::string& command, Deadline deadline) {
+    LIBSSH2_SESSION* raw = s.raw();
+    LIBSSH2_CHANNEL* ch = nullptr;
+    for (;;) {
+      ch = libssh2_channel_open_session(raw);
+      if (ch != nullptr) break;
+      if (libssh2_session_last_errno(raw) != LIBSSH2_ERROR_EAGAIN) {
+        throw LaunchError(s.host(), fmt::format("{}: cannot open an SSH channel: {}", s.peer(), s.last_error()));
+      }
+      s.wait_socket(deadline, "opening a channel");
+    }
+    struct Free {
+      LIBSSH2_CHANNEL* ch;
+      ~Free() { libssh2_channel_free(ch); }
+    } guard{ch};
+    int rc = s.run(deadline, "looking for hvdrun", [&] { return libssh2_channel_exec(ch, command.c_str()); });
+    if (rc != 0) {
+      throw LaunchError(s.host(), fmt::format("{}: the server refused to run a command: {}", s.peer(), s.last_error()));
+    }
+    std::string out;
+    std::array<char, 4096> buf{};
+    for (;;) {
+      ssize_t n = libssh2_channel_read(ch, buf.data(), buf.size());
+      if (n > 0) {
+        if (out.size() < 65536) out.append(buf.data(), static_cast<std::size_t>(n));
+        continue;
+      }
+      if (n == 0 && libssh2_channel_eof(ch) == 1) break;
+      if (n < 0 && n != LIBSSH2_ERROR_EAGAIN) {
+        throw LaunchError(s.host(), fmt::format("{}: {}", s.peer(), s.connection_error()));
+      }
+      s.wait_socket(deadline, "looking for hvdrun");
+    }
+    s.run(deadline, "looking for hvdrun", [&] { return libssh2_channel_close(ch); });
+    return out;
+  }
+
+  /// The command that starts the agent on this host: the same absolute
+  /// path as here when it exists there, else `hvdrun` from its PATH.
+  std::string remote_command(ssh::Session& s, Deadline deadline) {
+    if (!remote_command_override_.empty()) return remote_command_override_;
+    const std::string& program = agent_argv_.front();
+    if (program.empty() || program[0] != '/') return ssh::shell_join(agent_argv_);
+    // Through sh: the user's login shell may not be a POSIX one (csh, fish).
+    const std::string script = fmt::format(
+        "if [ -x {0} ] && [ ! -d {0} ]; then echo hvdrun-probe:same; elif command -v hvdrun >/dev/null 2>&1; then "
+        "echo \"hvdrun-probe:path $(command -v hvdrun)\"; else echo \"hvdrun-probe:none $PATH\"; fi",
+        ssh::shell_quote(program));
+    const std::string output = run_remote(s, "sh -c " + ssh::shell_quote(script), deadline);
+    // The last probe line (shell start-up files may print their own).
+    std::string out;
+    const auto at = output.rfind("hvdrun-probe:");
+    if (at != std::string::npos) {
+      out = output.substr(at + 13);
+      out = out.substr(0, out.find('\n'));
+      while (!out.empty() && out.back() == '\r') out.pop_back();
+    }
+    if (out.empty()) {
+      // The probe did not run as expected (no sh?): start the agent as before.
+      spdlog::debug("{}: could not check for {} there (output: '{}'); using it as is", s.host(), program,
+                    output.substr(0, 200));
+      return ssh::shell_join(agent_argv_);
+    }
+    if (out == "same") {
+      spdlog::debug("{}: starting the agent with {}", s.host(), program);
+      return ssh::shell_join(agent_argv_);
+    }
+    if (out.rfind("path ", 0) == 0) {
+      std::vector<std::string> argv = agent_argv_;
+      argv.front() = out.substr(5);
+      spdlog::info("{}: {} does not exist there; using hvdrun from its PATH ({})", s.host(), program, argv.front());
+      return ssh::shell_join(argv);
+    }
+    std::string path = out.rfind("none ", 0) == 0 ? out.substr(5) : out;
+    throw LaunchError(s.host(),
+                      fmt::format("{}: hvdrun not found there: {} does not exist and no hvdrun is on the PATH of "
+                                  "non-interactive SSH sessions ({}); install hvdrun at the same path, or on that "
+                                  "PATH, or set HVDRUN_REMOTE_AGENT to the remote command",
+                                  s.peer(), program, path.empty() ? "PATH is empty" : "PATH=" + path));
+  }
 
   // ---- start phase (host thread) ------------------------------------------
 
@@ -169,19 +334,11 @@ class HostRunner {
   }
 
   void start_host(Host& host, Deadline deadline) {
-    ssh::SessionOptions so;
-    so.host = host.name;
-    so.port = options_.port.value_or(22);
-    so.user = *options_.user;
-    so.identity_file = options_.identity_file;
-    so.home = options_.home;
-    so.known_hosts_file = options_.known_hosts_file;
-    so.strict_host_key_checking = options_.strict_host_key_checking;
-    so.keepalive = options_.keepalive;
-    host.session = ssh::Session::open(so, deadline, &cancel_);
+    host.session = ssh::Session::open(session_options(host.name), deadline, &cancel_);
     ssh::Session& s = *host.session;
     LIBSSH2_SESSION* raw = s.raw();
-    spdlog::debug("{}: starting {} worker(s) with: {}", s.peer(), host.workers.size(), remote_command_);
+    const std::string command = remote_command(s, deadline);
+    spdlog::debug("{}: starting {} worker(s) with: {}", s.peer(), host.workers.size(), command);
     for (auto& w : host.workers) {
       LIBSSH2_CHANNEL* ch = nullptr;
       for (;;) {
@@ -194,8 +351,7 @@ class HostRunner {
         s.wait_socket(deadline, "opening a channel");
       }
       w.channel = ch;
-      int rc = s.run(deadline, "starting the remote agent",
-                     [&] { return libssh2_channel_exec(ch, remote_command_.c_str()); });
+      int rc = s.run(deadline, "starting the remote agent", [&] { return libssh2_channel_exec(ch, command.c_str()); });
       if (rc != 0) {
         throw LaunchError(host.name, fmt::format("{}: the server refused to run the agent for rank {}: {}", s.peer(),
                                                  w.rank, s.last_error()));
@@ -405,16 +561,22 @@ class SshSpawner final : public Spawner {
     SshSpawnerOptions& o = runner_->options_;
     o = std::move(options);
     if (o.home.empty()) o.home = ssh::default_home();
-    if (!o.user) o.user = ssh::default_user();
-    if (o.known_hosts_file.empty()) o.known_hosts_file = o.home + "/.ssh/known_hosts";
-    std::string& cmd = runner_->remote_command_;
     if (const char* over = std::getenv("HVDRUN_REMOTE_AGENT"); over != nullptr && *over != '\0') {
-      cmd = over;
+      runner_->remote_command_override_ = over;
     } else if (!o.agent_command.empty()) {
-      cmd = ssh::shell_join(o.agent_command);
+      runner_->agent_argv_ = o.agent_command;
     } else {
-      cmd = ssh::shell_join({self_exe_path(), "--agent"});
+      runner_->agent_argv_ = {self_exe_path(), "--agent"};
     }
+    const std::vector<std::string> files =
+        o.config_files ? *o.config_files : std::vector<std::string>{o.home + "/.ssh/config", "/etc/ssh/ssh_config"};
+    std::vector<std::string> warnings;
+    try {
+      runner_->config_ = ssh::SshConfig::load(files, o.home, &warnings);
+    } catch (const InvalidArgument& e) {
+      runner_->config_error_ = e.what();  // reported by launch(), for each host
+    }
+    for (const auto& w : warnings) warn_once(ssh::tilde_path(w, o.home));
   }
 
   ~SshSpawner() override { shutdown(); }
@@ -427,7 +589,11 @@ class SshSpawner final : public Spawner {
     }
     ssh::ensure_libssh2_initialized();
     runner_->sink_ = &sink;
+    const std::string first_host = workers.empty() ? std::string() : workers.front().slot.hostname;
+    if (runner_->stopping_.load())
+      throw LaunchError(first_host, fmt::format("{}: not connecting: hvdrun is stopping", first_host));
     // Group by host, keeping the order in which hosts first appear.
+    std::unique_lock<std::mutex> hosts_lock(mu_);  // against cancel_launch()
     std::map<std::string, std::size_t> index;
     for (const auto& spec : workers) {
       const std::string& name = spec.slot.hostname;
@@ -450,17 +616,20 @@ class SshSpawner final : public Spawner {
     for (auto& host : hosts_) {
       host->thread = std::thread([runner = runner_, host, deadline] { runner->host_main(*host, deadline); });
     }
+    hosts_lock.unlock();
 
     // Wait for every host's start phase (the threads bound themselves by the
     // deadline; the extra second covers a resolver that ignores it).
     const auto hard_stop = deadline.is_never() ? Clock::time_point::max() : deadline.at() + std::chrono::seconds(1);
     std::string first_error;
     std::string first_error_host;
+    auto stopping = [&] { return runner_->stopping_.load(); };
     for (auto& host : hosts_) {
       std::unique_lock<std::mutex> lock(host->mu);
       bool done = hard_stop == Clock::time_point::max()
-                      ? (host->cv.wait(lock, [&] { return host->start_done; }), true)
-                      : host->cv.wait_until(lock, hard_stop, [&] { return host->start_done; });
+                      ? (host->cv.wait(lock, [&] { return host->start_done || stopping(); }), true)
+                      : host->cv.wait_until(lock, hard_stop, [&] { return host->start_done || stopping(); });
+      if (stopping()) break;
       if (!done) {
         host->start_error = fmt::format("{}: timed out while connecting", host->name);
         host->start_done = true;
@@ -469,6 +638,13 @@ class SshSpawner final : public Spawner {
         first_error = host->start_error;
         first_error_host = host->name;
       }
+    }
+    if (stopping()) {
+      // hvdrun is stopping (a signal): the host threads see cancel_ within
+      // about 100 ms; one stuck in a name lookup is abandoned.
+      release_all(/*go=*/false);
+      join_all(std::chrono::milliseconds(500));
+      throw LaunchError(first_host, fmt::format("{}: connection abandoned: hvdrun is stopping", first_host));
     }
     if (!first_error.empty()) {
       for (auto& host : hosts_) {
@@ -483,6 +659,16 @@ class SshSpawner final : public Spawner {
     }
     release_all(/*go=*/true);
     spdlog::debug("started {} worker(s) on {} host(s) over SSH", workers.size(), hosts_.size());
+  }
+
+  void cancel_launch() override {
+    runner_->stopping_.store(true);
+    runner_->cancel_.store(true);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& host : hosts_) {
+      std::lock_guard<std::mutex> host_lock(host->mu);
+      host->cv.notify_all();
+    }
   }
 
   void signal(int rank, int sig) override {

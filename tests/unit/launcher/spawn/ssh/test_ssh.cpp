@@ -109,7 +109,7 @@ ssh::SessionOptions loopback_options(int port) {
   o.port = port;
   o.user = "nobody";
   o.home = "/nonexistent";
-  o.known_hosts_file = "/nonexistent/.ssh/known_hosts";
+  o.known_hosts_files = {"/nonexistent/.ssh/known_hosts"};
   return o;
 }
 
@@ -270,4 +270,106 @@ TEST_CASE("ssh: tilde_path abbreviates only paths under home", "[ssh]") {
   CHECK(ssh::tilde_path("/root/.ssh/id_rsa", "/root") == "~/.ssh/id_rsa");
   CHECK(ssh::tilde_path("/rootkit/id", "/root") == "/rootkit/id");
   CHECK(ssh::tilde_path("/tmp/k", "") == "/tmp/k");
+}
+
+namespace {
+
+std::vector<WorkerSpec> one_worker(const std::string& host) {
+  std::vector<WorkerSpec> workers(1);
+  workers[0].slot.hostname = host;
+  workers[0].slot.rank = 0;
+  workers[0].argv = {"true"};
+  return workers;
+}
+
+/// The LaunchError message of launching one worker on `host` ("" if none).
+std::string launch_error(const SshSpawnerOptions& o, const std::string& host,
+                         milliseconds timeout = milliseconds(3000)) {
+  auto spawner = make_ssh_spawner(o);
+  NullSink sink;
+  try {
+    spawner->launch(one_worker(host), sink, Deadline::after(timeout));
+  } catch (const LaunchError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string write_temp(const std::string& text) {
+  char path[] = "/tmp/hvd-ssh-config-XXXXXX";
+  int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  REQUIRE(::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  ::close(fd);
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("ssh: connect errors always carry the address and port (docs/ssh.md)", "[ssh]") {
+  int port = closed_port();
+  CHECK_THROWS_WITH(ssh::connect_tcp("127.0.0.1", port, Deadline::after(milliseconds(2000))),
+                    Catch::Equals(fmt::format("127.0.0.1: connection refused (127.0.0.1:{})", port)));
+  CHECK_THROWS_WITH(
+      ssh::connect_tcp("127.0.0.1", port, Deadline::after(milliseconds(2000)), nullptr, nullptr, nullptr, "alias"),
+      Catch::Equals(fmt::format("alias: connection refused (127.0.0.1:{})", port)));
+}
+
+TEST_CASE("ssh: SshSpawner: ssh_config aliases, HostName and Port; -p wins over the file", "[ssh][config]") {
+  int file_port = closed_port();
+  const std::string cfg = write_temp(fmt::format("Host pod-*\n  HostName 127.0.0.1\n  Port {}\n", file_port));
+  SshSpawnerOptions o;
+  o.home = "/nonexistent";
+  o.agent_command = {"/bin/false"};
+  o.config_files = std::vector<std::string>{cfg};
+  CHECK(launch_error(o, "pod-0") == fmt::format("pod-0: connection refused (127.0.0.1:{})", file_port));
+  int flag_port = closed_port();
+  o.port = flag_port;
+  CHECK(launch_error(o, "pod-0") == fmt::format("pod-0: connection refused (127.0.0.1:{})", flag_port));
+  // A config value hvdrun cannot use: one line naming file and line.
+  const std::string bad = write_temp("Host pod-*\n  HostName 127.0.0.1\n  StrictHostKeyChecking sometimes\n");
+  o.config_files = std::vector<std::string>{bad};
+  CHECK_THAT(launch_error(o, "pod-0"), Catch::StartsWith("pod-0: " + bad + ":3: StrictHostKeyChecking 'sometimes'"));
+  // A file that cannot be parsed at all: every host reports it.
+  const std::string broken = write_temp("Host \"pod-*\n");
+  o.config_files = std::vector<std::string>{broken};
+  CHECK_THAT(launch_error(o, "pod-0"), Catch::StartsWith("pod-0: " + broken + ":1: unterminated quote"));
+  ::unlink(cfg.c_str());
+  ::unlink(bad.c_str());
+  ::unlink(broken.c_str());
+}
+
+TEST_CASE("ssh: SshSpawner: cancel_launch stops a launch stuck in the handshake within a second", "[ssh]") {
+  Listener l(stay_silent);
+  SshSpawnerOptions o;
+  o.port = l.port();
+  o.home = "/nonexistent";
+  o.agent_command = {"/bin/false"};
+  o.config_files = std::vector<std::string>{};
+  auto spawner = make_ssh_spawner(o);
+  NullSink sink;
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    spawner->cancel_launch();
+  });
+  auto t0 = Clock::now();
+  std::string msg;
+  try {
+    spawner->launch(one_worker("127.0.0.1"), sink, Deadline::after(milliseconds(20000)));
+  } catch (const LaunchError& e) {
+    msg = e.what();
+  }
+  auto took = Clock::now() - t0;
+  canceller.join();
+  CHECK_THAT(msg, Catch::Contains("hvdrun is stopping"));
+  CHECK(took < milliseconds(1300));
+  spawner->shutdown();
+  CHECK(sink.events == 0);
+  // A launch after cancel_launch does not even connect.
+  auto second = make_ssh_spawner(o);
+  second->cancel_launch();
+  t0 = Clock::now();
+  CHECK_THROWS_WITH(second->launch(one_worker("127.0.0.1"), sink, Deadline::after(milliseconds(20000))),
+                    Catch::Contains("hvdrun is stopping"));
+  CHECK(Clock::now() - t0 < milliseconds(200));
 }

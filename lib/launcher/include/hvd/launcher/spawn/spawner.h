@@ -64,6 +64,11 @@ class Spawner {
   /// Tears down connections and reaps; after this no worker of this spawner
   /// runs. Idempotent.
   virtual void shutdown() = 0;
+  /// Makes a launch() that is still connecting (on another thread) give up
+  /// within about 100 ms by throwing LaunchError, and a later launch() throw
+  /// at once. Thread-safe; workers already running are not affected (call
+  /// shutdown() for them). hvdrun calls it when it receives a signal.
+  virtual void cancel_launch() {}
 };
 
 }  // namespace hvd::launcher

@@ -12,6 +12,8 @@
 ///    every other worker then gets SIGTERM and, after `kill_grace`, SIGKILL;
 ///    hvdrun exits with that worker's status (128+N for signal N), or
 ///    kLaunch for a lost worker (its real status is unknown);
+///  * a signal hvdrun receives while hosts are still connecting cancels their
+///    launch (Spawner::cancel_launch), stops what started and gives 128+N;
 ///  * a signal hvdrun receives (interrupt()) is forwarded to every worker;
 ///    SIGKILL follows after `kill_grace`, or at once on a second signal; the
 ///    exit code is 128+N (130 SIGINT, 143 SIGTERM, 129 SIGHUP);
@@ -88,6 +90,11 @@ class Supervisor final : public EventSink {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Event> events_;
+  /// The spawners whose launch() is in progress: a signal cancels them
+  /// (Spawner::cancel_launch), so hvdrun stops within a second even while a
+  /// host is still connecting.
+  std::vector<Spawner*> launching_;
+  int signal_during_launch_ = 0;
 };
 
 }  // namespace hvd::launcher

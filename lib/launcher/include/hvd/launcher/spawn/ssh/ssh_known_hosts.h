@@ -1,28 +1,40 @@
 #pragma once
-/// Host-key verification against an OpenSSH known_hosts file, with
-/// OpenSSH's StrictHostKeyChecking semantics:
-///  * key known and equal            -> accepted;
-///  * host unknown, not strict       -> accepted and appended to the file
-///                                      ("accept-new"), creating the file and
-///                                      its directory (0700) if needed;
-///  * host unknown, strict           -> refused, telling how to add it;
-///  * a different key for the host   -> always refused, naming the file and
-///                                      the line that holds the old key.
-/// The file is parsed line by line (libssh2_knownhost_readline) so that one
-/// line libssh2 cannot parse (@cert-authority, unknown key types) does not
-/// hide the rest, and it is only ever appended to, never rewritten: the
-/// user's other entries and comments survive byte for byte.
+/// Host-key verification against OpenSSH known_hosts files, with
+/// OpenSSH's StrictHostKeyChecking semantics (HostKeyPolicy, ssh_config.h):
+///
+/// | key in the files        | yes     | accept-new           | no                         |
+/// |-------------------------|---------|----------------------|----------------------------|
+/// | recorded and equal      | accepted| accepted             | accepted                   |
+/// | host not recorded       | refused | accepted + appended  | accepted + appended        |
+/// | a different key recorded| refused | refused              | accepted, one warning line |
+///
+/// Every file is read (a match in any accepts); a new key is appended to the
+/// first file (not when it is /dev/null), creating it and its directory
+/// (0700) if needed. The files are parsed line by line
+/// (libssh2_knownhost_readline) so that one line libssh2 cannot parse
+/// (@cert-authority, unknown key types) does not hide the rest, and they are
+/// only ever appended to, never rewritten: the user's other entries and
+/// comments survive byte for byte.
+#include "hvd/launcher/spawn/ssh/ssh_config.h"
+
 #include <string>
+#include <vector>
 
 struct _LIBSSH2_SESSION;
 
 namespace hvd::launcher::ssh {
 
 struct HostKeyCheck {
-  std::string host;  // name as the user wrote it
+  std::string host;  // name as the user wrote it (starts every message)
+  /// The name the key is recorded under: the HostName hvdrun connects to
+  /// (as OpenSSH does); empty: `host`.
+  std::string known_name;
   int port = 22;  // non-22 ports are recorded as "[host]:port"
-  std::string known_hosts_file;
-  bool strict = false;
+  std::vector<std::string> known_hosts_files;  // first: where new keys go
+  HostKeyPolicy policy = HostKeyPolicy::AcceptNew;
+  /// Where the policy comes from, for messages: "--ssh-strict-host-key-checking",
+  /// "~/.ssh/config:3", "hvdrun's default".
+  std::string policy_source = "hvdrun's default";
 };
 
 /// Verifies the server key of a session whose handshake is done. Throws

@@ -15,6 +15,7 @@
 #include "hvd/common/io.h"
 #include "hvd/launcher/plan/job_plan.h"
 #include "hvd/launcher/spawn/spawner.h"
+#include "hvd/launcher/spawn/ssh/ssh_config.h"
 
 #include <atomic>
 #include <chrono>
@@ -49,11 +50,15 @@ std::string encode_spec_frame(const WorkerSpec& spec);
 std::string describe_connect_errno(int err);
 
 /// Resolves `host` and connects to `port` on each address in turn until one
-/// answers. Throws LaunchError naming host, address and cause; "connection
-/// timed out after N s" when the deadline passes first. `cancel`, when set
-/// and true, aborts early (another host already failed).
+/// answers. Throws LaunchError with one line "<name>: <cause> (<address>:<port>)"
+/// -- the address is always there, as docs/ssh.md shows -- e.g. "connection
+/// timed out after N s" when the deadline passes first. `name` (default:
+/// `host`) is how the user wrote the host (an ssh_config alias whose HostName
+/// is `host`). `cancel`, when set and true, aborts early (another host
+/// already failed, or hvdrun is stopping).
 UniqueFd connect_tcp(const std::string& host, int port, Deadline deadline, const std::atomic<bool>* cancel = nullptr,
-                     std::string* peer_description = nullptr, std::string* location = nullptr);
+                     std::string* peer_description = nullptr, std::string* location = nullptr,
+                     const std::string& name = "");
 
 /// Makes the kernel notice a dead peer: TCP keepalive probes after
 /// `interval` of silence, every `interval`, three unanswered -> the socket
@@ -63,15 +68,23 @@ UniqueFd connect_tcp(const std::string& host, int port, Deadline deadline, const
 void set_liveness_checks(int fd, std::chrono::seconds interval);
 
 struct SessionOptions {
-  std::string host;  // as the user wrote it; also the known_hosts name
+  std::string host;  // as the user wrote it: starts every message
+  /// What to connect to and the known_hosts name (ssh_config HostName);
+  /// empty: `host`.
+  std::string hostname;
   int port = 22;
   std::string user;
-  /// -i: the only key tried when set. Otherwise ssh-agent ($SSH_AUTH_SOCK)
-  /// and then ~/.ssh/id_ed25519, id_ecdsa, id_rsa (those that exist).
+  /// -i: the only key tried when set. Otherwise ssh-agent ($SSH_AUTH_SOCK,
+  /// unless `identities_only`) and then `identity_files` (ssh_config
+  /// IdentityFile, those that exist) or, when there are none,
+  /// ~/.ssh/id_ed25519, id_ecdsa, id_rsa (those that exist).
   std::optional<std::string> identity_file;
+  std::vector<std::string> identity_files;
+  bool identities_only = false;
   std::string home;  // for ~/.ssh defaults and messages
-  std::string known_hosts_file;  // checked and appended to
-  bool strict_host_key_checking = false;
+  std::vector<std::string> known_hosts_files;  // checked; new keys go to the first
+  HostKeyPolicy host_key_policy = HostKeyPolicy::AcceptNew;
+  std::string host_key_policy_source = "hvdrun's default";
   /// Liveness interval (set_liveness_checks).
   std::chrono::seconds keepalive{5};
 };
@@ -92,6 +105,7 @@ class Session {
   _LIBSSH2_SESSION* raw() const { return session_; }
   int fd() const { return fd_.get(); }
   const std::string& host() const { return options_.host; }
+  const SessionOptions& options() const { return options_; }
   /// "node2 (198.18.0.9:22)"
   const std::string& peer() const { return peer_; }
 

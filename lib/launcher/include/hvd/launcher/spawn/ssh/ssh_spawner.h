@@ -22,9 +22,16 @@
 ///    workers), and delivers on_exit (status 255, lost_reason "shut down")
 ///    for workers that had not exited yet, from the I/O threads, before it
 ///    returns -- do not hold a lock that on_exit needs while calling it.
-///  * The remote command is `agent_command` shell-quoted, or verbatim the
-///    value of $HVDRUN_REMOTE_AGENT when that is set (for hosts where hvdrun
-///    lives at another path); with neither, this binary's own path + --agent.
+///  * The remote command is `agent_command` shell-quoted (default: this
+///    binary's own path + --agent). When its program is an absolute path
+///    that does not exist on a host, `hvdrun` from that host's PATH is used
+///    instead (one log line says so); with neither, launch() fails naming
+///    both. $HVDRUN_REMOTE_AGENT, when set, is used verbatim instead.
+///  * Each host's settings come from the OpenSSH client configuration
+///    (ssh_config.h: ~/.ssh/config, then /etc/ssh/ssh_config); the options
+///    below that are set (hvdrun's command-line flags) win over it.
+///  * cancel_launch() (another thread, e.g. on SIGINT) makes a launch()
+///    that is still connecting throw within about 100 ms.
 #include "hvd/launcher/spawn/spawner.h"
 
 #include <chrono>
@@ -36,11 +43,18 @@
 namespace hvd::launcher {
 
 struct SshSpawnerOptions {
-  std::optional<int> port;  // -p; default 22 (or ~/.ssh/config? no: 22)
-  std::optional<std::string> identity_file;  // -i; else default keys + ssh-agent
-  std::optional<std::string> user;  // default: $USER / getpwuid
-  bool strict_host_key_checking = false;  // false: accept-new semantics
-  std::string known_hosts_file;  // empty: <home>/.ssh/known_hosts
+  std::optional<int> port;  // -p; else ssh_config Port, else 22
+  std::optional<std::string> identity_file;  // -i; else ssh-agent + ssh_config IdentityFile or default keys
+  std::optional<std::string> user;  // else ssh_config User, else $USER / getpwuid
+  /// --ssh-strict-host-key-checking: StrictHostKeyChecking yes whatever the
+  /// configuration says. false: ssh_config's value, else accept-new.
+  bool strict_host_key_checking = false;
+  /// Set: the only known_hosts file (tests). Empty: ssh_config's
+  /// UserKnownHostsFile, else <home>/.ssh/known_hosts.
+  std::string known_hosts_file;
+  /// OpenSSH client configuration files, read in order; unset:
+  /// <home>/.ssh/config then /etc/ssh/ssh_config. Empty: none.
+  std::optional<std::vector<std::string>> config_files;
   std::vector<std::string> agent_command;  // remote argv prefix for the agent
   /// Liveness probe interval (TCP keepalive; ssh::set_liveness_checks): a
   /// vanished host is declared lost after about 4 intervals.

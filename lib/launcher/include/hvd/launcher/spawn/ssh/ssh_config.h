@@ -1,0 +1,147 @@
+#pragma once
+/// OpenSSH client configuration (ssh_config(5)) for the keys that decide how
+/// hvdrun connects to a host: `Host` blocks, `Include`, `HostName`, `Port`,
+/// `User`, `IdentityFile`, `IdentitiesOnly`, `StrictHostKeyChecking` and
+/// `UserKnownHostsFile` (docs/ssh.md has the full story).
+///
+/// OpenSSH's rules are kept:
+///  * files are read in order (~/.ssh/config, then /etc/ssh/ssh_config) and,
+///    for each keyword, the FIRST value obtained for the host wins; only
+///    `IdentityFile` accumulates (every line adds a key, in order);
+///  * a `Host` line holds several patterns (`*`, `?` wildcards, `!negation`);
+///    it matches when one plain pattern matches the host name as given (the
+///    alias, not the HostName) and no negated pattern does; keywords before
+///    the first `Host` line apply to every host;
+///  * `Include` (glob patterns; relative paths are under ~/.ssh for the user
+///    file and /etc/ssh for the system file) reads files in place, inside
+///    the current `Host` block's condition;
+///  * `Match` blocks are not supported: one warning naming file:line, and the
+///    block is skipped;
+///  * keywords are case-insensitive, `Keyword=value` works, arguments may be
+///    double-quoted.
+/// Keywords that would change how the connection is made but that hvdrun
+/// does not implement (ProxyJump, ProxyCommand, ...) give one warning each
+/// when they apply to a host; cosmetic ones (ForwardX11, LogLevel, ...) are
+/// listed under --verbose.
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hvd::launcher::ssh {
+
+/// StrictHostKeyChecking. `ask` reads as Yes: hvdrun cannot ask anyone.
+enum class HostKeyPolicy { Yes, AcceptNew, No };
+
+/// "yes" / "accept-new" / "no".
+const char* policy_name(HostKeyPolicy policy);
+
+/// Parses a StrictHostKeyChecking value (yes, ask, accept-new, no, off;
+/// also true/false); nullopt if invalid.
+std::optional<HostKeyPolicy> parse_host_key_policy(const std::string& value);
+
+/// Whether `host` matches one ssh_config pattern (`*`, `?`; no negation),
+/// case-insensitively.
+bool match_pattern(const std::string& host, const std::string& pattern);
+
+/// Whether `host` matches a whole `Host` line's patterns (see above).
+bool match_host_line(const std::string& host, const std::vector<std::string>& patterns);
+
+/// Splits a config line into its keyword and arguments (whitespace or one
+/// '=' after the keyword; double quotes group). Comment and blank lines give
+/// an empty vector. Throws hvd::InvalidArgument on an unterminated quote.
+std::vector<std::string> split_config_line(const std::string& line);
+
+/// Expands `~/` and `~` (to `home`) at the start of a path.
+std::string expand_tilde(const std::string& path, const std::string& home);
+
+/// Values for the % tokens of IdentityFile, UserKnownHostsFile and HostName.
+struct TokenValues {
+  std::string home;  // %d
+  std::string local_user;  // %u
+  std::string host;  // %h: HostName (the alias for HostName itself)
+  std::string remote_user;  // %r
+  std::string alias;  // %n: the host name as given
+  int port = 22;  // %p
+  bool port_from_flag = false;  // true: `port` wins over the config's Port for %p
+  std::string local_host;  // %l
+};
+
+/// Replaces %%, %d, %u, %h, %r, %n, %p, %l, %i. Throws hvd::InvalidArgument
+/// naming the token for an unknown or truncated one.
+std::string expand_tokens(const std::string& text, const TokenValues& values);
+
+/// One keyword line, with the `Host` conditions it sits under.
+struct ConfigEntry {
+  std::string keyword;  // lower case
+  std::string keyword_as_written;
+  std::vector<std::string> args;
+  std::string file;
+  int line = 0;
+  /// Every `Host` line (outer file's block, then the included file's block)
+  /// that must match; empty: applies to every host.
+  std::vector<std::vector<std::string>> conditions;
+  bool in_match_block = false;  // under an unsupported `Match`: never applies
+  /// "file:line"
+  std::string where() const;
+};
+
+/// What the configuration says about one host. Unset fields: not configured.
+struct HostConfig {
+  std::string alias;  // the host as given
+  std::optional<std::string> hostname;  // HostName, tokens expanded
+  std::optional<int> port;
+  std::optional<std::string> user;
+  std::vector<std::string> identity_files;  // expanded, in order
+  std::optional<bool> identities_only;
+  std::optional<HostKeyPolicy> host_key_policy;
+  std::string host_key_policy_where;  // "file:line" of the StrictHostKeyChecking that won
+  std::vector<std::string> known_hosts_files;  // UserKnownHostsFile, expanded
+  /// One line per keyword hvdrun does not implement although it would
+  /// change the connection ("~/.ssh/config:7: ProxyJump is not supported by
+  /// hvdrun; ignored").
+  std::vector<std::string> unsupported;
+  /// One line per keyword that does not matter to hvdrun (for --verbose).
+  std::vector<std::string> ignored;
+};
+
+class SshConfig {
+ public:
+  /// Reads the files in order; a missing file is skipped (a missing
+  /// explicit Include file too, as OpenSSH does). `home` expands `~`.
+  /// Problems that do not stop the file from being used (a `Match` block,
+  /// an unreadable Include, an unknown keyword) are appended to `warnings`,
+  /// each one line starting with "file:line: ". Throws hvd::InvalidArgument
+  /// ("file:line: ...") for a line that cannot be parsed.
+  static SshConfig load(const std::vector<std::string>& files, const std::string& home,
+                        std::vector<std::string>* warnings);
+  /// Parses `text` as if it were the file `name` (relative Includes are
+  /// resolved under `include_dir`).
+  static SshConfig parse(const std::string& text, const std::string& name, const std::string& home,
+                         const std::string& include_dir, std::vector<std::string>* warnings);
+
+  /// The settings for `alias` (first value wins). `tokens` supplies %d, %u,
+  /// %l; the rest come from the resolution itself. Throws
+  /// hvd::InvalidArgument ("file:line: Port 'x' is not a port number") for
+  /// an invalid value of a keyword hvdrun implements.
+  HostConfig resolve(const std::string& alias, const TokenValues& tokens) const;
+
+  const std::vector<ConfigEntry>& entries() const { return entries_; }
+
+ private:
+  void read_file(const std::string& path, const std::string& home, const std::string& include_dir,
+                 const std::vector<std::vector<std::string>>& outer, int depth, std::vector<std::string>* warnings);
+  void read_text(const std::string& text, const std::string& name, const std::string& home,
+                 const std::string& include_dir, const std::vector<std::vector<std::string>>& outer, int depth,
+                 std::vector<std::string>* warnings);
+
+  std::vector<ConfigEntry> entries_;
+};
+
+/// The address hvdrun's SSH spawner would connect to for `alias`: the
+/// HostName of ~/.ssh/config or /etc/ssh/ssh_config ($HOME's), else `alias`
+/// itself. Never throws (an unusable file gives `alias`; the spawner reports
+/// it). For code that must route to a host before connecting (the driver
+/// address).
+std::string configured_hostname(const std::string& alias);
+
+}  // namespace hvd::launcher::ssh

@@ -1,0 +1,594 @@
+#include "hvd/launcher/spawn/ssh/ssh_config.h"
+
+#include "hvd/common/error.h"
+
+#include <glob.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace hvd::launcher::ssh {
+
+namespace {
+
+constexpr int kMaxIncludeDepth = 16;  // OpenSSH's READCONF_MAX_DEPTH
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+/// Keywords that change how ssh would connect or authenticate, which hvdrun
+/// does not implement: a warning when they apply to a host.
+const std::map<std::string, const char*>& unsupported_keywords() {
+  static const std::map<std::string, const char*> table = {
+      {"proxyjump", "hvdrun connects directly"},
+      {"proxycommand", "hvdrun connects directly"},
+      {"proxyusefdpass", "hvdrun connects directly"},
+      {"hostkeyalias", "the host key is looked up under the HostName"},
+      {"certificatefile", "no certificate authentication"},
+      {"identityagent", "hvdrun uses $SSH_AUTH_SOCK"},
+      {"addressfamily", "every address of the host is tried"},
+      {"bindaddress", "the kernel chooses the source address"},
+      {"bindinterface", "the kernel chooses the source address"},
+      {"connecttimeout", "--start-timeout bounds the connection"},
+      {"connectionattempts", "one attempt per address, within --start-timeout"},
+      {"ciphers", "libssh2's defaults are used"},
+      {"kexalgorithms", "libssh2's defaults are used"},
+      {"macs", "libssh2's defaults are used"},
+      {"hostkeyalgorithms", "libssh2's defaults are used"},
+      {"pubkeyacceptedalgorithms", "libssh2's defaults are used"},
+      {"pubkeyacceptedkeytypes", "libssh2's defaults are used"},
+      {"casignaturealgorithms", "no certificate authentication"},
+      {"hostbasedacceptedalgorithms", "no host-based authentication"},
+      {"hostbasedauthentication", "hvdrun authenticates with public keys only"},
+      {"pubkeyauthentication", "hvdrun authenticates with public keys only"},
+      {"preferredauthentications", "hvdrun authenticates with public keys only"},
+      {"globalknownhostsfile", "only UserKnownHostsFile is read"},
+      {"knownhostscommand", "only UserKnownHostsFile is read"},
+      {"revokedhostkeys", "no revocation list support"},
+      {"verifyhostkeydns", "no SSHFP lookups"},
+      {"canonicalizehostname", "host names are used as given (or as HostName says)"},
+      {"canonicaldomains", "host names are used as given (or as HostName says)"},
+      {"canonicalizefallbacklocal", "host names are used as given (or as HostName says)"},
+      {"canonicalizemaxdots", "host names are used as given (or as HostName says)"},
+      {"canonicalizepermittedcnames", "host names are used as given (or as HostName says)"},
+      {"remotecommand", "hvdrun runs its own agent"},
+      {"requesttty", "hvdrun never requests a terminal"},
+      {"sessiontype", "hvdrun runs its own agent"},
+      {"setenv", "pass variables with -x (hvdrun forwards its environment)"},
+      {"localcommand", "no local commands"},
+      {"permitlocalcommand", "no local commands"},
+      {"localforward", "no port forwarding"},
+      {"remoteforward", "no port forwarding"},
+      {"dynamicforward", "no port forwarding"},
+      {"tunnel", "no tunnel devices"},
+      {"tunneldevice", "no tunnel devices"},
+      {"pkcs11provider", "no PKCS#11 keys"},
+      {"securitykeyprovider", "no security keys"},
+      {"rekeylimit", "libssh2's defaults are used"},
+      {"requiredrsasize", "libssh2's defaults are used"},
+  };
+  return table;
+}
+
+/// Keywords that do not matter to hvdrun (listed under --verbose).
+const std::map<std::string, const char*>& cosmetic_keywords() {
+  static const std::map<std::string, const char*> table = {
+      {"sendenv", "hvdrun sends the worker environment itself"},
+      {"forwardagent", "no agent forwarding"},
+      {"forwardx11", "no X11 forwarding"},
+      {"forwardx11trusted", "no X11 forwarding"},
+      {"forwardx11timeout", "no X11 forwarding"},
+      {"xauthlocation", "no X11 forwarding"},
+      {"clearallforwardings", "no port forwarding"},
+      {"exitonforwardfailure", "no port forwarding"},
+      {"gatewayports", "no port forwarding"},
+      {"streamlocalbindmask", "no port forwarding"},
+      {"streamlocalbindunlink", "no port forwarding"},
+      {"loglevel", "hvdrun logs with --verbose"},
+      {"logverbose", "hvdrun logs with --verbose"},
+      {"syslogfacility", "hvdrun logs to stderr"},
+      {"visualhostkey", "cosmetic"},
+      {"fingerprinthash", "hvdrun prints SHA256 fingerprints"},
+      {"hashknownhosts", "new entries are written in plain form"},
+      {"updatehostkeys", "host keys are only ever appended"},
+      {"checkhostip", "the host key is checked under the host name"},
+      {"addkeystoagent", "hvdrun never adds keys to ssh-agent"},
+      {"usekeychain", "macOS only"},
+      {"serveraliveinterval", "hvdrun uses TCP keepalive (--ssh-keepalive)"},
+      {"serveralivecountmax", "hvdrun uses TCP keepalive (--ssh-keepalive)"},
+      {"tcpkeepalive", "hvdrun always uses TCP keepalive (--ssh-keepalive)"},
+      {"escapechar", "no interactive session"},
+      {"enableescapecommandline", "no interactive session"},
+      {"obscurekeystroketiming", "no interactive session"},
+      {"batchmode", "hvdrun never prompts"},
+      {"numberofpasswordprompts", "hvdrun never prompts"},
+      {"passwordauthentication", "hvdrun authenticates with public keys only"},
+      {"kbdinteractiveauthentication", "hvdrun authenticates with public keys only"},
+      {"kbdinteractivedevices", "hvdrun authenticates with public keys only"},
+      {"challengeresponseauthentication", "hvdrun authenticates with public keys only"},
+      {"gssapiauthentication", "hvdrun authenticates with public keys only"},
+      {"gssapidelegatecredentials", "hvdrun authenticates with public keys only"},
+      {"gssapikeyexchange", "hvdrun authenticates with public keys only"},
+      {"gssapitrustdns", "hvdrun authenticates with public keys only"},
+      {"gssapikexalgorithms", "hvdrun authenticates with public keys only"},
+      {"gssapiclientidentity", "hvdrun authenticates with public keys only"},
+      {"gssapiserveridentity", "hvdrun authenticates with public keys only"},
+      {"gssapirenewalforcesrekey", "hvdrun authenticates with public keys only"},
+      {"compression", "no compression"},
+      {"controlmaster", "hvdrun opens one connection per host itself"},
+      {"controlpath", "hvdrun opens one connection per host itself"},
+      {"controlpersist", "hvdrun opens one connection per host itself"},
+      {"ipqos", "default type of service"},
+      {"stdinnull", "no interactive session"},
+      {"forkafterauthentication", "no interactive session"},
+      {"nohostauthenticationforlocalhost", "local hosts do not use SSH"},
+      {"enablesshkeysign", "no host-based authentication"},
+      {"protocol", "SSH 2 only"},
+      {"useroaming", "obsolete"},
+      {"ignoreunknown", "applied while reading"},
+  };
+  return table;
+}
+
+/// Algorithm lists: system-wide crypto policies (e.g. RHEL's
+/// /etc/crypto-policies/back-ends/openssh.config, included by
+/// /etc/ssh/ssh_config) set them for every host; warning about them on every
+/// run would bury the warnings users can act on.
+bool is_algorithm_policy(const std::string& kw) {
+  static const std::set<std::string> keys = {"ciphers",
+                                             "macs",
+                                             "kexalgorithms",
+                                             "hostkeyalgorithms",
+                                             "pubkeyacceptedalgorithms",
+                                             "pubkeyacceptedkeytypes",
+                                             "casignaturealgorithms",
+                                             "hostbasedacceptedalgorithms",
+                                             "requiredrsasize",
+                                             "rekeylimit"};
+  return keys.count(kw) != 0;
+}
+
+bool is_implemented(const std::string& kw) {
+  static const std::set<std::string> keys = {"host",
+                                             "match",
+                                             "include",
+                                             "hostname",
+                                             "port",
+                                             "user",
+                                             "identityfile",
+                                             "identitiesonly",
+                                             "stricthostkeychecking",
+                                             "userknownhostsfile"};
+  return keys.count(kw) != 0;
+}
+
+bool wild_match(const char* s, const char* p) {
+  // Iterative '*' / '?' matching (both already lower case).
+  const char* star = nullptr;
+  const char* resume = nullptr;
+  while (*s != '\0') {
+    if (*p == '?' || *p == *s) {
+      ++s;
+      ++p;
+    } else if (*p == '*') {
+      star = p++;
+      resume = s;
+    } else if (star != nullptr) {
+      p = star + 1;
+      s = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (*p == '*') ++p;
+  return *p == '\0';
+}
+
+bool is_dir(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string dirname_of(const std::string& path) {
+  auto pos = path.rfind('/');
+  if (pos == std::string::npos) return ".";
+  return pos == 0 ? "/" : path.substr(0, pos);
+}
+
+bool truthy(const std::string& v, bool* out) {
+  std::string l = lower(v);
+  if (l == "yes" || l == "true") {
+    *out = true;
+    return true;
+  }
+  if (l == "no" || l == "false") {
+    *out = false;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+const char* policy_name(HostKeyPolicy policy) {
+  switch (policy) {
+    case HostKeyPolicy::Yes: return "yes";
+    case HostKeyPolicy::AcceptNew: return "accept-new";
+    case HostKeyPolicy::No: return "no";
+  }
+  return "?";
+}
+
+std::optional<HostKeyPolicy> parse_host_key_policy(const std::string& value) {
+  const std::string v = lower(value);
+  if (v == "yes" || v == "true" || v == "ask") return HostKeyPolicy::Yes;
+  if (v == "accept-new") return HostKeyPolicy::AcceptNew;
+  if (v == "no" || v == "off" || v == "false") return HostKeyPolicy::No;
+  return std::nullopt;
+}
+
+bool match_pattern(const std::string& host, const std::string& pattern) {
+  const std::string h = lower(host);
+  const std::string p = lower(pattern);
+  return wild_match(h.c_str(), p.c_str());
+}
+
+bool match_host_line(const std::string& host, const std::vector<std::string>& patterns) {
+  bool matched = false;
+  for (const auto& pat : patterns) {
+    if (!pat.empty() && pat[0] == '!') {
+      if (match_pattern(host, pat.substr(1))) return false;  // a negated match vetoes the line
+    } else if (match_pattern(host, pat)) {
+      matched = true;
+    }
+  }
+  return matched;
+}
+
+std::vector<std::string> split_config_line(const std::string& line) {
+  std::vector<std::string> out;
+  std::size_t i = 0;
+  const std::size_t n = line.size();
+  auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+  while (i < n && space(line[i])) ++i;
+  if (i == n || line[i] == '#') return out;
+  // The keyword: up to whitespace or '='.
+  std::size_t start = i;
+  while (i < n && !space(line[i]) && line[i] != '=') ++i;
+  out.push_back(line.substr(start, i - start));
+  while (i < n && space(line[i])) ++i;
+  if (i < n && line[i] == '=') {
+    ++i;
+    while (i < n && space(line[i])) ++i;
+  }
+  while (i < n) {
+    if (line[i] == '#') break;  // a trailing comment
+    std::string arg;
+    if (line[i] == '"') {
+      auto close = line.find('"', i + 1);
+      if (close == std::string::npos) throw InvalidArgument("unterminated quote");
+      arg = line.substr(i + 1, close - i - 1);
+      i = close + 1;
+    } else {
+      start = i;
+      while (i < n && !space(line[i])) ++i;
+      arg = line.substr(start, i - start);
+    }
+    out.push_back(arg);
+    while (i < n && space(line[i])) ++i;
+  }
+  return out;
+}
+
+std::string expand_tilde(const std::string& path, const std::string& home) {
+  if (path == "~") return home;
+  if (path.rfind("~/", 0) == 0) return home + path.substr(1);
+  return path;
+}
+
+std::string expand_tokens(const std::string& text, const TokenValues& v) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    if (i + 1 == text.size()) throw InvalidArgument(fmt::format("'{}' ends with a lone '%'", text));
+    const char t = text[++i];
+    switch (t) {
+      case '%': out += '%'; break;
+      case 'd': out += v.home; break;
+      case 'u': out += v.local_user; break;
+      case 'h': out += v.host; break;
+      case 'r': out += v.remote_user; break;
+      case 'n': out += v.alias; break;
+      case 'p': out += std::to_string(v.port); break;
+      case 'l': out += v.local_host; break;
+      case 'i': out += std::to_string(::getuid()); break;
+      default:
+        throw InvalidArgument(
+            fmt::format("'{}': the token %{} is not supported by hvdrun (known: %% %d %u %h %r %n %p %l %i)", text, t));
+    }
+  }
+  return out;
+}
+
+std::string ConfigEntry::where() const { return fmt::format("{}:{}", file, line); }
+
+SshConfig SshConfig::load(const std::vector<std::string>& files, const std::string& home,
+                          std::vector<std::string>* warnings) {
+  SshConfig config;
+  for (const auto& f : files) {
+    std::ifstream in(f);
+    if (!in) continue;  // a missing file is the normal case
+    config.read_file(f, home, dirname_of(f), {}, 0, warnings);
+  }
+  return config;
+}
+
+SshConfig SshConfig::parse(const std::string& text, const std::string& name, const std::string& home,
+                           const std::string& include_dir, std::vector<std::string>* warnings) {
+  SshConfig config;
+  config.read_text(text, name, home, include_dir, {}, 0, warnings);
+  return config;
+}
+
+void SshConfig::read_file(const std::string& path, const std::string& home, const std::string& include_dir,
+                          const std::vector<std::vector<std::string>>& outer, int depth,
+                          std::vector<std::string>* warnings) {
+  std::ifstream in(path);
+  if (!in) {
+    if (warnings) warnings->push_back(fmt::format("{}: cannot read the file; skipped", path));
+    return;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  read_text(ss.str(), path, home, include_dir, outer, depth, warnings);
+}
+
+void SshConfig::read_text(const std::string& text, const std::string& name, const std::string& home,
+                          const std::string& include_dir, const std::vector<std::vector<std::string>>& outer, int depth,
+                          std::vector<std::string>* warnings) {
+  std::vector<std::vector<std::string>> conditions = outer;
+  bool in_match = false;
+  std::vector<std::string> ignore_unknown;
+  std::istringstream in(text);
+  std::string line;
+  int lineno = 0;
+  auto warn = [&](const std::string& msg) {
+    if (warnings) warnings->push_back(fmt::format("{}:{}: {}", name, lineno, msg));
+  };
+  while (std::getline(in, line)) {
+    ++lineno;
+    std::vector<std::string> words;
+    try {
+      words = split_config_line(line);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(fmt::format("{}:{}: {}", name, lineno, e.what()));
+    }
+    if (words.empty()) continue;
+    const std::string kw = lower(words[0]);
+    std::vector<std::string> args(words.begin() + 1, words.end());
+    if (kw == "host") {
+      if (args.empty()) throw InvalidArgument(fmt::format("{}:{}: Host needs at least one pattern", name, lineno));
+      conditions = outer;
+      conditions.push_back(args);
+      in_match = false;
+      continue;
+    }
+    if (kw == "match") {
+      warn(fmt::format("'Match {}' is not supported by hvdrun; the block up to the next Host or Match line is skipped",
+                       fmt::join(args, " ")));
+      conditions = outer;
+      in_match = true;
+      continue;
+    }
+    if (kw == "include") {
+      if (in_match) continue;  // the Match block is skipped, its Includes too
+      if (depth + 1 > kMaxIncludeDepth) {
+        throw InvalidArgument(fmt::format("{}:{}: Include nested more than {} deep", name, lineno, kMaxIncludeDepth));
+      }
+      for (const auto& raw : args) {
+        std::string pat = expand_tilde(raw, home);
+        if (pat.empty()) continue;
+        if (pat[0] != '/') pat = include_dir + "/" + pat;
+        glob_t g{};
+        int rc = ::glob(pat.c_str(), 0, nullptr, &g);
+        std::vector<std::string> matches;
+        if (rc == 0) {
+          for (std::size_t k = 0; k < g.gl_pathc; ++k) matches.emplace_back(g.gl_pathv[k]);
+        }
+        ::globfree(&g);
+        for (const auto& m : matches) {  // glob() sorts them, as OpenSSH reads them
+          if (is_dir(m)) continue;
+          read_file(m, home, include_dir, conditions, depth + 1, warnings);
+        }
+      }
+      continue;
+    }
+    if (kw == "ignoreunknown" && !in_match) {
+      for (const auto& a : args) {
+        for (auto& part : [&] {
+               std::vector<std::string> v;
+               std::stringstream s(a);
+               std::string item;
+               while (std::getline(s, item, ',')) v.push_back(item);
+               return v;
+             }()) {
+          ignore_unknown.push_back(part);
+        }
+      }
+    }
+    if (!is_implemented(kw) && !unsupported_keywords().count(kw) && !cosmetic_keywords().count(kw)) {
+      bool ignored = std::any_of(ignore_unknown.begin(), ignore_unknown.end(),
+                                 [&](const std::string& p) { return match_pattern(kw, p); });
+      if (!ignored) warn(fmt::format("unknown keyword '{}'; ignored", words[0]));
+      continue;
+    }
+    ConfigEntry e;
+    e.keyword = kw;
+    e.keyword_as_written = words[0];
+    e.args = std::move(args);
+    e.file = name;
+    e.line = lineno;
+    e.conditions = conditions;
+    e.in_match_block = in_match;
+    entries_.push_back(std::move(e));
+  }
+}
+
+HostConfig SshConfig::resolve(const std::string& alias, const TokenValues& tokens) const {
+  HostConfig out;
+  out.alias = alias;
+  std::set<std::string> seen;  // keywords whose first value was taken
+  std::vector<const ConfigEntry*> identity_entries;
+  const ConfigEntry* known_hosts_entry = nullptr;
+  const ConfigEntry* hostname_entry = nullptr;
+  auto need_arg = [](const ConfigEntry& e) -> const std::string& {
+    if (e.args.empty()) throw InvalidArgument(fmt::format("{}: {} needs a value", e.where(), e.keyword_as_written));
+    return e.args[0];
+  };
+  for (const ConfigEntry& e : entries_) {
+    if (e.in_match_block) continue;
+    bool applies = std::all_of(e.conditions.begin(), e.conditions.end(),
+                               [&](const std::vector<std::string>& c) { return match_host_line(alias, c); });
+    if (!applies) continue;
+    if (e.keyword == "identityfile") {
+      need_arg(e);
+      identity_entries.push_back(&e);
+      continue;
+    }
+    if (!seen.insert(e.keyword).second) continue;  // the first value obtained wins
+    const std::string& kw = e.keyword;
+    if (auto it = unsupported_keywords().find(kw); it != unsupported_keywords().end()) {
+      const std::string v = e.args.empty() ? "" : lower(e.args[0]);
+      if (v == "none" || (kw == "pubkeyauthentication" && (v == "yes" || v == "true"))) {
+        out.ignored.push_back(fmt::format("{}: {} {} ignored (nothing to do)", e.where(), e.keyword_as_written, v));
+        continue;
+      }
+      const bool user_file = !tokens.home.empty() && e.file.rfind(tokens.home + "/", 0) == 0;
+      if (is_algorithm_policy(kw) && !user_file) {
+        out.ignored.push_back(fmt::format("{}: {} ignored (a system-wide algorithm policy; {})", e.where(),
+                                          e.keyword_as_written, it->second));
+        continue;
+      }
+      out.unsupported.push_back(
+          fmt::format("{}: {} is not supported by hvdrun ({}); ignored", e.where(), e.keyword_as_written, it->second));
+      continue;
+    }
+    if (auto it = cosmetic_keywords().find(kw); it != cosmetic_keywords().end()) {
+      out.ignored.push_back(fmt::format("{}: {} ignored ({})", e.where(), e.keyword_as_written, it->second));
+      continue;
+    }
+    if (kw == "hostname") {
+      need_arg(e);
+      hostname_entry = &e;
+    } else if (kw == "port") {
+      const std::string& v = need_arg(e);
+      int port = 0;
+      bool ok = !v.empty() && v.size() <= 5 &&
+                std::all_of(v.begin(), v.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+      if (ok) port = std::stoi(v);
+      if (!ok || port < 1 || port > 65535) {
+        throw InvalidArgument(fmt::format("{}: Port '{}' is not a port number (1-65535)", e.where(), v));
+      }
+      out.port = port;
+    } else if (kw == "user") {
+      out.user = need_arg(e);
+    } else if (kw == "identitiesonly") {
+      bool b = false;
+      if (!truthy(need_arg(e), &b)) {
+        throw InvalidArgument(fmt::format("{}: IdentitiesOnly '{}' must be yes or no", e.where(), e.args[0]));
+      }
+      out.identities_only = b;
+    } else if (kw == "stricthostkeychecking") {
+      auto p = parse_host_key_policy(need_arg(e));
+      if (!p) {
+        throw InvalidArgument(fmt::format("{}: StrictHostKeyChecking '{}' must be yes, ask, accept-new, no or off",
+                                          e.where(), e.args[0]));
+      }
+      out.host_key_policy = p;
+      out.host_key_policy_where = e.where();
+    } else if (kw == "userknownhostsfile") {
+      need_arg(e);
+      known_hosts_entry = &e;
+    }
+  }
+
+  // Tokens: HostName sees %h = the alias; the others see the final values.
+  TokenValues t = tokens;
+  t.alias = alias;
+  t.host = alias;
+  if (hostname_entry != nullptr) {
+    try {
+      out.hostname = expand_tokens(hostname_entry->args[0], t);
+    } catch (const InvalidArgument& ex) {
+      throw InvalidArgument(fmt::format("{}: HostName {}", hostname_entry->where(), ex.what()));
+    }
+    t.host = *out.hostname;
+  }
+  if (out.user) t.remote_user = *out.user;
+  if (out.port && !tokens.port_from_flag) t.port = *out.port;
+  for (const ConfigEntry* e : identity_entries) {
+    for (const auto& a : e->args) {
+      try {
+        out.identity_files.push_back(expand_tilde(expand_tokens(a, t), t.home));
+      } catch (const InvalidArgument& ex) {
+        throw InvalidArgument(fmt::format("{}: IdentityFile {}", e->where(), ex.what()));
+      }
+    }
+  }
+  if (known_hosts_entry != nullptr) {
+    for (const auto& a : known_hosts_entry->args) {
+      if (lower(a) == "none") continue;
+      try {
+        out.known_hosts_files.push_back(expand_tilde(expand_tokens(a, t), t.home));
+      } catch (const InvalidArgument& ex) {
+        throw InvalidArgument(fmt::format("{}: UserKnownHostsFile {}", known_hosts_entry->where(), ex.what()));
+      }
+    }
+    if (out.known_hosts_files.empty()) out.known_hosts_files.push_back("/dev/null");
+  }
+  return out;
+}
+
+std::string configured_hostname(const std::string& alias) {
+  std::string home;
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') {
+    home = h;
+  } else if (passwd* pw = ::getpwuid(::geteuid()); pw != nullptr && pw->pw_dir != nullptr) {
+    home = pw->pw_dir;
+  }
+  try {
+    SshConfig config = SshConfig::load({home + "/.ssh/config", "/etc/ssh/ssh_config"}, home, nullptr);
+    // Only HostName: another key's bad value is the spawner's to report.
+    for (const ConfigEntry& e : config.entries()) {
+      if (e.keyword != "hostname" || e.in_match_block || e.args.empty()) continue;
+      bool applies = std::all_of(e.conditions.begin(), e.conditions.end(),
+                                 [&](const std::vector<std::string>& c) { return match_host_line(alias, c); });
+      if (!applies) continue;
+      TokenValues t;
+      t.home = home;
+      t.host = alias;
+      t.alias = alias;
+      return expand_tokens(e.args[0], t);
+    }
+    return alias;
+  } catch (const std::exception&) {
+    return alias;
+  }
+}
+
+}  // namespace hvd::launcher::ssh

@@ -1,0 +1,378 @@
+// ssh_config(5) parsing and per-host resolution (ssh_config.h).
+#include "hvd/common/error.h"
+#include "hvd/launcher/spawn/ssh/ssh_config.h"
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+using namespace hvd::launcher::ssh;
+
+namespace {
+
+TokenValues tokens() {
+  TokenValues t;
+  t.home = "/home/alice";
+  t.local_user = "alice";
+  t.remote_user = "alice";
+  t.local_host = "laptop";
+  return t;
+}
+
+SshConfig parse(const std::string& text, std::vector<std::string>* warnings = nullptr) {
+  return SshConfig::parse(text, "/home/alice/.ssh/config", "/home/alice", "/home/alice/.ssh", warnings);
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "hvd-sshcfg-XXXXXX").string();
+    path = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() { fs::remove_all(path); }
+  void write(const std::string& rel, const std::string& text) const {
+    fs::create_directories((path / rel).parent_path());
+    std::ofstream(path / rel) << text;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("ssh_config: split_config_line", "[ssh][config]") {
+  using V = std::vector<std::string>;
+  CHECK(split_config_line("") == V{});
+  CHECK(split_config_line("   # comment") == V{});
+  CHECK(split_config_line("Port 2222") == V{"Port", "2222"});
+  CHECK(split_config_line("  Port=2222") == V{"Port", "2222"});
+  CHECK(split_config_line("Port = 2222") == V{"Port", "2222"});
+  CHECK(split_config_line("\tHost a b\t!c  ") == V{"Host", "a", "b", "!c"});
+  CHECK(split_config_line("IdentityFile \"/path with space/key\" other") ==
+        V{"IdentityFile", "/path with space/key", "other"});
+  CHECK(split_config_line("User bob # trailing comment") == V{"User", "bob"});
+  CHECK(split_config_line("Port 22\r") == V{"Port", "22"});
+  CHECK_THROWS_AS(split_config_line("IdentityFile \"/open"), hvd::InvalidArgument);
+}
+
+TEST_CASE("ssh_config: patterns: wildcards, case, negation, several per line", "[ssh][config]") {
+  CHECK(match_pattern("worker-3", "worker-*"));
+  CHECK(match_pattern("worker-3", "worker-?"));
+  CHECK_FALSE(match_pattern("worker-33", "worker-?"));
+  CHECK(match_pattern("Worker-3.EXAMPLE", "worker-*.example"));
+  CHECK(match_pattern("a", "*"));
+  CHECK(match_pattern("abcabd", "*abd"));
+  CHECK(match_pattern("", "*"));
+  CHECK_FALSE(match_pattern("a", ""));
+  CHECK_FALSE(match_pattern("worker", "worker-*"));
+  CHECK(match_pattern("x.y.z", "*.*.*"));
+
+  CHECK(match_host_line("db1", {"web*", "db*"}));
+  CHECK_FALSE(match_host_line("db1", {"web*"}));
+  CHECK_FALSE(match_host_line("db1", {"*", "!db*"}));  // negation vetoes
+  CHECK_FALSE(match_host_line("db1", {"!db*", "*"}));  // wherever it stands
+  CHECK(match_host_line("web1", {"*", "!db*"}));
+  CHECK_FALSE(match_host_line("web1", {"!db*"}));  // only negated patterns never match
+}
+
+TEST_CASE("ssh_config: tokens and tilde", "[ssh][config]") {
+  TokenValues t = tokens();
+  t.host = "10.0.0.5";
+  t.remote_user = "bob";
+  t.alias = "w1";
+  t.port = 2222;
+  CHECK(expand_tokens("%d/.ssh/id_%u_%r@%h:%p(%n)%%", t) == "/home/alice/.ssh/id_alice_bob@10.0.0.5:2222(w1)%");
+  CHECK(expand_tokens("%l", t) == "laptop");
+  CHECK(expand_tokens("%i", t) == std::to_string(::getuid()));
+  CHECK_THROWS_WITH(expand_tokens("%C", t), Catch::Contains("%C") && Catch::Contains("not supported"));
+  CHECK_THROWS_AS(expand_tokens("abc%", t), hvd::InvalidArgument);
+  CHECK(expand_tilde("~/.ssh/k", "/h") == "/h/.ssh/k");
+  CHECK(expand_tilde("~", "/h") == "/h");
+  CHECK(expand_tilde("/abs/~/k", "/h") == "/abs/~/k");
+}
+
+TEST_CASE("ssh_config: StrictHostKeyChecking values", "[ssh][config]") {
+  CHECK(parse_host_key_policy("yes") == HostKeyPolicy::Yes);
+  CHECK(parse_host_key_policy("ASK") == HostKeyPolicy::Yes);  // non-interactive
+  CHECK(parse_host_key_policy("true") == HostKeyPolicy::Yes);
+  CHECK(parse_host_key_policy("accept-new") == HostKeyPolicy::AcceptNew);
+  CHECK(parse_host_key_policy("no") == HostKeyPolicy::No);
+  CHECK(parse_host_key_policy("off") == HostKeyPolicy::No);
+  CHECK(parse_host_key_policy("false") == HostKeyPolicy::No);
+  CHECK_FALSE(parse_host_key_policy("maybe"));
+  CHECK(std::string(policy_name(HostKeyPolicy::AcceptNew)) == "accept-new");
+}
+
+TEST_CASE("ssh_config: a Horovod helm chart's config", "[ssh][config]") {
+  // What charts write: a Port and no host key checking for every host.
+  auto cfg = parse(
+      "Host *\n"
+      "    Port 2222\n"
+      "    StrictHostKeyChecking no\n"
+      "    UserKnownHostsFile /dev/null\n");
+  HostConfig h = cfg.resolve("horovod-worker-0.horovod", tokens());
+  CHECK(h.port == 2222);
+  CHECK(h.host_key_policy == HostKeyPolicy::No);
+  CHECK(h.host_key_policy_where == "/home/alice/.ssh/config:3");
+  CHECK(h.known_hosts_files == std::vector<std::string>{"/dev/null"});
+  CHECK_FALSE(h.hostname);
+  CHECK_FALSE(h.user);
+  CHECK(h.identity_files.empty());
+  CHECK(h.unsupported.empty());
+}
+
+TEST_CASE("ssh_config: the first value obtained wins, across blocks", "[ssh][config]") {
+  auto cfg = parse(
+      "Host w1\n"
+      "  Port 2201\n"
+      "  User first\n"
+      "Host w*\n"
+      "  Port 2299\n"
+      "  User second\n"
+      "  HostName %h.cluster.local\n"
+      "Host *\n"
+      "  Port 22\n"
+      "  StrictHostKeyChecking accept-new\n"
+      "  StrictHostKeyChecking no\n");
+  HostConfig w1 = cfg.resolve("w1", tokens());
+  CHECK(w1.port == 2201);
+  CHECK(w1.user == "first");
+  CHECK(w1.hostname == "w1.cluster.local");
+  CHECK(w1.host_key_policy == HostKeyPolicy::AcceptNew);
+  CHECK(w1.host_key_policy_where == "/home/alice/.ssh/config:10");
+  HostConfig w2 = cfg.resolve("w2", tokens());
+  CHECK(w2.port == 2299);
+  CHECK(w2.user == "second");
+  HostConfig other = cfg.resolve("db", tokens());
+  CHECK(other.port == 22);
+  CHECK_FALSE(other.user);
+  CHECK_FALSE(other.hostname);
+}
+
+TEST_CASE("ssh_config: keywords before any Host apply to every host; Host matches the alias", "[ssh][config]") {
+  auto cfg = parse(
+      "User everyone\n"
+      "Host alias\n"
+      "  HostName 198.18.0.2\n"
+      "Host 198.18.0.2\n"
+      "  Port 2222\n");
+  HostConfig h = cfg.resolve("alias", tokens());
+  CHECK(h.user == "everyone");
+  CHECK(h.hostname == "198.18.0.2");
+  CHECK_FALSE(h.port);  // Host lines match the alias, not the HostName (as OpenSSH)
+  CHECK(cfg.resolve("198.18.0.2", tokens()).port == 2222);
+}
+
+TEST_CASE("ssh_config: negation and several patterns on a Host line", "[ssh][config]") {
+  auto cfg = parse(
+      "Host node? !node9 gpu-*\n"
+      "  User trainer\n");
+  CHECK(cfg.resolve("node1", tokens()).user == "trainer");
+  CHECK(cfg.resolve("gpu-a", tokens()).user == "trainer");
+  CHECK_FALSE(cfg.resolve("node9", tokens()).user);
+  CHECK_FALSE(cfg.resolve("node10", tokens()).user);
+}
+
+TEST_CASE("ssh_config: IdentityFile accumulates, with tokens and ~", "[ssh][config]") {
+  auto cfg = parse(
+      "Host w*\n"
+      "  HostName %h.svc\n"
+      "  User bob\n"
+      "  IdentityFile ~/.ssh/%r_%h\n"
+      "  IdentityFile %d/keys/%u \"/with space/k\"\n"
+      "Host *\n"
+      "  IdentityFile ~/.ssh/id_default\n");
+  HostConfig h = cfg.resolve("w1", tokens());
+  CHECK(h.identity_files == std::vector<std::string>{"/home/alice/.ssh/bob_w1.svc", "/home/alice/keys/alice",
+                                                     "/with space/k", "/home/alice/.ssh/id_default"});
+}
+
+TEST_CASE("ssh_config: UserKnownHostsFile: several files, first line wins, none", "[ssh][config]") {
+  auto cfg = parse(
+      "Host a\n"
+      "  UserKnownHostsFile ~/.ssh/kh_%h /etc/ssh/shared_known_hosts\n"
+      "Host *\n"
+      "  UserKnownHostsFile /ignored\n"
+      "Host b\n"
+      "  UserKnownHostsFile none\n");
+  CHECK(cfg.resolve("a", tokens()).known_hosts_files ==
+        std::vector<std::string>{"/home/alice/.ssh/kh_a", "/etc/ssh/shared_known_hosts"});
+  CHECK(cfg.resolve("c", tokens()).known_hosts_files == std::vector<std::string>{"/ignored"});
+  CHECK(cfg.resolve("b", tokens()).known_hosts_files == std::vector<std::string>{"/ignored"});
+  auto none = parse("UserKnownHostsFile none\n");
+  CHECK(none.resolve("x", tokens()).known_hosts_files == std::vector<std::string>{"/dev/null"});
+}
+
+TEST_CASE("ssh_config: keywords are case-insensitive, '=' works, comments", "[ssh][config]") {
+  auto cfg = parse(
+      "# comment\n"
+      "\n"
+      "HOST=x\n"
+      "  port=2200\n"
+      "  sTrIcThOsTkEyChEcKiNg = Accept-New\n"
+      "  identitiesonly yes\n");
+  HostConfig h = cfg.resolve("x", tokens());
+  CHECK(h.port == 2200);
+  CHECK(h.host_key_policy == HostKeyPolicy::AcceptNew);
+  CHECK(h.identities_only == true);
+}
+
+TEST_CASE("ssh_config: Match blocks: one warning with file:line, block skipped", "[ssh][config]") {
+  std::vector<std::string> warnings;
+  auto cfg = parse(
+      "Host a\n"
+      "  Port 2201\n"
+      "Match host a exec \"true\"\n"
+      "  User from-match\n"
+      "  Port 9999\n"
+      "Host *\n"
+      "  User everyone\n",
+      &warnings);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].rfind("/home/alice/.ssh/config:3: ", 0) == 0);
+  CHECK_THAT(warnings[0], Catch::Contains("Match") && Catch::Contains("not supported") && Catch::Contains("skipped"));
+  HostConfig h = cfg.resolve("a", tokens());
+  CHECK(h.port == 2201);
+  CHECK(h.user == "everyone");
+}
+
+TEST_CASE("ssh_config: unsupported keywords warn per applying key; cosmetic ones are listed", "[ssh][config]") {
+  std::vector<std::string> warnings;
+  auto cfg = parse(
+      "Host bastioned\n"
+      "  ProxyJump jump.example\n"
+      "  ProxyCommand ssh -W %h:%p jump\n"
+      "Host direct\n"
+      "  ProxyJump none\n"
+      "Host *\n"
+      "  ForwardX11 yes\n"
+      "  SendEnv LANG LC_*\n"
+      "  ServerAliveInterval 30\n"
+      "  PubkeyAuthentication yes\n"
+      "  FrobnicateHosts yes\n",
+      &warnings);
+  // Unknown keywords are reported while reading.
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Catch::StartsWith("/home/alice/.ssh/config:11: ") && Catch::Contains("FrobnicateHosts"));
+  HostConfig b = cfg.resolve("bastioned", tokens());
+  REQUIRE(b.unsupported.size() == 2);
+  CHECK_THAT(b.unsupported[0], Catch::StartsWith("/home/alice/.ssh/config:2: ProxyJump is not supported"));
+  CHECK_THAT(b.unsupported[1], Catch::StartsWith("/home/alice/.ssh/config:3: ProxyCommand is not supported"));
+  CHECK(b.ignored.size() == 4);
+  HostConfig d = cfg.resolve("direct", tokens());
+  CHECK(d.unsupported.empty());  // "ProxyJump none" asks for nothing
+  HostConfig o = cfg.resolve("other", tokens());
+  CHECK(o.unsupported.empty());
+  CHECK(o.ignored.size() == 4);
+}
+
+TEST_CASE("ssh_config: IgnoreUnknown silences the named unknown keywords", "[ssh][config]") {
+  std::vector<std::string> warnings;
+  parse("IgnoreUnknown UseKeychainX,Foo*\nUseKeychainX yes\nFooBar 1\nBaz 2\n", &warnings);
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Catch::Contains(":4:") && Catch::Contains("Baz"));
+}
+
+TEST_CASE("ssh_config: invalid values of implemented keys are errors naming file:line", "[ssh][config]") {
+  CHECK_THROWS_WITH(parse("Port abc\n").resolve("h", tokens()),
+                    Catch::StartsWith("/home/alice/.ssh/config:1: Port 'abc' is not a port number"));
+  CHECK_THROWS_WITH(parse("Host h\n Port 70000\n").resolve("h", tokens()), Catch::Contains("config:2: Port"));
+  CHECK_NOTHROW(parse("Host h\n Port 70000\n").resolve("other", tokens()));  // only applying lines count
+  CHECK_THROWS_WITH(parse("StrictHostKeyChecking maybe\n").resolve("h", tokens()),
+                    Catch::Contains("config:1: StrictHostKeyChecking 'maybe'"));
+  CHECK_THROWS_WITH(parse("User\n").resolve("h", tokens()), Catch::Contains("config:1: User needs a value"));
+  CHECK_THROWS_WITH(parse("IdentityFile ~/%Z\n").resolve("h", tokens()), Catch::Contains("config:1: IdentityFile"));
+  CHECK_THROWS_WITH(parse("Host\n"), Catch::Contains("config:1: Host needs"));
+  CHECK_THROWS_WITH(parse("\nUser \"bob\n"), Catch::Contains("config:2: unterminated quote"));
+}
+
+TEST_CASE("ssh_config: load reads the user file, then the system file", "[ssh][config]") {
+  TempDir d;
+  d.write("home/.ssh/config", "Host w*\n  Port 2222\n");
+  d.write("etc/ssh_config", "Host *\n  Port 22\n  User sysuser\n  StrictHostKeyChecking yes\n");
+  std::vector<std::string> warnings;
+  auto cfg = SshConfig::load(
+      {(d.path / "home/.ssh/config").string(), (d.path / "etc/ssh_config").string(), (d.path / "missing").string()},
+      (d.path / "home").string(), &warnings);
+  CHECK(warnings.empty());
+  HostConfig h = cfg.resolve("w1", tokens());
+  CHECK(h.port == 2222);
+  CHECK(h.user == "sysuser");
+  CHECK(h.host_key_policy == HostKeyPolicy::Yes);
+  CHECK(h.host_key_policy_where == (d.path / "etc/ssh_config").string() + ":4");
+  CHECK(cfg.resolve("db", tokens()).port == 22);
+}
+
+TEST_CASE("ssh_config: Include: relative, glob, inside a Host block, nested Host", "[ssh][config]") {
+  TempDir d;
+  const std::string home = (d.path / "home").string();
+  d.write("home/.ssh/config",
+          "Include conf.d/*.conf\n"
+          "Host gpu*\n"
+          "  Include ~/.ssh/gpu.inc\n"
+          "Host *\n"
+          "  User fallback\n");
+  d.write("home/.ssh/conf.d/10-a.conf", "Host a\n  Port 2001\n");
+  d.write("home/.ssh/conf.d/20-b.conf", "Host a b\n  Port 2002\n  User bee\n");
+  d.write("home/.ssh/conf.d/ignored.txt", "Port 1\n");
+  // Lines of an included file before its own Host line keep the outer block's
+  // condition; its Host lines narrow it further.
+  d.write("home/.ssh/gpu.inc", "IdentityFile ~/.ssh/gpu_key\nHost gpu2\n  User gpu2user\n");
+  std::vector<std::string> warnings;
+  auto cfg = SshConfig::load({home + "/.ssh/config"}, home, &warnings);
+  CHECK(warnings.empty());
+  CHECK(cfg.resolve("a", tokens()).port == 2001);
+  CHECK(cfg.resolve("a", tokens()).user == "bee");
+  CHECK(cfg.resolve("b", tokens()).port == 2002);
+  CHECK_FALSE(cfg.resolve("c", tokens()).port);
+  TokenValues t = tokens();
+  t.home = home;
+  HostConfig g1 = cfg.resolve("gpu1", t);
+  CHECK(g1.identity_files == std::vector<std::string>{home + "/.ssh/gpu_key"});
+  CHECK(g1.user == "fallback");
+  HostConfig g2 = cfg.resolve("gpu2", t);
+  CHECK(g2.user == "gpu2user");
+  CHECK(cfg.resolve("cpu2", t).identity_files.empty());  // the outer Host gpu* condition still holds
+  CHECK(cfg.resolve("cpu2", t).user == "fallback");
+}
+
+TEST_CASE("ssh_config: an Include loop stops at the depth limit with an error", "[ssh][config]") {
+  TempDir d;
+  d.write("loop.conf", "Include loop.conf\n");
+  std::vector<std::string> warnings;
+  CHECK_THROWS_WITH(SshConfig::load({(d.path / "loop.conf").string()}, "/h", &warnings),
+                    Catch::Contains("Include nested more than"));
+}
+
+TEST_CASE("ssh_config: the system file's relative Includes are under its own directory", "[ssh][config]") {
+  TempDir d;
+  d.write("etc/ssh_config", "Include ssh_config.d/*.conf\n");
+  d.write("etc/ssh_config.d/k8s.conf", "Host *\n  StrictHostKeyChecking no\n");
+  auto cfg = SshConfig::load({(d.path / "etc/ssh_config").string()}, "/h", nullptr);
+  CHECK(cfg.resolve("x", tokens()).host_key_policy == HostKeyPolicy::No);
+}
+
+TEST_CASE("ssh_config: algorithm lists warn from the user's file, not from a system crypto policy", "[ssh][config]") {
+  TempDir d;
+  const std::string home = (d.path / "home").string();
+  d.write("home/.ssh/config", "Host strict\n  Ciphers aes256-gcm@openssh.com\n");
+  d.write("etc/crypto.config", "Ciphers aes128-ctr\nMACs hmac-sha2-256\nGSSAPIKexAlgorithms gss-curve25519-sha256-\n");
+  d.write("etc/ssh_config", "Include " + (d.path / "etc/crypto.config").string() + "\n");
+  std::vector<std::string> warnings;
+  auto cfg = SshConfig::load({home + "/.ssh/config", (d.path / "etc/ssh_config").string()}, home, &warnings);
+  CHECK(warnings.empty());  // GSSAPIKexAlgorithms is known (and cosmetic)
+  TokenValues t = tokens();
+  t.home = home;
+  HostConfig strict = cfg.resolve("strict", t);
+  CAPTURE(strict.unsupported);
+  REQUIRE(strict.unsupported.size() == 1);
+  CHECK_THAT(strict.unsupported[0], Catch::Contains("Ciphers is not supported"));
+  HostConfig other = cfg.resolve("other", t);
+  CHECK(other.unsupported.empty());
+  CHECK(other.ignored.size() == 3);
+}
