@@ -16,16 +16,16 @@ namespace {
 
 // $1: the group id, $2: the grace in tenths of a second. The first line on
 // stdin is the environment entry that marks the job's processes (empty: none);
-// EOF after it is hvdrun's death. dash's kill takes neither `--` nor
+// EOF after it is hvdrun's death; a line "now" instead is fire(): no grace. dash's kill takes neither `--` nor
 // `-s NAME` before a negative pid, so signal numbers it is. grep -f - keeps
 // the entry (it may hold a secret) off every command line.
 constexpr const char* kGuardScript =
-    "IFS= read -r m; read x; "
+    "IFS= read -r m; read x; g=$2; [ \"$x\" = now ] && g=0; "
     "pids() { [ -n \"$m\" ] || return 0; "
     "for f in $(printf '%s\\n' \"$m\" | grep -lzxF -f - /proc/[0-9]*/environ 2>/dev/null); do "
     "f=${f#/proc/}; echo \"${f%/environ}\"; done; }; "
     "kill -15 -$1 2>/dev/null; for p in $(pids); do kill -15 $p 2>/dev/null; done; "
-    "i=0; while [ $i -lt $2 ]; do "
+    "i=0; while [ $i -lt $g ]; do "
     "if ! kill -0 -$1 2>/dev/null && [ -z \"$(pids)\" ]; then break; fi; "
     "sleep 0.1; i=$((i+1)); done; "
     "kill -9 -$1 2>/dev/null; for p in $(pids); do kill -9 $p 2>/dev/null; done";
@@ -65,6 +65,18 @@ GroupGuard& GroupGuard::operator=(GroupGuard&& other) noexcept {
     lifeline_ = std::move(other.lifeline_);
   }
   return *this;
+}
+
+void GroupGuard::fire(std::chrono::milliseconds timeout) {
+  if (!active()) return;
+  const char now[] = "now\n";
+  try {
+    write_all(lifeline_.get(), now, sizeof now - 1);
+  } catch (const IoError&) {
+    // The guard is gone already; reaped below.
+  }
+  lifeline_.reset();
+  if (!proc_.reap_until(Deadline::after(timeout))) proc_.kill_group_and_reap();
 }
 
 void GroupGuard::dismiss() {

@@ -121,10 +121,12 @@ class MpiSpawner final : public Spawner {
     }
     int status;
     {
-      // What mpirun left in its process group goes with it: nothing outlives
-      // the job. The guard goes first, while mpirun is an unreaped zombie.
+      // What mpirun left goes with it: nothing outlives the job. Its ranks
+      // are in process groups of their own, so the guard acts now (on the
+      // group and on every process with the job's secret), while mpirun is
+      // an unreaped zombie and its group id cannot be reused.
       std::lock_guard<std::mutex> lock(mutex_);
-      guard_.dismiss();
+      guard_.fire(std::chrono::seconds(5));
       status = proc_.kill_group_and_reap();
     }
     WorkerExit e;

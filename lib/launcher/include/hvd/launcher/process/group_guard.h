@@ -57,6 +57,10 @@ class GroupGuard {
   pid_t pid() const { return proc_.valid() ? proc_.pid() : -1; }
   /// Stops the guard without touching the guarded group. Idempotent.
   void dismiss();
+  /// Lets the guard act now, without grace: SIGTERM then SIGKILL to the
+  /// group and the marked processes; waits up to `timeout` for it to finish
+  /// (then kills it). Call while the group's leader is still unreaped.
+  void fire(std::chrono::milliseconds timeout);
 
  private:
   Subprocess proc_;
