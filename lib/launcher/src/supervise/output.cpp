@@ -157,16 +157,16 @@ struct OutputRouter::Writer {
   bool stalled_locked(Clock::time_point now) const { return writing && now - write_started >= kStalled; }
 
   /// Until everything queued was written, `deadline`, or (when
-  /// `give_up_if_stalled`) the writer is stuck in one write.
-  bool wait_drained(Clock::time_point deadline, bool give_up_if_stalled) {
+  /// `give_up_if_behind`) the writer is stuck in one write or far behind.
+  bool wait_drained(Clock::time_point deadline, bool give_up_if_behind) {
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {
       if (queued == 0 || broken) return true;
       const auto now = Clock::now();
       if (now >= deadline || done) return false;
-      if (give_up_if_stalled && stalled_locked(now)) return false;
+      if (give_up_if_behind && (stalled_locked(now) || queued > 4 * kMaxWrite)) return false;
       auto until = deadline;
-      if (give_up_if_stalled && writing) until = std::min(until, write_started + kStalled);
+      if (give_up_if_behind && writing) until = std::min(until, write_started + kStalled);
       written.wait_until(lock, std::max(until, now + std::chrono::milliseconds(1)));
     }
   }
@@ -415,8 +415,9 @@ void OutputRouter::finish(int rank) {
     st.err_file.reset();
   }
   // The rank's last lines go out before its exit is reported (hvdrun's own
-  // log lines follow them), unless a stream is stuck: never wait on that.
-  const auto deadline = Writer::Clock::now() + std::chrono::milliseconds(500);
+  // log lines follow them), unless a stream is stuck or far behind (a slow
+  // reader): never hold up the exit report for long.
+  const auto deadline = Writer::Clock::now() + std::chrono::milliseconds(200);
   for (auto& w : writers_) w->wait_drained(deadline, true);
 }
 
