@@ -156,6 +156,14 @@ int run_elastic_job(const Options& options) {
     std::lock_guard<std::mutex> lock(signal_mutex);
     if (early_signal == 0) live_runner = &runner;  // in one step with the check: no signal falls between
   }
+  struct ForgetRunner {  // no signal reaches the runner once it is gone, even on an exception
+    std::mutex& mutex;
+    ElasticRunner*& runner;
+    ~ForgetRunner() {
+      std::lock_guard<std::mutex> lock(mutex);
+      runner = nullptr;
+    }
+  } forget_runner{signal_mutex, live_runner};
   if (auto code = stopped_early()) return job.finish(*code);
   const int code = runner.run(std::move(first));
   job.signals().stop_watching();
