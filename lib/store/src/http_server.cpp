@@ -634,6 +634,10 @@ void HttpStoreServer::Impl::stop() {
   for (auto& t : threads)
     if (t.joinable()) t.join();
   threads.clear();
+  // io.stop() may have won the race against the close posted above: the
+  // listening socket must not outlive stop() (no thread touches it now).
+  error_code ignored;
+  acceptor.close(ignored);
   spdlog::debug("rendezvous store on {}:{} stopped", bound_address, bound_port);
 }
 

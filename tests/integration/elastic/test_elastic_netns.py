@@ -11,7 +11,10 @@ Cases (one CTest entry each):
                the host is blacklisted, survivors go on; the link comes back
                and after the cooldown the host is admitted again;
   bad_host     discovery lists an unreachable host beside a good one: the
-               job trains on the good one, the bad one is blacklisted.
+               job trains on the good one, the bad one is blacklisted;
+  late_host    discovery lists no host at first (store on 127.0.0.1 only),
+               then a remote one: the store moves to the bridge address
+               once, before the worker starts, which trains through it.
 Both end with no process left in any namespace.
 """
 import os
@@ -127,7 +130,62 @@ def case_bad_host(hosts):
     print(f"bad_host: training {started_after:.1f} s after launch; {bad_lines[-1]}")
 
 
-CASES = {"remove_host": case_remove_host, "cut_host": case_cut_host, "bad_host": case_bad_host}
+def listening_addresses(pid):
+    """The local addresses of the TCP sockets `pid` listens on (IPv4)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    out = []
+    with open(f"/proc/{pid}/net/tcp") as f:
+        for row in f.read().splitlines()[1:]:
+            cols = row.split()
+            if cols[3] == "0A" and cols[9] in inodes:
+                addr_hex, port_hex = cols[1].split(":")
+                out.append((".".join(str(b) for b in reversed(bytes.fromhex(addr_hex))), int(port_hex, 16)))
+    return out
+
+
+def case_late_host(hosts):
+    """The first discovery run lists nothing (pods not up yet): the store
+    listens on 127.0.0.1 only, never on 0.0.0.0. Then a remote host appears:
+    the store moves to the address that host routes to, once, before its
+    worker starts, and the job trains through it (issue 21)."""
+    a = hosts.addrs[0]
+    j = start(hosts, "", ["-np", "1"], steps=40, step_ms=30)
+    try:
+        early = []
+        deadline = time.monotonic() + 10
+        while not early and time.monotonic() < deadline:
+            early = listening_addresses(j.proc.pid)
+            time.sleep(0.05)
+        check([addr for addr, _ in early] == ["127.0.0.1"], f"store before any host: {early}", j.text(j.err))
+        time.sleep(0.5)
+        j.set_hosts(f"{a}:1\n")
+        j.wait_for_step(1, 1, timeout=30)
+        late = listening_addresses(j.proc.pid)
+        code, out, err = j.finish(60)
+    finally:
+        j.kill()
+    check(code == 0, f"hvdrun exited {code}", out, err)
+    check(set(j.final_checksums(out)) == {te.reference_checksum(40)}, "wrong result", out)
+    moved = [l for l in err.splitlines() if "the rendezvous store moved from 127.0.0.1:" in l]
+    check(len(moved) == 1, "expected one store move", err)
+    addrs = {addr for addr, _ in late}
+    check("0.0.0.0" not in addrs and "127.0.0.1" not in addrs and len(addrs) == 1, f"store after the move: {late}",
+          err)
+    check(f"workers reach the store on {late[0][0]}:{late[0][1]}" in err, "workers given another address", err)
+    left = hosts.wait_no_leftovers(8)
+    check(not left, "processes left in the namespaces", left)
+    print(f"late_host: {moved[0].split('] ')[-1]}")
+
+
+CASES = {"remove_host": case_remove_host, "cut_host": case_cut_host, "bad_host": case_bad_host,
+         "late_host": case_late_host}
 
 
 def main():

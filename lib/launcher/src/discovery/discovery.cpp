@@ -1,15 +1,48 @@
 #include "hvd/launcher/discovery/discovery.h"
 
 #include <cctype>
+#include <cstdio>
 #include <set>
 #include <sstream>
 
 namespace hvd::launcher {
+
+std::string printable_excerpt(std::string_view text, std::size_t max_chars) {
+  std::string out;
+  std::size_t i = 0;
+  for (; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    std::string piece;
+    if (c == '\\') {
+      piece = "\\\\";
+    } else if (c == '\t') {
+      piece = "\\t";
+    } else if (c == '\r') {
+      piece = "\\r";
+    } else if (c < 0x20 || c >= 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      piece = buf;
+    } else {
+      piece.assign(1, static_cast<char>(c));
+    }
+    if (out.size() + piece.size() > max_chars) break;
+    out += piece;
+  }
+  if (i < text.size()) out += "... (" + std::to_string(text.size()) + " bytes)";
+  return out;
+}
+
 namespace {
+
+/// Lines are shown quoted: a script's garbage (escape sequences, binary)
+/// must never reach the terminal raw, nor flood it.
+constexpr std::size_t kShownLineChars = 80;
 
 DiscoveryResult fail(int line_no, const std::string& line, const std::string& why) {
   DiscoveryResult r;
-  r.error = "malformed discovery output line " + std::to_string(line_no) + " '" + line + "': " + why;
+  r.error = "malformed discovery output line " + std::to_string(line_no) + " '" +
+            printable_excerpt(line, kShownLineChars) + "': " + printable_excerpt(why, 2 * kShownLineChars);
   return r;
 }
 

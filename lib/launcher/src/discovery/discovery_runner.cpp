@@ -9,11 +9,16 @@
 // reused, so the kill can never hit an unrelated group. A grandchild that
 // keeps the pipes open after the shell exited is given a short drain period,
 // then killed with the rest; a run therefore ends within timeout + ~drain.
+//
+// Should hvdrun die during a run (kill -9 included), a GroupGuard kills the
+// script's group: nothing of a hung script outlives hvdrun (issue 21). A
+// readable `cancel_fd` (hvdrun is stopping: Ctrl-C) ends a run at once.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -24,6 +29,8 @@
 
 #include "hvd/common/io.h"
 #include "hvd/launcher/discovery/discovery.h"
+#include "hvd/launcher/discovery/host_source.h"
+#include "hvd/launcher/process/group_guard.h"
 #include "hvd/launcher/process/signals.h"
 #include "hvd/launcher/process/subprocess.h"
 
@@ -97,12 +104,20 @@ bool is_plain_word(const std::string& s) {
   return !s.empty();
 }
 
+bool is_readable(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR));
+}
+
 }  // namespace
 
 DiscoveryResult run_discovery_script(const DiscoveryScriptOptions& options) {
   const std::string name = fmt::format("host discovery script '{}'", shown_script(options.script));
   if (options.script.empty()) return failure("host discovery script: empty command");
   if (options.script.find('\0') != std::string::npos) return failure(name + ": contains a NUL byte");
+  const std::string cancelled_message = name + " was stopped: hvdrun is shutting down";
+  if (is_readable(options.cancel_fd)) return failure(cancelled_message);
 
   // A plain path is exec'd by the shell, so that the script itself leads the
   // group and its signal death shows as such (not as the shell's 128+N).
@@ -134,9 +149,17 @@ DiscoveryResult run_discovery_script(const DiscoveryScriptOptions& options) {
   }
   out_write.reset();
   err_write.reset();
+  // Declared after `shell`, so destroyed (dismissed) before it on every path.
+  GroupGuard guard;
+  try {
+    guard = GroupGuard::start(shell.pid(), std::chrono::milliseconds(0));
+  } catch (const std::exception& e) {
+    shell.kill_group_and_reap();
+    return failure(fmt::format("{}: cannot run it: cannot start its process-group guard: {}", name, e.what()));
+  }
 
   std::string stdout_text, stderr_text;
-  bool out_open = true, err_open = true, exited = false, too_much = false, timed_out = false;
+  bool out_open = true, err_open = true, exited = false, too_much = false, timed_out = false, cancelled = false;
   Clock::time_point drain_until{};
   std::vector<char> buf(kReadChunk);
 
@@ -157,9 +180,13 @@ DiscoveryResult run_discovery_script(const DiscoveryScriptOptions& options) {
     // Without a pidfd, the shell's exit is noticed by polling every 10 ms.
     if (shell.pidfd() < 0 && !exited) wait_ms = std::min<long long>(wait_ms, 10);
 
-    pollfd fds[3];
+    pollfd fds[4];
     int n = 0;
-    int out_i = -1, err_i = -1;
+    int out_i = -1, err_i = -1, cancel_i = -1;
+    if (options.cancel_fd >= 0) {
+      cancel_i = n;
+      fds[n++] = {options.cancel_fd, POLLIN, 0};
+    }
     if (out_open) {
       out_i = n;
       fds[n++] = {out_read.get(), POLLIN, 0};
@@ -172,11 +199,16 @@ DiscoveryResult run_discovery_script(const DiscoveryScriptOptions& options) {
     int rc = ::poll(fds, static_cast<nfds_t>(n), static_cast<int>(wait_ms));
     if (rc < 0 && errno != EINTR) {
       const int e = errno;
+      guard.dismiss();
       shell.kill_group_and_reap();
       errno = e;
       return os_failure("poll");
     }
     if (rc <= 0) continue;
+    if (cancel_i >= 0 && fds[cancel_i].revents != 0) {
+      cancelled = true;
+      break;
+    }
 
     auto drain = [&](int index, UniqueFd& fd, bool& open, std::string& into, bool is_stdout) {
       if (index < 0 || !(fds[index].revents & (POLLIN | POLLHUP | POLLERR))) return;
@@ -198,10 +230,12 @@ DiscoveryResult run_discovery_script(const DiscoveryScriptOptions& options) {
     if (too_much) break;
   }
 
+  guard.dismiss();  // before the leader is reaped: its group id stays reserved until then
   const int status = shell.kill_group_and_reap();
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
   spdlog::debug("{} finished in {} ms", name, took.count());
 
+  if (cancelled) return failure(cancelled_message);
   if (timed_out) {
     return failure(fmt::format("{} timed out after {} and was killed", name, seconds_text(options.timeout)));
   }
@@ -221,6 +255,19 @@ DiscoveryResult run_discovery_script(const DiscoveryScriptOptions& options) {
   DiscoveryResult parsed = parse_discovery_output(stdout_text, options.default_slots);
   if (!parsed.ok()) parsed.error = name + ": " + *parsed.error;
   return parsed;
+}
+
+ScriptHostSource::ScriptHostSource(DiscoveryScriptOptions options) : options_(std::move(options)) {
+  cancel_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!cancel_) throw IoError(fmt::format("eventfd failed: {}", std::strerror(errno)));
+  options_.cancel_fd = cancel_.get();
+}
+
+void ScriptHostSource::cancel() {
+  // Stays readable for good: the run in progress and every later one end at once.
+  const uint64_t one = 1;
+  ssize_t n = ::write(cancel_.get(), &one, sizeof one);
+  (void)n;
 }
 
 }  // namespace hvd::launcher

@@ -94,8 +94,8 @@ class EventQueue {
 };
 
 /// Runs the discovery script every interval on its own thread until
-/// stopped; results go to the queue. Stopping waits at most for the run in
-/// progress (bounded by the script timeout).
+/// stopped; results go to the queue. Stopping cancels the run in progress
+/// (HostSource::cancel), so a hung script never delays the end.
 class DiscoveryLoop {
  public:
   DiscoveryLoop(HostSource& source, std::chrono::milliseconds interval, EventQueue& queue)
@@ -124,6 +124,7 @@ class DiscoveryLoop {
       stop_ = true;
     }
     cv_.notify_all();
+    source_.cancel();  // a hung run ends now, not at its timeout
     if (thread_.joinable()) thread_.join();
   }
 
@@ -183,7 +184,7 @@ class ElasticRunner::Impl {
         deps_(std::move(deps)),
         output_(deps_.output),
         events_(deps_.events),
-        store_(deps_.store),
+        store_(&deps_.store),
         sink_(deps_.output, queue_) {}
 
   void interrupt(int sig) {
@@ -269,7 +270,7 @@ class ElasticRunner::Impl {
       case ElasticEvent::Kind::Exit: {
         auto it = live_.find(e.worker_id);
         if (it == live_.end()) break;  // a duplicate report (launch failure raced an exit)
-        store_.unwatch(it->second.ready_watch);
+        store_->unwatch(it->second.ready_watch);
         live_.erase(it);
         for (auto k = kill_at_.begin(); k != kill_at_.end();) {
           k = k->second == e.worker_id ? kill_at_.erase(k) : std::next(k);
@@ -350,14 +351,14 @@ class ElasticRunner::Impl {
   /// so whoever exits after training in it is reported after its formation.
   void report_formed_worlds(ElasticTime now) {
     for (uint64_t version : driver_->unformed_worlds()) {
-      if (store_.try_get(selastic::formed_key(version))) {
+      if (store_->try_get(selastic::formed_key(version))) {
         driver_->on_world_formed(version, now);
       }
     }
   }
 
   void publish(const selastic::World& world) {
-    auto& store = store_;
+    auto& store = *store_;
     store.set_string(selastic::world_key(world.version), selastic::encode_world(world));
     store.set_string(selastic::kVersionKey, std::to_string(world.version));
     spdlog::debug("published world {} ({} members)", world.version, world.members.size());
@@ -371,7 +372,13 @@ class ElasticRunner::Impl {
     if (!result.ok()) return result;
     if (!driver_addr_ && !result.hosts.empty()) {
       try {
-        set_driver_address(deps_.choose_address(result.hosts));
+        const std::string addr = deps_.choose_address(result.hosts);
+        if (deps_.rebind_store) {
+          ElasticRunnerDeps::ReboundStore rebound = deps_.rebind_store(addr);
+          store_ = rebound.store;
+          common_env_[job_env::kRendezvousPort] = std::to_string(rebound.port);
+        }
+        set_driver_address(addr);
         spdlog::info("workers reach the store on {}:{}", *driver_addr_, common_env_[job_env::kRendezvousPort]);
       } catch (const std::exception& e) {
         spdlog::warn("cannot choose the address workers reach hvdrun on ({}); ignoring this discovery run", e.what());
@@ -449,7 +456,7 @@ class ElasticRunner::Impl {
       // The worker's ready key may appear at any time from now on.
       EventQueue* queue = &queue_;
       std::string id = a->worker_id;
-      auto value = store_.try_get_or_watch(
+      auto value = store_->try_get_or_watch(
           selastic::ready_key(id),
           [queue, id] {
             ElasticEvent e;
@@ -527,7 +534,7 @@ class ElasticRunner::Impl {
   }
 
   void teardown() {
-    for (auto& [id, w] : live_) store_.unwatch(w.ready_watch);
+    for (auto& [id, w] : live_) store_->unwatch(w.ready_watch);
     for (auto& b : batches_) {
       if (b->launcher.joinable()) b->launcher.join();
     }
@@ -548,7 +555,7 @@ class ElasticRunner::Impl {
   ElasticRunnerDeps deps_;
   OutputRouter& output_;
   EventLog* events_ = nullptr;  ///< --events-file, may be null
-  store::InMemoryStore& store_;
+  store::InMemoryStore* store_;  ///< deps_.store, or the one rebind_store returned
   EventQueue queue_;
   ElasticSink sink_;
   std::unique_ptr<ElasticDriver> driver_;

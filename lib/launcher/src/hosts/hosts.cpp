@@ -1,6 +1,7 @@
 #include "hvd/launcher/hosts/hosts.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <cctype>
 #include <cerrno>
@@ -199,6 +200,12 @@ std::vector<HostSpec> parse_hostfile_text(const std::string& text, const std::st
 }
 
 std::vector<HostSpec> parse_hostfile(const std::string& path) {
+  // An ifstream opens a directory and then reads nothing, which would read
+  // as "no hosts in hostfile".
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    throw InvalidArgument(fmt::format("hostfile '{}' is a directory, not a file of host[:slots] lines", path));
+  }
   std::ifstream in(path);
   if (!in) throw InvalidArgument(fmt::format("cannot read hostfile '{}': {}", path, std::strerror(errno)));
   std::stringstream ss;

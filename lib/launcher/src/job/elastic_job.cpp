@@ -13,7 +13,10 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <cstring>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <random>
 
 namespace hvd::launcher {
@@ -54,19 +57,46 @@ int run_elastic_job(const Options& options) {
     return job.finish(exit_code::kUsage);
   }
 
+  // Signals from here on: before the runner exists one stops the first look
+  // at once (a hung script) and ends the job; then they go to the runner.
+  std::mutex signal_mutex;
+  ElasticRunner* live_runner = nullptr;
+  int early_signal = 0;
+  job.signals().watch([&](int sig) {
+    std::lock_guard<std::mutex> lock(signal_mutex);
+    if (live_runner) {
+      live_runner->interrupt(sig);
+      return;
+    }
+    if (early_signal == 0) early_signal = sig;
+    source->cancel();
+  });
+  struct StopWatching {
+    SignalGuard& guard;
+    ~StopWatching() { guard.stop_watching(); }  // before the locals it uses go away
+  } stop_watching{job.signals()};
+  auto stopped_early = [&]() -> std::optional<int> {
+    std::lock_guard<std::mutex> lock(signal_mutex);
+    if (early_signal == 0) return std::nullopt;
+    spdlog::warn("received {}; stopping before any worker started", strsignal(early_signal));
+    return 128 + early_signal;
+  };
+
   // The first look decides whether the job can start at all, and which
   // address remote hosts will reach the store on.
   DiscoveryResult first = source->discover();
+  if (auto code = stopped_early()) return job.finish(*code);
   if (!first.ok()) {
     std::fprintf(stderr, "hvdrun: error: %s\n", first.error->c_str());
     return job.finish(exit_code::kLaunch);
   }
   // The address workers reach the store on follows from the hosts (see
   // choose_driver_address). With no host listed yet (pods not up) it is
-  // chosen when the first hosts appear; the store listens on every
-  // interface meanwhile (it authenticates every request).
+  // chosen when the first hosts appear; meanwhile the store listens on
+  // 127.0.0.1 only (no worker exists yet), and moves to that address then
+  // (rebind_store below). It never listens on every interface.
   std::optional<std::string> driver_addr;
-  std::string bind_addr = "0.0.0.0";
+  std::string bind_addr = "127.0.0.1";
   if (!first.hosts.empty() || !options.network_interfaces.empty()) {
     std::string addr;
     if (int code = job.choose_address(first.hosts, addr)) return job.finish(code);
@@ -90,9 +120,51 @@ int run_elastic_job(const Options& options) {
     return choose_driver_address(options.network_interfaces, hosts);
   };
   deps.store_address = driver_addr.value_or(bind_addr) + ":" + std::to_string(job.store_port());
+  // The store served on the address chosen late, when it is not 127.0.0.1:
+  // same secret, the same port when it is free there. Declared before the
+  // runner, which uses it, so it outlives it.
+  std::unique_ptr<store::HttpStoreServer> moved_store;
+  if (!driver_addr) {
+    deps.rebind_store = [&job, &options, &moved_store](const std::string& address) {
+      ElasticRunnerDeps::ReboundStore out{&job.store().store(), job.store_port()};
+      if (address == "127.0.0.1") return out;  // where it listens already
+      store::ServerOptions so;
+      so.bind_address = address;
+      so.secret = job.secret();
+      so.allow_unauthenticated = options.insecure_store;
+      for (uint16_t port : {job.store_port(), uint16_t(0)}) {
+        so.port = port;
+        auto server = std::make_unique<store::HttpStoreServer>(so);
+        try {
+          server->start();
+        } catch (const std::exception& e) {
+          if (port == 0) throw;
+          spdlog::debug("store: port {} is taken on {} ({}); using another", port, address, e.what());
+          continue;
+        }
+        moved_store = std::move(server);
+        break;
+      }
+      job.store().stop();  // nothing reached it: no worker had started
+      spdlog::info("the rendezvous store moved from 127.0.0.1:{} to {}:{}", out.port, address, moved_store->port());
+      return ElasticRunnerDeps::ReboundStore{&moved_store->store(), moved_store->port()};
+    };
+  }
   deps.seed = (uint64_t(rd()) << 32) | rd();
   ElasticRunner runner(options, std::move(deps));
-  job.signals().watch([&runner](int sig) { runner.interrupt(sig); });
+  {
+    std::lock_guard<std::mutex> lock(signal_mutex);
+    if (early_signal == 0) live_runner = &runner;  // in one step with the check: no signal falls between
+  }
+  struct ForgetRunner {  // no signal reaches the runner once it is gone, even on an exception
+    std::mutex& mutex;
+    ElasticRunner*& runner;
+    ~ForgetRunner() {
+      std::lock_guard<std::mutex> lock(mutex);
+      runner = nullptr;
+    }
+  } forget_runner{signal_mutex, live_runner};
+  if (auto code = stopped_early()) return job.finish(*code);
   const int code = runner.run(std::move(first));
   job.signals().stop_watching();
   return job.finish(code);

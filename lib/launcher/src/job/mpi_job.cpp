@@ -72,7 +72,7 @@ int run_mpi_job(const Options& options, const JobPlan& plan, const std::map<std:
 
   std::vector<HostLaunch> hosts(1);
   hosts[0].host = "localhost";
-  hosts[0].spawner = make_mpi_spawner();
+  hosts[0].spawner = make_mpi_spawner({options.kill_grace});
   hosts[0].workers = {std::move(mpirun)};
   // PR_SET_PDEATHSIG follows the thread that spawned mpirun: this one.
   hosts[0].launch_on_caller_thread = true;

@@ -41,6 +41,11 @@ namespace hvd::launcher {
 
 namespace {
 
+/// The most ranks (-np) hvdrun runs, far above any real job: without -H,
+/// `-np 99999999` would otherwise plan that many workers on localhost, one
+/// environment copy each, and grow by gigabytes before failing (issue 21).
+constexpr int kMaxNumProc = 65536;
+
 ParseOutcome usage_error(const std::string& message) {
   ParseOutcome out;
   out.exit_code = exit_code::kUsage;
@@ -639,6 +644,9 @@ ParseOutcome parse_command_line(int argc, char** argv) {
     return out;
   }
   if (!o.num_proc) return usage_error("-np/--num-proc is required (e.g. hvdrun -np 4 python train.py)");
+  if (*o.num_proc > kMaxNumProc) {
+    return usage_error(fmt::format("-np {} is more than hvdrun runs: at most {} ranks", *o.num_proc, kMaxNumProc));
+  }
   if (command.empty()) return usage_error("no command given (e.g. hvdrun -np 2 python train.py)");
   if (looks_like_host_entry(command.front())) {
     // The `-H a:2 b:2 python x.py` typo: b:2 would become the command.

@@ -10,9 +10,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <ctime>
+#include <thread>
 
 namespace hvd::launcher {
 
@@ -107,6 +110,108 @@ constexpr std::size_t kMaxTailLineChars = 512;
 
 }  // namespace
 
+// ------------------------------------------------------------------ writer
+
+/// One of hvdrun's streams, written by its own thread from a bounded queue.
+struct OutputRouter::Writer {
+  using Clock = std::chrono::steady_clock;
+  /// A write that has not returned for this long counts as stalled: callers
+  /// stop waiting for this stream (finish() does not hold up exit reports).
+  static constexpr std::chrono::milliseconds kStalled{100};
+  /// Bytes handed to one write_all, so progress is seen while a slow reader drains.
+  static constexpr std::size_t kMaxWrite = 16 * 1024;
+
+  Writer(int fd_, std::size_t limit_) : fd(fd_), limit(limit_) {}
+
+  const int fd;
+  const std::size_t limit;
+  std::mutex mu;
+  std::condition_variable wake;  // the thread: data or closing
+  std::condition_variable written;  // waiters: the queue drained or progress
+  std::deque<std::string> queue;
+  std::size_t queued = 0;  ///< bytes in `queue` plus the chunk being written
+  bool writing = false;
+  Clock::time_point write_started{};
+  Clock::time_point last_progress = Clock::now();
+  bool closing = false;
+  bool done = false;  ///< the thread returned
+  bool broken = false;  ///< EPIPE & co.: drop silently from now on
+  DroppedOutput dropped;
+  std::thread thread;
+
+  /// Queues `data` (whole lines) unless over the bound. Never blocks on the fd.
+  void push(std::string data) {
+    if (data.empty()) return;
+    std::lock_guard<std::mutex> lock(mu);
+    if (broken) return;
+    if (queued + data.size() > limit) {
+      dropped.lines += static_cast<std::uint64_t>(std::count(data.begin(), data.end(), '\n'));
+      dropped.bytes += data.size();
+      return;
+    }
+    queued += data.size();
+    queue.push_back(std::move(data));
+    wake.notify_one();
+  }
+
+  bool stalled_locked(Clock::time_point now) const { return writing && now - write_started >= kStalled; }
+
+  /// Until everything queued was written, `deadline`, or (when
+  /// `give_up_if_behind`) the writer is stuck in one write or far behind.
+  bool wait_drained(Clock::time_point deadline, bool give_up_if_behind) {
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      if (queued == 0 || broken) return true;
+      const auto now = Clock::now();
+      if (now >= deadline || done) return false;
+      if (give_up_if_behind && (stalled_locked(now) || queued > 4 * kMaxWrite)) return false;
+      auto until = deadline;
+      if (give_up_if_behind && writing) until = std::min(until, write_started + kStalled);
+      written.wait_until(lock, std::max(until, now + std::chrono::milliseconds(1)));
+    }
+  }
+
+  void run() {
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      wake.wait(lock, [&] { return !queue.empty() || closing; });
+      if (queue.empty()) break;  // closing and drained
+      std::string chunk;
+      while (!queue.empty() && chunk.size() < kMaxWrite) {
+        std::string& front = queue.front();
+        const std::size_t take = std::min(front.size(), kMaxWrite - chunk.size());
+        chunk.append(front, 0, take);
+        if (take == front.size()) {
+          queue.pop_front();
+        } else {
+          front.erase(0, take);
+        }
+      }
+      writing = true;
+      write_started = Clock::now();
+      lock.unlock();
+      bool ok = true;
+      try {
+        write_all(fd, chunk.data(), chunk.size());
+      } catch (const IoError&) {
+        ok = false;  // a closed terminal or `hvdrun ... | head`: drop output, keep the job
+      }
+      lock.lock();
+      writing = false;
+      last_progress = Clock::now();
+      queued -= chunk.size();
+      if (!ok) {
+        broken = true;
+        for (const auto& q : queue) queued -= q.size();
+        queue.clear();
+      }
+      written.notify_all();
+    }
+    done = true;
+    written.notify_all();
+  }
+};
+
 // ------------------------------------------------------------------ router
 
 struct OutputRouter::RankState {
@@ -122,20 +227,32 @@ struct OutputRouter::RankState {
 
 OutputRouter::OutputRouter(OutputOptions options) : options_(std::move(options)) {
   if (!options_.clock) options_.clock = asctime_now;
-  if (options_.directory) {
-    const std::string& dir = *options_.directory;
-    // mkdir -p for the top directory (horovodrun's _mkdir_p).
-    for (std::size_t pos = dir.find('/', 1); pos != std::string::npos; pos = dir.find('/', pos + 1)) {
-      make_directory(dir.substr(0, pos));
+  for (int i = 0; i < 2; ++i) {
+    auto w = std::make_shared<Writer>(i == 0 ? options_.stdout_fd : options_.stderr_fd, options_.max_buffered_bytes);
+    // The thread holds its own reference: it may outlive the router.
+    w->thread = std::thread([w] { w->run(); });
+    writers_[i] = std::move(w);
+  }
+  // From here on a throw must not leave running threads behind.
+  try {
+    if (options_.directory) {
+      const std::string& dir = *options_.directory;
+      // mkdir -p for the top directory (horovodrun's _mkdir_p).
+      for (std::size_t pos = dir.find('/', 1); pos != std::string::npos; pos = dir.find('/', pos + 1)) {
+        make_directory(dir.substr(0, pos));
+      }
+      make_directory(dir);
+      for (int rank = 0; rank < options_.num_workers && !options_.lazy_worker_dirs; ++rank) {
+        std::string rank_dir = fmt::format("{}/rank.{}", dir, padded_rank(rank, options_.num_workers));
+        make_directory(rank_dir);
+        RankState& st = state(rank);
+        st.out_file = open_output_file(rank_dir + "/stdout");
+        st.err_file = open_output_file(rank_dir + "/stderr");
+      }
     }
-    make_directory(dir);
-    for (int rank = 0; rank < options_.num_workers && !options_.lazy_worker_dirs; ++rank) {
-      std::string rank_dir = fmt::format("{}/rank.{}", dir, padded_rank(rank, options_.num_workers));
-      make_directory(rank_dir);
-      RankState& st = state(rank);
-      st.out_file = open_output_file(rank_dir + "/stdout");
-      st.err_file = open_output_file(rank_dir + "/stderr");
-    }
+  } catch (...) {
+    close_writers();
+    throw;
   }
 }
 
@@ -146,6 +263,66 @@ OutputRouter::~OutputRouter() {
     for (auto& [rank, st] : ranks_) ranks.push_back(rank);
   }
   for (int rank : ranks) finish(rank);
+  close_writers();
+}
+
+void OutputRouter::close_writers() {
+  using Clock = Writer::Clock;
+  const auto give_up = Clock::now() + options_.close_bound;
+  for (auto& w : writers_) {
+    std::unique_lock<std::mutex> lock(w->mu);
+    w->closing = true;
+    w->wake.notify_one();
+    // Drain while the reader takes something; a reader that takes nothing
+    // for close_stall (or everything past close_bound) is given up on.
+    for (;;) {
+      if (w->done) break;
+      const auto now = Clock::now();
+      const auto stall_at = (w->writing ? std::max(w->write_started, w->last_progress) : now) + options_.close_stall;
+      if (now >= give_up || now >= stall_at) break;
+      w->written.wait_until(lock, std::min(give_up, stall_at));
+    }
+  }
+  const char* names[2] = {"stdout", "stderr"};
+  bool stderr_usable = true;
+  for (int i = 0; i < 2; ++i) {
+    Writer& w = *writers_[i];
+    std::lock_guard<std::mutex> lock(w.mu);
+    DroppedOutput lost = w.dropped;
+    // What is still queued is not written either.
+    std::uint64_t pending = w.done ? 0 : w.queued;
+    if (!w.done) {
+      for (const auto& q : w.queue) lost.lines += static_cast<std::uint64_t>(std::count(q.begin(), q.end(), '\n'));
+      lost.bytes += pending;
+      if (i == 1) stderr_usable = false;
+    }
+    w.dropped = lost;
+  }
+  for (int i = 0; i < 2; ++i) {
+    Writer& w = *writers_[i];
+    if (w.done) {
+      w.thread.join();
+    } else {
+      w.thread.detach();  // blocked in write(); it ends with the process
+    }
+    if (w.dropped.bytes > 0 && stderr_usable) {
+      spdlog::warn("hvdrun's {} was not being read: {} line{} ({} bytes) of worker output were dropped", names[i],
+                   w.dropped.lines, w.dropped.lines == 1 ? "" : "s", w.dropped.bytes);
+    }
+  }
+}
+
+DroppedOutput OutputRouter::dropped(Stream stream) const {
+  Writer& w = *writers_[stream == Stream::Stdout ? 0 : 1];
+  std::lock_guard<std::mutex> lock(w.mu);
+  return w.dropped;
+}
+
+bool OutputRouter::wait_written(std::chrono::milliseconds timeout) {
+  const auto deadline = Writer::Clock::now() + timeout;
+  bool all = true;
+  for (auto& w : writers_) all = w->wait_drained(deadline, false) && all;
+  return all;
 }
 
 OutputRouter::RankState& OutputRouter::state(int rank) {
@@ -194,15 +371,9 @@ void OutputRouter::emit_line(int rank, Stream stream, std::string_view line, boo
 
 void OutputRouter::flush(Stream stream, std::string& out) {
   if (out.empty()) return;
-  bool& broken = stream == Stream::Stdout ? stdout_broken_ : stderr_broken_;
-  if (!broken) {
-    try {
-      write_all(stream == Stream::Stdout ? options_.stdout_fd : options_.stderr_fd, out.data(), out.size());
-    } catch (const IoError& e) {
-      // A closed terminal or `hvdrun ... | head`: drop output, keep the job.
-      broken = true;
-    }
-  }
+  // Every complete line of a chunk in one queue entry, written with one
+  // write() when it fits kMaxWrite: whole lines only.
+  writers_[stream == Stream::Stdout ? 0 : 1]->push(std::move(out));
   out.clear();
 }
 
@@ -228,19 +399,26 @@ void OutputRouter::write(int rank, Stream stream, const char* data, std::size_t 
 }
 
 void OutputRouter::finish(int rank) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  RankState& st = state(rank);
-  if (st.finished) return;
-  st.finished = true;
-  for (Stream stream : {Stream::Stdout, Stream::Stderr}) {
-    std::string out;
-    LineSplitter& splitter = stream == Stream::Stdout ? st.out : st.err;
-    splitter.finish([&](std::string_view line, bool terminated) { emit_line(rank, stream, line, terminated, out); });
-    flush(stream, out);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    RankState& st = state(rank);
+    if (st.finished) return;
+    st.finished = true;
+    for (Stream stream : {Stream::Stdout, Stream::Stderr}) {
+      std::string out;
+      LineSplitter& splitter = stream == Stream::Stdout ? st.out : st.err;
+      splitter.finish([&](std::string_view line, bool terminated) { emit_line(rank, stream, line, terminated, out); });
+      flush(stream, out);
+    }
+    st.tail_open = false;
+    st.out_file.reset();
+    st.err_file.reset();
   }
-  st.tail_open = false;
-  st.out_file.reset();
-  st.err_file.reset();
+  // The rank's last lines go out before its exit is reported (hvdrun's own
+  // log lines follow them), unless a stream is stuck or far behind (a slow
+  // reader): never hold up the exit report for long.
+  const auto deadline = Writer::Clock::now() + std::chrono::milliseconds(200);
+  for (auto& w : writers_) w->wait_drained(deadline, true);
 }
 
 std::vector<std::string> OutputRouter::stderr_tail(int rank) const {

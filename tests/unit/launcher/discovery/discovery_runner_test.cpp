@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <thread>
 
 #include "hvd/launcher/discovery/discovery.h"
+#include "hvd/launcher/discovery/host_source.h"
 
 using hvd::launcher::DiscoveryResult;
 using hvd::launcher::DiscoveryScriptOptions;
@@ -202,4 +204,79 @@ TEST_CASE("discovery script: stdin is /dev/null and signals are reset", "[discov
   auto killed = run("kill -TERM $$; sleep 5");
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   CHECK(error_of(killed) == "host discovery script 'kill -TERM $$; sleep 5' was killed by SIGTERM");
+}
+
+TEST_CASE("discovery script: cancel() ends a hung run at once with its children, and later runs never start",
+          "[discovery_runner]") {
+  REQUIRE(::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
+  ScriptDir d;
+  const std::string pid_file = d.path("pid");
+  auto s = d.script("hang.sh", "echo $$ >> '" + pid_file + "'\nsleep 30 &\nsleep 30\n");
+  DiscoveryScriptOptions o;
+  o.script = s;
+  o.timeout = std::chrono::seconds(30);
+  hvd::launcher::ScriptHostSource source(o);
+  std::thread canceller([&] {
+    while (read_pid(pid_file) <= 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    source.cancel();
+  });
+  const auto t0 = Clock::now();
+  DiscoveryResult r = source.discover();
+  const auto took = Clock::now() - t0;
+  canceller.join();
+  CHECK(error_of(r) == "host discovery script '" + s + "' was stopped: hvdrun is shutting down");
+  CHECK(took < std::chrono::seconds(3));
+  const pid_t pgid = read_pid(pid_file);
+  REQUIRE(pgid > 1);
+  CHECK(group_gone_within(pgid, std::chrono::seconds(2)));
+  // Once cancelled, a run is not even started.
+  const auto t1 = Clock::now();
+  CHECK(error_of(source.discover()) == "host discovery script '" + s + "' was stopped: hvdrun is shutting down");
+  CHECK(Clock::now() - t1 < std::chrono::milliseconds(500));
+  std::ifstream in(pid_file);
+  std::string line;
+  int runs = 0;
+  while (std::getline(in, line)) ++runs;
+  CHECK(runs == 1);
+}
+
+TEST_CASE("discovery script: a run whose caller is SIGKILLed dies with its children (the guard)",
+          "[discovery_runner]") {
+  // The caller is a forked copy of this test; the script and its guard are
+  // its children. kill -9 of the caller must not leave the script's group
+  // running under a reaper (here: this process, a subreaper).
+  REQUIRE(::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
+  ScriptDir d;
+  const std::string pid_file = d.path("pid");
+  auto s = d.script("hang.sh", "echo $$ > '" + pid_file + "'\nsleep 30 &\nsleep 30\n");
+  const pid_t caller = ::fork();
+  REQUIRE(caller >= 0);
+  if (caller == 0) {
+    DiscoveryScriptOptions o;
+    o.script = s;
+    o.timeout = std::chrono::seconds(30);
+    run_discovery_script(o);
+    ::_exit(0);
+  }
+  const auto until = Clock::now() + std::chrono::seconds(10);
+  while (read_pid(pid_file) <= 1 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const pid_t pgid = read_pid(pid_file);
+  REQUIRE(pgid > 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the background sleep is up
+  REQUIRE(::kill(caller, SIGKILL) == 0);
+  int status = 0;
+  REQUIRE(::waitpid(caller, &status, 0) == caller);
+  CHECK(group_gone_within(pgid, std::chrono::seconds(3)));
+  // The guard itself is gone too: nothing of the run is left as our child.
+  bool no_children = false;
+  for (const auto t = Clock::now() + std::chrono::seconds(3); Clock::now() < t;) {
+    const pid_t p = ::waitpid(-1, &status, WNOHANG);
+    if (p < 0 && errno == ECHILD) {
+      no_children = true;
+      break;
+    }
+    if (p == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(no_children);
 }

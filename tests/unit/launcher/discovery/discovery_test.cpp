@@ -69,3 +69,34 @@ TEST_CASE("discovery: host names follow the -H grammar") {
   r = parse_discovery_output(":3\n", 1);
   REQUIRE(*r.error == "malformed discovery output line 1 ':3': missing host name before ':'");
 }
+
+TEST_CASE("discovery: garbage output is quoted safely and cut short in the error") {
+  // Escape sequences and control bytes must not reach the terminal raw.
+  auto r = parse_discovery_output(
+      "node1\n\x1b[2J\x07"
+      "evil\x01:2\n",
+      1);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error->rfind("malformed discovery output line 2 '\\x1b[2J\\x07evil\\x01:2': ", 0) == 0);
+  for (char c : *r.error) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    CHECK((u >= 0x20 && u < 0x7f));
+  }
+  // A huge binary line is shown in a bounded excerpt with its size.
+  std::string blob(100000, '\xff');
+  r = parse_discovery_output(blob + "\n", 1);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error->size() < 600);
+  CHECK(r.error->find("\\xff\\xff") != std::string::npos);
+  CHECK(r.error->find("... (100000 bytes)") != std::string::npos);
+  for (char c : *r.error) CHECK(static_cast<unsigned char>(c) < 0x7f);
+}
+
+TEST_CASE("discovery: printable_excerpt escapes every non-printable byte and bounds the length") {
+  using hvd::launcher::printable_excerpt;
+  CHECK(printable_excerpt("plain host-1", 80) == "plain host-1");
+  CHECK(printable_excerpt(std::string("a\tb\rc\\d\0e\x7f\xc3\xa9", 12), 80) == "a\\tb\\rc\\\\d\\x00e\\x7f\\xc3\\xa9");
+  CHECK(printable_excerpt("abcdefghij", 4) == "abcd... (10 bytes)");
+  // An escape is never cut in half.
+  CHECK(printable_excerpt("ab\x01", 4) == "ab... (3 bytes)");
+}

@@ -217,12 +217,13 @@ struct Job {
   /// On a failed expectation a script returns early after abort(): the job
   /// then ends (SIGTERM to every worker) instead of hanging.
   int run(HostSource& source, const std::function<void(Job&)>& script) {
-    ElasticRunnerDeps deps(source, factory, store, *output);
+    ElasticRunnerDeps deps(source, factory, initial_store ? *initial_store : store, *output);
     deps.worker_env = {{"HOROVOD_GLOO_RENDEZVOUS_PORT", "1"}};
     deps.driver_address = "127.0.0.1";
     deps.choose_address = [](const std::vector<HostSpec>&) { return std::string("127.0.0.1"); };
     deps.store_address = "127.0.0.1:1";
     deps.seed = 1;
+    if (customize) customize(deps);
     ElasticRunner runner(options, std::move(deps));
     runner_ = &runner;
     DiscoveryResult first = source.discover();
@@ -267,6 +268,10 @@ struct Job {
   void abort() { runner_->interrupt(SIGTERM); }
   void interrupt(int sig) { runner_->interrupt(sig); }
   ElasticRunner* runner_ = nullptr;
+  /// The store the runner starts with, when not `store` (a test of rebind_store).
+  hvd::store::InMemoryStore* initial_store = nullptr;
+  /// Adjusts the runner's dependencies before it is made.
+  std::function<void(ElasticRunnerDeps&)> customize;
 };
 
 std::vector<std::string> hosts_of(const se::World& w) {
@@ -369,4 +374,36 @@ TEST_CASE("ElasticRunner: a signal stops every worker and gives 128+signal", "[e
   CHECK(code == 128 + SIGTERM);
   CHECK(job.cluster.alive_on("hostA").empty());
   CHECK(job.cluster.alive_on("hostB").empty());
+}
+
+TEST_CASE("ElasticRunner: a job that starts without hosts moves its store once, when the first hosts appear",
+          "[elastic_runner]") {
+  Job job(1, 1);
+  hvd::store::InMemoryStore loopback_store;  // the store before the move: nothing may land there
+  job.initial_store = &loopback_store;
+  ScriptedHostSource hosts({});
+  std::vector<std::string> moved_to;
+  job.customize = [&](ElasticRunnerDeps& d) {
+    d.driver_address.reset();
+    d.choose_address = [](const std::vector<HostSpec>&) { return std::string("10.1.2.3"); };
+    d.rebind_store = [&](const std::string& address) {
+      moved_to.push_back(address);
+      return ElasticRunnerDeps::ReboundStore{&job.store, 4242};
+    };
+  };
+  int code = job.run(hosts, [&](Job& j) {
+    while (hosts.looks() < 4) std::this_thread::sleep_for(5ms);  // a few looks without hosts
+    CHECK(moved_to.empty());
+    hosts.set_hosts({{"hostA", 1}});
+    se::World w1 = j.wait_world(1);  // published in the moved store, where the worker got ready
+    CHECK(w1.size() == 1);
+    if (w1.size() != 1) return j.abort();
+    hosts.set_hosts({{"hostA", 1}, {"hostB", 1}});  // later hosts: no second move
+    while (hosts.looks() < 12) std::this_thread::sleep_for(5ms);
+    j.finish(j.wait_world(2));
+  });
+  CHECK(code == 0);
+  CHECK(moved_to == std::vector<std::string>{"10.1.2.3"});
+  CHECK(latest(loopback_store) == 0);
+  CHECK(job.log().find("workers reach the store on 10.1.2.3:4242") != std::string::npos);
 }

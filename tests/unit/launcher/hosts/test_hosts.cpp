@@ -89,6 +89,11 @@ TEST_CASE("missing hostfile names the path", "[hosts][hostfile]") {
   CHECK(hosts[1].name == "y");
 }
 
+TEST_CASE("a directory given as hostfile is named as one, not as an empty hostfile", "[hosts][hostfile]") {
+  std::string m = invalid_message([] { parse_hostfile("/tmp"); });
+  CHECK(m == "hostfile '/tmp' is a directory, not a file of host[:slots] lines");
+}
+
 TEST_CASE("looks_like_host_entry catches the -H a:2 b:2 typo shapes only", "[hosts]") {
   CHECK(looks_like_host_entry("b:2"));
   CHECK(looks_like_host_entry("node-2.example.com:16"));

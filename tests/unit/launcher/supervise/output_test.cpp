@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -276,4 +277,83 @@ TEST_CASE("OutputRouter never interleaves lines from concurrent ranks", "[output
     ++next[rank];
   }
   CHECK(total == kRanks * kLines);
+}
+
+TEST_CASE("OutputRouter never blocks on a stdout nobody reads; it drops whole lines and counts them", "[output]") {
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  Files f;
+  OutputOptions o = f.options(2);
+  o.stdout_fd = p[1];
+  o.max_buffered_bytes = 256 * 1024;
+  o.close_stall = std::chrono::milliseconds(200);
+  auto router = std::make_unique<OutputRouter>(o);
+  const std::string line = std::string(99, 'x') + "\n";
+  std::string chunk;
+  for (int i = 0; i < 100; ++i) chunk += line;  // 100 lines
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 500; ++i) router->write(0, Stream::Stdout, chunk.data(), chunk.size());  // 5.6 MB prefixed
+  // stderr is unaffected by the blocked stdout.
+  std::string e = "still here\n";
+  router->write(1, Stream::Stderr, e.data(), e.size());
+  router->finish(0);
+  router->finish(1);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
+  auto dropped = router->dropped(Stream::Stdout);
+  // The pipe (64 KiB) and the queue (256 KiB) hold the rest.
+  CHECK(dropped.bytes >= 5600000u - 64 * 1024 - 256 * 1024 - 2 * 11200);
+  // Whole chunks of whole lines: 100 lines of "[0]<stdout>:" + 99 x + "\n".
+  CHECK(dropped.bytes % 11200 == 0);
+  CHECK(dropped.lines == dropped.bytes / 112);
+  CHECK(router->dropped(Stream::Stderr).bytes == 0);
+  // Closing gives up on the stalled stream within close_stall.
+  const auto t1 = std::chrono::steady_clock::now();
+  router.reset();
+  CHECK(std::chrono::steady_clock::now() - t1 < std::chrono::seconds(1));
+  CHECK(f.err() == "[1]<stderr>:still here\n");
+  // What did reach the pipe is whole prefixed lines.
+  ::close(p[1]);
+  std::string got;
+  char buf[65536];
+  ssize_t n;
+  while ((n = ::read(p[0], buf, sizeof buf)) > 0) got.append(buf, static_cast<std::size_t>(n));
+  ::close(p[0]);
+  REQUIRE(!got.empty());
+  std::istringstream in(got);
+  std::string l;
+  std::size_t whole = 0;
+  while (std::getline(in, l)) {
+    if (in.eof()) break;  // the pipe's last, partial write
+    CHECK(l == "[0]<stdout>:" + std::string(99, 'x'));
+    ++whole;
+  }
+  CHECK(whole > 0);
+}
+
+TEST_CASE("OutputRouter delivers everything to a slow but live reader when it closes", "[output]") {
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  Files f;
+  OutputOptions o = f.options(1);
+  o.stdout_fd = p[1];
+  std::string got;
+  std::thread reader([&] {
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(p[0], buf, sizeof buf)) > 0) {
+      got.append(buf, static_cast<std::size_t>(n));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  {
+    OutputRouter r(o);
+    std::string chunk;
+    for (int i = 0; i < 1000; ++i) chunk += "line " + std::to_string(i) + "\n";
+    for (int i = 0; i < 100; ++i) r.write(0, Stream::Stdout, chunk.data(), chunk.size());  // ~0.9 MB
+    CHECK(r.dropped(Stream::Stdout).bytes == 0);
+  }
+  ::close(p[1]);
+  reader.join();
+  ::close(p[0]);
+  CHECK(std::count(got.begin(), got.end(), '\n') == 100000);
 }

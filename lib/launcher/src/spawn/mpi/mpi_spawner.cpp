@@ -3,7 +3,9 @@
 #include "hvd/launcher/spawn/mpi/mpi_spawner.h"
 
 #include "hvd/common/error.h"
+#include "hvd/common/job_env.h"
 #include "hvd/launcher/plan/worker_env.h"
+#include "hvd/launcher/process/group_guard.h"
 #include "hvd/launcher/process/subprocess.h"
 
 #include <fmt/format.h>
@@ -44,6 +46,7 @@ std::string spawn_failure(const std::string& mpirun, const SpawnError& e) {
 
 class MpiSpawner final : public Spawner {
  public:
+  explicit MpiSpawner(MpiSpawnerOptions options) : options_(options) {}
   ~MpiSpawner() override { shutdown(); }
 
   void launch(const std::vector<WorkerSpec>& workers, EventSink& sink, Deadline) override {
@@ -63,6 +66,26 @@ class MpiSpawner final : public Spawner {
       throw LaunchError(spec.slot.hostname, spawn_failure(spec.argv.front(), e));
     } catch (const Error& e) {
       throw LaunchError(spec.slot.hostname, e.what());
+    }
+    // PDEATHSIG reaches mpirun alone; its ranks (in its process group) and
+    // whatever mpirun leaves behind when it dies of that signal need the
+    // guard to go with hvdrun, even after kill -9 (group_guard.h).
+    try {
+      std::lock_guard<std::mutex> lock(mutex_);
+      // Open MPI puts each rank in a process group of its own: the ranks are
+      // found by the job secret in their environment (mpirun passes it on).
+      auto secret = spec.env.find(job_env::kSecret);
+      guard_ = GroupGuard::start(proc_.pid(), options_.guard_grace,
+                                 secret == spec.env.end() || secret->second.empty()
+                                     ? std::string()
+                                     : std::string(job_env::kSecret) + "=" + secret->second);
+    } catch (const Error& e) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        proc_.kill_group_and_reap();
+      }
+      throw LaunchError(spec.slot.hostname,
+                        fmt::format("cannot start the guard of mpirun's process group: {}", e.what()));
     }
     thread_ = std::thread([this, &sink] { wait_for_exit(sink); });
   }
@@ -98,9 +121,12 @@ class MpiSpawner final : public Spawner {
     }
     int status;
     {
-      // What mpirun left in its process group goes with it: nothing outlives
-      // the job.
+      // What mpirun left goes with it: nothing outlives the job. Its ranks
+      // are in process groups of their own, so the guard acts now (on the
+      // group and on every process with the job's secret), while mpirun is
+      // an unreaped zombie and its group id cannot be reused.
       std::lock_guard<std::mutex> lock(mutex_);
+      guard_.fire(std::chrono::seconds(5));
       status = proc_.kill_group_and_reap();
     }
     WorkerExit e;
@@ -110,15 +136,17 @@ class MpiSpawner final : public Spawner {
     sink.on_exit(e);
   }
 
+  MpiSpawnerOptions options_;
   std::mutex mutex_;  // proc_'s signal/reap vs the waiter
   Subprocess proc_;
+  GroupGuard guard_;  ///< kills mpirun's group should hvdrun die
   int rank_ = 0;
   std::thread thread_;
 };
 
 }  // namespace
 
-std::unique_ptr<Spawner> make_mpi_spawner() { return std::make_unique<MpiSpawner>(); }
+std::unique_ptr<Spawner> make_mpi_spawner(MpiSpawnerOptions options) { return std::make_unique<MpiSpawner>(options); }
 
 MpiInfo identify_mpirun(const std::string& mpirun, Deadline deadline) {
   int out[2];

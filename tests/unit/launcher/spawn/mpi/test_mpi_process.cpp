@@ -222,3 +222,51 @@ TEST_CASE("mpi: run: an mpirun that ignores signals is killed, a second signal k
   }
   CHECK(gone);
 }
+
+namespace {
+
+/// A fake mpirun that starts one "rank" in a process group (and session) of
+/// its own, as Open MPI 4.1 does, and records its pid.
+std::string rank_in_own_group(const std::string& then) {
+  return std::string(kVersion) +
+         "d=$(dirname \"$0\")\n"
+         "setsid sh -c 'trap \"\" HUP; while :; do sleep 0.05; done' &\necho $! > \"$d/rank\"\n"
+         "touch \"$d/started\"\n" +
+         then;
+}
+
+bool gone_within(pid_t pid, std::chrono::seconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!process_gone(pid)) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("mpi: run: a rank mpirun left in a process group of its own goes when mpirun exits", "[mpi][process]") {
+  FakeMpirun fake(rank_in_own_group("sleep 0.3; exit 4"));
+  pid_t pid = fork_job(options(), one_host_plan(1));
+  CHECK(wait_code(pid, std::chrono::seconds(20)) == 4);
+  pid_t rank = std::stoi(fake.read("rank"));
+  REQUIRE(rank > 1);
+  CHECK(gone_within(rank, std::chrono::seconds(3)));
+}
+
+TEST_CASE("mpi: run: kill -9 of hvdrun takes mpirun and its ranks in other process groups along", "[mpi][process]") {
+  // The forked job is "hvdrun"; mpirun ignores SIGTERM (its parent-death
+  // signal), so the guard's SIGKILL after the grace (200 ms) must end it,
+  // and the rank is found by the job's secret in its environment.
+  FakeMpirun fake(rank_in_own_group("echo $$ > \"$d/mpirun\"\ntrap '' TERM\nwhile :; do sleep 0.05; done"));
+  pid_t pid = fork_job(options(), one_host_plan(1));
+  REQUIRE(wait_for_file(fake.path("started"), std::chrono::seconds(10)));
+  REQUIRE(wait_for_file(fake.path("mpirun"), std::chrono::seconds(10)));
+  pid_t rank = std::stoi(fake.read("rank"));
+  pid_t mpirun = std::stoi(fake.read("mpirun"));
+  kill(pid, SIGKILL);
+  CHECK(wait_code(pid, std::chrono::seconds(5)) == 128 + SIGKILL);
+  CHECK(gone_within(rank, std::chrono::seconds(5)));
+  CHECK(gone_within(mpirun, std::chrono::seconds(5)));
+}

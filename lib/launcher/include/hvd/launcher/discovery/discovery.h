@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hvd/launcher/hosts/hosts.h"
@@ -41,6 +42,12 @@ struct DiscoveryResult {
 /// error naming the line number and text. Empty output is a valid, empty set.
 DiscoveryResult parse_discovery_output(const std::string& output, int default_slots);
 
+/// `text` safe for a one-line message: printable ASCII as is, `\` doubled,
+/// tab and CR as `\t` and `\r`, every other byte (control bytes, escape
+/// sequences, non-ASCII) as `\xNN`; cut at `max_chars` with
+/// `... (N bytes)`. Script output is shown through it, never raw.
+std::string printable_excerpt(std::string_view text, std::size_t max_chars);
+
 struct DiscoveryScriptOptions {
   /// --host-discovery-script: a path or shell command, run with /bin/sh -c.
   std::string script;
@@ -50,6 +57,10 @@ struct DiscoveryScriptOptions {
   std::chrono::milliseconds timeout{10000};
   /// Output beyond this many bytes makes the run fail ("printed more than").
   std::size_t max_output_bytes = 1 << 20;
+  /// When this descriptor becomes readable (hvdrun is stopping), a run in
+  /// progress is killed with its group at once and reported as stopped; a
+  /// run asked for while it is readable does not start. -1: none.
+  int cancel_fd = -1;
 };
 
 /// Runs the discovery script once, in its own process group, stdin from
@@ -58,7 +69,9 @@ struct DiscoveryScriptOptions {
 /// stderr line>"), a signal, a timeout ("... timed out after 10 s and was
 /// killed") or malformed output come back as DiscoveryResult::error, one
 /// line. Returns within timeout + a small bound even if the script's
-/// children keep its pipes open.
+/// children keep its pipes open. A guard process kills the script's whole
+/// group should hvdrun die during the run, even by SIGKILL
+/// (process/group_guard.h).
 DiscoveryResult run_discovery_script(const DiscoveryScriptOptions& options);
 
 }  // namespace hvd::launcher

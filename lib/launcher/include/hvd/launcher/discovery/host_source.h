@@ -4,6 +4,7 @@
 /// Kubernetes and platform sources will be further implementations. The
 /// elastic runner asks its HostSource every --discovery-interval and never
 /// knows which kind it has.
+#include "hvd/common/io.h"
 #include "hvd/launcher/discovery/discovery.h"
 
 #include <memory>
@@ -22,17 +23,25 @@ class HostSource {
   virtual DiscoveryResult discover() = 0;
   /// How messages name the source ("host discovery script './discover.sh'").
   virtual std::string describe() const = 0;
+  /// hvdrun is stopping (a signal): a discover() in progress, and every later
+  /// one, returns at once (with an error). Thread-safe; sources that never
+  /// block long need not override it.
+  virtual void cancel() {}
 };
 
 /// --host-discovery-script: run_discovery_script once per look.
 class ScriptHostSource final : public HostSource {
  public:
-  explicit ScriptHostSource(DiscoveryScriptOptions options) : options_(std::move(options)) {}
+  /// Throws IoError when its cancel descriptor cannot be made.
+  explicit ScriptHostSource(DiscoveryScriptOptions options);
   DiscoveryResult discover() override { return run_discovery_script(options_); }
   std::string describe() const override { return "host discovery script '" + options_.script + "'"; }
+  /// Kills the run in progress at once (options.cancel_fd).
+  void cancel() override;
 
  private:
   DiscoveryScriptOptions options_;
+  UniqueFd cancel_;  ///< an eventfd, options_.cancel_fd
 };
 
 /// A fixed host list that every look returns unchanged.

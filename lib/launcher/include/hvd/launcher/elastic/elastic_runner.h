@@ -55,6 +55,18 @@ struct ElasticRunnerDeps {
   std::optional<std::string> driver_address;
   /// Chooses that address once the first hosts appear; throws with a reason.
   std::function<std::string(const std::vector<HostSpec>&)> choose_address;
+  /// The store after a rebind_store: the one now served and its port.
+  struct ReboundStore {
+    store::InMemoryStore* store = nullptr;
+    uint16_t port = 0;
+  };
+  /// Without driver_address the job's store listens on 127.0.0.1 only (no
+  /// host needs more yet). Called once, right after choose_address, with
+  /// the address chosen: serves the store there and returns the store to use
+  /// from now on and its port (workers are given both; nothing was stored
+  /// yet, no worker having started). Throws with a reason (the run is then
+  /// ignored and the next one tries again). Null: the store stays as it is.
+  std::function<ReboundStore(const std::string& address)> rebind_store;
   /// "ADDR:PORT" of the store, for the start-up line and the events file.
   std::string store_address;
   /// Seeds the driver's randomness (blacklist cooldowns).

@@ -13,9 +13,21 @@
 /// included -- with one write() under one lock, so lines from different ranks
 /// never interleave. A line that never ends (a progress bar without '\n', a
 /// binary blob) is cut into bounded chunks instead of being buffered forever.
+///
+/// Why a writer thread per stream: the router is called from spawner reader
+/// threads, which also notice worker exits. A blocking write() to hvdrun's
+/// own stdout (a pipe nobody reads: `hvdrun ... | sleep 60`, a stopped pager)
+/// must never stall them, or supervision and teardown stop with it. Lines are
+/// queued (at most `max_buffered_bytes` per stream) and written by one thread
+/// per stream; beyond the bound whole lines are dropped and counted, and one
+/// warning with the count is logged when the router closes. Closing waits for
+/// the queue to drain while the reader makes progress (at most
+/// `close_stall` without progress, `close_bound` in all), then abandons it.
 #include "hvd/launcher/spawn/spawner.h"
 
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
@@ -82,6 +94,19 @@ struct OutputOptions {
   int stderr_fd = 2;
   /// Source of the timestamp text; defaults to asctime_now (tests fix it).
   std::function<std::string()> clock;
+  /// Prefixed output queued per stream while hvdrun's stdout/stderr is not
+  /// being read; whole lines beyond it are dropped (and counted).
+  std::size_t max_buffered_bytes = 4u << 20;
+  /// When the router closes: give up on a stream whose reader took nothing
+  /// for this long, and on every stream after close_bound.
+  std::chrono::milliseconds close_stall{1000};
+  std::chrono::milliseconds close_bound{10000};
+};
+
+/// What could not be written to one of hvdrun's streams (stdout, stderr).
+struct DroppedOutput {
+  std::uint64_t lines = 0;
+  std::uint64_t bytes = 0;
 };
 
 /// Thread-safe sink for worker output (any spawner thread may call it).
@@ -101,18 +126,28 @@ class OutputRouter {
   /// The last `stderr_tail_lines` stderr lines of `rank`, oldest first,
   /// without terminators (a partial last line included).
   std::vector<std::string> stderr_tail(int rank) const;
+  /// Whole lines dropped so far on `stream` because it was not being read
+  /// (more than max_buffered_bytes queued). A stream that is closed (EPIPE)
+  /// drops silently and counts nothing, as `hvdrun ... | head` should.
+  DroppedOutput dropped(Stream stream) const;
+  /// Waits until everything queued so far was written, at most `timeout`;
+  /// true if it was.
+  bool wait_written(std::chrono::milliseconds timeout);
 
  private:
   struct RankState;
+  struct Writer;
   void emit_line(int rank, Stream stream, std::string_view line, bool terminated, std::string& out);
   void flush(Stream stream, std::string& out);
   RankState& state(int rank);
+  void close_writers();
 
   OutputOptions options_;
   mutable std::mutex mutex_;
   std::map<int, std::unique_ptr<RankState>> ranks_;
-  bool stdout_broken_ = false;
-  bool stderr_broken_ = false;
+  /// stdout, stderr; shared with their threads, which may outlive the router
+  /// when a stream stays blocked (the thread is then detached).
+  std::shared_ptr<Writer> writers_[2];
 };
 
 }  // namespace hvd::launcher
