@@ -279,7 +279,7 @@ TEST_CASE("OutputRouter never interleaves lines from concurrent ranks", "[output
   CHECK(total == kRanks * kLines);
 }
 
-TEST_CASE("OutputRouter never blocks on a stdout nobody reads; it drops whole lines and counts them", "[output]") {
+TEST_CASE("OutputRouter never blocks on a stdout nobody reads - it drops whole lines and counts them", "[output]") {
   int p[2];
   REQUIRE(::pipe(p) == 0);
   Files f;

@@ -315,7 +315,7 @@ TEST_CASE("ssh: connect errors always carry the address and port (docs/ssh.md)",
       Catch::Equals(fmt::format("alias: connection refused (127.0.0.1:{})", port)));
 }
 
-TEST_CASE("ssh: SshSpawner: ssh_config aliases, HostName and Port; -p wins over the file", "[ssh][config]") {
+TEST_CASE("ssh: SshSpawner: ssh_config aliases, HostName and Port - -p wins over the file", "[ssh][config]") {
   int file_port = closed_port();
   const std::string cfg = write_temp(fmt::format("Host pod-*\n  HostName 127.0.0.1\n  Port {}\n", file_port));
   SshSpawnerOptions o;

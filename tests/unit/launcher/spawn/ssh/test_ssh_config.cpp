@@ -154,7 +154,7 @@ TEST_CASE("ssh_config: the first value obtained wins, across blocks", "[ssh][con
   CHECK_FALSE(other.hostname);
 }
 
-TEST_CASE("ssh_config: keywords before any Host apply to every host; Host matches the alias", "[ssh][config]") {
+TEST_CASE("ssh_config: keywords before any Host apply to every host - Host matches the alias", "[ssh][config]") {
   auto cfg = parse(
       "User everyone\n"
       "Host alias\n"
@@ -241,7 +241,7 @@ TEST_CASE("ssh_config: Match blocks: one warning with file:line, block skipped",
   CHECK(h.user == "everyone");
 }
 
-TEST_CASE("ssh_config: unsupported keywords warn per applying key; cosmetic ones are listed", "[ssh][config]") {
+TEST_CASE("ssh_config: unsupported keywords warn per applying key - cosmetic ones are listed", "[ssh][config]") {
   std::vector<std::string> warnings;
   auto cfg = parse(
       "Host bastioned\n"
