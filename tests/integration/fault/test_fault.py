@@ -240,6 +240,31 @@ def listening_ports(pid):
     return ports
 
 
+O_CLOEXEC = 0o2000000
+
+
+def fds_without_cloexec(pid, skip=(0, 1, 2)):
+    """Descriptors of `pid` (beyond `skip`) a child it execs would inherit:
+    /proc/PID/fdinfo/N's flags lack O_CLOEXEC."""
+    found = []
+    try:
+        names = os.listdir("/proc/%d/fdinfo" % pid)
+    except OSError:
+        return found
+    for name in names:
+        if int(name) in skip:
+            continue
+        try:
+            with open("/proc/%d/fdinfo/%s" % (pid, name)) as f:
+                flags = next(int(l.split()[1], 8) for l in f if l.startswith("flags:"))
+            target = os.readlink("/proc/%d/fd/%s" % (pid, name))
+        except (OSError, StopIteration):
+            continue  # closed meanwhile
+        if not flags & O_CLOEXEC:
+            found.append("%s -> %s" % (name, target))
+    return found
+
+
 def ulimit_nofile(n):
     def apply():
         resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
@@ -347,11 +372,24 @@ class Fault(unittest.TestCase):
             self.assertTrue(entries["1"].startswith("pipe:"), entries)
             self.assertTrue(entries["2"].startswith("pipe:"), entries)
 
+    def check_cloexec(self, job):
+        """hvdrun's own descriptors and its agents' (beyond their 0, 1, 2)
+        are all close-on-exec: no child can inherit them, whoever forks."""
+        leaks = {"hvdrun": fds_without_cloexec(job.proc.pid, skip=(0, 1, 2))}
+        for pid, env, cmd in processes_with_token(job.token):
+            if b"--agent" in cmd:
+                leaks["agent %d" % pid] = fds_without_cloexec(pid)
+        self.assertEqual({k: v for k, v in leaks.items() if v}, {}, job.text())
+
     def test_worker_fds_static(self):
         with tempfile.TemporaryDirectory(prefix="hvd-fault-") as d:
-            job = Job(["-np", "3", PYTHON, FDLIST, d, WORKER, "ops"])
+            # The workers stay a moment after their collectives, so that
+            # hvdrun's and the agents' descriptors can be looked at.
+            job = Job(["-np", "3", PYTHON, FDLIST, d, "/bin/sh", "-c", WORKER + " ops && sleep 1"])
             self._token = job.token
             try:
+                job.wait_for(r"ops ok", stream="out", timeout=30)
+                self.check_cloexec(job)
                 rc, took = job.finish(timeout=60)
                 self.assertEqual(rc, 0, job.text())
                 self.check_fd_listings(d, 3)
@@ -373,6 +411,7 @@ class Fault(unittest.TestCase):
                 deadline = time.monotonic() + 20
                 while len(os.listdir(d)) < 3 and time.monotonic() < deadline:
                     time.sleep(0.05)
+                self.check_cloexec(job)
                 rc, took = job.finish(timeout=60)
                 self.assertEqual(rc, 0, job.text())
                 self.check_fd_listings(d, 3)
