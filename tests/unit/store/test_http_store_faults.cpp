@@ -266,3 +266,102 @@ TEST_CASE("http faults: a crowd of idle connections leaves the process its descr
   worker.set_string("global/rank_0", "a");
   CHECK(worker.get_string("global/rank_0", 2000ms) == "a");
 }
+
+namespace {
+
+/// A worker in a process of its own: on command, one authenticated GET over
+/// a raw socket; reports the status code (0: no answer). Raw system calls
+/// only after fork.
+class ForkedWorker {
+ public:
+  ForkedWorker() {
+    int ctl[2], rep[2];
+    REQUIRE(::pipe2(ctl, O_CLOEXEC) == 0);
+    REQUIRE(::pipe2(rep, O_CLOEXEC) == 0);
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::close(ctl[1]);
+      ::close(rep[0]);
+      uint16_t port = 0;
+      if (::read(ctl[0], &port, sizeof port) != sizeof port) ::_exit(1);
+      int status = 0;
+      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(port);
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      static const char request[] = "GET /global/k HTTP/1.1\r\nX-Hvdrun-Secret: s3cret-for-fault-tests\r\n\r\n";
+      if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+          ::write(fd, request, sizeof request - 1) == static_cast<ssize_t>(sizeof request - 1)) {
+        pollfd p{fd, POLLIN, 0};
+        char buf[16] = {};
+        if (::poll(&p, 1, 1500) == 1 && ::read(fd, buf, 12) == 12) {
+          status = (buf[9] - '0') * 100 + (buf[10] - '0') * 10 + (buf[11] - '0');
+        }
+      }
+      ssize_t ignored = ::write(rep[1], &status, sizeof status);
+      (void)ignored;
+      ::_exit(0);
+    }
+    ::close(ctl[0]);
+    ::close(rep[1]);
+    ctl_ = ctl[1];
+    rep_ = rep[0];
+  }
+  /// Sends the request to `port`; the status code the server answered.
+  int request(uint16_t port) {
+    REQUIRE(::write(ctl_, &port, sizeof port) == sizeof port);
+    int status = -1;
+    pollfd p{rep_, POLLIN, 0};
+    if (::poll(&p, 1, 8000) != 1 || ::read(rep_, &status, sizeof status) != sizeof status) return -1;
+    return status;
+  }
+  ~ForkedWorker() {
+    ::close(ctl_);
+    ::close(rep_);
+    int st = 0;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, &st, 0);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int ctl_ = -1;
+  int rep_ = -1;
+};
+
+}  // namespace
+
+TEST_CASE("http faults: out of descriptors the oldest stranger makes room for a worker", "[store][http][fault]") {
+  // Something else in the process (not the store) has taken every
+  // descriptor; strangers hold connections. A worker arriving now is still
+  // accepted: the store closes its oldest unauthenticated connection.
+  IdleCrowd crowd(40);
+  ForkedWorker worker;
+  ServerOptions o = fault_options();
+  o.pending_timeout = 20s;  // the strangers do not leave by themselves meanwhile
+  HttpStoreServer server(o);
+  server.start();
+  CHECK(crowd.attack(server.port()) == 40);
+  REQUIRE(eventually([&] { return server.pending_count() == 40; }));
+
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  rlimit low = saved;
+  low.rlim_cur = open_fds().size() + 16;
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  std::vector<int> hog;
+  for (;;) {
+    const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) break;
+    hog.push_back(fd);
+  }
+  REQUIRE(errno == EMFILE);
+  const int status = worker.request(server.port());
+  const std::size_t pending_after = server.pending_count();
+  for (int fd : hog) ::close(fd);
+  ::setrlimit(RLIMIT_NOFILE, &saved);
+  CHECK(status == 404);  // served: the key does not exist
+  CHECK(pending_after < 40);
+}
