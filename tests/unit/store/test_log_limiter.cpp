@@ -45,7 +45,7 @@ TEST_CASE("log limiter: a burst ends after a quiet period even without take()", 
   CHECK(s->window == 8000ms);
 }
 
-TEST_CASE("log limiter: force reports a partial period; bad periods are refused", "[store][log]") {
+TEST_CASE("log limiter: force reports a partial period and bad periods are refused", "[store][log]") {
   LogLimiter lim(5s);
   const auto t0 = LogLimiter::Clock::time_point{} + 1s;
   CHECK_FALSE(lim.take(t0, true));  // nothing at all
