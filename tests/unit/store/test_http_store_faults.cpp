@@ -365,3 +365,31 @@ TEST_CASE("http faults: out of descriptors the oldest stranger makes room for a 
   CHECK(status == 404);  // served: the key does not exist
   CHECK(pending_after < 40);
 }
+
+TEST_CASE("http faults: a store that accepts but never answers cannot hold a starting worker past its timeout",
+          "[store][http][fault]") {
+  // A listening socket nobody accepts from: the kernel completes the
+  // connection (as for a store whose accept loop is stuck), requests wait.
+  int srv = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(srv >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(srv, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(srv, 16) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(::getsockname(srv, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  ::setenv("HOROVOD_GLOO_RENDEZVOUS_ADDR", "127.0.0.1", 1);
+  ::setenv("HOROVOD_GLOO_RENDEZVOUS_PORT", std::to_string(ntohs(a.sin_port)).c_str(), 1);
+  ::setenv("HVDRUN_SECRET", kSecret, 1);
+  auto t0 = std::chrono::steady_clock::now();
+  std::unique_ptr<Store> s = make_store_from_env(1500ms);
+  REQUIRE(s != nullptr);
+  CHECK_THROWS_AS(s->set_string("global/rank_0", "x"), hvd::IoError);
+  // Without the cap this waited for the client's default 60 s.
+  CHECK(seconds_since(t0) < 5.0);
+  ::unsetenv("HOROVOD_GLOO_RENDEZVOUS_ADDR");
+  ::unsetenv("HOROVOD_GLOO_RENDEZVOUS_PORT");
+  ::unsetenv("HVDRUN_SECRET");
+  ::close(srv);
+}
