@@ -503,3 +503,31 @@ TEST_CASE("handshake errors say what happened", "[transport][fault]") {
     CHECK_THROWS_WITH(stranger.get(), Catch::Contains("rank 5") && !Catch::Contains("job secret"));
   }
 }
+
+TEST_CASE("a listener keeps at most kMaxPendingHandshakes strangers and drops the oldest", "[transport][fault]") {
+  TcpListener listener("127.0.0.1");
+  std::vector<int> idle;
+  for (std::size_t i = 0; i < kMaxPendingHandshakes + 20; ++i) idle.push_back(raw_connect(listener.port()));
+  auto peer = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(100ms);
+    return connect(listener.endpoint(), 0, hs(1), Deadline::after(5s));
+  });
+  Handshake h0 = hs(0);
+  h0.handshake_timeout = 10s;  // only the pool's bound can drop them here
+  auto t0 = std::chrono::steady_clock::now();
+  auto link = listener.accept(
+      h0, [](int p) { return p == 1; }, Deadline::after(5s));
+  CHECK(link->peer() == 1);
+  CHECK(seconds_since(t0) < 2.0);
+  CHECK(listener.pending_handshakes() <= kMaxPendingHandshakes);
+  peer.get();
+  // The first strangers were closed to make room: they read the hello, then EOF.
+  timeval tv{2, 0};  // a stranger still open would block the read: fail instead
+  ::setsockopt(idle.front(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[64];
+  ssize_t total = 0, n = 0;
+  while ((n = ::read(idle.front(), buf, sizeof buf)) > 0) total += n;
+  CHECK(n == 0);
+  CHECK(total == 24);
+  for (int fd : idle) ::close(fd);
+}
