@@ -301,6 +301,11 @@ std::unique_ptr<Store> make_store_from_env(std::chrono::milliseconds timeout) {
   opts.port = static_cast<uint16_t>(*port);
   opts.secret = env::get_or(kSecretEnv, "");
   opts.connect_timeout = timeout;
+  // A store that accepted the connection but does not answer (its listen
+  // backlog full of strangers, out of descriptors) must not stretch a
+  // worker's start-up past its own limit: each answer is awaited no longer
+  // than `timeout` either (long-polls add their own wait on top).
+  opts.request_timeout = std::min(opts.request_timeout, std::max(timeout, std::chrono::milliseconds(1000)));
   auto client = std::make_unique<HttpStoreClient>(std::move(opts));
   client->connect();
   return client;

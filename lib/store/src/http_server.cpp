@@ -8,6 +8,12 @@
 #include "hvd/common/error.h"
 #include "hvd/common/secret.h"
 #include "hvd/store/http_store.h"
+#include "hvd/store/log_limiter.h"
+
+#include <dirent.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <spdlog/spdlog.h>
 #include <boost/asio.hpp>
@@ -17,8 +23,11 @@
 #include <array>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <limits>
+#include <list>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -49,15 +58,35 @@ constexpr std::size_t kBodyChunk = 64u << 10;
 
 class HttpStoreServer::Impl {
  public:
-  explicit Impl(ServerOptions o) : opts(std::move(o)) {}
+  explicit Impl(ServerOptions o)
+      : opts(std::move(o)),
+        rejected_log(opts.log_period),
+        evicted_log(opts.log_period),
+        refused_log(opts.log_period),
+        accept_log(opts.log_period) {}
 
   void start();
   void stop();
   void do_accept();
-  /// Registers `c` unless the cap is reached or the server stops; false means
-  /// the caller must drop the socket.
-  bool register_connection(const std::shared_ptr<Connection>& c);
+  /// Takes over an accepted descriptor (SOCK_CLOEXEC | SOCK_NONBLOCK).
+  void adopt(int fd);
+  /// accept4 failed with EMFILE/ENFILE: the oldest stranger makes room.
+  void out_of_descriptors(int err);
+  void accept_later(std::chrono::milliseconds delay);
+  /// Registers `c` in the pending pool unless the server stops (false: the
+  /// caller drops the socket). Connections to close to make room for it are
+  /// appended to `victims` (closed by the caller, outside the lock).
+  bool register_connection(const std::shared_ptr<Connection>& c, std::vector<std::shared_ptr<Connection>>& victims);
+  /// `c` authenticated: it leaves the pending pool. False when
+  /// max_connections authenticated connections are open already.
+  bool promote(Connection* c);
   void unregister_connection(Connection* c);
+  /// Takes the oldest pending connection (from `source`, or any when
+  /// empty) out of the pool; requires conns_mu.
+  std::shared_ptr<Connection> take_oldest_pending_locked(const std::string& source);
+  /// Logs the counts of suppressed warnings (force: whatever is counted).
+  void flush_logs(bool force);
+  void arm_log_timer();
 
   ServerOptions opts;
   // Declared before io: connections destroyed while io's pending handlers are
@@ -66,8 +95,18 @@ class HttpStoreServer::Impl {
   mutable std::mutex conns_mu;
   std::condition_variable conns_cv;
   std::unordered_map<Connection*, std::weak_ptr<Connection>> conns;
+  /// Not yet authenticated, oldest first (under conns_mu).
+  std::list<Connection*> pending;
+  std::unordered_map<std::string, std::size_t> pending_per_source;
+  std::size_t authenticated = 0;
+  /// max_pending, lowered at start() to fit the descriptors left.
+  std::size_t pending_cap = 0;
   std::atomic<bool> stopping{false};
-  std::atomic<uint64_t> rejected{0};
+  /// Warnings strangers can trigger at will: once, then a count per period.
+  LogLimiter rejected_log;
+  LogLimiter evicted_log;
+  LogLimiter refused_log;
+  LogLimiter accept_log;
 
   std::mutex lifecycle_mu;
   bool started = false;
@@ -79,6 +118,8 @@ class HttpStoreServer::Impl {
   asio::strand<asio::io_context::executor_type> acceptor_strand{asio::make_strand(io)};
   tcp::acceptor acceptor{acceptor_strand};
   asio::steady_timer accept_backoff{acceptor_strand};
+  asio::steady_timer log_timer{acceptor_strand};
+  tcp protocol = tcp::v4();
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::vector<std::thread> threads;
 };
@@ -88,11 +129,24 @@ namespace {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(HttpStoreServer::Impl& srv, tcp::socket socket)
-      : srv_(srv), socket_(std::move(socket)), deadline_(socket_.get_executor()), wait_timer_(socket_.get_executor()) {
+      : srv_(srv),
+        socket_(std::move(socket)),
+        deadline_(socket_.get_executor()),
+        wait_timer_(socket_.get_executor()),
+        pending_until_(std::chrono::steady_clock::now() + std::min(srv.opts.pending_timeout, srv.opts.read_timeout)) {
     error_code ec;
     auto ep = socket_.remote_endpoint(ec);
-    peer_ = ec ? std::string("unknown peer") : ep.address().to_string() + ":" + std::to_string(ep.port());
+    source = ec ? std::string("unknown") : ep.address().to_string();
+    peer_ = ec ? std::string("unknown peer") : source + ":" + std::to_string(ep.port());
   }
+
+  const std::string& peer() const { return peer_; }
+
+  // The pending pool's bookkeeping, guarded by the server's conns_mu.
+  std::string source;
+  std::list<Connection*>::iterator pool_pos;
+  bool in_pool = false;
+  bool counted_authenticated = false;
 
   ~Connection() {
     if (watch_id_ != 0) srv_.store.unwatch(watch_id_);
@@ -136,15 +190,28 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // Checked against max_body_bytes only after authentication (accept_head).
     parser_->body_limit(boost::none);
     request_line_checked_ = false;
-    // The deadline covers the whole request: trickling bytes never extends it.
-    deadline_.expires_after(srv_.opts.read_timeout);
+    // The deadline covers the whole request: trickling bytes never extends
+    // it. A connection that has not authenticated yet has less time, counted
+    // from accept: the job's clients send their first request at once.
+    auto until = std::chrono::steady_clock::now() + srv_.opts.read_timeout;
+    if (!authenticated_) until = std::min(until, pending_until_);
+    arm_read_deadline(until);
+    parse();
+  }
+
+  void arm_read_deadline(std::chrono::steady_clock::time_point until) {
+    deadline_.expires_at(until);
     deadline_.async_wait([self = shared_from_this(), gen = ++deadline_gen_](const error_code& ec) {
       if (ec || gen != self->deadline_gen_ || self->state_ != State::Reading) return;
-      spdlog::debug("rendezvous store: closing {}: no complete request within {} ms", self->peer_,
-                    self->srv_.opts.read_timeout.count());
+      if (self->authenticated_) {
+        spdlog::debug("rendezvous store: closing {}: no complete request within {} ms", self->peer_,
+                      self->srv_.opts.read_timeout.count());
+      } else {
+        spdlog::debug("rendezvous store: closing {}: no authenticated request within {} ms of connecting", self->peer_,
+                      std::min(self->srv_.opts.pending_timeout, self->srv_.opts.read_timeout).count());
+      }
       self->do_close();
     });
-    parse();
   }
 
   /// Feeds what has arrived to the parser; reads more while it needs more.
@@ -277,10 +344,30 @@ class Connection : public std::enable_shared_from_this<Connection> {
     bool authorized = has_secret ? constant_time_equal(std::string(secret->value()), srv_.opts.secret)
                                  : srv_.opts.allow_unauthenticated;
     if (!authorized) {
-      spdlog::warn("rendezvous store: rejected {} /{} from {}: {} {} header", std::string(req.method_string()),
-                   target_.key, peer_, has_secret ? "wrong" : "missing", http::kSecretHeader);
+      // Anyone who reaches the port can trigger this at will: one line, then
+      // a count per period (flush_logs).
+      if (srv_.rejected_log.admit(std::chrono::steady_clock::now())) {
+        spdlog::warn(
+            "rendezvous store: rejected {} /{} from {}: {} {} header (further rejections are counted and reported "
+            "every {})",
+            std::string(req.method_string()), target_.key, peer_, has_secret ? "wrong" : "missing", http::kSecretHeader,
+            LogLimiter::window_text(srv_.opts.log_period));
+      }
       fail(401, std::string(has_secret ? "wrong" : "missing") + " " + http::kSecretHeader + " header");
       return false;
+    }
+    if (!authenticated_) {
+      if (!srv_.promote(this)) {
+        if (srv_.refused_log.admit(std::chrono::steady_clock::now())) {
+          spdlog::warn("rendezvous store: refused a request from {}: {} authenticated connections are open already",
+                       peer_, srv_.opts.max_connections);
+        }
+        fail(503, "too many connections: " + std::to_string(srv_.opts.max_connections) + " are open already");
+        return false;
+      }
+      authenticated_ = true;
+      // The rest of this request (its body) has the full read_timeout.
+      arm_read_deadline(std::chrono::steady_clock::now() + srv_.opts.read_timeout);
     }
     const std::uint64_t need = parser_->content_length().value_or(0);
     if (need > srv_.opts.max_body_bytes) {
@@ -488,6 +575,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::steady_timer deadline_;
   asio::steady_timer wait_timer_;
   std::string peer_;
+  /// Until this passes, a connection that has not authenticated must have
+  /// delivered its first authenticated head (pending_timeout from accept).
+  std::chrono::steady_clock::time_point pending_until_;
+  /// Strand-local: this connection has made an authenticated request.
+  bool authenticated_ = false;
   State state_ = State::Reading;
   /// Bytes received and not yet parsed (pipelined requests wait here).
   beast::flat_buffer inbuf_;
@@ -511,6 +603,33 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
 // ---- server lifecycle -----------------------------------------------------
 
+namespace {
+
+/// Descriptors open in this process now (for the pending pool's budget).
+std::size_t open_descriptor_count() {
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return 64;
+  std::size_t n = 0;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  ::closedir(d);
+  return n > 0 ? n - 1 : 0;  // not the directory's own descriptor
+}
+
+/// max_pending, lowered so that strangers never hold more than a quarter of
+/// the descriptors this process has left (hvdrun needs the rest for its
+/// agents, pipes and the workers' own store connections).
+std::size_t pending_budget(std::size_t max_pending) {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return max_pending;
+  const std::size_t in_use = open_descriptor_count();
+  const std::size_t left = rl.rlim_cur > in_use ? static_cast<std::size_t>(rl.rlim_cur) - in_use : 0;
+  return std::min(max_pending, std::max<std::size_t>(16, left / 4));
+}
+
+}  // namespace
+
 void HttpStoreServer::Impl::start() {
   std::lock_guard<std::mutex> lock(lifecycle_mu);
   if (started) throw InvalidArgument("HttpStoreServer::start() called twice");
@@ -529,7 +648,15 @@ void HttpStoreServer::Impl::start() {
     }
     endpoint = results.begin()->endpoint();
   }
-  acceptor.open(endpoint.protocol(), ec);
+  // Our own socket: Asio (1.81) creates and accepts sockets without
+  // close-on-exec, so every child hvdrun starts would inherit them.
+  protocol = endpoint.protocol();
+  const int listen_fd = ::socket(protocol.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, IPPROTO_TCP);
+  if (listen_fd < 0) {
+    throw IoError(fmt::format("rendezvous store cannot listen on {}: socket: {}", where, std::strerror(errno)));
+  }
+  acceptor.assign(protocol, listen_fd, ec);
+  if (ec) ::close(listen_fd);
   if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) acceptor.bind(endpoint, ec);
   if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
@@ -541,9 +668,13 @@ void HttpStoreServer::Impl::start() {
   auto local = acceptor.local_endpoint();
   bound_port = local.port();
   bound_address = local.address().to_string();
+  pending_cap = pending_budget(opts.max_pending);
   started = true;
   work.emplace(io.get_executor());
-  asio::post(acceptor_strand, [this] { do_accept(); });
+  asio::post(acceptor_strand, [this] {
+    do_accept();
+    arm_log_timer();
+  });
   for (int i = 0; i < opts.threads; ++i) {
     threads.emplace_back([this] {
       for (;;) {
@@ -559,51 +690,197 @@ void HttpStoreServer::Impl::start() {
   spdlog::info(
       "rendezvous store listening on {}:{} ({})", bound_address, bound_port,
       opts.allow_unauthenticated ? "requests without the job secret allowed: --insecure-store" : "job secret required");
+  if (pending_cap < opts.max_pending) {
+    spdlog::debug("rendezvous store: at most {} unauthenticated connections (RLIMIT_NOFILE leaves few descriptors)",
+                  pending_cap);
+  }
 }
 
 void HttpStoreServer::Impl::do_accept() {
   if (stopping) return;
-  acceptor.async_accept(asio::make_strand(io), [this](const error_code& ec, tcp::socket socket) {
+  acceptor.async_wait(tcp::acceptor::wait_read, [this](const error_code& ec) {
     if (stopping || ec == asio::error::operation_aborted) return;
     if (ec) {
-      // EMFILE and friends: back off instead of spinning on the listener.
-      spdlog::warn("rendezvous store: accept failed: {}", ec.message());
-      accept_backoff.expires_after(std::chrono::milliseconds(100));
-      accept_backoff.async_wait([this](const error_code& e) {
-        if (!e) do_accept();
-      });
-      return;
-    }
-    try {
-      error_code ignored;
-      socket.set_option(tcp::no_delay(true), ignored);
-      auto conn = std::make_shared<Connection>(*this, std::move(socket));
-      if (register_connection(conn)) {
-        conn->start();
-      } else {
-        uint64_t n = ++rejected;
-        if (n == 1 || n % 1000 == 0) {
-          spdlog::warn("rendezvous store: {} connection(s) refused: more than {} open", n, opts.max_connections);
-        }
-        // conn's destructor closes the socket.
+      if (accept_log.admit(std::chrono::steady_clock::now())) {
+        spdlog::warn("rendezvous store: waiting for connections failed: {}", ec.message());
       }
-    } catch (const std::exception& e) {
-      spdlog::warn("rendezvous store: cannot set up a connection: {}", e.what());
+      return accept_later(std::chrono::milliseconds(100));
+    }
+    // accept4: close-on-exec from the start, never a window in which a
+    // concurrent fork could inherit the socket.
+    for (int i = 0; i < 64 && !stopping; ++i) {
+      sockaddr_storage ss{};
+      socklen_t len = sizeof ss;
+      const int fd =
+          ::accept4(acceptor.native_handle(), reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd >= 0) {
+        adopt(fd);
+        continue;
+      }
+      const int err = errno;
+      if (err == EAGAIN || err == EWOULDBLOCK) break;
+      if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
+      if (err == EMFILE || err == ENFILE) return out_of_descriptors(err);
+      if (accept_log.admit(std::chrono::steady_clock::now())) {
+        spdlog::warn("rendezvous store: accept failed: {}", std::strerror(err));
+      }
+      return accept_later(std::chrono::milliseconds(100));
     }
     do_accept();
   });
 }
 
-bool HttpStoreServer::Impl::register_connection(const std::shared_ptr<Connection>& c) {
+void HttpStoreServer::Impl::accept_later(std::chrono::milliseconds delay) {
+  accept_backoff.expires_after(delay);
+  accept_backoff.async_wait([this](const error_code& e) {
+    if (!e) do_accept();
+  });
+}
+
+void HttpStoreServer::Impl::out_of_descriptors(int err) {
+  std::shared_ptr<Connection> victim;
+  {
+    std::lock_guard<std::mutex> l(conns_mu);
+    victim = take_oldest_pending_locked("");
+  }
+  if (victim) {
+    // The stranger that has waited longest gives its descriptor to the
+    // connection waiting in the backlog (perhaps a worker).
+    if (evicted_log.admit(std::chrono::steady_clock::now())) {
+      spdlog::warn(
+          "rendezvous store: out of file descriptors ({}): closed the oldest unauthenticated connection ({}) to "
+          "accept a new one",
+          std::strerror(err), victim->peer());
+    }
+    victim->close();
+    return accept_later(std::chrono::milliseconds(2));
+  }
+  // Nothing of ours to give up: the connection waits in the backlog.
+  if (accept_log.admit(std::chrono::steady_clock::now())) {
+    spdlog::warn("rendezvous store: accept failed: {} (retrying every 100 ms)", std::strerror(err));
+  }
+  accept_later(std::chrono::milliseconds(100));
+}
+
+void HttpStoreServer::Impl::adopt(int fd) {
+  std::shared_ptr<Connection> conn;
+  try {
+    error_code ec;
+    tcp::socket socket(asio::make_strand(io));
+    socket.assign(protocol, fd, ec);
+    if (ec) {
+      ::close(fd);
+      return;
+    }
+    socket.set_option(tcp::no_delay(true), ec);
+    conn = std::make_shared<Connection>(*this, std::move(socket));
+  } catch (const std::exception& e) {
+    spdlog::warn("rendezvous store: cannot set up a connection: {}", e.what());
+    return;
+  }
+  std::vector<std::shared_ptr<Connection>> victims;
+  if (register_connection(conn, victims)) conn->start();
+  // else conn's destructor closes the socket.
+  for (auto& v : victims) {
+    if (evicted_log.admit(std::chrono::steady_clock::now())) {
+      spdlog::warn(
+          "rendezvous store: closed the oldest unauthenticated connection ({}) to make room: at most {} connections "
+          "without the job secret, {} per source address (further ones are counted and reported every {})",
+          v->peer(), pending_cap, opts.max_pending_per_source, LogLimiter::window_text(opts.log_period));
+    }
+    v->close();
+  }
+}
+
+std::shared_ptr<Connection> HttpStoreServer::Impl::take_oldest_pending_locked(const std::string& source) {
+  for (auto it = pending.begin(); it != pending.end(); ++it) {
+    Connection* c = *it;
+    if (!source.empty() && c->source != source) continue;
+    pending.erase(it);
+    c->in_pool = false;
+    auto n = pending_per_source.find(c->source);
+    if (n != pending_per_source.end() && --n->second == 0) pending_per_source.erase(n);
+    auto found = conns.find(c);
+    return found == conns.end() ? nullptr : found->second.lock();
+  }
+  return nullptr;
+}
+
+bool HttpStoreServer::Impl::register_connection(const std::shared_ptr<Connection>& c,
+                                                std::vector<std::shared_ptr<Connection>>& victims) {
   std::lock_guard<std::mutex> lock(conns_mu);
-  if (stopping || conns.size() >= opts.max_connections) return false;
+  if (stopping) return false;
+  auto per_source = pending_per_source.find(c->source);
+  if (per_source != pending_per_source.end() && per_source->second >= opts.max_pending_per_source) {
+    if (auto v = take_oldest_pending_locked(c->source)) victims.push_back(std::move(v));
+  }
+  while (!pending.empty() && pending.size() >= pending_cap) {
+    if (auto v = take_oldest_pending_locked("")) victims.push_back(std::move(v));
+  }
+  c->pool_pos = pending.insert(pending.end(), c.get());
+  c->in_pool = true;
+  ++pending_per_source[c->source];
   conns.emplace(c.get(), c);
+  return true;
+}
+
+bool HttpStoreServer::Impl::promote(Connection* c) {
+  std::lock_guard<std::mutex> lock(conns_mu);
+  if (authenticated >= opts.max_connections) return false;
+  if (c->in_pool) {
+    pending.erase(c->pool_pos);
+    c->in_pool = false;
+    auto n = pending_per_source.find(c->source);
+    if (n != pending_per_source.end() && --n->second == 0) pending_per_source.erase(n);
+  }
+  c->counted_authenticated = true;
+  ++authenticated;
   return true;
 }
 
 void HttpStoreServer::Impl::unregister_connection(Connection* c) {
   std::lock_guard<std::mutex> lock(conns_mu);
+  if (c->in_pool) {
+    pending.erase(c->pool_pos);
+    c->in_pool = false;
+    auto n = pending_per_source.find(c->source);
+    if (n != pending_per_source.end() && --n->second == 0) pending_per_source.erase(n);
+  }
+  if (c->counted_authenticated) {
+    c->counted_authenticated = false;
+    --authenticated;
+  }
   if (conns.erase(c) > 0 && conns.empty()) conns_cv.notify_all();
+}
+
+void HttpStoreServer::Impl::flush_logs(bool force) {
+  const auto now = std::chrono::steady_clock::now();
+  if (auto s = rejected_log.take(now, force)) {
+    spdlog::warn("rendezvous store: {} more unauthenticated requests rejected in the last {}", s->suppressed,
+                 LogLimiter::window_text(s->window));
+  }
+  if (auto s = evicted_log.take(now, force)) {
+    spdlog::warn("rendezvous store: {} more unauthenticated connections closed to make room in the last {}",
+                 s->suppressed, LogLimiter::window_text(s->window));
+  }
+  if (auto s = refused_log.take(now, force)) {
+    spdlog::warn("rendezvous store: {} more requests refused (too many connections) in the last {}", s->suppressed,
+                 LogLimiter::window_text(s->window));
+  }
+  if (auto s = accept_log.take(now, force)) {
+    spdlog::warn("rendezvous store: {} more failed accepts in the last {}", s->suppressed,
+                 LogLimiter::window_text(s->window));
+  }
+}
+
+void HttpStoreServer::Impl::arm_log_timer() {
+  if (stopping) return;
+  log_timer.expires_after(opts.log_period);
+  log_timer.async_wait([this](const error_code& ec) {
+    if (ec || stopping) return;
+    flush_logs(false);
+    arm_log_timer();
+  });
 }
 
 void HttpStoreServer::Impl::stop() {
@@ -617,6 +894,7 @@ void HttpStoreServer::Impl::stop() {
     error_code ignored;
     acceptor.close(ignored);
     accept_backoff.cancel();
+    log_timer.cancel();
     std::vector<std::shared_ptr<Connection>> live;
     {
       std::lock_guard<std::mutex> l(conns_mu);
@@ -638,6 +916,7 @@ void HttpStoreServer::Impl::stop() {
   // listening socket must not outlive stop() (no thread touches it now).
   error_code ignored;
   acceptor.close(ignored);
+  flush_logs(true);
   spdlog::debug("rendezvous store on {}:{} stopped", bound_address, bound_port);
 }
 
@@ -649,6 +928,12 @@ HttpStoreServer::HttpStoreServer(ServerOptions options) {
   }
   if (options.threads < 1) throw InvalidArgument("rendezvous store: threads must be >= 1");
   if (options.max_connections < 1) throw InvalidArgument("rendezvous store: max_connections must be >= 1");
+  if (options.max_pending < 1) throw InvalidArgument("rendezvous store: max_pending must be >= 1");
+  if (options.max_pending_per_source < 1) {
+    throw InvalidArgument("rendezvous store: max_pending_per_source must be >= 1");
+  }
+  if (options.pending_timeout.count() < 1) throw InvalidArgument("rendezvous store: pending_timeout must be positive");
+  if (options.log_period.count() < 1) throw InvalidArgument("rendezvous store: log_period must be positive");
   if (options.max_header_bytes < 256) throw InvalidArgument("rendezvous store: max_header_bytes must be >= 256");
   if (options.read_timeout.count() < 1) throw InvalidArgument("rendezvous store: read_timeout must be positive");
   impl_ = std::make_unique<Impl>(std::move(options));
@@ -672,5 +957,12 @@ std::size_t HttpStoreServer::connection_count() const {
   std::lock_guard<std::mutex> lock(impl_->conns_mu);
   return impl_->conns.size();
 }
+
+std::size_t HttpStoreServer::pending_count() const {
+  std::lock_guard<std::mutex> lock(impl_->conns_mu);
+  return impl_->pending.size();
+}
+
+std::size_t HttpStoreServer::pending_limit() const { return impl_->pending_cap; }
 
 }  // namespace hvd::store

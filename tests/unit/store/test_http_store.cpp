@@ -255,14 +255,22 @@ TEST_CASE("http: 2000 simultaneous connections, then normal operation", "[store]
   REQUIRE(crowd >= 400);
   HttpStoreServer server(test_options());
   server.start();
+  // Each connection authenticates with a request and then stays open, idle
+  // (kept alive): the job's own clients are only bounded by max_connections.
   std::vector<RawConn> conns;
   conns.reserve(crowd);
-  for (int i = 0; i < crowd; ++i) conns.emplace_back(server.port());
+  for (int i = 0; i < crowd; ++i) {
+    conns.emplace_back(server.port());
+    conns.back().send("PUT /crowd/" + std::to_string(i) + " HTTP/1.1\r\n" + auth_header() +
+                      "Content-Length: 1\r\n\r\nx");
+    REQUIRE_THAT(conns.back().read_response(), Catch::StartsWith("HTTP/1.1 200"));
+  }
   REQUIRE(eventually([&] { return server.connection_count() == static_cast<std::size_t>(crowd); }, 15000ms));
+  CHECK(server.pending_count() == 0);
   check_still_serving(server, "busy/ok");
-  // Some of the crowd make requests too.
+  // Some of the crowd make requests again on their kept-alive connections.
   for (int i = 0; i < crowd; i += 250) {
-    conns[i].send("PUT /crowd/" + std::to_string(i) + " HTTP/1.1\r\n" + auth_header() + "Content-Length: 1\r\n\r\nx");
+    conns[i].send("GET /crowd/" + std::to_string(i) + " HTTP/1.1\r\n" + auth_header() + "\r\n");
     CHECK_THAT(conns[i].read_response(), Catch::StartsWith("HTTP/1.1 200"));
   }
   conns.clear();
@@ -270,22 +278,82 @@ TEST_CASE("http: 2000 simultaneous connections, then normal operation", "[store]
   check_still_serving(server, "after/crowd");
 }
 
-TEST_CASE("http: connections beyond max_connections are closed at once", "[store][http]") {
+TEST_CASE("http: authenticated connections beyond max_connections get 503 and a close", "[store][http]") {
   ServerOptions o = test_options();
   o.max_connections = 4;
   HttpStoreServer server(o);
   server.start();
   std::vector<RawConn> held;
-  for (int i = 0; i < 4; ++i) held.emplace_back(server.port());
+  for (int i = 0; i < 4; ++i) {
+    held.emplace_back(server.port());
+    held.back().send("GET /cap/x HTTP/1.1\r\n" + auth_header() + "\r\n");
+    REQUIRE_THAT(held.back().read_response(), Catch::StartsWith("HTTP/1.1 404"));
+  }
   REQUIRE(eventually([&] { return server.connection_count() == 4; }));
   RawConn extra(server.port());
+  extra.send("GET /cap/x HTTP/1.1\r\n" + auth_header() + "\r\n");
+  CHECK_THAT(extra.read_response(), Catch::StartsWith("HTTP/1.1 503"));
   bool closed = false;
   extra.read_until_close(3000ms, closed);
   CHECK(closed);
-  CHECK(server.connection_count() == 4);
+  CHECK(eventually([&] { return server.connection_count() == 4; }));
   held.clear();
   REQUIRE(eventually([&] { return server.connection_count() == 0; }));
   check_still_serving(server, "after/cap");
+}
+
+TEST_CASE("http: connections without the secret are dropped after pending_timeout, workers' idle ones are not",
+          "[store][http]") {
+  ServerOptions o = test_options();
+  o.pending_timeout = 400ms;
+  o.read_timeout = 5000ms;
+  HttpStoreServer server(o);
+  server.start();
+  RawConn silent(server.port());
+  RawConn partial(server.port());
+  partial.send("GET /a/b HTTP/1.1\r\nHost: h\r\n");  // never finishes its head
+  RawConn worker(server.port());
+  worker.send("GET /a/b HTTP/1.1\r\n" + auth_header() + "\r\n");
+  REQUIRE_THAT(worker.read_response(), Catch::StartsWith("HTTP/1.1 404"));
+  auto t0 = std::chrono::steady_clock::now();
+  bool closed1 = false, closed2 = false;
+  silent.read_until_close(3000ms, closed1);
+  partial.read_until_close(3000ms, closed2);
+  CHECK(closed1);
+  CHECK(closed2);
+  CHECK(seconds_since(t0) < 1.5);
+  // The authenticated connection, idle just as long, is still served.
+  CHECK(worker.send("GET /a/b HTTP/1.1\r\n" + auth_header() + "\r\n"));
+  CHECK_THAT(worker.read_response(), Catch::StartsWith("HTTP/1.1 404"));
+  CHECK(server.pending_count() == 0);
+}
+
+TEST_CASE("http: a full pending pool closes its oldest connection, per source first", "[store][http]") {
+  ServerOptions o = test_options();
+  o.max_pending = 8;
+  o.max_pending_per_source = 5;
+  HttpStoreServer server(o);
+  server.start();
+  CHECK(server.pending_limit() == 8);
+  std::vector<RawConn> idle;
+  for (int i = 0; i < 5; ++i) idle.emplace_back(server.port());
+  REQUIRE(eventually([&] { return server.pending_count() == 5; }));
+  // A sixth from the same address pushes out the first.
+  idle.emplace_back(server.port());
+  bool closed = false;
+  idle[0].read_until_close(2000ms, closed);
+  CHECK(closed);
+  CHECK(eventually([&] { return server.pending_count() == 5; }));
+  for (std::size_t i = 1; i < idle.size(); ++i) {
+    bool c = false;
+    idle[i].read_until_close(50ms, c);
+    CHECK_FALSE(c);
+  }
+  // Many more: the pool never exceeds its limits and a worker still gets in.
+  for (int i = 0; i < 100; ++i) idle.emplace_back(server.port());
+  CHECK(eventually([&] { return server.pending_count() <= 5; }));
+  check_still_serving(server, "after/pool");
+  CHECK(server.pending_count() <= 5);
 }
 
 TEST_CASE("http: keep-alive, pipelining and protocol errors that keep the connection", "[store][http]") {

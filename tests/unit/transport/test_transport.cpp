@@ -420,3 +420,114 @@ TEST_CASE("a live peer that stays silent past the limit is not dead", "[transpor
   late.join();
   CHECK(w == 42);
 }
+
+// ---- hostile connections during start-up (issue 21, item 2) -----------------
+
+TEST_CASE("idle connections to a listener do not delay or fail a real peer", "[transport][security][fault]") {
+  // A dozen connections that say nothing, made before the real peer: each
+  // must cost the peer nothing (handshakes run concurrently).
+  TcpListener listener("127.0.0.1");
+  std::vector<int> idle;
+  for (int i = 0; i < 12; ++i) idle.push_back(raw_connect(listener.port()));
+  Handshake h0 = hs(0);
+  h0.handshake_timeout = 5000ms;  // the library's default at the time of the audit
+  auto t0 = std::chrono::steady_clock::now();
+  auto peer =
+      std::async(std::launch::async, [&] { return connect(listener.endpoint(), 0, hs(1), Deadline::after(8s)); });
+  auto link = listener.accept(
+      h0, [](int p) { return p == 1; }, Deadline::after(8s));
+  REQUIRE(link);
+  CHECK(link->peer() == 1);
+  CHECK(seconds_since(t0) < 1.0);
+  auto b = peer.get();
+  int v = 7, w = 0;
+  b->send(&v, sizeof v, Deadline::after(2s));
+  link->recv(&w, sizeof w, Deadline::after(2s));
+  CHECK(w == 7);
+  for (int fd : idle) ::close(fd);
+}
+
+TEST_CASE("handshake errors say what happened", "[transport][fault]") {
+  SECTION("a wrong secret is reported as a rejection of our proof") {
+    TcpListener listener("127.0.0.1");
+    auto intruder = std::async(std::launch::async,
+                               [&] { return connect(listener.endpoint(), 0, hs(1, "wrong"), Deadline::after(3s)); });
+    CHECK_THROWS_AS(listener.accept(
+                        hs(0), [](int p) { return p == 1; }, Deadline::after(1s)),
+                    TimeoutError);
+    CHECK_THROWS_WITH(intruder.get(), Catch::Contains("rank 0") && Catch::Contains("rejected our handshake") &&
+                                          Catch::Contains("job secret"));
+  }
+  SECTION("a listener that closes without a verdict is not blamed on the secret") {
+    // A listener that gives up (its own deadline passed) while our proof is
+    // in flight: hello sent, proof read, connection closed without an answer.
+    int srv = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(srv, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(srv, 4) == 0);
+    socklen_t len = sizeof a;
+    REQUIRE(::getsockname(srv, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    const std::string endpoint = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+    auto peer = std::async(std::launch::async, [&] { return connect(endpoint, 0, hs(1), Deadline::after(3s)); });
+    int c = ::accept(srv, nullptr, nullptr);
+    REQUIRE(c >= 0);
+    const char hello[24] = {'H', 'V', 'D', 'L', '1', 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    REQUIRE(::write(c, hello, sizeof hello) == sizeof hello);
+    char proof[64];
+    std::size_t got = 0;
+    while (got < sizeof proof) {
+      ssize_t n = ::read(c, proof + got, sizeof proof - got);
+      REQUIRE(n > 0);
+      got += static_cast<std::size_t>(n);
+    }
+    ::close(c);
+    ::close(srv);
+    try {
+      peer.get();
+      FAIL("connect succeeded");
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      CHECK_THAT(what, !Catch::Contains("job secret"));
+      CHECK_THAT(what, Catch::Contains("rank 0") && Catch::Contains("closed the connection"));
+    }
+  }
+  SECTION("a wrong rank is reported as such") {
+    TcpListener listener("127.0.0.1");
+    auto stranger =
+        std::async(std::launch::async, [&] { return connect(listener.endpoint(), 0, hs(5), Deadline::after(3s)); });
+    CHECK_THROWS_AS(listener.accept(
+                        hs(0), [](int p) { return p == 1; }, Deadline::after(1s)),
+                    TimeoutError);
+    CHECK_THROWS_WITH(stranger.get(), Catch::Contains("rank 5") && !Catch::Contains("job secret"));
+  }
+}
+
+TEST_CASE("a listener keeps at most kMaxPendingHandshakes strangers and drops the oldest", "[transport][fault]") {
+  TcpListener listener("127.0.0.1");
+  std::vector<int> idle;
+  for (std::size_t i = 0; i < kMaxPendingHandshakes + 20; ++i) idle.push_back(raw_connect(listener.port()));
+  auto peer = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(100ms);
+    return connect(listener.endpoint(), 0, hs(1), Deadline::after(5s));
+  });
+  Handshake h0 = hs(0);
+  h0.handshake_timeout = 10s;  // only the pool's bound can drop them here
+  auto t0 = std::chrono::steady_clock::now();
+  auto link = listener.accept(
+      h0, [](int p) { return p == 1; }, Deadline::after(5s));
+  CHECK(link->peer() == 1);
+  CHECK(seconds_since(t0) < 2.0);
+  CHECK(listener.pending_handshakes() <= kMaxPendingHandshakes);
+  peer.get();
+  // The first strangers were closed to make room: they read the hello, then EOF.
+  timeval tv{2, 0};  // a stranger still open would block the read: fail instead
+  ::setsockopt(idle.front(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[64];
+  ssize_t total = 0, n = 0;
+  while ((n = ::read(idle.front(), buf, sizeof buf)) > 0) total += n;
+  CHECK(n == 0);
+  CHECK(total == 24);
+  for (int fd : idle) ::close(fd);
+}

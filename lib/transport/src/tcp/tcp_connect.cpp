@@ -2,6 +2,7 @@
 // secret-proving handshake described in hvd/transport/tcp.h.
 #include "hvd/common/error.h"
 #include "hvd/common/net.h"
+#include "hvd/store/log_limiter.h"
 #include "hvd/transport/tcp.h"
 
 #include <poll.h>
@@ -72,39 +73,87 @@ bool mac_equal(const Mac& a, const unsigned char* b) {
   return diff == 0;
 }
 
-/// Listener side; returns the authenticated peer rank or throws.
-int handshake_listener(int fd, const Handshake& hs, const std::function<bool(int)>& wanted, Deadline dl) {
-  Nonce nl = make_nonce();
-  std::string hello(kListenerMagic, sizeof(kListenerMagic));
-  hello.append(reinterpret_cast<const char*>(nl.data()), nl.size());
-  write_all(fd, hello.data(), hello.size(), dl);
+constexpr std::size_t kConnectorMessage = 8 + 4 + 4 + kNonce + kMac;
+constexpr char kRejectMagic[4] = {'H', 'V', 'D', 'R'};
 
-  unsigned char msg[8 + 4 + 4 + kNonce + kMac];
-  read_exact(fd, msg, sizeof(msg), dl);
-  if (std::memcmp(msg, kConnectorMagic, 8) != 0) throw IoError("not an hvd link handshake (bad magic)");
-  uint32_t from = get_u32(msg + 8);
-  uint32_t to = get_u32(msg + 12);
+/// Why a listener refuses a handshake (sent to the connector).
+enum class Refusal : uint32_t { None = 0, Proof = 1, WrongRank = 2, UnexpectedPeer = 3 };
+
+Mac refusal_message(Refusal why) {
+  Mac m{};
+  std::memcpy(m.data(), kRejectMagic, 4);
+  const uint32_t v = static_cast<uint32_t>(why);
+  for (int i = 0; i < 4; ++i) m[4 + i] = static_cast<unsigned char>((v >> (8 * i)) & 0xff);
+  return m;
+}
+
+/// The refusal in a listener's answer, or None when it is not one.
+Refusal refusal_in(const unsigned char* reply) {
+  if (std::memcmp(reply, kRejectMagic, 4) != 0) return Refusal::None;
+  for (std::size_t i = 8; i < kMac; ++i)
+    if (reply[i] != 0) return Refusal::None;
+  const uint32_t v = get_u32(reply + 4);
+  return v >= 1 && v <= 3 ? static_cast<Refusal>(v) : Refusal::None;
+}
+
+/// Listener side, the connector's message complete: the peer's rank, or
+/// the refusal and why (for the log).
+struct Verdict {
+  int peer = -1;
+  Refusal refusal = Refusal::None;
+  std::string why;
+};
+
+Verdict verify_connector(const unsigned char* msg, const Handshake& hs, const Nonce& nl,
+                         const std::function<bool(int)>& wanted, Mac& reply) {
+  Verdict v;
+  if (std::memcmp(msg, kConnectorMagic, 8) != 0) {
+    v.why = "not an hvd link handshake (bad magic)";
+    return v;  // not our protocol: no answer
+  }
+  const uint32_t from = get_u32(msg + 8);
+  const uint32_t to = get_u32(msg + 12);
   Nonce nc{};
   std::memcpy(nc.data(), msg + 16, kNonce);
   if (!mac_equal(proof('c', hs, from, to, nl, nc), msg + 16 + kNonce)) {
-    throw IoError("peer failed to prove the job secret (wrong secret or communicator)");
+    v.refusal = Refusal::Proof;
+    v.why = "peer failed to prove the job secret (wrong secret or communicator)";
+    return v;
   }
   if (to != static_cast<uint32_t>(hs.self_rank)) {
-    throw IoError(fmt::format("peer wanted rank {}, this is rank {}", to, hs.self_rank));
+    v.refusal = Refusal::WrongRank;
+    v.why = fmt::format("peer wanted rank {}, this is rank {}", to, hs.self_rank);
+    return v;
   }
   if (from > 0x7fffffffu || !wanted(static_cast<int>(from))) {
-    throw IoError(fmt::format("unexpected or duplicate peer rank {}", from));
+    v.refusal = Refusal::UnexpectedPeer;
+    v.why = fmt::format("unexpected or duplicate peer rank {}", from);
+    return v;
   }
-  Mac reply = proof('l', hs, from, to, nl, nc);
-  write_all(fd, reply.data(), reply.size(), dl);
-  return static_cast<int>(from);
+  reply = proof('l', hs, from, to, nl, nc);
+  v.peer = static_cast<int>(from);
+  return v;
 }
 
-/// Connector side; throws IoError when the listener is not who we expect.
-void handshake_connector(int fd, const Handshake& hs, int peer, Deadline dl) {
+/// Connector side; throws IoError saying what went wrong when the listener
+/// is not who we expect or refuses us, TimeoutError at the deadline.
+void handshake_connector(int fd, const Handshake& hs, int peer, const std::string& endpoint, Deadline dl) {
   unsigned char hello[8 + kNonce];
-  read_exact(fd, hello, sizeof(hello), dl);
-  if (std::memcmp(hello, kListenerMagic, 8) != 0) throw IoError("not an hvd link listener (bad magic)");
+  try {
+    read_exact(fd, hello, sizeof(hello), dl);
+  } catch (const TimeoutError&) {
+    throw TimeoutError(fmt::format(
+        "rank {}: rank {} at {} accepted the connection but did not begin the handshake in time (still busy with "
+        "other peers, or stuck)",
+        hs.self_rank, peer, endpoint));
+  } catch (const IoError& e) {
+    throw IoError(fmt::format("rank {}: rank {} at {} closed the connection before the handshake began ({})",
+                              hs.self_rank, peer, endpoint, e.what()));
+  }
+  if (std::memcmp(hello, kListenerMagic, 8) != 0) {
+    throw IoError(fmt::format("rank {}: {} (published by rank {}) is not an hvd link listener (bad magic)",
+                              hs.self_rank, endpoint, peer));
+  }
   Nonce nl{};
   std::memcpy(nl.data(), hello + 8, kNonce);
   Nonce nc = make_nonce();
@@ -121,17 +170,40 @@ void handshake_connector(int fd, const Handshake& hs, int peer, Deadline dl) {
   unsigned char reply[kMac];
   try {
     read_exact(fd, reply, sizeof(reply), dl);
-  } catch (const IoError&) {
-    throw IoError(fmt::format("rank {} refused our handshake (job secret or communicator mismatch)", peer));
+  } catch (const TimeoutError&) {
+    throw TimeoutError(
+        fmt::format("rank {}: rank {} at {} did not answer our handshake in time", hs.self_rank, peer, endpoint));
+  } catch (const IoError& e) {
+    // No verdict: the listener gave up (its own deadline), failed, or
+    // dropped us among too many connections. Not a secret mismatch: that
+    // would have been said.
+    throw IoError(fmt::format(
+        "rank {}: rank {} at {} closed the connection without answering our handshake ({}): it stopped waiting "
+        "for peers (its start-up timeout), failed, or dropped the connection; see its log",
+        hs.self_rank, peer, endpoint, e.what()));
+  }
+  switch (refusal_in(reply)) {
+    case Refusal::Proof:
+      throw IoError(fmt::format(
+          "rank {}: rank {} at {} rejected our handshake: our proof of the job secret did not match (a different job "
+          "secret, or a different communicator generation than '{}')",
+          hs.self_rank, peer, endpoint, hs.scope));
+    case Refusal::WrongRank:
+      throw IoError(fmt::format(
+          "rank {}: the listener at {} rejected our handshake: it is not rank {} (a stale address in the store?)",
+          hs.self_rank, endpoint, peer));
+    case Refusal::UnexpectedPeer:
+      throw IoError(fmt::format(
+          "rank {}: rank {} at {} rejected our handshake: it does not expect rank {} (not one of its peers, or "
+          "rank {} is connected to it already)",
+          hs.self_rank, peer, endpoint, hs.self_rank, hs.self_rank));
+    case Refusal::None: break;
   }
   if (!mac_equal(proof('l', hs, from, to, nl, nc), reply)) {
-    throw IoError(fmt::format("rank {} failed to prove the job secret", peer));
+    throw IoError(fmt::format(
+        "rank {}: rank {} at {} failed to prove the job secret (a different job secret or communicator generation)",
+        hs.self_rank, peer, endpoint));
   }
-}
-
-Deadline handshake_deadline(const Handshake& hs, Deadline overall) {
-  Deadline per = Deadline::after(hs.handshake_timeout);
-  return per.at() < overall.at() ? per : overall;
 }
 
 }  // namespace
@@ -172,7 +244,7 @@ TcpListener::TcpListener(const std::string& address, uint16_t port, int backlog)
   if (!resolved.ok()) throw IoError(fmt::format("cannot resolve '{}': {}", address, resolved.error));
   std::string last_error = "no usable address";
   for (const net::Address& a : resolved.addresses) {
-    UniqueFd fd(::socket(a.family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
+    UniqueFd fd(::socket(a.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!fd) {
       last_error = std::strerror(errno);
       continue;
@@ -188,6 +260,7 @@ TcpListener::TcpListener(const std::string& address, uint16_t port, int backlog)
     ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len);
     port_ = net::Address(reinterpret_cast<sockaddr*>(&ss), len).port();
     fd_ = std::move(fd);
+    logs_ = std::make_unique<Logs>();
     return;
   }
   throw IoError(fmt::format("cannot listen on {}:{}: {}", address, port, last_error));
@@ -198,30 +271,192 @@ std::string TcpListener::endpoint() const {
   return fmt::format("{}:{}", address_, port_);
 }
 
+// ---- the listener's concurrent handshakes ----------------------------------
+
+/// One accepted connection in its handshake: the hello goes out, the
+/// connector's message comes in, then our proof (or a refusal) goes out.
+struct TcpListener::Pending {
+  UniqueFd fd;
+  std::string who;
+  std::chrono::steady_clock::time_point until;
+  Nonce nl{};
+  std::string out;
+  std::size_t out_done = 0;
+  unsigned char in[kConnectorMessage] = {};
+  std::size_t in_done = 0;
+  int peer = -1;  ///< set once verified: the proof is on its way
+};
+
+/// Dropped connections are logged once, then counted (a flood of strangers
+/// must not flood the log).
+struct TcpListener::Logs {
+  store::LogLimiter dropped{std::chrono::seconds(5)};
+};
+
+TcpListener::~TcpListener() {
+  if (logs_) {
+    if (auto s = logs_->dropped.take(std::chrono::steady_clock::now(), true)) {
+      spdlog::warn("{}: {} more connections dropped during the handshake in the last {}", endpoint(), s->suppressed,
+                   store::LogLimiter::window_text(s->window));
+    }
+  }
+}
+TcpListener::TcpListener(TcpListener&&) noexcept = default;
+TcpListener& TcpListener::operator=(TcpListener&&) noexcept = default;
+
+namespace {
+
+enum class Step { More, Done, Drop };
+
+/// Sends what is queued; More while the socket is full.
+Step flush(int fd, const std::string& out, std::size_t& done, std::string& why) {
+  while (done < out.size()) {
+    const ssize_t n = ::send(fd, out.data() + done, out.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      done += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Step::More;
+    why = fmt::format("send failed: {}", std::strerror(errno));
+    return Step::Drop;
+  }
+  return Step::Done;
+}
+
+}  // namespace
+
 std::unique_ptr<TcpLink> TcpListener::accept(const Handshake& hs, const std::function<bool(int)>& wanted,
                                              Deadline deadline, const TcpOptions& options) {
+  using Clock = std::chrono::steady_clock;
+  auto drop = [&](std::size_t i, const std::string& why) {
+    if (logs_->dropped.admit(Clock::now())) {
+      spdlog::warn("rank {}: dropped connection from {}: {} (further drops are counted and reported every 5 s)",
+                   hs.self_rank, pending_[i]->who, why);
+    }
+    pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+  };
+  // Advances one handshake as far as its socket allows.
+  auto advance = [&](Pending& p, std::string& why) -> Step {
+    for (;;) {
+      if (p.out_done < p.out.size()) {
+        Step st = flush(p.fd.get(), p.out, p.out_done, why);
+        if (st != Step::Done) return st;
+      }
+      if (p.peer >= 0) return Step::Done;  // our proof went out
+      const ssize_t n = ::recv(p.fd.get(), p.in + p.in_done, sizeof(p.in) - p.in_done, MSG_DONTWAIT);
+      if (n == 0) {
+        why = "closed the connection during the handshake";
+        return Step::Drop;
+      }
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return Step::More;
+        why = fmt::format("recv failed: {}", std::strerror(errno));
+        return Step::Drop;
+      }
+      p.in_done += static_cast<std::size_t>(n);
+      if (p.in_done < sizeof(p.in)) continue;
+      Mac reply{};
+      Verdict v = verify_connector(p.in, hs, p.nl, wanted, reply);
+      if (v.peer < 0) {
+        why = v.why;
+        if (v.refusal != Refusal::None) {
+          // Best effort: tell a real peer why (it cannot block: 32 bytes
+          // into a socket we have only read from).
+          const Mac m = refusal_message(v.refusal);
+          ssize_t ignored = ::send(p.fd.get(), m.data(), m.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+          (void)ignored;
+        }
+        return Step::Drop;
+      }
+      p.peer = v.peer;
+      p.out.assign(reinterpret_cast<const char*>(reply.data()), reply.size());
+      p.out_done = 0;
+    }
+  };
+
+  std::vector<pollfd> fds;
   for (;;) {
-    pollfd p{fd_.get(), POLLIN, 0};
-    int rc = ::poll(&p, 1, deadline.poll_timeout_ms());
-    if (rc == 0) throw TimeoutError(fmt::format("rank {}: timed out waiting for peers to connect", hs.self_rank));
+    // Expired handshakes go first.
+    const auto now = Clock::now();
+    for (std::size_t i = 0; i < pending_.size();) {
+      if (pending_[i]->until <= now) {
+        drop(i, fmt::format("no handshake within {} ms", hs.handshake_timeout.count()));
+      } else {
+        ++i;
+      }
+    }
+    if (auto s = logs_->dropped.take(now)) {
+      spdlog::warn("rank {}: {} more connections dropped during the handshake in the last {}", hs.self_rank,
+                   s->suppressed, store::LogLimiter::window_text(s->window));
+    }
+    if (deadline.expired()) {
+      throw TimeoutError(fmt::format("rank {}: timed out waiting for peers to connect", hs.self_rank));
+    }
+    int timeout_ms = deadline.poll_timeout_ms();
+    fds.assign(1, pollfd{fd_.get(), POLLIN, 0});
+    for (const auto& p : pending_) {
+      fds.push_back(pollfd{p->fd.get(), static_cast<short>(p->out_done < p->out.size() ? POLLOUT : POLLIN), 0});
+      const auto left =
+          std::chrono::ceil<std::chrono::milliseconds>(std::max(p->until - now, Clock::duration::zero())).count();
+      if (timeout_ms < 0 || left < timeout_ms) timeout_ms = static_cast<int>(left);
+    }
+    const int rc = ::poll(fds.data(), fds.size(), timeout_ms);
     if (rc < 0) {
       if (errno == EINTR) continue;
       throw IoError(fmt::format("poll on listener failed: {}", std::strerror(errno)));
     }
-    sockaddr_storage ss{};
-    socklen_t len = sizeof(ss);
-    int raw = ::accept4(fd_.get(), reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC);
-    if (raw < 0) {
-      if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
-      throw IoError(fmt::format("accept failed: {}", std::strerror(errno)));
+    if (rc == 0) continue;  // a handshake or the deadline expired: handled above
+    // Handshakes that can move. pending_ only shrinks here, from the back
+    // of what poll saw, so walk backwards.
+    for (std::size_t k = fds.size() - 1; k >= 1; --k) {
+      if (fds[k].revents == 0) continue;
+      const std::size_t i = k - 1;
+      std::string why;
+      const Step st = advance(*pending_[i], why);
+      if (st == Step::Drop) {
+        drop(i, why);
+      } else if (st == Step::Done) {
+        std::unique_ptr<Pending> p = std::move(pending_[i]);
+        pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+        return std::make_unique<TcpLink>(std::move(p->fd), p->peer, p->who, options);
+      }
     }
-    UniqueFd fd(raw);
-    std::string who = net::Address(reinterpret_cast<sockaddr*>(&ss), len).host_port();
-    try {
-      int peer = handshake_listener(fd.get(), hs, wanted, handshake_deadline(hs, deadline));
-      return std::make_unique<TcpLink>(std::move(fd), peer, who, options);
-    } catch (const Error& e) {
-      spdlog::warn("rank {}: dropped connection from {}: {}", hs.self_rank, who, e.what());
+    // New connections: each starts its handshake at once.
+    if (fds[0].revents != 0) {
+      for (int n = 0; n < 64; ++n) {
+        sockaddr_storage ss{};
+        socklen_t len = sizeof(ss);
+        const int raw = ::accept4(fd_.get(), reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (raw < 0) {
+          if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
+          if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+          if (errno == EMFILE || errno == ENFILE) {
+            // Out of descriptors: the oldest handshake makes room.
+            if (!pending_.empty()) {
+              drop(0, fmt::format("closed to make room: accept failed: {}", std::strerror(errno)));
+              continue;
+            }
+          }
+          throw IoError(fmt::format("accept failed: {}", std::strerror(errno)));
+        }
+        if (pending_.size() >= kMaxPendingHandshakes) {
+          drop(0, fmt::format("closed to make room: {} handshakes in progress", kMaxPendingHandshakes));
+        }
+        auto p = std::make_unique<Pending>();
+        p->fd.reset(raw);
+        p->who = net::Address(reinterpret_cast<sockaddr*>(&ss), len).host_port();
+        p->until = Clock::now() + hs.handshake_timeout;
+        p->nl = make_nonce();
+        p->out.assign(kListenerMagic, sizeof(kListenerMagic));
+        p->out.append(reinterpret_cast<const char*>(p->nl.data()), p->nl.size());
+        std::string why;
+        const Step st = advance(*p, why);  // the hello goes out now
+        if (st == Step::Done) return std::make_unique<TcpLink>(std::move(p->fd), p->peer, p->who, options);
+        pending_.push_back(std::move(p));
+        if (st == Step::Drop) drop(pending_.size() - 1, why);
+      }
     }
   }
 }
@@ -239,7 +474,7 @@ std::unique_ptr<TcpLink> connect(const std::string& endpoint, int peer, const Ha
       // does not share our secret), so IoError propagates. The whole
       // deadline applies: the peer may still be busy connecting to its own
       // lower-ranked peers before it accepts us.
-      handshake_connector(r.fd.get(), hs, peer, deadline);
+      handshake_connector(r.fd.get(), hs, peer, endpoint, deadline);
       return std::make_unique<TcpLink>(std::move(r.fd), peer, endpoint, options);
     }
     if (r.status == net::ConnectResult::Status::ResolveFailed) {

@@ -39,8 +39,28 @@ struct ServerOptions {
   /// Slow-loris and half-open clients are dropped when it passes; idle
   /// keep-alive clients too (the client reconnects transparently).
   std::chrono::milliseconds read_timeout{30000};
-  /// Connections beyond this are accepted and closed at once.
+  /// Authenticated connections (those that have made a request with the
+  /// right secret, or any well-formed request with allow_unauthenticated);
+  /// a request that would make one more gets 503 and a close.
   std::size_t max_connections = 8192;
+  /// Connections that have not yet authenticated (just accepted, idle,
+  /// part-way through their first head, or being closed after a 401) are
+  /// kept in a bounded pool of their own, so that strangers never take the
+  /// job's capacity: when the pool is full, the oldest one in it is closed
+  /// to make room. The server also keeps this pool within a quarter of the
+  /// descriptors left under RLIMIT_NOFILE when it starts (at least 16).
+  std::size_t max_pending = 256;
+  /// At most this many of the pool per source address; the source's own
+  /// oldest connection is closed to make room.
+  std::size_t max_pending_per_source = 64;
+  /// Time a new connection has, from accept, to deliver the head of its
+  /// first (authenticated) request; the job's clients send it at once.
+  /// Also capped by read_timeout.
+  std::chrono::milliseconds pending_timeout{3000};
+  /// Warnings an outsider can trigger (rejected requests, connections
+  /// closed to make room, failed accepts) are logged once, then counted and
+  /// reported once per this period.
+  std::chrono::milliseconds log_period{5000};
   /// Cap on a long-poll's wait_ms; longer requests wait this long.
   std::chrono::milliseconds max_wait{60000};
   /// Event-loop threads. One is plenty for a rendezvous.
@@ -75,6 +95,11 @@ class HttpStoreServer {
 
   /// Currently open client connections (for tests and diagnostics).
   std::size_t connection_count() const;
+  /// Of those, the ones not yet authenticated (the pending pool).
+  std::size_t pending_count() const;
+  /// The pending pool's limit in effect (max_pending, lowered to fit the
+  /// descriptors available when the server started).
+  std::size_t pending_limit() const;
 
   class Impl;
 
@@ -154,7 +179,9 @@ class HttpStoreClient : public Store {
 /// from HVDRUN_SECRET, connected (retrying up to `timeout`) before it is
 /// returned. nullptr when HOROVOD_GLOO_RENDEZVOUS_ADDR is not set (a program
 /// run without hvdrun). InvalidArgument for a missing or bad port; IoError
-/// when the store cannot be reached within `timeout`.
+/// when the store cannot be reached within `timeout`. Its request_timeout is
+/// at most `timeout` (at least 1 s), so a store that accepts but does not
+/// answer cannot hold a starting worker for long.
 std::unique_ptr<Store> make_store_from_env(std::chrono::milliseconds timeout);
 
 }  // namespace hvd::store

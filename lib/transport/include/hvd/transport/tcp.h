@@ -6,11 +6,20 @@
 ///   connector -> listener  : "HVDC1" + from_rank + to_rank + 16-byte nonce_c
 ///                            + HMAC-SHA256(secret, "c" | scope | from | to | nonce_l | nonce_c)
 ///   listener  -> connector : HMAC-SHA256(secret, "l" | scope | from | to | nonce_l | nonce_c)
+///                            or, refusing, "HVDR" + u32 reason + 24 zero bytes
+///                            (1: wrong proof, 2: not the rank asked for,
+///                            3: a rank it does not expect or already has)
 /// `scope` (the communicator's store prefix) binds the link to one
 /// communicator generation, so a stale peer from an earlier generation is
-/// refused like a stranger. A connection that sends garbage, the wrong proof,
-/// an unexpected rank, or nothing within the per-handshake limit is dropped
-/// and logged; the listener keeps waiting for the right peers.
+/// refused like a stranger. A refusal is not authenticated (anyone could
+/// forge one, as anyone can reset the connection); it only lets a real peer
+/// say why. The listener runs every handshake concurrently (one poll loop,
+/// non-blocking sockets): a connection that sends garbage, the wrong proof,
+/// an unexpected rank, or nothing within handshake_timeout of being
+/// accepted is dropped and logged (once, then counted) without delaying
+/// anyone else, and at most kMaxPendingHandshakes are in progress at once
+/// (the oldest goes to make room); the listener keeps waiting for the right
+/// peers.
 #include "hvd/common/io.h"
 #include "hvd/transport/link.h"
 
@@ -22,6 +31,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace hvd::transport {
 
@@ -33,9 +43,11 @@ struct Handshake {
   std::string scope;
   /// Our rank.
   int self_rank = 0;
-  /// Upper bound for one peer's handshake, so a silent connection cannot
-  /// stall the listener.
-  std::chrono::milliseconds handshake_timeout{5000};
+  /// Upper bound for one peer's handshake on the listener, counted from
+  /// accept (a real peer answers within a round trip; handshakes run
+  /// concurrently, so a silent connection delays nobody, it only holds one
+  /// of the kMaxPendingHandshakes places for this long).
+  std::chrono::milliseconds handshake_timeout{3000};
 };
 
 /// Environment variable that sets TcpOptions::peer_timeout's default.
@@ -118,12 +130,21 @@ class TcpLink final : public Link {
   std::string failure_;
 };
 
-/// A listening TCP socket on an ephemeral (or given) port.
+/// Handshakes a listener runs at once; a new connection beyond this closes
+/// the oldest one still in its handshake.
+inline constexpr std::size_t kMaxPendingHandshakes = 64;
+
+/// A listening TCP socket on an ephemeral (or given) port (SOCK_CLOEXEC,
+/// non-blocking; accepted sockets too).
 class TcpListener {
  public:
   /// Binds `address` ("127.0.0.1", "0.0.0.0", "::1", a hostname) and
   /// `port` (0 = ephemeral). Throws IoError with the address on failure.
   TcpListener(const std::string& address, uint16_t port = 0, int backlog = 128);
+  /// Closes the listener and every handshake still in progress.
+  ~TcpListener();
+  TcpListener(TcpListener&&) noexcept;
+  TcpListener& operator=(TcpListener&&) noexcept;
 
   /// The bound address as given and the actual port.
   const std::string& address() const { return address_; }
@@ -131,23 +152,37 @@ class TcpListener {
   /// "host:port" ("[v6]:port" for IPv6), ready to publish in a store.
   std::string endpoint() const;
 
-  /// Accepts connections until one completes the handshake claiming a rank
-  /// for which `wanted(rank)` is true (the listener's own rank is the
-  /// handshake's to_rank). Failed handshakes are logged and dropped.
-  /// Throws TimeoutError when the deadline passes first.
+  /// Accepts connections and runs their handshakes concurrently until one
+  /// completes claiming a rank for which `wanted(rank)` is true (the
+  /// listener's own rank is the handshake's to_rank). Failed handshakes are
+  /// refused with their reason, logged (the first, then a count every 5 s)
+  /// and dropped. Handshakes still in progress when it returns carry on at
+  /// the next call (the same `hs` is expected). Throws TimeoutError when the
+  /// deadline passes first.
   std::unique_ptr<TcpLink> accept(const Handshake& hs, const std::function<bool(int)>& wanted, Deadline deadline,
                                   const TcpOptions& options = {});
 
+  /// Handshakes in progress (for tests).
+  std::size_t pending_handshakes() const { return pending_.size(); }
+
  private:
+  struct Pending;
+  struct Logs;
+
   UniqueFd fd_;
   std::string address_;
   uint16_t port_ = 0;
+  std::vector<std::unique_ptr<Pending>> pending_;
+  std::unique_ptr<Logs> logs_;
 };
 
 /// Connects to `endpoint` ("host:port") and authenticates as hs.self_rank
 /// towards `peer`. Retries refused connections until the deadline (the peer
-/// may not be listening yet). Throws IoError when the peer fails the
-/// handshake (wrong secret), TimeoutError at the deadline.
+/// may not be listening yet). Throws IoError saying what happened when the
+/// handshake fails: the peer refused us (and why: our proof of the secret,
+/// the rank we asked for, a rank it does not expect), failed to prove the
+/// secret itself, or closed the connection without a verdict (it gave up
+/// or failed); TimeoutError at the deadline.
 std::unique_ptr<TcpLink> connect(const std::string& endpoint, int peer, const Handshake& hs, Deadline deadline,
                                  const TcpOptions& options = {});
 
