@@ -25,10 +25,12 @@ namespace hvd::launcher {
 
 /// The job's host source: the discovery script, or (--min-np without one)
 /// the fixed -H / --hostfile list, default localhost:np as in static jobs.
-std::unique_ptr<HostSource> make_host_source(const Options& options) {
+/// watch = false (--dry-run): a Kubernetes source only lists, it starts no watch.
+std::unique_ptr<HostSource> make_host_source(const Options& options, bool watch = true) {
   if (options.elastic.kubernetes.selector) {
     kube::KubeConfig config = kube::resolve_kube_config(kube::process_environment());
     kube::KubernetesSourceOptions kso = kube::source_options(options, config);
+    kso.watch = watch;
     spdlog::info("kubernetes: pods '{}' in namespace '{}' through {} at {}", kso.selector, kso.namespace_name,
                  config.origin, config.server.text());
     return std::make_unique<kube::KubernetesHostSource>(std::move(config), std::move(kso));
@@ -59,7 +61,7 @@ std::unique_ptr<HostSource> make_host_source(const Options& options) {
 int dry_run_discovery(const Options& options) {
   std::unique_ptr<HostSource> source;
   try {
-    source = make_host_source(options);
+    source = make_host_source(options, /*watch=*/false);
   } catch (const InvalidArgument& e) {
     std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
     return exit_code::kUsage;

@@ -72,9 +72,11 @@ DiscoveryResult KubernetesHostSource::discover() {
     return r;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  first_done_ = true;
   r.hosts = hosts_of(pods_);
-  thread_ = std::thread([this] { watch_loop(); });
+  if (options_.watch) {
+    first_done_ = true;
+    thread_ = std::thread([this] { watch_loop(); });
+  }
   return r;
 }
 

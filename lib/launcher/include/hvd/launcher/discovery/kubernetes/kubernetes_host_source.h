@@ -36,6 +36,8 @@ struct KubernetesSourceOptions {
   int watch_timeout_seconds = 300;
   std::chrono::milliseconds backoff_initial{100};
   std::chrono::milliseconds backoff_max{5000};
+  /// false: looks only list (--dry-run); no watch thread.
+  bool watch = true;
 };
 
 /// The options from hvdrun's: namespace resolved (the flag, the service
