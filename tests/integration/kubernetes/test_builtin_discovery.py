@@ -297,16 +297,37 @@ class BuiltinDiscovery(unittest.TestCase):
         p = self.hvdrun(["-np", "1", "--kubernetes-namespace", "x", "true"], env)
         self.assertEqual((p.returncode, p.stderr), (2, "hvdrun: error: --kubernetes-namespace needs "
                                                        "--kubernetes-selector\n"))
-        # exec credential plugins are named, not silently tried
-        kc = os.path.join(self.dir, "exec-kubeconfig")
-        with open(kc, "w") as f:
-            json.dump({"apiVersion": "v1", "kind": "Config", "current-context": "c",
-                       "clusters": [{"name": "k", "cluster": {"server": api.url, "certificate-authority": api.ca_path}}],
-                       "users": [{"name": "u", "user": {"exec": {"command": "aws", "apiVersion": "x"}}}],
-                       "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}, f)
-        p = self.hvdrun(["-np", "1", "--kubernetes-selector", "app=hvd", "true"], clean_env(self.home, {"KUBECONFIG": kc}))
-        self.assertEqual(p.returncode, 2, p.stderr)
-        self.assertIn("exec plugin ('aws'), which hvdrun does not run", p.stderr)
+        # kubeconfig exec credential plugins: the token they print is used;
+        # a failing one is one line (exit 3, as any failing first look).
+        def exec_kubeconfig(name, body):
+            plugin = os.path.join(self.dir, name)
+            with open(plugin, "w") as f:
+                f.write("#!/bin/sh\n" + body)
+            os.chmod(plugin, 0o755)
+            kc = os.path.join(self.dir, name + ".kubeconfig")
+            with open(kc, "w") as f:
+                json.dump({"apiVersion": "v1", "kind": "Config", "current-context": "c",
+                           "clusters": [{"name": "k", "cluster": {"server": api.url,
+                                                                   "certificate-authority": api.ca_path}}],
+                           "users": [{"name": "u", "user": {"exec": {
+                               "command": "./" + name, "args": ["--who", "me"],
+                               "apiVersion": "client.authentication.k8s.io/v1beta1"}}}],
+                           "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}, f)
+            return clean_env(self.home, {"KUBECONFIG": kc})
+
+        api.set_tokens("test-token-1", "from-plugin")
+        env = exec_kubeconfig("plugin.sh", 'printf \'{"kind":"ExecCredential","status":{"token":"from-%s"}}\' "$1" '
+                                           '| sed s/--who/plugin/\n')
+        p = self.hvdrun(["-np", "1", "--kubernetes-selector", SELECTOR, "--dry-run", "true"], env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("pod w-0 -> 127.0.0.2:1\n", p.stdout)
+        self.assertEqual(api.requests[-1]["token"], "from-plugin")
+        env = exec_kubeconfig("broken.sh", "echo 'ExpiredToken: run aws sso login' >&2\nexit 255\n")
+        p = self.hvdrun(["-np", "1", "--kubernetes-selector", "app=hvd", "true"], env)
+        self.assertEqual(p.returncode, 3, p.stderr)
+        self.assertEqual(p.stderr.splitlines()[-1],
+                         "hvdrun: error: exec credential plugin '%s' of kubeconfig user 'u' exited with code 255: "
+                         "ExpiredToken: run aws sso login" % os.path.join(self.dir, "broken.sh"))
 
     # ---- live jobs -----------------------------------------------------------
 

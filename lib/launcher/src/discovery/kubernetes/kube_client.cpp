@@ -208,6 +208,21 @@ void KubeClient::stop() {
 
 std::string KubeClient::token(bool force) {
   if (!config_.token.empty()) return config_.token;
+  if (config_.exec) {  // run the plugin when there is no token yet, it expired (30 s early) or on a 401
+    std::lock_guard<std::mutex> lock(token_mu_);
+    const auto now = std::chrono::system_clock::now();
+    if (force || token_.empty() || (exec_expires_ && now + std::chrono::seconds(30) >= *exec_expires_)) {
+      try {
+        const ExecCredential c = run_exec_plugin(*config_.exec, std::chrono::seconds(30));
+        token_ = c.token;
+        exec_expires_ = c.expires;
+      } catch (const std::runtime_error& e) {
+        token_.clear();
+        throw KubeError(ApiFailure{0, e.what(), false});
+      }
+    }
+    return token_;
+  }
   if (config_.token_file.empty()) return "";
   std::lock_guard<std::mutex> lock(token_mu_);
   const std::string stamp = file_stamp(config_.token_file);

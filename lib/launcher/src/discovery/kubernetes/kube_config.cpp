@@ -6,6 +6,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -41,7 +42,7 @@ std::string resolve_path(const std::string& path, const std::string& file) {
   if (path.rfind("~/", 0) == 0) {
     if (const char* home = std::getenv("HOME")) return std::string(home) + path.substr(1);
   }
-  return dirname_of(file) + "/" + path;
+  return std::filesystem::path(dirname_of(file) + "/" + path).lexically_normal().string();
 }
 
 std::string base64_decode(const std::string& text, const std::string& what) {
@@ -255,11 +256,35 @@ KubeConfig load_kubeconfig(const std::vector<std::string>& paths) {
     const YAML::Node user = us->second.body;
     const std::string& file = us->second.file;
     if (user["exec"] && !user["exec"].IsNull()) {
-      const std::string command = scalar(user["exec"], "command");
-      throw InvalidArgument(
-          fmt::format("{}: user '{}' gets its credentials from an exec plugin ('{}'), which hvdrun does not run; use a "
-                      "token, tokenFile or client certificate (e.g. a service account token) for pod discovery",
-                      c.origin, user_name, command));
+      const YAML::Node exec = user["exec"];
+      ExecPlugin plugin;
+      plugin.user = user_name;
+      plugin.command = scalar(exec, "command");
+      plugin.api_version = scalar(exec, "apiVersion");
+      if (plugin.command.empty()) {
+        throw InvalidArgument(fmt::format("{}: the exec plugin of user '{}' has no command", c.origin, user_name));
+      }
+      if (plugin.api_version != "client.authentication.k8s.io/v1" &&
+          plugin.api_version != "client.authentication.k8s.io/v1beta1") {
+        throw InvalidArgument(
+            fmt::format("{}: the exec plugin '{}' of user '{}' asks for apiVersion '{}'; hvdrun speaks "
+                        "client.authentication.k8s.io/v1 and v1beta1",
+                        c.origin, plugin.command, user_name, plugin.api_version));
+      }
+      if (scalar(exec, "interactiveMode") == "Always") {
+        throw InvalidArgument(
+            fmt::format("{}: the exec plugin '{}' of user '{}' needs a terminal (interactiveMode: Always), which "
+                        "hvdrun never gives it",
+                        c.origin, plugin.command, user_name));
+      }
+      if (plugin.command.find('/') != std::string::npos) plugin.command = resolve_path(plugin.command, file);
+      if (exec["args"] && exec["args"].IsSequence()) {
+        for (const auto& a : exec["args"]) plugin.args.push_back(a.IsScalar() ? a.Scalar() : "");
+      }
+      if (exec["env"] && exec["env"].IsSequence()) {
+        for (const auto& e : exec["env"]) plugin.env.emplace_back(scalar(e, "name"), scalar(e, "value"));
+      }
+      c.exec = std::move(plugin);
     }
     if (user["auth-provider"] && !user["auth-provider"].IsNull()) {
       throw InvalidArgument(fmt::format(

@@ -94,7 +94,7 @@ std::optional<std::string> KubernetesHostSource::list_pods() {
     } catch (const KubeError& e) {
       return std::string(e.what());
     }
-    if (response.status != 401 || attempt > 0 || config_.token_file.empty()) break;
+    if (response.status != 401 || attempt > 0 || (config_.token_file.empty() && !config_.exec)) break;
   }
   if (response.status != 200) return http_failure(response.status, response.body, "list");
   const auto list = nlohmann::json::parse(response.body, nullptr, false);
@@ -208,7 +208,7 @@ KubernetesHostSource::WatchEnd KubernetesHostSource::watch_once(std::string& fai
       failure = status == 200 ? "" : e.what();
       return WatchEnd::Failed;
     }
-    if (response.status == 401 && attempt == 0 && !config_.token_file.empty()) continue;
+    if (response.status == 401 && attempt == 0 && (!config_.token_file.empty() || config_.exec)) continue;
     if (response.status == 410 || gone) return WatchEnd::Gone;
     if (response.status != 200) {
       failure = http_failure(response.status, response.body, "watch");

@@ -122,9 +122,12 @@ TEST_CASE("kube_config: unsupported auth and broken references are one clear lin
     const std::string p = dir.write("cfg", kubeconfig("x", cluster, users, contexts.empty() ? ctx : contexts));
     return invalid_message([&] { load_kubeconfig({p}); });
   };
-  CHECK(load("- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n"
+  CHECK(load("- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1alpha1\n"
              "      command: aws\n")
-            .find("exec plugin ('aws'), which hvdrun does not run") != std::string::npos);
+            .find("asks for apiVersion 'client.authentication.k8s.io/v1alpha1'") != std::string::npos);
+  CHECK(load("- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n"
+             "      command: login\n      interactiveMode: Always\n")
+            .find("needs a terminal (interactiveMode: Always)") != std::string::npos);
   CHECK(load("- name: u\n  user:\n    auth-provider:\n      name: gcp\n").find("auth-provider 'gcp'") !=
         std::string::npos);
   CHECK(load("- name: u\n  user:\n    username: a\n    password: b\n").find("basic auth") != std::string::npos);
@@ -197,4 +200,30 @@ TEST_CASE("kube_config: $KUBECONFIG, then the pod's service account, then ~/.kub
   const std::string none = invalid_message([&] { resolve_kube_config(env_of(outside)); });
   CHECK(none.find("no Kubernetes credentials: not in a pod") == 0);
   CHECK(none.find(dir.path() + "/nohome/.kube/config missing") != std::string::npos);
+}
+
+TEST_CASE("kube_config: exec credential plugins: command (relative to the file), args, env", "[kubernetes]") {
+  TempDir dir;
+  const std::string path =
+      dir.write("kube/config",
+                kubeconfig("x", "- name: c\n  cluster:\n    server: https://k:1\n",
+                           "- name: eks\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1beta1\n"
+                           "      command: bin/get-token\n      args: [\"--cluster\", \"prod\"]\n"
+                           "      env:\n      - name: AWS_PROFILE\n        value: ml\n      interactiveMode: Never\n",
+                           "- name: x\n  context:\n    cluster: c\n    user: eks\n"));
+  const KubeConfig c = load_kubeconfig({path});
+  REQUIRE(c.exec);
+  CHECK(c.exec->command == dir.path() + "/kube/bin/get-token");
+  CHECK(c.exec->args == std::vector<std::string>{"--cluster", "prod"});
+  CHECK(c.exec->env == std::vector<std::pair<std::string, std::string>>{{"AWS_PROFILE", "ml"}});
+  CHECK(c.exec->api_version == "client.authentication.k8s.io/v1beta1");
+  CHECK(c.exec->user == "eks");
+  CHECK(c.token.empty());
+  // A bare name stays a PATH lookup.
+  const std::string p2 = dir.write(
+      "config2", kubeconfig("x", "- name: c\n  cluster:\n    server: https://k:1\n",
+                            "- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n"
+                            "      command: gke-gcloud-auth-plugin\n",
+                            "- name: x\n  context:\n    cluster: c\n    user: u\n"));
+  CHECK(load_kubeconfig({p2}).exec->command == "gke-gcloud-auth-plugin");
 }

@@ -109,8 +109,10 @@ class KubeClient {
   void stop();
   bool stopped() const { return stopped_; }
 
-  /// The bearer token the next request sends: the fixed one, or the token
-  /// file's content, re-read when the file changed (or when `force`).
+  /// The bearer token the next request sends: the fixed one, the token
+  /// file's content (re-read when the file changed), or the exec plugin's
+  /// (run again 30 s before it expires); `force` re-reads or re-runs (a 401).
+  /// Throws KubeError when the file or the plugin fails.
   std::string token(bool force = false);
   const KubeConfig& config() const { return config_; }
 
@@ -122,6 +124,7 @@ class KubeClient {
   std::mutex token_mu_;
   std::string token_;
   std::string token_stamp_;
+  std::optional<std::chrono::system_clock::time_point> exec_expires_;
 };
 
 /// Thrown by KubeClient when a request gets no HTTP answer.

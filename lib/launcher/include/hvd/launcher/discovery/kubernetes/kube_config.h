@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "hvd/launcher/discovery/kubernetes/exec_plugin.h"
+
 namespace hvd::launcher::kube {
 
 /// The service-account mount of every pod; HVDRUN_KUBERNETES_SERVICEACCOUNT_DIR
@@ -49,6 +51,8 @@ struct KubeConfig {
   /// (`tokenFile`, the service account's token): re-read when it changes.
   std::string token;
   std::string token_file;
+  /// A kubeconfig `exec` credential plugin giving the token (exec_plugin.h).
+  std::optional<ExecPlugin> exec;
   /// Client certificate and key (PEM), kubeconfig client-certificate(-data)
   /// and client-key(-data).
   std::string client_cert_pem;
@@ -83,7 +87,8 @@ KubeconfigFiles kubeconfig_files(const EnvLookup& env);
 /// the same name the first one wins; files that do not exist are skipped,
 /// relative paths in a file are relative to that file). Throws for a
 /// missing context, cluster or user, for auth this build does not support
-/// (exec plugins, auth-provider, username/password), and when no file exists.
+/// (auth-provider, username/password, interactive exec plugins), and when no
+/// file exists.
 KubeConfig load_kubeconfig(const std::vector<std::string>& paths);
 
 /// What hvdrun uses: $KUBECONFIG when set, else the in-cluster service
