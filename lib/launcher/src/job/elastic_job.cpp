@@ -31,6 +31,9 @@ std::unique_ptr<HostSource> make_host_source(const Options& options, bool watch 
     kube::KubeConfig config = kube::resolve_kube_config(kube::process_environment());
     kube::KubernetesSourceOptions kso = kube::source_options(options, config);
     kso.watch = watch;
+    if (options.elastic.slots_per_host && options.elastic.kubernetes.slots.mode != KubernetesSlots::Mode::Auto) {
+      spdlog::warn("--slots-per-host ignored: --kubernetes-slots decides every pod's slots (it applies to 'auto')");
+    }
     spdlog::info("kubernetes: pods '{}' in namespace '{}' through {} at {}", kso.selector, kso.namespace_name,
                  config.origin, config.server.text());
     return std::make_unique<kube::KubernetesHostSource>(std::move(config), std::move(kso));
