@@ -229,6 +229,18 @@ class BuiltinDiscovery(unittest.TestCase):
                       "(kubeconfig ", p.stdout)
         self.assertEqual(api.requests[-1]["token"], "test-token-1")
         self.assertEqual(api.requests_for(lambda r: "watch" in r["query"]), [])  # one look, no watch
+        # auto slots: the annotation, else GPUs, else --slots-per-host
+        api.set_annotation("w-1", "hvdrun.io/slots", "3")
+        p = self.hvdrun(["-np", "2", "--kubernetes-selector", SELECTOR, "--slots-per-host", "4", "--dry-run", "true"],
+                        self.kubeconfig_env(api))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("hosts: 127.0.0.2:4, 127.0.0.3:3\n", p.stdout)
+        p = self.hvdrun(["-np", "2", "--kubernetes-selector", SELECTOR, "--kubernetes-slots", "gpu",
+                         "--slots-per-host", "4", "--dry-run", "true"], self.kubeconfig_env(api))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("pod w-0 not used: no nvidia.com/gpu limit\n", p.stdout)
+        self.assertIn("hosts: 127.0.0.3:2\n", p.stdout)
+        self.assertEqual(len(re.findall(r"\[warning\].*--slots-per-host ignored", p.stderr)), 1, p.stderr)
 
     def test_dry_run_client_certificate_embedded_data_and_context_namespace(self):
         api = self.server(namespace="team")
@@ -257,6 +269,15 @@ class BuiltinDiscovery(unittest.TestCase):
         self.assertIn("in namespace 'jobs' (the in-cluster service account (", p.stdout)
         self.assertEqual(api.requests[-1]["token"], "sa-token")
         self.assertTrue(api.requests[-1]["path"].startswith("/api/v1/namespaces/jobs/pods"))
+        # StatefulSet DNS names
+        labels = {"app": "hvd", "role": "worker"}
+        api.add_pod("sts-0", labels=labels, ip="127.0.0.7", ready=True, namespace="jobs", subdomain="sts")
+        p = self.hvdrun(["-np", "1", "--kubernetes-selector", SELECTOR, "--kubernetes-host-names", "dns",
+                         "--dry-run", "true"], env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("pod sts-0 -> sts-0.sts:1\n", p.stdout)
+        self.assertIn("pod w-0 not used: no spec.subdomain", p.stdout)
+        self.assertIn("hosts: sts-0.sts:1\n", p.stdout)
         # kubeconfig insecure-skip-tls-verify: works, with one warning line
         p = self.hvdrun(["-np", "1", "--kubernetes-selector", SELECTOR, "--kubernetes-namespace", "jobs",
                          "--dry-run", "true"], self.kubeconfig_env(api, insecure=True, token="sa-token"))
