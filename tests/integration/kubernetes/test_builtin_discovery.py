@@ -407,6 +407,20 @@ class BuiltinDiscovery(unittest.TestCase):
         self.assertTrue(all(w["query"].get("allowWatchBookmarks") == "true" for w in watches))
         self.assertTrue(all(w["query"].get("resourceVersion") for w in watches))
         self.assertNotIn("discovery failed", j.text("err"))  # drops and 410s are not failures
+
+        # The API server goes away: the job keeps its host and trains on,
+        # with one line per distinct reason however often hvdrun retries
+        # (while it shuts down a connection may also be reset).
+        t3 = time.monotonic()
+        api.stop()
+        j.err_line(r"discovery failed \(kept previous 1 host\): cannot connect to the Kubernetes API server at "
+                   + re.escape(api.url) + r": Connection refused", after=t3)
+        time.sleep(1.5)
+        failures = re.findall(r"discovery failed .*", j.text("err"))
+        self.assertEqual(len(failures), len(set(failures)), failures)  # each distinct reason once, not per retry
+        self.assertEqual(len([f for f in failures if f.endswith("Connection refused")]), 1, failures)
+        j.step_at(1, after=time.monotonic())
+        self.assertIsNone(j.proc.poll())
         self.assertEqual(j.stop(), 130)
         self.assertEqual(processes_with_token(j.token), [])
 
