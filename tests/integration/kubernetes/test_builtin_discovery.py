@@ -43,6 +43,21 @@ STEP_RE = re.compile(r"\[(\d+)\]<stdout>:step (\d+) size (\d+) rank (\d+) versio
 SELECTOR = "app=hvd,role in (worker)"  # a selector that needs URL encoding
 
 
+class BookmarkingApiServer(FakeApiServer):
+    """FakeApiServer plus BOOKMARK events, which the fake does not send:
+    bookmark(labels) gives every open watch whose selector matches `labels`
+    a BOOKMARK carrying a new resourceVersion (as a real server's periodic
+    bookmark carries its current one)."""
+
+    def bookmark(self, labels):
+        with self._changed:
+            self._rv += 1
+            self._events.append((self._rv, "BOOKMARK", {
+                "kind": "Pod", "apiVersion": "v1",
+                "metadata": {"resourceVersion": str(self._rv), "namespace": self.namespace, "labels": dict(labels)}}))
+            self._changed.notify_all()
+
+
 def clean_env(home, extra=None):
     """This process's environment without anything that would point hvdrun
     at a cluster or change a job (HOME: a directory without .kube)."""
@@ -359,7 +374,8 @@ class BuiltinDiscovery(unittest.TestCase):
         return j
 
     def test_live_watch_terminate_leaves_within_a_second_add_admits_relist_on_410(self):
-        api = self.server()
+        api = BookmarkingApiServer(os.path.join(self.dir, "api-bookmarks")).start()
+        self.servers.append(api)
         labels = {"app": "hvd", "role": "worker"}
         api.add_pod("w-0", labels=labels, ip="127.0.0.2", ready=True)
         api.add_pod("w-1", labels=labels, ip="127.0.0.3", ready=True)
@@ -407,6 +423,23 @@ class BuiltinDiscovery(unittest.TestCase):
         self.assertTrue(all(w["query"].get("allowWatchBookmarks") == "true" for w in watches))
         self.assertTrue(all(w["query"].get("resourceVersion") for w in watches))
         self.assertNotIn("discovery failed", j.text("err"))  # drops and 410s are not failures
+
+        # A bookmark moves hvdrun's resourceVersion on: after it, the same
+        # compaction and drop resume the watch without a re-list.
+        api.add_pod("noise-2", labels={"app": "other"}, ip="127.0.0.10", ready=True)
+        api.bookmark(labels)
+        time.sleep(0.3)
+        lists_before = len(api.requests_for(lambda r: "watch" not in r["query"] and r["path"].endswith("/pods")))
+        watches_before = len(api.requests_for(lambda r: "watch" in r["query"]))
+        api.compact()
+        api.drop_watches()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and len(api.requests_for(lambda r: "watch" in r["query"])) == watches_before:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        self.assertGreater(len(api.requests_for(lambda r: "watch" in r["query"])), watches_before)
+        self.assertEqual(len(api.requests_for(lambda r: "watch" not in r["query"] and r["path"].endswith("/pods"))),
+                         lists_before, "a re-list although the bookmark was newer than the compaction")
 
         # The API server goes away: the job keeps its host and trains on,
         # with one line per distinct reason however often hvdrun retries
