@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <random>
@@ -29,6 +30,10 @@ namespace hvd::launcher {
 std::unique_ptr<HostSource> make_host_source(const Options& options, bool watch = true) {
   if (options.elastic.kubernetes.selector) {
     kube::KubeConfig config = kube::resolve_kube_config(kube::process_environment());
+    if (const char* dir = std::getenv(kube::kServiceAccountDirVariable); dir && !config.in_cluster) {
+      spdlog::warn("{}={} ignored: using {} (the service account is used in a pod without KUBECONFIG)",
+                   kube::kServiceAccountDirVariable, dir, config.origin);
+    }
     kube::KubernetesSourceOptions kso = kube::source_options(options, config);
     kso.watch = watch;
     if (options.elastic.slots_per_host && options.elastic.kubernetes.slots.mode != KubernetesSlots::Mode::Auto) {

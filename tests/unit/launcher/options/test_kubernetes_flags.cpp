@@ -61,7 +61,7 @@ TEST_CASE("cli: kubernetes usage errors are one line and exit 2", "[cli][kuberne
         "--kubernetes-host-names: 'fqdn' is not ip or dns");
 }
 
-TEST_CASE("config: the kubernetes section; without a selector its keys are ignored with a warning",
+TEST_CASE("config: the kubernetes section - without a selector its keys are ignored with a warning",
           "[config][kubernetes]") {
   TempFile yaml("kubernetes:\n  selector: app=hvd\n  slots: gpu\n  host_names: dns\nelastic:\n  max_np: 8\n", ".yaml");
   const Options o = parse_ok({"-np", "2", "--config-file", yaml.path(), "cmd"});

@@ -75,7 +75,8 @@ TEST_CASE("exec_plugin: ExecCredential output", "[kubernetes]") {
             .find("malformed expirationTimestamp 'soon'") != std::string::npos);
 }
 
-TEST_CASE("exec_plugin: a real plugin run: args, env, KUBERNETES_EXEC_INFO; failures in bounded time", "[kubernetes]") {
+TEST_CASE("exec_plugin: a real plugin run: args, env, KUBERNETES_EXEC_INFO - failures in bounded time",
+          "[kubernetes]") {
   TempDir dir;
   ExecPlugin p = plugin(script(dir, "ok.sh",
                                "case \"$KUBERNETES_EXEC_INFO\" in *'\"interactive\":false'*) ;; *) exit 9;; esac\n"

@@ -73,7 +73,7 @@ TEST_CASE("kube_client: backoff doubles up to its bound and resets", "[kubernete
   CHECK(b.next() == ms(100));
 }
 
-TEST_CASE("kube_client: API errors are one line; 403 names the verb and the service account", "[kubernetes]") {
+TEST_CASE("kube_client: API errors are one line - 403 names the verb and the service account", "[kubernetes]") {
   const std::string forbidden =
       R"({"kind":"Status","code":403,"reason":"Forbidden","message":"pods is forbidden: User \"system:serviceaccount:jobs:hvdrun\" cannot watch resource \"pods\" in API group \"\" in the namespace \"jobs\""})";
   CHECK(describe_http_failure(403, forbidden, "watch", "jobs", "https://k:1") ==

@@ -22,7 +22,7 @@ std::string kubeconfig(const std::string& current, const std::string& clusters, 
 
 }  // namespace
 
-TEST_CASE("kube_config: server URLs: host, port, IPv6, path; http:// refused", "[kubernetes]") {
+TEST_CASE("kube_config: server URLs: host, port, IPv6, path - http:// refused", "[kubernetes]") {
   auto u = parse_server_url("https://api.example.com:6443", "t");
   CHECK(u.host == "api.example.com");
   CHECK(u.port == "6443");

@@ -106,7 +106,7 @@ TEST_CASE("pod_hosts: host names: IP (v4, v6) or the StatefulSet DNS name", "[ku
   CHECK(plain.why_not.find("no spec.subdomain") == 0);
 }
 
-TEST_CASE("pod_hosts: hosts in natural pod-name order; pods sharing a host add slots", "[kubernetes]") {
+TEST_CASE("pod_hosts: hosts in natural pod-name order - pods sharing a host add slots", "[kubernetes]") {
   std::map<std::string, PodHost> pods;
   for (auto [name, ip] : std::vector<std::pair<std::string, std::string>>{
            {"w-10", "10.0.0.10"}, {"w-2", "10.0.0.2"}, {"w-1", "10.0.0.1"}, {"node-a", "10.0.1.1"}}) {
