@@ -311,6 +311,20 @@ class BuiltinDiscovery(unittest.TestCase):
         self.assertIn("TLS certificate verification failed for the Kubernetes API server at " + api.url, errors[0])
         self.assertIn("(trusted CA: %s)" % other["ca.crt"], errors[0])
 
+        # tls-server-name: the certificate must carry that name instead of the address.
+        for name, code in (("kubernetes.default.svc", 0), ("wrong.example", 3)):
+            env = self.kubeconfig_env(api)
+            with open(env["KUBECONFIG"]) as f:
+                config = json.load(f)
+            config["clusters"][0]["cluster"]["tls-server-name"] = name
+            with open(env["KUBECONFIG"], "w") as f:
+                json.dump(config, f)
+            p = self.hvdrun(["-np", "1", "--kubernetes-selector", "app=hvd", "--dry-run", "true"], env)
+            self.assertEqual(p.returncode, code, p.stderr)
+            if code:
+                self.assertIn("TLS certificate verification failed", p.stderr.splitlines()[-1])
+                self.assertIn("hostname mismatch", p.stderr.splitlines()[-1])
+
         api.forbid(True)
         p = self.hvdrun(["-np", "1", "--kubernetes-selector", "app=hvd", "--dry-run", "true"], self.kubeconfig_env(api))
         self.assertEqual(p.returncode, 3, p.stderr)

@@ -34,6 +34,7 @@ std::unique_ptr<HostSource> make_host_source(const Options& options, bool watch 
       spdlog::warn("{}={} ignored: using {} (the service account is used in a pod without KUBECONFIG)",
                    kube::kServiceAccountDirVariable, dir, config.origin);
     }
+    for (const auto& line : config.ignored) spdlog::warn("{}", line);
     kube::KubernetesSourceOptions kso = kube::source_options(options, config);
     kso.watch = watch;
     if (options.elastic.slots_per_host && options.elastic.kubernetes.slots.mode != KubernetesSlots::Mode::Auto) {

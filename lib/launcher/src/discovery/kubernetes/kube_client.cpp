@@ -304,13 +304,15 @@ KubeClient::Response KubeClient::stream(const std::string& target, std::chrono::
   if (ec) throw fail(fmt::format("cannot connect to the Kubernetes API server at {}: {}", server, ec.message()));
 
   SSL* ssl_handle = stream.native_handle();
+  // The name the certificate must carry: tls-server-name, else the server's host.
+  const std::string& expected = config_.tls_server_name.empty() ? config_.server.host : config_.tls_server_name;
   boost::system::error_code addr_ec;
-  const auto address = net::ip::make_address(config_.server.host, addr_ec);
-  if (addr_ec) SSL_set_tlsext_host_name(ssl_handle, config_.server.host.c_str());  // SNI for names only
+  const auto address = net::ip::make_address(expected, addr_ec);
+  if (addr_ec) SSL_set_tlsext_host_name(ssl_handle, expected.c_str());  // SNI for names only
   if (!config_.insecure_skip_tls_verify) {
     X509_VERIFY_PARAM* param = SSL_get0_param(ssl_handle);
     X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
-    const int ok = addr_ec ? X509_VERIFY_PARAM_set1_host(param, config_.server.host.c_str(), 0)
+    const int ok = addr_ec ? X509_VERIFY_PARAM_set1_host(param, expected.c_str(), 0)
                            : X509_VERIFY_PARAM_set1_ip_asc(param, address.to_string().c_str());
     if (ok != 1) throw fail(fmt::format("cannot set up certificate verification for {}", server));
   }

@@ -239,6 +239,12 @@ KubeConfig load_kubeconfig(const std::vector<std::string>& paths) {
   if (server.empty()) throw InvalidArgument(fmt::format("{}: cluster '{}' has no server", c.origin, cluster_name));
   c.server = parse_server_url(server, c.origin);
   c.insecure_skip_tls_verify = cluster && truthy(cluster, "insecure-skip-tls-verify");
+  c.tls_server_name = scalar(cluster, "tls-server-name");
+  if (const std::string proxy = scalar(cluster, "proxy-url"); !proxy.empty()) {
+    c.ignored.push_back(fmt::format("{}: proxy-url '{}' of cluster '{}' ignored: hvdrun connects to the API server "
+                                    "directly",
+                                    c.origin, proxy, cluster_name));
+  }
   if (const std::string data = scalar(cluster, "certificate-authority-data"); !data.empty()) {
     c.ca_origin = fmt::format("certificate-authority-data of cluster '{}' in {}", cluster_name, cl->second.file);
     c.ca_pem = base64_decode(data, c.ca_origin);
@@ -297,6 +303,12 @@ KubeConfig load_kubeconfig(const std::vector<std::string>& paths) {
           "{}: user '{}' uses a username and password (basic auth, removed from Kubernetes), which hvdrun does not "
           "support; use a token or client certificate",
           c.origin, user_name));
+    }
+    for (const char* key : {"as", "as-uid", "as-groups", "as-user-extra"}) {
+      if (user[key] && !user[key].IsNull()) {
+        c.ignored.push_back(fmt::format("{}: {} of user '{}' ignored: hvdrun does not impersonate", c.origin, key,
+                                        user_name));
+      }
     }
     c.token = trim(scalar(user, "token"));
     if (c.token.empty()) c.token_file = resolve_path(scalar(user, "tokenFile"), file);

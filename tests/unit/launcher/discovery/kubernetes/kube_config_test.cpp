@@ -227,3 +227,18 @@ TEST_CASE("kube_config: exec credential plugins: command (relative to the file),
                             "- name: x\n  context:\n    cluster: c\n    user: u\n"));
   CHECK(load_kubeconfig({p2}).exec->command == "gke-gcloud-auth-plugin");
 }
+
+TEST_CASE("kube_config: tls-server-name is kept, proxy-url and impersonation are named as ignored", "[kubernetes]") {
+  TempDir dir;
+  const std::string path =
+      dir.write("config", kubeconfig("x",
+                                     "- name: c\n  cluster:\n    server: https://10.0.0.1:6443\n"
+                                     "    tls-server-name: api.internal\n    proxy-url: http://proxy:3128\n",
+                                     "- name: u\n  user:\n    token: t\n    as: admin\n",
+                                     "- name: x\n  context:\n    cluster: c\n    user: u\n"));
+  const KubeConfig c = load_kubeconfig({path});
+  CHECK(c.tls_server_name == "api.internal");
+  REQUIRE(c.ignored.size() == 2);
+  CHECK(c.ignored[0].find("proxy-url 'http://proxy:3128' of cluster 'c' ignored") != std::string::npos);
+  CHECK(c.ignored[1].find("as of user 'u' ignored: hvdrun does not impersonate") != std::string::npos);
+}

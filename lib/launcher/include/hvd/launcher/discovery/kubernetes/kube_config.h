@@ -47,6 +47,12 @@ struct KubeConfig {
   std::string ca_origin;
   /// insecure-skip-tls-verify: no verification at all (hvdrun warns).
   bool insecure_skip_tls_verify = false;
+  /// tls-server-name: the name the certificate must carry (and SNI) instead
+  /// of the server's host.
+  std::string tls_server_name;
+  /// Settings of the kubeconfig hvdrun does not apply (proxy-url,
+  /// impersonation), one line each; the caller logs them as warnings.
+  std::vector<std::string> ignored;
   /// A fixed bearer token (kubeconfig `token`), or the file to read it from
   /// (`tokenFile`, the service account's token): re-read when it changes.
   std::string token;
