@@ -53,6 +53,10 @@ HOROVODRUN_0_28_1 = """
 SECTION = "## Every horovodrun flag"
 ADDITIONS = "### hvdrun's additions"
 ELASTIC_ADDITIONS = "### hvdrun's elastic additions"
+# Run with --kubernetes-selector and --dry-run against a fake API server
+# (tests/integration/kubernetes/fake_apiserver.py) through a kubeconfig.
+KUBERNETES_ADDITIONS = "### hvdrun's Kubernetes additions"
+KUBE_ENV = {}
 BEHAVIOUR = re.compile(r"^(works differently: |warns and ignores: |error \(exit (\d+)\): |addition: |works\b)")
 ALONE = {"-h", "--help", "-v", "--version", "-cb", "--check-build"}
 NP = {"-np", "--num-proc"}
@@ -84,8 +88,9 @@ class Row:
         m = BEHAVIOUR.match(behaviour)
         self.kind = m.group(1).rstrip(": ").split(" (")[0] if m else None
         self.exit_code = int(m.group(2)) if m and m.group(2) else 0
-        self.addition = heading in (ADDITIONS, ELASTIC_ADDITIONS)
+        self.addition = heading in (ADDITIONS, ELASTIC_ADDITIONS, KUBERNETES_ADDITIONS)
         self.elastic = "elastic" in heading
+        self.kubernetes = heading == KUBERNETES_ADDITIONS
 
 
 def read_table():
@@ -124,6 +129,8 @@ def command_line(row, name, program):
     if ALONE & set(row.names):
         return [program] + args
     base = [] if NP & set(row.names) else ["-np", "1"]
+    if row.kubernetes:
+        base += ["--dry-run"] + ([] if "--kubernetes-selector" in args else ["--kubernetes-selector", "app=hvdrun"])
     if row.elastic and "--host-discovery-script" not in args:
         base += ["--host-discovery-script", "./discover.sh"]
     return [program] + base + args + ["true"]
@@ -132,6 +139,7 @@ def command_line(row, name, program):
 def clean_env():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "HVDRUN_", "OMPI_", "PMIX_"))}
     env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
+    env.update(KUBE_ENV)
     return env
 
 
@@ -223,9 +231,22 @@ def main():
             f.write("#!/bin/sh\necho localhost:1\n")
         os.chmod(script, 0o755)
 
-        for row in rows:
-            if row.names and row.example and row.kind:
-                check_row(row, cwd)
+        api = None
+        if any(row.kubernetes for row in rows):
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration",
+                                            "kubernetes"))
+            from fake_apiserver import FakeApiServer
+            api = FakeApiServer(os.path.join(cwd, "api")).start()
+            api.add_pod("hvd-0", labels={"app": "hvdrun"}, ip="127.0.0.2", ready=True)
+            KUBE_ENV["KUBECONFIG"] = api.write_kubeconfig(os.path.join(cwd, "kubeconfig"))
+        try:
+            for row in rows:
+                if row.names and row.example and row.kind:
+                    check_row(row, cwd)
+        finally:
+            if api:
+                api.stop()
+            KUBE_ENV.clear()
 
         # A copied guide line: -n for -np, as argparse reads it.
         p = run([HOROVODRUN, "-n", "1", "--hostfile", "hosts.txt", "true"], cwd)

@@ -94,19 +94,30 @@ class EventQueue {
 };
 
 /// Runs the discovery script every interval on its own thread until
-/// stopped; results go to the queue. Stopping cancels the run in progress
-/// (HostSource::cancel), so a hung script never delays the end.
+/// stopped; results go to the queue. A source that watches its hosts
+/// (Kubernetes) wakes the loop early through its change listener. Stopping
+/// cancels the run in progress (HostSource::cancel), so a hung script never
+/// delays the end.
 class DiscoveryLoop {
  public:
   DiscoveryLoop(HostSource& source, std::chrono::milliseconds interval, EventQueue& queue)
       : source_(source), interval_(interval), queue_(queue) {}
-  ~DiscoveryLoop() { stop(); }
+  ~DiscoveryLoop() {
+    stop();
+    source_.set_change_listener(nullptr);
+  }
 
   void start() {
+    source_.set_change_listener([this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      changed_ = true;
+      cv_.notify_all();
+    });
     thread_ = std::thread([this] {
       std::unique_lock<std::mutex> lock(mu_);
       for (;;) {
-        if (cv_.wait_for(lock, interval_, [&] { return stop_; })) return;
+        if (cv_.wait_for(lock, interval_, [&] { return stop_ || changed_; }) && stop_) return;
+        changed_ = false;
         lock.unlock();
         ElasticEvent e;
         e.kind = ElasticEvent::Kind::Discovery;
@@ -135,6 +146,7 @@ class DiscoveryLoop {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  bool changed_ = false;  // the source's change listener fired
   std::thread thread_;
 };
 

@@ -43,7 +43,8 @@ int hvdrun_main(int argc, char** argv) {
       return exit_code::kOk;
     }
     const bool elastic = parsed.options->elastic.enabled;
-    if (elastic && parsed.options->dry_run != DryRunFormat::None) {
+    // --dry-run of a Kubernetes-discovered job shows the pods it finds (run_elastic_job).
+    if (elastic && parsed.options->dry_run != DryRunFormat::None && !parsed.options->elastic.kubernetes.selector) {
       std::fputs(
           "hvdrun: error: --dry-run does not apply to elastic jobs: placement is decided at run time "
           "from the hosts it finds\n",

@@ -372,6 +372,24 @@ void check_discovery_script(const std::string& script) {
   }
 }
 
+/// Rows that need another flag (Flag::needs: the --kubernetes-* settings
+/// need --kubernetes-selector) mean nothing without it: an error on the
+/// command line, ignored with one warning per key from the file.
+void check_needs(Options& o, FlagSet& set, const FlagSet& on_command_line) {
+  const Options defaults;
+  for (const Flag& f : flags()) {
+    if (f.needs.empty() || !set.count(&f)) continue;
+    const Flag* needed = find_flag(f.needs);
+    HVD_ENFORCE(needed, "{}: needs an unknown flag {}", f.name(), f.needs);
+    if (set.count(needed)) continue;
+    if (on_command_line.count(&f)) throw InvalidArgument(fmt::format("{} needs {}", f.name(), f.needs));
+    spdlog::warn("{}: {} ignored: it needs {} ({})", o.config_file.value_or("config file"), f.config_key, f.needs,
+                 needed->config_key.empty() ? needed->name() : needed->config_key);
+    f.copy(o, defaults);
+    set.erase(&f);
+  }
+}
+
 /// Elastic mode is on exactly when a discovery script is given (command
 /// line or file). Then the file's elastic settings, then
 /// HOROVOD_ELASTIC_TIMEOUT, fill what the command line left unset, and the
@@ -381,7 +399,9 @@ void finish_elastic(Options& o, FlagSet& set, const FlagSet& on_command_line, bo
                     const ConfigFileValues* file) {
   const Flag* min_np_row = find_flag("--min-np");
   const bool min_np_given = o.elastic.min_np.has_value() || (file && min_np_row && file->given.count(min_np_row));
-  o.elastic.enabled = o.elastic.host_discovery_script.has_value() || min_np_given;
+  check_needs(o, set, on_command_line);
+  const bool kubernetes = o.elastic.kubernetes.selector.has_value();
+  o.elastic.enabled = o.elastic.host_discovery_script.has_value() || kubernetes || min_np_given;
   if (!o.elastic.enabled) {
     for (const Flag& f : flags()) {
       if (f.elastic_only && on_command_line.count(&f)) {
@@ -397,10 +417,23 @@ void finish_elastic(Options& o, FlagSet& set, const FlagSet& on_command_line, bo
     }
     return;
   }
-  const std::string mode_source =
+  std::string mode_source =
       !o.elastic.host_discovery_script ? std::string("--min-np")
       : script_on_command_line         ? std::string("--host-discovery-script")
                                        : fmt::format("elastic.host_discovery_script in {}", *o.config_file);
+  if (kubernetes) {
+    mode_source = on_command_line.count(find_flag("--kubernetes-selector"))
+                      ? std::string("--kubernetes-selector")
+                      : fmt::format("kubernetes.selector in {}", o.config_file.value_or("the config file"));
+    if (o.elastic.host_discovery_script) {
+      throw InvalidArgument(
+          fmt::format("{} and --host-discovery-script cannot be used together: give one source of hosts", mode_source));
+    }
+    if (!o.hosts.empty() || o.hostfile) {
+      throw InvalidArgument(fmt::format("{} and {} cannot be used together: the Kubernetes pods are the hosts",
+                                        mode_source, o.hostfile ? "--hostfile" : "-H/--hosts"));
+    }
+  }
   if (o.elastic.host_discovery_script) {
     if (!o.hosts.empty()) {
       throw InvalidArgument(fmt::format(
@@ -439,7 +472,7 @@ void finish_elastic(Options& o, FlagSet& set, const FlagSet& on_command_line, bo
   }
   if (e.host_discovery_script) {
     check_discovery_script(*e.host_discovery_script);
-  } else if (e.slots_per_host) {
+  } else if (e.slots_per_host && !kubernetes) {
     throw InvalidArgument(
         "--slots-per-host applies to --host-discovery-script output; with fixed hosts give the slots in -H "
         "(host:N) or the hostfile");

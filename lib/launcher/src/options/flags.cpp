@@ -95,6 +95,10 @@ struct Row {
     f.env = std::move(variable);
     return *this;
   }
+  Row& needs(std::string flag) {
+    f.needs = std::move(flag);
+    return *this;
+  }
   Row& elastic_only() {
     f.elastic_only = true;
     return *this;
@@ -266,6 +270,69 @@ std::string discovery_script(ValueReader& in) {
   return script;
 }
 
+/// --kubernetes-selector: a label selector as kubectl takes it (-l); the
+/// API server checks its grammar, this only refuses what cannot be one.
+std::string kubernetes_selector(ValueReader& in) {
+  std::string selector = in.text("a label selector");
+  if (selector.find_first_not_of(" \t") == std::string::npos) {
+    in.reject(fmt::format("{}: empty label selector (expected e.g. --kubernetes-selector app=hvdrun)", in.name()),
+              "a label selector such as app=hvdrun");
+  }
+  if (selector.find_first_of("\n\r") != std::string::npos) {
+    in.reject(fmt::format("{}: a label selector is one line", in.name()), "a label selector on one line");
+  }
+  return selector;
+}
+
+/// --kubernetes-namespace: a DNS label (RFC 1123), as Kubernetes requires.
+std::string kubernetes_namespace(ValueReader& in) {
+  const std::string ns = in.text("a namespace name");
+  bool ok = !ns.empty() && ns.size() <= 63 && ns.front() != '-' && ns.back() != '-';
+  for (char c : ns) ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-');
+  if (!ok) {
+    in.reject(
+        fmt::format("{}: '{}' is not a namespace name (lower-case letters, digits and '-', at most 63)", in.name(), ns),
+        "a namespace name");
+  }
+  return ns;
+}
+
+/// --kubernetes-slots: auto, gpu, annotation:KEY or a positive integer.
+KubernetesSlots kubernetes_slots(ValueReader& in) {
+  const char* expected = "auto, gpu, annotation:KEY or a positive integer";
+  const std::string text = in.text(expected);
+  KubernetesSlots s;
+  if (text == "auto") return s;
+  if (text == "gpu") {
+    s.mode = KubernetesSlots::Mode::Gpu;
+    return s;
+  }
+  if (text.rfind("annotation:", 0) == 0 && text.size() > 11) {
+    s.mode = KubernetesSlots::Mode::Annotation;
+    s.annotation = text.substr(11);
+    return s;
+  }
+  if (!text.empty() && text.size() <= 9 &&
+      std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    s.mode = KubernetesSlots::Mode::Fixed;
+    s.count = std::stoi(text);
+    if (s.count >= 1) return s;
+  }
+  in.reject(fmt::format("{}: '{}' is not {}", in.name(), text, expected), expected);
+}
+
+KubernetesHostNames kubernetes_host_names(ValueReader& in) {
+  const std::string text = lower(in.text("ip or dns"));
+  if (text == "ip") return KubernetesHostNames::Ip;
+  if (text == "dns") return KubernetesHostNames::Dns;
+  in.reject(fmt::format("{}: '{}' is not ip or dns", in.name(), text), "ip or dns");
+}
+
+template <typename T>
+auto kubernetes(T KubernetesOptions::*member) {
+  return [member](auto& o) -> auto& { return o.elastic.kubernetes.*member; };
+}
+
 /// The file's value of a Switch row: a boolean when the spellings' config
 /// values are true/false, else one of the words (case-insensitive).
 void bind_switch_config(Flag& f) {
@@ -303,6 +370,7 @@ void check_row(const Flag& f) {
   HVD_ENFORCE(f.config_key.empty() || f.parse, "{}: a config key without a parser", f.name());
   HVD_ENFORCE(f.env.empty() || f.syntax == Syntax::Value, "{}: environment fallbacks take one value", f.name());
   HVD_ENFORCE(f.action != Action::Refuse || !f.refusal.empty(), "{}: refused without a reason", f.name());
+  HVD_ENFORCE(f.needs.empty() || f.needs != f.name(), "{}: needs itself", f.name());
   for (const auto& a : f.additions) {
     bool spelt = std::find(f.legacy.begin(), f.legacy.end(), a) != f.legacy.end();
     for (const Spelling& s : f.spellings) {
@@ -604,6 +672,42 @@ std::vector<Flag> build_table() {
           .config("elastic.blacklist_window")
           .elastic_only()
           .example("90"));
+
+  // Built-in Kubernetes pod discovery (docs/kubernetes.md): a selector turns
+  // elastic mode on, with the pods as hosts.
+  const char* kube_group = "Kubernetes pod discovery (elastic; see docs/kubernetes.md)";
+  add(value({"--kubernetes-selector"}, "SELECTOR",
+            "Label selector of the pods to use as hosts (the API, no kubectl); turns elastic mode on",
+            kubernetes(&KubernetesOptions::selector), kubernetes_selector)
+          .group(kube_group)
+          .addition()
+          .config("kubernetes.selector")
+          .example("app=hvdrun"));
+  add(value({"--kubernetes-namespace"}, "NS",
+            "Namespace of the pods (default: the pod's own, else the kubeconfig context's, else default)",
+            kubernetes(&KubernetesOptions::namespace_name), kubernetes_namespace)
+          .group(kube_group)
+          .addition()
+          .needs("--kubernetes-selector")
+          .config("kubernetes.namespace")
+          .example("default"));
+  add(value({"--kubernetes-slots"}, "auto|gpu|annotation:KEY|N",
+            "Slots of a pod (default auto: annotation hvdrun.io/slots, else nvidia.com/gpu limits, else "
+            "--slots-per-host or 1)",
+            kubernetes(&KubernetesOptions::slots), kubernetes_slots)
+          .group(kube_group)
+          .addition()
+          .needs("--kubernetes-selector")
+          .config("kubernetes.slots")
+          .example("2"));
+  add(value({"--kubernetes-host-names"}, "ip|dns",
+            "A pod's host name: its IP (default) or <hostname>.<subdomain> (StatefulSet DNS)",
+            kubernetes(&KubernetesOptions::host_names), kubernetes_host_names)
+          .group(kube_group)
+          .addition()
+          .needs("--kubernetes-selector")
+          .config("kubernetes.host_names")
+          .example("dns"));
 
   // hvdrun additions.
   add(value({"--dry-run"}, "[=text|json]", "--dry-run[=text|json]: print placement and worker commands; start nothing",

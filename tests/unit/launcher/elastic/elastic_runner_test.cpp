@@ -407,3 +407,76 @@ TEST_CASE("ElasticRunner: a job that starts without hosts moves its store once, 
   CHECK(latest(loopback_store) == 0);
   CHECK(job.log().find("workers reach the store on 10.1.2.3:4242") != std::string::npos);
 }
+
+namespace {
+
+/// A source that watches its hosts (as the Kubernetes one does): it tells
+/// the runner about a change through the change listener.
+class WatchingHostSource final : public HostSource {
+ public:
+  explicit WatchingHostSource(std::vector<HostSpec> hosts) : hosts_(std::move(hosts)) {}
+  DiscoveryResult discover() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++looks_;
+    DiscoveryResult r;
+    r.hosts = hosts_;
+    return r;
+  }
+  std::string describe() const override { return "watched hosts"; }
+  void set_change_listener(std::function<void()> listener) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    listener_ = std::move(listener);
+    ++listener_changes_;
+  }
+  /// New hosts, announced like a watch event.
+  void change(std::vector<HostSpec> hosts) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    hosts_ = std::move(hosts);
+    if (listener_) listener_();
+  }
+  int looks() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return looks_;
+  }
+  bool has_listener() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<bool>(listener_);
+  }
+  int listener_changes() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return listener_changes_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<HostSpec> hosts_;
+  std::function<void()> listener_;
+  int looks_ = 0;
+  int listener_changes_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("ElasticRunner: a watching source's change listener wakes discovery before the interval",
+          "[elastic_runner]") {
+  Job job(2, 1);
+  job.options.elastic.discovery_interval = std::chrono::hours(1);  // only the listener can make it look again
+  WatchingHostSource hosts({{"hostA", 1}, {"hostB", 1}});
+  int code = job.run(hosts, [&hosts](Job& j) {
+    se::World w1 = j.wait_world(1);
+    CHECK(hosts.has_listener());
+    const int looks = hosts.looks();
+    std::this_thread::sleep_for(200ms);
+    CHECK(hosts.looks() == looks);  // no polling meanwhile
+    if (j.cluster.alive_on("hostB").empty()) return j.abort();
+    const auto t0 = std::chrono::steady_clock::now();
+    hosts.change({{"hostA", 1}});
+    se::World w2 = j.wait_world(2, 2s);
+    CHECK(std::chrono::steady_clock::now() - t0 < 1s);
+    CHECK(hosts_of(w2) == std::vector<std::string>{"hostA"});
+    j.finish(w2);
+  });
+  CHECK(code == exit_code::kOk);
+  CHECK_FALSE(hosts.has_listener());  // cleared when the runner's discovery stopped
+  CHECK(hosts.listener_changes() == 2);
+}

@@ -76,6 +76,11 @@ std::vector<std::string> base_args(const Flag& f, const DiscoveryScript& script)
   std::vector<std::string> out;
   if (&f != find_flag("-np")) out = {"-np", "4"};
   if (f.elastic_only) out.insert(out.end(), {"--host-discovery-script", script.path()});
+  if (!f.needs.empty()) {  // the flag it needs, with that row's example
+    const Flag* needed = find_flag(f.needs);
+    REQUIRE(needed);
+    out.insert(out.end(), {needed->name(), needed->example});
+  }
   return out;
 }
 

@@ -1,12 +1,14 @@
 #pragma once
 /// Where an elastic job learns its hosts (PRRTE's ras): one interface that
-/// the discovery script implements today, and a fixed list beside it; the
-/// Kubernetes and platform sources will be further implementations. The
-/// elastic runner asks its HostSource every --discovery-interval and never
-/// knows which kind it has.
+/// the discovery script, a fixed list and the Kubernetes pods
+/// (discovery/kubernetes/) implement; platform sources will be further
+/// implementations. The elastic runner asks its HostSource every
+/// --discovery-interval, and sooner when a source that watches its hosts
+/// says they changed; it never knows which kind it has.
 #include "hvd/common/io.h"
 #include "hvd/launcher/discovery/discovery.h"
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +29,13 @@ class HostSource {
   /// one, returns at once (with an error). Thread-safe; sources that never
   /// block long need not override it.
   virtual void cancel() {}
+  /// A source that learns of changes by itself (a Kubernetes watch) calls
+  /// `listener` when its hosts may have changed, from any thread, so the
+  /// runner asks at once instead of one --discovery-interval later. The
+  /// listener must not call back into the source. After
+  /// set_change_listener(nullptr) returns, the old listener is not running
+  /// and is never called again. Polled sources ignore it.
+  virtual void set_change_listener(std::function<void()> listener) { (void)listener; }
 };
 
 /// --host-discovery-script: run_discovery_script once per look.

@@ -130,6 +130,10 @@ struct Flag {
   /// Only meaningful in elastic mode: an error on the command line without
   /// a discovery script, ignored (with a warning) from the file.
   bool elastic_only = false;
+  /// Only meaningful beside this other flag (its long name: the
+  /// --kubernetes-* settings need "--kubernetes-selector"): an error on the
+  /// command line without it, ignored (with a warning) from the file.
+  std::string needs;
   /// Action::Refuse: the missing feature, for the exit-4 message.
   std::string refusal;
   /// The names of this row that hvdrun added and horovodrun does not have

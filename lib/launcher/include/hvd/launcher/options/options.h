@@ -41,6 +41,34 @@ struct TuningOptions {
   std::optional<bool> mpi_threads_disable;  // HOROVOD_MPI_THREADS_DISABLE (MPI mode)
 };
 
+/// --kubernetes-slots: how many slots a discovered pod offers
+/// (docs/kubernetes.md, "Built-in pod discovery").
+struct KubernetesSlots {
+  enum class Mode {
+    Auto,  ///< annotation hvdrun.io/slots, else the nvidia.com/gpu limits, else --slots-per-host or 1
+    Gpu,  ///< the sum of the containers' nvidia.com/gpu limits
+    Annotation,  ///< the pod annotation `annotation`
+    Fixed,  ///< `count` for every pod
+  } mode = Mode::Auto;
+  std::string annotation;  ///< Mode::Annotation
+  int count = 1;  ///< Mode::Fixed
+  bool operator==(const KubernetesSlots& o) const {
+    return mode == o.mode && annotation == o.annotation && count == o.count;
+  }
+};
+
+/// How a discovered pod becomes a host name: its IP, or the
+/// `<hostname>.<subdomain>` DNS name of a StatefulSet (headless service) pod.
+enum class KubernetesHostNames { Ip, Dns };
+
+/// Built-in Kubernetes pod discovery (--kubernetes-*): a selector turns it on.
+struct KubernetesOptions {
+  std::optional<std::string> selector;  ///< --kubernetes-selector (label selector)
+  std::optional<std::string> namespace_name;  ///< --kubernetes-namespace; default: the pod's or the context's
+  KubernetesSlots slots;  ///< --kubernetes-slots
+  KubernetesHostNames host_names = KubernetesHostNames::Ip;  ///< --kubernetes-host-names
+};
+
 struct ElasticOptions {
   /// Elastic mode, horovodrun's rule: a discovery script, or --min-np. With
   /// --min-np and no script the hosts are the fixed -H / --hostfile list
@@ -59,6 +87,8 @@ struct ElasticOptions {
   std::chrono::milliseconds discovery_timeout{10000};  // --discovery-timeout
   int blacklist_failures = 3;  // --blacklist-failures
   std::chrono::milliseconds blacklist_window{60000};  // --blacklist-window
+  /// --kubernetes-selector & co: hosts from Kubernetes pods instead of a script.
+  KubernetesOptions kubernetes;
 };
 
 struct Options {

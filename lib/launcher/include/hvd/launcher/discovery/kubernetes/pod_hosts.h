@@ -1,0 +1,61 @@
+#pragma once
+/// Pods -> hosts (pure): which pods count, what each is called and how many
+/// slots it offers (docs/kubernetes.md, "Built-in pod discovery").
+///
+/// A pod counts when its phase is Running, its Ready condition is True and
+/// it has no deletionTimestamp (it is not terminating). Its name is its
+/// status.podIP (--kubernetes-host-names ip) or `<spec.hostname or
+/// metadata.name>.<spec.subdomain>` (dns: the StatefulSet name through the
+/// headless service). Slots (--kubernetes-slots): auto = the annotation
+/// hvdrun.io/slots if present, else the sum of the containers'
+/// nvidia.com/gpu limits if > 0, else --slots-per-host or 1; gpu = that sum
+/// (a pod with none is not used); annotation:KEY = that annotation (a pod
+/// without it is not used); N = N.
+#include <nlohmann/json_fwd.hpp>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "hvd/launcher/hosts/hosts.h"
+#include "hvd/launcher/options/options.h"
+
+namespace hvd::launcher::kube {
+
+inline constexpr const char* kSlotsAnnotation = "hvdrun.io/slots";
+
+struct PodHostRules {
+  KubernetesSlots slots;
+  KubernetesHostNames host_names = KubernetesHostNames::Ip;
+  int default_slots = 1;  ///< --slots-per-host, else 1 (auto without annotation or GPUs)
+};
+
+/// One pod as discovery sees it.
+struct PodHost {
+  std::string pod;  ///< metadata.name
+  bool usable = false;
+  /// Why a pod is not used ("not Ready", "terminating", "phase Pending",
+  /// "no pod IP yet", "annotation hvdrun.io/slots 'x' is not a positive
+  /// integer"); empty when usable.
+  std::string why_not;
+  HostSpec host;  ///< when usable
+};
+
+/// Reads one pod object (the API's JSON). Never throws: a pod it cannot use
+/// says why.
+PodHost pod_host(const nlohmann::json& pod, const PodHostRules& rules);
+
+/// The hosts of the usable pods, in pod-name order (numbers in names
+/// compare as numbers: w-2 before w-10). Pods that share a host name (host
+/// networking) add their slots to one host.
+std::vector<HostSpec> hosts_of(const std::map<std::string, PodHost>& pods);
+
+/// Compares pod names with runs of digits as numbers ("w-2" < "w-10").
+bool natural_less(const std::string& a, const std::string& b);
+
+/// "w-0 -> 10.0.0.5:2, w-1 -> 10.0.0.6:2" for logs (usable pods only), and
+/// "w-2 (not Ready)" lists of the others.
+std::string describe_usable(const std::map<std::string, PodHost>& pods);
+std::string describe_unusable(const std::map<std::string, PodHost>& pods);
+
+}  // namespace hvd::launcher::kube
