@@ -33,7 +33,7 @@
 #   HVD_SSH_HOME            driver: home whose .ssh/ gets the key, config
 #                           and known_hosts                     [$HOME]
 #   HVD_HOSTFILE            driver: hosts to wait for (horovodrun hostfile:
-#                           `host slots=N` lines)               [/etc/hvdrun/hostfile]
+#                           `host slots=N` lines)               [/etc/hvdrun/generated/hostfile]
 #   HVD_KNOWN_HOSTS_NAMES   driver: optional file with more host names (one a
 #                           line) to trust the host key for (elastic growth)
 #   HVD_WORKER_SERVICE, HVD_NAMESPACE, HVD_CLUSTER_DOMAIN [cluster.local]
@@ -300,8 +300,8 @@ driver_ssh_setup() {
     return 0
   fi
   local names=() h
-  if [ -r "${HVD_HOSTFILE:-/etc/hvdrun/hostfile}" ]; then
-    mapfile -t names < <(hostfile_hosts "${HVD_HOSTFILE:-/etc/hvdrun/hostfile}")
+  if [ -r "${HVD_HOSTFILE:-/etc/hvdrun/generated/hostfile}" ]; then
+    mapfile -t names < <(hostfile_hosts "${HVD_HOSTFILE:-/etc/hvdrun/generated/hostfile}")
   fi
   if [ -n "${HVD_KNOWN_HOSTS_NAMES:-}" ] && [ -r "$HVD_KNOWN_HOSTS_NAMES" ]; then
     mapfile -t -O "${#names[@]}" names < <(hostfile_hosts "$HVD_KNOWN_HOSTS_NAMES")
@@ -327,7 +327,7 @@ driver_ssh_setup() {
 }
 
 wait_for_workers() {
-  local hostfile=${HVD_HOSTFILE:-/etc/hvdrun/hostfile}
+  local hostfile=${HVD_HOSTFILE:-/etc/hvdrun/generated/hostfile}
   local timeout=${HVD_WAIT_TIMEOUT:-600} interval=${HVD_WAIT_LOG_INTERVAL:-10} probe=${HVD_PROBE_TIMEOUT:-3}
   is_uint "$timeout" || die 2 "HVD_WAIT_TIMEOUT='$timeout' is not a number of seconds"
   is_uint "$interval" && ((interval > 0)) || die 2 "HVD_WAIT_LOG_INTERVAL='$interval' is not a positive number of seconds"
@@ -391,7 +391,7 @@ driver() {
     log "running HVD_DRIVER_COMMAND with bash -c"
     exec bash -c "$HVD_DRIVER_COMMAND"
   fi
-  log "driver ready: no command given; staying up for kubectl exec (hvdrun ... --hostfile ${HVD_HOSTFILE:-/etc/hvdrun/hostfile})"
+  log "driver ready: no command given; staying up for kubectl exec (hvdrun ... --hostfile ${HVD_HOSTFILE:-/etc/hvdrun/generated/hostfile})"
   trap 'log "driver stopping"; kill "$sleeper" 2>/dev/null; exit 0' TERM INT HUP
   sleep infinity &
   sleeper=$!

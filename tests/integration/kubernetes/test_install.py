@@ -8,6 +8,7 @@ running `import horovod.torch` allreduces correctly. Plus the Kubernetes
 helpers (hvd-entrypoint, hvd-discover-hosts) and the examples."""
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -91,6 +92,26 @@ class InstallTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("rank 0 of 2 sum 3.0", r.stdout)
         self.assertIn("rank 1 of 2 sum 3.0", r.stdout)
+
+    def test_dockerfile_runs_the_tested_scripts(self):
+        # Images cannot be built here: check that the Dockerfile's steps are
+        # the scripts this suite runs, in order, with the arguments they take.
+        with open(os.path.join(REPO, "conf", "docker", "Dockerfile")) as f:
+            text = f.read().replace("\\\n", " ")
+        self.assertIn("ARG BASE_IMAGE=debian:bookworm\nFROM ${BASE_IMAGE}", text)
+        runs = [line[4:].strip() for line in text.splitlines() if line.startswith("RUN ")]
+        scripts = [m for r in runs for m in re.findall(r"(?:scripts|conf/docker)/[\w./-]+\.sh", r)]
+        for sc in scripts:
+            self.assertTrue(os.access(os.path.join(REPO, sc), os.X_OK), sc)
+        self.assertEqual(scripts, ["scripts/setup.sh", "conf/docker/install_cuda.sh", "scripts/install.sh"])
+        self.assertIn("HVD_SKIP_K8S_TOOLS=1 scripts/setup.sh", runs[0])
+        self.assertIn("scripts/install.sh /opt/hvdrun/build /usr/local", runs[3])
+        self.assertEqual(runs[4], "hvd-entrypoint prepare-image")  # installed by install.sh (layout test)
+        self.assertIn('ENTRYPOINT ["hvd-entrypoint"]', text)
+        with open(os.path.join(REPO, "conf", "docker", "Dockerfile.dockerignore")) as f:
+            ignored = f.read().split()
+        for path in ("build", ".tools", ".git"):
+            self.assertIn(path, ignored)
 
     def test_usage_errors(self):
         r = subprocess.run([INSTALL], capture_output=True, text=True)
