@@ -24,6 +24,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration", "netns"))
+sys.path.insert(0, HERE)
 import netns_hosts  # noqa: E402
 
 ENTRYPOINT = os.path.join(REPO, "conf", "docker", "entrypoint.sh")
@@ -365,6 +366,99 @@ class EntrypointTest(unittest.TestCase):
             cfg = [line.strip() for line in f if not line.startswith("#")]
         self.assertEqual(cfg, ["Host *.job *.job.ns1.svc *.job.ns1.svc.cluster.local", f"Port {PORT}",
                                f"IdentityFile {dot}/id_ecdsa"])
+
+    def test_chart_rendered_pods_run_through_the_entrypoint(self):
+        """The worker and driver containers exactly as the Helm chart renders
+        them (args, env, the chart-generated Secret and ConfigMap), with only
+        the mount paths moved into the test directory: the worker serves the
+        release host key, and the driver's generated known_hosts trusts it
+        under the hostfile's StatefulSet names (strict checking)."""
+        import base64
+        import yaml
+        from k8s_tools import find_tool
+        helm = find_tool("helm")
+        if helm is None:
+            print("SKIPPED: helm not found ($HVD_TOOLS_DIR, <repo>/.tools, PATH); run scripts/setup.sh", flush=True)
+            sys.exit(77)
+        out = subprocess.run([helm, "template", "train", os.path.join(REPO, "conf", "kubernetes", "hvdrun"),
+                              "--namespace", "ml", "--set", f"ssh.port={PORT}"], capture_output=True, text=True,
+                             check=True, env=dict(os.environ, HOME=self.tmp)).stdout
+        docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out) if d}
+        for k, v in docs[("Secret", "train-hvdrun-ssh")]["data"].items():
+            path = os.path.join(self.secret, k)
+            with open(path, "wb") as f:
+                f.write(base64.b64decode(v))
+            os.chmod(path, 0o400)  # the chart's defaultMode
+        generated = os.path.join(self.tmp, "generated")
+        os.makedirs(generated)
+        for k, v in docs[("ConfigMap", "train-hvdrun-generated")]["data"].items():
+            with open(os.path.join(generated, k), "w") as f:
+                f.write(v)
+
+        def container_env(pod_spec, moved):
+            c = pod_spec["containers"][0]
+            mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+            env = {}
+            for e in c["env"]:
+                if "valueFrom" in e:
+                    self.assertEqual(e["valueFrom"], {"fieldRef": {"fieldPath": "metadata.namespace"}})
+                    env[e["name"]] = "ml"
+                else:
+                    env[e["name"]] = e["value"]
+            # Every path variable points into a mounted volume; move it.
+            for name, value in list(env.items()):
+                if value.startswith("/"):
+                    vol = [v for v, m in mounts.items() if value == m or value.startswith(m + "/")]
+                    self.assertEqual(len(vol), 1, f"{name}={value} is in no mounted volume {mounts}")
+                    env[name] = moved[vol[0]] + value[len(mounts[vol[0]]):]
+                    self.assertTrue(vol[0] in ("sshd",) or os.path.exists(env[name]), f"{name}={value}")
+            return c["args"], env
+
+        moved = {"ssh-secret": self.secret, "generated": generated, "sshd": os.path.join(self.tmp, "sshd")}
+        sts = docs[("StatefulSet", "train-hvdrun")]["spec"]["template"]["spec"]
+        args, wenv = container_env(sts, moved)
+        self.assertEqual(args, ["worker"])
+        self.assertEqual(wenv["HVD_SSH_PORT"], str(PORT))
+        w = subprocess.Popen(["ip", "netns", "exec", self.hosts.namespaces[0], "env", "-i",
+                              *[f"{k}={v}" for k, v in {**wenv, "PATH": os.environ["PATH"]}.items()], ENTRYPOINT,
+                              *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        self.procs.append(w)
+        ready = self.wait_ready(w)
+        self.assertIn(f"from {self.secret}/host-privatekey", ready)
+
+        dep = docs[("Deployment", "train-hvdrun-driver")]["spec"]["template"]["spec"]
+        args, denv = container_env(dep, moved)
+        self.assertEqual(args, ["driver"])
+        home = os.path.join(self.tmp, "home")
+        names = ["train-hvdrun-0.train-hvdrun", "train-hvdrun-1.train-hvdrun"]
+        cmd = " && ".join(
+            f"ssh -F {home}/.ssh/config -p {PORT} -o BatchMode=yes -o StrictHostKeyChecking=yes "
+            f"-i {home}/.ssh/id_ecdsa -o UserKnownHostsFile={home}/.ssh/known_hosts -o HostKeyAlias='[{alias}]:{PORT}' "
+            f"-l root {self.addr} echo via-{alias}"
+            for alias in names + ["train-hvdrun-1.train-hvdrun.ml.svc.cluster.local"])
+        # The hostfile's names do not resolve here: no waiting, the command
+        # connects to the worker's address and checks its key against the
+        # known_hosts entries of those names (HostKeyAlias, which ssh uses
+        # verbatim, without the [name]:port form: so the alias spells it).
+        # ssh reads the passwd home's ~/.ssh, not $HOME's: files named here.
+        d = subprocess.run(["env", "-i", *[f"{k}={v}" for k, v in {
+            **denv, "PATH": os.environ["PATH"], "HOME": home, "HVD_WAIT_TIMEOUT": "0"}.items()],
+            ENTRYPOINT, *args, "bash", "-c", cmd], capture_output=True, text=True, timeout=60,
+            stdin=subprocess.DEVNULL)
+        self.assertEqual(d.returncode, 0, d.stderr)
+        self.assertEqual(d.stdout.split(), [f"via-{n}" for n in names + [
+            "train-hvdrun-1.train-hvdrun.ml.svc.cluster.local"]])
+        with open(os.path.join(home, ".ssh", "config")) as f:
+            cfg = f.read()
+        self.assertIn("Host *.train-hvdrun *.train-hvdrun.ml.svc *.train-hvdrun.ml.svc.cluster.local", cfg)
+        self.assertIn(f"Port {PORT}", cfg)
+        self.assertNotIn("StrictHostKeyChecking", cfg)
+        # An unknown name is refused under strict checking: nothing is trusted blindly.
+        r = self.ssh("true", key=os.path.join(home, ".ssh", "id_ecdsa"), host=self.addr,
+                     known_hosts=os.path.join(home, ".ssh", "known_hosts"))
+        self.assertEqual(r.returncode, 255)
+        self.assertIn("No ECDSA host key is known", r.stderr)
 
     def test_prepare_image_removes_baked_host_keys(self):
         root = os.path.join(self.tmp, "root")
