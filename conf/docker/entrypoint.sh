@@ -52,7 +52,8 @@
 # 2 usage or configuration error (unknown role, missing key, bad number,
 # sshd rejects its configuration); 3 a worker's sshd did not start or died,
 # or the driver's workers did not all answer within HVD_WAIT_TIMEOUT;
-# otherwise the driver command's own status.
+# 143/130 SIGTERM/SIGINT while the driver waits; otherwise the driver
+# command's own status.
 set -uo pipefail
 
 PROG=hvd-entrypoint
@@ -343,6 +344,8 @@ wait_for_workers() {
 
   local tmp
   tmp=$(mktemp -d) || die 2 "mktemp failed"
+  trap 'kill $(jobs -p) 2>/dev/null; rm -rf -- "$tmp"; exit 143' TERM
+  trap 'kill $(jobs -p) 2>/dev/null; rm -rf -- "$tmp"; exit 130' INT
   local start=$SECONDS next_log=$((SECONDS + interval)) pending=("${hosts[@]}") still i
   log "waiting up to ${timeout} s for sshd on ${#hosts[@]} worker(s) (port $SSH_PORT)"
   while :; do
@@ -361,6 +364,7 @@ wait_for_workers() {
     done
     if ((${#still[@]} == 0)); then
       rm -rf -- "$tmp"
+      trap - TERM INT
       log "all ${#hosts[@]} worker(s) answer on ssh port $SSH_PORT after $((SECONDS - start)) s"
       return 0
     fi

@@ -125,6 +125,8 @@ def check_manifests(docs, external=()):
             problems.append(f"{kind}/{name}: name is not a DNS subdomain")
         if kind in ("Service", "StatefulSet") and (len(name) > 63 or not DNS_LABEL.match(name)):
             problems.append(f"{kind}/{name}: name must be a DNS label (<= 63)")
+        if kind == "Service" and not name[0].isalpha():
+            problems.append(f"{kind}/{name}: a Service name must start with a letter (DNS-1035)")
         for k, v in ((d["metadata"].get("labels") or {}).items()):
             if not isinstance(v, str) or len(v) > 63 or not re.match(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", v):
                 problems.append(f"{kind}/{name}: label {k}={v!r} is not a valid label value")

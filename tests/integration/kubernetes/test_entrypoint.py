@@ -279,6 +279,21 @@ class EntrypointTest(unittest.TestCase):
                       f"{self.addr} {self.hosts.unreachable}", lines[-1])
         self.assertLess(elapsed, 10)
 
+    def test_driver_sigterm_while_waiting(self):
+        self.write_hostfile([self.addr])
+        tmpdir = os.path.join(self.tmp, "tmpdir")
+        os.makedirs(tmpdir)
+        d = subprocess.Popen([ENTRYPOINT, "driver", "true"], env=self.env(HVD_WAIT_TIMEOUT=60, TMPDIR=tmpdir),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        self.procs.append(d)
+        self.wait_line(d, "waiting up to 60 s")
+        time.sleep(1.5)
+        t0 = time.monotonic()
+        rc, err = self.stop(d)
+        self.assertEqual(rc, 143, err)
+        self.assertLess(time.monotonic() - t0, 5)
+        self.assertEqual(os.listdir(tmpdir), [])
+
     def test_driver_waits_then_runs_its_command_with_its_status(self):
         self.write_hostfile([self.addr, self.addr2])
         dot = os.path.join(self.tmp, "home", ".ssh")
