@@ -134,6 +134,46 @@ class DiscoverHostsTest(unittest.TestCase):
         wrong = self.api.write_kubeconfig(os.path.join(self.tmp, "wrong-ca"), ca=other["ca.crt"])
         self.assert_api_error(self.run_script(kubeconfig=wrong), "certificate signed by unknown authority")
 
+    def test_the_charts_generated_script(self):
+        """/etc/hvdrun/generated/discover_hosts.sh as the Helm chart renders it
+        (selector, namespace, service, slots of the release) finds exactly
+        the release's ready worker pods as the StatefulSet names them."""
+        import yaml
+        helm = find_tool("helm")
+        if helm is None:
+            print("SKIPPED: helm not found ($HVD_TOOLS_DIR, <repo>/.tools, PATH); run scripts/setup.sh", flush=True)
+            sys.exit(77)
+        out = subprocess.run([helm, "template", "train", os.path.join(REPO, "conf", "kubernetes", "hvdrun"), "-n",
+                              "ml", "--set", "worker.replicas=3,worker.resources.limits.nvidia\\.com/gpu=2"],
+                             capture_output=True, text=True, check=True, env=dict(os.environ, HOME=self.tmp)).stdout
+        docs = [d for d in yaml.safe_load_all(out) if d]
+        data = [d for d in docs if d["kind"] == "ConfigMap"][0]["data"]
+        sts = [d for d in docs if d["kind"] == "StatefulSet"][0]
+        labels = sts["spec"]["template"]["metadata"]["labels"]
+        script = os.path.join(self.tmp, "discover_hosts.sh")
+        with open(script, "w") as f:
+            f.write(data["discover_hosts.sh"])
+        os.chmod(script, 0o555)
+        bindir = os.path.join(self.tmp, "bin")
+        os.makedirs(bindir)
+        os.symlink(SCRIPT, os.path.join(bindir, "hvd-discover-hosts"))  # as scripts/install.sh installs it
+        # Pods as the StatefulSet makes them: its labels, subdomain = serviceName.
+        for i in range(3):
+            self.api.add_pod(f"train-hvdrun-{i}", labels=labels, subdomain=sts["spec"]["serviceName"],
+                             ip=f"198.18.7.{i + 2}", ready=i != 1, namespace="ml", gpus=2)
+        self.api.add_pod("other-hvdrun-0", labels=dict(labels, **{"app.kubernetes.io/instance": "other"}),
+                         subdomain="other-hvdrun", ip="198.18.7.9", ready=True, namespace="ml")
+        driver = [d for d in docs if d["kind"] == "Deployment"][0]["spec"]["template"]["metadata"]["labels"]
+        self.api.add_pod("train-hvdrun-driver-abc", labels=driver, ip="198.18.7.10", ready=True, namespace="ml")
+        env = dict(os.environ, HOME=self.tmp, PATH=bindir + ":" + os.environ["PATH"])
+        env.pop("KUBECONFIG", None)
+        r = subprocess.run([script, "--kubectl", KUBECTL, "--kubeconfig", self.kubeconfig], capture_output=True,
+                           text=True, env=env, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.splitlines(), ["train-hvdrun-0.train-hvdrun:2", "train-hvdrun-2.train-hvdrun:2"])
+        # The same names as the chart's hostfile.
+        self.assertIn("train-hvdrun-0.train-hvdrun slots=2", data["hostfile"])
+
     def test_usage_errors(self):
         r = self.run_script(selector=None)
         self.assertEqual(r.returncode, 2)
