@@ -42,9 +42,17 @@ HELM = find_tool("helm")
 UPDATE = os.environ.get("HVD_UPDATE_GOLDEN") == "1"
 
 # ---------------------------------------------------------------- helpers ---
+HELM_HOME = {}  # a throw-away HOME for helm (no repositories, plugins or cache of the machine's)
+
+
 def helm(*args, check=True):
-    r = subprocess.run([HELM, *args], capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, HELM_CACHE_HOME="/nonexistent-cache", HOME=tempfile.gettempdir()))
+    if "dir" not in HELM_HOME:
+        HELM_HOME["dir"] = tempfile.mkdtemp(prefix="hvd-helm-home-")
+    home = HELM_HOME["dir"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HELM_") and k != "KUBECONFIG"}
+    env.update(HOME=home, HELM_CACHE_HOME=os.path.join(home, "cache"), HELM_CONFIG_HOME=os.path.join(home, "config"),
+               HELM_DATA_HOME=os.path.join(home, "data"))
+    r = subprocess.run([HELM, *args], capture_output=True, text=True, timeout=120, env=env)
     if check and r.returncode != 0:
         raise AssertionError(f"helm {' '.join(args)} failed ({r.returncode}):\n{r.stderr}")
     return r
@@ -254,6 +262,11 @@ class ChartTest(unittest.TestCase):
                 r = helm("template", "train", CHART, "--set", setting, check=False)
                 self.assertNotEqual(r.returncode, 0, setting)
                 self.assertIn(text, r.stderr)
+
+
+def tearDownModule():
+    if "dir" in HELM_HOME:
+        shutil.rmtree(HELM_HOME.pop("dir"), ignore_errors=True)
 
 
 if __name__ == "__main__":
