@@ -113,6 +113,24 @@ class InstallTest(unittest.TestCase):
         for path in ("build", ".tools", ".git"):
             self.assertIn(path, ignored)
 
+    def test_dockerfile_configure_line(self):
+        # The image's configure step (Release, no tests) configures, and its
+        # build would produce every target install.sh installs. (Building it
+        # would take minutes; the suite's own build covers the code.)
+        with open(os.path.join(REPO, "conf", "docker", "Dockerfile")) as f:
+            text = f.read().replace("\\\n", " ")
+        m = re.search(r"RUN cmake -S \. -B /opt/hvdrun/build (.*?) \$\(", text)
+        self.assertIsNotNone(m, "configure step not found")
+        flags = m.group(1).replace('"$BUILD_TYPE"', "Release").split()
+        self.assertEqual(flags, ["-DCMAKE_BUILD_TYPE=Release", "-DHVD_BUILD_TESTS=OFF"])
+        build = os.path.join(self.tmp, "image-build")
+        r = subprocess.run(["cmake", "-S", REPO, "-B", build, *flags], capture_output=True, text=True, timeout=170)
+        self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
+        for sub in ("apps/hvdrun", "apps/hvdbench", "lib/collective", "lib/collective/mpi_bootstrap", "python"):
+            self.assertTrue(os.path.exists(os.path.join(build, sub, "cmake_install.cmake")), sub)
+        self.assertFalse(os.path.exists(os.path.join(build, "tests")))  # no tests in the image
+        shutil.rmtree(build, ignore_errors=True)
+
     def test_usage_errors(self):
         r = subprocess.run([INSTALL], capture_output=True, text=True)
         self.assertEqual(r.returncode, 2)
