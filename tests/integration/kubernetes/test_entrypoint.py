@@ -475,6 +475,35 @@ class EntrypointTest(unittest.TestCase):
         self.assertEqual(r.returncode, 255)
         self.assertIn("No ECDSA host key is known", r.stderr)
 
+    def test_replaced_pod_keeps_the_release_host_key(self):
+        """hvdrun over two entrypoint "pods" (entrypoint_pods.py) with strict
+        host key checking; a pod replaced by a new one (fresh sshd directory)
+        is still accepted because the host key is the release's. Without it
+        (per-pod keys) hvdrun records the first key and refuses the new
+        pod's: the failure the release host key exists to avoid."""
+        from entrypoint_pods import EntrypointPods
+        port = 2023
+        job = [HVDRUN, "-np", "4", "--hostfile", None, "-p", str(port), "sh", "-c",
+               "echo rank=$HOROVOD_RANK"]
+        for release_key in (True, False):
+            with EntrypointPods(self.hosts, port=port, base=self.tmp, host_key=release_key) as pods:
+                home = pods.driver_home([f"{a} slots=2" for a in self.hosts.addrs])
+                job[4] = pods.hostfile
+                cmd = job[:5] + (["--ssh-strict-host-key-checking"] if release_key else []) + job[5:]
+                env = dict(os.environ, HOME=home)
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                self.assertEqual(sorted(x.split(":", 1)[1] for x in r.stdout.splitlines()),
+                                 [f"rank={i}" for i in range(4)])
+                self.assertEqual(pods.stop_worker(1), 0)
+                pods.start_worker(1, new_pod=True)
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
+                if release_key:
+                    self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                else:
+                    self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+                    self.assertIn(f"{self.addr2}: REFUSED", r.stderr)
+
     def test_prepare_image_removes_baked_host_keys(self):
         root = os.path.join(self.tmp, "root")
         os.makedirs(os.path.join(root, "etc", "ssh"))
