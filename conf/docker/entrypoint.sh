@@ -55,6 +55,10 @@
 # 143/130 SIGTERM/SIGINT while the driver waits; otherwise the driver
 # command's own status.
 set -uo pipefail
+# Keys, configs and their temporary copies are private from birth; sshd (so
+# every login session) and the driver command get the original umask back.
+ORIG_UMASK=$(umask)
+umask 077
 
 PROG=hvd-entrypoint
 MARK=hvd-entrypoint  # marks the files/lines this script owns
@@ -178,7 +182,7 @@ worker() {
   err=$("$SSHD" -t -f "$cfg" 2>&1) || die 2 "sshd rejects its configuration $cfg: ${err//$'\n'/; }"
 
   local sshd_pid stopping=0
-  "$SSHD" -D -e -f "$cfg" &
+  (umask "$ORIG_UMASK" && exec "$SSHD" -D -e -f "$cfg") &
   sshd_pid=$!
   trap 'stopping=1; kill -TERM "$sshd_pid" 2>/dev/null' TERM INT HUP
 
@@ -387,6 +391,7 @@ driver() {
   check_port
   driver_ssh_setup
   wait_for_workers
+  umask "$ORIG_UMASK"
   if (($# > 0)); then
     log "running: $*"
     exec "$@"
@@ -413,6 +418,7 @@ prepare_image() {
     rm -f -- "$f" && removed=$((removed + 1))
   done
   mkdir -p -- "$root/run/sshd" "$root/run/hvdrun" "$root/etc/hvdrun" || die 2 "cannot create directories under $root/"
+  chmod 755 "$root/run/sshd" "$root/run/hvdrun" "$root/etc/hvdrun"
   log "prepare-image: removed $removed host key file(s) from ${root:-}/etc/ssh (each pod generates its own or uses the release's)"
 }
 

@@ -211,6 +211,22 @@ class EntrypointTest(unittest.TestCase):
         self.assertIn("worker stopping", err)
         self.assertFalse(os.path.exists(f"/proc/{pid}") and "sshd" in netns_hosts.proc_cmdline(pid))
 
+    def test_sessions_and_driver_command_keep_the_callers_umask(self):
+        # The entrypoint writes its files with umask 077, but login sessions
+        # (hvdrun's workers) and the driver command get the original one.
+        mask = os.umask(0o022)
+        os.umask(mask)
+        self.wait_ready(self.start_worker())
+        self.write_hostfile([self.addr])
+        dot = os.path.join(self.tmp, "home", ".ssh")
+        d = self.driver("sh", "-c", f"umask; ssh -F {dot}/config -o BatchMode=yes -o StrictHostKeyChecking=yes "
+                                    f"-o UserKnownHostsFile={dot}/known_hosts -i {dot}/id_ecdsa -l root {self.addr} "
+                                    "'umask; sh -c \"umask\"'", HVD_WAIT_TIMEOUT=10)
+        self.assertEqual(d.returncode, 0, d.stderr)
+        self.assertEqual(d.stdout.split(), [f"{mask:04o}"] * 3)
+        self.assertEqual(os.stat(os.path.join(dot, "id_ecdsa")).st_mode & 0o777, 0o600)
+        self.assertEqual(os.stat(os.path.join(self.tmp, "sshd", "sshd_config")).st_mode & 0o077, 0)
+
     def test_worker_exits_nonzero_when_sshd_dies(self):
         w = self.start_worker()
         self.wait_ready(w)
