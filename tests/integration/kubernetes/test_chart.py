@@ -180,7 +180,7 @@ class ChartTest(unittest.TestCase):
         self.assertEqual(c["elastic-command"],
                          "hvdrun -np 2 --min-np 2 --max-np 5 --kubernetes-selector app.kubernetes.io/name=hvdrun,"
                          "app.kubernetes.io/instance=train,app.kubernetes.io/component=worker --kubernetes-namespace ml"
-                         " --kubernetes-slots 1 -p 2200")
+                         " --kubernetes-slots 1 --kubernetes-host-names dns -p 2200")
         self.assertEqual(c["static-command"], "hvdrun -np 2 --hostfile /etc/hvdrun/generated/hostfile -p 2200")
 
     def test_generated_keys_are_usable_ssh_keys(self):
@@ -233,7 +233,8 @@ class ChartTest(unittest.TestCase):
         n = notes("--set", "elastic.enabled=true,elastic.maxReplicas=4,ssh.port=2222")
         self.assertIn("kubectl -n ml exec -it deploy/train-hvdrun-driver -- hvdrun -np 2 --min-np 2 --max-np 4 "
                       "--kubernetes-selector app.kubernetes.io/name=hvdrun,app.kubernetes.io/instance=train,"
-                      "app.kubernetes.io/component=worker --kubernetes-namespace ml --kubernetes-slots 1 -p 2222 "
+                      "app.kubernetes.io/component=worker --kubernetes-namespace ml --kubernetes-slots 1 --kubernetes-host-names dns "
+                      "-p 2222 "
                       "python3 train_elastic.py", n)
         self.assertIn("--host-discovery-script /etc/hvdrun/generated/discover_hosts.sh", n)
         self.assertIn("kubectl -n ml scale statefulset train-hvdrun --replicas N, at most 4", n)

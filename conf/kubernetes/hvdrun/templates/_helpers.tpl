@@ -92,7 +92,7 @@ hvdrun -np {{ include "hvdrun.np" . }} --hostfile /etc/hvdrun/generated/hostfile
 {{- define "hvdrun.elasticCommand" -}}
 hvdrun -np {{ include "hvdrun.np" . }} --min-np {{ include "hvdrun.minNp" . }} --max-np {{ include "hvdrun.maxNp" . }}
 {{- if eq .Values.elastic.discovery "script" }} --host-discovery-script /etc/hvdrun/generated/discover_hosts.sh
-{{- else }} --kubernetes-selector {{ include "hvdrun.workerSelector" . }} --kubernetes-namespace {{ .Release.Namespace }} --kubernetes-slots {{ include "hvdrun.slots" . }}
+{{- else }} --kubernetes-selector {{ include "hvdrun.workerSelector" . }} --kubernetes-namespace {{ .Release.Namespace }} --kubernetes-slots {{ include "hvdrun.slots" . }} --kubernetes-host-names dns
 {{- end }}{{ include "hvdrun.portFlag" . }}
 {{- end -}}
 
