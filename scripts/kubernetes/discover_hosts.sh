@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Host discovery for elastic hvdrun/horovodrun jobs in Kubernetes, through
+# kubectl (hvdrun's built-in --kubernetes-selector needs no kubectl; this is
+# the horovodrun-compatible form):
+#
+#   hvdrun -np 4 --min-np 2 --max-np 8 \
+#     --host-discovery-script 'discover_hosts.sh -l app.kubernetes.io/instance=job -n ml' python3 train.py
+#
+# Prints one `<pod>.<service>:<slots>` line (or `<pod IP>:<slots>` with --ip)
+# for every pod that matches the selector and is Running, Ready and not
+# terminating (no deletionTimestamp), in natural sort order (w-2 before w-10).
+# Nothing else goes to stdout.
+#
+# Options:
+#   -l, --selector SEL        label selector (required), e.g. app=hvd,role=worker
+#   -n, --namespace NS        namespace (default: kubectl's: the kubeconfig
+#                             context's, in a pod the pod's own)
+#   --service NAME            the headless service of the DNS names (default:
+#                             each pod's spec.subdomain, which a StatefulSet
+#                             sets to its serviceName)
+#   --ip                      print the pod IP instead of a DNS name
+#   --slots N                 slots per pod when nothing below applies [1]
+#   --slots-from-gpu          slots = the pod's nvidia.com/gpu limits (summed
+#                             over its containers) when that is > 0
+#   --slots-annotation KEY    slots = the value of this pod annotation when
+#                             present (wins over --slots-from-gpu)
+#   --kubectl PATH            kubectl binary [$KUBECTL, else kubectl on PATH]
+#   --kubeconfig FILE         passed to kubectl (default: kubectl's rules)
+#   --request-timeout DUR     passed to kubectl [10s]
+#
+# Exit status: 0 success (also when no pod qualifies: empty output);
+# 1 the API request failed (401, 403, TLS, connection refused, timeout...):
+# kubectl's message is on stderr, and hvdrun keeps its last good host set;
+# 2 usage error (bad option, kubectl missing, a pod without a DNS name).
+set -uo pipefail
+
+PROG=discover_hosts.sh
+usage() {
+  printf '%s: error: %s\n' "$PROG" "$1" >&2
+  echo "usage: $PROG -l SELECTOR [-n NAMESPACE] [--service NAME | --ip] [--slots N] [--slots-from-gpu] [--slots-annotation KEY] [--kubectl PATH] [--kubeconfig FILE] [--request-timeout DUR]" >&2
+  exit 2
+}
+
+selector="" namespace="" service="" use_ip=0 slots=1 from_gpu=0 annotation=""
+kubectl=${KUBECTL:-kubectl} kubeconfig="" request_timeout=10s
+while (($# > 0)); do
+  case $1 in
+    -l | --selector) (($# >= 2)) || usage "$1 needs a value"; selector=$2; shift 2 ;;
+    --selector=*) selector=${1#*=}; shift ;;
+    -n | --namespace) (($# >= 2)) || usage "$1 needs a value"; namespace=$2; shift 2 ;;
+    --namespace=*) namespace=${1#*=}; shift ;;
+    --service) (($# >= 2)) || usage "$1 needs a value"; service=$2; shift 2 ;;
+    --service=*) service=${1#*=}; shift ;;
+    --ip) use_ip=1; shift ;;
+    --slots) (($# >= 2)) || usage "$1 needs a value"; slots=$2; shift 2 ;;
+    --slots=*) slots=${1#*=}; shift ;;
+    --slots-from-gpu) from_gpu=1; shift ;;
+    --slots-annotation) (($# >= 2)) || usage "$1 needs a value"; annotation=$2; shift 2 ;;
+    --slots-annotation=*) annotation=${1#*=}; shift ;;
+    --kubectl) (($# >= 2)) || usage "$1 needs a value"; kubectl=$2; shift 2 ;;
+    --kubeconfig) (($# >= 2)) || usage "$1 needs a value"; kubeconfig=$2; shift 2 ;;
+    --request-timeout) (($# >= 2)) || usage "$1 needs a value"; request_timeout=$2; shift 2 ;;
+    -h | --help) sed -n '2,/^set -uo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
+    *) usage "unknown argument '$1'" ;;
+  esac
+done
+[ -n "$selector" ] || usage "-l/--selector is required (e.g. -l app.kubernetes.io/instance=myjob)"
+[[ $slots =~ ^[1-9][0-9]*$ ]] || usage "--slots '$slots' is not a positive integer"
+if [ -n "$annotation" ] && ! [[ $annotation =~ ^[A-Za-z0-9./_-]+$ ]]; then
+  usage "--slots-annotation '$annotation' is not an annotation key"
+fi
+if [ -n "$service" ] && ! [[ $service =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ ]]; then
+  usage "--service '$service' is not a service name"
+fi
+command -v "$kubectl" >/dev/null 2>&1 || usage "kubectl not found ('$kubectl'); install it or pass --kubectl PATH"
+
+# One '|'-separated line per pod; '-' for empty fields.
+tpl='{{range .items}}{{.metadata.name}}|{{with .spec.subdomain}}{{.}}{{else}}-{{end}}|'
+tpl+='{{with .status.podIP}}{{.}}{{else}}-{{end}}|{{with .status.phase}}{{.}}{{else}}-{{end}}|'
+tpl+='{{if .metadata.deletionTimestamp}}terminating{{else}}-{{end}}|'
+tpl+='{{range .status.conditions}}{{if and (eq .type "Ready") (eq .status "True")}}ready{{end}}{{end}}-|'
+tpl+='{{range .spec.containers}}{{with .resources}}{{with .limits}}{{with index . "nvidia.com/gpu"}}{{.}} {{end}}{{end}}{{end}}{{end}}-|'
+if [ -n "$annotation" ]; then
+  tpl+="{{with .metadata.annotations}}{{with index . \"$annotation\"}}{{.}}{{end}}{{end}}"
+fi
+tpl+='-{{"\n"}}{{end}}'
+
+args=(get pods -l "$selector" -o "go-template=$tpl" --request-timeout "$request_timeout")
+[ -n "$namespace" ] && args+=(-n "$namespace")
+[ -n "$kubeconfig" ] && args+=(--kubeconfig "$kubeconfig")
+
+err=$(mktemp) || exit 1
+trap 'rm -f -- "$err"' EXIT
+out=$("$kubectl" "${args[@]}" 2>"$err")
+rc=$?
+if ((rc != 0)); then
+  # kubectl's last line is its verdict (klog retry lines come before it).
+  printf '%s: kubectl get pods -l %s failed (exit %d): %s\n' "$PROG" "$selector" "$rc" \
+    "$(grep -v '^[[:space:]]*$' "$err" | tail -n 1)" >&2
+  exit 1
+fi
+
+lines=()
+while IFS='|' read -r name subdomain ip phase deleting ready gpus annot; do
+  [ -n "$name" ] || continue
+  [ "$phase" = Running ] || continue
+  [ "$deleting" = - ] || continue
+  [ "$ready" = ready- ] || continue
+  n=$slots
+  if ((from_gpu)); then
+    total=0
+    for g in ${gpus%-}; do
+      [[ $g =~ ^[0-9]+$ ]] && total=$((total + g))
+    done
+    ((total > 0)) && n=$total
+  fi
+  annot=${annot%-}
+  if [ -n "$annotation" ] && [ -n "$annot" ]; then
+    if [[ $annot =~ ^[1-9][0-9]*$ ]]; then
+      n=$annot
+    else
+      printf '%s: pod %s: annotation %s=%q is not a positive integer; using %s slots\n' "$PROG" "$name" \
+        "$annotation" "$annot" "$n" >&2
+    fi
+  fi
+  if ((use_ip)); then
+    [ "$ip" != - ] || continue  # Running without an IP yet: not reachable
+    host=$ip
+  elif [ -n "$service" ]; then
+    host="$name.$service"
+  elif [ "$subdomain" != - ]; then
+    host="$name.$subdomain"
+  else
+    printf '%s: error: pod %s has no spec.subdomain (not a StatefulSet pod?); pass --service NAME or --ip\n' \
+      "$PROG" "$name" >&2
+    exit 2
+  fi
+  lines+=("$host:$n")
+done <<<"$out"
+
+((${#lines[@]} == 0)) && exit 0
+printf '%s\n' "${lines[@]}" | sort -V

@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""scripts/kubernetes/discover_hosts.sh with the real kubectl (k8s_tools.find_tool)
+against fake_apiserver.FakeApiServer over HTTPS: which pods qualify, the
+order, slots, --ip, and every API failure being a non-zero exit with the
+error on stderr and nothing on stdout (hvdrun then keeps its last good host
+set). kubectl missing: SKIPPED, exit 77."""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from fake_apiserver import FakeApiServer, make_certificates  # noqa: E402
+from k8s_tools import REPO, find_tool  # noqa: E402
+
+SCRIPT = os.path.join(REPO, "scripts", "kubernetes", "discover_hosts.sh")
+KUBECTL = find_tool("kubectl")
+SEL = "app.kubernetes.io/instance=job,app.kubernetes.io/component=worker"
+LABELS = {"app.kubernetes.io/instance": "job", "app.kubernetes.io/component": "worker"}
+
+
+class DiscoverHostsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if KUBECTL is None:
+            print("SKIPPED: kubectl not found ($HVD_TOOLS_DIR, <repo>/.tools, PATH); run scripts/setup.sh", flush=True)
+            sys.exit(77)
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="hvd-discover-")
+        self.api = FakeApiServer(self.tmp).start()
+        self.kubeconfig = self.api.write_kubeconfig(os.path.join(self.tmp, "kubeconfig"))
+
+    def tearDown(self):
+        self.api.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def run_script(self, *args, kubeconfig=None, selector=SEL):
+        cmd = [SCRIPT, "--kubectl", KUBECTL, "--kubeconfig", kubeconfig or self.kubeconfig, "--request-timeout", "5s"]
+        if selector:
+            cmd += ["-l", selector]
+        env = dict(os.environ, HOME=self.tmp)  # no ~/.kube of the machine
+        env.pop("KUBECONFIG", None)
+        return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=30, env=env)
+
+    def ok(self, *args, **kw):
+        r = self.run_script(*args, **kw)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout.splitlines()
+
+    def worker(self, name, **kw):
+        kw.setdefault("labels", LABELS)
+        kw.setdefault("subdomain", "job")
+        kw.setdefault("ready", True)
+        return self.api.add_pod(name, **kw)
+
+    def test_only_running_ready_not_terminating_pods_sorted(self):
+        self.worker("job-10", ip="198.18.7.10")
+        self.worker("job-2", ip="198.18.7.2")
+        self.worker("job-1", ip="198.18.7.1")
+        self.worker("job-3", ip="198.18.7.3", ready=False)  # Pending
+        self.worker("job-4", ip="198.18.7.4", ready=False, phase="Running")  # running, not ready
+        self.worker("job-5", ip="198.18.7.5")
+        self.api.terminate("job-5")  # deletionTimestamp set, still Ready
+        self.worker("job-6", ip="198.18.7.6")
+        self.api.set_phase("job-6", "Failed")
+        self.worker("job-7", ip="198.18.7.7", labels={"app.kubernetes.io/instance": "other"})
+        self.worker("job-8", ip="198.18.7.8", namespace="elsewhere")
+        self.assertEqual(self.ok(), ["job-1.job:1", "job-2.job:1", "job-10.job:1"])
+        # Changes show in the next run: ready, deleted.
+        self.api.set_ready("job-3")
+        self.api.delete("job-2")
+        self.assertEqual(self.ok(), ["job-1.job:1", "job-3.job:1", "job-10.job:1"])
+        # -n picks the namespace.
+        self.assertEqual(self.ok("-n", "elsewhere"), ["job-8.job:1"])
+        # Every request was a pod list with our selector.
+        lists = self.api.requests_for(lambda r: r["path"].endswith("/pods"))
+        self.assertTrue(lists)
+        self.assertTrue(all(r["query"].get("labelSelector") == SEL for r in lists))
+
+    def test_ip_option_and_service_override(self):
+        self.worker("job-0", ip="198.18.7.20")
+        self.worker("job-1", ip="198.18.7.3")
+        self.assertEqual(self.ok("--ip"), ["198.18.7.3:1", "198.18.7.20:1"])
+        self.assertEqual(self.ok("--service", "svc2"), ["job-0.svc2:1", "job-1.svc2:1"])
+
+    def test_slots_fixed_gpu_and_annotation(self):
+        self.worker("job-0", ip="198.18.7.2", gpus=4)
+        self.worker("job-1", ip="198.18.7.3", gpus=2, annotations={"hvdrun.io/slots": "3"})
+        self.worker("job-2", ip="198.18.7.4", annotations={"hvdrun.io/slots": "many"})
+        self.assertEqual(self.ok("--slots", "2"), ["job-0.job:2", "job-1.job:2", "job-2.job:2"])
+        self.assertEqual(self.ok("--slots-from-gpu"), ["job-0.job:4", "job-1.job:2", "job-2.job:1"])
+        r = self.run_script("--slots-from-gpu", "--slots-annotation", "hvdrun.io/slots")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.splitlines(), ["job-0.job:4", "job-1.job:3", "job-2.job:1"])
+        self.assertIn("pod job-2: annotation hvdrun.io/slots=many is not a positive integer; using 1 slots", r.stderr)
+
+    def test_no_pods_is_empty_success(self):
+        self.assertEqual(self.ok(), [])
+
+    def assert_api_error(self, r, *texts):
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertEqual(r.stdout, "")
+        self.assertIn("discover_hosts.sh: kubectl get pods -l", r.stderr)
+        for t in texts:
+            self.assertIn(t, r.stderr)
+
+    def test_forbidden_is_an_error(self):
+        self.worker("job-0", ip="198.18.7.2")
+        self.api.forbid(True)
+        self.assert_api_error(self.run_script(), 'cannot list resource "pods"')
+
+    def test_unauthorized_and_server_error(self):
+        self.worker("job-0", ip="198.18.7.2")
+        bad = self.api.write_kubeconfig(os.path.join(self.tmp, "bad-token"), token="not-the-token")
+        self.assert_api_error(self.run_script(kubeconfig=bad), "You must be logged in to the server")
+        self.api.fail_next(500, 10)  # kubectl retries some requests
+        self.assert_api_error(self.run_script(), "injected failure 500")
+        self.api.fail_next(500, 0)
+        self.assertEqual(self.ok(), ["job-0.job:1"])
+
+    def test_refused_connection_is_an_error(self):
+        self.worker("job-0", ip="198.18.7.2")
+        port = self.api.port
+        self.api.stop()  # the port is closed now
+        self.assert_api_error(self.run_script(), f"The connection to the server 127.0.0.1:{port} was refused")
+
+    def test_wrong_ca_is_an_error(self):
+        self.worker("job-0", ip="198.18.7.2")
+        other = make_certificates(os.path.join(self.tmp, "other-pki"))
+        wrong = self.api.write_kubeconfig(os.path.join(self.tmp, "wrong-ca"), ca=other["ca.crt"])
+        self.assert_api_error(self.run_script(kubeconfig=wrong), "certificate signed by unknown authority")
+
+    def test_the_charts_generated_script(self):
+        """/etc/hvdrun/generated/discover_hosts.sh as the Helm chart renders it
+        (selector, namespace, service, slots of the release) finds exactly
+        the release's ready worker pods as the StatefulSet names them."""
+        import yaml
+        helm = find_tool("helm")
+        if helm is None:
+            print("SKIPPED: helm not found ($HVD_TOOLS_DIR, <repo>/.tools, PATH); run scripts/setup.sh", flush=True)
+            sys.exit(77)
+        out = subprocess.run([helm, "template", "train", os.path.join(REPO, "conf", "kubernetes", "hvdrun"), "-n",
+                              "ml", "--set", "worker.replicas=3,worker.resources.limits.nvidia\\.com/gpu=2"],
+                             capture_output=True, text=True, check=True, env=dict(os.environ, HOME=self.tmp)).stdout
+        docs = [d for d in yaml.safe_load_all(out) if d]
+        data = [d for d in docs if d["kind"] == "ConfigMap"][0]["data"]
+        sts = [d for d in docs if d["kind"] == "StatefulSet"][0]
+        labels = sts["spec"]["template"]["metadata"]["labels"]
+        script = os.path.join(self.tmp, "discover_hosts.sh")
+        with open(script, "w") as f:
+            f.write(data["discover_hosts.sh"])
+        os.chmod(script, 0o555)
+        bindir = os.path.join(self.tmp, "bin")
+        os.makedirs(bindir)
+        os.symlink(SCRIPT, os.path.join(bindir, "hvd-discover-hosts"))  # as scripts/install.sh installs it
+        # Pods as the StatefulSet makes them: its labels, subdomain = serviceName.
+        for i in range(3):
+            self.api.add_pod(f"train-hvdrun-{i}", labels=labels, subdomain=sts["spec"]["serviceName"],
+                             ip=f"198.18.7.{i + 2}", ready=i != 1, namespace="ml", gpus=2)
+        self.api.add_pod("other-hvdrun-0", labels=dict(labels, **{"app.kubernetes.io/instance": "other"}),
+                         subdomain="other-hvdrun", ip="198.18.7.9", ready=True, namespace="ml")
+        driver = [d for d in docs if d["kind"] == "Deployment"][0]["spec"]["template"]["metadata"]["labels"]
+        self.api.add_pod("train-hvdrun-driver-abc", labels=driver, ip="198.18.7.10", ready=True, namespace="ml")
+        env = dict(os.environ, HOME=self.tmp, PATH=bindir + ":" + os.environ["PATH"])
+        env.pop("KUBECONFIG", None)
+        r = subprocess.run([script, "--kubectl", KUBECTL, "--kubeconfig", self.kubeconfig], capture_output=True,
+                           text=True, env=env, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.splitlines(), ["train-hvdrun-0.train-hvdrun:2", "train-hvdrun-2.train-hvdrun:2"])
+        # The same names as the chart's hostfile.
+        self.assertIn("train-hvdrun-0.train-hvdrun slots=2", data["hostfile"])
+
+    def test_usage_errors(self):
+        r = self.run_script(selector=None)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("-l/--selector is required", r.stderr)
+        r = self.run_script("--slots", "0")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--slots '0' is not a positive integer", r.stderr)
+        r = subprocess.run([SCRIPT, "-l", SEL, "--kubectl", os.path.join(self.tmp, "no-kubectl")], capture_output=True,
+                           text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("kubectl not found", r.stderr)
+        # A pod with no DNS name (not from a StatefulSet) and no --service/--ip.
+        self.api.add_pod("loose", labels=LABELS, ip="198.18.7.9", ready=True)
+        r = self.run_script()
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(r.stdout, "")
+        self.assertIn("pod loose has no spec.subdomain", r.stderr)
+        self.assertEqual(self.ok("--ip"), ["198.18.7.9:1"])
+
+
+if __name__ == "__main__":
+    unittest.main()
