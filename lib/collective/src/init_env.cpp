@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <array>
 #include <cmath>
 
@@ -242,6 +243,9 @@ std::unique_ptr<Context> context_from_env(const std::string& comm_prefix) {
     throw InvalidArgument(
         fmt::format("HOROVOD_SIZE={} but HOROVOD_GLOO_RENDEZVOUS_ADDR is not set: start the job with hvdrun", s.size));
   }
+  // --start-timeout bounds the whole init: the store connection and then the
+  // mesh get one deadline between them, not one each.
+  const auto deadline = std::chrono::steady_clock::now() + s.start_timeout;
   std::shared_ptr<store::Store> store;
   try {
     store = store::make_store_from_env(s.start_timeout);
@@ -249,6 +253,8 @@ std::unique_ptr<Context> context_from_env(const std::string& comm_prefix) {
     throw IoError(fmt::format("hvd init: rank {}: rendezvous store unreachable within {} s (HOROVOD_START_TIMEOUT): {}",
                               s.rank, s.start_timeout.count() / 1000.0, e.what()));
   }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  s.start_timeout = std::max(std::chrono::milliseconds(1), left);
   return Context::create(s, std::move(store));
 }
 

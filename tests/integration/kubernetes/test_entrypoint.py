@@ -406,11 +406,10 @@ class EntrypointTest(unittest.TestCase):
         under the hostfile's StatefulSet names (strict checking)."""
         import base64
         import yaml
-        from k8s_tools import find_tool
+        from k8s_tools import find_tool, skip
         helm = find_tool("helm")
         if helm is None:
-            print("SKIPPED: helm not found ($HVD_TOOLS_DIR, <repo>/.tools, PATH); run scripts/setup.sh", flush=True)
-            sys.exit(77)
+            skip("helm not found ($HVD_TOOLS_DIR, <repo>/.tools, PATH); run scripts/setup.sh")
         out = subprocess.run([helm, "template", "train", os.path.join(REPO, "conf", "kubernetes", "hvdrun"),
                               "--namespace", "ml", "--set", f"ssh.port={PORT}"], capture_output=True, text=True,
                              check=True, env=dict(os.environ, HOME=self.tmp)).stdout
