@@ -12,6 +12,7 @@ Run one case:
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -222,6 +223,7 @@ class Elastic(unittest.TestCase):
     def tearDown(self):
         for j in self.jobs:
             j.kill()
+            shutil.rmtree(j.dir, ignore_errors=True)
             for pid in processes_with_token(j.token):
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -483,6 +485,22 @@ class Elastic(unittest.TestCase):
             self.assertIn(message, err)
             self.assertEqual(j.steps(), [])
             self.assertEqual(j.leftovers(), [])
+
+    def test_dry_run_runs_the_script_once_and_shows_the_hosts(self):
+        # --dry-run of an elastic job: one discovery run, printed; nothing starts
+        j = self.job("localhost:2\n127.0.0.1:1\n", ["-np", "2", "--dry-run"])
+        code, out, err = j.finish(20)
+        self.assertEqual(code, 0, err)
+        self.assertIn("# elastic job: hosts from host discovery script", out)
+        self.assertIn("hosts: localhost:2, 127.0.0.1:1", out)
+        self.assertIn("slots: 3 (-np 2)", out)
+        self.assertEqual(j.steps(), [])
+        self.assertEqual(j.leftovers(), [])
+        # a failing first run is the launch failure it would be at start
+        j = self.job("localhost:2\n", ["-np", "2", "--dry-run=json"], script="false")
+        code, out, err = j.finish(20)
+        self.assertEqual(code, 3, err)
+        self.assertIn("exit", err)
 
     def test_missing_command_fails_fast(self):
         start = time.monotonic()

@@ -67,9 +67,10 @@ std::unique_ptr<HostSource> make_host_source(const Options& options, bool watch 
   return std::make_unique<StaticHostSource>(std::move(hosts));
 }
 
-/// --dry-run of an elastic job whose source can show what it finds (the
-/// Kubernetes pods): one look, printed; nothing starts. Exit 3 when the
-/// look fails, as at the start of a job.
+/// --dry-run of an elastic job: one look at its host source (one run of the
+/// discovery script, one list of the Kubernetes pods, or the fixed hosts),
+/// printed; nothing starts. Exit 3 when the look fails, as at the start of a
+/// job.
 int dry_run_discovery(const Options& options) {
   std::unique_ptr<HostSource> source;
   try {

@@ -42,15 +42,9 @@ int hvdrun_main(int argc, char** argv) {
       std::fputs(render_check_build().c_str(), stdout);
       return exit_code::kOk;
     }
+    // --dry-run of an elastic job looks once and shows what its host source
+    // finds (run_elastic_job).
     const bool elastic = parsed.options->elastic.enabled;
-    // --dry-run of a Kubernetes-discovered job shows the pods it finds (run_elastic_job).
-    if (elastic && parsed.options->dry_run != DryRunFormat::None && !parsed.options->elastic.kubernetes.selector) {
-      std::fputs(
-          "hvdrun: error: --dry-run does not apply to elastic jobs: placement is decided at run time "
-          "from the hosts it finds\n",
-          stderr);
-      return exit_code::kUsage;
-    }
     const LaunchDecision launch = decide_launch(*parsed.options, probe_installed_mpirun);
     for (const auto& line : launch.info) spdlog::info("{}", line);
     for (const auto& line : launch.warnings) spdlog::warn("{}", line);
