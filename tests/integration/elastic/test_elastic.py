@@ -21,31 +21,14 @@ import threading
 import time
 import unittest
 import uuid
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from procs import processes_with_token  # noqa: E402
 
 HVDRUN = os.environ.get("HVDRUN", "hvdrun")
 TRAINER = os.environ.get("TRAINER", "elastic_trainer")
 
 STEP_RE = re.compile(r"\[(\d+)\]<stdout>:step (\d+) size (\d+) rank (\d+) version (\d+) checksum (\S+)")
 FINAL_RE = re.compile(r"\[(\d+)\]<stdout>:final checksum (\S+) steps (\d+)")
-
-
-def processes_with_token(token, exclude=()):
-    needle = ("HVD_TEST_TOKEN=" + token).encode()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) in exclude:
-            continue
-        try:
-            with open("/proc/%s/environ" % name, "rb") as f:
-                env = f.read().split(b"\0")
-            with open("/proc/%s/stat" % name, "rb") as f:
-                if f.read().split(b")")[-1].split()[0] == b"Z":
-                    continue
-        except OSError:
-            continue
-        if needle in env:
-            found.append(int(name))
-    return found
 
 
 def worker_pid(token, worker_id):

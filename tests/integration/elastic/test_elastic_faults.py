@@ -22,26 +22,10 @@ import tempfile
 import time
 import unittest
 import uuid
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from procs import processes_with_token  # noqa: E402
 
 HVDRUN = os.environ.get("HVDRUN", "hvdrun")
-
-
-def processes_with_token(token):
-    needle = ("HVD_TEST_TOKEN=" + token).encode()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open("/proc/%s/environ" % name, "rb") as f:
-                env = f.read().split(b"\0")
-            with open("/proc/%s/stat" % name, "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if stat.rsplit(b")", 1)[1].split()[0] != b"Z" and needle in env:
-            found.append((int(name), stat[stat.find(b"(") + 1:stat.rfind(b")")].decode()))
-    return found
 
 
 def listening_sockets(pid):
@@ -87,7 +71,7 @@ class ElasticFaults(unittest.TestCase):
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        for pid, _ in processes_with_token(self.token):
+        for pid in processes_with_token(self.token):
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
@@ -142,7 +126,7 @@ class ElasticFaults(unittest.TestCase):
         # Both sleeps of the hanging run are up.
         def hung_sleeps():
             n = 0
-            for pid, _ in processes_with_token(self.token):
+            for pid in processes_with_token(self.token):
                 try:
                     with open("/proc/%d/cmdline" % pid, "rb") as f:
                         n += f.read() == b"sleep\x00300\x00"

@@ -39,6 +39,8 @@ import threading
 import time
 import unittest
 import uuid
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from procs import processes_with_token, token_processes  # noqa: E402
 
 HVDRUN = os.environ.get("HVDRUN", "hvdrun")
 WORKER = os.environ.get("WORKER", "collective_worker")
@@ -184,30 +186,9 @@ class Job:
             self.proc.wait()
 
 
-def processes_with_token(token):
-    needle = ("HVD_TEST_TOKEN=" + token).encode()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/environ" % name, "rb") as f:
-                env = f.read().split(b"\0")
-            with open("/proc/%s/cmdline" % name, "rb") as f:
-                cmd = f.read().split(b"\0")
-            with open("/proc/%s/stat" % name, "rb") as f:
-                if f.read().split(b")")[-1].split()[0] == b"Z":
-                    continue
-        except OSError:
-            continue
-        if needle in env:
-            found.append((int(name), env, cmd))
-    return found
-
-
 def worker_pid(token, env_needle):
     """A worker process (not its agent, not hvdrun) whose environment holds `env_needle`."""
-    for pid, env, cmd in processes_with_token(token):
+    for pid, env, cmd in token_processes(token):
         if env_needle.encode() in env and b"--agent" not in cmd and os.path.basename(cmd[0]) != b"hvdrun":
             return pid
     return None
@@ -405,7 +386,7 @@ class Fault(unittest.TestCase):
         """hvdrun's own descriptors and its agents' (beyond their 0, 1, 2)
         are all close-on-exec: no child can inherit them, whoever forks."""
         leaks = {"hvdrun": fds_without_cloexec(job.proc.pid, skip=(0, 1, 2))}
-        for pid, env, cmd in processes_with_token(job.token):
+        for pid, env, cmd in token_processes(job.token):
             if b"--agent" in cmd:
                 leaks["agent %d" % pid] = fds_without_cloexec(pid)
         self.assertEqual({k: v for k, v in leaks.items() if v}, {}, job.text())

@@ -36,6 +36,8 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fake_apiserver import FakeApiServer, make_certificates  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from procs import processes_with_token  # noqa: E402
 
 HVDRUN = os.environ.get("HVDRUN", "hvdrun")
 TRAINER = os.environ.get("TRAINER", "elastic_trainer")
@@ -66,25 +68,6 @@ def clean_env(home, extra=None):
     env["HOME"] = home
     env.update(extra or {})
     return env
-
-
-def processes_with_token(token):
-    needle = ("HVD_TEST_TOKEN=" + token).encode()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/environ" % name, "rb") as f:
-                env = f.read().split(b"\0")
-            with open("/proc/%s/stat" % name, "rb") as f:
-                if f.read().split(b")")[-1].split()[0] == b"Z":
-                    continue
-        except OSError:
-            continue
-        if needle in env:
-            found.append(int(name))
-    return found
 
 
 class Job:

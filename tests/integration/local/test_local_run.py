@@ -17,26 +17,10 @@ import tempfile
 import time
 import unittest
 import uuid
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from procs import processes_with_token  # noqa: E402
 
 HVDRUN = os.environ.get("HVDRUN", "hvdrun")
-
-
-def processes_with_token(token, exclude=()):
-    """PIDs whose environment carries HVD_TEST_TOKEN=<token> (workers, their
-    children and agents), zombies excluded."""
-    needle = ("HVD_TEST_TOKEN=" + token).encode()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) in exclude:
-            continue
-        try:
-            with open("/proc/%s/environ" % name, "rb") as f:
-                env = f.read()
-        except OSError:
-            continue
-        if needle in env.split(b"\0"):
-            found.append(int(name))
-    return found
 
 
 class Job:

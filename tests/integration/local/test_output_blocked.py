@@ -17,6 +17,8 @@ import tempfile
 import time
 import unittest
 import uuid
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from procs import processes_with_token  # noqa: E402
 
 HVDRUN = os.environ.get("HVDRUN", "hvdrun")
 
@@ -24,24 +26,6 @@ HVDRUN = os.environ.get("HVDRUN", "hvdrun")
 FLOOD = ('if [ "$HOROVOD_RANK" = 1 ]; then sleep 1; echo rank-one-fails >&2; exit 3; fi; '
          'i=0; while :; do echo "flood line $i ........................................................"; '
          'i=$((i+1)); done')
-
-
-def processes_with_token(token):
-    needle = ("HVD_TEST_TOKEN=" + token).encode()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open("/proc/%s/environ" % name, "rb") as f:
-                env = f.read()
-            with open("/proc/%s/stat" % name) as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and needle in env.split(b"\0"):
-            found.append(int(name))
-    return found
 
 
 class OutputBlocked(unittest.TestCase):

@@ -19,6 +19,8 @@ import sys
 import time
 import unittest
 import uuid
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from procs import processes_with_token  # noqa: E402
 
 HVDRUN = os.environ.get("HVDRUN", "hvdrun")
 PROBE = os.environ.get("HVD_MPI_PROBE", "mpi_store_probe")
@@ -40,24 +42,6 @@ def base_env(token):
                  "HVD_MASTER_ADDR", "HVD_MASTER_PORT", "HVD_MASTER_SECRET"):
         env.pop(name, None)
     return env
-
-
-def processes_with_token(token):
-    needle = ("HVD_TEST_TOKEN=" + token).encode()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open("/proc/%s/environ" % name, "rb") as f:
-                env = f.read()
-            with open("/proc/%s/stat" % name) as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and needle in env.split(b"\0"):
-            found.append(int(name))
-    return found
 
 
 def free_port():

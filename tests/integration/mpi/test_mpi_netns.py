@@ -28,23 +28,10 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "netns"))
 from netns_hosts import NetnsHosts, skip_unless_available  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from procs import processes_mentioning  # noqa: E402
 
 SSH_PORT = 2222  # every test sshd listens on 22 and 2222
-
-
-def processes_mentioning(text):
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in cmd:
-            found.append((int(name), cmd.strip()))
-    return found
 
 
 def untag(text):

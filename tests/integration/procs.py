@@ -1,0 +1,54 @@
+"""Finding a test's processes through /proc, for "nothing is left behind"
+checks. Tests tag what they start with HVD_TEST_TOKEN=<uuid> in the
+environment; every process of the job inherits it (hvdrun, agents,
+workers, scripts), wherever it was reparented to.
+
+    sys.path.insert(0, <tests/integration>)
+    from procs import processes_with_token, token_processes, processes_mentioning
+"""
+import os
+
+
+def token_processes(token, exclude=()):
+    """(pid, environ entries, argv) of every live (not zombie) process whose
+    environment holds HVD_TEST_TOKEN=token, except this process and `exclude`."""
+    needle = ("HVD_TEST_TOKEN=" + token).encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid() or int(name) in exclude:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            if needle not in env:
+                continue
+            with open(f"/proc/{name}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[-1].split()[0] == b"Z":
+                    continue
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+        except OSError:
+            continue
+        found.append((int(name), env, cmd))
+    return found
+
+
+def processes_with_token(token, exclude=()):
+    """The pids of token_processes()."""
+    return [pid for pid, _, _ in token_processes(token, exclude)]
+
+
+def processes_mentioning(text):
+    """(pid, command line) of every process but this one whose command line contains `text`."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmd:
+            found.append((int(name), cmd.strip()))
+    return found
