@@ -339,6 +339,58 @@ class NetnsHosts:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+# ---- what the case-per-invocation scripts (test_netns.py, test_ssh_config.py) share
+
+class Failure(Exception):
+    """A case's check failed: the message says what, then the details."""
+
+
+def check(cond, what, *details):
+    if not cond:
+        raise Failure(what + "".join("\n--- " + str(d) for d in details))
+
+
+def hvdrun_env(hosts, **extra):
+    """hvdrun's environment for these hosts: their HOME (known_hosts,
+    ~/.ssh/config), no ssh-agent (only the keys a case gives), no remote
+    agent override."""
+    env = dict(os.environ)
+    env.pop("SSH_AUTH_SOCK", None)
+    env.pop("HVDRUN_REMOTE_AGENT", None)
+    env["HOME"] = hosts.home
+    env["USER"] = "root"
+    env.update(extra)
+    return env
+
+
+def run_cases_main(cases, on_args, add_arguments=None, count=2):
+    """`SCRIPT --hvdrun PATH [--driver PATH] [more] CASE`: runs one case
+    against fresh hosts; exit 0, 1 (a Failure, with the sshd logs) or 77
+    (no root / ip netns). on_args(args) receives the parsed arguments
+    before the case runs."""
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hvdrun", required=True)
+    ap.add_argument("--driver")
+    if add_arguments:
+        add_arguments(ap)
+    ap.add_argument("case", choices=sorted(cases))
+    args = ap.parse_args()
+    on_args(args)
+    skip_unless_available()
+    check(os.access(args.hvdrun, os.X_OK), f"{args.hvdrun} is not executable (build target hvdrun)")
+    t0 = time.monotonic()
+    with NetnsHosts(count=count) as hosts:
+        try:
+            cases[args.case](hosts)
+        except Failure as e:
+            print(f"FAILED: {args.case}: {e}", file=sys.stderr)
+            hosts.print_sshd_logs()
+            return 1
+    print(f"{args.case}: {time.monotonic() - t0:.1f} s including setup and teardown")
+    return 0
+
+
 def main(argv):
     if len(argv) >= 2 and argv[1] == "up":
         skip_unless_available()

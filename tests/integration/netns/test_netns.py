@@ -8,7 +8,6 @@ Each case creates its own hosts and always tears them down. Without root or
 `ip netns` every case prints "SKIPPED: needs root and ip netns" and exits 77
 (CTest SKIP_RETURN_CODE).
 """
-import argparse
 import json
 import os
 import re
@@ -21,27 +20,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import netns_hosts  # noqa: E402
+from netns_hosts import Failure, check, hvdrun_env as env_for  # noqa: E402,F401
 
 ARGS = None
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, what, *details):
-    if not cond:
-        raise Failure(what + "".join("\n--- " + str(d) for d in details))
-
-
-def env_for(hosts, **extra):
-    env = dict(os.environ)
-    env.pop("SSH_AUTH_SOCK", None)  # only the key given with -i
-    env.pop("HVDRUN_REMOTE_AGENT", None)
-    env["HOME"] = hosts.home
-    env["USER"] = "root"
-    env.update(extra)
-    return env
 
 
 def hvdrun_argv(hosts, *args, key=None):
@@ -450,25 +431,14 @@ CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.start
 
 
 def main():
-    global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--hvdrun", required=True)
-    ap.add_argument("--driver")
-    ap.add_argument("--worker", help="collective_worker binary (case collective_allreduce)")
-    ap.add_argument("case", choices=sorted(CASES))
-    ARGS = ap.parse_args()
-    netns_hosts.skip_unless_available()
-    check(os.access(ARGS.hvdrun, os.X_OK), f"{ARGS.hvdrun} is not executable (build target hvdrun)")
-    t0 = time.monotonic()
-    with netns_hosts.NetnsHosts(count=2) as hosts:
-        try:
-            CASES[ARGS.case](hosts)
-        except Failure as e:
-            print(f"FAILED: {ARGS.case}: {e}", file=sys.stderr)
-            hosts.print_sshd_logs()
-            return 1
-    print(f"{ARGS.case}: {time.monotonic() - t0:.1f} s including setup and teardown")
-    return 0
+    def set_args(args):
+        global ARGS
+        ARGS = args
+
+    def add_arguments(ap):
+        ap.add_argument("--worker", help="collective_worker binary (case collective_allreduce)")
+
+    return netns_hosts.run_cases_main(CASES, set_args, add_arguments)
 
 
 if __name__ == "__main__":

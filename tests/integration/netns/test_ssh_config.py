@@ -30,7 +30,6 @@ Cases:
 Without root or `ip netns` every case prints "SKIPPED: needs root and ip
 netns" and exits 77.
 """
-import argparse
 import os
 import re
 import shutil
@@ -42,27 +41,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import netns_hosts  # noqa: E402
+from netns_hosts import Failure, check, hvdrun_env as env_for  # noqa: E402,F401
 
 ARGS = None
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, what, *details):
-    if not cond:
-        raise Failure(what + "".join("\n--- " + str(d) for d in details))
-
-
-def env_for(hosts, **extra):
-    env = dict(os.environ)
-    env.pop("SSH_AUTH_SOCK", None)
-    env.pop("HVDRUN_REMOTE_AGENT", None)
-    env["HOME"] = hosts.home
-    env["USER"] = "root"
-    env.update(extra)
-    return env
 
 
 def run_hvdrun(hosts, args, timeout=30, env=None):
@@ -383,24 +364,11 @@ CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.start
 
 
 def main():
-    global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--hvdrun", required=True)
-    ap.add_argument("--driver")
-    ap.add_argument("case", choices=sorted(CASES))
-    ARGS = ap.parse_args()
-    netns_hosts.skip_unless_available()
-    check(os.access(ARGS.hvdrun, os.X_OK), f"{ARGS.hvdrun} is not executable (build target hvdrun)")
-    t0 = time.monotonic()
-    with netns_hosts.NetnsHosts(count=2) as hosts:
-        try:
-            CASES[ARGS.case](hosts)
-        except Failure as e:
-            print(f"FAILED: {ARGS.case}: {e}", file=sys.stderr)
-            hosts.print_sshd_logs()
-            return 1
-    print(f"{ARGS.case}: {time.monotonic() - t0:.1f} s including setup and teardown")
-    return 0
+    def set_args(args):
+        global ARGS
+        ARGS = args
+
+    return netns_hosts.run_cases_main(CASES, set_args)
 
 
 if __name__ == "__main__":
