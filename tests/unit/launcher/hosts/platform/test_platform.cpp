@@ -148,6 +148,12 @@ TEST_CASE("platform sagemaker: malformed descriptions are one line naming the fi
         file + ": the current host 'algo-9' is not one of the hosts");
   CHECK(error_for(R"({"current_host": "algo-1", "hosts": ["algo-1", "algo-1"]})") ==
         file + ": host 'algo-1' is listed twice");
+  error_for(R"({"current_host": "algo-1", "hosts": ["algo-1"]})");
+  root.write(kHyperparameters, "{\"sagemaker_mpi_num_of_processes_per_host\": ");
+  CHECK(invalid_message([&] {
+          detect_sagemaker(root.context());
+        }).rfind(std::string(kHyperparameters) + ": malformed JSON (", 0) == 0);
+  fs::remove(root.root() + kHyperparameters);
   fs::remove(root.root() + kResourceConfig);
   CHECK(invalid_message([&] {
           detect_sagemaker(root.context({{"SM_HOSTS", "[\"a\""}, {"SM_CURRENT_HOST", "a"}}));
