@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import unittest
 
@@ -95,6 +96,23 @@ class Platforms(unittest.TestCase):
         self.assertEqual(error_lines(r.stderr), ["hvdrun: error: -np 5 but the sagemaker job offers only 4 slots "
                                                  "(algo-1:2, algo-2:2; from %s/resourceconfig.json, "
                                                  "%s/hyperparameters.json)" % (config, config)])
+
+    def test_sagemaker_custom_mpi_options_through_mpi(self):
+        # The SageMaker guide's scenario: processes_per_host 2 and custom_mpi_options, started with --mpi.
+        if shutil.which("mpirun") is None:
+            print("SKIPPED: no mpirun on PATH", flush=True)
+            sys.exit(77)
+        base = self.sagemaker_base("algo-1", ["algo-1", "algo-2"], hyperparameters={
+            "sagemaker_mpi_num_of_processes_per_host": 2,
+            "sagemaker_mpi_custom_mpi_options": "-verbose --NCCL_DEBUG=INFO"})
+        r = run(["--mpi", "-np", "4", "--dry-run", "true"], clean_env(SAGEMAKER_BASE_DIR=base))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("platform: sagemaker\n", r.stdout)
+        line = [l for l in r.stdout.splitlines() if l.startswith("mpirun ")]
+        self.assertEqual(len(line), 1, r.stdout)
+        self.assertIn(" -np 4 -H algo-1:2,algo-2:2 ", line[0])
+        self.assertTrue(line[0].endswith(" -verbose --NCCL_DEBUG=INFO true"), line[0])
+        self.assertNotIn("[warning]", r.stderr)
 
     def test_sagemaker_malformed_is_one_line(self):
         base = self.sagemaker_base("algo-1", ["algo-1"])
