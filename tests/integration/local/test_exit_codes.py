@@ -97,6 +97,14 @@ class ExitCodes(unittest.TestCase):
         self.check(r, 5)
         self.assertLess(time.monotonic() - t0, 30)
 
+    def test_code_6(self):
+        # A follower of a platform job (docs/platforms.md#followers): one line, nothing started.
+        env = dict(os.environ, SLURM_JOB_ID="1", SLURM_JOB_NODELIST="n[1-2]", SLURMD_NODENAME="n2")
+        env.pop("HVDRUN_HOSTS_FROM", None)
+        r = run(["-np", "1", "true"], env=env)
+        self.check(r, 6, "is a follower of the slurm job, whose leader is n1")
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+
     def test_code_127(self):
         self.check(run(["-np", "1", "no-such-program-hvd"]), 127, "command not found")
 

@@ -1,6 +1,7 @@
 // hvdrun's whole main(): parse, pick the mode, map the outcome to an exit
 // code (docs/exit-codes.md). apps/hvdrun/main.cpp only calls hvdrun_main.
 #include "hvd/common/error.h"
+#include "hvd/launcher/hosts/platform/platform.h"
 #include "hvd/launcher/job/launch_mode.h"
 #include "hvd/launcher/job/launcher.h"
 #include "hvd/launcher/plan/worker_env.h"
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <nlohmann/json.hpp>
 
 namespace hvd::launcher {
 
@@ -42,6 +44,16 @@ int hvdrun_main(int argc, char** argv) {
       std::fputs(render_check_build().c_str(), stdout);
       return exit_code::kOk;
     }
+    // --hosts-from: a platform's hosts when nothing explicit names them (docs/platforms.md).
+    platform::HostSourceDecision source =
+        platform::apply_host_source(*parsed.options, platform::PlatformContext::current());
+    parsed.options = std::move(source.options);
+    if (source.follower && parsed.options->dry_run == DryRunFormat::None) {
+      std::fprintf(stderr, "hvdrun: error: %s\n", platform::follower_refusal(*source.platform).c_str());
+      return exit_code::kPlatformFollower;
+    }
+    for (const auto& line : source.info) spdlog::info("{}", line);
+    for (const auto& line : source.warnings) spdlog::warn("{}", line);
     // --dry-run of an elastic job looks once and shows what its host source
     // finds (run_elastic_job).
     const bool elastic = parsed.options->elastic.enabled;
@@ -52,10 +64,21 @@ int hvdrun_main(int argc, char** argv) {
     for (const auto& line : ineffective_setting_warnings(options, current_environment())) spdlog::warn("{}", line);
     if (elastic) return run_elastic_job(options);
     JobPlan plan = make_plan(options);
+    if (launch.mode == LaunchMode::Mpirun && source.platform && options.dry_run == DryRunFormat::Text) {
+      std::fputs(platform::render_platform(*source.platform).c_str(), stdout);
+    }
     if (launch.mode == LaunchMode::Mpirun)
       return run_mpi_mode(options, plan, launch.mpirun ? &*launch.mpirun : nullptr);
     if (options.dry_run != DryRunFormat::None) {
-      std::fputs(render_dry_run(plan, options, options.dry_run).c_str(), stdout);
+      std::string text = render_dry_run(plan, options, options.dry_run);
+      if (source.platform && options.dry_run == DryRunFormat::Json) {
+        nlohmann::json j = nlohmann::json::parse(text);
+        j["platform"] = nlohmann::json::parse(platform::render_platform_json(*source.platform));
+        text = j.dump(2) + "\n";
+      } else if (source.platform) {
+        text = platform::render_platform(*source.platform) + text;
+      }
+      std::fputs(text.c_str(), stdout);
       return exit_code::kOk;
     }
     if (launch.display_map) {

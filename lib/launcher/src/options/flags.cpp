@@ -13,6 +13,7 @@
 
 #include "hvd/common/error.h"
 #include "hvd/common/job_env.h"
+#include "hvd/launcher/hosts/platform/platform.h"
 
 namespace hvd::launcher {
 
@@ -326,6 +327,26 @@ KubernetesHostNames kubernetes_host_names(ValueReader& in) {
   if (text == "ip") return KubernetesHostNames::Ip;
   if (text == "dns") return KubernetesHostNames::Dns;
   in.reject(fmt::format("{}: '{}' is not ip or dns", in.name(), text), "ip or dns");
+}
+
+/// --hosts-from: auto, none or an implemented platform; the platforms the
+/// issue plans but this build lacks are refused by name.
+std::string hosts_from(ValueReader& in) {
+  std::string expected = "auto, none";
+  for (const auto& p : platform::implemented_platforms()) expected += ", " + p;
+  const std::string text = lower(in.text(expected));
+  if (text == "auto" || text == "none") return text;
+  for (const auto& p : platform::implemented_platforms()) {
+    if (p == text) return text;
+  }
+  for (const auto& p : platform::planned_platforms()) {
+    if (p == text) {
+      in.reject(fmt::format("{}: platform '{}' is not implemented yet (expected {}; see docs/platforms.md)", in.name(),
+                            text, expected),
+                expected);
+    }
+  }
+  in.reject(fmt::format("{}: '{}' is not {}", in.name(), text, expected), expected);
 }
 
 template <typename T>
@@ -708,6 +729,17 @@ std::vector<Flag> build_table() {
           .needs("--kubernetes-selector")
           .config("kubernetes.host_names")
           .example("dns"));
+
+  // Platform host sources (docs/platforms.md).
+  add(value({"--hosts-from"}, "auto|none|sagemaker|slurm",
+            "Hosts from a platform's description when no -H/--hostfile/discovery is given (default auto: the first "
+            "platform detected; none: localhost:np)",
+            at(&Options::hosts_from), hosts_from)
+          .group(placement)
+          .addition()
+          .config("hosts_from")
+          .env("HVDRUN_HOSTS_FROM")
+          .example("none"));
 
   // hvdrun additions.
   add(value({"--dry-run"}, "[=text|json]", "--dry-run[=text|json]: print placement and worker commands; start nothing",

@@ -71,12 +71,12 @@ TEST_CASE("abbrev: an exact name wins over the longer names it begins", "[cli][a
 
 TEST_CASE("abbrev: an ambiguous prefix is a usage error naming every match", "[cli][abbrev]") {
   // horovodrun 0.28.1 refuses these too: --num-nccl-streams, --hostfile and
-  // --host-discovery-script exist there as well.
+  // --host-discovery-script exist there as well (hvdrun also names its --hosts-from).
   CHECK(usage_error({"--num", "4", "cmd"}) == "ambiguous option: --num could match --num-proc, --num-nccl-streams");
   CHECK(usage_error({"-np", "2", "--host", "localhost:2", "cmd"}) ==
-        "ambiguous option: --host could match --hosts, --hostfile, --host-discovery-script");
+        "ambiguous option: --host could match --hosts, --hostfile, --host-discovery-script, --hosts-from");
   CHECK(usage_error({"-np", "2", "--host=localhost:2", "cmd"}) ==
-        "ambiguous option: --host could match --hosts, --hostfile, --host-discovery-script");
+        "ambiguous option: --host could match --hosts, --hostfile, --host-discovery-script, --hosts-from");
   CHECK(usage_error({"-np", "1", "--network", "lo", "cmd"}) ==
         "ambiguous option: --network could match --network-interface, --network-interfaces");
   // Opposite spellings of one row, and two names of one spelling, are

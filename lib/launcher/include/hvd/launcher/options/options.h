@@ -104,6 +104,8 @@ struct Options {
   std::chrono::seconds ssh_keepalive{5};  // --ssh-keepalive: liveness probe interval of SSH connections
   std::chrono::seconds start_timeout{30};  // --start-timeout / HOROVOD_START_TIMEOUT
   std::vector<std::string> network_interfaces;  // --network-interface (comma list accepted)
+  /// --hosts-from: auto (default), none, or a platform name (docs/platforms.md).
+  std::string hosts_from = "auto";
   // Output
   std::optional<std::string> output_filename;  // --output-filename DIR
   bool prefix_output_with_timestamp = false;
@@ -142,6 +144,7 @@ inline constexpr int kLaunch = 3;  // host unreachable, auth failed, start timeo
 inline constexpr int kNotSupported = 4;  // a flag whose feature is not implemented yet
 inline constexpr int kElastic = 5;  // elastic job gave up: below --min-np past --elastic-timeout, --reset-limit
                                     // exceeded, or members still running after the ending grace
+inline constexpr int kPlatformFollower = 6;  // this machine is not the platform job's leader (followers: not yet)
 inline constexpr int kInternal = 70;  // EX_SOFTWARE: a bug in hvdrun
 inline constexpr int kCommandNotFound = 127;
 inline constexpr int kSigHup = 129;

@@ -1,0 +1,120 @@
+#pragma once
+/// Platform host sources (docs/platforms.md): managed platforms hand every
+/// machine of a job its cluster description in their own files and
+/// environment variables; each detector here turns one platform's
+/// description into hvdrun's hosts, this machine's name, the leader (the
+/// one machine that launches) and the interface to bind to.
+///
+/// Detectors are pure functions over a PlatformContext (a file-system root
+/// and an environment map), so unit tests write fixture directories and
+/// pass maps instead of needing a real platform. A detector returns
+/// nullopt when its platform's markers are absent, and throws
+/// hvd::InvalidArgument with one line naming the file or variable and the
+/// field when they are present but malformed.
+///
+/// apply_host_source (host_source.cpp) decides, from Options and a
+/// context, whether a platform's hosts are used and merges them into the
+/// Options (explicit flags win; contradictions are one-line errors).
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hvd/launcher/hosts/hosts.h"
+#include "hvd/launcher/options/options.h"
+
+namespace hvd::launcher::platform {
+
+/// Where detectors look: `root` is prepended to every absolute path they
+/// read ("" on a real machine; a test's fixture directory in tests), `env`
+/// is the environment they read.
+struct PlatformContext {
+  std::string root;
+  std::map<std::string, std::string> env;
+  /// The real machine: root "" and the process environment.
+  static PlatformContext current();
+  /// The variable's value, nullopt when unset.
+  std::optional<std::string> get(const std::string& name) const;
+  /// root + path.
+  std::string path(const std::string& absolute) const;
+};
+
+/// One platform's view of the job, as seen from this machine.
+struct PlatformDescription {
+  std::string name;  ///< "sagemaker", "slurm"
+  std::vector<HostSpec> hosts;  ///< in placement order; the leader first
+  /// This machine's name in `hosts`; empty when the platform does not say
+  /// (Slurm outside a node: salloc's shell on the submission host).
+  std::string this_host;
+  std::string leader;  ///< the host that launches the job
+  std::optional<std::string> interface;  ///< the interface to bind to (SageMaker's network_interface_name)
+  /// Options for mpirun (SageMaker's sagemaker_mpi_custom_mpi_options).
+  std::optional<std::string> custom_mpi_options;
+  /// What the description was read from: "/opt/ml/input/config/resourceconfig.json",
+  /// "SLURM_JOB_NODELIST=node[1-2]", in the order read.
+  std::vector<std::string> evidence;
+  /// Whether this machine starts the job: it is the leader, or it is not
+  /// one of the hosts (a launcher outside the allocation).
+  bool launches_here() const;
+};
+
+/// The platforms this build implements, in `auto` detection order.
+const std::vector<std::string>& implemented_platforms();
+/// Platforms the issue names that are not implemented yet (refused as
+/// --hosts-from values).
+const std::vector<std::string>& planned_platforms();
+
+/// SageMaker: `<base>/input/config/resourceconfig.json` (<base> =
+/// SAGEMAKER_BASE_DIR or /opt/ml), else SM_HOSTS / SM_CURRENT_HOST /
+/// SM_NETWORK_INTERFACE_NAME; slots from hyperparameters.json's
+/// sagemaker_mpi_num_of_processes_per_host, else SM_NUM_GPUS (> 0), else 1.
+std::optional<PlatformDescription> detect_sagemaker(const PlatformContext& ctx);
+
+/// Slurm: inside an allocation (SLURM_JOB_ID), hosts from
+/// SLURM_JOB_NODELIST (or SLURM_NODELIST), slots from SLURM_TASKS_PER_NODE,
+/// else SLURM_NTASKS_PER_NODE, else 1; this host SLURMD_NODENAME; the leader
+/// the first node.
+std::optional<PlatformDescription> detect_slurm(const PlatformContext& ctx);
+
+/// The named platform's detector ("sagemaker", "slurm").
+std::optional<PlatformDescription> detect(const std::string& name, const PlatformContext& ctx);
+
+/// Slurm's compressed host list: "node[01-04,07],gpu-[1-2]", several
+/// bracket groups per name ("r[1-2]n[1-2]"), zero padding kept. `origin`
+/// names the variable in errors. Throws InvalidArgument.
+std::vector<std::string> expand_hostlist(const std::string& text, const std::string& origin = "SLURM_JOB_NODELIST");
+
+/// SLURM_TASKS_PER_NODE's grammar: "2(x3),1" -> {2, 2, 2, 1}. Throws
+/// InvalidArgument naming `origin`.
+std::vector<int> expand_tasks_per_node(const std::string& text, const std::string& origin = "SLURM_TASKS_PER_NODE");
+
+/// The outcome of choosing the host source.
+struct HostSourceDecision {
+  Options options;  ///< with the platform's hosts, interface, mpirun options merged in
+  std::optional<PlatformDescription> platform;  ///< set when a platform's hosts are used
+  std::vector<std::string> info;  ///< one-line notes (which platform, from where)
+  std::vector<std::string> warnings;  ///< settings of the platform that are ignored, and why
+  /// This machine is a follower (not the leader): followers are not
+  /// implemented yet, a real run is refused with exit_code::kPlatformFollower.
+  bool follower = false;
+};
+
+/// --hosts-from: `auto` uses the first implemented platform whose markers
+/// are present, unless -H, --hostfile, --host-discovery-script or
+/// --kubernetes-selector name the hosts; `none` keeps horovodrun's
+/// localhost:np; a platform name requires that platform (absent: error)
+/// and refuses -H & co. Throws InvalidArgument (exit 2) on contradictions:
+/// -np above the platform's slots, a platform named beside -H.
+HostSourceDecision apply_host_source(const Options& options, const PlatformContext& ctx);
+
+/// The --dry-run text block: platform, evidence, this host, leader, role,
+/// hosts, interface.
+std::string render_platform(const PlatformDescription& p);
+
+/// The same as JSON text (an object), for --dry-run=json.
+std::string render_platform_json(const PlatformDescription& p);
+
+/// The one line shown when a non-leader machine is refused.
+std::string follower_refusal(const PlatformDescription& p);
+
+}  // namespace hvd::launcher::platform

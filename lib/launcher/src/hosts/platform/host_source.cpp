@@ -1,0 +1,178 @@
+// Choosing the host source (--hosts-from) and merging a platform's
+// description into the Options (docs/platforms.md#precedence).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "hvd/common/error.h"
+#include "hvd/launcher/hosts/platform/platform.h"
+#include "hvd/launcher/plan/worker_env.h"
+
+namespace hvd::launcher::platform {
+
+namespace {
+
+std::string join(const std::vector<std::string>& items, const char* sep) {
+  std::string out;
+  for (const auto& i : items) out += (out.empty() ? "" : sep) + i;
+  return out;
+}
+
+/// What names the hosts explicitly, or "" when nothing does.
+std::string explicit_source(const Options& o) {
+  if (!o.hosts.empty()) return "-H/--hosts";
+  if (o.hostfile) return "--hostfile";
+  if (o.elastic.host_discovery_script) return "--host-discovery-script";
+  if (o.elastic.kubernetes.selector) return "--kubernetes-selector";
+  return "";
+}
+
+std::string where_we_looked(const std::string& name) {
+  if (name == "sagemaker") {
+    return "no <base>/input/config/resourceconfig.json (base: SAGEMAKER_BASE_DIR or /opt/ml) and no SM_HOSTS / "
+           "SM_CURRENT_HOST";
+  }
+  return "SLURM_JOB_ID is not set (not inside a Slurm allocation)";
+}
+
+std::string role(const PlatformDescription& p) {
+  if (p.this_host.empty()) return "not one of the hosts: launches the job from here";
+  if (p.this_host == p.leader) return "the leader: launches the job";
+  if (std::none_of(p.hosts.begin(), p.hosts.end(), [&](const HostSpec& h) { return h.name == p.this_host; })) {
+    return "not one of the hosts: launches the job from here";
+  }
+  return "a follower (not implemented yet: a real run exits 6; run hvdrun on the leader only)";
+}
+
+}  // namespace
+
+PlatformContext PlatformContext::current() { return PlatformContext{"", current_environment()}; }
+
+std::optional<std::string> PlatformContext::get(const std::string& name) const {
+  auto it = env.find(name);
+  if (it == env.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string PlatformContext::path(const std::string& absolute) const { return root + absolute; }
+
+bool PlatformDescription::launches_here() const {
+  if (this_host.empty() || this_host == leader) return true;
+  return std::none_of(hosts.begin(), hosts.end(), [&](const HostSpec& h) { return h.name == this_host; });
+}
+
+const std::vector<std::string>& implemented_platforms() {
+  static const std::vector<std::string> names = {"sagemaker", "slurm"};
+  return names;
+}
+
+const std::vector<std::string>& planned_platforms() {
+  static const std::vector<std::string> names = {"vertex", "oci", "lsf"};
+  return names;
+}
+
+std::optional<PlatformDescription> detect(const std::string& name, const PlatformContext& ctx) {
+  if (name == "sagemaker") return detect_sagemaker(ctx);
+  if (name == "slurm") return detect_slurm(ctx);
+  throw InvalidArgument(fmt::format("unknown platform '{}'", name));
+}
+
+HostSourceDecision apply_host_source(const Options& options, const PlatformContext& ctx) {
+  HostSourceDecision d;
+  d.options = options;
+  const std::string& from = options.hosts_from;
+  const std::string explicit_hosts = explicit_source(options);
+  if (from == "none") return d;
+  if (from == "auto") {
+    if (!explicit_hosts.empty()) return d;  // explicit flags win
+    for (const auto& name : implemented_platforms()) {
+      if ((d.platform = detect(name, ctx))) break;
+    }
+    if (!d.platform) return d;
+  } else {
+    if (!explicit_hosts.empty()) {
+      throw InvalidArgument(
+          fmt::format("--hosts-from {} and {} cannot be used together: give one source of hosts (or --hosts-from none)",
+                      from, explicit_hosts));
+    }
+    d.platform = detect(from, ctx);
+    if (!d.platform) throw InvalidArgument(fmt::format("--hosts-from {}: {}", from, where_we_looked(from)));
+  }
+  const PlatformDescription& p = *d.platform;
+  Options& o = d.options;
+  const long total = total_slots(p.hosts);
+  if (o.num_proc && *o.num_proc > total) {
+    throw InvalidArgument(fmt::format("-np {} but the {} job offers only {} slot{} ({}; from {})", *o.num_proc, p.name,
+                                      total, total == 1 ? "" : "s", format_hosts(p.hosts), join(p.evidence, ", ")));
+  }
+  std::vector<std::string> entries;
+  for (const auto& h : p.hosts) entries.push_back(format_host(h));
+  o.hosts = join(entries, ",");
+
+  if (p.interface) {
+    if (o.network_interfaces.empty()) {
+      o.network_interfaces = {*p.interface};
+    } else if (std::find(o.network_interfaces.begin(), o.network_interfaces.end(), *p.interface) ==
+               o.network_interfaces.end()) {
+      d.info.push_back(fmt::format("--network-interface {} wins over {}'s interface {}",
+                                   join(o.network_interfaces, ","), p.name, *p.interface));
+    }
+  }
+  if (p.custom_mpi_options) {
+    if (o.engine == Engine::Mpi) {
+      if (!o.mpi_args) {
+        o.mpi_args = *p.custom_mpi_options;
+      } else {
+        d.info.push_back(fmt::format("--mpi-args '{}' wins over {}'s custom MPI options '{}'", *o.mpi_args, p.name,
+                                     *p.custom_mpi_options));
+      }
+    } else {
+      d.warnings.push_back(fmt::format(
+          "{}'s custom MPI options '{}' (sagemaker_mpi_custom_mpi_options) are ignored: they are mpirun options and "
+          "hvdrun starts this job itself (give --mpi to pass them to mpirun)",
+          p.name, *p.custom_mpi_options));
+    }
+  }
+  d.follower = !p.launches_here();
+  d.info.insert(
+      d.info.begin(),
+      fmt::format("hosts from {}{}: {} (this host: {}; leader: {}; read from {})", p.name,
+                  from == "auto" ? " (detected; --hosts-from none turns this off)" : "", format_hosts(p.hosts),
+                  p.this_host.empty() ? "not one of them" : p.this_host, p.leader, join(p.evidence, ", ")));
+  return d;
+}
+
+std::string render_platform(const PlatformDescription& p) {
+  std::string out = fmt::format("platform: {}\n", p.name);
+  out += fmt::format("  read from: {}\n", join(p.evidence, ", "));
+  out += fmt::format("  this host: {} ({})\n", p.this_host.empty() ? "-" : p.this_host, role(p));
+  out += fmt::format("  leader: {}\n", p.leader);
+  out += fmt::format("  hosts: {}\n", format_hosts(p.hosts));
+  if (p.interface) out += fmt::format("  interface: {}\n", *p.interface);
+  if (p.custom_mpi_options) out += fmt::format("  custom MPI options: {}\n", *p.custom_mpi_options);
+  return out + "\n";
+}
+
+std::string render_platform_json(const PlatformDescription& p) {
+  nlohmann::json j;
+  j["name"] = p.name;
+  j["evidence"] = p.evidence;
+  j["this_host"] = p.this_host;
+  j["leader"] = p.leader;
+  j["launches_here"] = p.launches_here();
+  j["hosts"] = nlohmann::json::array();
+  for (const auto& h : p.hosts) j["hosts"].push_back({{"name", h.name}, {"slots", h.slots}});
+  j["interface"] = p.interface ? nlohmann::json(*p.interface) : nlohmann::json(nullptr);
+  j["custom_mpi_options"] = p.custom_mpi_options ? nlohmann::json(*p.custom_mpi_options) : nlohmann::json(nullptr);
+  return j.dump();
+}
+
+std::string follower_refusal(const PlatformDescription& p) {
+  return fmt::format(
+      "this machine ({}) is a follower of the {} job, whose leader is {}: followers are not implemented yet; run "
+      "hvdrun on {} only, with sshd serving it on the other hosts (docs/platforms.md#followers)",
+      p.this_host, p.name, p.leader, p.leader);
+}
+
+}  // namespace hvd::launcher::platform

@@ -1,0 +1,372 @@
+// Platform host sources (hosts/platform/): each detector over fixture
+// directories written here and environments given as maps, Slurm's host
+// list grammar, and how --hosts-from merges a platform into the Options.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "../../test_util.h"
+#include "hvd/launcher/hosts/platform/platform.h"
+
+using namespace hvd::launcher;
+using namespace hvd::launcher::platform;
+using hvd_test::invalid_message;
+namespace fs = std::filesystem;
+using Strings = std::vector<std::string>;
+
+namespace {
+
+/// A fixture root (removed at scope exit) with files written under it.
+class FakeRoot {
+ public:
+  FakeRoot() {
+    char tmpl[] = "/tmp/hvd_platform_testXXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    root_ = tmpl;
+  }
+  ~FakeRoot() {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  void write(const std::string& absolute, const std::string& content) const {
+    const fs::path p = root_ + absolute;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << content;
+  }
+  PlatformContext context(std::map<std::string, std::string> env = {}) const { return {root_, std::move(env)}; }
+  const std::string& root() const { return root_; }
+
+ private:
+  std::string root_;
+};
+
+const char* kResourceConfig = "/opt/ml/input/config/resourceconfig.json";
+const char* kHyperparameters = "/opt/ml/input/config/hyperparameters.json";
+
+Options with_hosts_from(const std::string& from) {
+  Options o;
+  o.hosts_from = from;
+  o.num_proc = 1;
+  o.command = {"true"};
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("platform sagemaker: absent without resourceconfig.json and SM_* variables", "[platform]") {
+  FakeRoot root;
+  CHECK_FALSE(detect_sagemaker(root.context()).has_value());
+  CHECK_FALSE(detect_sagemaker(root.context({{"SM_NUM_GPUS", "4"}})).has_value());
+}
+
+TEST_CASE("platform sagemaker: resourceconfig.json gives hosts sorted the leader this host and the interface",
+          "[platform]") {
+  FakeRoot root;
+  root.write(kResourceConfig,
+             R"({"current_host": "algo-2", "current_instance_type": "ml.p3.16xlarge",
+                 "hosts": ["algo-3", "algo-1", "algo-2"], "network_interface_name": "eth0"})");
+  root.write(kHyperparameters, R"({"sagemaker_mpi_num_of_processes_per_host": "2",
+                                   "sagemaker_mpi_custom_mpi_options": "\"-verbose --NCCL_DEBUG=INFO\"",
+                                   "sagemaker_mpi_enabled": "true"})");
+  auto p = detect_sagemaker(root.context({{"SM_NUM_GPUS", "8"}}));
+  REQUIRE(p);
+  CHECK(p->name == "sagemaker");
+  CHECK(p->hosts == std::vector<HostSpec>{{"algo-1", 2}, {"algo-2", 2}, {"algo-3", 2}});
+  CHECK(p->this_host == "algo-2");
+  CHECK(p->leader == "algo-1");
+  CHECK_FALSE(p->launches_here());
+  REQUIRE(p->interface);
+  CHECK(*p->interface == "eth0");
+  REQUIRE(p->custom_mpi_options);
+  CHECK(*p->custom_mpi_options == "-verbose --NCCL_DEBUG=INFO");
+  CHECK(p->evidence == Strings{kResourceConfig, kHyperparameters});
+}
+
+TEST_CASE("platform sagemaker: SAGEMAKER_BASE_DIR moves the files", "[platform]") {
+  FakeRoot root;
+  root.write("/custom/input/config/resourceconfig.json", R"({"current_host": "algo-1", "hosts": ["algo-1"]})");
+  root.write(kResourceConfig, R"({"current_host": "other", "hosts": ["other"]})");
+  auto p = detect_sagemaker(root.context({{"SAGEMAKER_BASE_DIR", "/custom"}}));
+  REQUIRE(p);
+  CHECK(p->hosts == std::vector<HostSpec>{{"algo-1", 1}});
+  CHECK(p->launches_here());
+  CHECK_FALSE(p->interface);
+}
+
+TEST_CASE("platform sagemaker: slots from the hyperparameter else SM_NUM_GPUS (0 means 1) else 1", "[platform]") {
+  FakeRoot root;
+  root.write(kResourceConfig, R"({"current_host": "algo-1", "hosts": ["algo-1", "algo-2"]})");
+  CHECK(detect_sagemaker(root.context())->hosts.front().slots == 1);
+  CHECK(detect_sagemaker(root.context({{"SM_NUM_GPUS", "4"}}))->hosts.back().slots == 4);
+  CHECK(detect_sagemaker(root.context({{"SM_NUM_GPUS", "0"}}))->hosts.back().slots == 1);
+  CHECK(invalid_message([&] {
+          detect_sagemaker(root.context({{"SM_NUM_GPUS", "four"}}));
+        }) == "SM_NUM_GPUS='four' is not a whole number >= 0");
+  root.write(kHyperparameters, R"({"sagemaker_mpi_num_of_processes_per_host": 3})");  // not JSON-encoded: accepted
+  CHECK(detect_sagemaker(root.context({{"SM_NUM_GPUS", "4"}}))->hosts.back().slots == 3);
+  root.write(kHyperparameters, R"({"sagemaker_mpi_num_of_processes_per_host": "\"0\""})");
+  CHECK(invalid_message([&] { detect_sagemaker(root.context()); }) ==
+        std::string(kHyperparameters) +
+            ": sagemaker_mpi_num_of_processes_per_host: expected a whole number >= 1, "
+            "got \"0\"");
+  root.write(kHyperparameters, R"({"epochs": "10"})");
+  CHECK(detect_sagemaker(root.context({{"SM_NUM_GPUS", "2"}}))->hosts.back().slots == 2);
+}
+
+TEST_CASE("platform sagemaker: the SM_* variables without the file", "[platform]") {
+  FakeRoot root;
+  auto p = detect_sagemaker(root.context({{"SM_HOSTS", R"(["algo-2","algo-1"])"},
+                                          {"SM_CURRENT_HOST", "algo-1"},
+                                          {"SM_NETWORK_INTERFACE_NAME", "ethwe"},
+                                          {"SM_NUM_GPUS", "2"}}));
+  REQUIRE(p);
+  CHECK(p->hosts == std::vector<HostSpec>{{"algo-1", 2}, {"algo-2", 2}});
+  CHECK(p->launches_here());
+  CHECK(*p->interface == "ethwe");
+  CHECK(p->evidence == Strings{R"(SM_HOSTS=["algo-2","algo-1"])", "SM_CURRENT_HOST=algo-1",
+                               "SM_NETWORK_INTERFACE_NAME=ethwe", "SM_NUM_GPUS=2"});
+}
+
+TEST_CASE("platform sagemaker: malformed descriptions are one line naming the file or variable and the field",
+          "[platform]") {
+  FakeRoot root;
+  const std::string file = kResourceConfig;
+  auto error_for = [&](const std::string& content) {
+    root.write(kResourceConfig, content);
+    return invalid_message([&] { detect_sagemaker(root.context()); });
+  };
+  CHECK(error_for("{\"current_host\": ").rfind(file + ": malformed JSON (", 0) == 0);
+  CHECK(error_for("[1]") == file + ": expected a JSON object");
+  CHECK(error_for(R"({"hosts": ["algo-1"]})") == file + ": field 'current_host' is missing");
+  CHECK(error_for(R"({"current_host": 3, "hosts": ["algo-1"]})") ==
+        file + ": field 'current_host' is not a non-empty string");
+  CHECK(error_for(R"({"current_host": "algo-1"})") == file + ": field 'hosts' is missing");
+  CHECK(error_for(R"({"current_host": "algo-1", "hosts": []})") == file + ": field 'hosts': the host list is empty");
+  CHECK(error_for(R"({"current_host": "algo-1", "hosts": "algo-1"})") ==
+        file + ": field 'hosts': expected a list of host names");
+  CHECK(error_for(R"({"current_host": "algo-9", "hosts": ["algo-1"]})") ==
+        file + ": the current host 'algo-9' is not one of the hosts");
+  CHECK(error_for(R"({"current_host": "algo-1", "hosts": ["algo-1", "algo-1"]})") ==
+        file + ": host 'algo-1' is listed twice");
+  error_for(R"({"current_host": "algo-1", "hosts": ["algo-1"]})");
+  root.write(kHyperparameters, "{\"sagemaker_mpi_num_of_processes_per_host\": ");
+  CHECK(invalid_message([&] {
+          detect_sagemaker(root.context());
+        }).rfind(std::string(kHyperparameters) + ": malformed JSON (", 0) == 0);
+  fs::remove(root.root() + kHyperparameters);
+  fs::remove(root.root() + kResourceConfig);
+  CHECK(invalid_message([&] {
+          detect_sagemaker(root.context({{"SM_HOSTS", "[\"a\""}, {"SM_CURRENT_HOST", "a"}}));
+        }).rfind("SM_HOSTS: malformed JSON (", 0) == 0);
+  CHECK(invalid_message([&] {
+          detect_sagemaker(root.context({{"SM_HOSTS", "[\"a\"]"}}));
+        }) == "SM_HOSTS is set but SM_CURRENT_HOST is not (expected e.g. SM_CURRENT_HOST=algo-1)");
+  CHECK(invalid_message([&] {
+          detect_sagemaker(root.context({{"SM_CURRENT_HOST", "a"}}));
+        }).rfind("SM_CURRENT_HOST is set but SM_HOSTS is not", 0) == 0);
+}
+
+TEST_CASE("platform slurm hostlist: single names ranges lists zero padding several groups", "[platform]") {
+  CHECK(expand_hostlist("node1") == Strings{"node1"});
+  CHECK(expand_hostlist("a,b,c") == Strings{"a", "b", "c"});
+  CHECK(expand_hostlist("node[01-04,07],gpu-[1-2]") ==
+        Strings{"node01", "node02", "node03", "node04", "node07", "gpu-1", "gpu-2"});
+  CHECK(expand_hostlist("n[8-11]") == Strings{"n8", "n9", "n10", "n11"});
+  CHECK(expand_hostlist("n[098-101]") == Strings{"n098", "n099", "n100", "n101"});
+  CHECK(expand_hostlist("n[0-1]") == Strings{"n0", "n1"});
+  CHECK(expand_hostlist("n[5]") == Strings{"n5"});
+  CHECK(expand_hostlist("rack[1-2]-n[01-02].ib") ==
+        Strings{"rack1-n01.ib", "rack1-n02.ib", "rack2-n01.ib", "rack2-n02.ib"});
+  CHECK(expand_hostlist("[1-2]x") == Strings{"1x", "2x"});
+  CHECK(expand_hostlist("login,c[1,3-4]") == Strings{"login", "c1", "c3", "c4"});
+}
+
+TEST_CASE("platform slurm hostlist: malformed lists are one line naming the variable", "[platform]") {
+  auto error = [](const std::string& text) { return invalid_message([&] { expand_hostlist(text); }); };
+  CHECK(error("n[1-2") == "SLURM_JOB_NODELIST: 'n[1-2': '[' without ']'");
+  CHECK(error("n1-2]") == "SLURM_JOB_NODELIST: 'n1-2]': ']' without '['");
+  CHECK(error("n[2-1]") == "SLURM_JOB_NODELIST: 'n[2-1]': range '2-1' runs backwards");
+  CHECK(error("n[a-b]") == "SLURM_JOB_NODELIST: 'n[a-b]': range 'a-b' is not N or N-M (whole numbers)");
+  CHECK(error("n[]") == "SLURM_JOB_NODELIST: 'n[]': range '' is not N or N-M (whole numbers)");
+  CHECK(error("n[1,,2]") == "SLURM_JOB_NODELIST: 'n[1,,2]': range '' is not N or N-M (whole numbers)");
+  CHECK(error("n[1-]") == "SLURM_JOB_NODELIST: 'n[1-]': range '1-' is not N or N-M (whole numbers)");
+  CHECK(error("n[[1]]") == "SLURM_JOB_NODELIST: 'n[[1]]': nested '['");
+  CHECK(error("a,,b") == "SLURM_JOB_NODELIST: empty host entry before a ',' in 'a,,b'");
+  CHECK(error("a,") == "SLURM_JOB_NODELIST: empty host entry at the end in 'a,'");
+  CHECK(error("") == "SLURM_JOB_NODELIST: empty host entry at the end in ''");
+  CHECK(error("a b") == "SLURM_JOB_NODELIST: unexpected whitespace in 'a b'");
+  CHECK(error("n[1-70000]") == "SLURM_JOB_NODELIST: 'n[1-70000]': more than 65536 hosts");
+  CHECK(invalid_message([] { expand_hostlist("x[", "SLURM_NODELIST"); }) == "SLURM_NODELIST: 'x[': '[' without ']'");
+}
+
+TEST_CASE("platform slurm tasks per node: N and N(xM) lists", "[platform]") {
+  CHECK(expand_tasks_per_node("2(x3),1") == std::vector<int>{2, 2, 2, 1});
+  CHECK(expand_tasks_per_node("4") == std::vector<int>{4});
+  CHECK(expand_tasks_per_node("1,2(x2)") == std::vector<int>{1, 2, 2});
+  auto error = [](const std::string& text) { return invalid_message([&] { expand_tasks_per_node(text); }); };
+  CHECK(error("2(3)") == "SLURM_TASKS_PER_NODE='2(3)': '2(3)' is not N or N(xM)");
+  CHECK(error("2(x)") == "SLURM_TASKS_PER_NODE='2(x)': '2(x)' is not N or N(xM)");
+  CHECK(error("x") == "SLURM_TASKS_PER_NODE='x': 'x' is not N or N(xM)");
+  CHECK(error("0") == "SLURM_TASKS_PER_NODE='0': '0' has a zero count");
+  CHECK(error("1,") == "SLURM_TASKS_PER_NODE='1,': '' is not N or N(xM)");
+}
+
+TEST_CASE("platform slurm: an allocation's nodes slots this node and the leader", "[platform]") {
+  FakeRoot root;
+  CHECK_FALSE(detect_slurm(root.context({{"SLURM_JOB_NODELIST", "n1"}})).has_value());
+  std::map<std::string, std::string> env = {{"SLURM_JOB_ID", "42"},
+                                            {"SLURM_JOB_NODELIST", "node[01-03],gpu-1"},
+                                            {"SLURM_TASKS_PER_NODE", "2(x3),1"},
+                                            {"SLURM_NTASKS_PER_NODE", "8"},
+                                            {"SLURMD_NODENAME", "node01"}};
+  auto p = detect_slurm(root.context(env));
+  REQUIRE(p);
+  CHECK(p->hosts == std::vector<HostSpec>{{"node01", 2}, {"node02", 2}, {"node03", 2}, {"gpu-1", 1}});
+  CHECK(p->leader == "node01");
+  CHECK(p->this_host == "node01");
+  CHECK(p->launches_here());
+  CHECK(p->evidence == Strings{"SLURM_JOB_ID=42", "SLURM_JOB_NODELIST=node[01-03],gpu-1",
+                               "SLURM_TASKS_PER_NODE=2(x3),1", "SLURMD_NODENAME=node01"});
+
+  env["SLURMD_NODENAME"] = "node02";
+  CHECK_FALSE(detect_slurm(root.context(env))->launches_here());
+  env.erase("SLURMD_NODENAME");  // salloc's shell on the submission host: launches from outside
+  CHECK(detect_slurm(root.context(env))->launches_here());
+
+  env.erase("SLURM_TASKS_PER_NODE");
+  CHECK(detect_slurm(root.context(env))->hosts.front().slots == 8);
+  env.erase("SLURM_NTASKS_PER_NODE");
+  CHECK(detect_slurm(root.context(env))->hosts.front().slots == 1);
+
+  env["SLURM_TASKS_PER_NODE"] = "2(x2)";
+  CHECK(invalid_message([&] { detect_slurm(root.context(env)); }) ==
+        "SLURM_TASKS_PER_NODE='2(x2)' gives 2 nodes but SLURM_JOB_NODELIST lists 4");
+  env.erase("SLURM_TASKS_PER_NODE");
+  env["SLURM_NTASKS_PER_NODE"] = "2,3";
+  CHECK(invalid_message([&] { detect_slurm(root.context(env)); }) ==
+        "SLURM_NTASKS_PER_NODE='2,3' is not one whole number");
+  env.erase("SLURM_NTASKS_PER_NODE");
+  env["SLURM_JOB_NODELIST"] = "n[1-2],n2";
+  CHECK(invalid_message([&] { detect_slurm(root.context(env)); }) == "SLURM_JOB_NODELIST: node 'n2' is listed twice");
+  env.erase("SLURM_JOB_NODELIST");
+  CHECK(invalid_message([&] { detect_slurm(root.context(env)); }) ==
+        "SLURM_JOB_ID is set but SLURM_JOB_NODELIST is empty or unset: not inside an allocation?");
+  env["SLURM_NODELIST"] = "c[1-2]";  // the older name
+  CHECK(detect_slurm(root.context(env))->hosts.size() == 2);
+}
+
+TEST_CASE("platform hosts-from auto: the first platform present - explicit hosts win - none keeps localhost",
+          "[platform]") {
+  FakeRoot root;
+  root.write(kResourceConfig, R"({"current_host": "algo-1", "hosts": ["algo-1", "algo-2"],
+                                  "network_interface_name": "eth0"})");
+  const auto ctx = root.context({{"SLURM_JOB_ID", "1"}, {"SLURM_JOB_NODELIST", "n1"}, {"SM_NUM_GPUS", "2"}});
+
+  auto d = apply_host_source(with_hosts_from("auto"), ctx);
+  REQUIRE(d.platform);
+  CHECK(d.platform->name == "sagemaker");  // SageMaker is looked for first
+  CHECK(d.options.hosts == "algo-1:2,algo-2:2");
+  CHECK(d.options.network_interfaces == Strings{"eth0"});
+  CHECK_FALSE(d.follower);
+  REQUIRE(d.info.size() == 1);
+  CHECK(d.info.front().rfind("hosts from sagemaker (detected; --hosts-from none turns this off): algo-1:2, algo-2:2",
+                             0) == 0);
+
+  CHECK(apply_host_source(with_hosts_from("slurm"), ctx).options.hosts == "n1:1");
+  CHECK_FALSE(apply_host_source(with_hosts_from("none"), ctx).platform);
+  CHECK(apply_host_source(with_hosts_from("none"), ctx).options.hosts.empty());
+
+  Options explicit_hosts = with_hosts_from("auto");
+  explicit_hosts.hosts = "a:2";
+  auto kept = apply_host_source(explicit_hosts, ctx);
+  CHECK_FALSE(kept.platform);
+  CHECK(kept.options.hosts == "a:2");
+  Options hostfile = with_hosts_from("auto");
+  hostfile.hostfile = "hosts.txt";
+  CHECK_FALSE(apply_host_source(hostfile, ctx).platform);
+  Options script = with_hosts_from("auto");
+  script.elastic.host_discovery_script = "./discover.sh";
+  CHECK_FALSE(apply_host_source(script, ctx).platform);
+  Options kube = with_hosts_from("auto");
+  kube.elastic.kubernetes.selector = "app=x";
+  CHECK_FALSE(apply_host_source(kube, ctx).platform);
+
+  FakeRoot empty;
+  CHECK_FALSE(apply_host_source(with_hosts_from("auto"), empty.context()).platform);
+}
+
+TEST_CASE("platform hosts-from: contradictions and an absent named platform are one line", "[platform]") {
+  FakeRoot root;
+  root.write(kResourceConfig, R"({"current_host": "algo-2", "hosts": ["algo-1", "algo-2"]})");
+  Options too_many = with_hosts_from("auto");
+  too_many.num_proc = 3;
+  CHECK(invalid_message([&] { apply_host_source(too_many, root.context()); }) ==
+        std::string("-np 3 but the sagemaker job offers only 2 slots (algo-1:1, algo-2:1; from ") + kResourceConfig +
+            ")");
+  Options named = with_hosts_from("sagemaker");
+  named.hosts = "a:1";
+  CHECK(invalid_message([&] { apply_host_source(named, root.context()); }) ==
+        "--hosts-from sagemaker and -H/--hosts cannot be used together: give one source of hosts (or --hosts-from "
+        "none)");
+  CHECK(invalid_message([&] { apply_host_source(with_hosts_from("slurm"), root.context()); }) ==
+        "--hosts-from slurm: SLURM_JOB_ID is not set (not inside a Slurm allocation)");
+  FakeRoot empty;
+  CHECK(invalid_message([&] {
+          apply_host_source(with_hosts_from("sagemaker"), empty.context());
+        }).rfind("--hosts-from sagemaker: no <base>/input/config/resourceconfig.json", 0) == 0);
+  // A follower: this machine is algo-2, the leader algo-1.
+  auto d = apply_host_source(with_hosts_from("auto"), root.context());
+  CHECK(d.follower);
+  CHECK(follower_refusal(*d.platform) ==
+        "this machine (algo-2) is a follower of the sagemaker job, whose leader is algo-1: followers are not "
+        "implemented yet; run hvdrun on algo-1 only, with sshd serving it on the other hosts "
+        "(docs/platforms.md#followers)");
+  CHECK(render_platform(*d.platform).find("this host: algo-2 (a follower") != std::string::npos);
+}
+
+TEST_CASE("platform hosts-from: explicit --network-interface and --mpi-args win - custom MPI options need --mpi",
+          "[platform]") {
+  FakeRoot root;
+  root.write(kResourceConfig, R"({"current_host": "algo-1", "hosts": ["algo-1"], "network_interface_name": "eth0"})");
+  root.write(kHyperparameters, R"({"sagemaker_mpi_custom_mpi_options": "\"-verbose -x NCCL_DEBUG=INFO\""})");
+  Options own = with_hosts_from("auto");
+  own.network_interfaces = {"ib0"};
+  auto d = apply_host_source(own, root.context());
+  CHECK(d.options.network_interfaces == Strings{"ib0"});
+  CHECK_FALSE(d.options.mpi_args);
+  REQUIRE(d.warnings.size() == 1);
+  CHECK(d.warnings.front().find("'-verbose -x NCCL_DEBUG=INFO' (sagemaker_mpi_custom_mpi_options) are ignored") !=
+        std::string::npos);
+  REQUIRE(d.info.size() == 2);
+  CHECK(d.info.back() == "--network-interface ib0 wins over sagemaker's interface eth0");
+
+  Options mpi = with_hosts_from("auto");
+  mpi.engine = Engine::Mpi;
+  auto m = apply_host_source(mpi, root.context());
+  CHECK(m.warnings.empty());
+  CHECK(m.options.mpi_args == std::optional<std::string>("-verbose -x NCCL_DEBUG=INFO"));
+  mpi.mpi_args = "-v";
+  auto given = apply_host_source(mpi, root.context());
+  CHECK(given.options.mpi_args == std::optional<std::string>("-v"));
+  CHECK(given.info.back() == "--mpi-args '-v' wins over sagemaker's custom MPI options '-verbose -x NCCL_DEBUG=INFO'");
+}
+
+TEST_CASE("platform hosts-from: the flag its config key and HVDRUN_HOSTS_FROM - planned platforms refused",
+          "[platform]") {
+  CHECK(hvd_test::parse_ok({"-np", "1", "true"}).hosts_from == "auto");
+  CHECK(hvd_test::parse_ok({"-np", "1", "--hosts-from", "SLURM", "true"}).hosts_from == "slurm");
+  CHECK(hvd_test::parse_ok({"-np", "1", "--hosts-from=none", "true"}).hosts_from == "none");
+  auto refused = hvd_test::parse({"-np", "1", "--hosts-from", "lsf", "true"});
+  CHECK(refused.exit_code == exit_code::kUsage);
+  CHECK(refused.message ==
+        "hvdrun: error: --hosts-from: platform 'lsf' is not implemented yet (expected auto, none, sagemaker, slurm; "
+        "see docs/platforms.md)\n");
+  auto bad = hvd_test::parse({"-np", "1", "--hosts-from", "cloud", "true"});
+  CHECK(bad.message == "hvdrun: error: --hosts-from: 'cloud' is not auto, none, sagemaker, slurm\n");
+  hvd_test::TempFile config("hosts_from: slurm\n", ".yaml");
+  CHECK(hvd_test::parse_ok({"-np", "1", "--config-file", config.path(), "true"}).hosts_from == "slurm");
+  setenv("HVDRUN_HOSTS_FROM", "none", 1);
+  CHECK(hvd_test::parse_ok({"-np", "1", "true"}).hosts_from == "none");
+  CHECK(hvd_test::parse_ok({"-np", "1", "--hosts-from", "auto", "true"}).hosts_from == "auto");
+  unsetenv("HVDRUN_HOSTS_FROM");
+}
