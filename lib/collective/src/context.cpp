@@ -486,6 +486,11 @@ std::unique_ptr<Context> Context::create(const Settings& settings, std::shared_p
   options.route_hint = settings.route_hint;
   options.secret = settings.secret;
   options.timeout = settings.start_timeout;
+  if (settings.init_deadline) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*settings.init_deadline -
+                                                                          std::chrono::steady_clock::now());
+    options.timeout = std::clamp(left, std::chrono::milliseconds(1), settings.start_timeout);
+  }
   std::unique_ptr<Comm> comm;
   const std::string where = settings.route_hint.empty() ? "the store" : "the store at " + settings.route_hint;
   try {

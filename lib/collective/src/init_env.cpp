@@ -253,8 +253,7 @@ std::unique_ptr<Context> context_from_env(const std::string& comm_prefix) {
     throw IoError(fmt::format("hvd init: rank {}: rendezvous store unreachable within {} s (HOROVOD_START_TIMEOUT): {}",
                               s.rank, s.start_timeout.count() / 1000.0, e.what()));
   }
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-  s.start_timeout = std::max(std::chrono::milliseconds(1), left);
+  s.init_deadline = deadline;
   return Context::create(s, std::move(store));
 }
 

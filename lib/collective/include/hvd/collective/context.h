@@ -10,6 +10,7 @@
 #include "hvd/store/store.h"
 
 #include <chrono>
+#include <optional>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -63,6 +64,10 @@ struct Settings {
   /// connecting the mesh. HOROVOD_GLOO_TIMEOUT_SECONDS when set (Horovod's
   /// Gloo rendezvous timeout), else HOROVOD_START_TIMEOUT.
   std::chrono::milliseconds start_timeout{30000};
+  /// When set, the mesh connection ends by this time even if start_timeout
+  /// would allow longer: init spent part of start_timeout reaching the
+  /// store, and the two share one bound.
+  std::optional<std::chrono::steady_clock::time_point> init_deadline;
   /// Key prefix of this communicator generation in the store.
   std::string comm_prefix = "gen0/";
   /// HVDRUN_SECRET: peers prove it on every link.
