@@ -35,8 +35,11 @@ def pem_key(path):
 
 
 class EntrypointPods:
-    def __init__(self, hosts, port=2022, base=None, host_key=True):
+    def __init__(self, hosts, port=2022, base=None, host_key=True, start=None):
+        """start: the namespace indices whose worker runs from __enter__
+        (default: all); the others are pods created later (start_worker)."""
         self.hosts = hosts
+        self.start_on_enter = list(range(len(hosts.namespaces))) if start is None else list(start)
         self.port = port
         self.dir = tempfile.mkdtemp(prefix="hvd-pods-", dir=base or os.getcwd())
         self.secret = os.path.join(self.dir, "secret")
@@ -52,7 +55,7 @@ class EntrypointPods:
     # ---- lifecycle -------------------------------------------------------
     def __enter__(self):
         try:
-            for i in range(len(self.hosts.namespaces)):
+            for i in self.start_on_enter:
                 self.start_worker(i)
         except BaseException:
             self.stop()
@@ -139,14 +142,17 @@ class EntrypointPods:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # ---- the driver ----------------------------------------------------------
-    def driver_home(self, hostfile_lines=None, wait_timeout=20, **extra_env):
+    def driver_home(self, hostfile_lines=None, wait_timeout=20, wrap=(), **extra_env):
         """Writes the hostfile (default: every namespace address, slots=1),
         runs `hvd-entrypoint driver true` (waits until every worker answers,
-        writes ~/.ssh) and returns the HOME to give hvdrun."""
+        writes ~/.ssh) and returns the HOME to give hvdrun. wrap: an argv
+        prefix the driver runs under (e.g. a mount namespace whose
+        /etc/hosts resolves the hostfile's names)."""
         lines = hostfile_lines or [f"{a} slots=1" for a in self.hosts.addrs]
         with open(self.hostfile, "w") as f:
             f.write("\n".join(lines) + "\n")
-        r = subprocess.run([ENTRYPOINT, "driver", "true"], env=self.env(HVD_WAIT_TIMEOUT=wait_timeout, **extra_env),
+        os.makedirs(self.home, exist_ok=True)
+        r = subprocess.run(list(wrap) + [ENTRYPOINT, "driver", "true"], env=self.env(HVD_WAIT_TIMEOUT=wait_timeout, **extra_env),
                            capture_output=True, text=True, timeout=wait_timeout + 30, stdin=subprocess.DEVNULL)
         if r.returncode != 0:
             raise RuntimeError(f"hvd-entrypoint driver failed ({r.returncode}):\n{r.stderr}")
