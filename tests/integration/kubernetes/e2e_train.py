@@ -1,11 +1,12 @@
 """The walkthrough's train.py for test_k8s_e2e.py: an unmodified Horovod
 script (import horovod.torch) that allreduces rank+1 and prints where it ran.
 
-    rank R size S local L/LS host ADDR sum X
+    rank R size S local L/LS pod NAME host ADDR sum X
 
-ADDR is the IPv4 address of this network namespace's eth0 (the "pod"; the
-namespaces share one host name). X must be S*(S+1)/2.
+NAME is the host name (a pod's is its name), ADDR the IPv4 address of this
+network namespace's eth0 (the pod IP). X must be S*(S+1)/2.
 """
+import socket
 import subprocess
 
 import torch
@@ -21,6 +22,6 @@ def pod_address():
 
 hvd.init()
 total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum, name="e2e.sum")
-print(f"rank {hvd.rank()} size {hvd.size()} local {hvd.local_rank()}/{hvd.local_size()} host {pod_address()} "
+print(f"rank {hvd.rank()} size {hvd.size()} local {hvd.local_rank()}/{hvd.local_size()} pod {socket.gethostname()} host {pod_address()} "
       f"sum {total.item():g}", flush=True)
 hvd.shutdown()

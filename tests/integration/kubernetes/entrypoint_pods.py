@@ -35,10 +35,13 @@ def pem_key(path):
 
 
 class EntrypointPods:
-    def __init__(self, hosts, port=2022, base=None, host_key=True, start=None):
+    def __init__(self, hosts, port=2022, base=None, host_key=True, start=None, hostnames=None):
         """start: the namespace indices whose worker runs from __enter__
-        (default: all); the others are pods created later (start_worker)."""
+        (default: all); the others are pods created later (start_worker).
+        hostnames: namespace index -> the pod's host name (its own UTS
+        namespace, as a pod has; default: the machine's, shared)."""
         self.hosts = hosts
+        self.hostnames = dict(hostnames or {})
         self.start_on_enter = list(range(len(hosts.namespaces))) if start is None else list(start)
         self.port = port
         self.dir = tempfile.mkdtemp(prefix="hvd-pods-", dir=base or os.getcwd())
@@ -56,7 +59,7 @@ class EntrypointPods:
     def __enter__(self):
         try:
             for i in self.start_on_enter:
-                self.start_worker(i)
+                self.start_worker(i, hostname=self.hostnames.get(i))
         except BaseException:
             self.stop()
             raise
@@ -76,14 +79,18 @@ class EntrypointPods:
     def sshd_dir(self, i):
         return os.path.join(self.dir, f"sshd-{i}")
 
-    def start_worker(self, i, timeout=20, new_pod=False):
+    def start_worker(self, i, timeout=20, new_pod=False, hostname=None):
         """Starts `hvd-entrypoint worker` in namespace i; returns its ready
         line. new_pod: a replacement pod (a fresh emptyDir for sshd's files,
-        so without the release host key it generates a new one)."""
+        so without the release host key it generates a new one). hostname:
+        the pod's host name, in a UTS namespace of its own (sshd's sessions
+        inherit it); needed when several ranks per pod use shared memory
+        named after the host name (Open MPI's vader segments in /dev/shm)."""
         if new_pod:
             shutil.rmtree(self.sshd_dir(i), ignore_errors=True)
         log = open(os.path.join(self.dir, f"worker-{i}.log"), "a+")
-        p = subprocess.Popen(["ip", "netns", "exec", self.hosts.namespaces[i], ENTRYPOINT, "worker"],
+        uts = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', hostname] if hostname else []
+        p = subprocess.Popen(["ip", "netns", "exec", self.hosts.namespaces[i]] + uts + [ENTRYPOINT, "worker"],
                              env=self.env(HVD_SSHD_DIR=self.sshd_dir(i)), stdin=subprocess.DEVNULL, stdout=log,
                              stderr=subprocess.STDOUT)
         self.workers[i] = p

@@ -101,7 +101,7 @@ TRAIN_ARGS = ["--double", "--epochs", str(EPOCHS), "--samples", str(SAMPLES), "-
               "--commit-every", str(COMMIT_EVERY)]
 COMMIT = re.compile(r"epoch (\d+) batch (\d+) size (\d+) rank (\d+) pid (\d+)")
 FINAL = re.compile(r"final step (\d+) checksum (\S+)")
-RESULT = re.compile(r"rank (\d+) size (\d+) local (\d+)/(\d+) host ([0-9.]+|none) sum ([0-9.]+)")
+RESULT = re.compile(r"rank (\d+) size (\d+) local (\d+)/(\d+) pod (\S+) host ([0-9.]+|none) sum ([0-9.]+)")
 
 
 def pod_name(i):
@@ -189,12 +189,14 @@ class K8sE2E(unittest.TestCase):
         for j in self.jobs:
             j.kill()
 
-    def start_pods(self, count, running, host_key=True):
-        """`count` namespaces, pods (entrypoint workers) running in `running`;
-        host_key: the chart's release host key (else per-pod keys)."""
+    def start_pods(self, count, running, hostnames, host_key=True):
+        """`count` namespaces, pods (entrypoint workers) running in
+        `running`, each with its pod's host name (hostnames[i]); host_key:
+        the chart's release host key (else per-pod keys)."""
         hosts = NetnsHosts(count=count).__enter__()
         self.addCleanup(hosts.__exit__, None, None, None)
-        pods = EntrypointPods(hosts, port=PORT, base=self.dir, start=running, host_key=host_key).__enter__()
+        pods = EntrypointPods(hosts, port=PORT, base=self.dir, start=running, host_key=host_key,
+                              hostnames=dict(enumerate(hostnames))).__enter__()
         self.addCleanup(pods.__exit__, None, None, None)
         self.hosts, self.pods = hosts, pods
         self.addCleanup(self._logs_on_failure)
@@ -246,11 +248,11 @@ class K8sE2E(unittest.TestCase):
         env.update({k: str(v) for k, v in extra.items()})
         return env
 
-    def make_driver_home(self, hostfile_lines, names, wrap):
+    def make_driver_home(self, hostfile_lines, names, wrap, service=WORKERS):
         known = os.path.join(self.dir, "known-hosts-names")
         with open(known, "w") as f:
             f.write("\n".join(names) + "\n")
-        return self.pods.driver_home(hostfile_lines, wait_timeout=20, wrap=wrap, HVD_WORKER_SERVICE=WORKERS,
+        return self.pods.driver_home(hostfile_lines, wait_timeout=20, wrap=wrap, HVD_WORKER_SERVICE=service,
                                      HVD_NAMESPACE=NAMESPACE, HVD_KNOWN_HOSTS_NAMES=known)
 
     def leftovers(self):
@@ -294,7 +296,7 @@ class K8sE2E(unittest.TestCase):
     def test_static(self):
         if shutil.which("mpirun") is None:
             skip("Open MPI's mpirun not installed (the walkthrough's --mpi-args select it)")
-        hosts, pods = self.start_pods(2, running=[0, 1])
+        hosts, pods = self.start_pods(2, running=[0, 1], hostnames=[pod_name(i) for i in range(2)])
         names = {i: [dns_name(i), f"{dns_name(i)}.{NAMESPACE}.svc"] for i in range(2)}
         wrap = self.driver_ns(self.write_etc_hosts(names))
         # The chart's generated hostfile (ConfigMap key `hostfile`).
@@ -310,14 +312,12 @@ class K8sE2E(unittest.TestCase):
         self.assertEqual(rc, 0, out)
         self.assertIn("mpirun starts the workers", out)  # hvdrun's info line: the MPI route was taken
         self.assertRegex(out, r"Data for JOB|JOB MAP")  # --display-map reached mpirun
-        results = {}
-        for line in out.splitlines():
-            # --timestamp-output, --tag-output: "<date> [jobid,rank]<stdout>:rank ..."
-            m = re.search(r"\[\d+,(\d+)\]<stdout>:" + RESULT.pattern, line)
-            if m:
-                results[int(m.group(2))] = m.groups()
+        # --timestamp-output, --tag-output: "<date>[jobid,rank]<stdout>:rank ..."
+        # (Open MPI 4.1 may run two tagged lines together on one line)
+        results = {int(m.group(2)): m.groups() for m in re.finditer(r"\[\d+,(\d+)\]<stdout>:" + RESULT.pattern, out)}
         self.assertEqual(sorted(results), [0, 1, 2, 3], out)
-        for rank, (tag, r, size, local, local_size, host, total) in results.items():
+        for rank, (tag, r, size, local, local_size, pod, host, total) in results.items():
+            self.assertEqual(pod, pod_name(rank // 2), out)
             self.assertEqual(int(tag), rank, out)
             self.assertEqual((int(size), int(local_size), float(total)), (4, 2, 10.0), out)
             # -map-by slot over "pod0 slots=2, pod1 slots=2": ranks 0,1 on pod 0, 2,3 on pod 1
@@ -344,7 +344,7 @@ class K8sE2E(unittest.TestCase):
         (pod 2 created in namespace 2)."""
         if discovery == "script" and find_tool("kubectl") is None:
             skip("kubectl not found (scripts/setup.sh installs kubernetes-client)")
-        hosts, pods = self.start_pods(3, running=[0, 1])
+        hosts, pods = self.start_pods(3, running=[0, 1], hostnames=[pod_name(i) for i in range(3)])
         api = self.api_server()
         kubeconfig = api.write_kubeconfig(os.path.join(self.dir, "kubeconfig"))
         for i in (0, 1):
@@ -405,7 +405,7 @@ class K8sE2E(unittest.TestCase):
                     victims = self.kill_pod(1)  # ... the kubelet kills the containers ...
                     api.delete(pod_name(1))  # ... and the pod object goes
                 # The StatefulSet controller's new pod (a new name, another node).
-                pods.start_worker(2)
+                pods.start_worker(2, hostname=pod_name(2))
                 self.add_pod(api, 2, 2)
             time.sleep(0.05)
         rc = job.wait(10)
@@ -470,13 +470,14 @@ class K8sE2E(unittest.TestCase):
         cmd = list(launcher["command"]) + list(launcher.get("args", []))
         launcher_env = {e["name"]: e["value"] for e in launcher.get("env", [])}
         # The operator's /etc/mpi/hostfile for 2 workers with slotsPerWorker 2.
-        hosts, pods = self.start_pods(2, running=[0, 1], host_key=False)
         op_names = [f"{name}-worker-{i}.{name}.{NAMESPACE}.svc" for i in range(2)]
+        hosts, pods = self.start_pods(2, running=[0, 1], hostnames=[n.split(".")[0] for n in op_names],
+                                      host_key=False)
         wrap = self.driver_ns(self.write_etc_hosts({i: [op_names[i]] for i in range(2)}))
         # Per-pod host keys as in the manifest (the operator has no release
         # host key): the driver role trusts nothing, the launcher's
         # OMPI_MCA_plm_rsh_args (accept-new) records each worker's key.
-        self.make_driver_home([f"{n} slots=2" for n in op_names], op_names, wrap)
+        self.make_driver_home([f"{n} slots=2" for n in op_names], op_names, wrap, service=name)
         hostfile = os.path.join(self.dir, "mpi-hostfile")
         with open(hostfile, "w") as f:
             f.write("".join(f"{n} slots=2\n" for n in op_names))
@@ -491,11 +492,19 @@ class K8sE2E(unittest.TestCase):
                       ["-x", "NCCL_DEBUG"], ["--allow-run-as-root"]):
             self.assertIn(" ".join(flags), " ".join(cmd))
         shutil.copy(TRAIN, os.path.join(self.dir, "train.py"))
-        env = self.driver_env(**launcher_env)
+        # What the MPI operator (v2, OpenMPI) adds to the launcher's env,
+        # then the manifest's own env.
+        operator_env = {"OMPI_MCA_orte_keep_fqdn_hostnames": "true", "OMPI_MCA_orte_default_hostfile": hostfile,
+                        "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+        env = self.driver_env(**operator_env, **launcher_env)
         # The image has python3 with torch and the packages installed; here
-        # the ranks get PATH and PYTHONPATH from the launcher (the MCA
-        # parameter behind -x, so the command line stays the manifest's).
-        env["OMPI_MCA_mca_base_env_list"] = "PATH;PYTHONPATH;PYENV_VERSION"
+        # the ranks need PYTHONPATH (and PYENV_VERSION, see driver_env).
+        # mpiexec's -x (the manifest's NCCL_DEBUG) cannot be mixed with the
+        # mca_base_env_list parameter, so they reach the ranks through the
+        # environment of the orted's that start them (orte_launch_agent), and
+        # the command line stays the manifest's.
+        env["OMPI_MCA_orte_launch_agent"] = shlex.join(
+            ["env", f"PYTHONPATH={PYTHONPATH}", "PYENV_VERSION=system", f"PATH={env['PATH']}", "orted"])
         job = Job(wrap + cmd, env, cwd=self.dir)
         self.jobs.append(job)
         rc = job.wait(60)
@@ -503,15 +512,16 @@ class K8sE2E(unittest.TestCase):
         self.assertEqual(rc, 0, out)
         results = {int(m.group(1)): m.groups() for m in RESULT.finditer(out)}
         self.assertEqual(sorted(results), [0, 1, 2, 3], out)
-        for rank, (r, size, local, local_size, host, total) in results.items():
+        for rank, (r, size, local, local_size, pod, host, total) in results.items():
+            self.assertEqual(pod, op_names[rank // 2].split(".")[0], out)
             self.assertEqual((int(size), int(local_size), float(total)), (4, 2, 10.0), out)
             self.assertEqual(host, hosts.addrs[rank // 2], out)
             self.assertEqual(int(local), rank % 2, out)
         # accept-new recorded both workers' per-pod keys
-        with open(os.path.join(pods.home, ".ssh", "known_hosts")) as f:
-            known = f.read()
-        for n in op_names:
-            self.assertIn(f"[{n}]:{PORT}", known)
+        known = os.path.join(pods.home, ".ssh", "known_hosts")
+        for n in op_names:  # (hashed: Debian's ssh_config has HashKnownHosts yes)
+            r = subprocess.run(["ssh-keygen", "-F", f"[{n}]:{PORT}", "-f", known], capture_output=True, text=True)
+            self.assertIn("ssh-ed25519", r.stdout, f"{n}: no key recorded in {known}")
         self.assert_nothing_left(out)
 
 
