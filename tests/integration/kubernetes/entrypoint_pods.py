@@ -35,13 +35,18 @@ def pem_key(path):
 
 
 class EntrypointPods:
-    def __init__(self, hosts, port=2022, base=None, host_key=True, start=None, hostnames=None):
+    def __init__(self, hosts, port=2022, base=None, host_key=True, start=None, hostnames=None, pod_root=False):
         """start: the namespace indices whose worker runs from __enter__
         (default: all); the others are pods created later (start_worker).
         hostnames: namespace index -> the pod's host name (its own UTS
-        namespace, as a pod has; default: the machine's, shared)."""
+        namespace, as a pod has; default: the machine's, shared).
+        pod_root: the worker runs in a mount namespace of its own where an
+        empty directory is /root, as in an image (sshd's sessions then run
+        no dotfiles of this machine's root, e.g. a pyenv `rehash` whose lock
+        a killed pod would leave behind)."""
         self.hosts = hosts
         self.hostnames = dict(hostnames or {})
+        self.pod_root = pod_root
         self.start_on_enter = list(range(len(hosts.namespaces))) if start is None else list(start)
         self.port = port
         self.dir = tempfile.mkdtemp(prefix="hvd-pods-", dir=base or os.getcwd())
@@ -89,8 +94,14 @@ class EntrypointPods:
         if new_pod:
             shutil.rmtree(self.sshd_dir(i), ignore_errors=True)
         log = open(os.path.join(self.dir, f"worker-{i}.log"), "a+")
-        uts = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', hostname] if hostname else []
-        p = subprocess.Popen(["ip", "netns", "exec", self.hosts.namespaces[i]] + uts + [ENTRYPOINT, "worker"],
+        wrap = []
+        if hostname or self.pod_root:
+            root = os.path.join(self.dir, f"root-{i}")
+            os.makedirs(root, mode=0o700, exist_ok=True)
+            wrap = ["unshare"] + (["--uts"] if hostname else []) + (["--mount"] if self.pod_root else []) + [
+                "sh", "-c", '{ [ -z "$0" ] || hostname "$0"; } && { [ -z "$1" ] || mount --bind "$1" /root; } && '
+                'shift && exec "$@"', hostname or "", root if self.pod_root else ""]
+        p = subprocess.Popen(["ip", "netns", "exec", self.hosts.namespaces[i]] + wrap + [ENTRYPOINT, "worker"],
                              env=self.env(HVD_SSHD_DIR=self.sshd_dir(i)), stdin=subprocess.DEVNULL, stdout=log,
                              stderr=subprocess.STDOUT)
         self.workers[i] = p
