@@ -170,8 +170,8 @@ class EntrypointPods:
         with open(self.hostfile, "w") as f:
             f.write("\n".join(lines) + "\n")
         os.makedirs(self.home, exist_ok=True)
-        r = subprocess.run(list(wrap) + [ENTRYPOINT, "driver", "true"], env=self.env(HVD_WAIT_TIMEOUT=wait_timeout, **extra_env),
-                           capture_output=True, text=True, timeout=wait_timeout + 30, stdin=subprocess.DEVNULL)
+        r = subprocess.run(list(wrap) + [ENTRYPOINT, "driver", "true"],
+                           env=self.env(HVD_WAIT_TIMEOUT=wait_timeout, **extra_env), capture_output=True, text=True, timeout=wait_timeout + 30, stdin=subprocess.DEVNULL)
         if r.returncode != 0:
             raise RuntimeError(f"hvd-entrypoint driver failed ({r.returncode}):\n{r.stderr}")
         return self.home

@@ -342,7 +342,7 @@ class K8sE2E(unittest.TestCase):
             self.assertEqual(int(local), rank % 2, out)
         self.assertRegex(out, r"\d\d:\d\d:\d\d \d{4}\[\d+,0\]<stdout>:rank 0 ")  # --timestamp-output
         for i in range(2):
-            self.assertIn(f"Accepted publickey for root", pods.log(i), pods.log(i))
+            self.assertIn("Accepted publickey for root", pods.log(i), pods.log(i))
         self.assert_nothing_left(out)
 
     # ---- 2. the elastic walkthrough ----------------------------------------
