@@ -35,8 +35,19 @@ def pem_key(path):
 
 
 class EntrypointPods:
-    def __init__(self, hosts, port=2022, base=None, host_key=True):
+    def __init__(self, hosts, port=2022, base=None, host_key=True, start=None, hostnames=None, pod_root=False):
+        """start: the namespace indices whose worker runs from __enter__
+        (default: all); the others are pods created later (start_worker).
+        hostnames: namespace index -> the pod's host name (its own UTS
+        namespace, as a pod has; default: the machine's, shared).
+        pod_root: the worker runs in a mount namespace of its own where an
+        empty directory is /root, as in an image (sshd's sessions then run
+        no dotfiles of this machine's root, e.g. a pyenv `rehash` whose lock
+        a killed pod would leave behind)."""
         self.hosts = hosts
+        self.hostnames = dict(hostnames or {})
+        self.pod_root = pod_root
+        self.start_on_enter = list(range(len(hosts.namespaces))) if start is None else list(start)
         self.port = port
         self.dir = tempfile.mkdtemp(prefix="hvd-pods-", dir=base or os.getcwd())
         self.secret = os.path.join(self.dir, "secret")
@@ -52,8 +63,8 @@ class EntrypointPods:
     # ---- lifecycle -------------------------------------------------------
     def __enter__(self):
         try:
-            for i in range(len(self.hosts.namespaces)):
-                self.start_worker(i)
+            for i in self.start_on_enter:
+                self.start_worker(i, hostname=self.hostnames.get(i))
         except BaseException:
             self.stop()
             raise
@@ -73,14 +84,24 @@ class EntrypointPods:
     def sshd_dir(self, i):
         return os.path.join(self.dir, f"sshd-{i}")
 
-    def start_worker(self, i, timeout=20, new_pod=False):
+    def start_worker(self, i, timeout=20, new_pod=False, hostname=None):
         """Starts `hvd-entrypoint worker` in namespace i; returns its ready
         line. new_pod: a replacement pod (a fresh emptyDir for sshd's files,
-        so without the release host key it generates a new one)."""
+        so without the release host key it generates a new one). hostname:
+        the pod's host name, in a UTS namespace of its own (sshd's sessions
+        inherit it); needed when several ranks per pod use shared memory
+        named after the host name (Open MPI's vader segments in /dev/shm)."""
         if new_pod:
             shutil.rmtree(self.sshd_dir(i), ignore_errors=True)
         log = open(os.path.join(self.dir, f"worker-{i}.log"), "a+")
-        p = subprocess.Popen(["ip", "netns", "exec", self.hosts.namespaces[i], ENTRYPOINT, "worker"],
+        wrap = []
+        if hostname or self.pod_root:
+            root = os.path.join(self.dir, f"root-{i}")
+            os.makedirs(root, mode=0o700, exist_ok=True)
+            wrap = ["unshare"] + (["--uts"] if hostname else []) + (["--mount"] if self.pod_root else []) + [
+                "sh", "-c", '{ [ -z "$0" ] || hostname "$0"; } && { [ -z "$1" ] || mount --bind "$1" /root; } && '
+                'shift && exec "$@"', hostname or "", root if self.pod_root else ""]
+        p = subprocess.Popen(["ip", "netns", "exec", self.hosts.namespaces[i]] + wrap + [ENTRYPOINT, "worker"],
                              env=self.env(HVD_SSHD_DIR=self.sshd_dir(i)), stdin=subprocess.DEVNULL, stdout=log,
                              stderr=subprocess.STDOUT)
         self.workers[i] = p
@@ -139,15 +160,18 @@ class EntrypointPods:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # ---- the driver ----------------------------------------------------------
-    def driver_home(self, hostfile_lines=None, wait_timeout=20, **extra_env):
+    def driver_home(self, hostfile_lines=None, wait_timeout=20, wrap=(), **extra_env):
         """Writes the hostfile (default: every namespace address, slots=1),
         runs `hvd-entrypoint driver true` (waits until every worker answers,
-        writes ~/.ssh) and returns the HOME to give hvdrun."""
+        writes ~/.ssh) and returns the HOME to give hvdrun. wrap: an argv
+        prefix the driver runs under (e.g. a mount namespace whose
+        /etc/hosts resolves the hostfile's names)."""
         lines = hostfile_lines or [f"{a} slots=1" for a in self.hosts.addrs]
         with open(self.hostfile, "w") as f:
             f.write("\n".join(lines) + "\n")
-        r = subprocess.run([ENTRYPOINT, "driver", "true"], env=self.env(HVD_WAIT_TIMEOUT=wait_timeout, **extra_env),
-                           capture_output=True, text=True, timeout=wait_timeout + 30, stdin=subprocess.DEVNULL)
+        os.makedirs(self.home, exist_ok=True)
+        r = subprocess.run(list(wrap) + [ENTRYPOINT, "driver", "true"],
+                           env=self.env(HVD_WAIT_TIMEOUT=wait_timeout, **extra_env), capture_output=True, text=True, timeout=wait_timeout + 30, stdin=subprocess.DEVNULL)
         if r.returncode != 0:
             raise RuntimeError(f"hvd-entrypoint driver failed ({r.returncode}):\n{r.stderr}")
         return self.home
