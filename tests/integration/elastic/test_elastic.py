@@ -194,9 +194,12 @@ class ElasticJob:
             time.sleep(0.05)
 
     def kill(self):
+        """The end of every job: hvdrun's group SIGKILLed if still running,
+        the job's directory (hosts file, script) removed."""
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Elastic(unittest.TestCase):
@@ -206,7 +209,6 @@ class Elastic(unittest.TestCase):
     def tearDown(self):
         for j in self.jobs:
             j.kill()
-            shutil.rmtree(j.dir, ignore_errors=True)
             for pid in processes_with_token(j.token):
                 try:
                     os.kill(pid, signal.SIGKILL)

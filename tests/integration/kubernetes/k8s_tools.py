@@ -27,11 +27,14 @@ def find_tool(name):
     return shutil.which(name)
 
 
-def skip(message):
+def skip(message, cleanup=()):
     """Ends this test process with CTest's skip code (77) and a visible
     SKIPPED line. os._exit, not sys.exit: unittest would report a
-    SystemExit raised inside a test or setUpClass as an error."""
+    SystemExit raised inside a test or setUpClass as an error; so no
+    tearDown runs, and the directories in `cleanup` are removed here."""
     import sys
+    for path in cleanup:
+        shutil.rmtree(path, ignore_errors=True)
     print(f"SKIPPED: {message}", flush=True)
     sys.stderr.flush()
     os._exit(77)

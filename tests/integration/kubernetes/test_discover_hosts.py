@@ -140,7 +140,7 @@ class DiscoverHostsTest(unittest.TestCase):
         import yaml
         helm = find_tool("helm")
         if helm is None:
-            skip("helm not found ($HVD_TOOLS_DIR, <repo>/.tools, PATH); run scripts/setup.sh")
+            skip("helm not found ($HVD_TOOLS_DIR, <repo>/.tools, PATH); run scripts/setup.sh", cleanup=[self.tmp])
         out = subprocess.run([helm, "template", "train", os.path.join(REPO, "conf", "kubernetes", "hvdrun"), "-n",
                               "ml", "--set", "worker.replicas=3,worker.resources.limits.nvidia\\.com/gpu=2"],
                              capture_output=True, text=True, check=True, env=dict(os.environ, HOME=self.tmp)).stdout

@@ -409,7 +409,7 @@ class EntrypointTest(unittest.TestCase):
         from k8s_tools import find_tool, skip
         helm = find_tool("helm")
         if helm is None:
-            skip("helm not found ($HVD_TOOLS_DIR, <repo>/.tools, PATH); run scripts/setup.sh")
+            skip("helm not found ($HVD_TOOLS_DIR, <repo>/.tools, PATH); run scripts/setup.sh", cleanup=[self.tmp])
         out = subprocess.run([helm, "template", "train", os.path.join(REPO, "conf", "kubernetes", "hvdrun"),
                               "--namespace", "ml", "--set", f"ssh.port={PORT}"], capture_output=True, text=True,
                              check=True, env=dict(os.environ, HOME=self.tmp)).stdout

@@ -6,6 +6,7 @@ table, so a code added to the docs without a test here fails the suite.
 Run one case:  HVDRUN=/path/to/hvdrun python3 test_exit_codes.py ExitCodes.test_code_2
 """
 import os
+import shutil
 import re
 import signal
 import stat
@@ -41,6 +42,7 @@ def documented_codes():
 class ExitCodes(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="hvd-exit-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
 
     def script(self, name, text):
         path = os.path.join(self.dir, name)

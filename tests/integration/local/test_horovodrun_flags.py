@@ -9,6 +9,7 @@ and the job must still run.
 Run one case:  HVDRUN=... COLLECTIVE_WORKER=... python3 test_horovodrun_flags.py Flags.test_...
 Each case is its own CTest entry (tests/integration/local/CMakeLists.txt).
 """
+import atexit
 import os
 import re
 import shutil
@@ -37,13 +38,24 @@ def lines_with(text, part):
     return [line for line in text.splitlines() if part in line]
 
 
+_EMPTY_PATH_DIR = []
+
+
 def no_mpirun_env():
-    """PATH without any mpirun (the worker commands below are absolute)."""
-    d = tempfile.mkdtemp(prefix="hvd_nompi_")
-    return {"PATH": d}
+    """PATH without any mpirun (the worker commands below are absolute): one
+    empty directory, removed when the test process exits."""
+    if not _EMPTY_PATH_DIR:
+        _EMPTY_PATH_DIR.append(tempfile.mkdtemp(prefix="hvd_nompi_"))
+        atexit.register(shutil.rmtree, _EMPTY_PATH_DIR[0], True)
+    return {"PATH": _EMPTY_PATH_DIR[0]}
 
 
 class Flags(unittest.TestCase):
+    def tempdir(self, prefix):
+        d = tempfile.mkdtemp(prefix=prefix)
+        self.addCleanup(shutil.rmtree, d, True)
+        return d
+
     def assertOneLine(self, text, part):
         found = lines_with(text, part)
         self.assertEqual(len(found), 1, "expected exactly one line with %r in:\n%s" % (part, text))
@@ -89,7 +101,7 @@ class Flags(unittest.TestCase):
         self.assertRegex(out, r"^%s\[0\]<stdout>:foo=unset\n$" % ASCTIME)
 
     def test_mpi_args_in_elastic_mode_warn_once(self):
-        d = tempfile.mkdtemp(prefix="hvd_elastic_")
+        d = self.tempdir("hvd_elastic_")
         script = os.path.join(d, "discover.sh")
         with open(script, "w") as f:
             f.write("#!/bin/sh\necho localhost:1\n")
@@ -167,7 +179,7 @@ class Flags(unittest.TestCase):
         self.assertEqual(len(lines_with(err, "no effect yet")), 6, err)
 
     def test_unsupported_config_keys_and_variables_warn_once(self):
-        d = tempfile.mkdtemp(prefix="hvd_cfg_")
+        d = self.tempdir("hvd_cfg_")
         cfg = os.path.join(d, "c.yaml")
         with open(cfg, "w") as f:
             f.write("autotune:\n  enabled: true\nparams:\n  torus_allreduce: true\n")

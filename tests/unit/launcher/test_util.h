@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -56,6 +57,34 @@ class TempFile {
   }
   ~TempFile() { std::remove(path_.c_str()); }
   const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+/// A directory removed (with its files) at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/hvd_launcher_testXXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  /// Writes `name` (a path relative to the directory) with its parent
+  /// directories; returns its path.
+  std::string write(const std::string& name, const std::string& content) const {
+    const std::string p = path_ + "/" + name;
+    std::filesystem::create_directories(std::filesystem::path(p).parent_path());
+    std::ofstream(p, std::ios::binary | std::ios::trunc) << content;
+    return p;
+  }
 
  private:
   std::string path_;

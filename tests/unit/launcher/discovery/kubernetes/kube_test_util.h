@@ -10,35 +10,14 @@
 #include <optional>
 #include <string>
 
+#include "../../test_util.h"
 #include "hvd/common/error.h"
 #include "hvd/launcher/discovery/kubernetes/kube_config.h"
 
 namespace kube_test {
 
-/// A directory removed (with its files) at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/hvd_kube_testXXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  /// Writes `name` under the directory; returns its path.
-  std::string write(const std::string& name, const std::string& content) const {
-    const std::string p = path_ + "/" + name;
-    std::filesystem::create_directories(std::filesystem::path(p).parent_path());
-    std::ofstream(p, std::ios::binary | std::ios::trunc) << content;
-    return p;
-  }
-
- private:
-  std::string path_;
-};
+using hvd_test::invalid_message;
+using hvd_test::TempDir;
 
 /// An EnvLookup over a map.
 inline hvd::launcher::kube::EnvLookup env_of(std::map<std::string, std::string> vars) {
@@ -47,16 +26,6 @@ inline hvd::launcher::kube::EnvLookup env_of(std::map<std::string, std::string> 
     if (it == vars.end()) return std::nullopt;
     return it->second;
   };
-}
-
-template <typename Fn>
-std::string invalid_message(Fn&& fn) {
-  try {
-    fn();
-  } catch (const hvd::InvalidArgument& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace kube_test

@@ -19,25 +19,12 @@ namespace {
 /// A fixture root (removed at scope exit) with files written under it.
 class FakeRoot {
  public:
-  FakeRoot() {
-    char tmpl[] = "/tmp/hvd_platform_testXXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    root_ = tmpl;
-  }
-  ~FakeRoot() {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
-  void write(const std::string& absolute, const std::string& content) const {
-    const fs::path p = root_ + absolute;
-    fs::create_directories(p.parent_path());
-    std::ofstream(p) << content;
-  }
-  PlatformContext context(std::map<std::string, std::string> env = {}) const { return {root_, std::move(env)}; }
-  const std::string& root() const { return root_; }
+  void write(const std::string& absolute, const std::string& content) const { dir_.write(absolute, content); }
+  PlatformContext context(std::map<std::string, std::string> env = {}) const { return {root(), std::move(env)}; }
+  const std::string& root() const { return dir_.path(); }
 
  private:
-  std::string root_;
+  hvd_test::TempDir dir_;
 };
 
 const char* kResourceConfig = "/opt/ml/input/config/resourceconfig.json";
