@@ -57,7 +57,9 @@ def broadcast_parameters(params, root_rank):
             continue
         t = p.data if isinstance(p, torch.nn.Parameter) else p
         if not isinstance(t, torch.Tensor):
-            continue
+            # not skipped silently: this entry would stay different on each rank
+            raise ValueError(f"hvdcomm: broadcast_parameters: entry {n!r} is a {type(t).__name__}, not a tensor; "
+                             f"broadcast it with broadcast_object()")
         handles.append(broadcast_async_(t, root_rank, name=f"broadcast_parameters.{n}"))
     for h in handles:
         synchronize(h)

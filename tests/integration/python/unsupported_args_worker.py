@@ -194,6 +194,13 @@ bopt = torch.optim.SGD(model.parameters(), lr=0.5 if r == 0 else 9.0)
 hvd.broadcast_optimizer_state(bopt, 0, model=model)
 assert bopt.param_groups[0]["lr"] == 0.5
 
+# broadcast_parameters: a non-tensor entry is an error, not skipped
+try:
+    hvd.broadcast_parameters({"w": torch.zeros(1), "step": 3}, 0)
+    failures.append("broadcast_parameters with a non-tensor entry: did not raise")
+except ValueError as e:
+    if "'step'" not in str(e) or "broadcast_object" not in str(e):
+        failures.append(f"broadcast_parameters: message {e}")
 hvd.barrier()
 if failures:
     raise SystemExit(f"rank {r}: " + "\n".join(failures))
