@@ -74,6 +74,8 @@ void init() {
     // What took effect, once per init (hvdrun --verbose shows it).
     spdlog::log(log.verbose ? spdlog::level::info : spdlog::level::debug, "{}",
                 collective::describe_settings(g_context->settings(), log));
+    // Set but not honoured: one line each, always (nothing is silently ignored).
+    for (const auto& line : collective::ignored_settings_warnings()) spdlog::warn("{}", line);
   }
   static bool at_exit_registered = false;
   if (!at_exit_registered) {

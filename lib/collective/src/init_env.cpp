@@ -18,8 +18,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <array>
+#include <chrono>
 #include <cmath>
 
 namespace hvd::collective {
@@ -212,6 +212,26 @@ std::string describe_settings(const Settings& s, const LogSettings& log) {
                       : fmt::format("nccl_streams=1 ({}={} ignored: one stream)", job_env::kNumNcclStreams, streams));
   std::string out = "settings:";
   for (std::size_t i = 0; i < items.size(); ++i) out += (i ? ", " : " ") + items[i];
+  return out;
+}
+
+std::vector<std::string> ignored_settings_warnings() {
+  std::vector<std::string> out;
+  auto ignored = [&](const char* variable, bool on, const std::string& what) {
+    if (on) out.push_back(fmt::format("{}={} is ignored: {} (issue 20)", variable, env::get_or(variable, ""), what));
+  };
+  ignored(job_env::kHierarchicalAllreduce, switched_on(job_env::kHierarchicalAllreduce),
+          "the library has no hierarchical allreduce of host buffers yet (for CUDA buffers see "
+          "HVD_CUDA_ALLREDUCE_PATH=hierarchical)");
+  ignored(job_env::kHierarchicalAllgather, switched_on(job_env::kHierarchicalAllgather),
+          "the library has no hierarchical allgather yet");
+  ignored(job_env::kTorusAllreduce, switched_on(job_env::kTorusAllreduce), "the library has no torus allreduce yet");
+  const std::string log = env::get_or(job_env::kAutotuneLog, "");
+  ignored(job_env::kAutotune, switched_on(job_env::kAutotune),
+          "the library does not autotune yet; the fusion threshold and cycle time stay as set" +
+              (log.empty() ? std::string() : fmt::format(", and {}={} is not written", job_env::kAutotuneLog, log)));
+  ignored(job_env::kTimeline, !env::get_or(job_env::kTimeline, "").empty(),
+          "the library writes no timeline yet; no file is created");
   return out;
 }
 

@@ -18,6 +18,8 @@ from hvdcomm.torch.mpi_ops import broadcast, broadcast_, broadcast_async, broadc
 from hvdcomm.torch.mpi_ops import alltoall, alltoall_async  # noqa: F401
 from hvdcomm.torch.mpi_ops import reducescatter, reducescatter_async  # noqa: F401
 from hvdcomm.torch.mpi_ops import barrier, join  # noqa: F401
+from hvdcomm.torch.mpi_ops import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
+                                   remove_process_set, start_timeline, stop_timeline)
 from hvdcomm.torch.mpi_ops import poll, synchronize  # noqa: F401
 from hvdcomm.torch.mpi_ops import init, is_initialized, shutdown  # noqa: F401
 from hvdcomm.torch.mpi_ops import (cross_rank, cross_size, is_homogeneous, local_rank,  # noqa: F401

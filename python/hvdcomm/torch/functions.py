@@ -7,11 +7,12 @@ import pickle
 
 import torch
 
-from hvdcomm.torch.mpi_ops import _name, allgather, broadcast_, broadcast_async_, rank, synchronize
+from hvdcomm.torch.mpi_ops import _check_process_set, _name, allgather, broadcast_, broadcast_async_, rank, synchronize
 from hvdcomm.torch.optimizer import _DistributedOptimizer
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+    _check_process_set(process_set, "broadcast_object")
     name = _name("broadcast_object", name)
     if rank() == root_rank:
         buf = io.BytesIO()
@@ -29,6 +30,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
 
 
 def allgather_object(obj, name=None, process_set=None):
+    _check_process_set(process_set, "allgather_object")
     name = _name("allgather_object", name)
     data = pickle.dumps(obj)
     payload = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.zeros(0, dtype=torch.uint8)
@@ -55,16 +57,23 @@ def broadcast_parameters(params, root_rank):
             continue
         t = p.data if isinstance(p, torch.nn.Parameter) else p
         if not isinstance(t, torch.Tensor):
-            continue
+            # not skipped silently: this entry would stay different on each rank
+            raise ValueError(f"hvdcomm: broadcast_parameters: entry {n!r} is a {type(t).__name__}, not a tensor; "
+                             f"broadcast it with broadcast_object()")
         handles.append(broadcast_async_(t, root_rank, name=f"broadcast_parameters.{n}"))
     for h in handles:
         synchronize(h)
 
 
-def broadcast_optimizer_state(optimizer, root_rank):
+def broadcast_optimizer_state(optimizer, root_rank, model=None):
     """Makes every rank's optimizer state and hyper-parameters equal root's.
     State is pickled (broadcast_object) and tensors copied in place, so ranks
-    whose state is still empty (no step yet) receive root's."""
+    whose state is still empty (no step yet) receive root's. `model` is
+    Horovod's way to find sparse parameters; the pickled state carries
+    sparse and dense tensors alike, so it is checked and not needed."""
+    if model is not None and not isinstance(model, torch.nn.Module):
+        raise TypeError(f"hvdcomm: broadcast_optimizer_state(model=...) expects a torch.nn.Module, got "
+                        f"{type(model).__name__}")
     if isinstance(optimizer, _DistributedOptimizer):
         optimizer = optimizer._opt
     state = broadcast_object(optimizer.state_dict(), root_rank, name="broadcast_optimizer_state")

@@ -18,9 +18,128 @@ from hvdcomm.torch.compression import Compression
 
 
 # ---------------------------------------------------------------- basics
+_ISSUE = "issue 20 tracks it"
+
+
+class ProcessSet:
+    """Horovod's ProcessSet (a set of ranks that run collectives together).
+    hvdcomm accepts it as an argument so that scripts written for Horovod
+    load, but only hvd.global_process_set (all ranks) is implemented: any
+    other set passed to an op, to init() or to add_process_set() raises
+    NotImplementedError rather than running the op on all ranks."""
+    process_set_id = None
+    ranks = None
+    mpi_comm = None
+
+    def __init__(self, ranks_or_comm):
+        try:
+            ranks = sorted(ranks_or_comm)
+        except TypeError:
+            raise NotImplementedError(f"hvdcomm: ProcessSet({ranks_or_comm!r}): process sets from an MPI "
+                                      f"communicator are not implemented (hvdcomm has no MPI); {_ISSUE}") from None
+        if any(not isinstance(r, int) for r in ranks):
+            raise ValueError("ProcessSet should be initialized with a list of process ranks")
+        self.ranks = ranks
+
+    def size(self):
+        return None  # never registered: hvdcomm has no process sets but the global one
+
+    def rank(self):
+        return None
+
+    def included(self):
+        return rank() in self.ranks if self.ranks is not None else None
+
+    def __repr__(self):
+        return f"ProcessSet({self.ranks})"
+
+    __str__ = __repr__
+
+
+class _GlobalProcessSet(ProcessSet):
+    """hvd.global_process_set: all ranks, i.e. what every op does by default."""
+    process_set_id = 0
+
+    def __init__(self):
+        pass
+
+    @property
+    def ranks(self):
+        return list(range(size())) if is_initialized() else None
+
+    def size(self):
+        return size() if is_initialized() else None
+
+    def rank(self):
+        return rank() if is_initialized() else None
+
+    def included(self):
+        return True if is_initialized() else None
+
+    def __repr__(self):
+        return "hvd.global_process_set"
+
+    __str__ = __repr__
+
+
+global_process_set = _GlobalProcessSet()
+
+
+def _check_process_set(process_set, where):
+    """None and hvd.global_process_set mean all ranks (what the op does);
+    anything else raises instead of being silently ignored."""
+    if process_set is None or process_set is global_process_set:
+        return
+    raise NotImplementedError(
+        f"hvdcomm: {where}(process_set={process_set!r}): process sets other than hvd.global_process_set are not "
+        f"implemented yet in hvdcomm; the op would run on all ranks ({_ISSUE})")
+
+
+def add_process_set(process_set):
+    """Horovod's dynamic process sets: not implemented (raises)."""
+    raise NotImplementedError(f"hvdcomm: add_process_set({process_set!r}): process sets are not implemented yet "
+                              f"in hvdcomm; only hvd.global_process_set exists ({_ISSUE})")
+
+
+def remove_process_set(process_set):
+    """Horovod's dynamic process sets: not implemented (raises)."""
+    raise NotImplementedError(f"hvdcomm: remove_process_set({process_set!r}): process sets are not implemented "
+                              f"yet in hvdcomm; only hvd.global_process_set exists and it cannot be removed ({_ISSUE})")
+
+
 def init(comm=None, process_sets=None):
+    """As Horovod's init. comm=None (or the list of all ranks) and
+    process_sets=None / [] are the defaults; anything else raises
+    NotImplementedError (sub-communicators are not implemented)."""
+    if process_sets is not None and not (isinstance(process_sets, (list, tuple)) and
+                                         all(ps is global_process_set for ps in process_sets)):
+        raise NotImplementedError(
+            f"hvdcomm: init(process_sets={process_sets!r}): process sets are not implemented yet in hvdcomm; "
+            f"only hvd.global_process_set exists ({_ISSUE})")
+    if comm is not None and not isinstance(comm, (list, tuple, range)):
+        raise NotImplementedError(f"hvdcomm: init(comm={comm!r}): an MPI communicator is not supported (hvdcomm "
+                                  f"has no MPI); pass comm=None ({_ISSUE})")
     _core.init()
+    if comm is not None and sorted(comm) != list(range(size())):
+        n = size()
+        _core.shutdown()
+        raise NotImplementedError(
+            f"hvdcomm: init(comm={list(comm)!r}): a communicator of a subset of the {n} ranks is not implemented "
+            f"yet in hvdcomm; pass comm=None for all ranks ({_ISSUE})")
     _join_world(rejoin=False)
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Horovod writes a Chrome-trace timeline from here on; hvdcomm has no
+    timeline yet, so this raises rather than letting the script finish
+    without the file it asked for."""
+    raise NotImplementedError(f"hvdcomm: start_timeline({file_path!r}): the timeline is not implemented yet in "
+                              f"hvdcomm; no file would be written ({_ISSUE})")
+
+
+def stop_timeline():
+    """See start_timeline(): raises NotImplementedError."""
+    raise NotImplementedError(f"hvdcomm: stop_timeline(): the timeline is not implemented yet in hvdcomm ({_ISSUE})")
 
 
 def shutdown():
@@ -258,15 +377,24 @@ def _allreduce_into(tensor, output, name, op, prescale, postscale, device):
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, compression=None, process_set=None):
+    """`compression` (an hvdcomm extension; Horovod's allreduce_async has
+    none) compresses the tensor sent and decompresses the result."""
+    _check_process_set(process_set, "allreduce_async")
     device = _check(tensor, "allreduce")
     opc = _op_code(op, average)
-    src = tensor.detach().contiguous()
+    compression = compression or Compression.none
+    compressed, ctx = compression.compress(tensor)
+    src = compressed.detach().contiguous()
     out = torch.empty_like(src)
-    return _allreduce_into(src, out, _name("allreduce", name), opc, prescale_factor, postscale_factor, device)
+    h = _allreduce_into(src, out, _name("allreduce", name), opc, prescale_factor, postscale_factor, device)
+    if compression is not Compression.none:
+        _handles[h].finish = lambda: compression.decompress(out, ctx)
+    return h
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=None):
+    _check_process_set(process_set, "allreduce_async_")
     device = _check(tensor, "allreduce")
     opc = _op_code(op, average)
     if tensor.is_contiguous():
@@ -302,12 +430,15 @@ class _AllreduceFn(torch.autograd.Function):
 
 def allreduce(tensor, average=None, name=None, compression=None, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    _check_process_set(process_set, "allreduce")
+    compression = compression or Compression.none
     if _wants_grad(tensor):
         _check(tensor, "allreduce")
         opc = ReduceOp(_op_code(op, average))
-        return _AllreduceFn.apply(tensor, _name("allreduce", name), opc, float(prescale_factor),
-                                  float(postscale_factor))
-    compression = compression or Compression.none
+        compressed, ctx = compression.compress(tensor)
+        out = _AllreduceFn.apply(compressed, _name("allreduce", name), opc, float(prescale_factor),
+                                 float(postscale_factor))
+        return compression.decompress(out, ctx)
     compressed, ctx = compression.compress(tensor)
     out = synchronize(allreduce_async(compressed, average, name, op, prescale_factor, postscale_factor))
     return compression.decompress(out, ctx)
@@ -315,19 +446,22 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None,
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=None):
+    _check_process_set(process_set, "allreduce_")
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor))
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                            postscale_factor=1.0, process_set=None):
+                            postscale_factor=1.0, process_set=None, compression=None):
+    _check_process_set(process_set, "grouped_allreduce_async")
     base = _name("grouped_allreduce", name)
-    hs = [allreduce_async(t, average, f"{base}.{i}", op, prescale_factor, postscale_factor)
+    hs = [allreduce_async(t, average, f"{base}.{i}", op, prescale_factor, postscale_factor, compression)
           for i, t in enumerate(tensors)]
     return _register(_Pending(_Group(hs), (), lambda: [synchronize(h) for h in hs]))
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=None):
+    _check_process_set(process_set, "grouped_allreduce_async_")
     base = _name("grouped_allreduce", name)
     hs = [allreduce_async_(t, average, f"{base}.{i}", op, prescale_factor, postscale_factor)
           for i, t in enumerate(tensors)]
@@ -336,11 +470,19 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 
 def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=None):
-    return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor))
+    _check_process_set(process_set, "grouped_allreduce")
+    if any(_wants_grad(t) for t in tensors):
+        # differentiable, as Horovod's: one differentiable allreduce per tensor
+        base = _name("grouped_allreduce", name)
+        return [allreduce(t, average, f"{base}.{i}", compression, op, prescale_factor, postscale_factor)
+                for i, t in enumerate(tensors)]
+    return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor,
+                                               compression=compression))
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=None):
+    _check_process_set(process_set, "grouped_allreduce_")
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor))
 
 
@@ -373,6 +515,7 @@ def _copy_out(h, dtype, shape, device=-1):
 
 
 def allgather_async(tensor, name=None, process_set=None):
+    _check_process_set(process_set, "allgather_async")
     device = _check(tensor, "allgather")
     src = tensor.detach().contiguous()
     if src.dim() == 0:
@@ -405,6 +548,7 @@ class _AllgatherFn(torch.autograd.Function):
 
 
 def allgather(tensor, name=None, process_set=None):
+    _check_process_set(process_set, "allgather")
     if _wants_grad(tensor):
         _check(tensor, "allgather")
         return _AllgatherFn.apply(tensor, _name("allgather", name))
@@ -412,6 +556,7 @@ def allgather(tensor, name=None, process_set=None):
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
+    _check_process_set(process_set, "broadcast_async")
     device = _check(tensor, "broadcast")
     src = tensor.detach().contiguous()
     out = torch.empty_like(src)
@@ -421,6 +566,7 @@ def broadcast_async(tensor, root_rank, name=None, process_set=None):
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
+    _check_process_set(process_set, "broadcast_async_")
     device = _check(tensor, "broadcast")
     buf = tensor.data if tensor.is_contiguous() else tensor.detach().contiguous()
     h = _core.broadcast_async(_name("broadcast", name), buf.data_ptr(), buf.data_ptr(), _dtype_code(buf),
@@ -451,6 +597,7 @@ class _BroadcastFn(torch.autograd.Function):
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None):
+    _check_process_set(process_set, "broadcast")
     if _wants_grad(tensor):
         _check(tensor, "broadcast")
         return _BroadcastFn.apply(tensor, int(root_rank), _name("broadcast", name))
@@ -458,6 +605,7 @@ def broadcast(tensor, root_rank, name=None, process_set=None):
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=None):
+    _check_process_set(process_set, "broadcast_")
     return synchronize(broadcast_async_(tensor, root_rank, name))
 
 
@@ -465,6 +613,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     """As Horovod's: synchronize() of the handle returns the tuple
     (output, received_splits) whether or not splits were given;
     received_splits has the dtype of a splits tensor, else int32."""
+    _check_process_set(process_set, "alltoall_async")
     device = _check(tensor, "alltoall")
     src = tensor.detach().contiguous()
     sp = [] if splits is None else [int(x) for x in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
@@ -501,6 +650,7 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
     """As horovod.torch.alltoall: the gathered tensor when splits is None
     (the first dimension split equally over the ranks), else the tuple
     (output, received_splits). Differentiable like Horovod's."""
+    _check_process_set(process_set, "alltoall")
     if _wants_grad(tensor):
         return _AlltoallFn.apply(tensor, splits, _name("alltoall", name))
     out, received_splits = synchronize(alltoall_async(tensor, splits, name))
@@ -509,13 +659,19 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
 
 def reducescatter_async(tensor, name=None, compression=None, op=Average, process_set=None,
                         prescale_factor=1.0, postscale_factor=1.0):
+    """`compression` (hvdcomm's; Horovod's reducescatter_async has none)
+    compresses the tensor sent and decompresses the result."""
+    _check_process_set(process_set, "reducescatter_async")
     device = _check(tensor, "reducescatter")
     opc = _op_code(op, None)
-    src = tensor.detach().contiguous()
+    compression = compression or Compression.none
+    compressed, cctx = compression.compress(tensor)
+    src = compressed.detach().contiguous()
     h = _core.reducescatter_async(_name("reducescatter", name), src.data_ptr(), _dtype_code(src),
                                   list(src.shape), opc, float(prescale_factor), float(postscale_factor),
                                   device, _stream(src, device))
-    return _register(_Pending(h, (src,), lambda: _copy_out(h, src.dtype, list(h.output_shape), device)))
+    return _register(_Pending(h, (src,), lambda: compression.decompress(
+        _copy_out(h, src.dtype, list(h.output_shape), device), cctx)))
 
 
 class _ReducescatterFn(torch.autograd.Function):
@@ -541,15 +697,20 @@ class _ReducescatterFn(torch.autograd.Function):
 
 def reducescatter(tensor, name=None, compression=None, op=Average, process_set=None,
                   prescale_factor=1.0, postscale_factor=1.0):
+    _check_process_set(process_set, "reducescatter")
     if _wants_grad(tensor):
         _check(tensor, "reducescatter")
-        return _ReducescatterFn.apply(tensor, _name("reducescatter", name), ReduceOp(_op_code(op, None)),
-                                      float(prescale_factor), float(postscale_factor))
+        compression = compression or Compression.none
+        compressed, ctx = compression.compress(tensor)
+        out = _ReducescatterFn.apply(compressed, _name("reducescatter", name), ReduceOp(_op_code(op, None)),
+                                     float(prescale_factor), float(postscale_factor))
+        return compression.decompress(out, ctx)
     return synchronize(reducescatter_async(tensor, name, compression, op, process_set,
                                            prescale_factor, postscale_factor))
 
 
 def barrier(process_set=None):
+    _check_process_set(process_set, "barrier")
     h = _core.barrier_async(_name("barrier", None))
     h.wait()
 
@@ -559,7 +720,10 @@ def join(device=-1):
     allreduces the other ranks submit (DistributedOptimizer's gradients
     included) complete with zeros from this rank; other collectives then
     fail with ValueError. Returns the rank that joined last. CPU only
-    (`device` is accepted for compatibility)."""
+    (`device` -1, Horovod's default; a CUDA device raises NotImplementedError)."""
+    if device != -1:
+        raise NotImplementedError(f"hvdcomm: join(device={device!r}): join with zero tensors on a CUDA device is "
+                                  f"not implemented yet in hvdcomm; call join() (device=-1) ({_ISSUE})")
     h = _core.join_async()
     h.wait()
     return int(_copy_out(h, torch.int32, []).item())

@@ -5,7 +5,7 @@ import warnings
 import weakref
 
 from hvdcomm.torch.compression import Compression
-from hvdcomm.torch.mpi_ops import Adasum, Average, Sum, allreduce_async_, size, synchronize
+from hvdcomm.torch.mpi_ops import Adasum, Average, Sum, _check_process_set, allreduce_async_, size, synchronize
 
 
 class _DistributedOptimizer:
@@ -102,6 +102,11 @@ class _DistributedOptimizer:
     def _allreduce_grad(self, p):
         name = "grad." + self._names[id(p)]
         grad = p.grad
+        if grad.is_sparse:
+            raise NotImplementedError(
+                f"hvdcomm: parameter {self._names[id(p)]} has a sparse gradient: sparse allreduce and "
+                f"DistributedOptimizer(sparse_as_dense=True) are not implemented yet in hvdcomm (issue 20); "
+                f"use a dense gradient (e.g. nn.Embedding(sparse=False))")
         # As Horovod: the gradient accumulated over backward_passes_per_step
         # local passes is reduced as it is (a sum over the passes, never
         # divided by their number); Average splits its 1/size() into a
@@ -170,6 +175,15 @@ _optimizers = weakref.WeakSet()
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False, process_set=None):
-    """Horovod's DistributedOptimizer: averages gradients across ranks during backward()."""
+    """Horovod's DistributedOptimizer: averages gradients across ranks during backward().
+    num_groups/groups only change how Horovod batches the allreduces (the
+    result is the same): hvdcomm fuses them itself and says once that they
+    are ignored. process_set other than the global set raises; a sparse
+    gradient raises (sparse_as_dense is not implemented yet, issue 20)."""
+    _check_process_set(process_set, "DistributedOptimizer")
+    if num_groups or groups is not None:
+        warnings.warn(f"hvdcomm: DistributedOptimizer(num_groups={num_groups!r}, groups=...) is ignored: hvdcomm "
+                      f"fuses the gradient allreduces by its own fusion threshold and cycle time; the result is "
+                      f"the same (issue 20)", stacklevel=2)
     return _DistributedOptimizer(optimizer, named_parameters, compression, backward_passes_per_step, op,
                                  gradient_predivide_factor)

@@ -88,6 +88,8 @@ HOME = {
               "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "allgather",
               "allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_", "alltoall",
               "alltoall_async", "reducescatter", "reducescatter_async", "barrier", "join",
+              "ProcessSet", "global_process_set", "add_process_set", "remove_process_set", "start_timeline",
+              "stop_timeline",
               "HorovodInternalError", "HostsUpdatedInterrupt", "MismatchError", "PeerFailureError",
               "WorkerRemovedError", "_handles", "_join_world", "_name"],
     compression: ["Compression"],
@@ -125,6 +127,9 @@ for n in ("TorchState", "ObjectState", "State"):
     check(getattr(H.elastic.state, n) is getattr(state, n) is getattr(H.elastic, n), f"horovod.torch.elastic.state.{n}")
 check(H.elastic.sampler.ElasticSampler is sampler.ElasticSampler, "horovod.torch.elastic.sampler.ElasticSampler")
 check(H.elastic.run is elastic.run, "horovod.torch.elastic.run")
+import horovod.common.process_sets as H_ps  # noqa: E402  (Horovod's home of the process-set names)
+for n in ("ProcessSet", "global_process_set", "add_process_set", "remove_process_set"):
+    check(getattr(H_ps, n) is getattr(mpi_ops, n) is getattr(H, n), f"horovod.common.process_sets.{n}")
 
 # --- the API before the split (every public name of the 834-line module)
 API = """Adasum Average Compression DistributedOptimizer HorovodInternalError HostsUpdatedInterrupt Max Min

@@ -224,3 +224,34 @@ TEST_CASE("describe_settings names what took effect and what is ignored", "[sett
   CHECK(contains(line, "timeline=off (HOROVOD_TIMELINE=/tmp/t.json ignored"));
   CHECK(contains(line, "nccl_streams=1 (HOROVOD_NUM_NCCL_STREAMS=4 ignored: one stream)"));
 }
+
+TEST_CASE("ignored_settings_warnings: one line per variable set but not honoured", "[settings][log]") {
+  EnvScope env;
+  for (const char* v :
+       {"HOROVOD_AUTOTUNE", "HOROVOD_AUTOTUNE_LOG", "HOROVOD_TIMELINE", "HOROVOD_HIERARCHICAL_ALLREDUCE",
+        "HOROVOD_HIERARCHICAL_ALLGATHER", "HOROVOD_TORUS_ALLREDUCE"}) {
+    env.unset(v);
+  }
+  CHECK(ignored_settings_warnings().empty());
+  env.set("HOROVOD_HIERARCHICAL_ALLGATHER", "0");  // off: nothing to ignore
+  env.set("HOROVOD_AUTOTUNE_LOG", "/tmp/a.csv");  // only read with autotune on
+  CHECK(ignored_settings_warnings().empty());
+
+  env.set("HOROVOD_AUTOTUNE", "1");
+  env.set("HOROVOD_TIMELINE", "/tmp/t.json");
+  env.set("HOROVOD_HIERARCHICAL_ALLREDUCE", "1");
+  env.set("HOROVOD_HIERARCHICAL_ALLGATHER", "1");
+  env.set("HOROVOD_TORUS_ALLREDUCE", "1");
+  const auto lines = ignored_settings_warnings();
+  REQUIRE(lines.size() == 5);
+  CHECK(lines[0].rfind("HOROVOD_HIERARCHICAL_ALLREDUCE=1 is ignored: ", 0) == 0);
+  CHECK(lines[1].rfind("HOROVOD_HIERARCHICAL_ALLGATHER=1 is ignored: ", 0) == 0);
+  CHECK(lines[2].rfind("HOROVOD_TORUS_ALLREDUCE=1 is ignored: ", 0) == 0);
+  CHECK(lines[3].rfind("HOROVOD_AUTOTUNE=1 is ignored: ", 0) == 0);
+  CHECK(contains(lines[3], "HOROVOD_AUTOTUNE_LOG=/tmp/a.csv is not written"));
+  CHECK(lines[4].rfind("HOROVOD_TIMELINE=/tmp/t.json is ignored: ", 0) == 0);
+  for (const auto& l : lines) {
+    CHECK(contains(l, "(issue 20)"));
+    CHECK(l.find('\n') == std::string::npos);
+  }
+}

@@ -14,6 +14,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace hvd::collective {
 
@@ -45,6 +46,11 @@ LogSettings log_settings_from_env();
 /// have no effect yet). hvd::init logs it once from rank 0: at info with
 /// HVDRUN_VERBOSE=1, else at debug.
 std::string describe_settings(const Settings& settings, const LogSettings& log);
+
+// One line per variable that is set but not honoured (hierarchical/torus
+// allreduce, autotune and its log, the timeline); rank 0 logs each at warn
+// level at every init, whatever the log level.
+std::vector<std::string> ignored_settings_warnings();
 
 /// settings_from_env(), then the store from HOROVOD_GLOO_RENDEZVOUS_ADDR/
 /// _PORT (size > 1) and Context::create. Without the placement variables,
