@@ -74,8 +74,14 @@ void init() {
     // What took effect, once per init (hvdrun --verbose shows it).
     spdlog::log(log.verbose ? spdlog::level::info : spdlog::level::debug, "{}",
                 collective::describe_settings(g_context->settings(), log));
-    // Set but not honoured: one line each, always (nothing is silently ignored).
-    for (const auto& line : collective::ignored_settings_warnings()) spdlog::warn("{}", line);
+    // Set but not honoured: one line each (nothing is silently ignored). A
+    // job hvdrun started (its secret is in the environment) has had these
+    // lines from hvdrun already, once for the job: then only with --verbose.
+    const bool reported_by_hvdrun = env::get(job_env::kSecret).has_value();
+    for (const auto& line : collective::ignored_settings_warnings()) {
+      spdlog::log(reported_by_hvdrun ? (log.verbose ? spdlog::level::info : spdlog::level::debug) : spdlog::level::warn,
+                  "{}", line);
+    }
   }
   static bool at_exit_registered = false;
   if (!at_exit_registered) {
