@@ -35,7 +35,7 @@ def pem_key(path):
 
 
 class EntrypointPods:
-    def __init__(self, hosts, port=2022, base=None, host_key=True, start=None, hostnames=None, pod_root=False):
+    def __init__(self, hosts, port=2022, base=None, host_key=True, start=None, hostnames=None, pod_root=True):
         """start: the namespace indices whose worker runs from __enter__
         (default: all); the others are pods created later (start_worker).
         hostnames: namespace index -> the pod's host name (its own UTS

@@ -218,6 +218,16 @@ class NetnsHosts:
 
     def _start_sshd(self, i, host_key=None, extra=""):
         host_key = host_key or os.path.join(self.tmp, "host_key")
+        # sshd takes the first SetEnv line only: a case's SetEnv variables
+        # join ours on one line.
+        setenv = ["PYENV_REHASH_TIMEOUT=0"]
+        kept = []
+        for line in extra.splitlines():
+            if line.startswith("SetEnv "):
+                setenv += line.split()[1:]
+            elif line.strip():
+                kept.append(line)
+        extra = "".join(line + "\n" for line in kept)
         cfg = os.path.join(self.tmp, f"sshd_{i}.conf")
         with open(cfg, "w") as f:
             f.write(
@@ -236,10 +246,23 @@ class NetnsHosts:
                 f"ClientAliveInterval {self.client_alive_interval}\n"
                 "ClientAliveCountMax 3\n"
                 "LogLevel VERBOSE\n"
+                # root's ~/.bashrc on the CI image runs `pyenv rehash`, which
+                # takes a lock file; a session killed mid-rehash (tests kill
+                # sessions) leaves it behind, and every later login waited
+                # 60 s for it. With 0 a login tries once and goes on (the
+                # shims are already there).
+                f"SetEnv {' '.join(setenv)}\n"
                 f"{extra}")
         log = os.path.join(self.tmp, f"sshd_{i}.log")
-        return subprocess.Popen(["ip", "netns", "exec", self.namespaces[i], "/usr/sbin/sshd", "-D", "-f", cfg,
-                                 "-E", log], stdin=subprocess.DEVNULL)
+        # In a mount namespace of its own with an empty /root, like a fresh
+        # machine's: logins never run this machine's ~/.bashrc (on the CI
+        # image it runs `pyenv rehash`, whose lock a killed session leaves
+        # behind, hanging every later login for 60 s).
+        root = os.path.join(self.tmp, "remote-root")
+        os.makedirs(root, exist_ok=True)
+        return subprocess.Popen(["ip", "netns", "exec", self.namespaces[i], "unshare", "--mount", "sh", "-c",
+                                 'mount --bind "$0" /root && exec /usr/sbin/sshd -D -f "$1" -E "$2"', root, cfg,
+                                 log], stdin=subprocess.DEVNULL)
 
     def restart_sshd(self, i, new_host_key=False, extra=""):
         """Restarts host i's sshd, optionally with a freshly generated host key
