@@ -52,3 +52,27 @@ def processes_mentioning(text):
         if text in cmd:
             found.append((int(name), cmd.strip()))
     return found
+
+
+def read_lines_timed(proc):
+    """Starts one daemon thread per pipe of `proc` (stdout, stderr) that
+    appends (arrival time, line) to a list and notifies a condition.
+    Returns (out, err, cv, readers); hold cv to read the lists."""
+    import threading
+    import time
+    out, err = [], []
+    cv = threading.Condition()
+
+    def read(stream, sink):
+        for raw in iter(stream.readline, b""):
+            with cv:
+                sink.append((time.monotonic(), raw.decode(errors="replace").rstrip("\n")))
+                cv.notify_all()
+        with cv:
+            cv.notify_all()
+
+    readers = [threading.Thread(target=read, args=(s, sink), daemon=True)
+               for s, sink in ((proc.stdout, out), (proc.stderr, err))]
+    for t in readers:
+        t.start()
+    return out, err, cv, readers

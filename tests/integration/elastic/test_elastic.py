@@ -17,12 +17,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 import uuid
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from procs import processes_with_token  # noqa: E402
+from procs import processes_with_token, read_lines_timed  # noqa: E402
 
 HVDRUN = os.environ.get("HVDRUN", "hvdrun")
 TRAINER = os.environ.get("TRAINER", "elastic_trainer")
@@ -115,19 +114,8 @@ class ElasticJob:
         self.started = time.monotonic()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-        self.out = []  # (time, line)
-        self.err = []
-        self.cv = threading.Condition()
-        self.readers = [threading.Thread(target=self._read, args=(self.proc.stdout, self.out), daemon=True),
-                        threading.Thread(target=self._read, args=(self.proc.stderr, self.err), daemon=True)]
-        for t in self.readers:
-            t.start()
+        self.out, self.err, self.cv, self.readers = read_lines_timed(self.proc)
 
-    def _read(self, stream, sink):
-        for raw in iter(stream.readline, b""):
-            with self.cv:
-                sink.append((time.monotonic(), raw.decode(errors="replace").rstrip("\n")))
-                self.cv.notify_all()
 
     def set_hosts(self, text):
         tmp = self.hosts_file + ".tmp"

@@ -40,7 +40,7 @@ import time
 import unittest
 import uuid
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from procs import processes_with_token, token_processes  # noqa: E402
+from procs import processes_with_token, read_lines_timed, token_processes  # noqa: E402
 
 HVDRUN = os.environ.get("HVDRUN", "hvdrun")
 WORKER = os.environ.get("WORKER", "collective_worker")
@@ -134,18 +134,8 @@ class Job:
         self.started = time.monotonic()
         self.proc = subprocess.Popen([HVDRUN] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      stdin=subprocess.DEVNULL, env=e, start_new_session=True, preexec_fn=preexec_fn)
-        self.out, self.err = [], []
-        self.cv = threading.Condition()
-        self.readers = [threading.Thread(target=self._read, args=(self.proc.stdout, self.out), daemon=True),
-                        threading.Thread(target=self._read, args=(self.proc.stderr, self.err), daemon=True)]
-        for t in self.readers:
-            t.start()
+        self.out, self.err, self.cv, self.readers = read_lines_timed(self.proc)
 
-    def _read(self, stream, sink):
-        for raw in iter(stream.readline, b""):
-            with self.cv:
-                sink.append((time.monotonic(), raw.decode(errors="replace").rstrip("\n")))
-                self.cv.notify_all()
 
     def wait_for(self, pattern, stream="err", timeout=15):
         rx = re.compile(pattern)

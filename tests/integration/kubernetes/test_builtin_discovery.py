@@ -29,7 +29,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 import uuid
@@ -37,7 +36,7 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fake_apiserver import FakeApiServer, make_certificates  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from procs import processes_with_token  # noqa: E402
+from procs import processes_with_token, read_lines_timed  # noqa: E402
 
 HVDRUN = os.environ.get("HVDRUN", "hvdrun")
 TRAINER = os.environ.get("TRAINER", "elastic_trainer")
@@ -79,18 +78,8 @@ class Job:
         env = dict(env, HVD_TEST_TOKEN=self.token, HVD_TRAINER_STEPS=str(steps), HVD_TRAINER_STEP_MS=str(step_ms))
         self.proc = subprocess.Popen([HVDRUN] + args + [TRAINER], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-        self.out, self.err = [], []
-        self.cv = threading.Condition()
-        self.readers = [threading.Thread(target=self._read, args=(s, sink), daemon=True)
-                        for s, sink in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
-        for t in self.readers:
-            t.start()
+        self.out, self.err, self.cv, self.readers = read_lines_timed(self.proc)
 
-    def _read(self, stream, sink):
-        for raw in iter(stream.readline, b""):
-            with self.cv:
-                sink.append((time.monotonic(), raw.decode(errors="replace").rstrip("\n")))
-                self.cv.notify_all()
 
     def text(self, which=None):
         with self.cv:

@@ -296,18 +296,9 @@ class K8sE2E(unittest.TestCase):
         the workers they run) is killed. netns_hosts' own sshd is test
         scaffolding, not part of the pod, and stays."""
         self.assertEqual(self.pods.stop_worker(i, timeout=5), 0)
-        scaffold = self.hosts.sshd[i].pid
-        for _ in range(40):
-            pids = [p for p in netns_hosts.ns_pids(self.hosts.namespaces[i]) if p != scaffold]
-            if not pids:
-                break
-            for p in pids:
-                try:
-                    os.kill(p, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.05)
-        self.assertEqual([p for p in netns_hosts.ns_pids(self.hosts.namespaces[i]) if p != scaffold], [])
+        left = netns_hosts.kill_namespace_processes(self.hosts.namespaces[i], keep=(self.hosts.sshd[i].pid,),
+                                                    rounds=40)
+        self.assertEqual(left, [])
 
     # ---- 1. the static walkthrough ------------------------------------------
     def test_static(self):

@@ -74,17 +74,24 @@ def proc_cmdline(pid):
         return ""
 
 
-def _kill_namespace(ns):
-    for _ in range(20):
-        pids = ns_pids(ns)
+def kill_namespace_processes(ns, keep=(), rounds=20):
+    """SIGKILLs every process in namespace `ns` but `keep`, again until none
+    is left (children forked meanwhile included); returns what is left."""
+    for _ in range(rounds):
+        pids = [p for p in ns_pids(ns) if p not in keep]
         if not pids:
-            break
+            return []
         for p in pids:
             try:
                 os.kill(p, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         time.sleep(0.05)
+    return [p for p in ns_pids(ns) if p not in keep]
+
+
+def _kill_namespace(ns):
+    kill_namespace_processes(ns)
     run("ip", "netns", "del", ns, check=False)
 
 
