@@ -9,7 +9,8 @@ namespace hvd::collective::cuda::detail {
 std::size_t element_size(DataType dtype) {
   switch (dtype) {
     case DataType::UInt8:
-    case DataType::Int8: return 1;
+    case DataType::Int8:
+    case DataType::Bool: return 1;
     case DataType::Float16:
     case DataType::BFloat16: return 2;
     case DataType::Int32:

@@ -305,6 +305,7 @@ void run_reduce(const ReduceLaunch& l, cudaStream_t s, bool emulate) {
     case DataType::BFloat16: return launch_op<BHalf>(l, s, emulate);
     case DataType::Float32: return launch_op<float>(l, s, emulate);
     case DataType::Float64: return launch_op<double>(l, s, emulate);
+    case DataType::Bool: throw InvalidArgument("bool tensors cannot be reduced (only moved: allgather, broadcast, alltoall)");
   }
   throw InvalidArgument(fmt::format("unknown data type {}", static_cast<int>(l.dtype)));
 }

@@ -130,6 +130,7 @@ int nccl_dtype(DataType dtype) {
     case DataType::Float32: return 7;
     case DataType::Float64: return 8;
     case DataType::BFloat16: return 9;
+    case DataType::Bool: break;  // never reduced (check_request refuses it)
   }
   throw InvalidArgument(fmt::format("NCCL: unsupported dtype {}", static_cast<int>(dtype)));
 }

@@ -325,8 +325,12 @@ void check_request(const OpState& op, int size) {
     throw InvalidArgument(fmt::format("hvd {} of tensor '{}': {}", op_type_name(q.type), q.name, what));
   };
   if (q.name.size() > 4096) bad("name longer than 4096 bytes");
-  if (static_cast<int32_t>(q.dtype) < 0 || static_cast<int32_t>(q.dtype) > static_cast<int32_t>(DataType::Float64)) {
+  if (static_cast<int32_t>(q.dtype) < 0 || static_cast<int32_t>(q.dtype) > static_cast<int32_t>(DataType::Bool)) {
     bad(fmt::format("unknown dtype {}", static_cast<int32_t>(q.dtype)));
+  }
+  if (q.dtype == DataType::Bool && (q.type == OpType::Allreduce || q.type == OpType::Reducescatter)) {
+    bad("bool tensors cannot be reduced (allgather, broadcast and alltoall accept them; cast to an integer type "
+        "to sum or take the min/max)");
   }
   if (static_cast<int32_t>(q.op) < 0 || static_cast<int32_t>(q.op) > static_cast<int32_t>(ReduceOp::Product)) {
     bad(fmt::format("unknown reduce op {}", static_cast<int32_t>(q.op)));

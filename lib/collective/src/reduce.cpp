@@ -126,6 +126,8 @@ void dispatch(DataType dtype, F&& f) {
     case DataType::BFloat16: return f(BHalf{});
     case DataType::Float32: return f(float{});
     case DataType::Float64: return f(double{});
+    case DataType::Bool:
+      throw InvalidArgument("bool tensors cannot be reduced (only moved: allgather, broadcast, alltoall)");
   }
   throw InvalidArgument(fmt::format("unknown data type {}", static_cast<int>(dtype)));
 }

@@ -9,7 +9,8 @@ namespace hvd::collective {
 std::size_t dtype_size(DataType dtype) {
   switch (dtype) {
     case DataType::UInt8:
-    case DataType::Int8: return 1;
+    case DataType::Int8:
+    case DataType::Bool: return 1;
     case DataType::Float16:
     case DataType::BFloat16: return 2;
     case DataType::Int32:
@@ -30,6 +31,7 @@ const char* dtype_name(DataType dtype) {
     case DataType::BFloat16: return "bfloat16";
     case DataType::Float32: return "float32";
     case DataType::Float64: return "float64";
+    case DataType::Bool: return "bool";
   }
   return "unknown";
 }

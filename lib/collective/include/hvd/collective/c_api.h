@@ -6,7 +6,7 @@
  *    failed call (valid until the next failing call on the same thread).
  *  - Handles are opaque; every handle returned must be released with
  *    hvd_release(), finished or not (an unfinished operation still runs).
- *  - dtype values are HVD_UINT8..HVD_FLOAT64, op values HVD_SUM..HVD_PRODUCT;
+ *  - dtype values are HVD_UINT8..HVD_BOOL, op values HVD_SUM..HVD_PRODUCT;
  *    both match hvd::collective::DataType / ReduceOp and never change.
  *  - Input and output memory must stay valid until the handle is finished.
  *  - The header is C89/C99 and C++ compatible. */
@@ -46,6 +46,7 @@ extern "C" {
 #define HVD_BFLOAT16 5
 #define HVD_FLOAT32 6
 #define HVD_FLOAT64 7
+#define HVD_BOOL 8 /* allgather, broadcast, alltoall only */
 
 /* Reduce operations. */
 #define HVD_SUM 0

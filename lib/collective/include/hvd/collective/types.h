@@ -17,6 +17,10 @@ enum class DataType : int32_t {
   BFloat16 = 5,
   Float32 = 6,
   Float64 = 7,
+  /// One byte per element, 0 or 1 (torch.bool, C++ bool): data movement
+  /// only (allgather, broadcast, alltoall); allreduce and reducescatter
+  /// refuse it, as Horovod's library does.
+  Bool = 8,
 };
 
 enum class ReduceOp : int32_t {
