@@ -13,7 +13,9 @@ from hvdcomm.torch.functions import (allgather_object, broadcast_object,  # noqa
 from hvdcomm.torch.mpi_ops import (allreduce, allreduce_, allreduce_async, allreduce_async_,  # noqa: F401
                                    grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
                                    grouped_allreduce_async_)
-from hvdcomm.torch.mpi_ops import allgather, allgather_async  # noqa: F401
+from hvdcomm.torch.mpi_ops import allgather, allgather_async, grouped_allgather, grouped_allgather_async  # noqa: F401
+from hvdcomm.torch.mpi_ops import grouped_reducescatter, grouped_reducescatter_async  # noqa: F401
+from hvdcomm.torch.mpi_ops import sparse_allreduce_async  # noqa: F401
 from hvdcomm.torch.mpi_ops import broadcast, broadcast_, broadcast_async, broadcast_async_  # noqa: F401
 from hvdcomm.torch.mpi_ops import alltoall, alltoall_async  # noqa: F401
 from hvdcomm.torch.mpi_ops import reducescatter, reducescatter_async  # noqa: F401

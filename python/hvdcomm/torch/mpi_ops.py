@@ -267,6 +267,7 @@ Adasum = ReduceOp(100)
 _DTYPES = {
     torch.uint8: 0, torch.int8: 1, torch.int32: 2, torch.int64: 3,
     torch.float16: 4, torch.bfloat16: 5, torch.float32: 6, torch.float64: 7,
+    torch.bool: 8,  # allgather, broadcast, alltoall only (the library refuses to reduce it)
 }
 
 
@@ -348,11 +349,15 @@ def _register(p):
 
 def poll(handle):
     """True when the operation behind `handle` has finished."""
+    if isinstance(handle, _SparseHandle):
+        return handle.poll()
     return _handles[handle].handle.poll()
 
 
 def synchronize(handle):
     """Waits for `handle` and returns its output tensor."""
+    if isinstance(handle, _SparseHandle):
+        return handle()
     p = _handles.get(handle)
     if p is None:
         raise ValueError(f"hvdcomm: unknown or already synchronized handle {handle}")
@@ -727,3 +732,92 @@ def join(device=-1):
     h = _core.join_async()
     h.wait()
     return int(_copy_out(h, torch.int32, []).item())
+
+
+# ---------------------------------------------------------------- grouped allgather / reducescatter, sparse
+# As grouped_allreduce: one named op per tensor (<name>.<i>), fused by the
+# library, behind one handle whose synchronize() returns the list.
+def grouped_allgather_async(tensors, name=None, process_set=None):
+    """Horovod's grouped_allgather_async: synchronize() of the handle returns
+    the list of gathered tensors, in the order of `tensors`."""
+    _check_process_set(process_set, "grouped_allgather_async")
+    base = _name("grouped_allgather", name)
+    hs = [allgather_async(t, f"{base}.{i}", process_set=process_set) for i, t in enumerate(tensors)]
+    return _register(_Pending(_Group(hs), (), lambda: [synchronize(h) for h in hs]))
+
+
+def grouped_allgather(tensors, name=None, process_set=None):
+    """Horovod's grouped_allgather; differentiable when a tensor requires grad
+    (each tensor's gradient as allgather's: the incoming gradient averaged
+    over the ranks, then this rank's rows)."""
+    _check_process_set(process_set, "grouped_allgather")
+    if any(_wants_grad(t) for t in tensors):
+        base = _name("grouped_allgather", name)
+        return [allgather(t, f"{base}.{i}", process_set=process_set) for i, t in enumerate(tensors)]
+    return synchronize(grouped_allgather_async(tensors, name, process_set=process_set))
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None, prescale_factor=1.0,
+                                postscale_factor=1.0, compression=None):
+    """Horovod's grouped_reducescatter_async (`compression` is hvdcomm's, as
+    for reducescatter_async): synchronize() returns the list of this rank's
+    slices."""
+    _check_process_set(process_set, "grouped_reducescatter_async")
+    base = _name("grouped_reducescatter", name)
+    hs = [reducescatter_async(t, f"{base}.{i}", compression, op, process_set, prescale_factor, postscale_factor)
+          for i, t in enumerate(tensors)]
+    return _register(_Pending(_Group(hs), (), lambda: [synchronize(h) for h in hs]))
+
+
+def grouped_reducescatter(tensors, name=None, compression=None, op=Average, process_set=None,
+                          prescale_factor=1.0, postscale_factor=1.0):
+    """Horovod's grouped_reducescatter; differentiable per tensor as reducescatter."""
+    _check_process_set(process_set, "grouped_reducescatter")
+    if any(_wants_grad(t) for t in tensors):
+        base = _name("grouped_reducescatter", name)
+        return [reducescatter(t, f"{base}.{i}", compression, op, process_set, prescale_factor, postscale_factor)
+                for i, t in enumerate(tensors)]
+    return synchronize(grouped_reducescatter_async(tensors, name, op, process_set, prescale_factor,
+                                                   postscale_factor, compression))
+
+
+class _SparseHandle:
+    """What sparse_allreduce_async returns: call it (as with Horovod) or pass
+    it to synchronize() for the reduced sparse tensor; poll() works too."""
+
+    def __init__(self, indices_handle, values_handle, finish):
+        self._hs, self._finish, self._result = (values_handle, indices_handle), finish, None
+
+    def poll(self):
+        return self._result is not None or all(poll(h) for h in self._hs)
+
+    def __call__(self):
+        if self._result is None:
+            values, indices = synchronize(self._hs[0]), synchronize(self._hs[1])
+            self._result = self._finish(indices, values)
+        return self._result
+
+
+def sparse_allreduce_async(tensor, name=None, op=Average, process_set=None):
+    """Horovod's sparse allreduce: every rank's (indices, values) of a sparse
+    COO tensor are allgathered (`<name>.indices`, `<name>.values`) and form
+    one uncoalesced sparse tensor of the same size (duplicate indices add up
+    when it is coalesced or used); Average divides the values by size().
+    Returns a callable handle (call it, or synchronize() it)."""
+    _check_process_set(process_set, "sparse_allreduce_async")
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
+        raise ValueError("hvdcomm: sparse_allreduce_async expects a sparse COO tensor (tensor.is_sparse); "
+                         "use allreduce_async for a dense one")
+    if op not in (Sum, Average):
+        raise ValueError(f"hvdcomm: sparse_allreduce_async supports op=Sum and op=Average, not {op!r}")
+    name = _name("sparse_allreduce", name)
+    t = tensor
+    # allgather concatenates along dimension 0: indices go as [nnz, sparse_dim]
+    ih = allgather_async(t._indices().transpose(0, 1).contiguous(), f"{name}.indices", process_set=process_set)
+    vh = allgather_async(t._values().contiguous(), f"{name}.values", process_set=process_set)
+
+    def finish(indices, values):
+        if op == Average:
+            values = values / size()
+        return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size(), dtype=t.dtype)
+    return _SparseHandle(ih, vh, finish)

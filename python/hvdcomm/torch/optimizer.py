@@ -5,7 +5,10 @@ import warnings
 import weakref
 
 from hvdcomm.torch.compression import Compression
-from hvdcomm.torch.mpi_ops import Adasum, Average, Sum, _check_process_set, allreduce_async_, size, synchronize
+import torch
+
+from hvdcomm.torch.mpi_ops import (Adasum, Average, Sum, _check_process_set, allreduce_async, allreduce_async_, size,
+                                   sparse_allreduce_async, synchronize)
 
 
 class _DistributedOptimizer:
@@ -14,7 +17,7 @@ class _DistributedOptimizer:
     produces it; step() waits for all of them first (synchronize())."""
 
     def __init__(self, optimizer, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor):
+                 gradient_predivide_factor, sparse_as_dense=False):
         if op == Adasum:
             raise NotImplementedError("hvdcomm: Adasum is not supported by this library; use Average or Sum")
         if gradient_predivide_factor != 1.0 and op != Average:
@@ -23,6 +26,8 @@ class _DistributedOptimizer:
         self._compression = compression
         self._op = op
         self._predivide = gradient_predivide_factor
+        self.sparse_as_dense = bool(sparse_as_dense)
+        self._sparse_dims = {}  # id(p) -> sparse_dim of the sparse gradients p had (see _zero_grad_for)
         self.backward_passes_per_step = backward_passes_per_step
         params = [p for g in optimizer.param_groups for p in g["params"]]
         if named_parameters is not None:
@@ -99,14 +104,26 @@ class _DistributedOptimizer:
             self._handles[id(p)] = (handle, ctx)
         return hook
 
+    def _zero_grad_for(self, p):
+        """The gradient a rank submits for a parameter that got none in this
+        step (another rank may have one, e.g. a branch taken there only):
+        zeros, as Horovod. A parameter seen with a sparse gradient before
+        (and reduced sparse, without sparse_as_dense) gets an empty sparse
+        gradient, so that its allgathers pair with the other ranks'."""
+        sparse_dim = self._sparse_dims.get(id(p))
+        if sparse_dim is None or self.sparse_as_dense:
+            return torch.zeros_like(p.data, memory_format=torch.contiguous_format)
+        indices = torch.zeros((sparse_dim, 0), dtype=torch.int64, device=p.device)
+        values = p.data.new_zeros((0,) + tuple(p.shape[sparse_dim:]))
+        return torch.sparse_coo_tensor(indices, values, p.shape)
+
     def _allreduce_grad(self, p):
+        """Starts the reduction of p's gradient; returns (handle, finish):
+        finish(output) puts the result into p.grad (None: reduced in place)."""
         name = "grad." + self._names[id(p)]
+        if p.grad is None:
+            p.grad = self._zero_grad_for(p)
         grad = p.grad
-        if grad.is_sparse:
-            raise NotImplementedError(
-                f"hvdcomm: parameter {self._names[id(p)]} has a sparse gradient: sparse allreduce and "
-                f"DistributedOptimizer(sparse_as_dense=True) are not implemented yet in hvdcomm (issue 20); "
-                f"use a dense gradient (e.g. nn.Embedding(sparse=False))")
         # As Horovod: the gradient accumulated over backward_passes_per_step
         # local passes is reduced as it is (a sum over the passes, never
         # divided by their number); Average splits its 1/size() into a
@@ -117,31 +134,52 @@ class _DistributedOptimizer:
             op = Sum
         else:
             pre, post, op = 1.0, 1.0, self._op
+        if grad.is_sparse:
+            self._sparse_dims[id(p)] = grad.sparse_dim()
+            if not self.sparse_as_dense:
+                # Horovod's sparse path: indices and values allgathered, Average
+                # divides by size() (no compression, no predivide factor).
+                return sparse_allreduce_async(grad, name=name, op=self._op), self._set_sparse(p)
+            dense, cctx = self._compression.compress(grad.to_dense())
+            h = allreduce_async(dense, name=name, op=op, prescale_factor=pre, postscale_factor=post)
+
+            def finish_dense_to_sparse(out):
+                self._set_sparse(p)(self._compression.decompress(out, cctx).to_sparse(grad.sparse_dim()))
+            return h, finish_dense_to_sparse
         compressed, ctx = self._compression.compress(grad)
+        h = allreduce_async_(compressed, name=name, op=op, prescale_factor=pre, postscale_factor=post)
         if compressed is grad:
-            return allreduce_async_(grad, name=name, op=op, prescale_factor=pre, postscale_factor=post), None
-        return allreduce_async_(compressed, name=name, op=op, prescale_factor=pre, postscale_factor=post), \
-            (compressed, ctx)
+            return h, None
+        return h, lambda out: p.grad.copy_(self._compression.decompress(out, ctx))
+
+    @staticmethod
+    def _set_sparse(p):
+        def finish(out):
+            # sparse tensors have no set_/copy_ from another layout: replace the values
+            p.grad.zero_().add_(out)
+        return finish
 
     def synchronize(self):
         if size() == 1:
             self._synchronized = True
             return
+        # Every parameter that requires grad is reduced, with or without a
+        # hook having fired: a parameter that got no gradient on this rank
+        # (grad None) submits zeros, as Horovod does, so that ranks where it
+        # did get one do not wait for this rank until the stall shutdown.
         for p in self._params:
-            if p.requires_grad and p.grad is not None and id(p) not in self._handles:
-                # no hook fired (e.g. grad set by hand): reduce it now
+            if p.requires_grad and id(p) not in self._handles:
                 self._handles[id(p)] = self._allreduce_grad(p)
         for p in self._params:
             entry = self._handles.get(id(p))
             if entry is None:
                 continue
-            handle, ctx = entry
+            handle, finish = entry
             if handle is None:
-                handle, ctx = self._allreduce_grad(p)
+                handle, finish = self._allreduce_grad(p)
             out = synchronize(handle)
-            if ctx is not None:
-                compressed, orig = ctx
-                p.grad.copy_(self._compression.decompress(out, orig))
+            if finish is not None:
+                finish(out)
             self._delay[id(p)] = self.backward_passes_per_step
         self._handles.clear()
         self._synchronized = True
@@ -178,12 +216,16 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     """Horovod's DistributedOptimizer: averages gradients across ranks during backward().
     num_groups/groups only change how Horovod batches the allreduces (the
     result is the same): hvdcomm fuses them itself and says once that they
-    are ignored. process_set other than the global set raises; a sparse
-    gradient raises (sparse_as_dense is not implemented yet, issue 20)."""
+    are ignored. process_set other than the global set raises. Sparse
+    gradients (nn.Embedding(sparse=True)) are reduced as Horovod does: with
+    sparse_as_dense=True densified and allreduced, then made sparse again;
+    otherwise through sparse_allreduce_async (allgather of indices and values).
+    A parameter that gets no gradient on some rank in a step is reduced with
+    zeros from that rank."""
     _check_process_set(process_set, "DistributedOptimizer")
     if num_groups or groups is not None:
         warnings.warn(f"hvdcomm: DistributedOptimizer(num_groups={num_groups!r}, groups=...) is ignored: hvdcomm "
                       f"fuses the gradient allreduces by its own fusion threshold and cycle time; the result is "
                       f"the same (issue 20)", stacklevel=2)
     return _DistributedOptimizer(optimizer, named_parameters, compression, backward_passes_per_step, op,
-                                 gradient_predivide_factor)
+                                 gradient_predivide_factor, sparse_as_dense)

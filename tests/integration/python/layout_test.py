@@ -88,6 +88,8 @@ HOME = {
               "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "allgather",
               "allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_", "alltoall",
               "alltoall_async", "reducescatter", "reducescatter_async", "barrier", "join",
+              "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter",
+              "grouped_reducescatter_async", "sparse_allreduce_async",
               "ProcessSet", "global_process_set", "add_process_set", "remove_process_set", "start_timeline",
               "stop_timeline",
               "HorovodInternalError", "HostsUpdatedInterrupt", "MismatchError", "PeerFailureError",
