@@ -1,13 +1,14 @@
 """SyncBatchNorm: batch normalisation over the global batch of all ranks
 (horovod.torch.sync_batch_norm; docs/python.md, "SyncBatchNorm").
 
-In training mode with more than one rank, the per-channel mean and variance
+In training mode with more than one rank (and, as in Horovod, in eval mode
+without running statistics), the per-channel mean and variance
 are those of the concatenation of every rank's batch (ranks may hold
 different numbers of samples), the running statistics are updated with the
 global mean and unbiased variance as torch.nn.BatchNorm*d does, and the
 backward pass sums its per-channel reductions over the ranks, so that the
-input gradient is the one of the global batch. In eval mode, or with one
-rank, it is torch's BatchNorm. The statistics travel as CPU tensors."""
+input gradient is the one of the global batch. In eval mode with running
+statistics, or with one rank, it is torch's BatchNorm. The statistics travel as CPU tensors."""
 import torch
 from torch.nn.modules.batchnorm import _BatchNorm
 
@@ -107,13 +108,16 @@ class SyncBatchNorm(_BatchNorm):
 
     def forward(self, input):
         self._check_input_dim(input)
-        if not self.training or mpi_ops.size() == 1 or input.size(1) != self.num_features:
-            # torch's BatchNorm: eval mode, one rank, or torch's own error for
-            # a wrong number of features.
+        # As Horovod: the global batch's statistics in training mode, and in
+        # eval mode too when there are no running statistics to use.
+        batch_stats = self.training or not self.track_running_stats
+        if not batch_stats or mpi_ops.size() == 1 or input.size(1) != self.num_features:
+            # torch's BatchNorm: eval mode with running statistics, one rank,
+            # or torch's own error for a wrong number of features.
             return super().forward(input)
         # momentum and num_batches_tracked exactly as _BatchNorm.forward.
         factor = 0.0 if self.momentum is None else self.momentum
-        if self.track_running_stats and self.num_batches_tracked is not None:
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
             self.num_batches_tracked.add_(1)
             factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
         return _SyncBatchNormFn.apply(input, self.weight, self.bias, self.running_mean, self.running_var,

@@ -8,7 +8,8 @@ BatchNorm1d/2d on the whole batch, in float64 to 1e-10: the output slice, the
 input gradient slice (loss = sum(output * fixed random weights)), the
 weight/bias gradients summed over the ranks, running_mean/var and
 num_batches_tracked after 2 steps (momentum 0.1 and None), and the eval-mode
-output; plus affine=False, track_running_stats=False, and torch's errors
+output; plus affine=False, track_running_stats=False (global statistics in
+eval mode too, as Horovod), and torch's errors
 for a 1-D input and a wrong number of features."""
 import sys
 
@@ -96,9 +97,11 @@ compare(torch.nn.BatchNorm1d, (4, 5), 0.1, seed=1)
 compare(torch.nn.BatchNorm2d, (3, 4, 2), 0.1, seed=2)
 compare(torch.nn.BatchNorm2d, (2, 3, 3), None, seed=3)  # cumulative average
 compare(torch.nn.BatchNorm1d, (3,), 0.3, affine=False, seed=4)
+compare(torch.nn.BatchNorm3d, (2, 2, 3, 2), 0.1, seed=7)
 
-# track_running_stats=False: training still uses the global batch; eval uses
-# each rank's own batch statistics, as torch's BatchNorm does.
+# track_running_stats=False: training uses the global batch, and so does eval
+# (Horovod's SyncBatchNorm synchronises whenever there are no running
+# statistics; torch's BatchNorm would use this rank's batch).
 g = torch.Generator().manual_seed(5)
 ref = torch.nn.BatchNorm2d(2, track_running_stats=False).double()
 sbn = SyncBatchNorm(2, track_running_stats=False).double()
@@ -106,7 +109,12 @@ check(sbn.running_mean is None and sbn.num_batches_tracked is None, "no running 
 x = torch.randn(N, 2, 3, 3, generator=g, dtype=torch.float64)
 close(sbn(x[lo:hi]), ref(x)[lo:hi], "track_running_stats=False: training output")
 sbn.eval()
-close(sbn(x[lo:hi]), ref(x[lo:hi]), "track_running_stats=False: eval output (this rank's batch)")
+close(sbn(x[lo:hi]), ref(x)[lo:hi], "track_running_stats=False: eval output (the global batch, as Horovod)")
+xe = x[lo:hi].clone().requires_grad_(True)
+xr = x.clone().requires_grad_(True)
+(sbn(xe) * x[lo:hi]).sum().backward()
+(ref(xr) * x).sum().backward()
+close(xe.grad, xr.grad[lo:hi], "track_running_stats=False: eval input gradient (the global batch)")
 
 # torch's errors, raised before any exchange
 sbn = SyncBatchNorm(3).double()

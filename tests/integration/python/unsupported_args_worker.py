@@ -87,6 +87,13 @@ for ps in (None, G):
     assert torch.equal(hvd.reducescatter(x, op=hvd.Sum, process_set=ps), total[r:r + 1])
     assert torch.equal(hvd.synchronize(hvd.reducescatter_async(x, op=hvd.Sum, process_set=ps)), total[r:r + 1])
     hvd.barrier(process_set=ps)
+    assert torch.equal(hvd.grouped_allgather([x.reshape(1, 2)], process_set=ps)[0], gathered)
+    assert torch.equal(hvd.synchronize(hvd.grouped_allgather_async([x.reshape(1, 2)], process_set=ps))[0], gathered)
+    assert torch.equal(hvd.grouped_reducescatter([x], op=hvd.Sum, process_set=ps)[0], total[r:r + 1])
+    assert torch.equal(hvd.synchronize(hvd.grouped_reducescatter_async([x], op=hvd.Sum, process_set=ps))[0],
+                       total[r:r + 1])
+    assert torch.equal(hvd.sparse_allreduce_async(x.to_sparse(), "sparse", hvd.Sum, process_set=ps)().to_dense(),
+                       total)
     assert hvd.broadcast_object({"r": r}, 1, process_set=ps) == {"r": 1}
     assert hvd.allgather_object(r, process_set=ps) == [0, 1]
 
@@ -110,6 +117,11 @@ OPS = {
     "reducescatter": lambda ps: hvd.reducescatter(x, process_set=ps),
     "reducescatter_async": lambda ps: hvd.reducescatter_async(x, process_set=ps),
     "barrier": lambda ps: hvd.barrier(process_set=ps),
+    "grouped_allgather": lambda ps: hvd.grouped_allgather([x], process_set=ps),
+    "grouped_allgather_async": lambda ps: hvd.grouped_allgather_async([x], process_set=ps),
+    "grouped_reducescatter": lambda ps: hvd.grouped_reducescatter([x], process_set=ps),
+    "grouped_reducescatter_async": lambda ps: hvd.grouped_reducescatter_async([x], process_set=ps),
+    "sparse_allreduce_async": lambda ps: hvd.sparse_allreduce_async(x.to_sparse(), "s", hvd.Sum, process_set=ps),
     "broadcast_object": lambda ps: hvd.broadcast_object(1, 0, process_set=ps),
     "allgather_object": lambda ps: hvd.allgather_object(1, process_set=ps),
     "DistributedOptimizer": lambda ps: hvd.DistributedOptimizer(
@@ -166,7 +178,7 @@ assert torch.equal(hvd.allreduce(x, op=hvd.Sum, prescale_factor=3.0), total * 3)
 assert torch.equal(hvd.grouped_allreduce([x], op=hvd.Sum, postscale_factor=4.0)[0], total * 4)
 assert torch.equal(hvd.reducescatter(x, op=hvd.Sum, prescale_factor=2.0), total[r:r + 1] * 2)
 
-# ---- DistributedOptimizer: num_groups/groups warn (same result), sparse gradients raise
+# ---- DistributedOptimizer: num_groups/groups warn (same result); sparse gradients work
 model = torch.nn.Linear(2, 1, bias=False)
 with torch.no_grad():
     model.weight.fill_(1.0)
@@ -179,16 +191,20 @@ assert any("num_groups=2" in str(c.message) and "ignored" in str(c.message) for 
 model(torch.full((1, 2), float(r + 1))).sum().backward()  # grad = [r+1, r+1], averaged = 1.5
 opt.step()
 assert torch.allclose(model.weight.detach(), torch.full((1, 2), 1.0 - 1.5)), model.weight
-emb = torch.nn.Embedding(4, 2, sparse=True)
-sopt = hvd.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=0.1),
-                                named_parameters=emb.named_parameters(), sparse_as_dense=True)
-try:
-    emb(torch.tensor([r])).sum().backward()
+# sparse gradients no longer raise: sparse_as_dense=True and the sparse path
+# (allgather) both give the averaged gradient, sparse again (the numbers are
+# checked against a reference by python.optimizer_semantics)
+for as_dense in (True, False):
+    emb = torch.nn.Embedding(4, 2, sparse=True)
+    with torch.no_grad():
+        emb.weight.fill_(1.0)
+    sopt = hvd.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=1.0),
+                                    named_parameters=emb.named_parameters(), sparse_as_dense=as_dense)
+    emb(torch.tensor([r])).sum().backward()  # gradient 1 in row r, averaged: 1/2 in rows 0 and 1
     sopt.step()
-    failures.append("sparse gradient: did not raise")
-except NotImplementedError as e:
-    if "sparse" not in str(e) or "issue 20" not in str(e):
-        failures.append(f"sparse gradient: message {e}")
+    want = torch.tensor([[0.5, 0.5], [0.5, 0.5], [1.0, 1.0], [1.0, 1.0]])
+    if not (emb.weight.grad.is_sparse and torch.equal(emb.weight.detach(), want)):
+        failures.append(f"sparse gradient (sparse_as_dense={as_dense}): weight {emb.weight.detach().tolist()}")
 # broadcast_optimizer_state(model=...) is accepted (the pickled state needs no help)
 bopt = torch.optim.SGD(model.parameters(), lr=0.5 if r == 0 else 9.0)
 hvd.broadcast_optimizer_state(bopt, 0, model=model)
