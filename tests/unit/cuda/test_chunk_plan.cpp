@@ -89,6 +89,7 @@ TEST_CASE("cuda: element_size matches the C ABI's dtypes", "[cuda][chunk]") {
   CHECK(element_size(DataType::Float32) == 4);
   CHECK(element_size(DataType::Int64) == 8);
   CHECK(element_size(DataType::Float64) == 8);
+  CHECK(element_size(DataType::Bool) == 1);
   CHECK_THROWS_AS(element_size(static_cast<DataType>(99)), hvd::InvalidArgument);
 }
 

@@ -100,6 +100,8 @@ TEST_CASE("cuda: nccl: dtype and op values follow NCCL's ABI") {
   CHECK(nccl_dtype(DataType::Float32) == 7);
   CHECK(nccl_dtype(DataType::Float64) == 8);
   CHECK(nccl_dtype(DataType::BFloat16) == 9);
+  // bool is never reduced (check_request refuses it); broadcast moves bytes
+  CHECK_THROWS_AS(nccl_dtype(DataType::Bool), hvd::InvalidArgument);
   CHECK(nccl_op(ReduceOp::Sum) == 0);
   CHECK(nccl_op(ReduceOp::Average) == 0);  // divided afterwards by our kernel
   CHECK(nccl_op(ReduceOp::Product) == 1);
