@@ -109,6 +109,45 @@ for step in range(3):
 same_on_all_ranks(list(model.parameters()), "missing gradients")
 
 
+# Horovod's test_force_allreduce: every torch optimizer (but L-BFGS and
+# SparseAdam), rank 0's loss from a head the others do not use; step()
+# completes and every rank ends with the same parameters.
+import inspect  # noqa: E402
+
+D_in, H, D_out = 20, 6, 4
+
+
+class TwoHeads(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(D_in, H)
+        self.fc2 = torch.nn.Linear(H, D_out)
+        self.fc3 = torch.nn.Linear(D_out, D_out)
+
+    def forward(self, x_):
+        x1 = self.fc2(torch.relu(self.fc1(x_)))
+        return x1, self.fc3(torch.relu(x1))
+
+
+optimizers = sorted(((c.__name__, c) for c in torch.optim.Optimizer.__subclasses__()
+                     if c.__module__.startswith("torch.optim") and c not in (torch.optim.LBFGS, torch.optim.SparseAdam)),
+                    key=lambda t: t[0])
+check(len(optimizers) >= 8, f"torch's optimizers found: {[o for o, _ in optimizers]}")
+xf = torch.randn(8, D_in, generator=torch.Generator().manual_seed(r))
+yf = torch.randn(8, D_out, generator=torch.Generator().manual_seed(50 + r))
+for (oname, ocls), oparams in ((o, p) for o in optimizers for p in (
+        dict(lr=0.2, momentum=0.9, weight_decay=0.1, centered=True), dict(lr=0.2))):
+    net = TwoHeads()
+    hvd.broadcast_parameters(net.state_dict(), root_rank=0)
+    kw = {k: v for k, v in oparams.items() if k in inspect.signature(ocls.__init__).parameters}
+    fopt = hvd.DistributedOptimizer(ocls(net.parameters(), **kw), named_parameters=net.named_parameters())
+    y1, y2 = net(xf)
+    fopt.zero_grad()
+    torch.nn.functional.mse_loss(y1 if r == 0 else y2, yf, reduction="sum").backward()
+    fopt.step()
+    same_on_all_ranks(list(net.parameters()), f"force allreduce with {oname} {kw}")
+
+
 # ------------------------------------------------ sparse gradients
 class EmbNet(torch.nn.Module):
     def __init__(self, sparse):
@@ -163,6 +202,19 @@ sparse_run(sparse_as_dense=True)
 sparse_run(sparse_as_dense=False, skip=(1, 1))
 sparse_run(sparse_as_dense=True, skip=(1, n - 1))
 sparse_run(sparse_as_dense=True, compression=hvd.Compression.fp16, steps=2, tol=2e-3)
+
+# Horovod's test_sparse_embeddings: SparseAdam (which takes only sparse
+# gradients, so sparse_as_dense must give them back sparse), no named_parameters
+for as_dense in (False, True):
+    torch.manual_seed(2)
+    emb = torch.nn.Embedding(10, 3, sparse=True)
+    hvd.broadcast_parameters(emb.state_dict(), 0)
+    sa = hvd.DistributedOptimizer(torch.optim.SparseAdam(list(emb.parameters()), lr=0.1), sparse_as_dense=as_dense)
+    inp = torch.LongTensor([[1, 2, 4, 5], [4, 3, 2, 9]]) if r == 0 else torch.LongTensor([[1, 3, 4], [4, 7, 9]])
+    sa.zero_grad()
+    emb(inp).sum().backward()
+    sa.step()
+    same_on_all_ranks([emb.weight], f"SparseAdam, sparse_as_dense={as_dense}")
 
 # sparse_allreduce_async itself: rank q holds entries at rows q and q+1 (none on the last rank)
 vals = torch.arange(6, dtype=torch.float32).reshape(2, 3) + 10 * r
