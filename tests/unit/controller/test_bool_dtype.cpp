@@ -1,6 +1,8 @@
 // DataType::Bool (HVD_BOOL): one byte per element, moved byte for byte by
 // allgather, broadcast and alltoall (fused with other tensors too); allreduce
 // and reducescatter refuse it at submission, as Horovod's library does.
+#include "message.h"
+
 #include "hvd/collective/c_api.h"
 #include "hvd/collective/context.h"
 #include "hvd/collective/errors.h"
@@ -16,6 +18,7 @@
 #include <vector>
 
 using namespace hvd::collective;
+using namespace hvd::collective::detail;
 using namespace std::chrono_literals;
 
 namespace {
@@ -129,4 +132,30 @@ TEST_CASE("bool dtype: a tensor submitted as bool on one rank and uint8 on anoth
     CHECK_THROWS_MATCHES(h.wait(), MismatchError,
                          Catch::Message("tensor 'bool.mix' mismatch: rank 0 has bool[4], rank 1 has uint8[4]"));
   });
+}
+
+TEST_CASE("bool dtype: travels in the negotiation message - the next value is still refused") {
+  RankMessage m;
+  Request q;
+  q.name = "b";
+  q.type = OpType::Broadcast;
+  q.dtype = DataType::Bool;
+  q.shape = {3};
+  m.requests.push_back(q);
+  auto bytes = encode(m);
+  RankMessage d = decode(bytes.data(), bytes.size());
+  REQUIRE(d.requests.size() == 1);
+  CHECK(d.requests[0] == q);
+  // The one byte that differs from the same message with float64 is the dtype.
+  m.requests[0].dtype = DataType::Float64;
+  auto f64 = encode(m);
+  REQUIRE(f64.size() == bytes.size());
+  std::vector<std::size_t> diff;
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    if (bytes[i] != f64[i]) diff.push_back(i);
+  }
+  REQUIRE(diff.size() == 1);
+  CHECK(bytes[diff[0]] == 8);
+  bytes[diff[0]] = 9;
+  CHECK_THROWS_AS(decode(bytes.data(), bytes.size()), hvd::IoError);
 }
