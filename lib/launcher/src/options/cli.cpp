@@ -11,6 +11,7 @@
 //  * then the config file and the environment fill, row by row, what the
 //    command line left unset, and settings are checked together.
 #include "hvd/launcher/options/cli.h"
+#include "hvd/launcher/hosts/platform/platform.h"
 
 #include <fmt/format.h>
 
@@ -405,8 +406,7 @@ void finish_elastic(Options& o, FlagSet& set, const FlagSet& on_command_line, bo
   if (!o.elastic.enabled) {
     for (const Flag& f : flags()) {
       if (f.elastic_only && on_command_line.count(&f)) {
-        throw InvalidArgument(
-            fmt::format("{} needs --host-discovery-script or --min-np (elastic mode)", f.name()));
+        throw InvalidArgument(fmt::format("{} needs --host-discovery-script or --min-np (elastic mode)", f.name()));
       }
     }
     if (file && file->elastic_given()) {
@@ -417,10 +417,10 @@ void finish_elastic(Options& o, FlagSet& set, const FlagSet& on_command_line, bo
     }
     return;
   }
-  std::string mode_source =
-      !o.elastic.host_discovery_script ? std::string("--min-np")
-      : script_on_command_line         ? std::string("--host-discovery-script")
-                                       : fmt::format("elastic.host_discovery_script in {}", *o.config_file);
+  std::string mode_source = !o.elastic.host_discovery_script ? std::string("--min-np")
+                            : script_on_command_line
+                                ? std::string("--host-discovery-script")
+                                : fmt::format("elastic.host_discovery_script in {}", *o.config_file);
   if (kubernetes) {
     mode_source = on_command_line.count(find_flag("--kubernetes-selector"))
                       ? std::string("--kubernetes-selector")
@@ -436,14 +436,14 @@ void finish_elastic(Options& o, FlagSet& set, const FlagSet& on_command_line, bo
   }
   if (o.elastic.host_discovery_script) {
     if (!o.hosts.empty()) {
-      throw InvalidArgument(fmt::format(
-          "{} and -H/--hosts cannot be used together: in elastic mode the discovery script lists the hosts",
-          mode_source));
+      throw InvalidArgument(
+          fmt::format("{} and -H/--hosts cannot be used together: in elastic mode the discovery script lists the hosts",
+                      mode_source));
     }
     if (o.hostfile) {
-      throw InvalidArgument(fmt::format(
-          "{} and --hostfile cannot be used together: in elastic mode the discovery script lists the hosts",
-          mode_source));
+      throw InvalidArgument(
+          fmt::format("{} and --hostfile cannot be used together: in elastic mode the discovery script lists the hosts",
+                      mode_source));
     }
   }
   if (o.engine == Engine::Mpi) {
@@ -676,8 +676,11 @@ ParseOutcome parse_command_line(int argc, char** argv) {
     out.options = std::move(o);
     return out;
   }
-  if (!o.num_proc) return usage_error("-np/--num-proc is required (e.g. hvdrun -np 4 python train.py)");
-  if (*o.num_proc > kMaxNumProc) {
+  // Without -np a platform's slots are the default (hosts/platform/platform.h).
+  if (!o.num_proc && !platform::platform_gives_hosts(o, platform::PlatformContext::current())) {
+    return usage_error("-np/--num-proc is required (e.g. hvdrun -np 4 python train.py)");
+  }
+  if (o.num_proc && *o.num_proc > kMaxNumProc) {
     return usage_error(fmt::format("-np {} is more than hvdrun runs: at most {} ranks", *o.num_proc, kMaxNumProc));
   }
   if (command.empty()) return usage_error("no command given (e.g. hvdrun -np 2 python train.py)");
