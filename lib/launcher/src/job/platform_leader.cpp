@@ -302,6 +302,7 @@ std::vector<PlatformLeader::Follower> follower_hosts(const PlatformDescription& 
                                                      std::string* why) {
   std::vector<PlatformLeader::Follower> out;
   if (p.this_host.empty() || p.this_host != p.leader) return out;  // a launcher outside the hosts: nobody follows
+  if (p.hosts.size() < 2) return out;
   if (!followers_expected(p, ctx, why)) return out;
   for (const auto& h : p.hosts) {
     if (h.name == p.leader) continue;
