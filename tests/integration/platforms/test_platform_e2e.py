@@ -23,6 +23,11 @@ Cases (one CTest entry each, label platforms.e2e):
   no_follower       a follower never starts: the leader exits 3 with one line
   leader_killed     the leader is SIGKILLed mid-job: the follower exits 6
                     within a few seconds, nothing is left on any machine
+  leader_interrupted  SIGINT to the leader mid-job: the leader and the
+                    follower exit 130
+  follower_late     the follower's machine comes up after the leader (sshd
+                    refusing at first): the leader keeps trying until
+                    --start-timeout and the job runs
 
     test_platform_e2e.py --hvdrun PATH [--worker collective_worker] CASE
 """
@@ -180,6 +185,34 @@ def case_leader_killed(cluster):
           "not the leader-gone line", follower)
 
 
+def case_leader_interrupted(cluster):
+    procs = [cluster.start(i, ["sh", "-c", f"{WHOAMI}; exec sleep 60"]) for i in range(2)]
+    try:
+        cluster.wait_processes(1, r"^sleep 60", 1, timeout=20)
+        cluster.wait_processes(0, r"^sleep 60", 1, timeout=5)
+    finally:
+        procs[0].send_signal(signal.SIGINT)
+    leader, follower = cluster.collect(procs, timeout=20)
+    check(leader.code == 130 and follower.code == 130, "not both 130", leader, follower)
+    check("ended with exit status 130" in follower.stderr, "the follower did not get the status", follower)
+
+
+def case_follower_late(cluster):
+    sshd = cluster.hosts.sshd[1]
+    sshd.kill()
+    sshd.wait(timeout=5)
+    args = ["sh", "-c", WHOAMI]
+    leader = cluster.start(0, args)
+    time.sleep(1.5)
+    cluster.hosts.restart_sshd(1)
+    follower = cluster.start(1, args)
+    leader, follower = cluster.collect([leader, follower], timeout=40)
+    check(leader.code == 0 and follower.code == 0, "the job did not succeed on both machines", leader, follower)
+    check("algo-2: connection refused (%s:22); trying again until --start-timeout" % cluster.hosts.addrs[1]
+          in leader.stderr, "no retry line", leader)
+    check_ranks(cluster, leader.stdout, {0: "algo-1", 1: "algo-2"}, 2)
+
+
 CASES = {
     "sagemaker": (case_sagemaker, lambda: sagemaker_machines(2, 2)),
     "sagemaker_mpi": (case_sagemaker_mpi, lambda: sagemaker_machines(2, 2, "-verbose")),
@@ -190,6 +223,8 @@ CASES = {
     "no_leader": (case_no_leader, lambda: sagemaker_machines(2, 1)),
     "no_follower": (case_no_follower, lambda: sagemaker_machines(2, 1)),
     "leader_killed": (case_leader_killed, lambda: sagemaker_machines(2, 1)),
+    "leader_interrupted": (case_leader_interrupted, lambda: sagemaker_machines(2, 1)),
+    "follower_late": (case_follower_late, lambda: sagemaker_machines(2, 1)),
 }
 
 

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <future>
 #include <mutex>
+#include <thread>
 
 namespace hvd::launcher::platform {
 
@@ -86,6 +87,15 @@ class HelperSink final : public EventSink {
   WorkerExit exit_;
 };
 
+/// A launch error that says the host is not up yet (rather than refusing us).
+bool not_up_yet(const std::string& message) {
+  for (const char* cause :
+       {"connection refused", "name does not resolve", "no route to host", "network is unreachable"}) {
+    if (message.find(cause) != std::string::npos) return true;
+  }
+  return false;
+}
+
 WorkerSpec helper_spec(const std::string& host, const std::vector<std::string>& argv, const std::string& label) {
   WorkerSpec w;
   w.slot.hostname = host;
@@ -156,9 +166,9 @@ int PlatformLeader::attach() {
   for (std::size_t i = 0; i < n; ++i) s.attach_sinks.push_back(std::make_unique<HelperSink>());
   for (std::size_t i = 0; i < n; ++i) s.attach_spawners[i] = s.spawners.make(s.followers[i].host);
   guard.watch([&](int sig) {
+    std::lock_guard<std::mutex> lock(mutex);
     interrupted = sig;
     stop = true;
-    std::lock_guard<std::mutex> lock(mutex);
     for (auto& sp : s.attach_spawners) sp->cancel_launch();
   });
   const Deadline deadline = Deadline::after(s.start_timeout);
@@ -170,15 +180,35 @@ int PlatformLeader::attach() {
     std::vector<std::future<void>> pending;
     auto launch = [&](std::size_t i) {
       const auto& f = s.followers[i];
-      try {
-        s.attach_spawners[i]->launch(
-            {helper_spec(f.host, remote_command(s.self_exe, {"--follower-attach", f.key, timeout_arg}),
-                         "follower-attach on " + f.host)},
-            *s.attach_sinks[i], deadline);
-      } catch (const LaunchError& e) {
-        errors[i] = e.what();
-      } catch (const std::exception& e) {
-        errors[i] = fmt::format("{}: {}", f.host, e.what());
+      bool said = false;
+      for (;;) {
+        try {
+          Spawner* spawner;
+          {
+            std::lock_guard<std::mutex> lock(mutex);
+            spawner = s.attach_spawners[i].get();
+          }
+          spawner->launch({helper_spec(f.host, remote_command(s.self_exe, {"--follower-attach", f.key, timeout_arg}),
+                                       "follower-attach on " + f.host)},
+                          *s.attach_sinks[i], deadline);
+          return;
+        } catch (const LaunchError& e) {
+          // The follower's machine may still be starting (its name not yet
+          // in DNS, its sshd not yet up): try again until the start timeout.
+          if (!not_up_yet(e.what()) || stop || deadline.remaining() < std::chrono::seconds(1)) {
+            errors[i] = e.what();
+            return;
+          }
+          if (!said) spdlog::info("{}; trying again until --start-timeout", e.what());
+          said = true;
+        } catch (const std::exception& e) {
+          errors[i] = fmt::format("{}: {}", f.host, e.what());
+          return;
+        }
+        for (int k = 0; k < 10 && !stop; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        std::lock_guard<std::mutex> lock(mutex);
+        if (stop) continue;  // the next launch throws "cancelled" at once
+        s.attach_spawners[i] = s.spawners.make(f.host);
       }
     };
     std::vector<std::size_t> local;
@@ -264,7 +294,11 @@ void PlatformLeader::report(int status, std::chrono::milliseconds budget) {
     };
     std::vector<std::size_t> local;
     for (std::size_t i = 0; i < n; ++i) {
-      if (s.spawners.is_local(s.followers[i].host)) {
+      WorkerExit ex;
+      std::string err;
+      if (i < s.attach_sinks.size() && s.attach_sinks[i]->exited(&ex, &err)) {
+        errors[i] = "its follower went away during the job";  // warned then: nobody to tell
+      } else if (s.spawners.is_local(s.followers[i].host)) {
         local.push_back(i);
       } else {
         pending.push_back(std::async(std::launch::async, launch, i));
@@ -276,7 +310,7 @@ void PlatformLeader::report(int status, std::chrono::milliseconds budget) {
   std::atomic<bool> never{false};
   for (std::size_t i = 0; i < n; ++i) {
     const auto& f = s.followers[i];
-    if (errors[i].empty()) {
+    if (errors[i].empty() && spawners[i]) {
       // Exits (or the deadline) end the wait: wait() returns on either.
       WorkerExit ex;
       std::string err;
