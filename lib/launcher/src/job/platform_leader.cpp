@@ -240,10 +240,12 @@ int PlatformLeader::attach() {
       WorkerExit ex;
       std::string err;
       if (s.attach_sinks[i]->exited(&ex, &err)) {
+        std::string why = ex.lost_reason.empty() ? HelperSink::last_line(err) : ": " + ex.lost_reason;
+        if (why.empty()) why = fmt::format(": hvdrun --follower-attach exited {}", ex.status);
         error = fmt::format(
-            "{}: no hvdrun follower there{} (run the same hvdrun command line on every machine of "
-            "the job; docs/platforms.md#followers)",
-            f.host, ex.lost_reason.empty() ? HelperSink::last_line(err) : ": " + ex.lost_reason);
+            "{}{} (run the same hvdrun command line on every machine of the job; "
+            "docs/platforms.md#followers)",
+            f.host, why);
       } else {
         error = fmt::format(
             "{}: no hvdrun follower attached within --start-timeout {}s (run the same hvdrun "
