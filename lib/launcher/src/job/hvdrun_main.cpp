@@ -68,6 +68,8 @@ int hvdrun_main(int argc, char** argv) {
     for (const auto& line : launch.warnings) spdlog::warn("{}", line);
     const Options& options = launch.options;
     for (const auto& line : ineffective_setting_warnings(options, current_environment())) spdlog::warn("{}", line);
+    // The plan first: a usage error is reported before any follower is attached.
+    JobPlan plan = elastic ? JobPlan{} : make_plan(options);
     // A platform job's leader: attached to its followers while the job runs
     // and reports the job's status to them at the end.
     DefaultSpawnerFactory leader_spawners(options);
@@ -87,7 +89,6 @@ int hvdrun_main(int argc, char** argv) {
       return code;
     };
     if (elastic) return led(run_elastic_job(options));
-    JobPlan plan = make_plan(options);
     if (launch.mode == LaunchMode::Mpirun && source.platform && options.dry_run == DryRunFormat::Text) {
       std::fputs(platform::render_platform(*source.platform).c_str(), stdout);
     }
