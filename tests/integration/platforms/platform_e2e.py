@@ -19,13 +19,17 @@ collects each machine's exit status and output.
         cluster.check_no_leftovers()
 
 API
-  Machine(name, env=None, files=None)
+  Machine(name, env=None, files=None, hostname=None)
       name   the machine's platform host name (resolves to its namespace's
              address on every machine: each hvdrun sees a test /etc/hosts)
       env    the platform's variables on that machine; "{dir}" in a value is
-             the machine's own directory, "{addr}" its address
+             replaced by the machine's own directory, "{addr}" by its address
+             (nothing else: JSON values keep their braces)
       files  path relative to the machine's directory -> content (str, or a
              dict/list written as JSON)
+      hostname  when set, hvdrun runs in a UTS namespace of its own with
+             this host name (platforms that name this machine by
+             gethostname()); by default every machine shares this one's
   PlatformCluster(machines, hvdrun, common_env=None)   (a context manager)
       .hosts           the NetnsHosts (addrs, namespaces, key, home, tmp)
       .dirs[i]         machine i's directory
@@ -66,10 +70,11 @@ DROPPED_PREFIXES = ("SLURM_", "SLURMD_", "SM_", "SAGEMAKER_", "HVDRUN_", "HOROVO
 
 
 class Machine:
-    def __init__(self, name, env=None, files=None):
+    def __init__(self, name, env=None, files=None, hostname=None):
         self.name = name
         self.env = dict(env or {})
         self.files = dict(files or {})
+        self.hostname = hostname
 
 
 class Result:
@@ -152,9 +157,8 @@ class PlatformCluster:
                    OMPI_MCA_oob_tcp_if_include=subnet, OMPI_MCA_btl_tcp_if_include=subnet,
                    OMPI_MCA_plm_rsh_no_tree_spawn="1", OMPI_MCA_btl_vader_single_copy_mechanism="none")
         env.update(self.common_env)
-        subst = {"dir": self.dirs[i], "addr": self.hosts.addrs[i]}
         for k, v in self.machines[i].env.items():
-            env[k] = v.format(**subst)
+            env[k] = v.replace("{dir}", self.dirs[i]).replace("{addr}", self.hosts.addrs[i])
         env.update(extra or {})
         return env
 
@@ -165,8 +169,13 @@ class PlatformCluster:
         """hvdrun on machine i, in its namespace and a private mount namespace
         where the test /etc/hosts names every machine. The Popen's pid is
         hvdrun's own (every wrapper execs)."""
-        wrap = ["ip", "netns", "exec", self.hosts.namespaces[i], "unshare", "--mount", "--propagation", "private",
-                "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"', self.etc_hosts]
+        hostname = self.machines[i].hostname
+        wrap = ["ip", "netns", "exec", self.hosts.namespaces[i], "unshare", "--mount", "--propagation", "private"]
+        if hostname:
+            wrap += ["--uts", "sh", "-c", f'hostname {hostname} && mount --bind "$0" /etc/hosts && exec "$@"']
+        else:
+            wrap += ["sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"']
+        wrap.append(self.etc_hosts)
         p = subprocess.Popen(wrap + self.argv(args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env=self.env_for(i, env))
         p.started_at = time.monotonic()

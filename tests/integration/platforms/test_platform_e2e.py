@@ -25,6 +25,9 @@ Cases (one CTest entry each, label platforms.e2e):
                     within a few seconds, nothing is left on any machine
   leader_interrupted  SIGINT to the leader mid-job: the leader and the
                     follower exit 130
+  key_mismatch      the machines disagree on the job id (TRAINING_JOB_NAME
+                    only on the leader): the leader exits 3 naming the key the
+                    follower listens under, the follower 6
   follower_late     the follower's machine comes up after the leader (sshd
                     refusing at first): the leader keeps trying until
                     --start-timeout and the job runs
@@ -213,6 +216,16 @@ def case_follower_late(cluster):
     check_ranks(cluster, leader.stdout, {0: "algo-1", 1: "algo-2"}, 2)
 
 
+def case_key_mismatch(cluster):
+    del cluster.machines[1].env["TRAINING_JOB_NAME"]
+    leader, follower = cluster.run_all(["--start-timeout", "2", "true"], timeout=20)
+    check(leader.code == 3 and follower.code == 6, "not 3 and 6", leader, follower)
+    errors = [line for line in follower_lines(leader) if line.startswith("hvdrun: error:")]
+    check(len(errors) == 1 and "no hvdrun follower of sagemaker:e2e-job:algo-2 answered" in errors[0]
+          and "hvdrun followers of other keys listen here: sagemaker::algo-2" in errors[0],
+          "the leader's line does not name the follower's key", leader)
+
+
 CASES = {
     "sagemaker": (case_sagemaker, lambda: sagemaker_machines(2, 2)),
     "sagemaker_mpi": (case_sagemaker_mpi, lambda: sagemaker_machines(2, 2, "-verbose")),
@@ -224,6 +237,7 @@ CASES = {
     "no_follower": (case_no_follower, lambda: sagemaker_machines(2, 1)),
     "leader_killed": (case_leader_killed, lambda: sagemaker_machines(2, 1)),
     "leader_interrupted": (case_leader_interrupted, lambda: sagemaker_machines(2, 1)),
+    "key_mismatch": (case_key_mismatch, lambda: sagemaker_machines(2, 1)),
     "follower_late": (case_follower_late, lambda: sagemaker_machines(2, 1)),
 }
 

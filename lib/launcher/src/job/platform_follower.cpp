@@ -28,6 +28,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -141,6 +142,20 @@ int ssh_port_for(const Options& options, const std::string& host) {
     return config.resolve(host, t).port.value_or(22);
   } catch (const std::exception&) {
     return 22;  // an unusable file is the leader's spawner's to report
+  }
+}
+
+/// The keys of the hvdrun followers listening in this network namespace
+/// (/proc/net/unix lists abstract names with a leading '@'). A follower under
+/// another key than the leader's (job ids or host names that differ between
+/// the machines) is the likely mistake when none answers.
+void other_follower_keys(std::set<std::string>* keys) {
+  std::ifstream sockets("/proc/net/unix");
+  std::string line;
+  const std::string prefix = "@hvdrun-follower:";
+  while (std::getline(sockets, line)) {
+    auto at = line.find(prefix);
+    if (at != std::string::npos) keys->insert(line.substr(at + prefix.size()));
   }
 }
 
@@ -355,6 +370,8 @@ int connect_follower(const std::string& key, std::chrono::milliseconds timeout, 
   socklen_t len = 0;
   const sockaddr_un addr = socket_address(key, &len);
   std::string last = "no answer";
+  std::set<std::string> other_keys;  // followers that do listen here, under another key
+  int attempt = 0;
   for (;;) {
     UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!fd) {
@@ -368,12 +385,15 @@ int connect_follower(const std::string& key, std::chrono::milliseconds timeout, 
     } else {
       last = std::strerror(errno);
     }
+    if (attempt++ % 10 == 0) other_follower_keys(&other_keys);
     if (deadline.expired()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (error) {
-    *error =
-        fmt::format("no hvdrun follower of {} answered on this machine within {} ({})", key, seconds(timeout), last);
+    std::string others;
+    for (const auto& k : other_keys) others += (others.empty() ? "" : ", ") + k;
+    *error = fmt::format("no hvdrun follower of {} answered on this machine within {} ({}{})", key, seconds(timeout),
+                         last, others.empty() ? "" : "; hvdrun followers of other keys listen here: " + others);
   }
   return -1;
 }

@@ -222,8 +222,11 @@ int PlatformLeader::attach() {
     for (auto i : local) launch(i);
     for (auto& p : pending) p.get();
   }
+  // The attach processes give up at the same deadline and say why (e.g.
+  // followers of another key listen there): a moment more for that to arrive.
+  const Deadline answers = Deadline::after(deadline.remaining() + std::chrono::seconds(2));
   for (std::size_t i = 0; i < n && !stop; ++i) {
-    if (errors[i].empty()) s.attach_sinks[i]->wait(deadline, stop);
+    if (errors[i].empty()) s.attach_sinks[i]->wait(answers, stop);
   }
   guard.stop_watching();
   if (interrupted) {
