@@ -100,12 +100,15 @@ class ExitCodes(unittest.TestCase):
         self.assertLess(time.monotonic() - t0, 30)
 
     def test_code_6(self):
-        # A follower of a platform job (docs/platforms.md#followers): one line, nothing started.
+        # A follower of a platform job whose leader never attaches
+        # (docs/platforms.md#followers): one error line after --start-timeout.
         env = dict(os.environ, SLURM_JOB_ID="1", SLURM_JOB_NODELIST="n[1-2]", SLURMD_NODENAME="n2")
         env.pop("HVDRUN_HOSTS_FROM", None)
-        r = run(["-np", "1", "true"], env=env)
-        self.check(r, 6, "is a follower of the slurm job, whose leader is n1")
-        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        r = run(["-np", "1", "--start-timeout", "1", "true"], env=env)
+        self.check(r, 6, "this machine is a follower of the slurm job, and its leader n1 did not attach within "
+                         "--start-timeout 1s")
+        errors = [line for line in r.stderr.splitlines() if line.startswith("hvdrun: error:")]
+        self.assertEqual(len(errors), 1, r.stderr)
 
     def test_code_127(self):
         self.check(run(["-np", "1", "no-such-program-hvd"]), 127, "command not found")

@@ -11,10 +11,12 @@ Run one case:  HVDRUN=/path/to/hvdrun python3 test_platforms.py Platforms.test_s
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 HVDRUN = os.environ.get("HVDRUN", "hvdrun")
@@ -144,17 +146,66 @@ class Platforms(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertEqual(error_lines(r.stderr), ["hvdrun: error: SLURM_JOB_NODELIST: 'node[01-02': '[' without ']'"])
 
-    def test_follower_is_refused_and_dry_run_says_so(self):
+    def test_follower_waits_for_its_leader_and_dry_run_says_so(self):
         follower = dict(SLURM, SLURMD_NODENAME="gpu-7")
-        r = run(["-np", "2", "true"], clean_env(**follower))
-        self.assertEqual(r.returncode, 6)
-        self.assertEqual(error_lines(r.stderr), [
-            "hvdrun: error: this machine (gpu-7) is a follower of the slurm job, whose leader is node01: followers "
-            "are not implemented yet; run hvdrun on node01 only, with sshd serving it on the other hosts "
-            "(docs/platforms.md#followers)"])
+        t0 = time.monotonic()
+        r = run(["-np", "2", "--start-timeout", "1", "true"], clean_env(**follower))
+        self.assertEqual(r.returncode, 6, r.stderr)
+        self.assertLess(time.monotonic() - t0, 10)
+        self.assertIn("[info] follower of the slurm job: waiting for the leader node01 (up to 1s)", r.stderr)
+        self.assertEqual([line for line in error_lines(r.stderr) if line.startswith("hvdrun: error:")], [
+            "hvdrun: error: this machine is a follower of the slurm job, and its leader node01 did not attach within "
+            "--start-timeout 1s (is hvdrun running there with the same command line? docs/platforms.md#followers)"])
         r = run(["-np", "2", "--dry-run", "true"], clean_env(**follower))
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("  this host: gpu-7 (a follower", r.stdout)
+        self.assertIn("  this host: gpu-7 (a follower: waits for the leader node01 to attach, then exits with the "
+                      "job's status)\n", r.stdout)
+
+    def test_follower_stops_on_signals(self):
+        follower = dict(SLURM, SLURMD_NODENAME="gpu-7")
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            p = subprocess.Popen([HVDRUN, "-np", "2", "true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 stdin=subprocess.DEVNULL, env=clean_env(**follower), text=True)
+            seen = ""
+            while "waiting for the leader" not in seen:
+                line = p.stderr.readline()
+                self.assertTrue(line, "the follower exited early: " + seen)
+                seen += line
+            time.sleep(0.2)
+            p.send_signal(sig)
+            _, err = p.communicate(timeout=10)
+            self.assertEqual(p.returncode, 128 + sig, seen + err)
+            self.assertIn("follower of the slurm job stopped by %s" % signal.Signals(sig).name, err)
+
+    def test_np_defaults_to_the_platform_slots(self):
+        r = run(["--dry-run", "true"], clean_env(**SLURM))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("7 ranks on 4 hosts", r.stdout)
+        self.assertIn("-np not given: 7 ranks, the slurm job's slots", r.stderr)
+        r = run(["-np", "3", "--dry-run", "true"], clean_env(**SLURM))
+        self.assertIn("3 ranks on 2 hosts", r.stdout)
+        # Without a platform (or with --hosts-from none) -np stays required, as in horovodrun.
+        for env in (clean_env(), clean_env(HVDRUN_HOSTS_FROM="none", **SLURM)):
+            r = run(["true"], env)
+            self.assertEqual(r.returncode, 2)
+            self.assertEqual(error_lines(r.stderr),
+                             ["hvdrun: error: -np/--num-proc is required (e.g. hvdrun -np 4 python train.py)"])
+
+    def test_internal_follower_subcommands(self):
+        # What the leader runs on follower hosts: not in --help; bounded and one line without a follower.
+        r = run(["--help"], clean_env())
+        self.assertNotIn("--follower-", r.stdout + r.stderr)
+        t0 = time.monotonic()
+        r = run(["--follower-status", "test:%d:none" % os.getpid(), "0", "0.3"], clean_env())
+        self.assertEqual(r.returncode, 1)
+        self.assertLess(time.monotonic() - t0, 5)
+        self.assertEqual(len(error_lines(r.stderr)), 1, r.stderr)
+        self.assertIn("no hvdrun follower of test:", r.stderr)
+        r = run(["--follower-attach", "test:%d:none" % os.getpid(), "0.3"], clean_env())
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stdout, "")
+        r = run(["--follower-status", "k", "300"], clean_env())
+        self.assertEqual(r.returncode, 2)
 
     def test_explicit_flags_and_none_win(self):
         # -H names the hosts: the allocation is not used, and nothing says it is.

@@ -4,9 +4,13 @@
 #include "hvd/launcher/hosts/platform/platform.h"
 #include "hvd/launcher/job/launch_mode.h"
 #include "hvd/launcher/job/launcher.h"
+#include "hvd/launcher/job/platform_follower.h"
+#include "hvd/launcher/job/platform_leader.h"
 #include "hvd/launcher/plan/worker_env.h"
 #include "hvd/launcher/spawn/agent.h"
+#include "hvd/launcher/spawn/local_spawner.h"
 #include "hvd/launcher/spawn/mpi/mpi_launch.h"
+#include "hvd/launcher/spawn/spawner_factory.h"
 
 #include <spdlog/spdlog.h>
 
@@ -34,6 +38,9 @@ int exit_code_for(std::exception_ptr error) {
 
 int hvdrun_main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--agent") == 0) return agent_main(argc, argv);
+  // Internal: what a platform job's leader runs on its follower hosts (docs/platforms.md#followers).
+  if (argc > 1 && std::strcmp(argv[1], "--follower-attach") == 0) return platform::follower_attach_main(argc, argv);
+  if (argc > 1 && std::strcmp(argv[1], "--follower-status") == 0) return platform::follower_status_main(argc, argv);
   try {
     ParseOutcome parsed = parse_command_line(argc, argv);
     if (!parsed.options) {
@@ -45,15 +52,14 @@ int hvdrun_main(int argc, char** argv) {
       return exit_code::kOk;
     }
     // --hosts-from: a platform's hosts when nothing explicit names them (docs/platforms.md).
-    platform::HostSourceDecision source =
-        platform::apply_host_source(*parsed.options, platform::PlatformContext::current());
+    const platform::PlatformContext platform_ctx = platform::PlatformContext::current();
+    platform::HostSourceDecision source = platform::apply_host_source(*parsed.options, platform_ctx);
     parsed.options = std::move(source.options);
-    if (source.follower && parsed.options->dry_run == DryRunFormat::None) {
-      std::fprintf(stderr, "hvdrun: error: %s\n", platform::follower_refusal(*source.platform).c_str());
-      return exit_code::kPlatformFollower;
-    }
     for (const auto& line : source.info) spdlog::info("{}", line);
     for (const auto& line : source.warnings) spdlog::warn("{}", line);
+    if (source.follower && parsed.options->dry_run == DryRunFormat::None) {
+      return platform::follow_leader(*parsed.options, *source.platform, platform_ctx);
+    }
     // --dry-run of an elastic job looks once and shows what its host source
     // finds (run_elastic_job).
     const bool elastic = parsed.options->elastic.enabled;
@@ -62,13 +68,32 @@ int hvdrun_main(int argc, char** argv) {
     for (const auto& line : launch.warnings) spdlog::warn("{}", line);
     const Options& options = launch.options;
     for (const auto& line : ineffective_setting_warnings(options, current_environment())) spdlog::warn("{}", line);
-    if (elastic) return run_elastic_job(options);
-    JobPlan plan = make_plan(options);
+    // The plan first: a usage error is reported before any follower is attached.
+    JobPlan plan = elastic ? JobPlan{} : make_plan(options);
+    // A platform job's leader: attached to its followers while the job runs
+    // and reports the job's status to them at the end.
+    DefaultSpawnerFactory leader_spawners(options);
+    std::unique_ptr<platform::PlatformLeader> leader;
+    if (source.platform && options.dry_run == DryRunFormat::None) {
+      std::string why;
+      auto followers = platform::follower_hosts(*source.platform, platform_ctx, &why);
+      if (!why.empty()) spdlog::info("{}: {}", source.platform->name, why);
+      if (!followers.empty()) {
+        leader = std::make_unique<platform::PlatformLeader>(leader_spawners, std::move(followers),
+                                                            options.start_timeout, self_executable());
+        if (int code = leader->attach()) return code;
+      }
+    }
+    auto led = [&leader](int code) {
+      if (leader) leader->report(code);
+      return code;
+    };
+    if (elastic) return led(run_elastic_job(options));
     if (launch.mode == LaunchMode::Mpirun && source.platform && options.dry_run == DryRunFormat::Text) {
       std::fputs(platform::render_platform(*source.platform).c_str(), stdout);
     }
     if (launch.mode == LaunchMode::Mpirun)
-      return run_mpi_mode(options, plan, launch.mpirun ? &*launch.mpirun : nullptr);
+      return led(run_mpi_mode(options, plan, launch.mpirun ? &*launch.mpirun : nullptr));
     if (options.dry_run != DryRunFormat::None) {
       std::string text = render_dry_run(plan, options, options.dry_run);
       if (source.platform && options.dry_run == DryRunFormat::Json) {
@@ -86,7 +111,7 @@ int hvdrun_main(int argc, char** argv) {
       std::fputs(render_placement_table(plan).c_str(), stdout);
       std::fflush(stdout);
     }
-    return run_job(options, plan);
+    return led(run_job(options, plan));
   } catch (...) {
     return exit_code_for(std::current_exception());
   }

@@ -11,6 +11,7 @@
 //  * then the config file and the environment fill, row by row, what the
 //    command line left unset, and settings are checked together.
 #include "hvd/launcher/options/cli.h"
+#include "hvd/launcher/hosts/platform/platform.h"
 
 #include <fmt/format.h>
 
@@ -676,8 +677,11 @@ ParseOutcome parse_command_line(int argc, char** argv) {
     out.options = std::move(o);
     return out;
   }
-  if (!o.num_proc) return usage_error("-np/--num-proc is required (e.g. hvdrun -np 4 python train.py)");
-  if (*o.num_proc > kMaxNumProc) {
+  // Without -np a platform's slots are the default (hosts/platform/platform.h).
+  if (!o.num_proc && !platform::platform_gives_hosts(o, platform::PlatformContext::current())) {
+    return usage_error("-np/--num-proc is required (e.g. hvdrun -np 4 python train.py)");
+  }
+  if (o.num_proc && *o.num_proc > kMaxNumProc) {
     return usage_error(fmt::format("-np {} is more than hvdrun runs: at most {} ranks", *o.num_proc, kMaxNumProc));
   }
   if (command.empty()) return usage_error("no command given (e.g. hvdrun -np 2 python train.py)");

@@ -416,7 +416,8 @@ std::vector<Flag> build_table() {
 
   add(action({"--help", "-h"}, "Show this help and exit", Action::Help).group("Options"));
   add(action({"--version", "-v"}, "Show hvdrun's version and exit", Action::Version).group(general));
-  add(value({"--num-proc"}, "N", "-np/--num-proc N: total number of worker processes (required)",
+  add(value({"--num-proc"}, "N",
+            "-np/--num-proc N: total number of worker processes (required; default with a platform: its slots)",
             at(&Options::num_proc), positive_count)
           .group(placement)
           .legacy("-np")

@@ -42,7 +42,7 @@ std::string role(const PlatformDescription& p) {
   if (std::none_of(p.hosts.begin(), p.hosts.end(), [&](const HostSpec& h) { return h.name == p.this_host; })) {
     return "not one of the hosts: launches the job from here";
   }
-  return "a follower (not implemented yet: a real run exits 6; run hvdrun on the leader only)";
+  return fmt::format("a follower: waits for the leader {} to attach, then exits with the job's status", p.leader);
 }
 
 }  // namespace
@@ -78,6 +78,19 @@ std::optional<PlatformDescription> detect(const std::string& name, const Platfor
   throw InvalidArgument(fmt::format("unknown platform '{}'", name));
 }
 
+bool platform_gives_hosts(const Options& options, const PlatformContext& ctx) {
+  if (options.hosts_from == "none" || !explicit_source(options).empty()) return false;
+  try {
+    if (options.hosts_from != "auto") return true;  // present, or apply_host_source reports that it is not
+    for (const auto& name : implemented_platforms()) {
+      if (detect(name, ctx)) return true;
+    }
+    return false;
+  } catch (const std::exception&) {
+    return true;  // malformed: apply_host_source reports it
+  }
+}
+
 HostSourceDecision apply_host_source(const Options& options, const PlatformContext& ctx) {
   HostSourceDecision d;
   d.options = options;
@@ -105,6 +118,10 @@ HostSourceDecision apply_host_source(const Options& options, const PlatformConte
   if (o.num_proc && *o.num_proc > total) {
     throw InvalidArgument(fmt::format("-np {} but the {} job offers only {} slot{} ({}; from {})", *o.num_proc, p.name,
                                       total, total == 1 ? "" : "s", format_hosts(p.hosts), join(p.evidence, ", ")));
+  }
+  if (!o.num_proc) {
+    o.num_proc = static_cast<int>(total);
+    d.info.push_back(fmt::format("-np not given: {} rank{}, the {} job's slots", total, total == 1 ? "" : "s", p.name));
   }
   std::vector<std::string> entries;
   for (const auto& h : p.hosts) entries.push_back(format_host(h));
@@ -166,13 +183,6 @@ std::string render_platform_json(const PlatformDescription& p) {
   j["interface"] = p.interface ? nlohmann::json(*p.interface) : nlohmann::json(nullptr);
   j["custom_mpi_options"] = p.custom_mpi_options ? nlohmann::json(*p.custom_mpi_options) : nlohmann::json(nullptr);
   return j.dump();
-}
-
-std::string follower_refusal(const PlatformDescription& p) {
-  return fmt::format(
-      "this machine ({}) is a follower of the {} job, whose leader is {}: followers are not implemented yet; run "
-      "hvdrun on {} only, with sshd serving it on the other hosts (docs/platforms.md#followers)",
-      p.this_host, p.name, p.leader, p.leader);
 }
 
 }  // namespace hvd::launcher::platform

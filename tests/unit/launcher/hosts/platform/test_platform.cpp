@@ -304,11 +304,9 @@ TEST_CASE("platform hosts-from: contradictions and an absent named platform are 
   // A follower: this machine is algo-2, the leader algo-1.
   auto d = apply_host_source(with_hosts_from("auto"), root.context());
   CHECK(d.follower);
-  CHECK(follower_refusal(*d.platform) ==
-        "this machine (algo-2) is a follower of the sagemaker job, whose leader is algo-1: followers are not "
-        "implemented yet; run hvdrun on algo-1 only, with sshd serving it on the other hosts "
-        "(docs/platforms.md#followers)");
-  CHECK(render_platform(*d.platform).find("this host: algo-2 (a follower") != std::string::npos);
+  CHECK(render_platform(*d.platform)
+            .find("this host: algo-2 (a follower: waits for the leader algo-1 to attach, then exits with the job's "
+                  "status)") != std::string::npos);
 }
 
 TEST_CASE("platform hosts-from: explicit --network-interface and --mpi-args win - custom MPI options need --mpi",
@@ -356,4 +354,37 @@ TEST_CASE("platform hosts-from: the flag its config key and HVDRUN_HOSTS_FROM - 
   CHECK(hvd_test::parse_ok({"-np", "1", "true"}).hosts_from == "none");
   CHECK(hvd_test::parse_ok({"-np", "1", "--hosts-from", "auto", "true"}).hosts_from == "auto");
   unsetenv("HVDRUN_HOSTS_FROM");
+}
+
+TEST_CASE("platform hosts-from: -np defaults to the platform's slots - explicit -np wins", "[platform]") {
+  FakeRoot root;
+  root.write(kResourceConfig, R"({"current_host": "algo-1", "hosts": ["algo-1", "algo-2"]})");
+  root.write(kHyperparameters, R"({"sagemaker_mpi_num_of_processes_per_host": "2"})");
+  Options no_np = with_hosts_from("auto");
+  no_np.num_proc.reset();
+  CHECK(platform_gives_hosts(no_np, root.context()));
+  auto d = apply_host_source(no_np, root.context());
+  REQUIRE(d.options.num_proc);
+  CHECK(*d.options.num_proc == 4);
+  CHECK(std::find(d.info.begin(), d.info.end(), "-np not given: 4 ranks, the sagemaker job's slots") != d.info.end());
+  Options three = with_hosts_from("auto");
+  three.num_proc = 3;
+  CHECK(*apply_host_source(three, root.context()).options.num_proc == 3);
+
+  // Without a platform -np stays required (cli.cpp asks platform_gives_hosts).
+  FakeRoot empty;
+  CHECK_FALSE(platform_gives_hosts(no_np, empty.context()));
+  Options none = no_np;
+  none.hosts_from = "none";
+  CHECK_FALSE(platform_gives_hosts(none, root.context()));
+  Options explicit_hosts = no_np;
+  explicit_hosts.hosts = "a:2";
+  CHECK_FALSE(platform_gives_hosts(explicit_hosts, root.context()));
+  // A named platform or a malformed description: apply_host_source reports it.
+  Options named = no_np;
+  named.hosts_from = "slurm";
+  CHECK(platform_gives_hosts(named, empty.context()));
+  FakeRoot bad;
+  bad.write(kResourceConfig, "{not json");
+  CHECK(platform_gives_hosts(no_np, bad.context()));
 }

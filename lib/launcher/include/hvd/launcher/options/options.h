@@ -93,7 +93,7 @@ struct ElasticOptions {
 
 struct Options {
   // Placement
-  std::optional<int> num_proc;  // -np; default: total slots? no: required unless elastic
+  std::optional<int> num_proc;  // -np; required unless elastic or a platform gives the slots
   std::string hosts;  // -H text as given ("h1:2,h2:4"); empty if not given
   std::optional<std::string> hostfile;  // --hostfile path
   // SSH
@@ -144,7 +144,7 @@ inline constexpr int kLaunch = 3;  // host unreachable, auth failed, start timeo
 inline constexpr int kNotSupported = 4;  // a flag whose feature is not implemented yet
 inline constexpr int kElastic = 5;  // elastic job gave up: below --min-np past --elastic-timeout, --reset-limit
                                     // exceeded, or members still running after the ending grace
-inline constexpr int kPlatformFollower = 6;  // this machine is not the platform job's leader (followers: not yet)
+inline constexpr int kPlatformFollower = 6;  // platform follower could not follow its leader (docs/platforms.md)
 inline constexpr int kInternal = 70;  // EX_SOFTWARE: a bug in hvdrun
 inline constexpr int kCommandNotFound = 127;
 inline constexpr int kSigHup = 129;

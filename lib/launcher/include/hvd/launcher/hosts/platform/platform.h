@@ -94,8 +94,8 @@ struct HostSourceDecision {
   std::optional<PlatformDescription> platform;  ///< set when a platform's hosts are used
   std::vector<std::string> info;  ///< one-line notes (which platform, from where)
   std::vector<std::string> warnings;  ///< settings of the platform that are ignored, and why
-  /// This machine is a follower (not the leader): followers are not
-  /// implemented yet, a real run is refused with exit_code::kPlatformFollower.
+  /// This machine is a follower (one of the hosts, not the leader): a real
+  /// run waits for the leader (job/platform_follower.h).
   bool follower = false;
 };
 
@@ -104,7 +104,8 @@ struct HostSourceDecision {
 /// --kubernetes-selector name the hosts; `none` keeps horovodrun's
 /// localhost:np; a platform name requires that platform (absent: error)
 /// and refuses -H & co. Throws InvalidArgument (exit 2) on contradictions:
-/// -np above the platform's slots, a platform named beside -H.
+/// -np above the platform's slots, a platform named beside -H. Without
+/// -np, the platform's total slots (one info line).
 HostSourceDecision apply_host_source(const Options& options, const PlatformContext& ctx);
 
 /// The --dry-run text block: platform, evidence, this host, leader, role,
@@ -114,7 +115,9 @@ std::string render_platform(const PlatformDescription& p);
 /// The same as JSON text (an object), for --dry-run=json.
 std::string render_platform_json(const PlatformDescription& p);
 
-/// The one line shown when a non-leader machine is refused.
-std::string follower_refusal(const PlatformDescription& p);
+/// Whether apply_host_source would use a platform's hosts (or report its
+/// malformed description): then -np may be left out and defaults to the
+/// platform's slots.
+bool platform_gives_hosts(const Options& options, const PlatformContext& ctx);
 
 }  // namespace hvd::launcher::platform
