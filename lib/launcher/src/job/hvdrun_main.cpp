@@ -48,6 +48,12 @@ int hvdrun_main(int argc, char** argv) {
     platform::HostSourceDecision source =
         platform::apply_host_source(*parsed.options, platform::PlatformContext::current());
     parsed.options = std::move(source.options);
+    // A platform machine that gets no ranks (Vertex's reduction servers and
+    // evaluators): one line, exit 0, nothing started (docs/platforms.md#vertex-ai).
+    if (source.platform && source.platform->unranked && parsed.options->dry_run == DryRunFormat::None) {
+      spdlog::info("{}", source.platform->unranked_reason);
+      return exit_code::kOk;
+    }
     if (source.follower && parsed.options->dry_run == DryRunFormat::None) {
       std::fprintf(stderr, "hvdrun: error: %s\n", platform::follower_refusal(*source.platform).c_str());
       return exit_code::kPlatformFollower;
