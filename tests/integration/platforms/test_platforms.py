@@ -195,8 +195,8 @@ class Platforms(unittest.TestCase):
         r = run(["-np", "1", "--hosts-from", "vertex", "true"], clean_env())
         self.assertEqual(r.returncode, 2)
         self.assertEqual(error_lines(r.stderr), [
-            "hvdrun: error: --hosts-from vertex: neither CLUSTER_SPEC nor TF_CONFIG is set (not inside a Vertex AI "
-            "training job)"])
+            "hvdrun: error: --hosts-from vertex: neither CLUSTER_SPEC nor a TF_CONFIG with a cluster is set (not inside "
+            "a Vertex AI training job)"])
 
     def test_vertex_dry_run(self):
         # The primary replica of a job with two workers and a reduction-server pool, on a machine without GPUs

@@ -33,7 +33,8 @@ std::string where_we_looked(const std::string& name) {
     return "no <base>/input/config/resourceconfig.json (base: SAGEMAKER_BASE_DIR or /opt/ml) and no SM_HOSTS / "
            "SM_CURRENT_HOST";
   }
-  if (name == "vertex") return "neither CLUSTER_SPEC nor TF_CONFIG is set (not inside a Vertex AI training job)";
+  if (name == "vertex")
+    return "neither CLUSTER_SPEC nor a TF_CONFIG with a cluster is set (not inside a Vertex AI training job)";
   if (name == "lsf") return "LSB_JOBID is not set (not inside an LSF job)";
   return "SLURM_JOB_ID is not set (not inside a Slurm allocation)";
 }

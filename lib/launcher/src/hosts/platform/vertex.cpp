@@ -92,6 +92,9 @@ std::optional<PlatformDescription> detect_vertex(const PlatformContext& ctx) {
   }
   if (!spec.is_object()) throw InvalidArgument(fmt::format("{}: expected a JSON object", var));
   auto cluster = spec.find("cluster");
+  // TensorFlow reads a TF_CONFIG without a cluster ("{}") as one local
+  // worker: no platform job.
+  if (tf && (cluster == spec.end() || (cluster->is_object() && cluster->empty()))) return std::nullopt;
   if (cluster == spec.end()) throw InvalidArgument(fmt::format("{}: field 'cluster' is missing", var));
   if (!cluster->is_object()) throw InvalidArgument(fmt::format("{}: field 'cluster' is not an object", var));
 

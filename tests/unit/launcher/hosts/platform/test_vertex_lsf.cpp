@@ -75,6 +75,13 @@ TEST_CASE("platform vertex: absent without CLUSTER_SPEC and TF_CONFIG", "[platfo
   Machine m;
   CHECK_FALSE(detect_vertex(m.context()).has_value());
   CHECK_FALSE(detect_vertex(m.context({{"CLUSTER_SPEC", ""}, {"AIP_MODEL_DIR", "gs://x"}})).has_value());
+  // TensorFlow's single local worker: TF_CONFIG without a cluster.
+  CHECK_FALSE(detect_vertex(m.context({{"TF_CONFIG", "{}"}})).has_value());
+  CHECK_FALSE(detect_vertex(m.context({{"TF_CONFIG", R"({"cluster": {}, "task": {}})"}})).has_value());
+  // CLUSTER_SPEC is Vertex's own: present means a job, however malformed.
+  CHECK(invalid_message([&] {
+          detect_vertex(m.context({{"CLUSTER_SPEC", "{}"}}));
+        }) == "CLUSTER_SPEC: field 'cluster' is missing");
 }
 
 TEST_CASE("platform vertex: CLUSTER_SPEC gives the primary then the workers - ports dropped - GPU slots",
@@ -252,7 +259,8 @@ TEST_CASE("platform vertex: --hosts-from auto finds it after sagemaker - --slots
         std::string::npos);
   o.hosts_from = "vertex";
   CHECK(invalid_message([&] { apply_host_source(o, m.context()); }) ==
-        "--hosts-from vertex: neither CLUSTER_SPEC nor TF_CONFIG is set (not inside a Vertex AI training job)");
+        "--hosts-from vertex: neither CLUSTER_SPEC nor a TF_CONFIG with a cluster is set (not inside a Vertex AI "
+        "training job)");
   // Through the command line: accepted beside --hosts-from, refused with -H or none (elastic rule).
   CHECK(hvd_test::parse_ok({"-np", "2", "--slots-per-host", "2", "true"}).elastic.slots_per_host ==
         std::optional<int>(2));

@@ -86,7 +86,8 @@ std::optional<PlatformDescription> detect_sagemaker(const PlatformContext& ctx);
 /// the first node.
 std::optional<PlatformDescription> detect_slurm(const PlatformContext& ctx);
 
-/// Vertex AI / AI Platform (vertex.cpp): CLUSTER_SPEC, else TF_CONFIG;
+/// Vertex AI / AI Platform (vertex.cpp): CLUSTER_SPEC, else TF_CONFIG (one
+/// without a cluster is TensorFlow's single local worker: absent);
 /// hosts from the primary pool (workerpool0 / chief / master) then the
 /// workers (workerpool1 / worker), without ports; reduction servers and
 /// evaluators (workerpool2/3, ps, evaluator) get no ranks; this host from
