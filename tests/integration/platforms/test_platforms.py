@@ -270,6 +270,13 @@ class Platforms(unittest.TestCase):
         doc = json.loads(r.stdout)["platform"]
         self.assertEqual((doc["this_host"], doc["leader"], doc["launches_here"]), (me, "batch1", False))
         self.assertEqual([(h["name"], h["slots"]) for h in doc["hosts"]], [("batch1", 1), (me, 2)])
+        # HVDRUN_HOSTNAME names this machine (here: the second compute host).
+        r = run(["-np", "2", "--dry-run=json", "true"],
+                clean_env(LSB_JOBID="4711", LSB_MCPU_HOSTS="batch1 1 cn01 4 cn02 4", HVDRUN_HOSTNAME="cn02"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        doc = json.loads(r.stdout)["platform"]
+        self.assertEqual((doc["this_host"], doc["leader"], doc["launches_here"]), ("cn02", "batch1", False))
+        self.assertIn("HVDRUN_HOSTNAME=cn02", doc["evidence"])
         # Malformed: one line naming LSB_MCPU_HOSTS.
         r = run(["-np", "1", "true"], clean_env(LSB_JOBID="1", LSB_MCPU_HOSTS="cn01 four"))
         self.assertEqual(r.returncode, 2)

@@ -28,6 +28,7 @@ bool same_host(const std::string& listed, const std::string& mine) {
 
 std::string PlatformContext::host_name() const {
   if (hostname) return *hostname;
+  if (auto named = get("HVDRUN_HOSTNAME"); named && !named->empty()) return *named;
   char buf[HOST_NAME_MAX + 1] = {};
   if (::gethostname(buf, sizeof(buf) - 1) != 0) return "";
   return buf;
@@ -76,7 +77,8 @@ std::optional<PlatformDescription> detect_lsf(const PlatformContext& ctx) {
 
   // LSF runs the job script on the first host: it launches.
   const std::string me = ctx.host_name();
-  p.evidence.push_back("host name " + me);
+  const auto named = ctx.get("HVDRUN_HOSTNAME");
+  p.evidence.push_back(!ctx.hostname && named && !named->empty() ? "HVDRUN_HOSTNAME=" + me : "host name " + me);
   p.leader = hosts.front().name;
   for (const auto& h : hosts) {
     if (same_host(h.name, me)) p.this_host = h.name;

@@ -1,6 +1,7 @@
 // Vertex AI (CLUSTER_SPEC, TF_CONFIG) and LSF (LSB_MCPU_HOSTS) detectors, the
 // GPU count they take slots from, and SageMaker's custom MPI options split as
 // the SageMaker training toolkit splits them (docs/platforms.md).
+#include <unistd.h>
 #include <catch2/catch.hpp>
 
 #include "../../test_util.h"
@@ -319,6 +320,17 @@ TEST_CASE("platform lsf: the first host launches - a launch node without GPUs is
   auto single = detect_lsf(no_gpus.context({{"LSB_JOBID", "1"}, {"LSB_MCPU_HOSTS", "node7 8"}}, "node7"));
   CHECK(single->hosts == std::vector<HostSpec>{{"node7", 8}});
   CHECK(single->this_host == "node7");
+  // HVDRUN_HOSTNAME names this machine when its host name is not LSF's name for it.
+  const PlatformContext named{
+      "", {{"LSB_JOBID", "1"}, {"LSB_MCPU_HOSTS", "a 1 b 2"}, {"HVDRUN_HOSTNAME", "b"}}, std::nullopt};
+  auto by_variable = detect_lsf(named);
+  CHECK(by_variable->this_host == "b");
+  CHECK(by_variable->evidence == Strings{"LSB_JOBID=1", "LSB_MCPU_HOSTS=a 1 b 2", "HVDRUN_HOSTNAME=b"});
+  CHECK(PlatformContext{"", {}, std::nullopt}.host_name() == [] {
+    char buf[256] = {};
+    gethostname(buf, sizeof(buf) - 1);
+    return std::string(buf);
+  }());
   // Not listed: launches from outside, like Slurm's submission host.
   CHECK(detect_lsf(gpus.context(env, "login1"))->this_host.empty());
   // Errors name the variable.

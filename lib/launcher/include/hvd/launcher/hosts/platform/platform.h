@@ -31,12 +31,12 @@ namespace hvd::launcher::platform {
 struct PlatformContext {
   std::string root;
   std::map<std::string, std::string> env;
-  /// This machine's host name as LSF names it; nullopt: gethostname()
-  /// (tests set it).
+  /// This machine's host name for platforms that name hosts but not this
+  /// one (LSF); nullopt: host_name() decides (unit tests set it).
   std::optional<std::string> hostname;
   /// The real machine: root "" and the process environment.
   static PlatformContext current();
-  /// `hostname`, else gethostname().
+  /// `hostname`, else HVDRUN_HOSTNAME in `env`, else gethostname().
   std::string host_name() const;
   /// The variable's value, nullopt when unset.
   std::optional<std::string> get(const std::string& name) const;
