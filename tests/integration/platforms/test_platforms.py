@@ -288,19 +288,37 @@ class Platforms(unittest.TestCase):
         # counts its own host name as local (hosts/network.h), so both ranks
         # run here through local agents, bound to the description's interface.
         me = socket.gethostname()
+        # The custom MPI options hvdrun understands reach the workers (the SageMaker toolkit's --NCCL_DEBUG, -x).
         base = self.sagemaker_base(me, [me], interface="lo",
-                                   hyperparameters={"sagemaker_mpi_num_of_processes_per_host": 2})
+                                   hyperparameters={"sagemaker_mpi_num_of_processes_per_host": 2,
+                                                    "sagemaker_mpi_custom_mpi_options":
+                                                        "--NCCL_DEBUG WARN -x FROM_SM=yes -verbose"})
         out = os.path.join(self.tmp, "out")
         os.makedirs(out)
-        script = 'echo "$HOROVOD_RANK $HOROVOD_SIZE $HOROVOD_HOSTNAME $HOROVOD_GLOO_IFACE $SM_CURRENT_HOST" ' \
-                 '> "%s/rank.$HOROVOD_RANK"' % out
+        script = 'echo "$HOROVOD_RANK $HOROVOD_SIZE $HOROVOD_HOSTNAME $HOROVOD_GLOO_IFACE $SM_CURRENT_HOST ' \
+                 '$NCCL_DEBUG $FROM_SM" > "%s/rank.$HOROVOD_RANK"' % out
         r = run(["-np", "2", "sh", "-c", script],
                 clean_env(SAGEMAKER_BASE_DIR=base, SM_CURRENT_HOST=me), timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("hosts from sagemaker (detected;", r.stderr)
+        self.assertIn("sagemaker's custom MPI option '-verbose' (sagemaker_mpi_custom_mpi_options) is ignored",
+                      r.stderr)
         for rank in (0, 1):
             with open(os.path.join(out, "rank.%d" % rank)) as f:
-                self.assertEqual(f.read().split(), [str(rank), "2", me, "lo", me])
+                self.assertEqual(f.read().split(), [str(rank), "2", me, "lo", me, "WARN", "yes"])
+
+    def test_lsf_job_on_this_machine(self):
+        # A one-host LSF job on this machine (a one-host job keeps its only host whatever its GPUs).
+        me = socket.gethostname()
+        out = os.path.join(self.tmp, "out")
+        os.makedirs(out)
+        script = 'echo "$HOROVOD_RANK $HOROVOD_SIZE $HOROVOD_HOSTNAME" > "%s/rank.$HOROVOD_RANK"' % out
+        r = run(["-np", "2", "sh", "-c", script], clean_env(LSB_JOBID="99", LSB_MCPU_HOSTS="%s 2" % me), timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("hosts from lsf (detected;", r.stderr)
+        for rank in (0, 1):
+            with open(os.path.join(out, "rank.%d" % rank)) as f:
+                self.assertEqual(f.read().split(), [str(rank), "2", me])
 
 
 if __name__ == "__main__":
