@@ -246,9 +246,18 @@ class Platforms(unittest.TestCase):
             self.assertIn("this machine is a %s (%s index 0): it gets no ranks of the hvdrun job" % (what, pool),
                           r.stderr)
             self.assertFalse(os.path.exists(marker))
-        r = run(["-np", "3", "--dry-run", "true"], clean_env(CLUSTER_SPEC=vertex_spec("workerpool2", 0)))
+        # Its dry run shows the platform only: it has no placement of its own (its -np is not checked against its
+        # own slots, which say nothing of the ranked machines).
+        r = run(["-np", "12", "--dry-run", "true"], clean_env(CLUSTER_SPEC=vertex_spec("workerpool2", 0)))
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("  this host: rs-0 (this machine is a Vertex reduction server", r.stdout)
+        self.assertNotIn("hvdrun dry run:", r.stdout)
+        r = run(["-np", "12", "--dry-run=json", "true"], clean_env(CLUSTER_SPEC=vertex_spec("workerpool3", 0)))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        doc = json.loads(r.stdout)
+        self.assertEqual(list(doc), ["platform"])
+        self.assertEqual((doc["platform"]["unranked"], doc["platform"]["launches_here"], doc["platform"]["this_host"]),
+                         (True, False, "eval-0"))
 
     def test_lsf_dry_run(self):
         me = socket.gethostname()
