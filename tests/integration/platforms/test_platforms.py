@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Platform host sources against the real hvdrun (docs/platforms.md): each
 case writes the files a platform gives a machine (a SageMaker base directory
-named by SAGEMAKER_BASE_DIR) or sets its variables (Slurm), runs hvdrun with
+named by SAGEMAKER_BASE_DIR) or sets its variables (Slurm, Vertex AI's
+CLUSTER_SPEC / TF_CONFIG, LSF's LSB_*), runs hvdrun with
 the same command line a user would, and checks what --dry-run shows, the
 one-line refusals, and that a SageMaker job whose only host is this machine
 runs to exit 0.
@@ -20,7 +21,8 @@ import time
 import unittest
 
 HVDRUN = os.environ.get("HVDRUN", "hvdrun")
-PLATFORM_PREFIXES = ("SLURM_", "SLURMD_", "SM_", "SAGEMAKER_", "HVDRUN_", "HOROVOD_")
+PLATFORM_PREFIXES = ("SLURM_", "SLURMD_", "SM_", "SAGEMAKER_", "HVDRUN_", "HOROVOD_", "CLUSTER_SPEC", "TF_CONFIG",
+                     "LSB_", "CUDA_VISIBLE_DEVICES", "NCCL_DEBUG")
 
 
 def clean_env(**extra):
@@ -42,6 +44,15 @@ def error_lines(stderr):
 
 SLURM = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "node[01-02],gpu-[7-8]", "SLURM_TASKS_PER_NODE": "2(x3),1",
          "SLURMD_NODENAME": "node01"}
+
+
+def vertex_spec(task_type, index):
+    """CLUSTER_SPEC as Vertex AI sets it: a primary replica, two workers, a
+    reduction-server pool and an evaluator."""
+    return json.dumps({"cluster": {"workerpool0": ["primary-0:2222"], "workerpool1": ["worker-0:2222", "worker-1:2222"],
+                                   "workerpool2": ["rs-0:2222"], "workerpool3": ["eval-0:2222"]},
+                       "environment": "cloud", "task": {"type": task_type, "index": index, "trial": ""},
+                       "job": json.dumps({"python_module": "", "job_args": []})})
 
 
 class Platforms(unittest.TestCase):
@@ -83,7 +94,11 @@ class Platforms(unittest.TestCase):
                          r.stderr)
         warnings = [l for l in r.stderr.splitlines() if "[warning]" in l]
         self.assertEqual(len(warnings), 1, r.stderr)
-        self.assertIn("'-verbose --NCCL_DEBUG=INFO' (sagemaker_mpi_custom_mpi_options) are ignored", warnings[0])
+        # --NCCL_DEBUG=INFO is mapped as the SageMaker training toolkit maps it (-x NCCL_DEBUG=INFO); -verbose is not.
+        self.assertIn("sagemaker's custom MPI option '-verbose' (sagemaker_mpi_custom_mpi_options) is ignored",
+                      warnings[0])
+        self.assertIn("sagemaker's custom MPI options give every worker -x NCCL_DEBUG=INFO", r.stderr)
+        self.assertIn("NCCL_DEBUG=INFO", r.stdout)
 
         j = run(["-np", "4", "--dry-run=json", "true"], clean_env(SAGEMAKER_BASE_DIR=base))
         self.assertEqual(j.returncode, 0, j.stderr)
@@ -113,7 +128,8 @@ class Platforms(unittest.TestCase):
         line = [l for l in r.stdout.splitlines() if l.startswith("mpirun ")]
         self.assertEqual(len(line), 1, r.stdout)
         self.assertIn(" -np 4 -H algo-1:2,algo-2:2 ", line[0])
-        self.assertTrue(line[0].endswith(" -verbose --NCCL_DEBUG=INFO true"), line[0])
+        # What the SageMaker training toolkit gives mpirun: -x NCCL_DEBUG=INFO, then the rest as it is.
+        self.assertTrue(line[0].endswith(" -x NCCL_DEBUG=INFO -verbose true"), line[0])
         self.assertNotIn("[warning]", r.stderr)
 
     def test_sagemaker_malformed_is_one_line(self):
@@ -230,27 +246,139 @@ class Platforms(unittest.TestCase):
         r = run(["-np", "1", "--hosts-from", "vertex", "true"], clean_env())
         self.assertEqual(r.returncode, 2)
         self.assertEqual(error_lines(r.stderr), [
-            "hvdrun: error: --hosts-from: platform 'vertex' is not implemented yet (expected auto, none, sagemaker, "
-            "slurm; see docs/platforms.md)"])
+            "hvdrun: error: --hosts-from vertex: neither CLUSTER_SPEC nor a TF_CONFIG with a cluster is set (not inside "
+            "a Vertex AI training job)"])
+
+    def test_vertex_dry_run(self):
+        # The primary replica of a job with two workers and a reduction-server pool, on a machine without GPUs
+        # (CUDA_VISIBLE_DEVICES empty): one slot per host.
+        env = clean_env(CLUSTER_SPEC=vertex_spec("workerpool0", 0), CUDA_VISIBLE_DEVICES="")
+        r = run(["-np", "3", "--dry-run", "true"], env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("platform: vertex\n", r.stdout)
+        self.assertIn("  read from: CLUSTER_SPEC (task workerpool0 index 0), /proc/driver/nvidia/gpus (", r.stdout)
+        self.assertIn(", CUDA_VISIBLE_DEVICES=\n", r.stdout)
+        self.assertIn("  this host: primary-0 (the leader: launches the job)\n", r.stdout)
+        self.assertIn("  leader: primary-0\n", r.stdout)
+        self.assertIn("  hosts: primary-0:1, worker-0:1, worker-1:1\n", r.stdout)  # no reduction servers
+        self.assertIn("3 ranks on 3 hosts", r.stdout)
+        self.assertEqual(len([l for l in r.stderr.splitlines() if "hosts from vertex (detected;" in l]), 1, r.stderr)
+        # --slots-per-host sets the slots; TF_CONFIG's names work the same.
+        r = run(["-np", "6", "--slots-per-host", "2", "--dry-run", "true"], env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("  hosts: primary-0:2, worker-0:2, worker-1:2\n", r.stdout)
+        self.assertIn("--slots-per-host 2 wins over vertex's slots per host", r.stderr)
+        tf = json.dumps({"cluster": {"chief": ["c:2222"], "worker": ["w:2222"]}, "task": {"type": "worker", "index": 0},
+                         "environment": "cloud"})
+        r = run(["-np", "2", "--dry-run=json", "true"], clean_env(TF_CONFIG=tf, CUDA_VISIBLE_DEVICES=""))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        doc = json.loads(r.stdout)["platform"]
+        self.assertEqual((doc["name"], doc["this_host"], doc["leader"], doc["unranked"]), ("vertex", "w", "c", False))
+        self.assertEqual([h["name"] for h in doc["hosts"]], ["c", "w"])
+        # Malformed: one line naming the variable and the field.
+        r = run(["-np", "1", "true"], clean_env(CLUSTER_SPEC=vertex_spec("workerpool1", 5)))
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(error_lines(r.stderr), ["hvdrun: error: CLUSTER_SPEC: field 'task.index': 5 is out of range "
+                                                 "(cluster.workerpool1 has 2 entries)"])
+        r = run(["-np", "1", "true"], clean_env(CLUSTER_SPEC='{"cluster": '))
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(len(error_lines(r.stderr)), 1, r.stderr)
+        self.assertTrue(r.stderr.startswith("hvdrun: error: CLUSTER_SPEC: malformed JSON ("), r.stderr)
+
+    def test_vertex_reduction_server_gets_no_ranks(self):
+        # A reduction server (workerpool2) running the same command line: one line, exit 0, nothing started.
+        marker = os.path.join(self.tmp, "ran")
+        for pool, what in (("workerpool2", "Vertex reduction server (or parameter server)"),
+                           ("workerpool3", "Vertex evaluator")):
+            r = run(["-np", "3", "touch", marker], clean_env(CLUSTER_SPEC=vertex_spec(pool, 0)))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(error_lines(r.stderr), [l for l in error_lines(r.stderr) if "[info]" in l])
+            self.assertEqual(len(error_lines(r.stderr)), 1, r.stderr)
+            self.assertIn("this machine is a %s (%s index 0): it gets no ranks of the hvdrun job" % (what, pool),
+                          r.stderr)
+            self.assertFalse(os.path.exists(marker))
+        # Its dry run shows the platform only: it has no placement of its own (its -np is not checked against its
+        # own slots, which say nothing of the ranked machines).
+        r = run(["-np", "12", "--dry-run", "true"], clean_env(CLUSTER_SPEC=vertex_spec("workerpool2", 0)))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("  this host: rs-0 (this machine is a Vertex reduction server", r.stdout)
+        self.assertNotIn("hvdrun dry run:", r.stdout)
+        r = run(["-np", "12", "--dry-run=json", "true"], clean_env(CLUSTER_SPEC=vertex_spec("workerpool3", 0)))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        doc = json.loads(r.stdout)
+        self.assertEqual(list(doc), ["platform"])
+        self.assertEqual((doc["platform"]["unranked"], doc["platform"]["launches_here"], doc["platform"]["this_host"]),
+                         (True, False, "eval-0"))
+
+    def test_lsf_dry_run(self):
+        me = socket.gethostname()
+        # This machine runs the job script (the first entry); without GPUs it is horovodrun's launch node,
+        # not one of the hosts.
+        env = clean_env(LSB_JOBID="4711", LSB_MCPU_HOSTS="%s 1 cn01 4 cn02 4" % me, CUDA_VISIBLE_DEVICES="")
+        r = run(["-np", "8", "--dry-run", "true"], env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("platform: lsf\n", r.stdout)
+        self.assertIn("  read from: LSB_JOBID=4711, LSB_MCPU_HOSTS=%s 1 cn01 4 cn02 4, host name %s, "
+                      "/proc/driver/nvidia/gpus (" % (me, me), r.stdout)
+        self.assertIn("  this host: - (not one of the hosts: launches the job from here)\n", r.stdout)
+        self.assertIn("  leader: %s\n" % me, r.stdout)
+        self.assertIn("  hosts: cn01:4, cn02:4\n", r.stdout)
+        self.assertIn("8 ranks on 2 hosts", r.stdout)
+        # Another machine's view: this machine second, the first entry leads.
+        r = run(["-np", "2", "--dry-run=json", "true"], clean_env(LSB_JOBID="4711", LSB_MCPU_HOSTS="batch1 1 %s 2" % me))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        doc = json.loads(r.stdout)["platform"]
+        self.assertEqual((doc["this_host"], doc["leader"], doc["launches_here"]), (me, "batch1", False))
+        self.assertEqual([(h["name"], h["slots"]) for h in doc["hosts"]], [("batch1", 1), (me, 2)])
+        # HVDRUN_HOSTNAME names this machine (here: the second compute host).
+        r = run(["-np", "2", "--dry-run=json", "true"],
+                clean_env(LSB_JOBID="4711", LSB_MCPU_HOSTS="batch1 1 cn01 4 cn02 4", HVDRUN_HOSTNAME="cn02"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        doc = json.loads(r.stdout)["platform"]
+        self.assertEqual((doc["this_host"], doc["leader"], doc["launches_here"]), ("cn02", "batch1", False))
+        self.assertIn("HVDRUN_HOSTNAME=cn02", doc["evidence"])
+        # Malformed: one line naming LSB_MCPU_HOSTS.
+        r = run(["-np", "1", "true"], clean_env(LSB_JOBID="1", LSB_MCPU_HOSTS="cn01 four"))
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(error_lines(r.stderr), ["hvdrun: error: LSB_MCPU_HOSTS='cn01 four': the slot count 'four' of "
+                                                 "host 'cn01' is not a whole number >= 1"])
 
     def test_sagemaker_job_on_this_machine(self):
         # A one-host SageMaker job whose host is this machine's name: hvdrun
         # counts its own host name as local (hosts/network.h), so both ranks
         # run here through local agents, bound to the description's interface.
         me = socket.gethostname()
+        # The custom MPI options hvdrun understands reach the workers (the SageMaker toolkit's --NCCL_DEBUG, -x).
         base = self.sagemaker_base(me, [me], interface="lo",
-                                   hyperparameters={"sagemaker_mpi_num_of_processes_per_host": 2})
+                                   hyperparameters={"sagemaker_mpi_num_of_processes_per_host": 2,
+                                                    "sagemaker_mpi_custom_mpi_options":
+                                                        "--NCCL_DEBUG WARN -x FROM_SM=yes -verbose"})
         out = os.path.join(self.tmp, "out")
         os.makedirs(out)
-        script = 'echo "$HOROVOD_RANK $HOROVOD_SIZE $HOROVOD_HOSTNAME $HOROVOD_GLOO_IFACE $SM_CURRENT_HOST" ' \
-                 '> "%s/rank.$HOROVOD_RANK"' % out
+        script = 'echo "$HOROVOD_RANK $HOROVOD_SIZE $HOROVOD_HOSTNAME $HOROVOD_GLOO_IFACE $SM_CURRENT_HOST ' \
+                 '$NCCL_DEBUG $FROM_SM" > "%s/rank.$HOROVOD_RANK"' % out
         r = run(["-np", "2", "sh", "-c", script],
                 clean_env(SAGEMAKER_BASE_DIR=base, SM_CURRENT_HOST=me), timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("hosts from sagemaker (detected;", r.stderr)
+        self.assertIn("sagemaker's custom MPI option '-verbose' (sagemaker_mpi_custom_mpi_options) is ignored",
+                      r.stderr)
         for rank in (0, 1):
             with open(os.path.join(out, "rank.%d" % rank)) as f:
-                self.assertEqual(f.read().split(), [str(rank), "2", me, "lo", me])
+                self.assertEqual(f.read().split(), [str(rank), "2", me, "lo", me, "WARN", "yes"])
+
+    def test_lsf_job_on_this_machine(self):
+        # A one-host LSF job on this machine (a one-host job keeps its only host whatever its GPUs).
+        me = socket.gethostname()
+        out = os.path.join(self.tmp, "out")
+        os.makedirs(out)
+        script = 'echo "$HOROVOD_RANK $HOROVOD_SIZE $HOROVOD_HOSTNAME" > "%s/rank.$HOROVOD_RANK"' % out
+        r = run(["-np", "2", "sh", "-c", script], clean_env(LSB_JOBID="99", LSB_MCPU_HOSTS="%s 2" % me), timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("hosts from lsf (detected;", r.stderr)
+        for rank in (0, 1):
+            with open(os.path.join(out, "rank.%d" % rank)) as f:
+                self.assertEqual(f.read().split(), [str(rank), "2", me])
 
 
 if __name__ == "__main__":

@@ -55,6 +55,21 @@ int hvdrun_main(int argc, char** argv) {
     const platform::PlatformContext platform_ctx = platform::PlatformContext::current();
     platform::HostSourceDecision source = platform::apply_host_source(*parsed.options, platform_ctx);
     parsed.options = std::move(source.options);
+    // A platform machine that gets no ranks (Vertex's reduction servers and
+    // evaluators): one line, exit 0, nothing started; its dry run shows only
+    // the platform (no placement of its own) (docs/platforms.md#vertex-ai).
+    if (source.platform && source.platform->unranked) {
+      if (parsed.options->dry_run == DryRunFormat::Json) {
+        nlohmann::json j;
+        j["platform"] = nlohmann::json::parse(platform::render_platform_json(*source.platform));
+        std::fputs((j.dump(2) + "\n").c_str(), stdout);
+      } else if (parsed.options->dry_run == DryRunFormat::Text) {
+        std::fputs(platform::render_platform(*source.platform).c_str(), stdout);
+      } else {
+        spdlog::info("{}", source.platform->unranked_reason);
+      }
+      return exit_code::kOk;
+    }
     for (const auto& line : source.info) spdlog::info("{}", line);
     for (const auto& line : source.warnings) spdlog::warn("{}", line);
     if (source.follower && parsed.options->dry_run == DryRunFormat::None) {

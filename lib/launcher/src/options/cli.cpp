@@ -404,7 +404,11 @@ void finish_elastic(Options& o, FlagSet& set, const FlagSet& on_command_line, bo
   const bool kubernetes = o.elastic.kubernetes.selector.has_value();
   o.elastic.enabled = o.elastic.host_discovery_script.has_value() || kubernetes || min_np_given;
   if (!o.elastic.enabled) {
+    // --slots-per-host also sets the slots of a platform's hosts
+    // (--hosts-from; apply_host_source refuses it when none is used).
+    const bool platform_slots = o.hosts_from != "none" && o.hosts.empty() && !o.hostfile;
     for (const Flag& f : flags()) {
+      if (platform_slots && &f == find_flag("--slots-per-host")) continue;
       if (f.elastic_only && on_command_line.count(&f)) {
         throw InvalidArgument(
             fmt::format("{} needs --host-discovery-script or --min-np (elastic mode)", f.name()));

@@ -45,8 +45,8 @@ TEST_CASE("abbrev: --slots is --slots-per-host (elastic mode)", "[cli][abbrev][e
   auto o = parse_ok({"-np", "2", "--host-disc", script.path(), "--slots", "2", "cmd"});
   CHECK(o.elastic.host_discovery_script == std::optional<std::string>(script.path()));
   CHECK(o.elastic.slots_per_host == std::optional<int>(2));
-  // Without a script, the message names the flag in full.
-  CHECK(usage_error({"-np", "2", "--slots", "2", "cmd"}) ==
+  // Without a script (and without a platform's hosts: --hosts-from none), the message names the flag in full.
+  CHECK(usage_error({"-np", "2", "--hosts-from", "none", "--slots", "2", "cmd"}) ==
         "--slots-per-host needs --host-discovery-script or --min-np (elastic mode)");
 }
 

@@ -278,7 +278,8 @@ TEST_CASE("cli: elastic flags without --host-discovery-script or --min-np are us
   };
   for (const auto& f : flags) {
     std::vector<std::string> args = f;
-    args.insert(args.end(), {"-np", "2", "cmd"});
+    // --hosts-from none: --slots-per-host also applies to a platform's hosts (docs/platforms.md).
+    args.insert(args.end(), {"--hosts-from", "none", "-np", "2", "cmd"});
     auto out = parse(args);
     INFO(f.front() << " -> " << out.message);
     CHECK_FALSE(out.options);

@@ -299,7 +299,8 @@ TEST_CASE("flags: elastic-only rows are refused without a discovery script or --
     // --min-np itself turns elastic mode on (fixed hosts, horovodrun's rule).
     if (!f.elastic_only || f.name() == "--min-np") continue;
     INFO(f.name());
-    auto out = parse(concat(concat({"-np", "4"}, flag_args(f, f.example)), {"cmd"}));
+    // --hosts-from none: --slots-per-host also applies to a platform's hosts (docs/platforms.md).
+    auto out = parse(concat(concat({"-np", "4", "--hosts-from", "none"}, flag_args(f, f.example)), {"cmd"}));
     CHECK(out.exit_code == exit_code::kUsage);
     CHECK(out.message == "hvdrun: error: " + f.name() + " needs --host-discovery-script or --min-np (elastic mode)\n");
     // From the file they are ignored instead (with a warning).

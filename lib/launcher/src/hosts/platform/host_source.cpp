@@ -33,10 +33,14 @@ std::string where_we_looked(const std::string& name) {
     return "no <base>/input/config/resourceconfig.json (base: SAGEMAKER_BASE_DIR or /opt/ml) and no SM_HOSTS / "
            "SM_CURRENT_HOST";
   }
+  if (name == "vertex")
+    return "neither CLUSTER_SPEC nor a TF_CONFIG with a cluster is set (not inside a Vertex AI training job)";
+  if (name == "lsf") return "LSB_JOBID is not set (not inside an LSF job)";
   return "SLURM_JOB_ID is not set (not inside a Slurm allocation)";
 }
 
 std::string role(const PlatformDescription& p) {
+  if (p.unranked) return p.unranked_reason;
   if (p.this_host.empty()) return "not one of the hosts: launches the job from here";
   if (p.this_host == p.leader) return "the leader: launches the job";
   if (std::none_of(p.hosts.begin(), p.hosts.end(), [&](const HostSpec& h) { return h.name == p.this_host; })) {
@@ -47,7 +51,7 @@ std::string role(const PlatformDescription& p) {
 
 }  // namespace
 
-PlatformContext PlatformContext::current() { return PlatformContext{"", current_environment()}; }
+PlatformContext PlatformContext::current() { return PlatformContext{"", current_environment(), std::nullopt}; }
 
 std::optional<std::string> PlatformContext::get(const std::string& name) const {
   auto it = env.find(name);
@@ -58,23 +62,26 @@ std::optional<std::string> PlatformContext::get(const std::string& name) const {
 std::string PlatformContext::path(const std::string& absolute) const { return root + absolute; }
 
 bool PlatformDescription::launches_here() const {
+  if (unranked) return false;
   if (this_host.empty() || this_host == leader) return true;
   return std::none_of(hosts.begin(), hosts.end(), [&](const HostSpec& h) { return h.name == this_host; });
 }
 
 const std::vector<std::string>& implemented_platforms() {
-  static const std::vector<std::string> names = {"sagemaker", "slurm"};
+  static const std::vector<std::string> names = {"sagemaker", "vertex", "slurm", "lsf"};
   return names;
 }
 
 const std::vector<std::string>& planned_platforms() {
-  static const std::vector<std::string> names = {"vertex", "oci", "lsf"};
+  static const std::vector<std::string> names = {"oci"};
   return names;
 }
 
 std::optional<PlatformDescription> detect(const std::string& name, const PlatformContext& ctx) {
   if (name == "sagemaker") return detect_sagemaker(ctx);
   if (name == "slurm") return detect_slurm(ctx);
+  if (name == "vertex") return detect_vertex(ctx);
+  if (name == "lsf") return detect_lsf(ctx);
   throw InvalidArgument(fmt::format("unknown platform '{}'", name));
 }
 
@@ -96,13 +103,27 @@ HostSourceDecision apply_host_source(const Options& options, const PlatformConte
   d.options = options;
   const std::string& from = options.hosts_from;
   const std::string explicit_hosts = explicit_source(options);
-  if (from == "none") return d;
+  // --slots-per-host outside elastic mode is for a platform's hosts only.
+  const bool slots_flag = options.elastic.slots_per_host && !options.elastic.enabled;
+  auto no_platform = [&]() -> HostSourceDecision {
+    if (slots_flag) {
+      throw InvalidArgument(fmt::format(
+          "--slots-per-host needs --host-discovery-script or --min-np (elastic mode), or a platform's hosts "
+          "(--hosts-from {}: {})",
+          from,
+          from == "none"           ? "turned off"
+          : explicit_hosts.empty() ? "no platform detected"
+                                   : explicit_hosts + " given"));
+    }
+    return d;
+  };
+  if (from == "none") return no_platform();
   if (from == "auto") {
-    if (!explicit_hosts.empty()) return d;  // explicit flags win
+    if (!explicit_hosts.empty()) return no_platform();  // explicit flags win
     for (const auto& name : implemented_platforms()) {
       if ((d.platform = detect(name, ctx))) break;
     }
-    if (!d.platform) return d;
+    if (!d.platform) return no_platform();
   } else {
     if (!explicit_hosts.empty()) {
       throw InvalidArgument(
@@ -112,10 +133,15 @@ HostSourceDecision apply_host_source(const Options& options, const PlatformConte
     d.platform = detect(from, ctx);
     if (!d.platform) throw InvalidArgument(fmt::format("--hosts-from {}: {}", from, where_we_looked(from)));
   }
-  const PlatformDescription& p = *d.platform;
+  PlatformDescription& p = *d.platform;
   Options& o = d.options;
+  if (slots_flag) {
+    for (auto& h : p.hosts) h.slots = *o.elastic.slots_per_host;
+    d.info.push_back(
+        fmt::format("--slots-per-host {} wins over {}'s slots per host", *o.elastic.slots_per_host, p.name));
+  }
   const long total = total_slots(p.hosts);
-  if (o.num_proc && *o.num_proc > total) {
+  if (!p.unranked && o.num_proc && *o.num_proc > total) {
     throw InvalidArgument(fmt::format("-np {} but the {} job offers only {} slot{} ({}; from {})", *o.num_proc, p.name,
                                       total, total == 1 ? "" : "s", format_hosts(p.hosts), join(p.evidence, ", ")));
   }
@@ -137,21 +163,37 @@ HostSourceDecision apply_host_source(const Options& options, const PlatformConte
     }
   }
   if (p.custom_mpi_options) {
+    // As the SageMaker training toolkit: --NCCL_DEBUG X is -x NCCL_DEBUG=X, the rest is for mpirun.
+    const CustomMpiOptions custom = parse_custom_mpi_options(*p.custom_mpi_options);
     if (o.engine == Engine::Mpi) {
       if (!o.mpi_args) {
-        o.mpi_args = *p.custom_mpi_options;
+        o.mpi_args = custom.mpirun_args();
+        d.info.push_back(fmt::format("{}'s custom MPI options '{}' become --mpi-args '{}'", p.name,
+                                     *p.custom_mpi_options, *o.mpi_args));
       } else {
         d.info.push_back(fmt::format("--mpi-args '{}' wins over {}'s custom MPI options '{}'", *o.mpi_args, p.name,
                                      *p.custom_mpi_options));
       }
     } else {
-      d.warnings.push_back(fmt::format(
-          "{}'s custom MPI options '{}' (sagemaker_mpi_custom_mpi_options) are ignored: they are mpirun options and "
-          "hvdrun starts this job itself (give --mpi to pass them to mpirun)",
-          p.name, *p.custom_mpi_options));
+      // hvdrun starts the workers itself: the environment settings apply
+      // (before the user's own -x, which win), mpirun's own options cannot.
+      std::vector<std::string> exports;
+      if (custom.nccl_debug) exports.push_back("NCCL_DEBUG=" + *custom.nccl_debug);
+      exports.insert(exports.end(), custom.env_exports.begin(), custom.env_exports.end());
+      if (!exports.empty()) {
+        o.env_exports.insert(o.env_exports.begin(), exports.begin(), exports.end());
+        d.info.push_back(fmt::format("{}'s custom MPI options give every worker -x {}", p.name, join(exports, " -x ")));
+      }
+      if (!custom.not_mapped.empty()) {
+        d.warnings.push_back(fmt::format(
+            "{}'s custom MPI option{} '{}' (sagemaker_mpi_custom_mpi_options) {} ignored: mpirun options have no "
+            "effect when hvdrun starts the job itself (give --mpi to pass them to mpirun)",
+            p.name, custom.not_mapped.size() == 1 ? "" : "s", join(custom.not_mapped, " "),
+            custom.not_mapped.size() == 1 ? "is" : "are"));
+      }
     }
   }
-  d.follower = !p.launches_here();
+  d.follower = !p.unranked && !p.launches_here();
   d.info.insert(
       d.info.begin(),
       fmt::format("hosts from {}{}: {} (this host: {}; leader: {}; read from {})", p.name,
@@ -178,6 +220,7 @@ std::string render_platform_json(const PlatformDescription& p) {
   j["this_host"] = p.this_host;
   j["leader"] = p.leader;
   j["launches_here"] = p.launches_here();
+  j["unranked"] = p.unranked;
   j["hosts"] = nlohmann::json::array();
   for (const auto& h : p.hosts) j["hosts"].push_back({{"name", h.name}, {"slots", h.slots}});
   j["interface"] = p.interface ? nlohmann::json(*p.interface) : nlohmann::json(nullptr);

@@ -20,7 +20,9 @@ namespace {
 class FakeRoot {
  public:
   void write(const std::string& absolute, const std::string& content) const { dir_.write(absolute, content); }
-  PlatformContext context(std::map<std::string, std::string> env = {}) const { return {root(), std::move(env)}; }
+  PlatformContext context(std::map<std::string, std::string> env = {}) const {
+    return {root(), std::move(env), "testhost"};
+  }
   const std::string& root() const { return dir_.path(); }
 
  private:
@@ -319,11 +321,15 @@ TEST_CASE("platform hosts-from: explicit --network-interface and --mpi-args win 
   auto d = apply_host_source(own, root.context());
   CHECK(d.options.network_interfaces == Strings{"ib0"});
   CHECK_FALSE(d.options.mpi_args);
+  // Without --mpi the -x settings reach the workers; -verbose is named as ignored.
+  CHECK(d.options.env_exports == Strings{"NCCL_DEBUG=INFO"});
   REQUIRE(d.warnings.size() == 1);
-  CHECK(d.warnings.front().find("'-verbose -x NCCL_DEBUG=INFO' (sagemaker_mpi_custom_mpi_options) are ignored") !=
-        std::string::npos);
-  REQUIRE(d.info.size() == 2);
-  CHECK(d.info.back() == "--network-interface ib0 wins over sagemaker's interface eth0");
+  CHECK(d.warnings.front() ==
+        "sagemaker's custom MPI option '-verbose' (sagemaker_mpi_custom_mpi_options) is ignored: mpirun options have "
+        "no effect when hvdrun starts the job itself (give --mpi to pass them to mpirun)");
+  REQUIRE(d.info.size() == 3);
+  CHECK(d.info[1] == "--network-interface ib0 wins over sagemaker's interface eth0");
+  CHECK(d.info[2] == "sagemaker's custom MPI options give every worker -x NCCL_DEBUG=INFO");
 
   Options mpi = with_hosts_from("auto");
   mpi.engine = Engine::Mpi;
@@ -341,13 +347,15 @@ TEST_CASE("platform hosts-from: the flag its config key and HVDRUN_HOSTS_FROM - 
   CHECK(hvd_test::parse_ok({"-np", "1", "true"}).hosts_from == "auto");
   CHECK(hvd_test::parse_ok({"-np", "1", "--hosts-from", "SLURM", "true"}).hosts_from == "slurm");
   CHECK(hvd_test::parse_ok({"-np", "1", "--hosts-from=none", "true"}).hosts_from == "none");
-  auto refused = hvd_test::parse({"-np", "1", "--hosts-from", "lsf", "true"});
+  CHECK(hvd_test::parse_ok({"-np", "1", "--hosts-from", "Vertex", "true"}).hosts_from == "vertex");
+  CHECK(hvd_test::parse_ok({"-np", "1", "--hosts-from", "lsf", "true"}).hosts_from == "lsf");
+  auto refused = hvd_test::parse({"-np", "1", "--hosts-from", "oci", "true"});
   CHECK(refused.exit_code == exit_code::kUsage);
   CHECK(refused.message ==
-        "hvdrun: error: --hosts-from: platform 'lsf' is not implemented yet (expected auto, none, sagemaker, slurm; "
-        "see docs/platforms.md)\n");
+        "hvdrun: error: --hosts-from: platform 'oci' is not implemented yet (expected auto, none, sagemaker, vertex, "
+        "slurm, lsf; see docs/platforms.md)\n");
   auto bad = hvd_test::parse({"-np", "1", "--hosts-from", "cloud", "true"});
-  CHECK(bad.message == "hvdrun: error: --hosts-from: 'cloud' is not auto, none, sagemaker, slurm\n");
+  CHECK(bad.message == "hvdrun: error: --hosts-from: 'cloud' is not auto, none, sagemaker, vertex, slurm, lsf\n");
   hvd_test::TempFile config("hosts_from: slurm\n", ".yaml");
   CHECK(hvd_test::parse_ok({"-np", "1", "--config-file", config.path(), "true"}).hosts_from == "slurm");
   setenv("HVDRUN_HOSTS_FROM", "none", 1);

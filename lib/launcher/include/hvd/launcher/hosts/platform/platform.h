@@ -31,8 +31,13 @@ namespace hvd::launcher::platform {
 struct PlatformContext {
   std::string root;
   std::map<std::string, std::string> env;
+  /// This machine's host name for platforms that name hosts but not this
+  /// one (LSF); nullopt: host_name() decides (unit tests set it).
+  std::optional<std::string> hostname;
   /// The real machine: root "" and the process environment.
   static PlatformContext current();
+  /// `hostname`, else HVDRUN_HOSTNAME in `env`, else gethostname().
+  std::string host_name() const;
   /// The variable's value, nullopt when unset.
   std::optional<std::string> get(const std::string& name) const;
   /// root + path.
@@ -53,6 +58,11 @@ struct PlatformDescription {
   /// What the description was read from: "/opt/ml/input/config/resourceconfig.json",
   /// "SLURM_JOB_NODELIST=node[1-2]", in the order read.
   std::vector<std::string> evidence;
+  /// This machine is part of the platform's job but gets no ranks (Vertex's
+  /// reduction servers and evaluators): hvdrun there says `unranked_reason`
+  /// in one line and exits 0 without starting anything.
+  bool unranked = false;
+  std::string unranked_reason;
   /// Whether this machine starts the job: it is the leader, or it is not
   /// one of the hosts (a launcher outside the allocation).
   bool launches_here() const;
@@ -75,6 +85,48 @@ std::optional<PlatformDescription> detect_sagemaker(const PlatformContext& ctx);
 /// else SLURM_NTASKS_PER_NODE, else 1; this host SLURMD_NODENAME; the leader
 /// the first node.
 std::optional<PlatformDescription> detect_slurm(const PlatformContext& ctx);
+
+/// Vertex AI / AI Platform (vertex.cpp): CLUSTER_SPEC, else TF_CONFIG (one
+/// without a cluster is TensorFlow's single local worker: absent);
+/// hosts from the primary pool (workerpool0 / chief / master) then the
+/// workers (workerpool1 / worker), without ports; reduction servers and
+/// evaluators (workerpool2/3, ps, evaluator) get no ranks; this host from
+/// task.type + task.index; the leader workerpool0[0]; slots from this
+/// machine's GPU count (0 GPUs: 1).
+std::optional<PlatformDescription> detect_vertex(const PlatformContext& ctx);
+
+/// LSF (lsf.cpp): inside a job (LSB_JOBID), hosts and slots from
+/// LSB_MCPU_HOSTS ("hostA 4 hostB 4"); the first entry is the launch node
+/// (where LSF runs the job script) and the leader; when this machine is
+/// that node and has no GPUs it is not one of the hosts (horovodrun's
+/// launch node); this host from ctx.host_name().
+std::optional<PlatformDescription> detect_lsf(const PlatformContext& ctx);
+
+/// LSB_MCPU_HOSTS's grammar: "hostA 4 hostB 4" -> {{hostA,4},{hostB,4}}.
+/// Throws InvalidArgument naming LSB_MCPU_HOSTS.
+std::vector<HostSpec> parse_lsb_mcpu_hosts(const std::string& text);
+
+/// This machine's NVIDIA GPUs (gpus.cpp): the entries of
+/// /proc/driver/nvidia/gpus under ctx.root, limited by CUDA_VISIBLE_DEVICES
+/// when it is set; `evidence` is what was read.
+struct GpuCount {
+  int count = 0;
+  std::vector<std::string> evidence;
+};
+GpuCount count_nvidia_gpus(const PlatformContext& ctx);
+
+/// SageMaker's sagemaker_mpi_custom_mpi_options, split as the SageMaker
+/// training toolkit does (whitespace; argparse's --NCCL_DEBUG, prefixes
+/// and --NCCL_DEBUG=X included; the rest goes to mpirun as it is).
+struct CustomMpiOptions {
+  std::optional<std::string> nccl_debug;  ///< --NCCL_DEBUG X (the last one)
+  std::vector<std::string> mpirun_rest;  ///< every other token, in order (what the toolkit appends to mpirun)
+  std::vector<std::string> env_exports;  ///< -x NAME=VALUE / -x NAME among them
+  std::vector<std::string> not_mapped;  ///< the rest: mpirun options hvdrun's own launcher has no use for
+  /// The mpirun arguments the toolkit would add: "-x NCCL_DEBUG=X" then the rest.
+  std::string mpirun_args() const;
+};
+CustomMpiOptions parse_custom_mpi_options(const std::string& text);
 
 /// The named platform's detector ("sagemaker", "slurm").
 std::optional<PlatformDescription> detect(const std::string& name, const PlatformContext& ctx);
