@@ -31,10 +31,21 @@ Cases (one CTest entry each, label platforms.e2e):
   follower_late     the follower's machine comes up after the leader (sshd
                     refusing at first): the leader keeps trying until
                     --start-timeout and the job runs
+  vertex            Vertex AI CLUSTER_SPEC with a primary (workerpool0), one
+                    worker (workerpool1) and a reduction server
+                    (workerpool2): 2 ranks on the primary and the worker; the
+                    reduction server's hvdrun gets no ranks and exits 0 at
+                    once; the worker follows and exits with the job
+  lsf               LSF, LSB_MCPU_HOSTS "lsf1 2 lsf2 2" with each machine's
+                    own host name: lsf1 (first entry, no GPUs) is horovodrun's
+                    launch node, where LSF runs the job script, and starts 2
+                    ranks on lsf2 over SSH, attaching to nobody (not one of the hosts); hvdrun run on
+                    lsf2 by hand exits 6 at once with one line
 
     test_platform_e2e.py --hvdrun PATH [--worker collective_worker] CASE
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -82,6 +93,20 @@ def slurm_machines(nodelist, names, tasks_per_node):
                                "SLURM_TASKS_PER_NODE": tasks_per_node, "SLURMD_NODENAME": name,
                                "SLURM_STEP_NUM_NODES": str(len(names)), "SLURM_NODEID": str(i)})
             for i, name in enumerate(names)]
+
+
+def vertex_machines():
+    cluster = {"workerpool0": ["vm-0:2222"], "workerpool1": ["vm-1:2222"], "workerpool2": ["rs-0:2222"]}
+    tasks = [("vm-0", "workerpool0"), ("vm-1", "workerpool1"), ("rs-0", "workerpool2")]
+    return [Machine(name, env={"CLOUD_ML_JOB_ID": "1234567890",
+                               "CLUSTER_SPEC": json.dumps({"cluster": cluster, "environment": "cloud",
+                                                           "task": {"type": pool, "index": 0}})})
+            for name, pool in tasks]
+
+
+def lsf_machines():
+    return [Machine(name, env={"LSB_JOBID": "4242", "LSB_MCPU_HOSTS": "lsf1 2 lsf2 2"}, hostname=name)
+            for name in ("lsf1", "lsf2")]
 
 
 def check_ranks(cluster, out, placement, size):
@@ -134,6 +159,27 @@ def case_slurm(cluster):
           leader, *followers)
     check_ranks(cluster, leader.stdout, {0: "node01", 1: "node01", 2: "node02", 3: "node03"}, 4)
     check("attached to the followers on node02, node03" in leader.stderr, "the leader did not attach", leader)
+
+
+def case_vertex(cluster):
+    primary, worker, reduction_server = cluster.run_all(["sh", "-c", WHOAMI], timeout=45)
+    check(primary.code == 0 and worker.code == 0, "the Vertex job did not succeed", primary, worker)
+    check_ranks(cluster, primary.stdout, {0: "vm-0", 1: "vm-1"}, 2)
+    check(reduction_server.code == 0 and "gets no ranks" in reduction_server.stderr
+          and "rank " not in reduction_server.stdout and reduction_server.took < 10,
+          "the reduction server's hvdrun did not exit 0 at once with its line", reduction_server)
+    check("follower of the vertex job" in worker.stderr, "the worker did not follow", worker)
+
+
+def case_lsf(cluster):
+    launch, _ = cluster.run_all(["sh", "-c", WHOAMI], timeout=45, only=[0])
+    check(launch.code == 0, "the LSF job did not succeed", launch)
+    check_ranks(cluster, launch.stdout, {0: "lsf2", 1: "lsf2"}, 2)
+    check("attached to" not in launch.stderr and "this host: not one of them" in launch.stderr,
+          "the launch node attached to followers", launch)
+    _, compute = cluster.run_all(["sh", "-c", WHOAMI], timeout=20, only=[1])
+    check(compute.code == 6 and compute.took < 5 and "no leader attaches to it" in compute.stderr
+          and "rank " not in compute.stdout, "hvdrun on an LSF compute host did not refuse at once", compute)
 
 
 def case_failing_rank(cluster):
@@ -239,6 +285,8 @@ CASES = {
     "leader_interrupted": (case_leader_interrupted, lambda: sagemaker_machines(2, 1)),
     "key_mismatch": (case_key_mismatch, lambda: sagemaker_machines(2, 1)),
     "follower_late": (case_follower_late, lambda: sagemaker_machines(2, 1)),
+    "vertex": (case_vertex, vertex_machines),
+    "lsf": (case_lsf, lsf_machines),
 }
 
 

@@ -163,7 +163,8 @@ class Platforms(unittest.TestCase):
         self.assertEqual(error_lines(r.stderr), ["hvdrun: error: SLURM_JOB_NODELIST: 'node[01-02': '[' without ']'"])
 
     def test_follower_waits_for_its_leader_and_dry_run_says_so(self):
-        follower = dict(SLURM, SLURMD_NODENAME="gpu-7")
+        # In an srun step over the nodes, every node runs hvdrun.
+        follower = dict(SLURM, SLURMD_NODENAME="gpu-7", SLURM_STEP_NUM_NODES="4")
         t0 = time.monotonic()
         r = run(["-np", "2", "--start-timeout", "1", "true"], clean_env(**follower))
         self.assertEqual(r.returncode, 6, r.stderr)
@@ -177,8 +178,20 @@ class Platforms(unittest.TestCase):
         self.assertIn("  this host: gpu-7 (a follower: waits for the leader node01 to attach, then exits with the "
                       "job's status)\n", r.stdout)
 
+    def test_node_without_a_leader_refuses_at_once(self):
+        # Outside an srun step only the batch script's node runs hvdrun: on
+        # another node nothing would ever attach, so one line and exit 6.
+        t0 = time.monotonic()
+        r = run(["-np", "2", "true"], clean_env(**dict(SLURM, SLURMD_NODENAME="gpu-7")))
+        self.assertEqual(r.returncode, 6, r.stderr)
+        self.assertLess(time.monotonic() - t0, 5)
+        self.assertEqual([line for line in error_lines(r.stderr) if "[info]" not in line], [
+            "hvdrun: error: this machine (gpu-7) is not the slurm job's leader, and no leader attaches to it: hvdrun "
+            "runs on node01 only (not in an srun step over several nodes: SLURM_STEP_NUM_NODES is not set), so the "
+            "other nodes have no follower to attach to"])
+
     def test_follower_stops_on_signals(self):
-        follower = dict(SLURM, SLURMD_NODENAME="gpu-7")
+        follower = dict(SLURM, SLURMD_NODENAME="gpu-7", SLURM_STEP_NUM_NODES="4")
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             p = subprocess.Popen([HVDRUN, "-np", "2", "true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  stdin=subprocess.DEVNULL, env=clean_env(**follower), text=True)

@@ -73,6 +73,15 @@ int hvdrun_main(int argc, char** argv) {
     for (const auto& line : source.info) spdlog::info("{}", line);
     for (const auto& line : source.warnings) spdlog::warn("{}", line);
     if (source.follower && parsed.options->dry_run == DryRunFormat::None) {
+      // A machine no leader attaches to (Slurm outside an srun step, LSF's
+      // compute hosts) would only wait for --start-timeout: one line now.
+      std::string why;
+      if (!platform::followers_expected(*source.platform, platform_ctx, &why)) {
+        std::fprintf(stderr,
+                     "hvdrun: error: this machine (%s) is not the %s job's leader, and no leader attaches to it: %s\n",
+                     source.platform->this_host.c_str(), source.platform->name.c_str(), why.c_str());
+        return exit_code::kPlatformFollower;
+      }
       return platform::follow_leader(*parsed.options, *source.platform, platform_ctx);
     }
     // --dry-run of an elastic job looks once and shows what its host source

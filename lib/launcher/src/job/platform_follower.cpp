@@ -208,6 +208,15 @@ bool followers_expected(const PlatformDescription& p, const PlatformContext& ctx
       return false;
     }
   }
+  if (p.name == "lsf") {
+    if (why) {
+      *why = fmt::format(
+          "on LSF the job script, and hvdrun with it, runs on the launch node {} only (the first LSB_MCPU_HOSTS "
+          "entry), which starts the ranks on the other hosts over SSH as horovodrun does",
+          p.leader);
+    }
+    return false;
+  }
   return true;
 }
 
