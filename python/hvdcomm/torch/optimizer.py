@@ -14,12 +14,16 @@ class _DistributedOptimizer:
     produces it; step() waits for all of them first (synchronize())."""
 
     def __init__(self, optimizer, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor):
+                 gradient_predivide_factor, process_set=None):
         if op == Adasum:
             raise NotImplementedError("hvdcomm: Adasum is not supported by this library; use Average or Sum")
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("hvdcomm: gradient_predivide_factor requires op=Average")
         self._opt = optimizer
+        # Gradients are reduced over this set only; ranks outside it step on
+        # their own gradients (as Horovod's).
+        self._process_set = process_set
+        _check_process_set(process_set, "DistributedOptimizer")
         self._compression = compression
         self._op = op
         self._predivide = gradient_predivide_factor
@@ -41,9 +45,12 @@ class _DistributedOptimizer:
         self._delay = {id(p): backward_passes_per_step for p in params}
         self._hooks = []
         self._synchronized = False
-        if size() > 1:
+        if size() > 1 and self._included():
             self._register_hooks()
         _optimizers.add(self)
+
+    def _included(self):
+        return self._process_set is None or bool(self._process_set.included())
 
     def _on_reset(self):
         """After an elastic re-join: handles of the old world are gone, the
@@ -51,7 +58,7 @@ class _DistributedOptimizer:
         self._handles.clear()
         self._delay = {id(p): self.backward_passes_per_step for p in self._params}
         self._synchronized = False
-        if size() > 1 and not self._hooks:
+        if size() > 1 and not self._hooks and self._included():
             self._register_hooks()
 
     def __getattr__(self, item):
@@ -113,18 +120,20 @@ class _DistributedOptimizer:
         # prescale 1/gradient_predivide_factor and a postscale
         # gradient_predivide_factor/size().
         if self._op == Average:
-            pre, post = 1.0 / self._predivide, self._predivide / size()
+            n = size() if self._process_set is None else self._process_set.size()
+            pre, post = 1.0 / self._predivide, self._predivide / n
             op = Sum
         else:
             pre, post, op = 1.0, 1.0, self._op
         compressed, ctx = self._compression.compress(grad)
         if compressed is grad:
-            return allreduce_async_(grad, name=name, op=op, prescale_factor=pre, postscale_factor=post), None
-        return allreduce_async_(compressed, name=name, op=op, prescale_factor=pre, postscale_factor=post), \
-            (compressed, ctx)
+            return allreduce_async_(grad, name=name, op=op, prescale_factor=pre, postscale_factor=post,
+                                    process_set=self._process_set), None
+        return allreduce_async_(compressed, name=name, op=op, prescale_factor=pre, postscale_factor=post,
+                                process_set=self._process_set), (compressed, ctx)
 
     def synchronize(self):
-        if size() == 1:
+        if size() == 1 or not self._included():
             self._synchronized = True
             return
         for p in self._params:
@@ -178,7 +187,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     """Horovod's DistributedOptimizer: averages gradients across ranks during backward().
     num_groups/groups only change how Horovod batches the allreduces (the
     result is the same): hvdcomm fuses them itself and says once that they
-    are ignored. process_set other than the global set raises; a sparse
+    are ignored. process_set: gradients are averaged over that set's ranks
+    only (ranks outside it step on their own gradients); a sparse
     gradient raises (sparse_as_dense is not implemented yet, issue 20)."""
     _check_process_set(process_set, "DistributedOptimizer")
     if num_groups or groups is not None:
@@ -186,4 +196,4 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                       f"fuses the gradient allreduces by its own fusion threshold and cycle time; the result is "
                       f"the same (issue 20)", stacklevel=2)
     return _DistributedOptimizer(optimizer, named_parameters, compression, backward_passes_per_step, op,
-                                 gradient_predivide_factor)
+                                 gradient_predivide_factor, process_set)
