@@ -13,7 +13,7 @@ from hvdcomm.torch.optimizer import _DistributedOptimizer
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     _check_process_set(process_set, "broadcast_object")
-    name = _name("broadcast_object", name)
+    name = _name("broadcast_object", name, process_set)
     if rank() == root_rank:
         buf = io.BytesIO()
         pickle.dump(obj, buf)
@@ -31,7 +31,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
 
 def allgather_object(obj, name=None, process_set=None):
     _check_process_set(process_set, "allgather_object")
-    name = _name("allgather_object", name)
+    name = _name("allgather_object", name, process_set)
     data = pickle.dumps(obj)
     payload = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.zeros(0, dtype=torch.uint8)
     sizes = allgather(torch.tensor([len(data)], dtype=torch.int64), name + ".sz", process_set).tolist()

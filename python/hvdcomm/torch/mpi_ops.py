@@ -147,6 +147,7 @@ def add_process_set(process_set):
             raise ValueError(f"Attempted to add a duplicate process set: {process_set} ({e})") from None
         raise
     _dynamic_sets.add(process_set)
+    _forget_names(process_set.process_set_id)  # an id may be reused: its unnamed ops count from 1 again
     return process_set
 
 
@@ -228,6 +229,7 @@ def init(comm=None, process_sets=None):
             f"yet in hvdcomm; pass comm=None for all ranks and process_sets=[hvd.ProcessSet({list(comm)!r})] for "
             f"the subset ({_ISSUE})")
     _static_sets[:] = process_sets
+    _forget_names()
     _bind_process_sets(process_sets)
     _join_world(rejoin=False)
 
@@ -429,11 +431,21 @@ def _op_code(op, average):
 _counter = collections.defaultdict(int)
 
 
-def _name(kind, name):
+def _forget_names(psid=None):
+    """Restarts the automatic names of one process set (None: of every set
+    but the global one) -- when its id is (re)registered on every rank."""
+    for key in [k for k in _counter if (k[1] != 0 if psid is None else k[1] == psid)]:
+        del _counter[key]
+
+
+def _name(kind, name, process_set=None):
+    """`name`, else the next automatic name of `kind` on `process_set`:
+    counted per set, since only a set's members submit its unnamed ops."""
     if name:
         return name
-    _counter[kind] += 1
-    return f"{kind}.noname.{_counter[kind]}"
+    psid = _check_process_set(process_set, kind)
+    _counter[kind, psid] += 1
+    return f"{kind}.noname.{_counter[kind, psid]}" if psid == 0 else f"{kind}.ps{psid}.noname.{_counter[kind, psid]}"
 
 
 class _Pending:
@@ -494,7 +506,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     compressed, ctx = compression.compress(tensor)
     src = compressed.detach().contiguous()
     out = torch.empty_like(src)
-    h = _allreduce_into(src, out, _name("allreduce", name), opc, prescale_factor, postscale_factor, device, psid)
+    h = _allreduce_into(src, out, _name("allreduce", name, process_set), opc, prescale_factor, postscale_factor, device, psid)
     if compression is not Compression.none:
         _handles[h].finish = lambda: compression.decompress(out, ctx)
     return h
@@ -506,10 +518,10 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     device = _check(tensor, "allreduce")
     opc = _op_code(op, average)
     if tensor.is_contiguous():
-        return _allreduce_into(tensor, tensor, _name("allreduce", name), opc, prescale_factor, postscale_factor,
+        return _allreduce_into(tensor, tensor, _name("allreduce", name, process_set), opc, prescale_factor, postscale_factor,
                                device, psid)
     buf = tensor.detach().contiguous()
-    h = _core.allreduce_async(_name("allreduce", name), buf.data_ptr(), buf.data_ptr(), _dtype_code(buf),
+    h = _core.allreduce_async(_name("allreduce", name, process_set), buf.data_ptr(), buf.data_ptr(), _dtype_code(buf),
                               list(buf.shape), opc, float(prescale_factor), float(postscale_factor),
                               device, _stream(buf, device), psid)
 
@@ -545,7 +557,7 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None,
         _check(tensor, "allreduce")
         opc = ReduceOp(_op_code(op, average))
         compressed, ctx = compression.compress(tensor)
-        out = _AllreduceFn.apply(compressed, _name("allreduce", name), opc, float(prescale_factor),
+        out = _AllreduceFn.apply(compressed, _name("allreduce", name, process_set), opc, float(prescale_factor),
                                  float(postscale_factor), process_set)
         return compression.decompress(out, ctx)
     compressed, ctx = compression.compress(tensor)
@@ -563,7 +575,7 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=None, compression=None):
     _check_process_set(process_set, "grouped_allreduce_async")
-    base = _name("grouped_allreduce", name)
+    base = _name("grouped_allreduce", name, process_set)
     hs = [allreduce_async(t, average, f"{base}.{i}", op, prescale_factor, postscale_factor, compression, process_set)
           for i, t in enumerate(tensors)]
     return _register(_Pending(_Group(hs), (), lambda: [synchronize(h) for h in hs]))
@@ -572,7 +584,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=None):
     _check_process_set(process_set, "grouped_allreduce_async_")
-    base = _name("grouped_allreduce", name)
+    base = _name("grouped_allreduce", name, process_set)
     hs = [allreduce_async_(t, average, f"{base}.{i}", op, prescale_factor, postscale_factor, process_set)
           for i, t in enumerate(tensors)]
     return _register(_Pending(_Group(hs), (), lambda: [synchronize(h) for h in hs]))
@@ -583,7 +595,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=None, op=Non
     _check_process_set(process_set, "grouped_allreduce")
     if any(_wants_grad(t) for t in tensors):
         # differentiable, as Horovod's: one differentiable allreduce per tensor
-        base = _name("grouped_allreduce", name)
+        base = _name("grouped_allreduce", name, process_set)
         return [allreduce(t, average, f"{base}.{i}", compression, op, prescale_factor, postscale_factor,
                           process_set)
                 for i, t in enumerate(tensors)]
@@ -632,7 +644,7 @@ def allgather_async(tensor, name=None, process_set=None):
     src = tensor.detach().contiguous()
     if src.dim() == 0:
         src = src.reshape(1)
-    h = _core.allgather_async(_name("allgather", name), src.data_ptr(), _dtype_code(src), list(src.shape),
+    h = _core.allgather_async(_name("allgather", name, process_set), src.data_ptr(), _dtype_code(src), list(src.shape),
                               device, _stream(src, device), psid)
     return _register(_Pending(h, (src,), lambda: _copy_out(h, src.dtype, list(h.output_shape), device)))
 
@@ -665,7 +677,7 @@ def allgather(tensor, name=None, process_set=None):
     _check_process_set(process_set, "allgather")
     if _wants_grad(tensor):
         _check(tensor, "allgather")
-        return _AllgatherFn.apply(tensor, _name("allgather", name), process_set)
+        return _AllgatherFn.apply(tensor, _name("allgather", name, process_set), process_set)
     return synchronize(allgather_async(tensor, name, process_set))
 
 
@@ -674,7 +686,7 @@ def broadcast_async(tensor, root_rank, name=None, process_set=None):
     device = _check(tensor, "broadcast")
     src = tensor.detach().contiguous()
     out = torch.empty_like(src)
-    h = _core.broadcast_async(_name("broadcast", name), src.data_ptr(), out.data_ptr(), _dtype_code(src),
+    h = _core.broadcast_async(_name("broadcast", name, process_set), src.data_ptr(), out.data_ptr(), _dtype_code(src),
                               list(src.shape), int(root_rank), device, _stream(src, device), psid)
     return _register(_Pending(h, (src, out), lambda: out))
 
@@ -683,7 +695,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     psid = _check_process_set(process_set, "broadcast_async_")
     device = _check(tensor, "broadcast")
     buf = tensor.data if tensor.is_contiguous() else tensor.detach().contiguous()
-    h = _core.broadcast_async(_name("broadcast", name), buf.data_ptr(), buf.data_ptr(), _dtype_code(buf),
+    h = _core.broadcast_async(_name("broadcast", name, process_set), buf.data_ptr(), buf.data_ptr(), _dtype_code(buf),
                               list(buf.shape), int(root_rank), device, _stream(buf, device), psid)
 
     def finish():
@@ -714,7 +726,7 @@ def broadcast(tensor, root_rank, name=None, process_set=None):
     _check_process_set(process_set, "broadcast")
     if _wants_grad(tensor):
         _check(tensor, "broadcast")
-        return _BroadcastFn.apply(tensor, int(root_rank), _name("broadcast", name), process_set)
+        return _BroadcastFn.apply(tensor, int(root_rank), _name("broadcast", name, process_set), process_set)
     return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 
@@ -732,7 +744,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     src = tensor.detach().contiguous()
     sp = [] if splits is None else [int(x) for x in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
     rs_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
-    h = _core.alltoall_async(_name("alltoall", name), src.data_ptr(), _dtype_code(src), list(src.shape), sp,
+    h = _core.alltoall_async(_name("alltoall", name, process_set), src.data_ptr(), _dtype_code(src), list(src.shape), sp,
                              device, _stream(src, device), psid)
 
     def finish():
@@ -766,7 +778,7 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
     (output, received_splits). Differentiable like Horovod's."""
     _check_process_set(process_set, "alltoall")
     if _wants_grad(tensor):
-        return _AlltoallFn.apply(tensor, splits, _name("alltoall", name), process_set)
+        return _AlltoallFn.apply(tensor, splits, _name("alltoall", name, process_set), process_set)
     out, received_splits = synchronize(alltoall_async(tensor, splits, name, process_set))
     return out if splits is None else (out, received_splits)
 
@@ -781,7 +793,7 @@ def reducescatter_async(tensor, name=None, compression=None, op=Average, process
     compression = compression or Compression.none
     compressed, cctx = compression.compress(tensor)
     src = compressed.detach().contiguous()
-    h = _core.reducescatter_async(_name("reducescatter", name), src.data_ptr(), _dtype_code(src),
+    h = _core.reducescatter_async(_name("reducescatter", name, process_set), src.data_ptr(), _dtype_code(src),
                                   list(src.shape), opc, float(prescale_factor), float(postscale_factor),
                                   device, _stream(src, device), psid)
     return _register(_Pending(h, (src,), lambda: compression.decompress(
@@ -817,7 +829,7 @@ def reducescatter(tensor, name=None, compression=None, op=Average, process_set=N
         _check(tensor, "reducescatter")
         compression = compression or Compression.none
         compressed, ctx = compression.compress(tensor)
-        out = _ReducescatterFn.apply(compressed, _name("reducescatter", name), ReduceOp(_op_code(op, None)),
+        out = _ReducescatterFn.apply(compressed, _name("reducescatter", name, process_set), ReduceOp(_op_code(op, None)),
                                      float(prescale_factor), float(postscale_factor), process_set)
         return compression.decompress(out, ctx)
     return synchronize(reducescatter_async(tensor, name, compression, op, process_set,
@@ -826,7 +838,7 @@ def reducescatter(tensor, name=None, compression=None, op=Average, process_set=N
 
 def barrier(process_set=None):
     psid = _check_process_set(process_set, "barrier")
-    h = _core.barrier_async(_name("barrier", None), psid)
+    h = _core.barrier_async(_name("barrier", None, process_set), psid)
     h.wait()
 
 
