@@ -144,7 +144,11 @@ struct Context::Impl {
         stall(detail::StallOptions{s.stall_check, s.stall_warn_after, s.stall_fail_after}),
         fusion(s.fusion_threshold) {}
 
-  std::string tag() const { return fmt::format("hvd[{}]", settings.rank); }
+  std::string tag() const {
+    return settings.process_set_id == kGlobalProcessSet
+               ? fmt::format("hvd[{}]", settings.rank)
+               : fmt::format("hvd[set {}, rank {}]", settings.process_set_id, settings.rank);
+  }
 
   [[noreturn]] void throw_failure() const {
     switch (failure_kind) {

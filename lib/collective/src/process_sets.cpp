@@ -119,6 +119,7 @@ void ProcessSetTable::install(int32_t id, std::vector<int> ranks) {
     s.process_sets.clear();
     s.skip_unfit_process_sets = false;
     s.dynamic_process_sets = false;
+    s.process_set_id = id;
     s.init_deadline.reset();
     s.rank = static_cast<int>(me - ranks.begin());
     s.size = static_cast<int>(ranks.size());

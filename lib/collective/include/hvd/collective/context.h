@@ -92,6 +92,10 @@ struct Settings {
   /// HOROVOD_DYNAMIC_PROCESS_SETS=1: add_process_set/remove_process_set
   /// allowed after creation (else they throw, as Horovod refuses them).
   bool dynamic_process_sets = false;
+  /// Set by the process-set table on the Context of a set: that set's id
+  /// (0: the Context of every rank). Log lines then say
+  /// "hvd[set 1, rank 0]", the rank being the one within the set.
+  int32_t process_set_id = 0;
 };
 
 /// What a Context has done; used by tests and logs.
