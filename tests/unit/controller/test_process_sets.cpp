@@ -276,7 +276,7 @@ TEST_CASE("process sets: the table's rules - ids, duplicates, bad ranks, removal
   }
 }
 
-TEST_CASE("process sets: static sets - duplicates are refused; an elastic world skips the sets it cannot hold") {
+TEST_CASE("process sets: static sets - duplicates are refused, an elastic world skips the sets it cannot hold") {
   SECTION("a duplicate static set fails creation on every rank") {
     Settings s;
     s.process_sets = {{0}, {0}};
