@@ -121,11 +121,6 @@ def _set_rank_size(psid):
     return _core.process_set_rank(psid), _core.process_set_size(psid)
 
 
-def _registered():
-    """{ranks tuple: id} of every registered set (the same on every rank)."""
-    return {tuple(_core.process_set_ranks(i)): i for i in _core.process_set_ids()}
-
-
 def add_process_set(process_set):
     """Horovod's add_process_set: registers a ProcessSet (or a list of
     ranks) on every rank and returns it with its id. Collective: every rank
@@ -168,9 +163,9 @@ def remove_process_set(process_set):
                          "initialization.")
     if psid not in _core.process_set_ids():
         return False
+    _core.remove_process_set(psid)
     process_set._invalidate()
     _dynamic_sets.discard(process_set)
-    _core.remove_process_set(psid)
     return True
 
 
@@ -186,11 +181,11 @@ def _dynamic_sets_forget():
 
 
 def _bind_process_sets(process_sets):
-    """Sets process_set_id of each object from the library's table (ids
-    1..n in order for the static sets)."""
-    table = _registered()
-    for ps in process_sets:
-        ps.process_set_id = table.get(tuple(ps.ranks))
+    """Sets process_set_id of init()'s static sets: the library registers
+    set i as id i + 1, unless this (elastic) world lacks one of its ranks."""
+    ids = set(_core.process_set_ids())
+    for i, ps in enumerate(process_sets):
+        ps.process_set_id = i + 1 if i + 1 in ids else None
 
 
 def init(comm=None, process_sets=None):
