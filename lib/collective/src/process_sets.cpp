@@ -56,6 +56,28 @@ constexpr const char* kDynamicHint =
 
 }  // namespace
 
+SetTopology set_topology(const std::vector<int>& ranks, const std::vector<std::string>& hosts, int me) {
+  auto host = [&](std::size_t i) {
+    const auto g = static_cast<std::size_t>(ranks[i]);
+    return g < hosts.size() ? hosts[g] : std::string();
+  };
+  const auto mine = static_cast<std::size_t>(me);
+  std::vector<int> local(ranks.size(), 0);
+  SetTopology t;
+  t.local_size = t.cross_size = 0;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) local[i] += host(j) == host(i) ? 1 : 0;
+    if (host(i) == host(mine)) ++t.local_size;
+  }
+  t.local_rank = local[mine];
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    if (local[i] != t.local_rank) continue;
+    if (i < mine) ++t.cross_rank;
+    ++t.cross_size;
+  }
+  return t;
+}
+
 ProcessSetTable::ProcessSetTable(Context& owner, std::shared_ptr<store::Store> store)
     : owner_(owner), store_(std::move(store)) {
   std::vector<int> all(static_cast<std::size_t>(owner_.size()));
@@ -123,27 +145,11 @@ void ProcessSetTable::install(int32_t id, std::vector<int> ranks) {
     s.init_deadline.reset();
     s.rank = static_cast<int>(me - ranks.begin());
     s.size = static_cast<int>(ranks.size());
-    // Local ranks: members on this rank's host; cross ranks: members with
-    // this rank's local rank (Horovod's definitions, within the set).
-    auto host = [&](int global) {
-      return static_cast<std::size_t>(global) < hosts_.size() ? hosts_[static_cast<std::size_t>(global)]
-                                                              : std::string();
-    };
-    std::vector<int> local_rank(ranks.size());
-    s.local_rank = s.local_size = 0;
-    for (std::size_t i = 0; i < ranks.size(); ++i) {
-      int lr = 0;
-      for (std::size_t j = 0; j < i; ++j) lr += host(ranks[j]) == host(ranks[i]) ? 1 : 0;
-      local_rank[i] = lr;
-      if (host(ranks[i]) == host(owner_.rank())) ++s.local_size;
-    }
-    s.local_rank = local_rank[static_cast<std::size_t>(s.rank)];
-    s.cross_rank = s.cross_size = 0;
-    for (std::size_t i = 0; i < ranks.size(); ++i) {
-      if (local_rank[i] != s.local_rank) continue;
-      if (static_cast<int>(i) < s.rank) ++s.cross_rank;
-      ++s.cross_size;
-    }
+    const SetTopology t = set_topology(ranks, hosts_, s.rank);
+    s.local_rank = t.local_rank;
+    s.local_size = t.local_size;
+    s.cross_rank = t.cross_rank;
+    s.cross_size = t.cross_size;
     // The set's thread runs where the owner's does (HOROVOD_THREAD_AFFINITY).
     s.thread_affinity.clear();
     if (!o.thread_affinity.empty() && static_cast<int>(o.thread_affinity.size()) >= o.local_size) {

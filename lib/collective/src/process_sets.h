@@ -24,6 +24,17 @@
 
 namespace hvd::collective::detail {
 
+/// Horovod's topology within a set: local ranks count the members on this
+/// member's host, cross ranks the members with its local rank.
+/// `hosts[g]` is global rank g's host; `me` indexes `ranks`.
+struct SetTopology {
+  int local_rank = 0;
+  int local_size = 1;
+  int cross_rank = 0;
+  int cross_size = 1;
+};
+SetTopology set_topology(const std::vector<int>& ranks, const std::vector<std::string>& hosts, int me);
+
 class ProcessSetTable {
  public:
   /// `owner` is the Context of every rank; `store` its rendezvous store

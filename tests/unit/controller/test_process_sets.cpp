@@ -1,6 +1,8 @@
 // Process sets (docs/collective.md, "Process sets"): Contexts as threads
 // over one InMemoryStore; ops on a subset of ranks, its errors, the table's
 // rules (ids, duplicates, dynamic switch), static sets and elastic worlds.
+#include "process_sets.h"
+
 #include "hvd/collective/context.h"
 #include "hvd/store/memory_store.h"
 
@@ -295,4 +297,18 @@ TEST_CASE("process sets: static sets - duplicates are refused, an elastic world 
       CHECK(v[0] == 3);
     });
   }
+}
+
+TEST_CASE("process sets: local and cross ranks within a set follow Horovod's definitions") {
+  // Global ranks 0..5 on hosts a a b b b c; the set {1, 2, 3, 5}.
+  const std::vector<std::string> hosts{"a", "a", "b", "b", "b", "c"};
+  const std::vector<int> ranks{1, 2, 3, 5};
+  auto topo = [&](int me) {
+    detail::SetTopology t = detail::set_topology(ranks, hosts, me);
+    return std::vector<int>{t.local_rank, t.local_size, t.cross_rank, t.cross_size};
+  };
+  CHECK(topo(0) == std::vector<int>{0, 1, 0, 3});  // rank 1: alone on a; local rank 0 on a, b, c
+  CHECK(topo(1) == std::vector<int>{0, 2, 1, 3});  // rank 2: first of two on b
+  CHECK(topo(2) == std::vector<int>{1, 2, 0, 1});  // rank 3: second on b, the only local rank 1
+  CHECK(topo(3) == std::vector<int>{0, 1, 2, 3});  // rank 5: alone on c
 }
