@@ -9,7 +9,7 @@ dtype code, and for CUDA tensors the device and current stream); the
 extension does not link libtorch. See docs/python.md."""
 import collections
 import os as _os
-import weakref
+import weakref as _weakref
 
 import torch
 
@@ -171,7 +171,7 @@ def remove_process_set(process_set):
 
 _DYNAMIC = _core.dynamic_process_sets_var
 _static_sets = []  # init(process_sets=[...])'s objects, re-bound after an elastic re-join
-_dynamic_sets = weakref.WeakSet()  # add_process_set()'s objects, invalidated by an elastic re-join
+_dynamic_sets = _weakref.WeakSet()  # add_process_set()'s objects, invalidated by an elastic re-join
 
 
 def _dynamic_sets_forget():
