@@ -5,6 +5,7 @@
 #include "hvd/collective/cuda.h"
 #include "hvd/collective/elastic.h"
 #include "hvd/collective/hvd.h"
+#include "hvd/collective/init_env.h"
 #include "hvd/common/job_env.h"
 
 #include <pybind11/pybind11.h>
@@ -77,15 +78,35 @@ PYBIND11_MODULE(_core, m) {
     }
   });
 
-  m.def("init", [] {
-    py::gil_scoped_release nogil;
-    hvd::init();
-  });
+  // process_sets: static sets (lists of global ranks), ids 1..n in order.
+  m.def(
+      "init",
+      [](const std::vector<std::vector<int>>& process_sets) {
+        py::gil_scoped_release nogil;
+        hvd::init(process_sets);
+      },
+      py::arg("process_sets") = std::vector<std::vector<int>>{});
   m.def("shutdown", [] {
     py::gil_scoped_release nogil;
     hvd::shutdown();
   });
   m.def("is_initialized", &hvd::is_initialized);
+  // Process sets (docs/python.md, "Process sets"): add/remove are collective.
+  m.def("add_process_set", [](const std::vector<int>& ranks) {
+    py::gil_scoped_release nogil;
+    return hvd::add_process_set(ranks);
+  });
+  m.def("remove_process_set", [](int32_t id) {
+    py::gil_scoped_release nogil;
+    hvd::remove_process_set(id);
+  });
+  m.def("dynamic_process_sets", [] { return hvd::context().settings().dynamic_process_sets; });
+  m.attr("dynamic_process_sets_var") = kDynamicProcessSetsVar;
+  m.def("process_set_ids", [] { return hvd::context().process_set_ids(); });
+  m.def("process_set_ranks", [](int32_t id) { return hvd::context().process_set_ranks(id); });
+  m.def("process_set_rank", [](int32_t id) { return hvd::context().process_set_rank(id); });
+  m.def("process_set_size", [](int32_t id) { return hvd::context().process_set_size(id); });
+  m.def("process_set_included", [](int32_t id) { return hvd::context().process_set_included(id); });
   m.def("rank", &hvd::rank);
   m.def("size", &hvd::size);
   m.def("local_rank", &hvd::local_rank);
@@ -158,51 +179,68 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "allreduce_async",
       [](const std::string& name, uintptr_t in, uintptr_t out, int dtype, std::vector<int64_t> shape, int op,
-         double pre, double post, int device, uintptr_t stream) {
-        return hvd::allreduce_async(AllreduceArgs{name, cptr(in), mptr(out), DataType(dtype), std::move(shape),
-                                                  ReduceOp(op), pre, post, device, sptr(stream)});
+         double pre, double post, int device, uintptr_t stream, int32_t process_set) {
+        AllreduceArgs a{name,         cptr(in), mptr(out), DataType(dtype), std::move(shape),
+                        ReduceOp(op), pre,      post,      device,          sptr(stream)};
+        a.process_set = process_set;
+        return hvd::allreduce_async(a);
       },
       py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"), py::arg("shape"), py::arg("op"),
-      py::arg("prescale"), py::arg("postscale"), py::arg("device") = kHostDevice, py::arg("stream") = 0);
+      py::arg("prescale"), py::arg("postscale"), py::arg("device") = kHostDevice, py::arg("stream") = 0,
+      py::arg("process_set") = kGlobalProcessSet);
   // allgather, alltoall, reducescatter: device and stream as for allreduce;
   // the output of a device operation is device memory the handle owns
   // (copy_output copies it into a tensor of that device).
   m.def(
       "allgather_async",
-      [](const std::string& name, uintptr_t in, int dtype, std::vector<int64_t> shape, int device, uintptr_t stream) {
-        return hvd::allgather_async(
-            AllgatherArgs{name, cptr(in), DataType(dtype), std::move(shape), {}, device, sptr(stream)});
+      [](const std::string& name, uintptr_t in, int dtype, std::vector<int64_t> shape, int device, uintptr_t stream,
+         int32_t process_set) {
+        AllgatherArgs a{name, cptr(in), DataType(dtype), std::move(shape), {}, device, sptr(stream)};
+        a.process_set = process_set;
+        return hvd::allgather_async(a);
       },
       py::arg("name"), py::arg("input"), py::arg("dtype"), py::arg("shape"), py::arg("device") = kHostDevice,
-      py::arg("stream") = 0);
+      py::arg("stream") = 0, py::arg("process_set") = kGlobalProcessSet);
   m.def(
       "broadcast_async",
       [](const std::string& name, uintptr_t in, uintptr_t out, int dtype, std::vector<int64_t> shape, int root,
-         int device, uintptr_t stream) {
-        return hvd::broadcast_async(
-            BroadcastArgs{name, cptr(in), mptr(out), DataType(dtype), std::move(shape), root, device, sptr(stream)});
+         int device, uintptr_t stream, int32_t process_set) {
+        BroadcastArgs a{name, cptr(in), mptr(out), DataType(dtype), std::move(shape), root, device, sptr(stream)};
+        a.process_set = process_set;
+        return hvd::broadcast_async(a);
       },
       py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"), py::arg("shape"), py::arg("root"),
-      py::arg("device") = kHostDevice, py::arg("stream") = 0);
+      py::arg("device") = kHostDevice, py::arg("stream") = 0, py::arg("process_set") = kGlobalProcessSet);
   m.def(
       "alltoall_async",
       [](const std::string& name, uintptr_t in, int dtype, std::vector<int64_t> shape, std::vector<int64_t> splits,
-         int device, uintptr_t stream) {
-        return hvd::alltoall_async(AlltoallArgs{
-            name, cptr(in), DataType(dtype), std::move(shape), std::move(splits), {}, device, sptr(stream)});
+         int device, uintptr_t stream, int32_t process_set) {
+        AlltoallArgs a{name, cptr(in), DataType(dtype), std::move(shape), std::move(splits), {}, device, sptr(stream)};
+        a.process_set = process_set;
+        return hvd::alltoall_async(a);
       },
       py::arg("name"), py::arg("input"), py::arg("dtype"), py::arg("shape"), py::arg("splits"),
-      py::arg("device") = kHostDevice, py::arg("stream") = 0);
+      py::arg("device") = kHostDevice, py::arg("stream") = 0, py::arg("process_set") = kGlobalProcessSet);
   m.def(
       "reducescatter_async",
       [](const std::string& name, uintptr_t in, int dtype, std::vector<int64_t> shape, int op, double pre, double post,
-         int device, uintptr_t stream) {
-        return hvd::reducescatter_async(ReducescatterArgs{
-            name, cptr(in), DataType(dtype), std::move(shape), ReduceOp(op), pre, post, {}, device, sptr(stream)});
+         int device, uintptr_t stream, int32_t process_set) {
+        ReducescatterArgs a{name, cptr(in), DataType(dtype), std::move(shape), ReduceOp(op), pre,
+                            post, {},       device,          sptr(stream)};
+        a.process_set = process_set;
+        return hvd::reducescatter_async(a);
       },
       py::arg("name"), py::arg("input"), py::arg("dtype"), py::arg("shape"), py::arg("op"), py::arg("prescale"),
-      py::arg("postscale"), py::arg("device") = kHostDevice, py::arg("stream") = 0);
-  m.def("barrier_async", [](const std::string& name) { return hvd::barrier_async(BarrierArgs{name}); });
+      py::arg("postscale"), py::arg("device") = kHostDevice, py::arg("stream") = 0,
+      py::arg("process_set") = kGlobalProcessSet);
+  m.def(
+      "barrier_async",
+      [](const std::string& name, int32_t process_set) {
+        BarrierArgs a{name};
+        a.process_set = process_set;
+        return hvd::barrier_async(a);
+      },
+      py::arg("name"), py::arg("process_set") = kGlobalProcessSet);
   // Horovod's join; the handle's output is the last rank to join (int32).
   m.def("join_async", []() { return hvd::join_async(); });
 }

@@ -118,11 +118,26 @@ int hvd_allreduce_async(const char* name, const void* in, void* out, int64_t cou
 
 int hvd_allreduce_async_ex(const char* name, const void* in, void* out, int64_t count, int dtype, int op,
                            double prescale, double postscale, int device, void* cuda_stream, hvd_handle_t* out_handle) {
+  return hvd_allreduce_async_ps(name, in, out, count, dtype, op, prescale, postscale, device, cuda_stream,
+                                HVD_GLOBAL_PROCESS_SET, out_handle);
+}
+
+int hvd_allreduce_async_ps(const char* name, const void* in, void* out, int64_t count, int dtype, int op,
+                           double prescale, double postscale, int device, void* cuda_stream, int process_set,
+                           hvd_handle_t* out_handle) {
   return submit(out_handle, [&] {
-    return hvd::allreduce_async(
-        hvd::collective::AllreduceArgs{name_of(name), in, out, static_cast<hvd::collective::DataType>(dtype),
-                                       count_shape(count), static_cast<hvd::collective::ReduceOp>(op), prescale,
-                                       postscale, device, static_cast<CUstream_st*>(cuda_stream)});
+    hvd::collective::AllreduceArgs a{name_of(name),
+                                     in,
+                                     out,
+                                     static_cast<hvd::collective::DataType>(dtype),
+                                     count_shape(count),
+                                     static_cast<hvd::collective::ReduceOp>(op),
+                                     prescale,
+                                     postscale,
+                                     device,
+                                     static_cast<CUstream_st*>(cuda_stream)};
+    a.process_set = process_set;
+    return hvd::allreduce_async(a);
   });
 }
 
@@ -134,11 +149,19 @@ int hvd_allgather_async(const char* name, const void* in, int ndim, const int64_
 int hvd_allgather_async_ex(const char* name, const void* in, int ndim, const int64_t* shape, int dtype,
                            hvd_alloc_fn alloc, void* alloc_user, int device, void* cuda_stream,
                            hvd_handle_t* out_handle) {
+  return hvd_allgather_async_ps(name, in, ndim, shape, dtype, alloc, alloc_user, device, cuda_stream,
+                                HVD_GLOBAL_PROCESS_SET, out_handle);
+}
+
+int hvd_allgather_async_ps(const char* name, const void* in, int ndim, const int64_t* shape, int dtype,
+                           hvd_alloc_fn alloc, void* alloc_user, int device, void* cuda_stream, int process_set,
+                           hvd_handle_t* out_handle) {
   return submit(out_handle, [&] {
     hvd::collective::AllgatherArgs a{name_of(name), in, static_cast<hvd::collective::DataType>(dtype),
                                      shape_of(ndim, shape), allocator_of(alloc, alloc_user)};
     a.device = device;
     a.stream = static_cast<CUstream_st*>(cuda_stream);
+    a.process_set = process_set;
     return hvd::allgather_async(a);
   });
 }
@@ -150,10 +173,17 @@ int hvd_broadcast_async(const char* name, const void* in, void* out, int64_t cou
 
 int hvd_broadcast_async_ex(const char* name, const void* in, void* out, int64_t count, int dtype, int root, int device,
                            void* cuda_stream, hvd_handle_t* out_handle) {
+  return hvd_broadcast_async_ps(name, in, out, count, dtype, root, device, cuda_stream, HVD_GLOBAL_PROCESS_SET,
+                                out_handle);
+}
+
+int hvd_broadcast_async_ps(const char* name, const void* in, void* out, int64_t count, int dtype, int root, int device,
+                           void* cuda_stream, int process_set, hvd_handle_t* out_handle) {
   return submit(out_handle, [&] {
-    return hvd::broadcast_async(
-        hvd::collective::BroadcastArgs{name_of(name), in, out, static_cast<hvd::collective::DataType>(dtype),
-                                       count_shape(count), root, device, static_cast<CUstream_st*>(cuda_stream)});
+    hvd::collective::BroadcastArgs a{name_of(name),      in,   out,    static_cast<hvd::collective::DataType>(dtype),
+                                     count_shape(count), root, device, static_cast<CUstream_st*>(cuda_stream)};
+    a.process_set = process_set;
+    return hvd::broadcast_async(a);
   });
 }
 
@@ -170,13 +200,21 @@ int hvd_alltoall_async(const char* name, const void* in, int ndim, const int64_t
 int hvd_alltoall_async_ex(const char* name, const void* in, int ndim, const int64_t* shape, int dtype,
                           const int64_t* splits, hvd_alloc_fn alloc, void* alloc_user, int device, void* cuda_stream,
                           hvd_handle_t* out_handle) {
+  return hvd_alltoall_async_ps(name, in, ndim, shape, dtype, splits, alloc, alloc_user, device, cuda_stream,
+                               HVD_GLOBAL_PROCESS_SET, out_handle);
+}
+
+int hvd_alltoall_async_ps(const char* name, const void* in, int ndim, const int64_t* shape, int dtype,
+                          const int64_t* splits, hvd_alloc_fn alloc, void* alloc_user, int device, void* cuda_stream,
+                          int process_set, hvd_handle_t* out_handle) {
   return submit(out_handle, [&] {
     std::vector<int64_t> split_vec;
-    if (splits != nullptr) split_vec.assign(splits, splits + hvd::size());
+    if (splits != nullptr) split_vec.assign(splits, splits + hvd::context().process_set_size(process_set));
     hvd::collective::AlltoallArgs a{name_of(name),         in,        static_cast<hvd::collective::DataType>(dtype),
                                     shape_of(ndim, shape), split_vec, allocator_of(alloc, alloc_user)};
     a.device = device;
     a.stream = static_cast<CUstream_st*>(cuda_stream);
+    a.process_set = process_set;
     return hvd::alltoall_async(a);
   });
 }
@@ -191,6 +229,13 @@ int hvd_reducescatter_async(const char* name, const void* in, int ndim, const in
 int hvd_reducescatter_async_ex(const char* name, const void* in, int ndim, const int64_t* shape, int dtype, int op,
                                double prescale, double postscale, hvd_alloc_fn alloc, void* alloc_user, int device,
                                void* cuda_stream, hvd_handle_t* out_handle) {
+  return hvd_reducescatter_async_ps(name, in, ndim, shape, dtype, op, prescale, postscale, alloc, alloc_user, device,
+                                    cuda_stream, HVD_GLOBAL_PROCESS_SET, out_handle);
+}
+
+int hvd_reducescatter_async_ps(const char* name, const void* in, int ndim, const int64_t* shape, int dtype, int op,
+                               double prescale, double postscale, hvd_alloc_fn alloc, void* alloc_user, int device,
+                               void* cuda_stream, int process_set, hvd_handle_t* out_handle) {
   return submit(out_handle, [&] {
     hvd::collective::ReducescatterArgs a{name_of(name),
                                          in,
@@ -202,6 +247,7 @@ int hvd_reducescatter_async_ex(const char* name, const void* in, int ndim, const
                                          allocator_of(alloc, alloc_user)};
     a.device = device;
     a.stream = static_cast<CUstream_st*>(cuda_stream);
+    a.process_set = process_set;
     return hvd::reducescatter_async(a);
   });
 }
@@ -214,7 +260,81 @@ int hvd_join(int* last_rank) {
 }
 
 int hvd_barrier_async(const char* name, hvd_handle_t* out_handle) {
-  return submit(out_handle, [&] { return hvd::barrier_async(hvd::collective::BarrierArgs{name_of(name)}); });
+  return hvd_barrier_async_ps(name, HVD_GLOBAL_PROCESS_SET, out_handle);
+}
+
+int hvd_barrier_async_ps(const char* name, int process_set, hvd_handle_t* out_handle) {
+  return submit(out_handle, [&] {
+    hvd::collective::BarrierArgs a{name_of(name)};
+    a.process_set = process_set;
+    return hvd::barrier_async(a);
+  });
+}
+
+int hvd_init_process_sets(const int* ranks, const int* sizes, int nsets) {
+  if (nsets < 0) return invalid("nsets is negative");
+  if (nsets > 0 && sizes == nullptr) return invalid("sizes is NULL but nsets > 0");
+  return guarded([&] {
+    std::vector<std::vector<int>> sets;
+    const int* next = ranks;
+    for (int i = 0; i < nsets; ++i) {
+      if (sizes[i] < 0) throw hvd::InvalidArgument(fmt::format("sizes[{}] = {} is negative", i, sizes[i]));
+      if (sizes[i] > 0 && next == nullptr) throw hvd::InvalidArgument("ranks is NULL but a set has ranks");
+      sets.emplace_back(next, next + sizes[i]);
+      next += sizes[i];
+    }
+    hvd::init(sets);
+  });
+}
+
+int hvd_add_process_set(const int* ranks, int nranks) {
+  if (nranks < 0) return invalid("nranks is negative");
+  if (nranks > 0 && ranks == nullptr) return invalid("ranks is NULL but nranks > 0");
+  int id = -1;
+  int rc = guarded([&] { id = hvd::add_process_set(std::vector<int>(ranks, ranks + nranks)); });
+  return rc == HVD_OK ? id : rc;
+}
+
+int hvd_remove_process_set(int id) {
+  return guarded([&] { hvd::remove_process_set(id); });
+}
+
+int hvd_process_set_size(int id) {
+  int v = -1;
+  int rc = guarded([&] { v = hvd::context().process_set_size(id); });
+  return rc == HVD_OK ? v : rc;
+}
+
+int hvd_process_set_rank(int id) {
+  int v = -1;
+  int rc = guarded([&] { v = hvd::context().process_set_rank(id); });
+  return rc == HVD_OK ? v : rc;
+}
+
+int hvd_process_set_included(int id) {
+  int v = -1;
+  int rc = guarded([&] { v = hvd::context().process_set_included(id) ? 1 : 0; });
+  return rc == HVD_OK ? v : rc;
+}
+
+int hvd_process_set_ids(int* ids, int capacity) {
+  int n = -1;
+  int rc = guarded([&] {
+    const auto all = hvd::context().process_set_ids();
+    n = static_cast<int>(all.size());
+    for (int i = 0; i < capacity && i < n; ++i) ids[i] = all[static_cast<std::size_t>(i)];
+  });
+  return rc == HVD_OK ? n : rc;
+}
+
+int hvd_process_set_ranks(int id, int* ranks, int capacity) {
+  int n = -1;
+  int rc = guarded([&] {
+    const auto all = hvd::context().process_set_ranks(id);
+    n = static_cast<int>(all.size());
+    for (int i = 0; i < capacity && i < n; ++i) ranks[i] = all[static_cast<std::size_t>(i)];
+  });
+  return rc == HVD_OK ? n : rc;
 }
 
 int hvd_poll(hvd_handle_t handle) {

@@ -5,6 +5,7 @@
 #include "fusion.h"
 #include "message.h"
 #include "operations.h"
+#include "process_sets.h"
 #include "stall_inspector.h"
 
 #include "hvd/collective/algorithms.h"
@@ -111,6 +112,8 @@ struct Context::Impl {
   /// (shutdown, failure -- and so at every elastic re-formation, which
   /// builds a new Context).
   std::unique_ptr<cuda::detail::DeviceExecutor> device;
+  /// The process sets (process_sets.h); set by the Context's constructor.
+  std::unique_ptr<detail::ProcessSetTable> psets;
 
   mutable std::mutex mu;
   std::condition_variable cv;
@@ -141,7 +144,11 @@ struct Context::Impl {
         stall(detail::StallOptions{s.stall_check, s.stall_warn_after, s.stall_fail_after}),
         fusion(s.fusion_threshold) {}
 
-  std::string tag() const { return fmt::format("hvd[{}]", settings.rank); }
+  std::string tag() const {
+    return settings.process_set_id == kGlobalProcessSet
+               ? fmt::format("hvd[{}]", settings.rank)
+               : fmt::format("hvd[set {}, rank {}]", settings.process_set_id, settings.rank);
+  }
 
   [[noreturn]] void throw_failure() const {
     switch (failure_kind) {
@@ -488,7 +495,7 @@ std::unique_ptr<Context> Context::create(const Settings& settings, std::shared_p
   options.timeout = settings.start_timeout;
   if (settings.init_deadline) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*settings.init_deadline -
-                                                                          std::chrono::steady_clock::now());
+                                                                            std::chrono::steady_clock::now());
     options.timeout = std::clamp(left, std::chrono::milliseconds(1), settings.start_timeout);
   }
   std::unique_ptr<Comm> comm;
@@ -517,6 +524,7 @@ Context::Context(const Settings& settings, std::unique_ptr<Comm> comm, std::shar
   const BackgroundCore pin = background_core(settings);
   if (!pin.warning.empty() && settings.local_rank == 0) spdlog::warn("{}", pin.warning);
   impl_ = std::make_unique<Impl>(settings, std::move(comm), std::move(store));
+  impl_->psets = std::make_unique<detail::ProcessSetTable>(*this, impl_->store);
   impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
   // The name lets people (and tests) find the thread: top -H, /proc/PID/task.
   pthread_setname_np(impl_->thread.native_handle(), "hvd-background");
@@ -529,6 +537,15 @@ Context::Context(const Settings& settings, std::unique_ptr<Comm> comm, std::shar
                    std::strerror(err));
     }
   }
+  if (!settings.process_sets.empty()) {
+    // Collective over every rank, now that the background thread runs.
+    try {
+      impl_->psets->register_static(settings.process_sets, settings.skip_unfit_process_sets);
+    } catch (...) {
+      shutdown();
+      throw;
+    }
+  }
 }
 
 Context::~Context() { shutdown(); }
@@ -536,6 +553,8 @@ Context::~Context() { shutdown(); }
 void Context::shutdown() {
   std::lock_guard<std::mutex> join_lock(impl_->join_mu);
   if (!impl_->thread.joinable()) return;
+  // The sets first: their members stop them together, each set on its own.
+  impl_->psets->shutdown_all();
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->shutdown_requested = true;
@@ -554,6 +573,7 @@ void Context::abort(const std::string& reason) {
   impl_->cv.notify_all();
   // Unblocks the background thread if it is inside a collective.
   impl_->comm->abort(reason);
+  impl_->psets->abort_all(reason);
 }
 
 bool Context::failed() const {
@@ -599,6 +619,11 @@ int32_t resolve_device(int32_t device, const void* input, const void* output, co
   return output ? out : in;
 }
 
+/// "allreduce of tensor 'x'", for process-set errors.
+std::string op_what(const char* op, const std::string& name) {
+  return name.empty() ? fmt::format("{} of an unnamed tensor", op) : fmt::format("{} of tensor '{}'", op, name);
+}
+
 std::shared_ptr<OpState> make_op(OpType type, const std::string& name, DataType dtype,
                                  const std::vector<int64_t>& shape) {
   auto op = std::make_shared<OpState>();
@@ -611,6 +636,12 @@ std::shared_ptr<OpState> make_op(OpType type, const std::string& name, DataType 
 }  // namespace
 
 Handle Context::allreduce_async(const AllreduceArgs& a) {
+  if (a.process_set != kGlobalProcessSet) {
+    AllreduceArgs b = a;
+    b.process_set = kGlobalProcessSet;
+    auto set = impl_->psets->member(a.process_set, op_what("allreduce", a.name));
+    return set->allreduce_async(b);
+  }
   auto op = make_op(OpType::Allreduce, a.name, a.dtype, a.shape);
   op->request.op = a.op;
   op->request.prescale = a.prescale;
@@ -623,6 +654,12 @@ Handle Context::allreduce_async(const AllreduceArgs& a) {
 }
 
 Handle Context::allgather_async(const AllgatherArgs& a) {
+  if (a.process_set != kGlobalProcessSet) {
+    AllgatherArgs b = a;
+    b.process_set = kGlobalProcessSet;
+    auto set = impl_->psets->member(a.process_set, op_what("allgather", a.name));
+    return set->allgather_async(b);
+  }
   auto op = make_op(OpType::Allgather, a.name, a.dtype, a.shape);
   op->input = a.input;
   op->allocator = a.allocator;
@@ -632,6 +669,19 @@ Handle Context::allgather_async(const AllgatherArgs& a) {
 }
 
 Handle Context::broadcast_async(const BroadcastArgs& a) {
+  if (a.process_set != kGlobalProcessSet) {
+    BroadcastArgs b = a;
+    b.process_set = kGlobalProcessSet;
+    auto set = impl_->psets->member(a.process_set, op_what("broadcast", a.name));
+    b.root = impl_->psets->set_rank_of(a.process_set, a.root);
+    if (b.root < 0) {
+      throw InvalidArgument(fmt::format(
+          "hvd: {}: root rank {} is not a member of process set {} [{}] (the root is a "
+          "global rank)",
+          op_what("broadcast", a.name), a.root, a.process_set, fmt::join(impl_->psets->ranks(a.process_set), ", ")));
+    }
+    return set->broadcast_async(b);
+  }
   auto op = make_op(OpType::Broadcast, a.name, a.dtype, a.shape);
   op->request.root = a.root;
   op->input = a.input;
@@ -642,6 +692,12 @@ Handle Context::broadcast_async(const BroadcastArgs& a) {
 }
 
 Handle Context::alltoall_async(const AlltoallArgs& a) {
+  if (a.process_set != kGlobalProcessSet) {
+    AlltoallArgs b = a;
+    b.process_set = kGlobalProcessSet;
+    auto set = impl_->psets->member(a.process_set, op_what("alltoall", a.name));
+    return set->alltoall_async(b);
+  }
   auto op = make_op(OpType::Alltoall, a.name, a.dtype, a.shape);
   op->request.splits = a.splits;
   op->input = a.input;
@@ -652,6 +708,12 @@ Handle Context::alltoall_async(const AlltoallArgs& a) {
 }
 
 Handle Context::reducescatter_async(const ReducescatterArgs& a) {
+  if (a.process_set != kGlobalProcessSet) {
+    ReducescatterArgs b = a;
+    b.process_set = kGlobalProcessSet;
+    auto set = impl_->psets->member(a.process_set, op_what("reducescatter", a.name));
+    return set->reducescatter_async(b);
+  }
   auto op = make_op(OpType::Reducescatter, a.name, a.dtype, a.shape);
   op->request.op = a.op;
   op->request.prescale = a.prescale;
@@ -664,6 +726,12 @@ Handle Context::reducescatter_async(const ReducescatterArgs& a) {
 }
 
 Handle Context::barrier_async(const BarrierArgs& a) {
+  if (a.process_set != kGlobalProcessSet) {
+    BarrierArgs b = a;
+    b.process_set = kGlobalProcessSet;
+    auto set = impl_->psets->member(a.process_set, op_what("barrier", a.name));
+    return set->barrier_async(b);
+  }
   auto op = make_op(OpType::Barrier, a.name, DataType::UInt8, {0});
   return impl_->submit(std::move(op));
 }
@@ -680,6 +748,14 @@ int Context::join() {
   std::memcpy(&last, h.output(), sizeof(last));
   return last;
 }
+
+int32_t Context::add_process_set(std::vector<int> ranks) { return impl_->psets->add(std::move(ranks)); }
+void Context::remove_process_set(int32_t id) { impl_->psets->remove(id); }
+std::vector<int32_t> Context::process_set_ids() const { return impl_->psets->ids(); }
+std::vector<int> Context::process_set_ranks(int32_t id) const { return impl_->psets->ranks(id); }
+bool Context::process_set_included(int32_t id) const { return impl_->psets->included(id); }
+int Context::process_set_rank(int32_t id) const { return impl_->psets->rank(id); }
+int Context::process_set_size(int32_t id) const { return impl_->psets->size(id); }
 
 Handle Context::allgather(const AllgatherArgs& args) {
   Handle h = allgather_async(args);

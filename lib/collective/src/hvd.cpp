@@ -44,7 +44,9 @@ std::shared_ptr<collective::Context> current() {
 }
 }  // namespace
 
-void init() {
+void init() { init(std::vector<std::vector<int>>{}); }
+
+void init(const std::vector<std::vector<int>>& process_sets) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_context) return;
   const collective::LogSettings log = collective::log_settings_from_env();
@@ -57,6 +59,10 @@ void init() {
     // Elastic job: rank and size come from the world hvdrun publishes, and
     // the member's generations are the world versions.
     elastic::MemberOptions options = elastic::member_options_from_env();
+    // Every world registers the static sets again; one that names a rank
+    // the world lacks waits for a world that has it.
+    options.settings.process_sets = process_sets;
+    options.settings.skip_unfit_process_sets = true;
     start_logging(options.worker_id);
     auto member = std::make_shared<elastic::ElasticMember>(std::move(options));
     member->join();
@@ -66,8 +72,10 @@ void init() {
   } else {
     // Every init after a shutdown forms a new communicator generation, so a
     // re-init never reads the previous generation's addresses.
-    g_context = collective::context_from_env(fmt::format("gen{}/", g_generation));
-    ++g_generation;
+    // Counted before: a failed init (a bad static process set fails every
+    // rank after the mesh formed) must not leave its addresses to the next.
+    const int generation = g_generation++;
+    g_context = collective::context_from_env(fmt::format("gen{}/", generation), process_sets);
     if (!rank) start_logging(std::to_string(g_context->rank()));  // rank learned from MPI
   }
   if (g_context->rank() == 0) {
@@ -117,6 +125,9 @@ int cross_rank() { return current()->cross_rank(); }
 int cross_size() { return current()->cross_size(); }
 
 collective::Context& context() { return *current(); }
+
+int32_t add_process_set(const std::vector<int>& ranks) { return current()->add_process_set(ranks); }
+void remove_process_set(int32_t id) { current()->remove_process_set(id); }
 
 collective::Handle allreduce_async(const collective::AllreduceArgs& a) { return current()->allreduce_async(a); }
 collective::Handle allgather_async(const collective::AllgatherArgs& a) { return current()->allgather_async(a); }

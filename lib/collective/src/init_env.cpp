@@ -151,6 +151,7 @@ Settings settings_from_env() {
   if (env::get(job_env::kGlooTimeoutSeconds)) s.start_timeout = to_ms(seconds_var(job_env::kGlooTimeoutSeconds, 30));
   if (s.start_timeout.count() == 0) s.start_timeout = std::chrono::milliseconds(1);
   s.thread_affinity = core_ids(env::get_or(job_env::kThreadAffinity, ""));
+  s.dynamic_process_sets = switched_on(kDynamicProcessSetsVar);
 
   s.secret = env::get_or(job_env::kSecret, "");
   if (auto iface = env::get(job_env::kGlooIface); iface && !iface->empty()) s.bind_address = interface_address(*iface);
@@ -191,6 +192,8 @@ std::string describe_settings(const Settings& s, const LogSettings& log) {
                                 s.thread_affinity[s.local_rank]));
   }
   items.push_back(fmt::format("log_timestamps={}", log.hide_time ? "off" : "on"));
+  items.push_back(fmt::format("process_sets={} static{}", s.process_sets.size(),
+                              s.dynamic_process_sets ? ", dynamic (HOROVOD_DYNAMIC_PROCESS_SETS=1)" : ""));
   // Requests the library cannot honour yet (hvdrun warns about each once).
   auto requested = [&](const char* key, const char* variable, bool on, const char* why) {
     if (!on) {
@@ -235,9 +238,11 @@ std::vector<std::string> ignored_settings_warnings() {
   return out;
 }
 
-std::unique_ptr<Context> context_from_env(const std::string& comm_prefix) {
+std::unique_ptr<Context> context_from_env(const std::string& comm_prefix,
+                                          const std::vector<std::vector<int>>& process_sets) {
   Settings s = settings_from_env();
   s.comm_prefix = comm_prefix;
+  s.process_sets = process_sets;
   const bool topology_in_env =
       std::any_of(kTopologyVars.begin(), kTopologyVars.end(), [](const char* v) { return env::get(v).has_value(); });
   if (!topology_in_env) {

@@ -13,29 +13,29 @@ from hvdcomm.torch.optimizer import _DistributedOptimizer
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     _check_process_set(process_set, "broadcast_object")
-    name = _name("broadcast_object", name)
+    name = _name("broadcast_object", name, process_set)
     if rank() == root_rank:
         buf = io.BytesIO()
         pickle.dump(obj, buf)
         payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
         sz = torch.tensor([payload.numel()], dtype=torch.int64)
-        broadcast_(sz, root_rank, name + ".sz")
-        broadcast_(payload, root_rank, name + ".data")
+        broadcast_(sz, root_rank, name + ".sz", process_set)
+        broadcast_(payload, root_rank, name + ".data", process_set)
         return obj
     sz = torch.zeros(1, dtype=torch.int64)
-    broadcast_(sz, root_rank, name + ".sz")
+    broadcast_(sz, root_rank, name + ".sz", process_set)
     payload = torch.zeros(int(sz.item()), dtype=torch.uint8)
-    broadcast_(payload, root_rank, name + ".data")
+    broadcast_(payload, root_rank, name + ".data", process_set)
     return pickle.loads(payload.numpy().tobytes())
 
 
 def allgather_object(obj, name=None, process_set=None):
     _check_process_set(process_set, "allgather_object")
-    name = _name("allgather_object", name)
+    name = _name("allgather_object", name, process_set)
     data = pickle.dumps(obj)
     payload = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.zeros(0, dtype=torch.uint8)
-    sizes = allgather(torch.tensor([len(data)], dtype=torch.int64), name + ".sz").tolist()
-    everything = allgather(payload, name + ".data").numpy().tobytes()
+    sizes = allgather(torch.tensor([len(data)], dtype=torch.int64), name + ".sz", process_set).tolist()
+    everything = allgather(payload, name + ".data", process_set).numpy().tobytes()
     out, off = [], 0
     for s in sizes:
         out.append(pickle.loads(everything[off:off + s]))

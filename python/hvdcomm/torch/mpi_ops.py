@@ -8,6 +8,8 @@ Tensors are passed to the native core as raw buffers (data_ptr, shape,
 dtype code, and for CUDA tensors the device and current stream); the
 extension does not link libtorch. See docs/python.md."""
 import collections
+import os as _os
+import weakref as _weakref
 
 import torch
 
@@ -22,11 +24,12 @@ _ISSUE = "issue 20 tracks it"
 
 
 class ProcessSet:
-    """Horovod's ProcessSet (a set of ranks that run collectives together).
-    hvdcomm accepts it as an argument so that scripts written for Horovod
-    load, but only hvd.global_process_set (all ranks) is implemented: any
-    other set passed to an op, to init() or to add_process_set() raises
-    NotImplementedError rather than running the op on all ranks."""
+    """Horovod's ProcessSet: a set of ranks that run collectives together
+    (docs/python.md, "Process sets"). Built from a list of global ranks
+    (sorted here, as Horovod does); registered by hvd.init(process_sets=[...])
+    or hvd.add_process_set(), which set process_set_id. Ops take it as
+    process_set=; a broadcast root stays a global rank. Sets from an MPI
+    communicator raise NotImplementedError (hvdcomm has no MPI)."""
     process_set_id = None
     ranks = None
     mpi_comm = None
@@ -41,23 +44,36 @@ class ProcessSet:
             raise ValueError("ProcessSet should be initialized with a list of process ranks")
         self.ranks = ranks
 
+    def _invalidate(self):
+        self.process_set_id = None
+
     def size(self):
-        return None  # never registered: hvdcomm has no process sets but the global one
+        """The number of ranks in the set, or None while not registered."""
+        if self.process_set_id is None:
+            return None
+        return _core.process_set_size(self.process_set_id)
 
     def rank(self):
-        return None
+        """This process's rank within the set (its index in ranks), or None
+        while not registered; ValueError when this process is not a member."""
+        if self.process_set_id is None:
+            return None
+        return _core.process_set_rank(self.process_set_id)
 
     def included(self):
-        return rank() in self.ranks if self.ranks is not None else None
+        """Whether this process is a member, or None without ranks."""
+        if self.ranks is None:
+            return None
+        return rank() in self.ranks
 
-    def __repr__(self):
-        return f"ProcessSet({self.ranks})"
+    def __str__(self):
+        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, mpi_comm=None)"
 
-    __str__ = __repr__
+    __repr__ = __str__
 
 
 class _GlobalProcessSet(ProcessSet):
-    """hvd.global_process_set: all ranks, i.e. what every op does by default."""
+    """hvd.global_process_set: all ranks, id 0 (what every op does by default)."""
     process_set_id = 0
 
     def __init__(self):
@@ -66,6 +82,9 @@ class _GlobalProcessSet(ProcessSet):
     @property
     def ranks(self):
         return list(range(size())) if is_initialized() else None
+
+    def _invalidate(self):
+        pass  # the global set is never unregistered
 
     def size(self):
         return size() if is_initialized() else None
@@ -76,56 +95,137 @@ class _GlobalProcessSet(ProcessSet):
     def included(self):
         return True if is_initialized() else None
 
-    def __repr__(self):
-        return "hvd.global_process_set"
-
-    __str__ = __repr__
-
 
 global_process_set = _GlobalProcessSet()
 
 
 def _check_process_set(process_set, where):
-    """None and hvd.global_process_set mean all ranks (what the op does);
-    anything else raises instead of being silently ignored."""
+    """The library's id for `process_set`: 0 for None and
+    hvd.global_process_set, else the registered set's id. A set that is not
+    registered (never added, removed, or a duplicate that init invalidated)
+    raises ValueError instead of running the op on all ranks."""
     if process_set is None or process_set is global_process_set:
-        return
-    raise NotImplementedError(
-        f"hvdcomm: {where}(process_set={process_set!r}): process sets other than hvd.global_process_set are not "
-        f"implemented yet in hvdcomm; the op would run on all ranks ({_ISSUE})")
+        return 0
+    if not isinstance(process_set, ProcessSet):
+        raise TypeError(f"hvdcomm: {where}(process_set={process_set!r}): expected an hvd.ProcessSet")
+    if process_set.process_set_id is None:
+        raise ValueError(f"hvdcomm: {where}(process_set={process_set}): the process set is not registered; pass it "
+                         f"to hvd.init(process_sets=[...]) or hvd.add_process_set() first")
+    return process_set.process_set_id
+
+
+def _set_rank_size(psid):
+    """(rank, size) of this process within process set `psid`."""
+    if psid == 0:
+        return rank(), size()
+    return _core.process_set_rank(psid), _core.process_set_size(psid)
 
 
 def add_process_set(process_set):
-    """Horovod's dynamic process sets: not implemented (raises)."""
-    raise NotImplementedError(f"hvdcomm: add_process_set({process_set!r}): process sets are not implemented yet "
-                              f"in hvdcomm; only hvd.global_process_set exists ({_ISSUE})")
+    """Horovod's add_process_set: registers a ProcessSet (or a list of
+    ranks) on every rank and returns it with its id. Collective: every rank
+    calls it with the same ranks, in the same order. Needs
+    HOROVOD_DYNAMIC_PROCESS_SETS=1 (or init(process_sets="dynamic")), else
+    ValueError, as Horovod; a set with the ranks of a registered one raises
+    ValueError ("Attempted to add a duplicate process set")."""
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    if not _core.is_initialized():
+        raise ValueError("Horovod has not been initialized; use hvd.init().")
+    if not _core.dynamic_process_sets():
+        raise ValueError("Set HOROVOD_DYNAMIC_PROCESS_SETS=1 to allow adding process sets after Horovod "
+                         "initialization.")
+    try:
+        process_set.process_set_id = _core.add_process_set(list(process_set.ranks))
+    except ValueError as e:
+        if "duplicate process set" in str(e):
+            raise ValueError(f"Attempted to add a duplicate process set: {process_set} ({e})") from None
+        raise
+    _dynamic_sets.add(process_set)
+    _forget_names(process_set.process_set_id)  # an id may be reused: its unnamed ops count from 1 again
+    return process_set
 
 
 def remove_process_set(process_set):
-    """Horovod's dynamic process sets: not implemented (raises)."""
-    raise NotImplementedError(f"hvdcomm: remove_process_set({process_set!r}): process sets are not implemented "
-                              f"yet in hvdcomm; only hvd.global_process_set exists and it cannot be removed ({_ISSUE})")
+    """Horovod's remove_process_set: unregisters the set on every rank
+    (collective) and returns True; False for the global set or a set that
+    is not registered (nothing is called then, as in Horovod). Needs
+    HOROVOD_DYNAMIC_PROCESS_SETS=1, else ValueError."""
+    if not isinstance(process_set, ProcessSet):
+        raise TypeError(f"hvdcomm: remove_process_set({process_set!r}): expected an hvd.ProcessSet")
+    if not _core.is_initialized():
+        raise ValueError("Horovod has not been initialized; use hvd.init().")
+    psid = process_set.process_set_id
+    if psid is None or psid == 0:
+        return False
+    if not _core.dynamic_process_sets():
+        raise ValueError("Set HOROVOD_DYNAMIC_PROCESS_SETS=1 to allow removing process sets after Horovod "
+                         "initialization.")
+    if psid not in _core.process_set_ids():
+        return False
+    _core.remove_process_set(psid)
+    process_set._invalidate()
+    _dynamic_sets.discard(process_set)
+    return True
+
+
+_DYNAMIC = _core.dynamic_process_sets_var
+_static_sets = []  # init(process_sets=[...])'s objects, re-bound after an elastic re-join
+_dynamic_sets = _weakref.WeakSet()  # add_process_set()'s objects, invalidated by an elastic re-join
+
+
+def _dynamic_sets_forget():
+    for ps in list(_dynamic_sets):
+        ps._invalidate()
+    _dynamic_sets.clear()
+
+
+def _bind_process_sets(process_sets):
+    """Sets process_set_id of init()'s static sets: the library registers
+    set i as id i + 1, unless this (elastic) world lacks one of its ranks."""
+    ids = set(_core.process_set_ids())
+    for i, ps in enumerate(process_sets):
+        ps.process_set_id = i + 1 if i + 1 in ids else None
 
 
 def init(comm=None, process_sets=None):
-    """As Horovod's init. comm=None (or the list of all ranks) and
-    process_sets=None / [] are the defaults; anything else raises
-    NotImplementedError (sub-communicators are not implemented)."""
-    if process_sets is not None and not (isinstance(process_sets, (list, tuple)) and
-                                         all(ps is global_process_set for ps in process_sets)):
-        raise NotImplementedError(
-            f"hvdcomm: init(process_sets={process_sets!r}): process sets are not implemented yet in hvdcomm; "
-            f"only hvd.global_process_set exists ({_ISSUE})")
+    """As Horovod's init. comm: None or the list of all ranks (a subset or an
+    MPI communicator raises NotImplementedError). process_sets: None, a list
+    of hvd.ProcessSet (static sets, ids 1..n in order; registered on every
+    rank before init returns), or "dynamic" (sets HOROVOD_DYNAMIC_PROCESS_SETS=1:
+    add_process_set/remove_process_set allowed)."""
     if comm is not None and not isinstance(comm, (list, tuple, range)):
         raise NotImplementedError(f"hvdcomm: init(comm={comm!r}): an MPI communicator is not supported (hvdcomm "
                                   f"has no MPI); pass comm=None ({_ISSUE})")
-    _core.init()
+    if process_sets is None:
+        process_sets = []
+    elif isinstance(process_sets, str):
+        if process_sets.lower() != "dynamic":
+            raise ValueError(f"hvdcomm: init(process_sets={process_sets!r}): expected a list of hvd.ProcessSet "
+                             f"or \"dynamic\"")
+        process_sets = []
+        _os.environ[_DYNAMIC] = "1"
+    process_sets = [ps for ps in process_sets if ps is not global_process_set]
+    for i, ps in enumerate(process_sets):
+        if not isinstance(ps, ProcessSet):
+            raise ValueError(f"hvdcomm: init(process_sets=...): entry number {i} is not an hvd.ProcessSet: {ps!r}")
+    seen = set()
+    for i, ps in enumerate(process_sets):
+        if tuple(ps.ranks) in seen:
+            raise ValueError(f"Horovod could not be initialized because process_sets entry number {i} is a "
+                             f"duplicate: {ps}")
+        seen.add(tuple(ps.ranks))
+    _core.init([list(ps.ranks) for ps in process_sets])
     if comm is not None and sorted(comm) != list(range(size())):
         n = size()
         _core.shutdown()
         raise NotImplementedError(
             f"hvdcomm: init(comm={list(comm)!r}): a communicator of a subset of the {n} ranks is not implemented "
-            f"yet in hvdcomm; pass comm=None for all ranks ({_ISSUE})")
+            f"yet in hvdcomm; pass comm=None for all ranks and process_sets=[hvd.ProcessSet({list(comm)!r})] for "
+            f"the subset ({_ISSUE})")
+    _static_sets[:] = process_sets
+    _forget_names()
+    _bind_process_sets(process_sets)
     _join_world(rejoin=False)
 
 
@@ -243,6 +343,11 @@ def _join_world(rejoin):
             _core.elastic_reset()
             _handles.clear()
             _counter.clear()
+            # The new world registered the static sets again (same ids,
+            # those whose ranks it has); dynamic sets are gone (as after
+            # Horovod's re-init): their objects are invalidated.
+            _bind_process_sets(_static_sets)
+            _dynamic_sets_forget()
         try:
             _learn_topology()
             return
@@ -322,11 +427,21 @@ def _op_code(op, average):
 _counter = collections.defaultdict(int)
 
 
-def _name(kind, name):
+def _forget_names(psid=None):
+    """Restarts the automatic names of one process set (None: of every set
+    but the global one) -- when its id is (re)registered on every rank."""
+    for key in [k for k in _counter if (k[1] != 0 if psid is None else k[1] == psid)]:
+        del _counter[key]
+
+
+def _name(kind, name, process_set=None):
+    """`name`, else the next automatic name of `kind` on `process_set`:
+    counted per set, since only a set's members submit its unnamed ops."""
     if name:
         return name
-    _counter[kind] += 1
-    return f"{kind}.noname.{_counter[kind]}"
+    psid = _check_process_set(process_set, kind)
+    _counter[kind, psid] += 1
+    return f"{kind}.noname.{_counter[kind, psid]}" if psid == 0 else f"{kind}.ps{psid}.noname.{_counter[kind, psid]}"
 
 
 class _Pending:
@@ -373,10 +488,10 @@ def synchronize(handle):
     return p.finish()
 
 
-def _allreduce_into(tensor, output, name, op, prescale, postscale, device):
+def _allreduce_into(tensor, output, name, op, prescale, postscale, device, psid=0):
     h = _core.allreduce_async(name, tensor.data_ptr(), output.data_ptr(), _dtype_code(tensor),
                               list(tensor.shape), op, float(prescale), float(postscale),
-                              device, _stream(tensor, device))
+                              device, _stream(tensor, device), psid)
     return _register(_Pending(h, (tensor, output), lambda: output))
 
 
@@ -384,14 +499,14 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
                     postscale_factor=1.0, compression=None, process_set=None):
     """`compression` (an hvdcomm extension; Horovod's allreduce_async has
     none) compresses the tensor sent and decompresses the result."""
-    _check_process_set(process_set, "allreduce_async")
+    psid = _check_process_set(process_set, "allreduce_async")
     device = _check(tensor, "allreduce")
     opc = _op_code(op, average)
     compression = compression or Compression.none
     compressed, ctx = compression.compress(tensor)
     src = compressed.detach().contiguous()
     out = torch.empty_like(src)
-    h = _allreduce_into(src, out, _name("allreduce", name), opc, prescale_factor, postscale_factor, device)
+    h = _allreduce_into(src, out, _name("allreduce", name, process_set), opc, prescale_factor, postscale_factor, device, psid)
     if compression is not Compression.none:
         _handles[h].finish = lambda: compression.decompress(out, ctx)
     return h
@@ -399,16 +514,16 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=None):
-    _check_process_set(process_set, "allreduce_async_")
+    psid = _check_process_set(process_set, "allreduce_async_")
     device = _check(tensor, "allreduce")
     opc = _op_code(op, average)
     if tensor.is_contiguous():
-        return _allreduce_into(tensor, tensor, _name("allreduce", name), opc, prescale_factor, postscale_factor,
-                               device)
+        return _allreduce_into(tensor, tensor, _name("allreduce", name, process_set), opc, prescale_factor, postscale_factor,
+                               device, psid)
     buf = tensor.detach().contiguous()
-    h = _core.allreduce_async(_name("allreduce", name), buf.data_ptr(), buf.data_ptr(), _dtype_code(buf),
+    h = _core.allreduce_async(_name("allreduce", name, process_set), buf.data_ptr(), buf.data_ptr(), _dtype_code(buf),
                               list(buf.shape), opc, float(prescale_factor), float(postscale_factor),
-                              device, _stream(buf, device))
+                              device, _stream(buf, device), psid)
 
     def finish():
         tensor.data.copy_(buf)
@@ -421,16 +536,17 @@ class _AllreduceFn(torch.autograd.Function):
     same allreduce of the incoming gradient (as in Horovod)."""
 
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale, postscale):
-        ctx.name, ctx.op, ctx.pre, ctx.post = name, op, prescale, postscale
-        return synchronize(allreduce_async(tensor, None, name, op, prescale, postscale))
+    def forward(ctx, tensor, name, op, prescale, postscale, process_set):
+        ctx.name, ctx.op, ctx.pre, ctx.post, ctx.ps = name, op, prescale, postscale, process_set
+        return synchronize(allreduce_async(tensor, None, name, op, prescale, postscale, process_set=process_set))
 
     @staticmethod
     def backward(ctx, grad):
         if ctx.op not in (Sum, Average):
             raise NotImplementedError("hvdcomm: allreduce gradient is only defined for Sum and Average")
-        g = synchronize(allreduce_async(grad.contiguous(), None, ctx.name + ".grad", ctx.op, ctx.pre, ctx.post))
-        return g, None, None, None, None
+        g = synchronize(allreduce_async(grad.contiguous(), None, ctx.name + ".grad", ctx.op, ctx.pre, ctx.post,
+                                        process_set=ctx.ps))
+        return g, None, None, None, None, None
 
 
 def allreduce(tensor, average=None, name=None, compression=None, op=None,
@@ -441,25 +557,26 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None,
         _check(tensor, "allreduce")
         opc = ReduceOp(_op_code(op, average))
         compressed, ctx = compression.compress(tensor)
-        out = _AllreduceFn.apply(compressed, _name("allreduce", name), opc, float(prescale_factor),
-                                 float(postscale_factor))
+        out = _AllreduceFn.apply(compressed, _name("allreduce", name, process_set), opc, float(prescale_factor),
+                                 float(postscale_factor), process_set)
         return compression.decompress(out, ctx)
     compressed, ctx = compression.compress(tensor)
-    out = synchronize(allreduce_async(compressed, average, name, op, prescale_factor, postscale_factor))
+    out = synchronize(allreduce_async(compressed, average, name, op, prescale_factor, postscale_factor,
+                                      process_set=process_set))
     return compression.decompress(out, ctx)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=None):
     _check_process_set(process_set, "allreduce_")
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor))
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=None, compression=None):
     _check_process_set(process_set, "grouped_allreduce_async")
-    base = _name("grouped_allreduce", name)
-    hs = [allreduce_async(t, average, f"{base}.{i}", op, prescale_factor, postscale_factor, compression)
+    base = _name("grouped_allreduce", name, process_set)
+    hs = [allreduce_async(t, average, f"{base}.{i}", op, prescale_factor, postscale_factor, compression, process_set)
           for i, t in enumerate(tensors)]
     return _register(_Pending(_Group(hs), (), lambda: [synchronize(h) for h in hs]))
 
@@ -467,8 +584,8 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=None):
     _check_process_set(process_set, "grouped_allreduce_async_")
-    base = _name("grouped_allreduce", name)
-    hs = [allreduce_async_(t, average, f"{base}.{i}", op, prescale_factor, postscale_factor)
+    base = _name("grouped_allreduce", name, process_set)
+    hs = [allreduce_async_(t, average, f"{base}.{i}", op, prescale_factor, postscale_factor, process_set)
           for i, t in enumerate(tensors)]
     return _register(_Pending(_Group(hs), (), lambda: [synchronize(h) for h in hs]))
 
@@ -478,17 +595,19 @@ def grouped_allreduce(tensors, average=None, name=None, compression=None, op=Non
     _check_process_set(process_set, "grouped_allreduce")
     if any(_wants_grad(t) for t in tensors):
         # differentiable, as Horovod's: one differentiable allreduce per tensor
-        base = _name("grouped_allreduce", name)
-        return [allreduce(t, average, f"{base}.{i}", compression, op, prescale_factor, postscale_factor)
+        base = _name("grouped_allreduce", name, process_set)
+        return [allreduce(t, average, f"{base}.{i}", compression, op, prescale_factor, postscale_factor,
+                          process_set)
                 for i, t in enumerate(tensors)]
     return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor,
-                                               compression=compression))
+                                               process_set, compression=compression))
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=None):
     _check_process_set(process_set, "grouped_allreduce_")
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor))
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                                process_set))
 
 
 class _Group:
@@ -520,13 +639,13 @@ def _copy_out(h, dtype, shape, device=-1):
 
 
 def allgather_async(tensor, name=None, process_set=None):
-    _check_process_set(process_set, "allgather_async")
+    psid = _check_process_set(process_set, "allgather_async")
     device = _check(tensor, "allgather")
     src = tensor.detach().contiguous()
     if src.dim() == 0:
         src = src.reshape(1)
-    h = _core.allgather_async(_name("allgather", name), src.data_ptr(), _dtype_code(src), list(src.shape),
-                              device, _stream(src, device))
+    h = _core.allgather_async(_name("allgather", name, process_set), src.data_ptr(), _dtype_code(src), list(src.shape),
+                              device, _stream(src, device), psid)
     return _register(_Pending(h, (src,), lambda: _copy_out(h, src.dtype, list(h.output_shape), device)))
 
 
@@ -539,43 +658,45 @@ class _AllgatherFn(torch.autograd.Function):
     then this rank's rows."""
 
     @staticmethod
-    def forward(ctx, tensor, name):
+    def forward(ctx, tensor, name, process_set):
         ctx.rows = tensor.shape[0] if tensor.dim() > 0 else 1
-        ctx.name = name
-        return synchronize(allgather_async(tensor, name))
+        ctx.name, ctx.ps = name, process_set
+        return synchronize(allgather_async(tensor, name, process_set))
 
     @staticmethod
     def backward(ctx, grad):
-        g = synchronize(allreduce_async(grad.contiguous(), None, ctx.name + ".grad", Average))
-        rows = synchronize(allgather_async(torch.tensor([ctx.rows], dtype=torch.int64), ctx.name + ".grad_rows"))
-        offset = int(rows[:rank()].sum().item())
-        return g.narrow(0, offset, ctx.rows), None
+        ps = ctx.ps
+        g = synchronize(allreduce_async(grad.contiguous(), None, ctx.name + ".grad", Average, process_set=ps))
+        rows = synchronize(allgather_async(torch.tensor([ctx.rows], dtype=torch.int64), ctx.name + ".grad_rows", ps))
+        me, _ = _set_rank_size(_check_process_set(ps, "allgather"))
+        offset = int(rows[:me].sum().item())
+        return g.narrow(0, offset, ctx.rows), None, None
 
 
 def allgather(tensor, name=None, process_set=None):
     _check_process_set(process_set, "allgather")
     if _wants_grad(tensor):
         _check(tensor, "allgather")
-        return _AllgatherFn.apply(tensor, _name("allgather", name))
-    return synchronize(allgather_async(tensor, name))
+        return _AllgatherFn.apply(tensor, _name("allgather", name, process_set), process_set)
+    return synchronize(allgather_async(tensor, name, process_set))
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
-    _check_process_set(process_set, "broadcast_async")
+    psid = _check_process_set(process_set, "broadcast_async")
     device = _check(tensor, "broadcast")
     src = tensor.detach().contiguous()
     out = torch.empty_like(src)
-    h = _core.broadcast_async(_name("broadcast", name), src.data_ptr(), out.data_ptr(), _dtype_code(src),
-                              list(src.shape), int(root_rank), device, _stream(src, device))
+    h = _core.broadcast_async(_name("broadcast", name, process_set), src.data_ptr(), out.data_ptr(), _dtype_code(src),
+                              list(src.shape), int(root_rank), device, _stream(src, device), psid)
     return _register(_Pending(h, (src, out), lambda: out))
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
-    _check_process_set(process_set, "broadcast_async_")
+    psid = _check_process_set(process_set, "broadcast_async_")
     device = _check(tensor, "broadcast")
     buf = tensor.data if tensor.is_contiguous() else tensor.detach().contiguous()
-    h = _core.broadcast_async(_name("broadcast", name), buf.data_ptr(), buf.data_ptr(), _dtype_code(buf),
-                              list(buf.shape), int(root_rank), device, _stream(buf, device))
+    h = _core.broadcast_async(_name("broadcast", name, process_set), buf.data_ptr(), buf.data_ptr(), _dtype_code(buf),
+                              list(buf.shape), int(root_rank), device, _stream(buf, device), psid)
 
     def finish():
         if buf.data_ptr() != tensor.data_ptr():
@@ -589,42 +710,42 @@ class _BroadcastFn(torch.autograd.Function):
     the root, zero elsewhere."""
 
     @staticmethod
-    def forward(ctx, tensor, root_rank, name):
-        ctx.root, ctx.name = root_rank, name
-        return synchronize(broadcast_async(tensor, root_rank, name))
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root, ctx.name, ctx.ps = root_rank, name, process_set
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
     @staticmethod
     def backward(ctx, grad):
-        g = synchronize(allreduce_async(grad.contiguous(), None, ctx.name + ".grad", Average))
-        if rank() != ctx.root:
+        g = synchronize(allreduce_async(grad.contiguous(), None, ctx.name + ".grad", Average, process_set=ctx.ps))
+        if rank() != ctx.root:  # the root is a global rank
             g.zero_()
-        return g, None, None
+        return g, None, None, None
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None):
     _check_process_set(process_set, "broadcast")
     if _wants_grad(tensor):
         _check(tensor, "broadcast")
-        return _BroadcastFn.apply(tensor, int(root_rank), _name("broadcast", name))
-    return synchronize(broadcast_async(tensor, root_rank, name))
+        return _BroadcastFn.apply(tensor, int(root_rank), _name("broadcast", name, process_set), process_set)
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=None):
     _check_process_set(process_set, "broadcast_")
-    return synchronize(broadcast_async_(tensor, root_rank, name))
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
     """As Horovod's: synchronize() of the handle returns the tuple
     (output, received_splits) whether or not splits were given;
     received_splits has the dtype of a splits tensor, else int32."""
-    _check_process_set(process_set, "alltoall_async")
+    psid = _check_process_set(process_set, "alltoall_async")
     device = _check(tensor, "alltoall")
     src = tensor.detach().contiguous()
     sp = [] if splits is None else [int(x) for x in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
     rs_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
-    h = _core.alltoall_async(_name("alltoall", name), src.data_ptr(), _dtype_code(src), list(src.shape), sp,
-                             device, _stream(src, device))
+    h = _core.alltoall_async(_name("alltoall", name, process_set), src.data_ptr(), _dtype_code(src), list(src.shape), sp,
+                             device, _stream(src, device), psid)
 
     def finish():
         out = _copy_out(h, src.dtype, list(h.output_shape), device)
@@ -637,9 +758,9 @@ class _AlltoallFn(torch.autograd.Function):
     splits."""
 
     @staticmethod
-    def forward(ctx, tensor, splits, name):
-        out, received_splits = synchronize(alltoall_async(tensor, splits, name))
-        ctx.received, ctx.name = received_splits, name
+    def forward(ctx, tensor, splits, name, process_set):
+        out, received_splits = synchronize(alltoall_async(tensor, splits, name, process_set))
+        ctx.received, ctx.name, ctx.ps = received_splits, name, process_set
         if splits is None:
             return out
         ctx.mark_non_differentiable(received_splits)
@@ -647,8 +768,8 @@ class _AlltoallFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad, *unused):
-        g, _ = synchronize(alltoall_async(grad.contiguous(), ctx.received, ctx.name + ".grad"))
-        return g, None, None
+        g, _ = synchronize(alltoall_async(grad.contiguous(), ctx.received, ctx.name + ".grad", ctx.ps))
+        return g, None, None, None
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None):
@@ -657,8 +778,8 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
     (output, received_splits). Differentiable like Horovod's."""
     _check_process_set(process_set, "alltoall")
     if _wants_grad(tensor):
-        return _AlltoallFn.apply(tensor, splits, _name("alltoall", name))
-    out, received_splits = synchronize(alltoall_async(tensor, splits, name))
+        return _AlltoallFn.apply(tensor, splits, _name("alltoall", name, process_set), process_set)
+    out, received_splits = synchronize(alltoall_async(tensor, splits, name, process_set))
     return out if splits is None else (out, received_splits)
 
 
@@ -666,15 +787,15 @@ def reducescatter_async(tensor, name=None, compression=None, op=Average, process
                         prescale_factor=1.0, postscale_factor=1.0):
     """`compression` (hvdcomm's; Horovod's reducescatter_async has none)
     compresses the tensor sent and decompresses the result."""
-    _check_process_set(process_set, "reducescatter_async")
+    psid = _check_process_set(process_set, "reducescatter_async")
     device = _check(tensor, "reducescatter")
     opc = _op_code(op, None)
     compression = compression or Compression.none
     compressed, cctx = compression.compress(tensor)
     src = compressed.detach().contiguous()
-    h = _core.reducescatter_async(_name("reducescatter", name), src.data_ptr(), _dtype_code(src),
+    h = _core.reducescatter_async(_name("reducescatter", name, process_set), src.data_ptr(), _dtype_code(src),
                                   list(src.shape), opc, float(prescale_factor), float(postscale_factor),
-                                  device, _stream(src, device))
+                                  device, _stream(src, device), psid)
     return _register(_Pending(h, (src,), lambda: compression.decompress(
         _copy_out(h, src.dtype, list(h.output_shape), device), cctx)))
 
@@ -685,19 +806,20 @@ class _ReducescatterFn(torch.autograd.Function):
     (and 1/size for Average)."""
 
     @staticmethod
-    def forward(ctx, tensor, name, op, pre, post):
-        ctx.name, ctx.op, ctx.scale = name, op, pre * post
-        return synchronize(reducescatter_async(tensor, name, None, op, None, pre, post))
+    def forward(ctx, tensor, name, op, pre, post, process_set):
+        ctx.name, ctx.op, ctx.scale, ctx.ps = name, op, pre * post, process_set
+        return synchronize(reducescatter_async(tensor, name, None, op, process_set, pre, post))
 
     @staticmethod
     def backward(ctx, grad):
         if ctx.op not in (Sum, Average):
             raise NotImplementedError("hvdcomm: reducescatter gradient is only defined for Sum and Average")
-        g = synchronize(allgather_async(grad.contiguous(), ctx.name + ".grad"))
-        scale = ctx.scale / size() if ctx.op == Average else ctx.scale
+        g = synchronize(allgather_async(grad.contiguous(), ctx.name + ".grad", ctx.ps))
+        _, n = _set_rank_size(_check_process_set(ctx.ps, "reducescatter"))
+        scale = ctx.scale / n if ctx.op == Average else ctx.scale
         if scale != 1.0:
             g = g * scale
-        return g, None, None, None, None
+        return g, None, None, None, None, None
 
 
 def reducescatter(tensor, name=None, compression=None, op=Average, process_set=None,
@@ -707,16 +829,16 @@ def reducescatter(tensor, name=None, compression=None, op=Average, process_set=N
         _check(tensor, "reducescatter")
         compression = compression or Compression.none
         compressed, ctx = compression.compress(tensor)
-        out = _ReducescatterFn.apply(compressed, _name("reducescatter", name), ReduceOp(_op_code(op, None)),
-                                     float(prescale_factor), float(postscale_factor))
+        out = _ReducescatterFn.apply(compressed, _name("reducescatter", name, process_set), ReduceOp(_op_code(op, None)),
+                                     float(prescale_factor), float(postscale_factor), process_set)
         return compression.decompress(out, ctx)
     return synchronize(reducescatter_async(tensor, name, compression, op, process_set,
                                            prescale_factor, postscale_factor))
 
 
 def barrier(process_set=None):
-    _check_process_set(process_set, "barrier")
-    h = _core.barrier_async(_name("barrier", None))
+    psid = _check_process_set(process_set, "barrier")
+    h = _core.barrier_async(_name("barrier", None, process_set), psid)
     h.wait()
 
 
@@ -741,7 +863,7 @@ def grouped_allgather_async(tensors, name=None, process_set=None):
     """Horovod's grouped_allgather_async: synchronize() of the handle returns
     the list of gathered tensors, in the order of `tensors`."""
     _check_process_set(process_set, "grouped_allgather_async")
-    base = _name("grouped_allgather", name)
+    base = _name("grouped_allgather", name, process_set)
     hs = [allgather_async(t, f"{base}.{i}", process_set=process_set) for i, t in enumerate(tensors)]
     return _register(_Pending(_Group(hs), (), lambda: [synchronize(h) for h in hs]))
 
@@ -752,7 +874,7 @@ def grouped_allgather(tensors, name=None, process_set=None):
     over the ranks, then this rank's rows)."""
     _check_process_set(process_set, "grouped_allgather")
     if any(_wants_grad(t) for t in tensors):
-        base = _name("grouped_allgather", name)
+        base = _name("grouped_allgather", name, process_set)
         return [allgather(t, f"{base}.{i}", process_set=process_set) for i, t in enumerate(tensors)]
     return synchronize(grouped_allgather_async(tensors, name, process_set=process_set))
 
@@ -763,7 +885,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None
     for reducescatter_async): synchronize() returns the list of this rank's
     slices."""
     _check_process_set(process_set, "grouped_reducescatter_async")
-    base = _name("grouped_reducescatter", name)
+    base = _name("grouped_reducescatter", name, process_set)
     hs = [reducescatter_async(t, f"{base}.{i}", compression, op, process_set, prescale_factor, postscale_factor)
           for i, t in enumerate(tensors)]
     return _register(_Pending(_Group(hs), (), lambda: [synchronize(h) for h in hs]))
@@ -774,7 +896,7 @@ def grouped_reducescatter(tensors, name=None, compression=None, op=Average, proc
     """Horovod's grouped_reducescatter; differentiable per tensor as reducescatter."""
     _check_process_set(process_set, "grouped_reducescatter")
     if any(_wants_grad(t) for t in tensors):
-        base = _name("grouped_reducescatter", name)
+        base = _name("grouped_reducescatter", name, process_set)
         return [reducescatter(t, f"{base}.{i}", compression, op, process_set, prescale_factor, postscale_factor)
                 for i, t in enumerate(tensors)]
     return synchronize(grouped_reducescatter_async(tensors, name, op, process_set, prescale_factor,
@@ -804,13 +926,13 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=None):
     one uncoalesced sparse tensor of the same size (duplicate indices add up
     when it is coalesced or used); Average divides the values by size().
     Returns a callable handle (call it, or synchronize() it)."""
-    _check_process_set(process_set, "sparse_allreduce_async")
+    psid = _check_process_set(process_set, "sparse_allreduce_async")
     if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
         raise ValueError("hvdcomm: sparse_allreduce_async expects a sparse COO tensor (tensor.is_sparse); "
                          "use allreduce_async for a dense one")
     if op not in (Sum, Average):
         raise ValueError(f"hvdcomm: sparse_allreduce_async supports op=Sum and op=Average, not {op!r}")
-    name = _name("sparse_allreduce", name)
+    name = _name("sparse_allreduce", name, process_set)
     t = tensor
     # allgather concatenates along dimension 0: indices go as [nnz, sparse_dim]
     ih = allgather_async(t._indices().transpose(0, 1).contiguous(), f"{name}.indices", process_set=process_set)
@@ -818,6 +940,6 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=None):
 
     def finish(indices, values):
         if op == Average:
-            values = values / size()
+            values = values / _set_rank_size(psid)[1]  # the set's size
         return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size(), dtype=t.dtype)
     return _SparseHandle(ih, vh, finish)

@@ -17,12 +17,16 @@ class _DistributedOptimizer:
     produces it; step() waits for all of them first (synchronize())."""
 
     def __init__(self, optimizer, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor, sparse_as_dense=False):
+                 gradient_predivide_factor, sparse_as_dense=False, process_set=None):
         if op == Adasum:
             raise NotImplementedError("hvdcomm: Adasum is not supported by this library; use Average or Sum")
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("hvdcomm: gradient_predivide_factor requires op=Average")
         self._opt = optimizer
+        # Gradients are reduced over this set only; ranks outside it step on
+        # their own gradients (as Horovod's).
+        self._process_set = process_set
+        _check_process_set(process_set, "DistributedOptimizer")
         self._compression = compression
         self._op = op
         self._predivide = gradient_predivide_factor
@@ -46,9 +50,12 @@ class _DistributedOptimizer:
         self._delay = {id(p): backward_passes_per_step for p in params}
         self._hooks = []
         self._synchronized = False
-        if size() > 1:
+        if size() > 1 and self._included():
             self._register_hooks()
         _optimizers.add(self)
+
+    def _included(self):
+        return self._process_set is None or bool(self._process_set.included())
 
     def _on_reset(self):
         """After an elastic re-join: handles of the old world are gone, the
@@ -56,7 +63,7 @@ class _DistributedOptimizer:
         self._handles.clear()
         self._delay = {id(p): self.backward_passes_per_step for p in self._params}
         self._synchronized = False
-        if size() > 1 and not self._hooks:
+        if size() > 1 and not self._hooks and self._included():
             self._register_hooks()
 
     def __getattr__(self, item):
@@ -130,7 +137,8 @@ class _DistributedOptimizer:
         # prescale 1/gradient_predivide_factor and a postscale
         # gradient_predivide_factor/size().
         if self._op == Average:
-            pre, post = 1.0 / self._predivide, self._predivide / size()
+            n = size() if self._process_set is None else self._process_set.size()
+            pre, post = 1.0 / self._predivide, self._predivide / n
             op = Sum
         else:
             pre, post, op = 1.0, 1.0, self._op
@@ -139,15 +147,18 @@ class _DistributedOptimizer:
             if not self.sparse_as_dense:
                 # Horovod's sparse path: indices and values allgathered, Average
                 # divides by size() (no compression, no predivide factor).
-                return sparse_allreduce_async(grad, name=name, op=self._op), self._set_sparse(p)
+                return sparse_allreduce_async(grad, name=name, op=self._op, process_set=self._process_set), \
+                    self._set_sparse(p)
             dense, cctx = self._compression.compress(grad.to_dense())
-            h = allreduce_async(dense, name=name, op=op, prescale_factor=pre, postscale_factor=post)
+            h = allreduce_async(dense, name=name, op=op, prescale_factor=pre, postscale_factor=post,
+                                process_set=self._process_set)
 
             def finish_dense_to_sparse(out):
                 self._set_sparse(p)(self._compression.decompress(out, cctx).to_sparse(grad.sparse_dim()))
             return h, finish_dense_to_sparse
         compressed, ctx = self._compression.compress(grad)
-        h = allreduce_async_(compressed, name=name, op=op, prescale_factor=pre, postscale_factor=post)
+        h = allreduce_async_(compressed, name=name, op=op, prescale_factor=pre, postscale_factor=post,
+                             process_set=self._process_set)
         if compressed is grad:
             return h, None
         return h, lambda out: p.grad.copy_(self._compression.decompress(out, ctx))
@@ -160,7 +171,7 @@ class _DistributedOptimizer:
         return finish
 
     def synchronize(self):
-        if size() == 1:
+        if size() == 1 or not self._included():
             self._synchronized = True
             return
         # Every parameter that requires grad is reduced, with or without a
@@ -216,7 +227,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     """Horovod's DistributedOptimizer: averages gradients across ranks during backward().
     num_groups/groups only change how Horovod batches the allreduces (the
     result is the same): hvdcomm fuses them itself and says once that they
-    are ignored. process_set other than the global set raises. Sparse
+    are ignored. process_set: gradients are averaged over that set's ranks
+    only (ranks outside it step on their own gradients). Sparse
     gradients (nn.Embedding(sparse=True)) are reduced as Horovod does: with
     sparse_as_dense=True densified and allreduced, then made sparse again;
     otherwise through sparse_allreduce_async (allgather of indices and values).
@@ -228,4 +240,4 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                       f"fuses the gradient allreduces by its own fusion threshold and cycle time; the result is "
                       f"the same (issue 20)", stacklevel=2)
     return _DistributedOptimizer(optimizer, named_parameters, compression, backward_passes_per_step, op,
-                                 gradient_predivide_factor, sparse_as_dense)
+                                 gradient_predivide_factor, sparse_as_dense, process_set)

@@ -17,6 +17,9 @@
 //                            broadcast from every root. With
 //                            HVD_CUDA_ALLREDUCE_PATH=staged the Context takes
 //                            the cross-host (staged) path on one host.
+//   cuda_check --psets       under hvdrun -np 3: device allreduce, broadcast
+//                            and allgather on the process sets {0,2} and
+//                            {1,2}; rank 1 refused on {0,2}
 // Inputs are random and never zero; outputs (and guard elements past the
 // end) are poisoned before every check; NaN never passes.
 #include "hvd/collective/algorithms.h"
@@ -622,6 +625,92 @@ int run_hvd() {
   return failures ? 1 : 0;
 }
 
+/// --psets (under hvdrun, 3 ranks): device buffers on the process sets
+/// {0,2} and {1,2} (docs/collective.md, "Process sets"): allreduce,
+/// broadcast from a global root, allgather; each result the set's, not the
+/// global one; rank 1 refused on {0,2}.
+int run_psets() {
+  if (int rc = probe(); rc != 0) return rc;
+  hvd::init({{0, 2}, {1, 2}});
+  const int rank = hvd::rank();
+  if (hvd::size() != 3) {
+    std::cout << "cuda_check --psets needs 3 ranks\n";
+    return 2;
+  }
+  const int device = hvd::local_rank() % cuda::device_count();
+  CK(cudaSetDevice(device));
+  cudaStream_t stream;
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  int failures = 0, checks = 0;
+  auto report = [&](const std::string& what, bool ok) {
+    ++checks;
+    if (!ok && ++failures <= 20) std::cout << "rank " << rank << " FAIL " << what << "\n";
+  };
+  const std::size_t n = std::size_t(1) << 18;  // 1 MiB of float32
+  for (int32_t set : {1, 2}) {
+    if (!hvd::context().process_set_included(set)) {
+      float x = 1.0f;
+      AllreduceArgs a{"ps.foreign", &x, &x, DataType::Float32, {1}, ReduceOp::Sum};
+      a.process_set = set;
+      bool refused = false;
+      try {
+        hvd::allreduce_async(a);
+      } catch (const hvd::InvalidArgument&) {
+        refused = true;
+      }
+      report("an op on a set this rank is not in is refused", refused);
+      continue;
+    }
+    const std::vector<int> members = hvd::context().process_set_ranks(set);
+    const std::string tag = "ps" + std::to_string(set);
+    std::vector<float> host(n), back(n);
+    for (std::size_t i = 0; i < n; ++i) host[i] = float(rank + 1) + float(i % 7);
+    DeviceBuffer buf(n * sizeof(float));
+    CK(cudaMemcpy(buf.ptr, host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    AllreduceArgs a{tag + ".sum", buf.ptr, buf.ptr, DataType::Float32, {int64_t(n)}, ReduceOp::Sum};
+    a.device = device;
+    a.stream = stream;
+    a.process_set = set;
+    hvd::allreduce(a);
+    CK(cudaMemcpy(back.data(), buf.ptr, n * sizeof(float), cudaMemcpyDeviceToHost));
+    float base = 0;
+    for (int q : members) base += float(q + 1);
+    bool ok = true;
+    for (std::size_t i = 0; i < n && ok; ++i) ok = back[i] == base + float(members.size() * (i % 7));
+    report(tag + " device allreduce gives the set's sum", ok);
+    // Broadcast from the set's last member, named by its global rank.
+    CK(cudaMemcpy(buf.ptr, host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    BroadcastArgs b{tag + ".bcast", buf.ptr, buf.ptr, DataType::Float32, {int64_t(n)}, members.back()};
+    b.device = device;
+    b.stream = stream;
+    b.process_set = set;
+    hvd::broadcast(b);
+    CK(cudaMemcpy(back.data(), buf.ptr, n * sizeof(float), cudaMemcpyDeviceToHost));
+    ok = true;
+    for (std::size_t i = 0; i < n && ok; ++i) ok = back[i] == float(members.back() + 1) + float(i % 7);
+    report(tag + " device broadcast from global rank " + std::to_string(members.back()), ok);
+    // Allgather: two elements per member, in the set's order.
+    const float mine[2] = {float(rank), float(rank)};
+    DeviceBuffer small(sizeof mine);
+    CK(cudaMemcpy(small.ptr, mine, sizeof mine, cudaMemcpyHostToDevice));
+    AllgatherArgs g{tag + ".gather", small.ptr, DataType::Float32, {2}, {}};
+    g.device = device;
+    g.stream = stream;
+    g.process_set = set;
+    Handle h = hvd::allgather(g);
+    std::vector<float> got(h.output_bytes() / sizeof(float));
+    CK(cudaMemcpy(got.data(), h.output(), h.output_bytes(), cudaMemcpyDeviceToHost));
+    std::vector<float> want;
+    for (int q : members) want.insert(want.end(), 2, float(q));
+    report(tag + " device allgather in the set's order", got == want && h.output_device() == device);
+  }
+  CK(cudaStreamDestroy(stream));
+  hvd::shutdown();
+  std::cout << "rank " << rank << (failures ? " FAILED " : " OK ") << checks - failures << "/" << checks
+            << " process set device checks passed (device " << device << ")" << std::endl;
+  return failures ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -631,7 +720,9 @@ int main(int argc, char** argv) {
     if (mode == "--kernels") return run_kernels();
     if (mode == "--allreduce") return run_allreduce();
     if (mode == "--hvd") return run_hvd();
-    std::cerr << "usage: cuda_check --probe | --kernels | --allreduce | --hvd (the last two under hvdrun)\n";
+    if (mode == "--psets") return run_psets();
+    std::cerr << "usage: cuda_check --probe | --kernels | --allreduce | --hvd | --psets (the last three under "
+                 "hvdrun)\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "cuda_check: " << e.what() << std::endl;

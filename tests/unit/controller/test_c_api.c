@@ -132,8 +132,27 @@ int main(void) {
     EXPECT(hvd_barrier() == HVD_OK);
   }
 
+  /* Process sets in a job of size 1: only the global one exists. */
+  {
+    int ids[2] = {-1, -1};
+    const int zero = 0;
+    EXPECT(hvd_process_set_ids(ids, 2) == 1 && ids[0] == HVD_GLOBAL_PROCESS_SET);
+    EXPECT(hvd_process_set_size(0) == 1 && hvd_process_set_rank(0) == 0 && hvd_process_set_included(0) == 1);
+    EXPECT(hvd_process_set_size(5) == HVD_ERR_INVALID);
+    EXPECT(hvd_add_process_set(&zero, 1) == HVD_ERR_INVALID); /* HOROVOD_DYNAMIC_PROCESS_SETS unset */
+    EXPECT(hvd_add_process_set(NULL, 1) == HVD_ERR_INVALID);
+    EXPECT(hvd_allreduce_async_ps("ps", data, out, 4, HVD_FLOAT32, HVD_SUM, 1.0, 1.0, HVD_DEVICE_HOST, NULL, 5, &h) ==
+           HVD_ERR_INVALID);
+    EXPECT(strstr(hvd_last_error(), "process set 5 is not registered") != NULL);
+    EXPECT(hvd_allreduce_async_ps("ps", data, out, 4, HVD_FLOAT32, HVD_SUM, 1.0, 1.0, HVD_DEVICE_HOST, NULL,
+                                  HVD_GLOBAL_PROCESS_SET, &h) == HVD_OK);
+    EXPECT(hvd_wait(h) == HVD_OK);
+    hvd_release(h);
+  }
+
   EXPECT(hvd_shutdown() == HVD_OK);
   EXPECT(hvd_is_initialized() == 0);
+  EXPECT(hvd_process_set_size(0) == HVD_ERR_NOT_INITIALIZED);
   if (failures == 0) printf("c_api: all checks passed\n");
   return failures == 0 ? 0 : 1;
 }

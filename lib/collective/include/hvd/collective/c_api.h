@@ -132,6 +132,56 @@ int hvd_cuda_built(void);
 /* Number of CUDA devices visible (0 without CUDA, driver or device). */
 int hvd_cuda_device_count(void);
 
+/* Process sets (docs/collective.md, "Process sets"): a set of ranks with its
+ * own communicator, negotiation and fusion, so ops on different sets run
+ * independently. HVD_GLOBAL_PROCESS_SET (0) is every rank.
+ *
+ * hvd_init_process_sets: hvd_init that also registers static sets (Horovod's
+ * init(process_sets=[...])): set i has sizes[i] ranks, taken in order from
+ * `ranks`, and gets id i + 1. Every rank passes the same sets. */
+#define HVD_GLOBAL_PROCESS_SET 0
+int hvd_init_process_sets(const int* ranks, const int* sizes, int nsets);
+/* Collective over every rank (same arguments, same order on every rank);
+ * needs HOROVOD_DYNAMIC_PROCESS_SETS=1. Returns the new id (> 0), or a
+ * negative HVD_ERR_*: HVD_ERR_INVALID when dynamic sets are off, for an empty
+ * set, a repeated or out-of-range rank, a set some registered set already
+ * has, or ranks that called differently. */
+int hvd_add_process_set(const int* ranks, int nranks);
+/* Collective like hvd_add_process_set. HVD_ERR_INVALID for id 0 or an
+ * unknown id; operations still pending on the set fail (HVD_ERR_SHUTDOWN). */
+int hvd_remove_process_set(int id);
+/* The set's size, this rank's index in it (HVD_ERR_INVALID when this rank is
+ * not a member), whether this rank is a member (1/0); HVD_ERR_INVALID for an
+ * unknown id, HVD_ERR_NOT_INITIALIZED before hvd_init. */
+int hvd_process_set_size(int id);
+int hvd_process_set_rank(int id);
+int hvd_process_set_included(int id);
+/* The number of registered sets (the global one included); writes up to
+ * `capacity` ids, ascending (ids may be NULL when capacity is 0). */
+int hvd_process_set_ids(int* ids, int capacity);
+/* The set's size; writes up to `capacity` of its global ranks, ascending. */
+int hvd_process_set_ranks(int id, int* ranks, int capacity);
+/* Operations on a process set: the _ex functions plus `process_set` (an id).
+ * A broadcast root is a global rank (a member of the set); alltoall splits
+ * has hvd_process_set_size(process_set) entries, and allgather/alltoall/
+ * reducescatter order rows by the set's ranks. On a set this rank is not a
+ * member of, or an unknown id: HVD_ERR_INVALID at submission. */
+int hvd_allreduce_async_ps(const char* name, const void* in, void* out, int64_t count, int dtype, int op,
+                           double prescale, double postscale, int device, void* cuda_stream, int process_set,
+                           hvd_handle_t* out_handle);
+int hvd_allgather_async_ps(const char* name, const void* in, int ndim, const int64_t* shape, int dtype,
+                           hvd_alloc_fn alloc, void* alloc_user, int device, void* cuda_stream, int process_set,
+                           hvd_handle_t* out_handle);
+int hvd_broadcast_async_ps(const char* name, const void* in, void* out, int64_t count, int dtype, int root, int device,
+                           void* cuda_stream, int process_set, hvd_handle_t* out_handle);
+int hvd_alltoall_async_ps(const char* name, const void* in, int ndim, const int64_t* shape, int dtype,
+                          const int64_t* splits, hvd_alloc_fn alloc, void* alloc_user, int device, void* cuda_stream,
+                          int process_set, hvd_handle_t* out_handle);
+int hvd_reducescatter_async_ps(const char* name, const void* in, int ndim, const int64_t* shape, int dtype, int op,
+                               double prescale, double postscale, hvd_alloc_fn alloc, void* alloc_user, int device,
+                               void* cuda_stream, int process_set, hvd_handle_t* out_handle);
+int hvd_barrier_async_ps(const char* name, int process_set, hvd_handle_t* out_handle);
+
 /* 1 when finished (then hvd_wait returns at once), 0 while running, <0 on a
  * bad handle. */
 int hvd_poll(hvd_handle_t handle);

@@ -10,16 +10,19 @@
 #include "hvd/store/store.h"
 
 #include <chrono>
-#include <optional>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 struct CUstream_st;  // = cudaStream_t's pointee (no CUDA header needed here)
 
 namespace hvd::collective {
+
+/// The id of the process set of every rank (Horovod's global_process_set).
+inline constexpr int32_t kGlobalProcessSet = 0;
 
 /// AllreduceArgs::device / BroadcastArgs::device: the buffers are host memory.
 inline constexpr int32_t kHostDevice = -1;
@@ -76,6 +79,23 @@ struct Settings {
   std::string bind_address;
   /// The store's host, used to pick the interface peers can reach.
   std::string route_hint;
+
+  /// Static process sets (Horovod's init(process_sets=[...])): every Context
+  /// made from these settings registers them when it is created (a
+  /// collective step over every rank), set i getting id i + 1. Duplicates,
+  /// repeated or out-of-range ranks: hvd::InvalidArgument.
+  std::vector<std::vector<int>> process_sets;
+  /// Elastic worlds: a static set naming a rank >= size is not registered
+  /// in that world (rank 0 logs one warning; ops on its id fail as for an
+  /// unknown id) instead of failing the Context; its id stays reserved.
+  bool skip_unfit_process_sets = false;
+  /// HOROVOD_DYNAMIC_PROCESS_SETS=1: add_process_set/remove_process_set
+  /// allowed after creation (else they throw, as Horovod refuses them).
+  bool dynamic_process_sets = false;
+  /// Set by the process-set table on the Context of a set: that set's id
+  /// (0: the Context of every rank). Log lines then say
+  /// "hvd[set 1, rank 0]", the rank being the one within the set.
+  int32_t process_set_id = 0;
 };
 
 /// What a Context has done; used by tests and logs.
@@ -117,6 +137,9 @@ struct AllreduceArgs {
   double postscale = 1.0;
   int32_t device = kHostDevice;
   CUstream_st* stream = nullptr;
+  /// The process set that runs the operation (kGlobalProcessSet: every
+  /// rank); see Context::add_process_set.
+  int32_t process_set = kGlobalProcessSet;
 };
 
 /// Concatenates every rank's tensor along the first dimension, which may
@@ -134,6 +157,9 @@ struct AllgatherArgs {
   Allocator allocator;
   int32_t device = kHostDevice;
   CUstream_st* stream = nullptr;
+  /// The process set that runs the operation (kGlobalProcessSet: every
+  /// rank); see Context::add_process_set.
+  int32_t process_set = kGlobalProcessSet;
 };
 
 /// Copies root's input into every rank's output (input may equal output;
@@ -148,6 +174,9 @@ struct BroadcastArgs {
   int root = 0;
   int32_t device = kHostDevice;
   CUstream_st* stream = nullptr;
+  /// The process set that runs the operation (kGlobalProcessSet: every
+  /// rank); see Context::add_process_set.
+  int32_t process_set = kGlobalProcessSet;
 };
 
 /// Sends splits[r] rows (first-dimension slices) to rank r; empty splits
@@ -163,6 +192,9 @@ struct AlltoallArgs {
   /// As AllgatherArgs.
   int32_t device = kHostDevice;
   CUstream_st* stream = nullptr;
+  /// The process set that runs the operation (kGlobalProcessSet: every
+  /// rank); see Context::add_process_set.
+  int32_t process_set = kGlobalProcessSet;
 };
 
 /// Reduces across ranks, then rank r keeps its share of the first
@@ -179,10 +211,16 @@ struct ReducescatterArgs {
   /// As AllgatherArgs.
   int32_t device = kHostDevice;
   CUstream_st* stream = nullptr;
+  /// The process set that runs the operation (kGlobalProcessSet: every
+  /// rank); see Context::add_process_set.
+  int32_t process_set = kGlobalProcessSet;
 };
 
 struct BarrierArgs {
   std::string name;
+  /// The process set that runs the operation (kGlobalProcessSet: every
+  /// rank); see Context::add_process_set.
+  int32_t process_set = kGlobalProcessSet;
 };
 
 /// Rows of the first dimension reducescatter gives `rank` out of `rows`.
@@ -249,6 +287,35 @@ class Context {
   /// later operation here fails with hvd::IoError naming `reason`, and peers
   /// fail within the transport's detection time.
   void abort(const std::string& reason);
+
+  /// Process sets (docs/collective.md, "Process sets"): a sorted set of this
+  /// job's ranks with its own communicator (a mesh of its own, formed
+  /// through the store), negotiation, fusion buffer and response cache, so
+  /// operations on different sets never wait for or mix with each other.
+  /// Ops name a set by id in their Args (process_set); ranks and a
+  /// broadcast root stay global ranks, alltoall splits and the order of
+  /// allgather/reducescatter rows follow the set's ranks.
+  ///
+  /// add_process_set and remove_process_set are collective over every rank
+  /// of this Context: every rank calls them with the same arguments and in
+  /// the same order (checked: else hvd::InvalidArgument on every rank).
+  /// Both need Settings::dynamic_process_sets. add returns the new id
+  /// (Horovod's: the lowest freed id first, else the next unused one); it
+  /// throws hvd::InvalidArgument for an empty set, a repeated or
+  /// out-of-range rank, or ranks some registered set (the global one
+  /// included) already has. remove throws hvd::InvalidArgument for id 0 or
+  /// an unknown id; operations still pending on the set fail with
+  /// ShutdownError.
+  int32_t add_process_set(std::vector<int> ranks);
+  void remove_process_set(int32_t id);
+  /// Registered ids, ascending (0 first).
+  std::vector<int32_t> process_set_ids() const;
+  /// The set's global ranks, ascending. Unknown id: hvd::InvalidArgument.
+  std::vector<int> process_set_ranks(int32_t id) const;
+  bool process_set_included(int32_t id) const;
+  /// This rank's index in the set; hvd::InvalidArgument if not a member.
+  int process_set_rank(int32_t id) const;
+  int process_set_size(int32_t id) const;
 
   /// Whether the communicator has failed (operations now throw IoError).
   bool failed() const;

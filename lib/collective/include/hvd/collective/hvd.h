@@ -18,6 +18,11 @@ namespace hvd {
 /// variables, hvd::TimeoutError / hvd::IoError when peers or the store
 /// cannot be reached within HOROVOD_START_TIMEOUT.
 void init();
+/// init() that also registers static process sets (Horovod's
+/// init(process_sets=[...]); Context::add_process_set): set i gets id i + 1.
+/// In an elastic job every new world registers them again (docs/elastic.md).
+/// Ignored, like init(), when already initialised.
+void init(const std::vector<std::vector<int>>& process_sets);
 /// Stops the background thread and closes the communicator; init() may be
 /// called again afterwards (all ranks must do the same number of inits).
 void shutdown();
@@ -29,6 +34,11 @@ int local_rank();
 int local_size();
 int cross_rank();
 int cross_size();
+
+/// Process sets of the process-wide Context (Context::add_process_set ...);
+/// ops take the id in their Args' process_set.
+int32_t add_process_set(const std::vector<int>& ranks);
+void remove_process_set(int32_t id);
 
 /// The process-wide Context, for the full API (stats, abort, ...).
 collective::Context& context();

@@ -18,6 +18,12 @@
 
 namespace hvd::collective {
 
+/// Horovod's switch for add_process_set/remove_process_set after init
+/// (Settings::dynamic_process_sets; strtol(value) > 0 is on). Set by the
+/// user (or hvdcomm's init(process_sets="dynamic")), not by hvdrun: hvdrun
+/// passes it through like any other variable of the caller's environment.
+inline constexpr const char* kDynamicProcessSetsVar = "HOROVOD_DYNAMIC_PROCESS_SETS";
+
 /// Reads the environment hvdrun sets:
 /// all of HOROVOD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE, _CROSS_RANK,
 /// _CROSS_SIZE present -> that job; none present -> a job of size 1; some
@@ -25,7 +31,7 @@ namespace hvd::collective {
 /// Tuning: HOROVOD_CYCLE_TIME, _FUSION_THRESHOLD, _CACHE_CAPACITY, the
 /// stall check, HOROVOD_THREAD_AFFINITY ("2,3": core ids per local rank),
 /// HOROVOD_GLOO_TIMEOUT_SECONDS (else HOROVOD_START_TIMEOUT) as the
-/// rendezvous timeout.
+/// rendezvous timeout, HOROVOD_DYNAMIC_PROCESS_SETS.
 Settings settings_from_env();
 
 /// How the library logs (hvd.cpp sets up its logger from this).
@@ -56,6 +62,9 @@ std::vector<std::string> ignored_settings_warnings();
 /// _PORT (size > 1) and Context::create. Without the placement variables,
 /// an MPI launcher's (mpi_env.h) if present. `comm_prefix` names the
 /// communicator generation in the store (every rank must pass the same).
-std::unique_ptr<Context> context_from_env(const std::string& comm_prefix = "gen0/");
+/// `process_sets`: Settings::process_sets (static sets, registered before
+/// this returns).
+std::unique_ptr<Context> context_from_env(const std::string& comm_prefix = "gen0/",
+                                          const std::vector<std::vector<int>>& process_sets = {});
 
 }  // namespace hvd::collective
