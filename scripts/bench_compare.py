@@ -2,9 +2,11 @@
 """Allreduce comparison for docs/performance.md: hvdbench vs Gloo vs Open MPI.
 
 Runs, ROUNDS times and interleaved (so background load hits every
-implementation alike), 2-rank in-place float32 sum allreduces from 4 KiB to
-64 MiB with:
-  * hvdbench under hvdrun (this project, TCP links),
+implementation alike), NP-rank (default 2) in-place float32 sum allreduces
+from 4 KiB to 64 MiB on this host with:
+  * hvdbench under hvdrun (this project) with its default data path between
+    ranks of one host, shared memory ("hvdbench (shm)"),
+  * the same with HVD_TRANSPORT=tcp, loopback TCP links ("hvdbench (tcp)"),
   * torch.distributed's Gloo backend over TCP (scripts/bench_torch_gloo.py),
   * Open MPI with its default transports (shared memory "vader" on one host),
   * Open MPI restricted to TCP (--mca btl tcp,self).
@@ -25,8 +27,9 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run(cmd, timeout):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+def run(cmd, timeout, env=None):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout,
+                       env=None if env is None else {**os.environ, **env})
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}: {p.stderr[-2000:]}")
     return p.stdout
@@ -41,16 +44,16 @@ def parse_json_blob(text):
     return doc
 
 
-def hvdbench(args):
-    out = run([args.hvdrun, "-np", "2", "-H", "localhost:2", args.hvdbench, "--op", "allreduce",
+def hvdbench(args, transport):
+    out = run([args.hvdrun, "-np", str(args.np), "-H", f"localhost:{args.np}", args.hvdbench, "--op", "allreduce",
                "--min-bytes", args.min_bytes, "--max-bytes", args.max_bytes, "--iters", str(args.iters),
-               "--max-seconds", str(args.max_seconds), "--json"], 600)
+               "--max-seconds", str(args.max_seconds), "--json"], 600, env={"HVD_TRANSPORT": transport})
     doc = parse_json_blob(out)
     return {r["bytes"]: (r["time_us"], r["check"]) for r in doc["results"]}
 
 
 def gloo(args):
-    out = run(["/usr/bin/python3", os.path.join(HERE, "bench_torch_gloo.py"), "--world", "2", "--min-bytes",
+    out = run(["/usr/bin/python3", os.path.join(HERE, "bench_torch_gloo.py"), "--world", str(args.np), "--min-bytes",
                args.min_bytes, "--max-bytes", args.max_bytes, "--iters", str(args.iters), "--max-seconds",
                str(args.max_seconds), "--json"], 600)
     doc = parse_json_blob(out)
@@ -59,7 +62,7 @@ def gloo(args):
 
 def mpi(args, binary, tcp_only):
     # Loopback only (other interfaces on this host may be test namespaces).
-    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "--mca", "btl_tcp_if_include", "lo",
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(args.np), "--mca", "btl_tcp_if_include", "lo",
            "--mca", "oob_tcp_if_include", "lo"]
     if tcp_only:
         cmd += ["--mca", "btl", "tcp,self"]
@@ -86,10 +89,14 @@ def main():
     p.add_argument("--max-bytes", default="64M")
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--max-seconds", type=float, default=0.5)
+    p.add_argument("--np", type=int, default=2)
     p.add_argument("--skip-mpi", action="store_true")
+    p.add_argument("--skip-gloo", action="store_true")
     args = p.parse_args()
 
-    impls = {"hvdbench": lambda: hvdbench(args), "gloo": lambda: gloo(args)}
+    impls = {"hvdbench (shm)": lambda: hvdbench(args, "shm"), "hvdbench (tcp)": lambda: hvdbench(args, "tcp")}
+    if not args.skip_gloo:
+        impls["gloo"] = lambda: gloo(args)
     if not args.skip_mpi:
         binary = os.path.join(tempfile.gettempdir(), "bench_mpi_allreduce")
         subprocess.run(["mpicc", "-O2", "-o", binary, os.path.join(HERE, "bench_mpi_allreduce.c")], check=True)
@@ -107,11 +114,12 @@ def main():
             print(f"round {rnd + 1}/{args.rounds}: {name} done", file=sys.stderr)
 
     names = list(impls)
-    print("| size | " + " | ".join(f"{n} (us)" for n in names) + " | hvdbench / gloo |")
+    ref = "mpi (vader)" if "mpi (vader)" in best else ("gloo" if "gloo" in best else "hvdbench (tcp)")
+    print(f"| size | " + " | ".join(f"{n} (us)" for n in names) + f" | shm / {ref} |")
     print("|---:|" + "---:|" * len(names) + "---:|")
-    for size in sorted(best["hvdbench"]):
+    for size in sorted(best["hvdbench (shm)"]):
         cells = [f"{best[n].get(size, float('nan')):.1f}" for n in names]
-        ratio = best["hvdbench"][size] / best["gloo"][size] if size in best["gloo"] else float("nan")
+        ratio = best["hvdbench (shm)"][size] / best[ref][size] if size in best[ref] else float("nan")
         print(f"| {size} | " + " | ".join(cells) + f" | {ratio:.2f} |")
     for n in names:
         print(f"checks {n}: {sorted(checks[n])}", file=sys.stderr)

@@ -17,6 +17,7 @@
 #include "hvd/common/error.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -130,7 +131,12 @@ bool progress_loop(Transfer* transfers, std::size_t count, Deadline deadline, co
         spin_until = now + std::chrono::microseconds(spin_for);
         continue;
       }
-      if (now < spin_until) continue;
+      if (now < spin_until) {
+        // A link's spin (shared memory) yields between passes: when the
+        // peer waits for a core, it gets this one at once.
+        if (spin_for > spin_us) sched_yield();
+        continue;
+      }
     }
     spinning = false;
 

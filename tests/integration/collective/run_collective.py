@@ -58,16 +58,22 @@ def main():
     ap.add_argument("--expect")
     ap.add_argument("--timeout", type=float, default=50)
     ap.add_argument("--transport", choices=["shm", "tcp"])
+    ap.add_argument("--check-data-path", action="store_true",
+                    help="hvdrun --verbose: the log must name the data path --transport chose")
     args = ap.parse_args()
 
     tag = "hvdtest-" + uuid.uuid4().hex
     prog = [args.program] + ([args.mode] if args.mode else []) + [tag]
     if args.launcher == "hvdrun":
-        cmd = [args.launcher_bin, "-np", str(args.np), "-H", f"localhost:{args.np}"] + prog
+        cmd = [args.launcher_bin, "-np", str(args.np), "-H", f"localhost:{args.np}"]
+        cmd += (["--verbose"] if args.check_data_path else []) + prog
     else:
         cmd = [args.launcher_bin, str(args.np)] + prog
     env = dict(os.environ)
-    env.setdefault("HOROVOD_LOG_LEVEL", "warning")
+    if args.check_data_path:
+        env.pop("HOROVOD_LOG_LEVEL", None)  # --verbose: info
+    else:
+        env.setdefault("HOROVOD_LOG_LEVEL", "warning")
     if args.transport:
         env["HVD_TRANSPORT"] = args.transport
     shm_before = dev_shm_hvd()
@@ -98,6 +104,15 @@ def main():
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+
+    if args.check_data_path:
+        # One line per host from its lowest rank (shm), or from rank 0 (tcp).
+        everyone = ",".join(str(r) for r in range(args.np))
+        want = (f"rank 0: data path: shared memory between the ranks [{everyone}] of this host"
+                if args.transport == "shm" else "rank 0: data path: TCP to every peer (HVD_TRANSPORT=tcp)")
+        lines = [l for l in text.splitlines() if "data path:" in l]
+        if len(lines) != 1 or want not in lines[0]:
+            errors.append(f"expected one log line containing '{want}', got {lines}")
 
     leaked = dev_shm_hvd() - shm_before
     if leaked:

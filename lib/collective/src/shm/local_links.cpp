@@ -98,10 +98,17 @@ void choose_local_links(std::vector<std::unique_ptr<transport::Link>>& links, co
     }
     if (listener && get(in[p].host_id) == host_id) local.push_back(p);
   }
+  const bool verbose = env::get_bool_or(job_env::kVerbose, false);
   if (local.empty()) {
-    spdlog::debug(
+    const std::string line = fmt::format(
         "rank {}: data path: TCP to every peer ({})", me,
         !use_shm ? fmt::format("{}=tcp", transport::kTransportEnv) : std::string("no other rank on this host"));
+    // HVD_TRANSPORT=tcp: rank 0 says so once for the job with --verbose.
+    if (!use_shm && me == 0 && verbose) {
+      spdlog::info("{}", line);
+    } else {
+      spdlog::debug("{}", line);
+    }
     return;
   }
 
@@ -136,7 +143,7 @@ void choose_local_links(std::vector<std::unique_ptr<transport::Link>>& links, co
       "rank {}: data path: shared memory between the ranks [{}] of this host (rings of {} KiB per "
       "direction, spin {} us); TCP to the {} other rank(s)",
       me, fmt::join(group, ","), capacity >> 10, spin.count(), n - local_ranks);
-  if (group.front() == me && env::get_bool_or(job_env::kVerbose, false)) {
+  if (group.front() == me && verbose) {
     spdlog::info("{}", line);
   } else {
     spdlog::debug("{}", line);

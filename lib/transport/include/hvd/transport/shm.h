@@ -172,9 +172,10 @@ class ShmLink final : public Link {
   std::atomic<bool> rx_closed_{false};
 };
 
-/// The spin a link gets when kShmSpinEnv is unset: a few microseconds when
-/// every local rank can have a core of its own (`local_ranks` <= CPUs this
-/// process may run on), 0 when the host is oversubscribed.
+/// The spin a link gets when kShmSpinEnv is unset: 20 us (yielding the core
+/// between checks) when every local rank can have a core of its own
+/// (`local_ranks` <= CPUs this process may run on), 0 when the host is
+/// oversubscribed.
 std::chrono::microseconds default_shm_spin(int local_ranks);
 /// kShmSpinEnv's value, else default_shm_spin(local_ranks); InvalidArgument
 /// for garbage.
