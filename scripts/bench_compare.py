@@ -12,6 +12,8 @@ from 4 KiB to 64 MiB on this host with:
   * Open MPI restricted to TCP (--mca btl tcp,self).
 Each run reports per size the median over iterations of the slowest rank;
 the table shows the best (lowest) median over the rounds, in microseconds.
+A single-copy memcpy bandwidth (numpy, 64 MiB) is measured in every round,
+and the 16 MiB busbw of hvdbench (shm) is given as a share of it.
 
     /usr/bin/python3 scripts/bench_compare.py --hvdrun build/apps/hvdrun/hvdrun \\
         --hvdbench build/apps/hvdbench/hvdbench --rounds 3
@@ -75,6 +77,18 @@ def mpi(args, binary, tcp_only):
     return rows
 
 
+def memcpy_gbps(nbytes=64 << 20, repeats=10):
+    """Single-copy bandwidth of this host, measured now (numpy copyto of
+    64 MiB into a touched buffer, best of `repeats`), in GB/s."""
+    out = run(["/usr/bin/python3", "-c",
+               "import numpy as np, time\n"
+               f"a = np.ones({nbytes}, np.uint8); b = np.zeros_like(a); best = 1e9\n"
+               f"for _ in range({repeats}):\n"
+               "    t = time.perf_counter(); np.copyto(b, a); best = min(best, time.perf_counter() - t)\n"
+               f"print({nbytes} / best / 1e9)"], 120)
+    return float(out.strip().splitlines()[-1])
+
+
 def parse_bytes(text):
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
@@ -105,7 +119,9 @@ def main():
 
     best = {name: {} for name in impls}
     checks = {name: set() for name in impls}
+    memcpy = 0.0
     for rnd in range(args.rounds):
+        memcpy = max(memcpy, memcpy_gbps())
         for name, fn in impls.items():
             rows = fn()
             for size, (t, check) in rows.items():
@@ -121,6 +137,11 @@ def main():
         cells = [f"{best[n].get(size, float('nan')):.1f}" for n in names]
         ratio = best["hvdbench (shm)"][size] / best[ref][size] if size in best[ref] else float("nan")
         print(f"| {size} | " + " | ".join(cells) + f" | {ratio:.2f} |")
+    print(f"\nmemcpy (single copy, 64 MiB, best of the rounds): {memcpy:.2f} GB/s")
+    size16 = 16 << 20
+    if size16 in best["hvdbench (shm)"]:
+        busbw = size16 * 2 * (args.np - 1) / args.np / (best["hvdbench (shm)"][size16] * 1e-6) / 1e9
+        print(f"hvdbench (shm) 16 MiB busbw: {busbw:.2f} GB/s = {100 * busbw / memcpy:.0f} % of memcpy")
     for n in names:
         print(f"checks {n}: {sorted(checks[n])}", file=sys.stderr)
 
