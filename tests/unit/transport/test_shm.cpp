@@ -293,7 +293,8 @@ TEST_CASE("HVD_TRANSPORT and HVD_SHM_SPIN_US are parsed strictly", "[transport][
   CHECK_THROWS_WITH(shm_enabled_from_env(), Catch::Contains("HVD_TRANSPORT") && Catch::Contains("infiniband"));
   ::unsetenv(kShmSpinEnv);
   CHECK(shm_spin_from_env(1) == default_shm_spin(1));
-  CHECK(default_shm_spin(100000) == 0us);  // oversubscribed: never spin
+  CHECK(default_shm_spin(2) == 20us);
+  CHECK(default_shm_spin(100000) == 0us);  // heavily oversubscribed: never spin
   ::setenv(kShmSpinEnv, "7", 1);
   CHECK(shm_spin_from_env(100000) == 7us);
   ::setenv(kShmSpinEnv, "soon", 1);

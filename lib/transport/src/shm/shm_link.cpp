@@ -44,11 +44,14 @@ std::chrono::microseconds default_shm_spin(int local_ranks) {
   int cpus = 1;
   if (::sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
   // The spin yields the core between checks (progress()), so a peer that
-  // waits for this core runs at once. Measured on 2 cores with 2 ranks
-  // under load: a pure 20 us busy spin made a 4 KiB allreduce 3x slower
-  // (20 -> 66 us); the yielding spin is as fast as none or faster (20 us,
-  // 1 MiB 136-167 us vs 165-352 us). With more ranks than cores: no spin.
-  return local_ranks <= cpus ? std::chrono::microseconds(20) : std::chrono::microseconds(0);
+  // waits for this core runs at once. Measured on 2 loaded cores: with 2
+  // ranks a pure 20 us busy spin made a 4 KiB allreduce 3x slower (20 ->
+  // 66 us) while the yielding spin is as fast as none or faster (1 MiB
+  // 136-167 us vs 165-352 us); with 4 ranks (oversubscribed) the yielding
+  // 20 us spin cut 4 KiB from 110-133 us to 67-84 us. Only with many more
+  // ranks than cores (a crowd of yielders just churns the scheduler) it
+  // is off.
+  return local_ranks <= 4 * cpus ? std::chrono::microseconds(20) : std::chrono::microseconds(0);
 }
 
 std::chrono::microseconds shm_spin_from_env(int local_ranks) {

@@ -173,9 +173,8 @@ class ShmLink final : public Link {
 };
 
 /// The spin a link gets when kShmSpinEnv is unset: 20 us (yielding the core
-/// between checks) when every local rank can have a core of its own
-/// (`local_ranks` <= CPUs this process may run on), 0 when the host is
-/// oversubscribed.
+/// between checks) unless the host is heavily oversubscribed (`local_ranks`
+/// > 4x the CPUs this process may run on: 0).
 std::chrono::microseconds default_shm_spin(int local_ranks);
 /// kShmSpinEnv's value, else default_shm_spin(local_ranks); InvalidArgument
 /// for garbage.
