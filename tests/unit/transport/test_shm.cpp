@@ -281,6 +281,50 @@ TEST_CASE("SIGKILL of the peer process fails a blocked shm receive and send with
   CHECK(dev_shm_entries() == before);
 }
 
+TEST_CASE("a SIGKILLed peer whose forked child still holds the link fails a blocked receive within 2 s",
+          "[transport][shm][failure]") {
+  ShmListener listener("secret", "gen0/", 0);
+  const ShmToken token = random_token();
+  int pipefd[2];
+  REQUIRE(::pipe(pipefd) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    try {
+      auto l = shm_connect(listener.name(), 1, 0, token, 4096, Deadline::after(5s), 0us);
+      // A grandchild inherits the link's sockets (as a data loader worker
+      // would) and outlives us: no EOF reaches the peer when we die.
+      const pid_t grandchild = ::fork();
+      if (grandchild == 0) {
+        ::sleep(10);
+        ::_exit(0);
+      }
+      ssize_t w = ::write(pipefd[1], &grandchild, sizeof grandchild);
+      (void)w;
+      ::pause();
+    } catch (...) {
+    }
+    ::_exit(1);
+  }
+  ::close(pipefd[1]);
+  std::map<int, ShmToken> tokens{{1, token}};
+  auto link = listener.accept(0, tokens, Deadline::after(5s), 0us);
+  pid_t grandchild = 0;
+  REQUIRE(::read(pipefd[0], &grandchild, sizeof grandchild) == sizeof grandchild);
+  ::close(pipefd[0]);
+  auto fut = std::async(std::launch::async, [&, l = link.get()] {
+    char buf[64];
+    l->recv(buf, sizeof buf);
+  });
+  std::this_thread::sleep_for(100ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  CHECK_THROWS_WITH(fut.get(), Catch::Contains("rank 1") && Catch::Contains("is gone"));
+  CHECK(seconds_since(t0) < 2.0);
+  ::kill(grandchild, SIGKILL);  // reparented: init reaps it
+}
+
 TEST_CASE("HVD_TRANSPORT and HVD_SHM_SPIN_US are parsed strictly", "[transport][shm]") {
   EnvGuard g1(kTransportEnv), g2(kShmSpinEnv);
   ::unsetenv(kTransportEnv);

@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -129,6 +130,28 @@ ShmLink::ShmLink(std::shared_ptr<ShmSegment> segment, int tx, int rx, UniqueFd t
       spin_(spin) {
   set_nonblocking(tx_sock_.get(), true);
   set_nonblocking(rx_sock_.get(), true);
+  if (peer_pid_ > 0) {
+    pidfd_ = UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, peer_pid_, 0)));
+    if (!pidfd_) spdlog::debug("pidfd_open({}) for {} failed: {}", peer_pid_, describe(), std::strerror(errno));
+  }
+}
+
+std::chrono::milliseconds ShmLink::peer_check_interval() const {
+  return pidfd_ ? std::chrono::milliseconds(250) : std::chrono::milliseconds(0);
+}
+
+void ShmLink::check_peer() {
+  if (!pidfd_) return;
+  // Data it wrote before it died is still ours to read: fail only when the
+  // ring from it is empty (the next pass reads the rest, then waits again).
+  if (rx_.readable() > 0) return;
+  pollfd p{pidfd_.get(), POLLIN, 0};
+  if (::poll(&p, 1, 0) > 0 && (p.revents & POLLIN)) {
+    fail(
+        fmt::format("{} is gone: its process exited or was killed (its end of the link is still held open, by a "
+                    "process it forked?)",
+                    describe()));
+  }
 }
 
 ShmLink::~ShmLink() = default;

@@ -149,6 +149,13 @@ class ShmLink final : public Link {
   void shutdown() override;
   bool is_shutdown() const override { return shut_.load(); }
   std::string describe() const override;
+  /// While waiting, the peer's process is checked through a pidfd every
+  /// 250 ms: a process that forked (a data loader, say) before it died
+  /// leaves its socket ends open in its children, so EOF alone would not
+  /// come. 0 when no pidfd could be opened (peer in another pid namespace,
+  /// kernel before 5.3).
+  std::chrono::milliseconds peer_check_interval() const override;
+  void check_peer() override;
 
   pid_t peer_pid() const { return peer_pid_; }
 
@@ -170,6 +177,7 @@ class ShmLink final : public Link {
   std::atomic<bool> shut_{false};
   std::atomic<bool> tx_closed_{false};
   std::atomic<bool> rx_closed_{false};
+  UniqueFd pidfd_;
 };
 
 /// The spin a link gets when kShmSpinEnv is unset: 20 us (yielding the core
