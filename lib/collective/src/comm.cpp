@@ -100,7 +100,9 @@ std::unique_ptr<Comm> connect_comm(store::Store& store, const CommOptions& optio
   if (options.rank < 0 || options.rank >= options.size) {
     throw InvalidArgument(fmt::format("rank {} is outside [0, {})", options.rank, options.size));
   }
-  const bool use_shm = transport::shm_enabled_from_env();  // a bad value fails before anyone connects
+  // Bad values of the data-path variables fail before anyone connects.
+  const bool use_shm = transport::shm_enabled_from_env();
+  if (use_shm) (void)transport::shm_spin_from_env(1);
   auto comm = std::make_unique<TcpComm>(options.rank, options.size);
   if (options.size == 1) return comm;
 
