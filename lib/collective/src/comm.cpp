@@ -102,7 +102,7 @@ std::unique_ptr<Comm> connect_comm(store::Store& store, const CommOptions& optio
   }
   // Bad values of the data-path variables fail before anyone connects.
   const bool use_shm = transport::shm_enabled_from_env();
-  if (use_shm) (void)transport::shm_spin_from_env(1);
+  if (use_shm) transport::check_shm_env();
   auto comm = std::make_unique<TcpComm>(options.rank, options.size);
   if (options.size == 1) return comm;
 

@@ -178,6 +178,62 @@ TEST_CASE("shm links carry large messages both ways at once through tiny rings",
   }
 }
 
+TEST_CASE("single-copy sends (HVD_SHM_CMA=1) carry large messages both ways through tiny rings",
+          "[transport][shm][cma]") {
+  EnvGuard g(kShmCmaEnv);
+  ::setenv(kShmCmaEnv, "1", 1);
+  auto [a, b] = shm_pair(4096);
+  for (std::size_t n : {std::size_t{1000}, kShmCmaMinBytes, std::size_t{3} << 20}) {
+    const std::vector<char> x = pattern(n, 21), y = pattern(n, 22);
+    std::vector<char> gx(n), gy(n);
+    auto fut = std::async(std::launch::async, [&, l = b.get()] { sendrecv(*l, y.data(), n, *l, gx.data(), n); });
+    sendrecv(*a, x.data(), n, *a, gy.data(), n);
+    fut.get();
+    CHECK(gx == x);
+    CHECK(gy == y);
+  }
+  // Everything from kShmCmaMinBytes on went single copy (this process may
+  // read its own memory).
+  CHECK(a->single_copy_bytes() == kShmCmaMinBytes + (std::size_t{3} << 20));
+  CHECK(b->single_copy_bytes() == a->single_copy_bytes());
+}
+
+TEST_CASE("a receiver that refuses single copy gets the data through the ring", "[transport][shm][cma]") {
+  EnvGuard g(kShmCmaEnv);
+  ShmListener listener("secret", "gen0/", 0);
+  const ShmToken token = random_token();
+  const std::size_t n = std::size_t{2} << 20;
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // the sender, with single copy on
+    int rc = 1;
+    try {
+      ::setenv(kShmCmaEnv, "1", 1);
+      auto l = shm_connect(listener.name(), 1, 0, token, 4096, Deadline::after(5s), 0us);
+      const std::vector<char> x = pattern(n, 31);
+      l->send(x.data(), n, Deadline::after(10s));
+      char ack = 0;
+      l->recv(&ack, 1, Deadline::after(10s));
+      rc = ack == 'y' ? 0 : 2;
+    } catch (...) {
+    }
+    ::_exit(rc);
+  }
+  ::setenv(kShmCmaEnv, "0", 1);  // the receiver refuses
+  std::map<int, ShmToken> tokens{{1, token}};
+  auto link = listener.accept(0, tokens, Deadline::after(5s), 0us);
+  std::vector<char> got(n);
+  link->recv(got.data(), n, Deadline::after(10s));
+  CHECK(got == pattern(n, 31));
+  CHECK(link->single_copy_bytes() == 0);
+  const char ack = 'y';
+  link->send(&ack, 1, Deadline::after(5s));
+  int status = -1;
+  ::waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
 TEST_CASE("a shm pairing with the wrong token or from a stranger is refused, the real peer pairs",
           "[transport][shm][security]") {
   ShmListener listener("secret", "gen0/", 0);
@@ -325,7 +381,7 @@ TEST_CASE("a SIGKILLed peer whose forked child still holds the link fails a bloc
   ::kill(grandchild, SIGKILL);  // reparented: init reaps it
 }
 
-TEST_CASE("HVD_TRANSPORT and HVD_SHM_SPIN_US are parsed strictly", "[transport][shm]") {
+TEST_CASE("HVD_TRANSPORT, HVD_SHM_SPIN_US and HVD_SHM_CMA are parsed strictly", "[transport][shm]") {
   EnvGuard g1(kTransportEnv), g2(kShmSpinEnv);
   ::unsetenv(kTransportEnv);
   CHECK(shm_enabled_from_env());
@@ -343,6 +399,14 @@ TEST_CASE("HVD_TRANSPORT and HVD_SHM_SPIN_US are parsed strictly", "[transport][
   CHECK(shm_spin_from_env(100000) == 7us);
   ::setenv(kShmSpinEnv, "soon", 1);
   CHECK_THROWS_WITH(shm_spin_from_env(2), Catch::Contains("HVD_SHM_SPIN_US"));
+  EnvGuard g3(kShmCmaEnv);
+  ::unsetenv(kShmCmaEnv);
+  CHECK_FALSE(shm_cma_from_env());
+  ::setenv(kShmCmaEnv, "1", 1);
+  CHECK(shm_cma_from_env());
+  ::unsetenv(kShmSpinEnv);
+  ::setenv(kShmCmaEnv, "maybe", 1);
+  CHECK_THROWS_WITH(check_shm_env(), Catch::Contains("HVD_SHM_CMA"));
 }
 
 TEST_CASE("ring capacity shrinks with many local peers, within bounds", "[transport][shm]") {

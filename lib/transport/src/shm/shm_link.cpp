@@ -1,6 +1,7 @@
 // ShmLink, the pairing (ShmListener / shm_connect) and the settings (shm.h).
 #include "hvd/transport/shm.h"
 
+#include "hvd/common/env.h"
 #include "hvd/common/error.h"
 #include "hvd/common/secret.h"
 
@@ -13,6 +14,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -37,6 +39,13 @@ bool shm_enabled_from_env() {
       fmt::format("{}='{}': expected 'shm' (shared memory between ranks of one host, the default) "
                   "or 'tcp' (TCP everywhere)",
                   kTransportEnv, s));
+}
+
+bool shm_cma_from_env() { return env::get_bool_or(kShmCmaEnv, false); }
+
+void check_shm_env() {
+  (void)shm_spin_from_env(1);
+  (void)shm_cma_from_env();
 }
 
 std::chrono::microseconds default_shm_spin(int local_ranks) {
@@ -130,6 +139,7 @@ ShmLink::ShmLink(std::shared_ptr<ShmSegment> segment, int tx, int rx, UniqueFd t
       spin_(spin) {
   set_nonblocking(tx_sock_.get(), true);
   set_nonblocking(rx_sock_.get(), true);
+  cma_ = rx_cma_ok_ = peer_pid_ > 0 && shm_cma_from_env();
   if (peer_pid_ > 0) {
     pidfd_ = UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, peer_pid_, 0)));
     if (!pidfd_) spdlog::debug("pidfd_open({}) for {} failed: {}", peer_pid_, describe(), std::strerror(errno));
@@ -193,22 +203,109 @@ bool ShmLink::drain_wakeups(int sock, std::atomic<bool>& closed) {
 
 std::size_t ShmLink::try_send(const void* data, std::size_t len) {
   if (shut_.load(std::memory_order_relaxed)) throw IoError(fmt::format("link to {} was aborted", describe()));
+  if (tx_active_) {
+    // A posted descriptor: report what the receiver copied meanwhile.
+    const auto copied = static_cast<std::size_t>(tx_.descriptor_bytes_copied() - tx_copied_base_);
+    if (static_cast<const char*>(data) != tx_addr_ + tx_reported_) {
+      fail(fmt::format("internal error: a send to {} moved while its single-copy descriptor was pending", describe()));
+    }
+    const std::size_t n = copied - tx_reported_;
+    tx_reported_ = copied;
+    if (copied == tx_len_) {
+      tx_active_ = false;
+    } else if (tx_.descriptors_refused()) {
+      tx_active_ = false;  // the rest goes through the ring
+      cma_ = false;
+    }
+    return n;
+  }
+  if (cma_ && len >= kShmCmaMinBytes && tx_.empty_for_producer()) {
+    if (tx_.descriptors_refused()) {
+      cma_ = false;
+    } else {
+      tx_active_ = true;
+      tx_addr_ = static_cast<const char*>(data);
+      tx_len_ = len;
+      tx_reported_ = 0;
+      tx_copied_base_ = tx_.descriptor_bytes_copied();
+      tx_.post_descriptor(++tx_seq_, data, len);
+      if (tx_.take_consumer_waiter()) wake(tx_sock_.get());
+      return 0;
+    }
+  }
   const std::size_t n = tx_.write(data, len);
   if (n > 0 && tx_.take_consumer_waiter()) wake(tx_sock_.get());
   return n;
 }
 
+bool ShmLink::rx_single_copy(void* data, std::size_t len, std::size_t& moved) {
+  moved = 0;
+  if (!rx_active_) {
+    uint64_t addr = 0;
+    std::size_t dlen = 0;
+    const uint64_t seq = rx_.posted_descriptor(addr, dlen);
+    if (seq == rx_seq_) return false;
+    rx_seq_ = seq;
+    rx_addr_ = addr;
+    rx_len_ = dlen;
+    rx_copied_ = 0;
+    rx_active_ = true;
+  }
+  if (rx_cma_ok_) {
+    const std::size_t want = std::min(len, rx_len_ - rx_copied_);
+    iovec local{data, want};
+    iovec remote{reinterpret_cast<void*>(rx_addr_ + rx_copied_), want};
+    const ssize_t r = ::process_vm_readv(peer_pid_, &local, 1, &remote, 1, 0);
+    if (r > 0) {
+      moved = static_cast<std::size_t>(r);
+      rx_copied_ += moved;
+      rx_.add_descriptor_bytes_copied(moved);
+      single_copy_bytes_ += moved;
+      if (rx_copied_ == rx_len_) rx_active_ = false;
+      if (rx_.take_producer_waiter()) wake(rx_sock_.get());
+      return true;
+    }
+    const int err = r < 0 ? errno : EIO;
+    if (err != EPERM && err != EACCES && err != ENOSYS) {
+      fail(fmt::format("reading {}'s memory (single copy) failed: {} (did the process exit?)", describe(),
+                       std::strerror(err)));
+    }
+    static std::atomic<bool> logged{false};
+    if (!logged.exchange(true)) {
+      spdlog::info(
+          "{}: single-copy transfers are not permitted here ({}: ptrace rules or no CAP_SYS_PTRACE); "
+          "shared memory copies twice instead",
+          describe(), std::strerror(err));
+    }
+    rx_cma_ok_ = false;
+  }
+  // Refused (now or earlier): the sender resends the rest through the ring.
+  rx_.refuse_descriptors();
+  rx_active_ = false;
+  if (rx_.take_producer_waiter()) wake(rx_sock_.get());
+  return false;
+}
+
 std::size_t ShmLink::try_recv(void* data, std::size_t len) {
   if (shut_.load(std::memory_order_relaxed)) throw IoError(fmt::format("link to {} was aborted", describe()));
-  const std::size_t n = rx_.read(data, len);
-  if (n > 0 && rx_.take_producer_waiter()) wake(rx_sock_.get());
+  std::size_t n = rx_.read(data, len);
+  if (n > 0) {
+    if (rx_.take_producer_waiter()) wake(rx_sock_.get());
+    return n;
+  }
+  if (len > 0) rx_single_copy(data, len, n);
   return n;
 }
 
 bool ShmLink::prepare_wait(bool send) {
   if (shut_.load(std::memory_order_relaxed)) throw IoError(fmt::format("link to {} was aborted", describe()));
   const bool closed = send ? drain_wakeups(tx_sock_.get(), tx_closed_) : drain_wakeups(rx_sock_.get(), rx_closed_);
-  const bool may_sleep = send ? tx_.arm_producer_wait() : rx_.arm_consumer_wait();
+  bool may_sleep;
+  if (send) {
+    may_sleep = tx_active_ ? tx_.arm_producer_wait_for(tx_copied_base_ + tx_reported_) : tx_.arm_producer_wait();
+  } else {
+    may_sleep = !rx_active_ && rx_.arm_consumer_wait_for(rx_seq_);
+  }
   if (!may_sleep) return false;  // the ring moved meanwhile: go round again
   if (closed) {
     fail(fmt::format("connection to {} closed by peer while {} (the process exited, was killed or aborted)", describe(),

@@ -37,6 +37,13 @@ struct ShmRing::Header {
   alignas(kLine) std::atomic<uint64_t> tail;
   alignas(kLine) std::atomic<uint32_t> consumer_waiting;
   alignas(kLine) std::atomic<uint32_t> producer_waiting;
+  // Single-copy descriptor (see shm.h): written by the producer.
+  alignas(kLine) std::atomic<uint64_t> cma_posted;  // sequence number of the last posted descriptor
+  uint64_t cma_addr;
+  uint64_t cma_len;
+  // Written by the consumer.
+  alignas(kLine) std::atomic<uint64_t> cma_copied;  // bytes ever copied through descriptors
+  std::atomic<uint32_t> cma_refused;  // 1: the consumer cannot read our memory
 };
 
 static_assert(sizeof(std::atomic<uint64_t>) == 8 && std::atomic<uint64_t>::is_always_lock_free,
@@ -59,6 +66,11 @@ ShmRing ShmRing::create(void* mem, std::size_t capacity) {
   h->tail.store(0, std::memory_order_relaxed);
   h->consumer_waiting.store(0, std::memory_order_relaxed);
   h->producer_waiting.store(0, std::memory_order_relaxed);
+  h->cma_posted.store(0, std::memory_order_relaxed);
+  h->cma_addr = 0;
+  h->cma_len = 0;
+  h->cma_copied.store(0, std::memory_order_relaxed);
+  h->cma_refused.store(0, std::memory_order_relaxed);
   // Published last: attach() checks the magic.
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kRingMagic;
@@ -148,6 +160,46 @@ bool ShmRing::take_producer_waiter() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (h_->producer_waiting.load(std::memory_order_relaxed) == 0) return false;
   return h_->producer_waiting.exchange(0, std::memory_order_relaxed) != 0;
+}
+
+void ShmRing::post_descriptor(uint64_t seq, const void* addr, std::size_t len) {
+  h_->cma_addr = reinterpret_cast<uint64_t>(addr);
+  h_->cma_len = len;
+  h_->cma_posted.store(seq, std::memory_order_release);
+}
+
+uint64_t ShmRing::posted_descriptor(uint64_t& addr, std::size_t& len) const {
+  const uint64_t seq = h_->cma_posted.load(std::memory_order_acquire);
+  addr = h_->cma_addr;
+  len = static_cast<std::size_t>(h_->cma_len);
+  return seq;
+}
+
+uint64_t ShmRing::descriptor_bytes_copied() const { return h_->cma_copied.load(std::memory_order_acquire); }
+
+void ShmRing::add_descriptor_bytes_copied(std::size_t n) {
+  h_->cma_copied.store(h_->cma_copied.load(std::memory_order_relaxed) + n, std::memory_order_release);
+}
+
+void ShmRing::refuse_descriptors() { h_->cma_refused.store(1, std::memory_order_release); }
+bool ShmRing::descriptors_refused() const { return h_->cma_refused.load(std::memory_order_acquire) != 0; }
+
+bool ShmRing::arm_consumer_wait_for(uint64_t seen_seq) {
+  h_->consumer_waiting.store(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return h_->head.load(std::memory_order_relaxed) == h_->tail.load(std::memory_order_relaxed) &&
+         h_->cma_posted.load(std::memory_order_relaxed) == seen_seq;
+}
+
+bool ShmRing::arm_producer_wait_for(uint64_t copied_seen) {
+  h_->producer_waiting.store(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return h_->cma_copied.load(std::memory_order_relaxed) == copied_seen &&
+         h_->cma_refused.load(std::memory_order_relaxed) == 0;
+}
+
+bool ShmRing::empty_for_producer() const {
+  return h_->head.load(std::memory_order_relaxed) == h_->tail.load(std::memory_order_acquire);
 }
 
 // ---- ShmSegment -------------------------------------------------------------

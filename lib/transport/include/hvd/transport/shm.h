@@ -17,6 +17,15 @@
 /// Oversubscribed jobs (more ranks than cores) therefore sleep instead of
 /// burning the core their peer needs.
 ///
+/// Large sends (>= kShmCmaMinBytes, with kShmCmaEnv=1): single copy. While the ring is empty
+/// the sender posts a descriptor (address, length) in the ring's header
+/// instead of copying, and the receiver copies straight from the sender's
+/// memory with process_vm_readv (Linux cross-memory attach) into its
+/// destination; the send completes as the receiver reports bytes copied.
+/// Where CMA is forbidden (ptrace rules, a container without
+/// CAP_SYS_PTRACE) the receiver refuses the descriptor, logs one line, and
+/// the sender falls back to the ring (two copies) for good.
+///
 /// Liveness: the same AF_UNIX connections. When the peer process exits or is
 /// killed the kernel closes its ends and the waiting side sees EOF at once;
 /// an aborted peer shuts them down (Link::shutdown). Data the peer wrote
@@ -57,10 +66,21 @@ inline constexpr const char* kTransportEnv = "HVD_TRANSPORT";
 /// Environment variable: microseconds progress() spins on a shared-memory
 /// link before sleeping (default: see default_shm_spin).
 inline constexpr const char* kShmSpinEnv = "HVD_SHM_SPIN_US";
+/// Environment variable: 1 turns on single-copy transfers (CMA) of large
+/// sends on shared-memory links (default 0: on the 2-core reference host
+/// they were not faster than the two ring copies; docs/performance.md).
+inline constexpr const char* kShmCmaEnv = "HVD_SHM_CMA";
+/// Sends at least this large go single copy when CMA is allowed.
+inline constexpr std::size_t kShmCmaMinBytes = 256 * 1024;
 
 /// True unless kTransportEnv says "tcp"; InvalidArgument naming the variable
 /// for any value other than "", "shm", "tcp".
 bool shm_enabled_from_env();
+/// kShmCmaEnv as a boolean (default false); InvalidArgument for garbage.
+bool shm_cma_from_env();
+/// Validates kShmSpinEnv and kShmCmaEnv (InvalidArgument naming the
+/// variable), so bad values fail before any peer is contacted.
+void check_shm_env();
 
 /// One direction of a pair: a byte ring in shared memory. A view only (the
 /// memory belongs to a ShmSegment). Exactly one producer and one consumer.
@@ -95,6 +115,27 @@ class ShmRing {
   /// was set, the waiter must be woken).
   bool take_consumer_waiter();
   bool take_producer_waiter();
+
+  /// Single copy (ShmLink): the producer posts where its large send lies
+  /// (one descriptor at a time, only while the ring is empty, sequence
+  /// numbers from 1); the consumer copies straight out of the producer's
+  /// memory (process_vm_readv) and counts the bytes it copied.
+  void post_descriptor(uint64_t seq, const void* addr, std::size_t len);
+  /// Consumer: the last posted sequence number (0: none yet) and its fields.
+  uint64_t posted_descriptor(uint64_t& addr, std::size_t& len) const;
+  uint64_t descriptor_bytes_copied() const;
+  void add_descriptor_bytes_copied(std::size_t n);
+  /// Consumer: it cannot read the producer's memory (ptrace rules); the
+  /// producer sends through the ring instead from then on.
+  void refuse_descriptors();
+  bool descriptors_refused() const;
+  /// Sleep flags for the descriptor protocol: the consumer may sleep while
+  /// the ring is empty and nothing beyond `seen_seq` was posted; the
+  /// producer while no byte beyond `copied_seen` was copied (and no refusal).
+  bool arm_consumer_wait_for(uint64_t seen_seq);
+  bool arm_producer_wait_for(uint64_t copied_seen);
+  /// Producer: every byte written so far was read.
+  bool empty_for_producer() const;
 
  private:
   struct Header;
@@ -158,6 +199,8 @@ class ShmLink final : public Link {
   void check_peer() override;
 
   pid_t peer_pid() const { return peer_pid_; }
+  /// Bytes this side received by single copy (process_vm_readv).
+  std::size_t single_copy_bytes() const { return single_copy_bytes_; }
 
  private:
   [[noreturn]] void fail(const std::string& reason);
@@ -178,6 +221,25 @@ class ShmLink final : public Link {
   std::atomic<bool> tx_closed_{false};
   std::atomic<bool> rx_closed_{false};
   UniqueFd pidfd_;
+  /// try_recv's share of a single-copy send: how the receiving side copies.
+  bool rx_single_copy(void* data, std::size_t len, std::size_t& moved);
+
+  // Single copy, sending side (only the sending thread touches these).
+  bool cma_ = true;
+  bool tx_active_ = false;
+  uint64_t tx_seq_ = 0;
+  const char* tx_addr_ = nullptr;
+  std::size_t tx_len_ = 0;
+  std::size_t tx_reported_ = 0;
+  uint64_t tx_copied_base_ = 0;
+  // Receiving side (only the receiving thread).
+  bool rx_cma_ok_ = true;
+  bool rx_active_ = false;
+  uint64_t rx_seq_ = 0;
+  uint64_t rx_addr_ = 0;
+  std::size_t rx_len_ = 0;
+  std::size_t rx_copied_ = 0;
+  std::size_t single_copy_bytes_ = 0;
 };
 
 /// The spin a link gets when kShmSpinEnv is unset: 20 us (yielding the core
