@@ -101,8 +101,10 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--min-bytes", default="4K")
     p.add_argument("--max-bytes", default="64M")
-    p.add_argument("--iters", type=int, default=30)
-    p.add_argument("--max-seconds", type=float, default=0.5)
+    # The same budget bench_mpi_allreduce.c has built in (MAX_ITERS 50,
+    # MAX_SECONDS 1.0), so every implementation gets as many iterations.
+    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--max-seconds", type=float, default=1.0)
     p.add_argument("--np", type=int, default=2)
     p.add_argument("--skip-mpi", action="store_true")
     p.add_argument("--skip-gloo", action="store_true")
