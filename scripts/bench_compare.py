@@ -2,14 +2,18 @@
 """Allreduce comparison for docs/performance.md: hvdbench vs Gloo vs Open MPI.
 
 Runs, ROUNDS times and interleaved (so background load hits every
-implementation alike), 2-rank in-place float32 sum allreduces from 4 KiB to
-64 MiB with:
-  * hvdbench under hvdrun (this project, TCP links),
+implementation alike), NP-rank (default 2) in-place float32 sum allreduces
+from 4 KiB to 64 MiB on this host with:
+  * hvdbench under hvdrun (this project) with its default data path between
+    ranks of one host, shared memory ("hvdbench (shm)"),
+  * the same with HVD_TRANSPORT=tcp, loopback TCP links ("hvdbench (tcp)"),
   * torch.distributed's Gloo backend over TCP (scripts/bench_torch_gloo.py),
   * Open MPI with its default transports (shared memory "vader" on one host),
   * Open MPI restricted to TCP (--mca btl tcp,self).
 Each run reports per size the median over iterations of the slowest rank;
 the table shows the best (lowest) median over the rounds, in microseconds.
+A single-copy memcpy bandwidth (numpy, 64 MiB) is measured in every round,
+and the 16 MiB busbw of hvdbench (shm) is given as a share of it.
 
     /usr/bin/python3 scripts/bench_compare.py --hvdrun build/apps/hvdrun/hvdrun \\
         --hvdbench build/apps/hvdbench/hvdbench --rounds 3
@@ -25,8 +29,9 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run(cmd, timeout):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+def run(cmd, timeout, env=None):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout,
+                       env=None if env is None else {**os.environ, **env})
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}: {p.stderr[-2000:]}")
     return p.stdout
@@ -41,16 +46,16 @@ def parse_json_blob(text):
     return doc
 
 
-def hvdbench(args):
-    out = run([args.hvdrun, "-np", "2", "-H", "localhost:2", args.hvdbench, "--op", "allreduce",
+def hvdbench(args, transport):
+    out = run([args.hvdrun, "-np", str(args.np), "-H", f"localhost:{args.np}", args.hvdbench, "--op", "allreduce",
                "--min-bytes", args.min_bytes, "--max-bytes", args.max_bytes, "--iters", str(args.iters),
-               "--max-seconds", str(args.max_seconds), "--json"], 600)
+               "--max-seconds", str(args.max_seconds), "--json"], 600, env={"HVD_TRANSPORT": transport})
     doc = parse_json_blob(out)
     return {r["bytes"]: (r["time_us"], r["check"]) for r in doc["results"]}
 
 
 def gloo(args):
-    out = run(["/usr/bin/python3", os.path.join(HERE, "bench_torch_gloo.py"), "--world", "2", "--min-bytes",
+    out = run(["/usr/bin/python3", os.path.join(HERE, "bench_torch_gloo.py"), "--world", str(args.np), "--min-bytes",
                args.min_bytes, "--max-bytes", args.max_bytes, "--iters", str(args.iters), "--max-seconds",
                str(args.max_seconds), "--json"], 600)
     doc = parse_json_blob(out)
@@ -59,7 +64,7 @@ def gloo(args):
 
 def mpi(args, binary, tcp_only):
     # Loopback only (other interfaces on this host may be test namespaces).
-    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "--mca", "btl_tcp_if_include", "lo",
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(args.np), "--mca", "btl_tcp_if_include", "lo",
            "--mca", "oob_tcp_if_include", "lo"]
     if tcp_only:
         cmd += ["--mca", "btl", "tcp,self"]
@@ -70,6 +75,18 @@ def mpi(args, binary, tcp_only):
         if len(f) == 5 and f[0].isdigit():
             rows[int(f[0])] = (float(f[2]), f[4])
     return rows
+
+
+def memcpy_gbps(nbytes=64 << 20, repeats=10):
+    """Single-copy bandwidth of this host, measured now (numpy copyto of
+    64 MiB into a touched buffer, best of `repeats`), in GB/s."""
+    out = run(["/usr/bin/python3", "-c",
+               "import numpy as np, time\n"
+               f"a = np.ones({nbytes}, np.uint8); b = np.zeros_like(a); best = 1e9\n"
+               f"for _ in range({repeats}):\n"
+               "    t = time.perf_counter(); np.copyto(b, a); best = min(best, time.perf_counter() - t)\n"
+               f"print({nbytes} / best / 1e9)"], 120)
+    return float(out.strip().splitlines()[-1])
 
 
 def parse_bytes(text):
@@ -84,12 +101,18 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--min-bytes", default="4K")
     p.add_argument("--max-bytes", default="64M")
-    p.add_argument("--iters", type=int, default=30)
-    p.add_argument("--max-seconds", type=float, default=0.5)
+    # The same budget bench_mpi_allreduce.c has built in (MAX_ITERS 50,
+    # MAX_SECONDS 1.0), so every implementation gets as many iterations.
+    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--max-seconds", type=float, default=1.0)
+    p.add_argument("--np", type=int, default=2)
     p.add_argument("--skip-mpi", action="store_true")
+    p.add_argument("--skip-gloo", action="store_true")
     args = p.parse_args()
 
-    impls = {"hvdbench": lambda: hvdbench(args), "gloo": lambda: gloo(args)}
+    impls = {"hvdbench (shm)": lambda: hvdbench(args, "shm"), "hvdbench (tcp)": lambda: hvdbench(args, "tcp")}
+    if not args.skip_gloo:
+        impls["gloo"] = lambda: gloo(args)
     if not args.skip_mpi:
         binary = os.path.join(tempfile.gettempdir(), "bench_mpi_allreduce")
         subprocess.run(["mpicc", "-O2", "-o", binary, os.path.join(HERE, "bench_mpi_allreduce.c")], check=True)
@@ -98,7 +121,9 @@ def main():
 
     best = {name: {} for name in impls}
     checks = {name: set() for name in impls}
+    memcpy = 0.0
     for rnd in range(args.rounds):
+        memcpy = max(memcpy, memcpy_gbps())
         for name, fn in impls.items():
             rows = fn()
             for size, (t, check) in rows.items():
@@ -107,12 +132,18 @@ def main():
             print(f"round {rnd + 1}/{args.rounds}: {name} done", file=sys.stderr)
 
     names = list(impls)
-    print("| size | " + " | ".join(f"{n} (us)" for n in names) + " | hvdbench / gloo |")
+    ref = "mpi (vader)" if "mpi (vader)" in best else ("gloo" if "gloo" in best else "hvdbench (tcp)")
+    print(f"| size | " + " | ".join(f"{n} (us)" for n in names) + f" | shm / {ref} |")
     print("|---:|" + "---:|" * len(names) + "---:|")
-    for size in sorted(best["hvdbench"]):
+    for size in sorted(best["hvdbench (shm)"]):
         cells = [f"{best[n].get(size, float('nan')):.1f}" for n in names]
-        ratio = best["hvdbench"][size] / best["gloo"][size] if size in best["gloo"] else float("nan")
+        ratio = best["hvdbench (shm)"][size] / best[ref][size] if size in best[ref] else float("nan")
         print(f"| {size} | " + " | ".join(cells) + f" | {ratio:.2f} |")
+    print(f"\nmemcpy (single copy, 64 MiB, best of the rounds): {memcpy:.2f} GB/s")
+    size16 = 16 << 20
+    if size16 in best["hvdbench (shm)"]:
+        busbw = size16 * 2 * (args.np - 1) / args.np / (best["hvdbench (shm)"][size16] * 1e-6) / 1e9
+        print(f"hvdbench (shm) 16 MiB busbw: {busbw:.2f} GB/s = {100 * busbw / memcpy:.0f} % of memcpy")
     for n in names:
         print(f"checks {n}: {sorted(checks[n])}", file=sys.stderr)
 

@@ -1,4 +1,6 @@
-// connect_comm: forms a full mesh of authenticated TCP links through a Store.
+// connect_comm: forms a full mesh of authenticated TCP links through a Store,
+// then lets peers on the same host switch to shared memory
+// (shm/local_links.h, unless HVD_TRANSPORT=tcp).
 //
 // Every rank listens on an ephemeral port and publishes "<prefix>rank_<r>"
 // -> "host:port". Then it connects to every lower rank and accepts every
@@ -13,7 +15,10 @@
 
 #include "hvd/common/error.h"
 #include "hvd/common/secret.h"
+#include "hvd/transport/shm.h"
 #include "hvd/transport/tcp.h"
+
+#include "shm/local_links.h"
 
 #include <spdlog/spdlog.h>
 
@@ -73,6 +78,8 @@ class TcpComm final : public Comm {
   }
 
   void set_link(int peer, std::unique_ptr<transport::Link> l) { links_[peer] = std::move(l); }
+  /// For choose_local_links, before the Comm is handed out.
+  std::vector<std::unique_ptr<transport::Link>>& links() { return links_; }
   bool has_link(int peer) const { return links_[peer] != nullptr; }
 
  private:
@@ -93,6 +100,9 @@ std::unique_ptr<Comm> connect_comm(store::Store& store, const CommOptions& optio
   if (options.rank < 0 || options.rank >= options.size) {
     throw InvalidArgument(fmt::format("rank {} is outside [0, {})", options.rank, options.size));
   }
+  // Bad values of the data-path variables fail before anyone connects.
+  const bool use_shm = transport::shm_enabled_from_env();
+  if (use_shm) transport::check_shm_env();
   auto comm = std::make_unique<TcpComm>(options.rank, options.size);
   if (options.size == 1) return comm;
 
@@ -157,6 +167,8 @@ std::unique_ptr<Comm> connect_comm(store::Store& store, const CommOptions& optio
     --missing;
   }
   spdlog::debug("rank {}: connected to {} peers (listening on {})", options.rank, options.size - 1, advertise);
+  // The one point where the link to each peer is chosen.
+  detail::choose_local_links(comm->links(), options, use_shm, deadline);
   return comm;
 }
 

@@ -17,6 +17,7 @@
 #include "hvd/common/error.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -115,16 +116,41 @@ bool progress_loop(Transfer* transfers, std::size_t count, Deadline deadline, co
       spinning = false;
       continue;
     }
-    if (spin_us > 0) {
+    // Spin: the global setting, or the longest hint of the links we wait on
+    // (shared-memory links ask for a short spin when cores are not shared).
+    long spin_for = spin_us;
+    for (std::size_t i = 0; i < count; ++i) {
+      const Transfer& t = transfers[i];
+      if ((skip && (*skip)[i]) || t.complete()) continue;
+      spin_for = std::max<long>(spin_for, static_cast<long>(t.link->spin_hint().count()));
+    }
+    if (spin_for > 0) {
       const auto now = std::chrono::steady_clock::now();
       if (!spinning) {
         spinning = true;
-        spin_until = now + std::chrono::microseconds(spin_us);
+        spin_until = now + std::chrono::microseconds(spin_for);
         continue;
       }
-      if (now < spin_until) continue;
+      if (now < spin_until) {
+        // A link's spin (shared memory) yields between passes: when the
+        // peer waits for a core, it gets this one at once.
+        if (spin_for > spin_us) sched_yield();
+        continue;
+      }
     }
     spinning = false;
+
+    // Tell the links we are about to sleep; one that can move now (data
+    // arrived meanwhile) sends us round the loop again instead.
+    bool can_move = false;
+    for (std::size_t i = 0; i < count && !can_move; ++i) {
+      Transfer& t = transfers[i];
+      if ((skip && (*skip)[i]) || t.complete()) continue;
+      const bool send = t.dir == Transfer::Dir::Send;
+      if (send && t.done >= send_limit(t)) continue;
+      can_move = !t.link->prepare_wait(send);
+    }
+    if (can_move) continue;
 
     // Nothing moved: wait for readiness on every unfinished transfer.
     fds.clear();
@@ -132,16 +158,12 @@ bool progress_loop(Transfer* transfers, std::size_t count, Deadline deadline, co
     for (std::size_t i = 0; i < count; ++i) {
       const Transfer& t = transfers[i];
       if ((skip && (*skip)[i]) || t.complete()) continue;
-      short ev;
-      if (t.dir == Transfer::Dir::Send) {
-        if (t.done >= send_limit(t)) continue;  // waiting on upstream data, not on the socket
-        // POLLRDHUP: a peer that aborted (shutdown) sends FIN, not RST, and
-        // a sender blocked on its full buffer would otherwise wait forever.
-        ev = POLLOUT | POLLRDHUP;
-      } else {
-        ev = POLLIN;
-      }
-      fds.push_back(pollfd{t.link->poll_fd(), ev, 0});
+      if (t.dir == Transfer::Dir::Send && t.done >= send_limit(t)) continue;  // waiting on upstream data
+      // TCP sends: POLLOUT | POLLRDHUP (a peer that aborted sends FIN, not
+      // RST, and a sender blocked on its full buffer would otherwise wait
+      // forever); receives POLLIN. Shared memory: POLLIN on its socket.
+      const short ev = t.link->wait_events(t.dir == Transfer::Dir::Send);
+      fds.push_back(pollfd{t.link->wait_fd(t.dir == Transfer::Dir::Send), ev, 0});
       fd_owner.push_back(i);
     }
     if (wake_fd >= 0) {
@@ -197,7 +219,8 @@ bool progress_loop(Transfer* transfers, std::size_t count, Deadline deadline, co
         const Transfer& t = transfers[fd_owner[k]];
         // Peers never half-close: a FIN on a link we still have to send on
         // means the peer aborted or died before taking bytes it needs.
-        if (t.dir == Transfer::Dir::Send && (fds[k].revents & (POLLRDHUP | POLLHUP)) && !(fds[k].revents & POLLOUT)) {
+        if (t.dir == Transfer::Dir::Send && (fds[k].events & POLLOUT) && (fds[k].revents & (POLLRDHUP | POLLHUP)) &&
+            !(fds[k].revents & POLLOUT)) {
           throw IoError(fmt::format("connection to {} closed by peer while sending ({} of {} bytes)",
                                     t.link->describe(), t.done, t.size));
         }

@@ -20,7 +20,10 @@ end the survivors' wait. This test makes that happen for real:
     (host b is checked while still cut off: its own rank notices the silent
     peer as well, sshd notices the dead client).
 
-    test_collective_netns.py --hvdrun PATH --worker PATH peer_cut|peer_cut_idle
+    test_collective_netns.py --hvdrun PATH --worker PATH peer_cut|peer_cut_idle|shm_two_hosts
+
+Case shm_two_hosts runs the ops grid on -H a:2,b:2 instead: shared memory
+inside each namespace host, TCP between them.
 
 Without root or `ip netns` it prints "SKIPPED: needs root and ip netns" and
 exits 77 (CTest SKIP_RETURN_CODE).
@@ -162,7 +165,38 @@ def cut_host(hosts, args, mode, ready, want_in_error):
     check(not left, "processes left in the namespaces", left)
 
 
-CASES = {"peer_cut": case_peer_cut, "peer_cut_idle": case_peer_cut_idle}
+def case_shm_two_hosts(hosts, args):
+    """-H a:2,b:2: shared memory inside each host, TCP between them (issue
+    18). Every op of the worker's grid must pass on 4 ranks, and --verbose
+    must show one data-path line per host from its lowest rank."""
+    a, b = hosts.addrs
+    env = dict(os.environ)
+    env.pop("SSH_AUTH_SOCK", None)
+    env.pop("HVDRUN_REMOTE_AGENT", None)
+    env.pop("HVD_TRANSPORT", None)
+    env.pop("HOROVOD_LOG_LEVEL", None)
+    env.update(HOME=hosts.home, USER="root")
+    argv = [args.hvdrun, "-i", hosts.key, "--verbose", "-np", "4", "-H", f"{a}:2,{b}:2", args.worker, "ops"]
+    job = Job(argv, env)
+    try:
+        code = job.wait(90)
+        out = job.text()
+        check(code == 0, f"hvdrun exited {code}", out)
+        for r in range(4):
+            check(re.search(rf"rank {r}: ops ok", out), f"rank {r} did not finish the ops grid", out)
+        lines = [l for l in out.splitlines() if "data path:" in l]
+        check(len(lines) == 2, "expected one data-path line per host", lines)
+        for first, group in ((0, "0,1"), (2, "2,3")):
+            want = f"rank {first}: data path: shared memory between the ranks [{group}] of this host"
+            check(any(want in l and "TCP to the 2 other rank(s)" in l for l in lines), f"no line '{want}'", lines)
+        print("shm_two_hosts: " + " | ".join(l.split("] ", 2)[-1] for l in lines))
+    finally:
+        job.kill()
+    left = hosts.wait_no_leftovers(5)
+    check(not left, "processes left in the namespaces", left)
+
+
+CASES = {"peer_cut": case_peer_cut, "peer_cut_idle": case_peer_cut_idle, "shm_two_hosts": case_shm_two_hosts}
 
 
 def main():

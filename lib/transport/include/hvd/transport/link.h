@@ -11,9 +11,12 @@
 /// any number of links concurrently from one thread with poll(2); `send`,
 /// `recv` and `sendrecv` are thin conveniences over it.
 ///
-/// A shared-memory link can implement the same interface later: its
-/// poll_fd() would be an eventfd signalled by the peer.
+/// A shared-memory link (shm.h) implements the same interface: its
+/// poll_fd() is the pair's AF_UNIX socket, which the peer writes a wake-up
+/// byte to when it sees this side waiting (prepare_wait).
 #include "hvd/common/io.h"
+
+#include <poll.h>
 
 #include <chrono>
 #include <cstddef>
@@ -48,6 +51,22 @@ class Link {
 
   /// Human-readable description for error messages ("rank 3 at 10.0.0.2:4711").
   virtual std::string describe() const = 0;
+
+  /// The descriptor progress() polls while a send (send = true) or a receive
+  /// waits; poll_fd() unless a link keeps one per direction.
+  virtual int wait_fd(bool /*send*/) const { return poll_fd(); }
+  /// The poll(2) events on wait_fd() that mean "try again" for a send
+  /// (send = true) or a receive. TCP: POLLOUT | POLLRDHUP and POLLIN. A
+  /// shared-memory link polls its wake-up socket for POLLIN both ways.
+  virtual short wait_events(bool send) const { return send ? short(POLLOUT | POLLRDHUP) : short(POLLIN); }
+  /// Called by progress() right before it sleeps in poll(2) on this link
+  /// for a send (receive). Returns false when progress is possible now (do
+  /// not sleep). A shared-memory link publishes "I am waiting" here so the
+  /// peer wakes it; it may throw IoError when the peer is gone.
+  virtual bool prepare_wait(bool /*send*/) { return true; }
+  /// How long progress() should retry before sleeping while it waits on
+  /// this link (HVD_TRANSPORT_SPIN_US, when larger, wins). TCP: 0.
+  virtual std::chrono::microseconds spin_hint() const { return std::chrono::microseconds(0); }
 
   /// Silent-peer detection (host down, network cut: no FIN or RST ever
   /// arrives). While progress() waits on this link it calls check_peer()

@@ -1,0 +1,420 @@
+// Shared-memory links: the SPSC ring (wrap-around, full/empty, the sleep
+// flags), the memfd segment, pairing (tokens, strangers), transfers through
+// progress() with tiny rings (every wait path), and failure: a SIGKILLed
+// peer process, a local shutdown. Nothing may appear in /dev/shm.
+#include "hvd/common/error.h"
+#include "hvd/transport/link.h"
+#include "hvd/transport/shm.h"
+
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <map>
+#include <random>
+#include <thread>
+#include <vector>
+
+using namespace hvd;
+using namespace hvd::transport;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct AlignedBuffer {
+  explicit AlignedBuffer(std::size_t n) : p(static_cast<char*>(std::aligned_alloc(64, (n + 63) / 64 * 64))) {}
+  ~AlignedBuffer() { std::free(p); }
+  char* p;
+};
+
+std::vector<char> pattern(std::size_t n, unsigned seed) {
+  std::vector<char> v(n);
+  std::mt19937 g(seed);
+  for (auto& c : v) c = static_cast<char>(g());
+  return v;
+}
+
+std::size_t dev_shm_entries() {
+  std::size_t n = 0;
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+  }
+  return n;
+}
+
+/// Rank 0 listens, rank 1 connects (threads of this process).
+std::pair<std::unique_ptr<ShmLink>, std::unique_ptr<ShmLink>> shm_pair(std::size_t capacity,
+                                                                       std::chrono::microseconds spin = 0us) {
+  ShmListener listener("secret", "gen0/", 0);
+  const ShmToken token = random_token();
+  auto fut = std::async(std::launch::async,
+                        [&] { return shm_connect(listener.name(), 1, 0, token, capacity, Deadline::after(5s), spin); });
+  std::map<int, ShmToken> tokens{{1, token}};
+  auto a = listener.accept(0, tokens, Deadline::after(5s), spin);
+  auto b = fut.get();
+  CHECK(tokens.empty());
+  return {std::move(a), std::move(b)};
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+struct EnvGuard {
+  explicit EnvGuard(const char* n) : name(n) {
+    if (const char* v = std::getenv(n)) old = v;
+  }
+  ~EnvGuard() {
+    if (old.empty())
+      ::unsetenv(name);
+    else
+      ::setenv(name, old.c_str(), 1);
+  }
+  const char* name;
+  std::string old;
+};
+
+}  // namespace
+
+TEST_CASE("shm ring: full, empty and wrap-around", "[transport][shm]") {
+  AlignedBuffer mem(ShmRing::bytes_for(64));
+  ShmRing r = ShmRing::create(mem.p, 64);
+  CHECK(r.capacity() == 64);
+  CHECK(r.readable() == 0);
+  CHECK(r.writable() == 64);
+  char out[200];
+  CHECK(r.read(out, sizeof out) == 0);
+  const std::vector<char> data = pattern(200, 1);
+  CHECK(r.write(data.data(), 40) == 40);
+  CHECK(r.read(out, 30) == 30);
+  CHECK(std::memcmp(out, data.data(), 30) == 0);
+  // 10 left; 54 more fit, wrapping past the end.
+  CHECK(r.write(data.data() + 40, 100) == 54);
+  CHECK(r.writable() == 0);
+  CHECK(r.write(data.data(), 1) == 0);
+  CHECK(r.readable() == 64);
+  CHECK(r.read(out, sizeof out) == 64);
+  CHECK(std::memcmp(out, data.data() + 30, 64) == 0);
+  // A view attached to the same memory sees the same state.
+  ShmRing other = ShmRing::attach(mem.p, ShmRing::bytes_for(64));
+  CHECK(other.capacity() == 64);
+  CHECK(other.readable() == 0);
+}
+
+TEST_CASE("shm ring: capacities and headers are checked", "[transport][shm]") {
+  AlignedBuffer mem(ShmRing::bytes_for(128));
+  CHECK_THROWS_AS(ShmRing::create(mem.p, 100), InvalidArgument);
+  CHECK_THROWS_AS(ShmRing::create(mem.p, 32), InvalidArgument);
+  std::memset(mem.p, 0, ShmRing::bytes_for(128));
+  CHECK_THROWS_AS(ShmRing::attach(mem.p, ShmRing::bytes_for(128)), InvalidArgument);  // no magic
+  ShmRing::create(mem.p, 128);
+  CHECK_THROWS_AS(ShmRing::attach(mem.p, ShmRing::bytes_for(64)), InvalidArgument);  // does not fit
+}
+
+TEST_CASE("shm ring: the sleep flags are published and taken once", "[transport][shm]") {
+  AlignedBuffer mem(ShmRing::bytes_for(64));
+  ShmRing r = ShmRing::create(mem.p, 64);
+  CHECK_FALSE(r.take_consumer_waiter());
+  CHECK(r.arm_consumer_wait());  // empty: may sleep
+  char b[64] = {};
+  r.write(b, 1);
+  CHECK(r.take_consumer_waiter());  // the producer must wake it...
+  CHECK_FALSE(r.take_consumer_waiter());  // ...once
+  CHECK_FALSE(r.arm_consumer_wait());  // data there: do not sleep
+  r.write(b, 63);
+  CHECK(r.arm_producer_wait());  // full: may sleep
+  r.read(b, 8);
+  CHECK(r.take_producer_waiter());
+  CHECK_FALSE(r.arm_producer_wait());  // space there
+}
+
+TEST_CASE("shm ring: one producer and one consumer thread move a stream intact", "[transport][shm]") {
+  AlignedBuffer mem(ShmRing::bytes_for(4096));
+  ShmRing prod = ShmRing::create(mem.p, 4096);
+  ShmRing cons = ShmRing::attach(mem.p, ShmRing::bytes_for(4096));
+  const std::vector<char> data = pattern(2 << 20, 7);
+  std::vector<char> got(data.size());
+  std::thread t([&] {
+    std::mt19937 g(3);
+    std::size_t off = 0;
+    while (off < data.size())
+      off += prod.write(data.data() + off, std::min<std::size_t>(g() % 9000 + 1, data.size() - off));
+  });
+  std::mt19937 g(5);
+  std::size_t off = 0;
+  while (off < got.size()) off += cons.read(got.data() + off, std::min<std::size_t>(g() % 7000 + 1, got.size() - off));
+  t.join();
+  CHECK(got == data);
+}
+
+TEST_CASE("shm links carry large messages both ways at once through tiny rings", "[transport][shm]") {
+  const std::size_t before = dev_shm_entries();
+  // Spin 0: every wait goes through the flags and the wake-up sockets.
+  auto [a, b] = shm_pair(4096);
+  CHECK(a->peer() == 1);
+  CHECK(b->peer() == 0);
+  CHECK(a->describe() == "rank 1 (shared memory, pid " + std::to_string(::getpid()) + ")");
+  CHECK(dev_shm_entries() == before);
+  for (std::size_t n : {std::size_t{1}, std::size_t{4096}, std::size_t{100001}, std::size_t{3} << 20}) {
+    const std::vector<char> x = pattern(n, 11), y = pattern(n, 12);
+    std::vector<char> gx(n), gy(n);
+    // Sends of >= 1 MiB run on progress()'s send helper thread while the
+    // caller receives: both wait on the same link at once.
+    auto fut = std::async(std::launch::async, [&, l = b.get()] { sendrecv(*l, y.data(), n, *l, gx.data(), n); });
+    sendrecv(*a, x.data(), n, *a, gy.data(), n);
+    fut.get();
+    CHECK(gx == x);
+    CHECK(gy == y);
+  }
+}
+
+TEST_CASE("single-copy sends (HVD_SHM_CMA=1) carry large messages both ways through tiny rings",
+          "[transport][shm][cma]") {
+  EnvGuard g(kShmCmaEnv);
+  ::setenv(kShmCmaEnv, "1", 1);
+  auto [a, b] = shm_pair(4096);
+  for (std::size_t n : {std::size_t{1000}, kShmCmaMinBytes, std::size_t{3} << 20}) {
+    const std::vector<char> x = pattern(n, 21), y = pattern(n, 22);
+    std::vector<char> gx(n), gy(n);
+    auto fut = std::async(std::launch::async, [&, l = b.get()] { sendrecv(*l, y.data(), n, *l, gx.data(), n); });
+    sendrecv(*a, x.data(), n, *a, gy.data(), n);
+    fut.get();
+    CHECK(gx == x);
+    CHECK(gy == y);
+  }
+  // Everything from kShmCmaMinBytes on went single copy (this process may
+  // read its own memory).
+  CHECK(a->single_copy_bytes() == kShmCmaMinBytes + (std::size_t{3} << 20));
+  CHECK(b->single_copy_bytes() == a->single_copy_bytes());
+}
+
+TEST_CASE("a receiver that refuses single copy gets the data through the ring", "[transport][shm][cma]") {
+  EnvGuard g(kShmCmaEnv);
+  ShmListener listener("secret", "gen0/", 0);
+  const ShmToken token = random_token();
+  const std::size_t n = std::size_t{2} << 20;
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // the sender, with single copy on
+    int rc = 1;
+    try {
+      ::setenv(kShmCmaEnv, "1", 1);
+      auto l = shm_connect(listener.name(), 1, 0, token, 4096, Deadline::after(5s), 0us);
+      const std::vector<char> x = pattern(n, 31);
+      l->send(x.data(), n, Deadline::after(10s));
+      char ack = 0;
+      l->recv(&ack, 1, Deadline::after(10s));
+      rc = ack == 'y' ? 0 : 2;
+    } catch (...) {
+    }
+    ::_exit(rc);
+  }
+  ::setenv(kShmCmaEnv, "0", 1);  // the receiver refuses
+  std::map<int, ShmToken> tokens{{1, token}};
+  auto link = listener.accept(0, tokens, Deadline::after(5s), 0us);
+  std::vector<char> got(n);
+  link->recv(got.data(), n, Deadline::after(10s));
+  CHECK(got == pattern(n, 31));
+  CHECK(link->single_copy_bytes() == 0);
+  const char ack = 'y';
+  link->send(&ack, 1, Deadline::after(5s));
+  int status = -1;
+  ::waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("a shm pairing with the wrong token or from a stranger is refused, the real peer pairs",
+          "[transport][shm][security]") {
+  ShmListener listener("secret", "gen0/", 0);
+  const ShmToken good = random_token();
+  ShmToken bad = good;
+  bad[0] ^= 1;
+  std::map<int, ShmToken> tokens{{1, good}};
+  auto accepted = std::async(std::launch::async, [&] { return listener.accept(0, tokens, Deadline::after(10s), 0us); });
+  // A stranger that connects and sends garbage.
+  {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path + 1, listener.name().data(), listener.name().size());
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a),
+                      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + listener.name().size())) == 0);
+    const char junk[32] = "GET / HTTP/1.0\r\n";
+    CHECK(::send(fd, junk, sizeof junk, MSG_NOSIGNAL) == sizeof junk);
+    char c;
+    CHECK(::recv(fd, &c, 1, 0) == 0);  // closed without an answer
+    ::close(fd);
+  }
+  // The right rank with a wrong token, and a rank that was not invited.
+  CHECK_THROWS_WITH(shm_connect(listener.name(), 1, 0, bad, 4096, Deadline::after(5s), 0us),
+                    Catch::Contains("refused"));
+  CHECK_THROWS_WITH(shm_connect(listener.name(), 2, 0, good, 4096, Deadline::after(5s), 0us),
+                    Catch::Contains("refused"));
+  auto mine = shm_connect(listener.name(), 1, 0, good, 4096, Deadline::after(5s), 0us);
+  auto theirs = accepted.get();
+  CHECK(theirs->peer() == 1);
+  char x = 42, y = 0;
+  mine->send(&x, 1);
+  theirs->recv(&y, 1);
+  CHECK(y == 42);
+}
+
+TEST_CASE("shm accept times out when nobody comes", "[transport][shm]") {
+  ShmListener listener("secret", "gen0/", 0);
+  std::map<int, ShmToken> tokens{{1, random_token()}};
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(listener.accept(0, tokens, Deadline::after(200ms), 0us), TimeoutError);
+  CHECK(seconds_since(t0) < 2.0);
+}
+
+TEST_CASE("a local shutdown wakes a thread blocked on a shm link and the peer fails too", "[transport][shm][failure]") {
+  auto [a, b] = shm_pair(4096);
+  auto fut = std::async(std::launch::async, [&, l = a.get()] {
+    char buf[16];
+    l->recv(buf, sizeof buf);
+  });
+  std::this_thread::sleep_for(50ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  a->shutdown();
+  CHECK_THROWS_AS(fut.get(), IoError);
+  CHECK(seconds_since(t0) < 2.0);
+  char buf[16];
+  CHECK_THROWS_WITH(b->recv(buf, sizeof buf, Deadline::after(5s)),
+                    Catch::Contains("rank 0") && Catch::Contains("closed by peer"));
+  std::vector<char> big(1 << 20);
+  CHECK_THROWS_AS(b->send(big.data(), big.size(), Deadline::after(5s)), IoError);
+}
+
+TEST_CASE("SIGKILL of the peer process fails a blocked shm receive and send within 2 s, naming the rank",
+          "[transport][shm][failure]") {
+  const std::size_t before = dev_shm_entries();
+  for (const bool sending : {false, true}) {
+    ShmListener listener("secret", "gen0/", 0);
+    const ShmToken token = random_token();
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      try {
+        auto l = shm_connect(listener.name(), 1, 0, token, 4096, Deadline::after(5s), 0us);
+        char x[100] = {};
+        l->send(x, sizeof x);  // then hang: neither reads nor writes more
+        ::pause();
+      } catch (...) {
+      }
+      ::_exit(1);
+    }
+    std::map<int, ShmToken> tokens{{1, token}};
+    auto link = listener.accept(0, tokens, Deadline::after(5s), 0us);
+    CHECK(link->peer_pid() == child);
+    char got[100];
+    link->recv(got, sizeof got, Deadline::after(5s));
+    auto fut = std::async(std::launch::async, [&, l = link.get()] {
+      std::vector<char> buf(1 << 20);
+      if (sending)
+        l->send(buf.data(), buf.size());  // fills the 4 KiB ring, then waits for space
+      else
+        l->recv(buf.data(), buf.size());
+    });
+    std::this_thread::sleep_for(100ms);
+    const auto t0 = std::chrono::steady_clock::now();
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    CHECK_THROWS_WITH(fut.get(), Catch::Contains("rank 1") && Catch::Contains("closed by peer"));
+    CHECK(seconds_since(t0) < 2.0);
+  }
+  CHECK(dev_shm_entries() == before);
+}
+
+TEST_CASE("a SIGKILLed peer whose forked child still holds the link fails a blocked receive within 2 s",
+          "[transport][shm][failure]") {
+  ShmListener listener("secret", "gen0/", 0);
+  const ShmToken token = random_token();
+  int pipefd[2];
+  REQUIRE(::pipe(pipefd) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    try {
+      auto l = shm_connect(listener.name(), 1, 0, token, 4096, Deadline::after(5s), 0us);
+      // A grandchild inherits the link's sockets (as a data loader worker
+      // would) and outlives us: no EOF reaches the peer when we die.
+      const pid_t grandchild = ::fork();
+      if (grandchild == 0) {
+        ::sleep(10);
+        ::_exit(0);
+      }
+      ssize_t w = ::write(pipefd[1], &grandchild, sizeof grandchild);
+      (void)w;
+      ::pause();
+    } catch (...) {
+    }
+    ::_exit(1);
+  }
+  ::close(pipefd[1]);
+  std::map<int, ShmToken> tokens{{1, token}};
+  auto link = listener.accept(0, tokens, Deadline::after(5s), 0us);
+  pid_t grandchild = 0;
+  REQUIRE(::read(pipefd[0], &grandchild, sizeof grandchild) == sizeof grandchild);
+  ::close(pipefd[0]);
+  auto fut = std::async(std::launch::async, [&, l = link.get()] {
+    char buf[64];
+    l->recv(buf, sizeof buf);
+  });
+  std::this_thread::sleep_for(100ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  CHECK_THROWS_WITH(fut.get(), Catch::Contains("rank 1") && Catch::Contains("is gone"));
+  CHECK(seconds_since(t0) < 2.0);
+  ::kill(grandchild, SIGKILL);  // reparented: init reaps it
+}
+
+TEST_CASE("HVD_TRANSPORT, HVD_SHM_SPIN_US and HVD_SHM_CMA are parsed strictly", "[transport][shm]") {
+  EnvGuard g1(kTransportEnv), g2(kShmSpinEnv);
+  ::unsetenv(kTransportEnv);
+  CHECK(shm_enabled_from_env());
+  ::setenv(kTransportEnv, "shm", 1);
+  CHECK(shm_enabled_from_env());
+  ::setenv(kTransportEnv, "tcp", 1);
+  CHECK_FALSE(shm_enabled_from_env());
+  ::setenv(kTransportEnv, "infiniband", 1);
+  CHECK_THROWS_WITH(shm_enabled_from_env(), Catch::Contains("HVD_TRANSPORT") && Catch::Contains("infiniband"));
+  ::unsetenv(kShmSpinEnv);
+  CHECK(shm_spin_from_env(1) == default_shm_spin(1));
+  CHECK(default_shm_spin(2) == 20us);
+  CHECK(default_shm_spin(100000) == 0us);  // heavily oversubscribed: never spin
+  ::setenv(kShmSpinEnv, "7", 1);
+  CHECK(shm_spin_from_env(100000) == 7us);
+  ::setenv(kShmSpinEnv, "soon", 1);
+  CHECK_THROWS_WITH(shm_spin_from_env(2), Catch::Contains("HVD_SHM_SPIN_US"));
+  EnvGuard g3(kShmCmaEnv);
+  ::unsetenv(kShmCmaEnv);
+  CHECK_FALSE(shm_cma_from_env());
+  ::setenv(kShmCmaEnv, "1", 1);
+  CHECK(shm_cma_from_env());
+  ::unsetenv(kShmSpinEnv);
+  ::setenv(kShmCmaEnv, "maybe", 1);
+  CHECK_THROWS_WITH(check_shm_env(), Catch::Contains("HVD_SHM_CMA"));
+}
+
+TEST_CASE("ring capacity shrinks with many local peers, within bounds", "[transport][shm]") {
+  CHECK(shm_ring_capacity(1) == (1u << 20));
+  CHECK(shm_ring_capacity(8) == (1u << 20));
+  CHECK(shm_ring_capacity(16) == (512u << 10));
+  CHECK(shm_ring_capacity(63) == (128u << 10));
+  CHECK(shm_ring_capacity(1000) == (64u << 10));
+  CHECK_FALSE(shm_host_id().empty());
+  CHECK(shm_host_id() == shm_host_id());
+}
