@@ -4,6 +4,7 @@
 #include "hvd/launcher/hosts/platform/platform.h"
 #include "hvd/launcher/job/launch_mode.h"
 #include "hvd/launcher/job/launcher.h"
+#include "hvd/launcher/job/oci_job.h"
 #include "hvd/launcher/plan/worker_env.h"
 #include "hvd/launcher/spawn/agent.h"
 #include "hvd/launcher/spawn/mpi/mpi_launch.h"
@@ -35,6 +36,8 @@ int exit_code_for(std::exception_ptr error) {
 int hvdrun_main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--agent") == 0) return agent_main(argc, argv);
   try {
+    // OCI Data Science runs (OCI__MODE) add flags of their own: decided before parsing.
+    if (auto code = run_oci_if_detected(argc, argv)) return *code;
     ParseOutcome parsed = parse_command_line(argc, argv);
     if (!parsed.options) {
       std::fputs(parsed.message.c_str(), parsed.message_to_stdout ? stdout : stderr);

@@ -33,6 +33,7 @@ std::string where_we_looked(const std::string& name) {
     return "no <base>/input/config/resourceconfig.json (base: SAGEMAKER_BASE_DIR or /opt/ml) and no SM_HOSTS / "
            "SM_CURRENT_HOST";
   }
+  if (name == "oci") return "OCI__MODE is not set (not an OCI Data Science job run)";
   return "SLURM_JOB_ID is not set (not inside a Slurm allocation)";
 }
 
@@ -63,18 +64,21 @@ bool PlatformDescription::launches_here() const {
 }
 
 const std::vector<std::string>& implemented_platforms() {
-  static const std::vector<std::string> names = {"sagemaker", "slurm"};
+  static const std::vector<std::string> names = {"sagemaker", "slurm", "oci"};
   return names;
 }
 
 const std::vector<std::string>& planned_platforms() {
-  static const std::vector<std::string> names = {"vertex", "oci", "lsf"};
+  static const std::vector<std::string> names = {"vertex", "lsf"};
   return names;
 }
 
 std::optional<PlatformDescription> detect(const std::string& name, const PlatformContext& ctx) {
   if (name == "sagemaker") return detect_sagemaker(ctx);
   if (name == "slurm") return detect_slurm(ctx);
+  // OCI runs are elastic jobs: run_oci_if_detected (job/oci_job.cpp) takes
+  // them before the Options exist; what reaches here has no OCI__MODE.
+  if (name == "oci") return std::nullopt;
   throw InvalidArgument(fmt::format("unknown platform '{}'", name));
 }
 
