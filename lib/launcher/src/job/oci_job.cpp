@@ -101,7 +101,20 @@ bool listening(const std::string& address, int port) {
   return false;
 }
 
-int run_main(const Options& options, const OciConfig& config, const std::string& address) {
+int run_main(const Options& flags, const OciConfig& config, const std::string& address) {
+  Options options = flags;
+  if (options.network_interfaces.empty()) {
+    // The store listens on the MAIN's own address from the start: when the
+    // job starts, the MAIN may be its only host (workers register later),
+    // and an all-local job would keep the store on 127.0.0.1.
+    for (const auto& a : local_interface_addresses()) {
+      if (a.address == address) {
+        options.network_interfaces = {a.interface};
+        spdlog::debug("OCI MAIN: the store and the workers use interface {} ({})", a.interface, address);
+        break;
+      }
+    }
+  }
   Registry registry(config.job_dir(), kOciHeartbeatStale);
   const HostSpec self{address, config.slots};
   HostSourceFactory factory = [&registry, &self](bool) {
