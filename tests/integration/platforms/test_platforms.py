@@ -18,7 +18,7 @@ import tempfile
 import unittest
 
 HVDRUN = os.environ.get("HVDRUN", "hvdrun")
-PLATFORM_PREFIXES = ("SLURM_", "SLURMD_", "SM_", "SAGEMAKER_", "HVDRUN_", "HOROVOD_")
+PLATFORM_PREFIXES = ("SLURM_", "SLURMD_", "SM_", "SAGEMAKER_", "HVDRUN_", "HOROVOD_", "OCI__")
 
 
 def clean_env(**extra):
@@ -180,7 +180,7 @@ class Platforms(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertEqual(error_lines(r.stderr), [
             "hvdrun: error: --hosts-from: platform 'vertex' is not implemented yet (expected auto, none, sagemaker, "
-            "slurm; see docs/platforms.md)"])
+            "slurm, oci; see docs/platforms.md)"])
 
     def test_sagemaker_job_on_this_machine(self):
         # A one-host SageMaker job whose host is this machine's name: hvdrun

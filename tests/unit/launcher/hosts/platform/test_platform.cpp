@@ -346,10 +346,10 @@ TEST_CASE("platform hosts-from: the flag its config key and HVDRUN_HOSTS_FROM - 
   auto refused = hvd_test::parse({"-np", "1", "--hosts-from", "lsf", "true"});
   CHECK(refused.exit_code == exit_code::kUsage);
   CHECK(refused.message ==
-        "hvdrun: error: --hosts-from: platform 'lsf' is not implemented yet (expected auto, none, sagemaker, slurm; "
-        "see docs/platforms.md)\n");
+        "hvdrun: error: --hosts-from: platform 'lsf' is not implemented yet (expected auto, none, sagemaker, slurm, "
+        "oci; see docs/platforms.md)\n");
   auto bad = hvd_test::parse({"-np", "1", "--hosts-from", "cloud", "true"});
-  CHECK(bad.message == "hvdrun: error: --hosts-from: 'cloud' is not auto, none, sagemaker, slurm\n");
+  CHECK(bad.message == "hvdrun: error: --hosts-from: 'cloud' is not auto, none, sagemaker, slurm, oci\n");
   hvd_test::TempFile config("hosts_from: slurm\n", ".yaml");
   CHECK(hvd_test::parse_ok({"-np", "1", "--config-file", config.path(), "true"}).hosts_from == "slurm");
   setenv("HVDRUN_HOSTS_FROM", "none", 1);

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""OCI Data Science on this machine alone (docs/platforms.md#oci-data-science):
+the real hvdrun with the OCI variables, no second host. --dry-run of the
+MAIN and the WORKER, which platform wins, one-line refusals of malformed
+variables, a one-rank MAIN job that writes its status for the workers, the
+one line ENABLE_TIMELINE=1 gets, and a WORKER's SIGTERM (143, unregistered).
+The two-host compose pair is test_oci.py (netns)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HVDRUN = os.environ["HVDRUN"]
+PLATFORM_PREFIXES = ("SLURM_", "SLURMD_", "SM_", "SAGEMAKER_", "HVDRUN_", "HOROVOD_", "OCI__", "JOB_")
+OCI_NAMES = ("MIN_NP", "MAX_NP", "SLOTS", "START_TIMEOUT", "WORKER_PORT", "HOROVOD_ARGS", "ENABLE_TIMELINE")
+
+
+def oci_env(work, mode="MAIN", **extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PLATFORM_PREFIXES) and k not in OCI_NAMES}
+    env.update({"OCI__MODE": mode, "OCI__WORK_DIR": work, "MIN_NP": "2", "MAX_NP": "2", "SLOTS": "1",
+                "WORKER_PORT": "12345", "HOROVOD_ARGS": "--verbose", "OCI__ENTRY_SCRIPT": "/code/train.py",
+                "OCI__ENTRY_SCRIPT_ARGS": "--epochs 2"})
+    env.update(extra)
+    return env
+
+
+def run(args, env, timeout=60):
+    return subprocess.run([HVDRUN] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                          env=env, timeout=timeout, text=True)
+
+
+def error_lines(stderr):
+    return [line for line in stderr.splitlines() if "error" in line]
+
+
+class OciLocal(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="hvdoci-")
+        self.work = self.tmp.name
+        self.dir = os.path.join(self.work, "Undefined", "hvdrun")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_dry_run_main_and_worker(self):
+        r = run(["--dry-run"], oci_env(self.work))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.startswith("platform: oci\n"), r.stdout)
+        self.assertIn("(MAIN: runs the elastic job)", r.stdout)
+        self.assertIn(f"  shared directory: {self.dir}\n", r.stdout)
+        self.assertIn("np 2..2, start timeout 600 s, sshd port 12345", r.stdout)
+        self.assertIn("  entry script: python3 /code/train.py --epochs 2\n", r.stdout)
+        self.assertIn(f"# elastic job: hosts from the workers registered in {self.dir}", r.stdout)
+        self.assertIn("slots: 1 (-np 2: not enough yet, the job would wait)", r.stdout)
+        self.assertIn("hosts from oci (detected; --hosts-from none turns this off; MAIN)", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "MAIN.json")), "a dry run wrote the marker")
+        r = run(["--dry-run"], oci_env(self.work, "WORKER"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("(WORKER: registers and serves its sshd)", r.stdout)
+        self.assertIn(f" in {self.dir}\n", r.stdout)
+        self.assertEqual(os.listdir(self.work), [], "a dry run registered")
+
+    def test_precedence(self):
+        # --hosts-from none, or -H under auto: horovodrun's behaviour; the OCI variables are not read.
+        for args in (["--hosts-from", "none"], ["-H", "localhost:1"]):
+            r = run(args + ["-np", "1", "--dry-run", "true"], oci_env(self.work, MIN_NP="x"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertNotIn("platform: oci", r.stdout)
+            self.assertIn("1 rank on 1 host", r.stdout)
+        r = run(["--hosts-from", "oci", "-H", "localhost:1", "-np", "1", "true"], oci_env(self.work))
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(error_lines(r.stderr), [
+            "hvdrun: error: --hosts-from oci and -H/--hosts cannot be used together: give one source of hosts (or "
+            "--hosts-from none)"])
+        env = oci_env(self.work)
+        del env["OCI__MODE"]
+        r = run(["--hosts-from", "oci", "-np", "1", "true"], env)
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(error_lines(r.stderr), [
+            "hvdrun: error: --hosts-from oci: OCI__MODE is not set (not an OCI Data Science job run)"])
+        # SLURM first in auto order: an OCI run inside a Slurm allocation is a Slurm job.
+        r = run(["-np", "1", "--dry-run", "true"],
+                oci_env(self.work, SLURM_JOB_ID="7", SLURM_JOB_NODELIST="localhost", SLURM_TASKS_PER_NODE="1"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("platform: slurm", r.stdout)
+
+    def test_malformed_variables_one_line(self):
+        cases = {
+            "OCI__MODE": ("PS", "OCI__MODE='PS' is not MAIN or WORKER"),
+            "MIN_NP": ("3", "MIN_NP=3 is greater than MAX_NP=2"),
+            "WORKER_PORT": ("port", "WORKER_PORT='port' is not a whole number in [1, 65535]"),
+            "HOROVOD_ARGS": ("--verbose python x.py", "HOROVOD_ARGS: 'python' is not an hvdrun flag"),
+            "OCI__WORK_DIR": ("oci://b@n/p", "OCI__WORK_DIR='oci://b@n/p' is a URI"),
+            "ENABLE_TIMELINE": ("2", "ENABLE_TIMELINE='2' is not 0 or 1"),
+        }
+        for name, (value, message) in cases.items():
+            r = run([], oci_env(self.work, **{name: value}))
+            self.assertEqual(r.returncode, 2, (name, r.stderr))
+            lines = error_lines(r.stderr)
+            self.assertEqual(len(lines), 1, r.stderr)
+            self.assertIn(message, lines[0])
+
+    def test_main_job_writes_status_and_one_timeline_line(self):
+        # A one-slot MAIN (MIN_NP=1): one rank here; the marker and the status
+        # of its run are what the workers follow. ENABLE_TIMELINE=1: one line.
+        env = oci_env(self.work, MIN_NP="1", MAX_NP="1", ENABLE_TIMELINE="1", HOROVOD_ARGS="",
+                      OCI__ENTRY_SCRIPT="/bin/sh", OCI__ENTRY_SCRIPT_ARGS="-c 'exit 4'",
+                      OCI__SYNC_DIR=os.path.join(self.work, "sync"))
+        r = run([], env)
+        self.assertEqual(r.returncode, 4, r.stderr)
+        timeline = [line for line in r.stderr.splitlines() if "timeline" in line]
+        self.assertEqual(len(timeline), 1, r.stderr)
+        self.assertIn("issue 20", timeline[0])
+        with open(os.path.join(self.dir, "MAIN.json")) as f:
+            leader = json.load(f)
+        with open(os.path.join(self.dir, "MAIN_status.json")) as f:
+            status = json.load(f)
+        self.assertEqual(status, {"run": leader["run"], "status": 4})
+        # A command on the command line wins over OCI__ENTRY_SCRIPT.
+        r = run(["sh", "-c", "exit 0"], env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_worker_sigterm_unregisters(self):
+        p = subprocess.Popen([HVDRUN], env=oci_env(self.work, "WORKER"), stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            end = time.monotonic() + 20
+            while time.monotonic() < end and not (os.path.isdir(self.dir) and any(
+                    f.startswith("WORKER_") for f in os.listdir(self.dir))):
+                time.sleep(0.05)
+            self.assertTrue(any(f.startswith("WORKER_") for f in os.listdir(self.dir)), "never registered")
+            p.send_signal(signal.SIGTERM)
+            out, err = p.communicate(timeout=10)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        self.assertEqual(p.returncode, 143, err)
+        self.assertEqual([f for f in os.listdir(self.dir) if f.startswith("WORKER_")], [], err)
+        self.assertIn("nothing listens on port 12345 here", err)
+        self.assertEqual(sum("nothing listens" in line for line in err.splitlines()), 1, err)
+
+
+if __name__ == "__main__":
+    unittest.main()
