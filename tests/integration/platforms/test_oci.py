@@ -14,7 +14,10 @@ Cases (one CTest entry each):
   failing_rank    the entry script exits 3 on rank 1 (the WORKER's host):
                   the MAIN exits 3 and so does the WORKER (the job's status);
   no_main         a WORKER alone with START_TIMEOUT=2 exits 6 naming the
-                  shared directory, and unregisters.
+                  shared directory, and unregisters;
+  main_killed     the MAIN is killed (-9) while the WORKER follows it: the
+                  WORKER exits 6 with one line once the heartbeat is stale
+                  (10 s), and unregisters.
 Every case ends with no rank left in any namespace. Exits 77 without root /
 ip netns or without torch for /usr/bin/python3.
 """
@@ -189,7 +192,33 @@ def case_no_main(hosts, pair):
     check(pair.registered() == [], f"the WORKER did not unregister: {pair.registered()}")
 
 
-CASES = {"compose_pair": case_compose_pair, "failing_rank": case_failing_rank, "no_main": case_no_main}
+def case_main_killed(hosts, pair):
+    # A long entry script; once the WORKER follows the MAIN, the MAIN is
+    # killed (-9: no status written). The WORKER sees the heartbeat go stale.
+    extra = {"OCI__ENTRY_SCRIPT": "/bin/sleep", "OCI__ENTRY_SCRIPT_ARGS": "60"}
+    main = pair.start(0, "MAIN", **extra)
+    worker = pair.start(1, "WORKER", **extra)
+    d = os.path.join(pair.work, "Undefined", "hvdrun")
+    end = time.monotonic() + 20
+    while time.monotonic() < end and not (os.path.exists(os.path.join(d, "MAIN.json")) and pair.registered()):
+        time.sleep(0.1)
+    time.sleep(1.0)  # the WORKER looks every 250 ms
+    main.kill()
+    main.wait()
+    t0 = time.monotonic()
+    code, out, err = pair.finish(worker, 30)
+    took = time.monotonic() - t0
+    check(code == 6, f"the WORKER exited {code} after its MAIN was killed, not 6", err)
+    check("following the MAIN at" in err, "the WORKER never followed the MAIN", err)
+    lines = [line for line in err.splitlines() if "error" in line]
+    check(len(lines) == 1 and "stopped refreshing its heartbeat" in lines[0], "not one line naming the heartbeat",
+          err)
+    check(took < 20, f"the WORKER took {took:.1f} s to notice (stale after 10 s)")
+    check(pair.registered() == [], f"the WORKER did not unregister: {pair.registered()}")
+
+
+CASES = {"compose_pair": case_compose_pair, "failing_rank": case_failing_rank, "no_main": case_no_main,
+         "main_killed": case_main_killed}
 
 
 def main(argv):
