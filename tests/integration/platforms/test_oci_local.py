@@ -64,6 +64,53 @@ class OciLocal(unittest.TestCase):
         self.assertIn(f" in {self.dir}\n", r.stdout)
         self.assertEqual(os.listdir(self.work), [], "a dry run registered")
 
+    def test_dry_run_lists_registered_workers(self):
+        # A fresh registration is a host; a stale one is ignored with one line.
+        os.makedirs(self.dir)
+        now = time.time()
+        for name, address, beat in (("fresh", "198.18.250.3", now), ("old", "198.18.250.4", now - 60)):
+            with open(os.path.join(self.dir, f"WORKER_{name}.json"), "w") as f:
+                json.dump({"address": address, "slots": 1, "heartbeat": beat}, f)
+        r = run(["--dry-run"], oci_env(self.work))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"\nhosts: [^,\n]+:1, 198\.18\.250\.3:1\n")
+        self.assertIn("slots: 2 (-np 2)\n", r.stdout)
+        stale = [line for line in r.stderr.splitlines() if "WORKER_old.json" in line]
+        self.assertEqual(len(stale), 1, r.stderr)
+        self.assertIn("stale", stale[0])
+        r = run(["--dry-run=json"], oci_env(self.work))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout)["slots"], 2)
+
+    def test_check_build_is_not_a_job(self):
+        r = run(["--check-build"], oci_env(self.work))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("oci", r.stderr)
+        self.assertEqual(os.listdir(self.work), [])
+
+    def test_main_sigterm_writes_status(self):
+        env = oci_env(self.work, MIN_NP="1", MAX_NP="1", HOROVOD_ARGS="", OCI__ENTRY_SCRIPT="/bin/sleep",
+                      OCI__ENTRY_SCRIPT_ARGS="30")
+        p = subprocess.Popen([HVDRUN], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            end = time.monotonic() + 20
+            marker = os.path.join(self.dir, "MAIN.json")
+            while time.monotonic() < end and not os.path.exists(marker):
+                time.sleep(0.05)
+            time.sleep(0.5)  # the job's signal handling is set up
+            p.send_signal(signal.SIGTERM)
+            out, err = p.communicate(timeout=15)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        self.assertEqual(p.returncode, 143, err)
+        with open(os.path.join(self.dir, "MAIN.json")) as f:
+            leader = json.load(f)
+        with open(os.path.join(self.dir, "MAIN_status.json")) as f:
+            self.assertEqual(json.load(f), {"run": leader["run"], "status": 143})
+
     def test_precedence(self):
         # --hosts-from none, or -H under auto: horovodrun's behaviour; the OCI variables are not read.
         for args in (["--hosts-from", "none"], ["-H", "localhost:1"]):

@@ -45,6 +45,9 @@ class Heartbeat {
 
  private:
   void loop() {
+    sigset_t all;  // signals go to the thread that waits for them, never here
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
     std::string last_error;
     std::unique_lock<std::mutex> lock(mutex_);
     while (!cv_.wait_for(lock, interval_, [this] { return stopping_; })) {
@@ -101,6 +104,33 @@ bool listening(const std::string& address, int port) {
   return false;
 }
 
+/// Blocks the forwarded signals (SIGINT, SIGTERM, SIGHUP, ...) on this
+/// thread (and the threads it starts) for its lifetime; wait() takes one;
+/// any still pending at the end is consumed.
+class StopSignals {
+ public:
+  StopSignals() {
+    set_ = forwarded_signals();
+    pthread_sigmask(SIG_BLOCK, &set_, &old_);
+  }
+  ~StopSignals() {
+    timespec zero{0, 0};
+    while (sigtimedwait(&set_, nullptr, &zero) > 0) {
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  /// A pending signal, waiting up to `ms`; 0 when none came.
+  int wait(long ms) {
+    timespec t{ms / 1000, (ms % 1000) * 1000000};
+    const int s = sigtimedwait(&set_, nullptr, &t);
+    return s > 0 ? s : 0;
+  }
+
+ private:
+  sigset_t set_;
+  sigset_t old_;
+};
+
 int run_main(const Options& flags, const OciConfig& config, const std::string& address) {
   Options options = flags;
   if (options.network_interfaces.empty()) {
@@ -125,6 +155,10 @@ int run_main(const Options& flags, const OciConfig& config, const std::string& a
     std::fflush(stdout);
     return run_elastic_job(options, factory);
   }
+  // From the marker on, a signal must reach the job (which writes the
+  // status) and not end hvdrun before it: blocked here, the job's
+  // SignalGuard reads any that is pending.
+  StopSignals signals;
   try {
     registry.create_directories();
     if (auto other = registry.read_leader(); other && !registry.stale(*other) && other->address != address) {
@@ -153,33 +187,6 @@ int run_main(const Options& flags, const OciConfig& config, const std::string& a
     return exit_code::kLaunch;
   }
 }
-
-/// Blocks the stopping signals on this thread (and the threads it starts)
-/// for its lifetime; wait() takes one.
-class StopSignals {
- public:
-  StopSignals() {
-    sigemptyset(&set_);
-    for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set_, s);
-    pthread_sigmask(SIG_BLOCK, &set_, &old_);
-  }
-  ~StopSignals() {
-    timespec zero{0, 0};
-    while (sigtimedwait(&set_, nullptr, &zero) > 0) {
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-  /// A pending signal, waiting up to `ms`; 0 when none came.
-  int wait(long ms) {
-    timespec t{ms / 1000, (ms % 1000) * 1000000};
-    const int s = sigtimedwait(&set_, nullptr, &t);
-    return s > 0 ? s : 0;
-  }
-
- private:
-  sigset_t set_;
-  sigset_t old_;
-};
 
 int run_worker(const Options& options, const OciConfig& config, const std::string& address) {
   Registry registry(config.job_dir(), kOciHeartbeatStale);
@@ -314,6 +321,7 @@ std::optional<int> run_oci_if_detected(int argc, char** argv) {
       decide = &*plain.options;
     }
   }
+  if (decide && decide->check_build) return std::nullopt;  // --check-build: the build, not the job
   if (decide) {
     const std::string explicit_source = explicit_hosts(*decide);
     if (decide->hosts_from == "oci" && !explicit_source.empty()) {

@@ -61,7 +61,7 @@ TEST_CASE("shared_dir: a stale entry is ignored with one line, a refreshed one c
   CHECK(f.registry.list_workers().workers.size() == 2);
 }
 
-TEST_CASE("shared_dir: garbage entries are ignored with one line each; other files are not entries", "[shared_dir]") {
+TEST_CASE("shared_dir: garbage entries are ignored with one line each and other files are not entries", "[shared_dir]") {
   Fixture f;
   const std::string d = "job/hvdrun/";
   f.root.write(d + "WORKER_a.json", "not json");
