@@ -141,6 +141,14 @@ std::optional<OciConfig> parse_oci_env(const PlatformContext& ctx) {
   } else if (ctx.get("OCI__ENTRY_SCRIPT_ARGS")) {
     c.ignored.push_back("OCI__ENTRY_SCRIPT_ARGS ignored: OCI__ENTRY_SCRIPT is not set");
   }
+  for (const char* name : {"OCI__START_ARGS", "OCI__ENTRY_SCRIPT_KWARGS"}) {
+    if (auto v = ctx.get(name); v && !v->empty()) {
+      c.ignored.push_back(fmt::format(
+          "{}='{}' ignored: hvdrun takes its flags from HOROVOD_ARGS and the command from OCI__ENTRY_SCRIPT and "
+          "OCI__ENTRY_SCRIPT_ARGS",
+          name, *v));
+    }
+  }
   if (c.mode == OciConfig::Mode::Worker) {
     if (c.entry_command.size() || c.timeline_file || min_text || max_text || c.worker_count) {
       // Not an error: ADS gives every run the same variables.

@@ -131,6 +131,18 @@ TEST_CASE("oci: entry script and its arguments", "[platform][oci]") {
   CHECK(c.ignored == Strings{"OCI__ENTRY_SCRIPT_ARGS ignored: OCI__ENTRY_SCRIPT is not set"});
 }
 
+TEST_CASE("oci: ADS's start arguments and keyword arguments are ignored with one line each", "[platform][oci]") {
+  Env env = compose();
+  env["OCI__START_ARGS"] = "";  // ADS's default: nothing to say
+  CHECK(parsed(env).ignored.empty());
+  env["OCI__START_ARGS"] = "--x";
+  env["OCI__ENTRY_SCRIPT_KWARGS"] = "a=1";
+  const OciConfig c = parsed(env);
+  REQUIRE(c.ignored.size() == 2);
+  CHECK(c.ignored[0].rfind("OCI__START_ARGS='--x' ignored: hvdrun takes its flags from HOROVOD_ARGS", 0) == 0);
+  CHECK(c.ignored[1].rfind("OCI__ENTRY_SCRIPT_KWARGS='a=1' ignored", 0) == 0);
+}
+
 TEST_CASE("oci: ENABLE_TIMELINE=1 puts the timeline under OCI__SYNC_DIR, else the job's directory", "[platform][oci]") {
   CHECK(parsed(with(compose(), "ENABLE_TIMELINE", "1")).timeline_file == std::string("/work/sync/timeline.json"));
   CHECK(parsed(with(without(compose(), "OCI__SYNC_DIR"), "ENABLE_TIMELINE", "1")).timeline_file ==
