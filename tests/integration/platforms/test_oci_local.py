@@ -172,7 +172,10 @@ class OciLocal(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
 
     def test_worker_sigterm_unregisters(self):
-        p = subprocess.Popen([HVDRUN], env=oci_env(self.work, "WORKER"), stdin=subprocess.DEVNULL,
+        # Also: a WORKER without OCI__ENTRY_SCRIPT needs none, and HOROVOD_ARGS' -p wins over WORKER_PORT.
+        env = oci_env(self.work, "WORKER", HOROVOD_ARGS="-p 12346")
+        del env["OCI__ENTRY_SCRIPT"], env["OCI__ENTRY_SCRIPT_ARGS"]
+        p = subprocess.Popen([HVDRUN], env=env, stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             end = time.monotonic() + 20
@@ -188,7 +191,7 @@ class OciLocal(unittest.TestCase):
                 p.wait()
         self.assertEqual(p.returncode, 143, err)
         self.assertEqual([f for f in os.listdir(self.dir) if f.startswith("WORKER_")], [], err)
-        self.assertIn("nothing listens on port 12345 here", err)
+        self.assertIn("nothing listens on port 12346 here", err)
         self.assertEqual(sum("nothing listens" in line for line in err.splitlines()), 1, err)
 
 

@@ -18,6 +18,7 @@
 #include "hvd/launcher/hosts/platform/oci.h"
 #include "hvd/launcher/job/launcher.h"
 #include "hvd/launcher/plan/worker_env.h"
+#include "hvd/launcher/process/shell.h"
 #include "hvd/launcher/process/signals.h"
 
 namespace hvd::launcher {
@@ -191,7 +192,12 @@ int run_main(const Options& flags, const OciConfig& config, const std::string& a
 int run_worker(const Options& options, const OciConfig& config, const std::string& address) {
   Registry registry(config.job_dir(), kOciHeartbeatStale);
   const HostSpec self{address, config.slots};
-  const int port = config.worker_port.value_or(options.ssh_port.value_or(22));
+  const int port = options.ssh_port.value_or(22);  // WORKER_PORT, unless HOROVOD_ARGS or the command line say -p
+  if (options.command != config.entry_command &&
+      options.command != std::vector<std::string>{platform::kWorkerPlaceholder}) {
+    spdlog::warn("the command '{}' is ignored here: a WORKER runs none itself (the MAIN starts this machine's ranks)",
+                 shell_join(options.command));
+  }
   if (options.dry_run != DryRunFormat::None) {
     if (options.dry_run == DryRunFormat::Json) {
       std::printf(

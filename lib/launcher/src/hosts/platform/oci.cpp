@@ -177,6 +177,9 @@ PlatformFlags oci_flags(const OciConfig& c) {
   }
   out.layers.push_back({"the OCI variables (MIN_NP, MAX_NP, WORKER_PORT, START_TIMEOUT, ENABLE_TIMELINE)", v});
   out.default_command = c.entry_command;
+  // A WORKER runs no command of its own (the MAIN starts its ranks over
+  // SSH); the parser wants one, so it gets a placeholder it never runs.
+  if (c.mode == OciConfig::Mode::Worker && out.default_command.empty()) out.default_command = {kWorkerPlaceholder};
   return out;
 }
 

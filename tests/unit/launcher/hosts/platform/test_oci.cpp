@@ -231,6 +231,13 @@ TEST_CASE("oci: without an entry script or a command the run is refused", "[plat
   CHECK(out.message.find("no command given") != std::string::npos);
 }
 
+TEST_CASE("oci: a WORKER needs no entry script", "[platform][oci]") {
+  ParseOutcome out = parse_oci(without(compose("WORKER"), "OCI__ENTRY_SCRIPT"), {});
+  INFO(out.message);
+  REQUIRE(out.options);
+  CHECK(out.options->command == Strings{kWorkerPlaceholder});
+}
+
 TEST_CASE("oci: render_oci names the role, the directory and the entry script", "[platform][oci]") {
   const std::string text = render_oci(parsed(compose()), "10.0.0.2");
   CHECK(text.find("platform: oci\n") == 0);

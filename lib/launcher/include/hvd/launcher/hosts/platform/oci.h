@@ -59,6 +59,9 @@ std::optional<OciConfig> parse_oci_env(const PlatformContext& ctx);
 /// --timeline-filename; the entry script is the default command.
 PlatformFlags oci_flags(const OciConfig& config);
 
+/// A WORKER's command when it has none (never run: a WORKER runs no command).
+inline constexpr const char* kWorkerPlaceholder = "true";
+
 /// The --dry-run text block of an OCI job run.
 std::string render_oci(const OciConfig& config, const std::string& this_address);
 
