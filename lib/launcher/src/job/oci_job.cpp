@@ -168,8 +168,8 @@ int run_main(const Options& flags, const OciConfig& config, const std::string& a
     }
     const std::string run = config.run_id + "-" + random_secret(4);
     registry.write_leader(address, run);
-    spdlog::info("OCI MAIN at {}: workers register in {}; waiting up to {} s for {} slot{} (MIN_NP)", address,
-                 registry.dir(), config.start_timeout.count(), options.elastic.min_np.value_or(1),
+    spdlog::info("OCI MAIN at {} (run {}): workers register in {}; waiting up to {} s for {} slot{} (MIN_NP)", address,
+                 run, registry.dir(), config.start_timeout.count(), options.elastic.min_np.value_or(1),
                  options.elastic.min_np.value_or(1) == 1 ? "" : "s");
     Heartbeat heartbeat(kOciHeartbeatInterval, [&] { registry.write_leader(address, run); });
     int code = exit_code::kInternal;
@@ -178,10 +178,12 @@ int run_main(const Options& flags, const OciConfig& config, const std::string& a
     } catch (...) {
       heartbeat.stop();
       registry.write_status(run, exit_code::kInternal);
+      registry.remove_leader();
       throw;
     }
     heartbeat.stop();
     registry.write_status(run, code);
+    registry.remove_leader();  // after the status: a follower looks for the status first
     return code;
   } catch (const IoError& e) {
     std::fprintf(stderr, "hvdrun: error: %s\n", e.what());

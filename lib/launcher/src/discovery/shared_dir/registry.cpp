@@ -212,6 +212,8 @@ bool Registry::stale(const Leader& leader) const {
   return age(leader) > std::chrono::duration<double>(stale_after_).count();
 }
 
+void Registry::remove_leader() const { ::unlink((dir_ + "/" + kLeaderFile).c_str()); }
+
 void Registry::write_status(const std::string& run, int status) const {
   json j = {{"run", run}, {"status", status}};
   write_atomically(kStatusFile, j.dump() + "\n");

@@ -61,7 +61,8 @@ TEST_CASE("shared_dir: a stale entry is ignored with one line, a refreshed one c
   CHECK(f.registry.list_workers().workers.size() == 2);
 }
 
-TEST_CASE("shared_dir: garbage entries are ignored with one line each and other files are not entries", "[shared_dir]") {
+TEST_CASE("shared_dir: garbage entries are ignored with one line each and other files are not entries",
+          "[shared_dir]") {
   Fixture f;
   const std::string d = "job/hvdrun/";
   f.root.write(d + "WORKER_a.json", "not json");
@@ -120,6 +121,9 @@ TEST_CASE("shared_dir: the leader's marker, its staleness and the status of its 
   f.registry.write_status("run1", 3);
   CHECK(f.registry.read_status("run1") == 3);
   CHECK_FALSE(f.registry.read_status("run0"));  // an earlier run's status is not this run's
+  f.registry.remove_leader();
+  CHECK_FALSE(f.registry.read_leader());
+  CHECK(f.registry.read_status("run1") == 3);  // the status stays
   f.root.write("job/hvdrun/MAIN.json", "{\"address\": 1}");
   CHECK_FALSE(f.registry.read_leader(&problem));
   CHECK(problem.rfind("MAIN.json is malformed", 0) == 0);

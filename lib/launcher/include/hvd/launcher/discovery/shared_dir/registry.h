@@ -12,7 +12,9 @@
 ///
 /// Layout of the directory:
 ///   WORKER_<run>.json   {"address": "10.0.0.3", "slots": 1, "heartbeat": 1764100000.5}
-///   MAIN.json           {"address": "10.0.0.2", "run": "<id>", "heartbeat": ...}
+///   MAIN.json           {"address": "10.0.0.2", "run": "<id>", "heartbeat": ...}; removed
+///                       once the status is written, so that a worker of a later run of
+///                       the job never follows a leader that has ended
 ///   MAIN_status.json    {"run": "<id>", "status": 0}
 #include <chrono>
 #include <functional>
@@ -80,6 +82,9 @@ class Registry {
   bool stale(const Leader& leader) const;
   /// Seconds since the leader's heartbeat.
   double age(const Leader& leader) const;
+
+  /// Removes MAIN.json (the leader's job ended; its status is written).
+  void remove_leader() const;
 
   /// Writes MAIN_status.json for `run`. Throws IoError.
   void write_status(const std::string& run, int status) const;
