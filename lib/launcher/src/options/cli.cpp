@@ -405,7 +405,8 @@ void finish_elastic(Options& o, FlagSet& set, const FlagSet& on_command_line, bo
   if (!o.elastic.enabled) {
     for (const Flag& f : flags()) {
       if (f.elastic_only && on_command_line.count(&f)) {
-        throw InvalidArgument(fmt::format("{} needs --host-discovery-script or --min-np (elastic mode)", f.name()));
+        throw InvalidArgument(
+            fmt::format("{} needs --host-discovery-script or --min-np (elastic mode)", f.name()));
       }
     }
     if (file && file->elastic_given()) {
@@ -416,10 +417,10 @@ void finish_elastic(Options& o, FlagSet& set, const FlagSet& on_command_line, bo
     }
     return;
   }
-  std::string mode_source = !o.elastic.host_discovery_script ? std::string("--min-np")
-                            : script_on_command_line
-                                ? std::string("--host-discovery-script")
-                                : fmt::format("elastic.host_discovery_script in {}", *o.config_file);
+  std::string mode_source =
+      !o.elastic.host_discovery_script ? std::string("--min-np")
+      : script_on_command_line         ? std::string("--host-discovery-script")
+                                       : fmt::format("elastic.host_discovery_script in {}", *o.config_file);
   if (kubernetes) {
     mode_source = on_command_line.count(find_flag("--kubernetes-selector"))
                       ? std::string("--kubernetes-selector")
@@ -435,14 +436,14 @@ void finish_elastic(Options& o, FlagSet& set, const FlagSet& on_command_line, bo
   }
   if (o.elastic.host_discovery_script) {
     if (!o.hosts.empty()) {
-      throw InvalidArgument(
-          fmt::format("{} and -H/--hosts cannot be used together: in elastic mode the discovery script lists the hosts",
-                      mode_source));
+      throw InvalidArgument(fmt::format(
+          "{} and -H/--hosts cannot be used together: in elastic mode the discovery script lists the hosts",
+          mode_source));
     }
     if (o.hostfile) {
-      throw InvalidArgument(
-          fmt::format("{} and --hostfile cannot be used together: in elastic mode the discovery script lists the hosts",
-                      mode_source));
+      throw InvalidArgument(fmt::format(
+          "{} and --hostfile cannot be used together: in elastic mode the discovery script lists the hosts",
+          mode_source));
     }
   }
   if (o.engine == Engine::Mpi) {
