@@ -4,7 +4,6 @@
 #include "hvd/launcher/hosts/platform/platform.h"
 #include "hvd/launcher/job/launch_mode.h"
 #include "hvd/launcher/job/launcher.h"
-#include "hvd/launcher/job/oci_job.h"
 #include "hvd/launcher/plan/worker_env.h"
 #include "hvd/launcher/spawn/agent.h"
 #include "hvd/launcher/spawn/mpi/mpi_launch.h"

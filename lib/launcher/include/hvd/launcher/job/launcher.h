@@ -71,4 +71,8 @@ class HostSource;
 using HostSourceFactory = std::function<std::unique_ptr<HostSource>(bool watch)>;
 int run_elastic_job(const Options& options, const HostSourceFactory& source);
 
+/// An OCI Data Science run (OCI__MODE), before anything else is parsed:
+/// nullopt when OCI does not apply here (job/oci_job.h).
+std::optional<int> run_oci_if_detected(int argc, char** argv);
+
 }  // namespace hvd::launcher

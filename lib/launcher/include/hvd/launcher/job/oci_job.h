@@ -4,17 +4,16 @@
 /// directory and itself; a WORKER registers, then follows the MAIN and exits
 /// with the job's status.
 #include <chrono>
-#include <optional>
 #include <string>
 #include <vector>
 
 namespace hvd::launcher {
 
-/// hvdrun_main's OCI branch, before anything else is parsed: nullopt when
-/// the OCI platform does not apply (OCI__MODE unset, --hosts-from none or
-/// another platform, -H & co. with auto, an earlier platform detected);
-/// else the exit code of this run, MAIN or WORKER.
-std::optional<int> run_oci_if_detected(int argc, char** argv);
+// run_oci_if_detected (launcher.h), hvdrun_main's OCI branch, runs before
+// anything else is parsed: nullopt when the OCI platform does not apply
+// (OCI__MODE unset, --hosts-from none or another platform, -H & co. with
+// auto, an earlier platform detected); else the exit code of this run, MAIN
+// or WORKER.
 
 /// The address this machine registers and is placed by: the first of
 /// `interfaces` (--network-interface) that exists here; else the address
