@@ -49,7 +49,7 @@ die() {
 if [ "${OCI__MODE:-}" = WORKER ]; then
   port=${WORKER_PORT:-22}
   case $port in '' | *[!0-9]*) die "WORKER_PORT='$port' is not a port number" ;; esac
-  [ "$port" -ge 1 ] && [ "$port" -le 65535 ] || die "WORKER_PORT='$port' is not a port number (1-65535)"
+  if [ "$port" -lt 1 ] || [ "$port" -gt 65535 ]; then die "WORKER_PORT='$port' is not a port number (1-65535)"; fi
   [ -x "$SSHD" ] || die "sshd not found at $SSHD (HVD_SSHD); install openssh-server"
   umask 077
   mkdir -p "$SSHD_DIR" "$PRIVSEP_DIR"

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
@@ -110,6 +109,25 @@ class OciLocal(unittest.TestCase):
             status = json.load(f)
         self.assertEqual(status["status"], 143)
         self.assertIn(f"(run {status['run']})", err)
+
+    def test_entrypoint_refusals(self):
+        # conf/oci/entrypoint.sh: a missing job key, a WORKER_PORT that is not a port: one line, exit 2.
+        entry = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "conf", "oci",
+                             "entrypoint.sh")
+        keys = os.path.join(self.work, "ssh")
+        os.makedirs(keys)
+        env = oci_env(self.work, "WORKER", OCI_SSH_DIR=keys, HVDRUN=HVDRUN)
+        r = subprocess.run([entry], env=env, capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertEqual(r.stderr, f"oci-entrypoint: error: no job key at {keys}/id_ed25519 (OCI_SSH_DIR)\n")
+        with open(os.path.join(keys, "id_ed25519"), "w") as f:
+            f.write("key\n")
+        for port in ("x", "0", "70000"):
+            env["WORKER_PORT"] = port
+            r = subprocess.run([entry], env=env, capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(f"WORKER_PORT='{port}' is not a port number", r.stderr)
+            self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
 
     def test_precedence(self):
         # --hosts-from none, or -H under auto: horovodrun's behaviour; the OCI variables are not read.
