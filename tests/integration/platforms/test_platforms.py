@@ -22,7 +22,7 @@ import unittest
 
 HVDRUN = os.environ.get("HVDRUN", "hvdrun")
 PLATFORM_PREFIXES = ("SLURM_", "SLURMD_", "SM_", "SAGEMAKER_", "HVDRUN_", "HOROVOD_", "CLUSTER_SPEC", "TF_CONFIG",
-                     "LSB_", "CUDA_VISIBLE_DEVICES", "NCCL_DEBUG")
+                     "LSB_", "CUDA_VISIBLE_DEVICES", "NCCL_DEBUG", "OCI__")
 
 
 def clean_env(**extra):

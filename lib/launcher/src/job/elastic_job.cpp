@@ -71,10 +71,10 @@ std::unique_ptr<HostSource> make_host_source(const Options& options, bool watch 
 /// discovery script, one list of the Kubernetes pods, or the fixed hosts),
 /// printed; nothing starts. Exit 3 when the look fails, as at the start of a
 /// job.
-int dry_run_discovery(const Options& options) {
+int dry_run_discovery(const Options& options, const HostSourceFactory& factory) {
   std::unique_ptr<HostSource> source;
   try {
-    source = make_host_source(options, /*watch=*/false);
+    source = factory ? factory(/*watch=*/false) : make_host_source(options, /*watch=*/false);
   } catch (const InvalidArgument& e) {
     std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
     return exit_code::kUsage;
@@ -123,15 +123,17 @@ int dry_run_discovery(const Options& options) {
   return exit_code::kOk;
 }
 
-int run_elastic_job(const Options& options) {
-  if (options.dry_run != DryRunFormat::None) return dry_run_discovery(options);
+int run_elastic_job(const Options& options) { return run_elastic_job(options, HostSourceFactory{}); }
+
+int run_elastic_job(const Options& options, const HostSourceFactory& factory) {
+  if (options.dry_run != DryRunFormat::None) return dry_run_discovery(options, factory);
   JobServices job(options);
   // Prefixes are worker serials, not ranks; DIR/worker.<N> appear on first write.
   if (int code = job.open_output(1, true)) return code;
 
   std::unique_ptr<HostSource> source;
   try {
-    source = make_host_source(options);
+    source = factory ? factory(/*watch=*/true) : make_host_source(options);
   } catch (const InvalidArgument& e) {
     std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
     return job.finish(exit_code::kUsage);

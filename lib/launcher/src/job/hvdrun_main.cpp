@@ -42,6 +42,8 @@ int hvdrun_main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--follower-attach") == 0) return platform::follower_attach_main(argc, argv);
   if (argc > 1 && std::strcmp(argv[1], "--follower-status") == 0) return platform::follower_status_main(argc, argv);
   try {
+    // OCI Data Science runs (OCI__MODE) add flags of their own: decided before parsing.
+    if (auto code = run_oci_if_detected(argc, argv)) return *code;
     ParseOutcome parsed = parse_command_line(argc, argv);
     if (!parsed.options) {
       std::fputs(parsed.message.c_str(), parsed.message_to_stdout ? stdout : stderr);

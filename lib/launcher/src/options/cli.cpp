@@ -590,9 +590,72 @@ std::string program_name(int argc, char** argv) {
   return base.empty() ? std::string("hvdrun") : base;
 }
 
+/// The pre-scan: rewrites legacy names and abbreviations in `args` into
+/// `ours` and finds where the worker command starts (`command`; nothing
+/// after that is rewritten). Throws InvalidArgument.
+void prescan(CommandLine& cli, const std::vector<std::string>& args, std::vector<std::string>& ours,
+             std::vector<std::string>& command) {
+  size_t i = 0;
+  while (i < args.size()) {
+    if (args[i] == "--") {
+      command.assign(args.begin() + static_cast<long>(i) + 1, args.end());
+      break;
+    }
+    if (args[i].size() < 2 || args[i][0] != '-') {
+      command.assign(args.begin() + static_cast<long>(i), args.end());
+      break;
+    }
+    std::string token = resolve_option(args[i]);
+    ours.push_back(token);
+    int n = cli.values_after(token);
+    ++i;
+    for (int k = 0; k < n && i < args.size(); ++k, ++i) ours.push_back(args[i]);
+  }
+}
+
+/// One platform layer parsed as a command line of its own: its values and
+/// the rows it gave. Throws InvalidArgument naming the layer's origin.
+Options read_layer(const PlatformFlagLayer& layer, FlagSet& given) {
+  CommandLine cli("hvdrun");
+  std::vector<std::string> ours;
+  std::vector<std::string> command;
+  try {
+    prescan(cli, layer.args, ours, command);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("{}: {}", layer.origin, e.what()));
+  }
+  if (!command.empty()) {
+    throw InvalidArgument(fmt::format("{}: '{}' is not an hvdrun flag (only flags may be given there, no command)",
+                                      layer.origin, command.front()));
+  }
+  std::vector<std::string> reversed(ours.rbegin(), ours.rend());
+  try {
+    cli.app().parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    throw InvalidArgument(fmt::format("{}: --help cannot be given there", layer.origin));
+  } catch (const CLI::ParseError& e) {
+    throw InvalidArgument(fmt::format("{}: {}", layer.origin, e.what()));
+  }
+  given = cli.given();
+  for (Action action : {Action::Version, Action::Refuse}) {
+    if (const Flag* f = given_action(given, action)) {
+      throw InvalidArgument(fmt::format("{}: {} cannot be given there", layer.origin, f->name()));
+    }
+  }
+  Options values;
+  try {
+    cli.read(values);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("{}: {}", layer.origin, e.what()));
+  }
+  return values;
+}
+
 }  // namespace
 
-ParseOutcome parse_command_line(int argc, char** argv) {
+ParseOutcome parse_command_line(int argc, char** argv) { return parse_command_line(argc, argv, PlatformFlags{}); }
+
+ParseOutcome parse_command_line(int argc, char** argv, const PlatformFlags& platform) {
   // Messages during parsing (config warnings) must go to stderr, never
   // into --dry-run output on stdout.
   hvd::init_logging("hvdrun", spdlog::level::info);
@@ -605,26 +668,10 @@ ParseOutcome parse_command_line(int argc, char** argv) {
   // worker command starts (nothing after that is rewritten).
   std::vector<std::string> ours;
   std::vector<std::string> command;
-  size_t i = 0;
-  while (i < args.size()) {
-    if (args[i] == "--") {
-      command.assign(args.begin() + static_cast<long>(i) + 1, args.end());
-      break;
-    }
-    if (args[i].size() < 2 || args[i][0] != '-') {
-      command.assign(args.begin() + static_cast<long>(i), args.end());
-      break;
-    }
-    std::string token;
-    try {
-      token = resolve_option(args[i]);
-    } catch (const InvalidArgument& e) {
-      return usage_error(e.what());
-    }
-    ours.push_back(token);
-    int n = cli.values_after(token);
-    ++i;
-    for (int k = 0; k < n && i < args.size(); ++k, ++i) ours.push_back(args[i]);
+  try {
+    prescan(cli, args, ours, command);
+  } catch (const InvalidArgument& e) {
+    return usage_error(e.what());
   }
 
   std::vector<std::string> reversed(ours.rbegin(), ours.rend());
@@ -663,6 +710,13 @@ ParseOutcome parse_command_line(int argc, char** argv) {
     }
     const bool script_on_command_line = o.elastic.host_discovery_script.has_value();
     FlagSet set = on_command_line;  // the rows with a value so far
+    // A platform's flags (OCI's HOROVOD_ARGS, ...) beneath the command line.
+    for (const auto& layer : platform.layers) {
+      FlagSet layer_given;
+      const Options values = read_layer(layer, layer_given);
+      fill_unset(o, set, values, layer_given, /*elastic_rows=*/false);
+      fill_unset(o, set, values, layer_given, /*elastic_rows=*/true);
+    }
     std::optional<ConfigFileValues> file;
     if (o.config_file) {
       file = load_config_file(*o.config_file);
@@ -688,6 +742,7 @@ ParseOutcome parse_command_line(int argc, char** argv) {
   if (o.num_proc && *o.num_proc > kMaxNumProc) {
     return usage_error(fmt::format("-np {} is more than hvdrun runs: at most {} ranks", *o.num_proc, kMaxNumProc));
   }
+  if (command.empty()) command = platform.default_command;
   if (command.empty()) return usage_error("no command given (e.g. hvdrun -np 2 python train.py)");
   if (looks_like_host_entry(command.front())) {
     // The `-H a:2 b:2 python x.py` typo: b:2 would become the command.

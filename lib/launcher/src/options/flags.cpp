@@ -732,7 +732,7 @@ std::vector<Flag> build_table() {
           .example("dns"));
 
   // Platform host sources (docs/platforms.md).
-  add(value({"--hosts-from"}, "auto|none|sagemaker|vertex|slurm|lsf",
+  add(value({"--hosts-from"}, "auto|none|sagemaker|vertex|slurm|lsf|oci",
             "Hosts from a platform's description when no -H/--hostfile/discovery is given (default auto: the first "
             "platform detected; none: localhost:np)",
             at(&Options::hosts_from), hosts_from)

@@ -36,6 +36,7 @@ std::string where_we_looked(const std::string& name) {
   if (name == "vertex")
     return "neither CLUSTER_SPEC nor a TF_CONFIG with a cluster is set (not inside a Vertex AI training job)";
   if (name == "lsf") return "LSB_JOBID is not set (not inside an LSF job)";
+  if (name == "oci") return "OCI__MODE is not set (not an OCI Data Science job run)";
   return "SLURM_JOB_ID is not set (not inside a Slurm allocation)";
 }
 
@@ -68,12 +69,12 @@ bool PlatformDescription::launches_here() const {
 }
 
 const std::vector<std::string>& implemented_platforms() {
-  static const std::vector<std::string> names = {"sagemaker", "vertex", "slurm", "lsf"};
+  static const std::vector<std::string> names = {"sagemaker", "vertex", "slurm", "lsf", "oci"};
   return names;
 }
 
 const std::vector<std::string>& planned_platforms() {
-  static const std::vector<std::string> names = {"oci"};
+  static const std::vector<std::string> names = {};
   return names;
 }
 
@@ -82,6 +83,9 @@ std::optional<PlatformDescription> detect(const std::string& name, const Platfor
   if (name == "slurm") return detect_slurm(ctx);
   if (name == "vertex") return detect_vertex(ctx);
   if (name == "lsf") return detect_lsf(ctx);
+  // OCI runs are elastic jobs: run_oci_if_detected (job/oci_job.cpp) takes
+  // them before the Options exist; what reaches here has no OCI__MODE.
+  if (name == "oci") return std::nullopt;
   throw InvalidArgument(fmt::format("unknown platform '{}'", name));
 }
 

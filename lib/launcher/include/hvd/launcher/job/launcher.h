@@ -7,7 +7,9 @@
 #include "hvd/launcher/plan/job_plan.h"
 
 #include <exception>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -60,5 +62,17 @@ int run_job(const Options& options, const JobPlan& plan);
 /// Runs an elastic job to the end (discovery, membership changes, recovery;
 /// docs/elastic.md; job/elastic_job.cpp); returns hvdrun's exit code. Never calls exit().
 int run_elastic_job(const Options& options);
+
+class HostSource;
+
+/// run_elastic_job with hosts from `source` (called once; watch = false for
+/// --dry-run) instead of the flags' source: platform sources (OCI's shared
+/// directory, job/oci_job.cpp).
+using HostSourceFactory = std::function<std::unique_ptr<HostSource>(bool watch)>;
+int run_elastic_job(const Options& options, const HostSourceFactory& source);
+
+/// An OCI Data Science run (OCI__MODE), before anything else is parsed:
+/// nullopt when OCI does not apply here (job/oci_job.h).
+std::optional<int> run_oci_if_detected(int argc, char** argv);
 
 }  // namespace hvd::launcher

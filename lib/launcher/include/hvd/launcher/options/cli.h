@@ -4,6 +4,7 @@
 /// unset (command line > config file > environment > defaults).
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "hvd/launcher/options/options.h"
 
@@ -26,5 +27,25 @@ struct ParseOutcome {
 /// problems come back as one line "hvdrun: error: ..." with exit code 2; a
 /// flag of a feature not built yet with 4. Never exits.
 ParseOutcome parse_command_line(int argc, char** argv);
+
+/// Flags a platform adds below the command line (docs/platforms.md#oci-data-science:
+/// OCI's HOROVOD_ARGS and the flags made of its variables). Each layer is
+/// written as command-line flags without a command; the command line wins
+/// over every layer, an earlier layer over a later one, and every layer over
+/// --config-file and the environment.
+struct PlatformFlagLayer {
+  std::string origin;  ///< how messages name the layer: "HOROVOD_ARGS"
+  std::vector<std::string> args;
+};
+struct PlatformFlags {
+  std::vector<PlatformFlagLayer> layers;
+  /// The worker command when the command line has none (OCI__ENTRY_SCRIPT).
+  std::vector<std::string> default_command;
+};
+
+/// parse_command_line with a platform's flags beneath the command line. A
+/// layer that names a command, or a flag that is not hvdrun's, is a usage
+/// error naming the layer's origin.
+ParseOutcome parse_command_line(int argc, char** argv, const PlatformFlags& platform);
 
 }  // namespace hvd::launcher

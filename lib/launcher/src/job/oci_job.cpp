@@ -1,0 +1,374 @@
+// OCI Data Science job runs: MAIN and WORKER (docs/platforms.md#oci-data-science).
+#include "hvd/launcher/job/oci_job.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "hvd/common/error.h"
+#include "hvd/common/net.h"
+#include "hvd/common/secret.h"
+#include "hvd/launcher/discovery/shared_dir/registry.h"
+#include "hvd/launcher/hosts/network.h"
+#include "hvd/launcher/hosts/platform/oci.h"
+#include "hvd/launcher/job/launcher.h"
+#include "hvd/launcher/plan/worker_env.h"
+#include "hvd/launcher/process/shell.h"
+#include "hvd/launcher/process/signals.h"
+
+namespace hvd::launcher {
+
+namespace {
+
+using platform::OciConfig;
+using shared_dir::Registry;
+
+/// Calls `beat` every `interval` on a thread of its own until stop() (or
+/// destruction). A failing beat is reported once per distinct message.
+class Heartbeat {
+ public:
+  Heartbeat(std::chrono::milliseconds interval, std::function<void()> beat)
+      : interval_(interval), beat_(std::move(beat)), thread_([this] { loop(); }) {}
+  ~Heartbeat() { stop(); }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void loop() {
+    sigset_t all;  // signals go to the thread that waits for them, never here
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    std::string last_error;
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!cv_.wait_for(lock, interval_, [this] { return stopping_; })) {
+      lock.unlock();
+      try {
+        beat_();
+        last_error.clear();
+      } catch (const std::exception& e) {
+        if (e.what() != last_error) spdlog::warn("heartbeat: {}", e.what());
+        last_error = e.what();
+      }
+      lock.lock();
+    }
+  }
+
+  std::chrono::milliseconds interval_;
+  std::function<void()> beat_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread thread_;  // last: starts after the members it uses
+};
+
+/// What names the hosts explicitly, or "" (as apply_host_source decides).
+std::string explicit_hosts(const Options& o) {
+  if (!o.hosts.empty()) return "-H/--hosts";
+  if (o.hostfile) return "--hostfile";
+  if (o.elastic.host_discovery_script) return "--host-discovery-script";
+  if (o.elastic.kubernetes.selector) return "--kubernetes-selector";
+  return "";
+}
+
+/// Whether a platform before oci in `auto` order is detected here (a
+/// malformed one counts: the normal path reports it).
+bool earlier_platform_detected(const platform::PlatformContext& ctx) {
+  for (const auto& name : platform::implemented_platforms()) {
+    if (name == "oci") return false;
+    try {
+      if (platform::detect(name, ctx)) return true;
+    } catch (const InvalidArgument&) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/// Something listens on `port` here (the WORKER's sshd), on `address` or loopback.
+bool listening(const std::string& address, int port) {
+  for (const std::string& host : {address, std::string("127.0.0.1")}) {
+    if (net::connect_tcp(host, static_cast<uint16_t>(port), Deadline::after(std::chrono::seconds(1))).ok()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/// Blocks the forwarded signals (SIGINT, SIGTERM, SIGHUP, ...) on this
+/// thread (and the threads it starts) for its lifetime; wait() takes one;
+/// any still pending at the end is consumed.
+class StopSignals {
+ public:
+  StopSignals() {
+    set_ = forwarded_signals();
+    pthread_sigmask(SIG_BLOCK, &set_, &old_);
+  }
+  ~StopSignals() {
+    timespec zero{0, 0};
+    while (sigtimedwait(&set_, nullptr, &zero) > 0) {
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  /// A pending signal, waiting up to `ms`; 0 when none came.
+  int wait(long ms) {
+    timespec t{ms / 1000, (ms % 1000) * 1000000};
+    const int s = sigtimedwait(&set_, nullptr, &t);
+    return s > 0 ? s : 0;
+  }
+
+ private:
+  sigset_t set_;
+  sigset_t old_;
+};
+
+int run_main(const Options& flags, const OciConfig& config, const std::string& address) {
+  Options options = flags;
+  if (options.network_interfaces.empty()) {
+    // The store listens on the MAIN's own address from the start: when the
+    // job starts, the MAIN may be its only host (workers register later),
+    // and an all-local job would keep the store on 127.0.0.1.
+    for (const auto& a : local_interface_addresses()) {
+      if (a.address == address) {
+        options.network_interfaces = {a.interface};
+        spdlog::debug("OCI MAIN: the store and the workers use interface {} ({})", a.interface, address);
+        break;
+      }
+    }
+  }
+  Registry registry(config.job_dir(), kOciHeartbeatStale);
+  const HostSpec self{address, config.slots};
+  HostSourceFactory factory = [&registry, &self](bool) {
+    return std::make_unique<shared_dir::SharedDirHostSource>(registry, self);
+  };
+  if (options.dry_run != DryRunFormat::None) {
+    if (options.dry_run == DryRunFormat::Text) std::fputs(platform::render_oci(config, address).c_str(), stdout);
+    std::fflush(stdout);
+    return run_elastic_job(options, factory);
+  }
+  // From the marker on, a signal must reach the job (which writes the
+  // status) and not end hvdrun before it: blocked here, the job's
+  // SignalGuard reads any that is pending.
+  StopSignals signals;
+  try {
+    registry.create_directories();
+    if (auto other = registry.read_leader(); other && !registry.stale(*other) && other->address != address) {
+      spdlog::warn("{}: another MAIN ({}, run {}) refreshed its heartbeat {:.0f} s ago; this run takes over",
+                   registry.dir(), other->address, other->run, registry.age(*other));
+    }
+    const std::string run = config.run_id + "-" + random_secret(4);
+    registry.write_leader(address, run);
+    spdlog::info("OCI MAIN at {} (run {}): workers register in {}; waiting up to {} s for {} slot{} (MIN_NP)", address,
+                 run, registry.dir(), config.start_timeout.count(), options.elastic.min_np.value_or(1),
+                 options.elastic.min_np.value_or(1) == 1 ? "" : "s");
+    Heartbeat heartbeat(kOciHeartbeatInterval, [&] { registry.write_leader(address, run); });
+    int code = exit_code::kInternal;
+    try {
+      code = run_elastic_job(options, factory);
+    } catch (...) {
+      heartbeat.stop();
+      registry.write_status(run, exit_code::kInternal);
+      registry.remove_leader();
+      throw;
+    }
+    heartbeat.stop();
+    registry.write_status(run, code);
+    registry.remove_leader();  // after the status: a follower looks for the status first
+    return code;
+  } catch (const IoError& e) {
+    std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
+    return exit_code::kLaunch;
+  }
+}
+
+int run_worker(const Options& options, const OciConfig& config, const std::string& address) {
+  Registry registry(config.job_dir(), kOciHeartbeatStale);
+  const HostSpec self{address, config.slots};
+  const int port = options.ssh_port.value_or(22);  // WORKER_PORT, unless HOROVOD_ARGS or the command line say -p
+  if (options.command != config.entry_command &&
+      options.command != std::vector<std::string>{platform::kWorkerPlaceholder}) {
+    spdlog::warn("the command '{}' is ignored here: a WORKER runs none itself (the MAIN starts this machine's ranks)",
+                 shell_join(options.command));
+  }
+  if (options.dry_run != DryRunFormat::None) {
+    if (options.dry_run == DryRunFormat::Json) {
+      std::printf(
+          "{\"platform\": \"oci\", \"mode\": \"WORKER\", \"address\": \"%s\", \"slots\": %d, \"dir\": \"%s\"}\n",
+          address.c_str(), config.slots, registry.dir().c_str());
+    } else {
+      std::fputs(platform::render_oci(config, address).c_str(), stdout);
+      std::printf("would register %s in %s\n", format_host(self).c_str(), registry.dir().c_str());
+    }
+    return exit_code::kOk;
+  }
+  if (!listening(address, port)) {
+    spdlog::warn(
+        "nothing listens on port {} here: the MAIN reaches this WORKER's sshd there (WORKER_PORT); the "
+        "container entrypoint starts it (conf/oci/entrypoint.sh)",
+        port);
+  }
+  StopSignals signals;  // before the heartbeat thread: it inherits the mask
+  try {
+    registry.create_directories();
+    registry.register_worker(config.run_id, self);
+  } catch (const IoError& e) {
+    std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
+    return exit_code::kLaunch;
+  }
+  struct Unregister {
+    const Registry& registry;
+    const std::string& name;
+    ~Unregister() { registry.unregister_worker(name); }
+  } unregister{registry, config.run_id};
+  Heartbeat heartbeat(kOciHeartbeatInterval, [&] { registry.register_worker(config.run_id, self); });
+  spdlog::info("OCI WORKER: registered {} in {}; waiting up to {} s for the MAIN (START_TIMEOUT)", format_host(self),
+               registry.dir(), config.start_timeout.count());
+
+  const auto started = std::chrono::steady_clock::now();
+  std::optional<shared_dir::Leader> following;
+  while (true) {
+    if (int sig = signals.wait(250)) {
+      spdlog::warn("received {}; unregistering from {}", signal_name(sig), registry.dir());
+      return 128 + sig;
+    }
+    std::string problem;
+    const auto leader = registry.read_leader(&problem);
+    if (!following) {
+      if (leader && !registry.stale(*leader)) {
+        following = leader;
+        spdlog::info("following the MAIN at {} (run {})", leader->address, leader->run);
+        continue;
+      }
+      if (std::chrono::steady_clock::now() - started > config.start_timeout) {
+        std::fprintf(
+            stderr,
+            "hvdrun: error: no MAIN appeared in %s within START_TIMEOUT %lld s (%s): is the MAIN job run "
+            "started, with the same OCI__WORK_DIR?\n",
+            registry.dir().c_str(), static_cast<long long>(config.start_timeout.count()),
+            leader ? fmt::format("MAIN.json of {} is {:.0f} s old", leader->address, registry.age(*leader)).c_str()
+                   : problem.c_str());
+        return exit_code::kPlatformFollower;
+      }
+      continue;
+    }
+    if (auto status = registry.read_status(following->run)) {
+      spdlog::info("the MAIN's job ended with status {}", *status);
+      return *status;
+    }
+    if (leader && leader->run != following->run && !registry.stale(*leader)) {
+      spdlog::warn("a new MAIN run at {} (run {}) replaced run {}; following it", leader->address, leader->run,
+                   following->run);
+      following = leader;
+      continue;
+    }
+    if (!leader || registry.stale(*leader)) {
+      if (auto status = registry.read_status(following->run)) return *status;
+      std::fprintf(stderr,
+                   "hvdrun: error: the MAIN at %s stopped refreshing its heartbeat in %s (%s) and wrote no status: it "
+                   "is gone\n",
+                   following->address.c_str(), registry.dir().c_str(),
+                   leader ? fmt::format("last {:.0f} s ago", registry.age(*leader)).c_str() : problem.c_str());
+      return exit_code::kPlatformFollower;
+    }
+  }
+}
+
+}  // namespace
+
+std::string oci_this_address(const std::vector<std::string>& interfaces) {
+  if (!interfaces.empty()) return choose_driver_address(interfaces, {});
+  const auto addresses = local_interface_addresses();
+  auto usable = [](const InterfaceAddress& a) {
+    return a.up && !a.loopback && !(a.ipv6 && a.address.rfind("fe80", 0) == 0);
+  };
+  const net::Resolution named = net::resolve(net::local_hostname(), 0, Deadline::after(std::chrono::seconds(2)));
+  for (const auto& r : named.addresses) {
+    for (const auto& a : addresses) {
+      if (usable(a) && a.address == r.host()) return a.address;
+    }
+  }
+  for (bool ipv6 : {false, true}) {
+    for (const auto& a : addresses) {
+      if (usable(a) && a.ipv6 == ipv6) return a.address;
+    }
+  }
+  throw IoError("this machine has no non-loopback address to register; give --network-interface");
+}
+
+std::optional<int> run_oci_if_detected(int argc, char** argv) {
+  const platform::PlatformContext ctx = platform::PlatformContext::current();
+  if (!ctx.get("OCI__MODE")) return std::nullopt;
+  std::optional<OciConfig> config;
+  std::string env_error;
+  try {
+    config = platform::parse_oci_env(ctx);
+  } catch (const InvalidArgument& e) {
+    env_error = e.what();
+  }
+  ParseOutcome parsed = config ? parse_command_line(argc, argv, platform::oci_flags(*config)) : ParseOutcome{};
+  // Without the OCI layers (the variables are malformed, or the layered
+  // command line is refused) the plain command line decides whether OCI
+  // applies at all.
+  ParseOutcome plain;
+  const Options* decide = parsed.options ? &*parsed.options : nullptr;
+  if (!decide) {
+    plain = parse_command_line(argc, argv);
+    if (!plain.options) {
+      if (plain.exit_code == exit_code::kOk || (!config && env_error.empty())) return std::nullopt;  // --help & co.
+    } else {
+      decide = &*plain.options;
+    }
+  }
+  if (decide && decide->check_build) return std::nullopt;  // --check-build: the build, not the job
+  if (decide) {
+    const std::string explicit_source = explicit_hosts(*decide);
+    if (decide->hosts_from == "oci" && !explicit_source.empty()) {
+      std::fprintf(stderr,
+                   "hvdrun: error: --hosts-from oci and %s cannot be used together: give one source of hosts (or "
+                   "--hosts-from none)\n",
+                   explicit_source.c_str());
+      return exit_code::kUsage;
+    }
+    const bool applies = decide->hosts_from == "oci" ||
+                         (decide->hosts_from == "auto" && explicit_source.empty() && !earlier_platform_detected(ctx));
+    if (!applies) return std::nullopt;
+  }
+  if (!env_error.empty()) {
+    std::fprintf(stderr, "hvdrun: error: %s\n", env_error.c_str());
+    return exit_code::kUsage;
+  }
+  if (!parsed.options) {
+    std::fputs(parsed.message.c_str(), parsed.message_to_stdout ? stdout : stderr);
+    return parsed.exit_code;
+  }
+  Options& options = *parsed.options;
+  for (const auto& line : config->ignored) spdlog::warn("{}", line);
+  for (const auto& line : config->notes) spdlog::info("{}", line);
+  try {
+    const std::string address = oci_this_address(options.network_interfaces);
+    spdlog::info("hosts from oci ({}; {}): this run {} at {}",
+                 options.hosts_from == "auto" ? "detected; --hosts-from none turns this off" : "--hosts-from oci",
+                 config->mode == OciConfig::Mode::Main ? "MAIN" : "WORKER", config->run_id, address);
+    if (config->mode == OciConfig::Mode::Worker) return run_worker(options, *config, address);
+    for (const auto& line : ineffective_setting_warnings(options, current_environment())) spdlog::warn("{}", line);
+    return run_main(options, *config, address);
+  } catch (const IoError& e) {
+    std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
+    return exit_code::kLaunch;
+  } catch (...) {
+    return exit_code_for(std::current_exception());
+  }
+}
+
+}  // namespace hvd::launcher

@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""OCI Data Science on this machine alone (docs/platforms.md#oci-data-science):
+the real hvdrun with the OCI variables, no second host. --dry-run of the
+MAIN and the WORKER, which platform wins, one-line refusals of malformed
+variables, a one-rank MAIN job that writes its status for the workers, the
+one line ENABLE_TIMELINE=1 gets, and a WORKER's SIGTERM (143, unregistered).
+The two-host compose pair is test_oci.py (netns)."""
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+HVDRUN = os.environ["HVDRUN"]
+PLATFORM_PREFIXES = ("SLURM_", "SLURMD_", "SM_", "SAGEMAKER_", "HVDRUN_", "HOROVOD_", "OCI__", "JOB_")
+OCI_NAMES = ("MIN_NP", "MAX_NP", "SLOTS", "START_TIMEOUT", "WORKER_PORT", "HOROVOD_ARGS", "ENABLE_TIMELINE")
+
+
+def oci_env(work, mode="MAIN", **extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PLATFORM_PREFIXES) and k not in OCI_NAMES}
+    env.update({"OCI__MODE": mode, "OCI__WORK_DIR": work, "MIN_NP": "2", "MAX_NP": "2", "SLOTS": "1",
+                "WORKER_PORT": "12345", "HOROVOD_ARGS": "--verbose", "OCI__ENTRY_SCRIPT": "/code/train.py",
+                "OCI__ENTRY_SCRIPT_ARGS": "--epochs 2"})
+    env.update(extra)
+    return env
+
+
+def run(args, env, timeout=60):
+    return subprocess.run([HVDRUN] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                          env=env, timeout=timeout, text=True)
+
+
+def error_lines(stderr):
+    return [line for line in stderr.splitlines() if "error" in line]
+
+
+class OciLocal(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="hvdoci-")
+        self.work = self.tmp.name
+        self.dir = os.path.join(self.work, "Undefined", "hvdrun")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_dry_run_main_and_worker(self):
+        r = run(["--dry-run"], oci_env(self.work))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.startswith("platform: oci\n"), r.stdout)
+        self.assertIn("(MAIN: runs the elastic job)", r.stdout)
+        self.assertIn(f"  shared directory: {self.dir}\n", r.stdout)
+        self.assertIn("np 2..2, start timeout 600 s, sshd port 12345", r.stdout)
+        self.assertIn("  entry script: python3 /code/train.py --epochs 2\n", r.stdout)
+        self.assertIn(f"# elastic job: hosts from the workers registered in {self.dir}", r.stdout)
+        self.assertIn("slots: 1 (-np 2: not enough yet, the job would wait)", r.stdout)
+        self.assertIn("hosts from oci (detected; --hosts-from none turns this off; MAIN)", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "MAIN.json")), "a dry run wrote the marker")
+        r = run(["--dry-run"], oci_env(self.work, "WORKER"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("(WORKER: registers and serves its sshd)", r.stdout)
+        self.assertIn(f" in {self.dir}\n", r.stdout)
+        self.assertEqual(os.listdir(self.work), [], "a dry run registered")
+
+    def test_dry_run_lists_registered_workers(self):
+        # A fresh registration is a host; a stale one is ignored with one line.
+        os.makedirs(self.dir)
+        now = time.time()
+        for name, address, beat in (("fresh", "198.18.250.3", now), ("old", "198.18.250.4", now - 60)):
+            with open(os.path.join(self.dir, f"WORKER_{name}.json"), "w") as f:
+                json.dump({"address": address, "slots": 1, "heartbeat": beat}, f)
+        r = run(["--dry-run"], oci_env(self.work))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"\nhosts: [^,\n]+:1, 198\.18\.250\.3:1\n")
+        self.assertIn("slots: 2 (-np 2)\n", r.stdout)
+        stale = [line for line in r.stderr.splitlines() if "WORKER_old.json" in line]
+        self.assertEqual(len(stale), 1, r.stderr)
+        self.assertIn("stale", stale[0])
+        r = run(["--dry-run=json"], oci_env(self.work))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout)["slots"], 2)
+
+    def test_check_build_is_not_a_job(self):
+        r = run(["--check-build"], oci_env(self.work))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("oci", r.stderr)
+        self.assertEqual(os.listdir(self.work), [])
+
+    def test_main_sigterm_writes_status(self):
+        env = oci_env(self.work, MIN_NP="1", MAX_NP="1", HOROVOD_ARGS="", OCI__ENTRY_SCRIPT="/bin/sleep",
+                      OCI__ENTRY_SCRIPT_ARGS="30")
+        p = subprocess.Popen([HVDRUN], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            end = time.monotonic() + 20
+            marker = os.path.join(self.dir, "MAIN.json")
+            while time.monotonic() < end and not os.path.exists(marker):
+                time.sleep(0.05)
+            time.sleep(0.5)  # the job's signal handling is set up
+            p.send_signal(signal.SIGTERM)
+            out, err = p.communicate(timeout=15)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        self.assertEqual(p.returncode, 143, err)
+        with open(os.path.join(self.dir, "MAIN_status.json")) as f:
+            status = json.load(f)
+        self.assertEqual(status["status"], 143)
+        self.assertIn(f"(run {status['run']})", err)
+
+    def test_entrypoint_refusals(self):
+        # conf/oci/entrypoint.sh: a missing job key, a WORKER_PORT that is not a port: one line, exit 2.
+        entry = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "conf", "oci",
+                             "entrypoint.sh")
+        keys = os.path.join(self.work, "ssh")
+        os.makedirs(keys)
+        env = oci_env(self.work, "WORKER", OCI_SSH_DIR=keys, HVDRUN=HVDRUN)
+        r = subprocess.run([entry], env=env, capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertEqual(r.stderr, f"oci-entrypoint: error: no job key at {keys}/id_ed25519 (OCI_SSH_DIR)\n")
+        with open(os.path.join(keys, "id_ed25519"), "w") as f:
+            f.write("key\n")
+        for port in ("x", "0", "70000"):
+            env["WORKER_PORT"] = port
+            r = subprocess.run([entry], env=env, capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(f"WORKER_PORT='{port}' is not a port number", r.stderr)
+            self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
+
+    def test_precedence(self):
+        # --hosts-from none, or -H under auto: horovodrun's behaviour; the OCI variables are not read.
+        for args in (["--hosts-from", "none"], ["-H", "localhost:1"]):
+            r = run(args + ["-np", "1", "--dry-run", "true"], oci_env(self.work, MIN_NP="x"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertNotIn("platform: oci", r.stdout)
+            self.assertIn("1 rank on 1 host", r.stdout)
+        r = run(["--hosts-from", "oci", "-H", "localhost:1", "-np", "1", "true"], oci_env(self.work))
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(error_lines(r.stderr), [
+            "hvdrun: error: --hosts-from oci and -H/--hosts cannot be used together: give one source of hosts (or "
+            "--hosts-from none)"])
+        env = oci_env(self.work)
+        del env["OCI__MODE"]
+        r = run(["--hosts-from", "oci", "-np", "1", "true"], env)
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(error_lines(r.stderr), [
+            "hvdrun: error: --hosts-from oci: OCI__MODE is not set (not an OCI Data Science job run)"])
+        # SLURM first in auto order: an OCI run inside a Slurm allocation is a Slurm job.
+        r = run(["-np", "1", "--dry-run", "true"],
+                oci_env(self.work, SLURM_JOB_ID="7", SLURM_JOB_NODELIST="localhost", SLURM_TASKS_PER_NODE="1"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("platform: slurm", r.stdout)
+
+    def test_malformed_variables_one_line(self):
+        cases = {
+            "OCI__MODE": ("PS", "OCI__MODE='PS' is not MAIN or WORKER"),
+            "MIN_NP": ("3", "MIN_NP=3 is greater than MAX_NP=2"),
+            "WORKER_PORT": ("port", "WORKER_PORT='port' is not a whole number in [1, 65535]"),
+            "HOROVOD_ARGS": ("--verbose python x.py", "HOROVOD_ARGS: 'python' is not an hvdrun flag"),
+            "OCI__WORK_DIR": ("oci://b@n/p", "OCI__WORK_DIR='oci://b@n/p' is a URI"),
+            "ENABLE_TIMELINE": ("2", "ENABLE_TIMELINE='2' is not 0 or 1"),
+        }
+        for name, (value, message) in cases.items():
+            r = run([], oci_env(self.work, **{name: value}))
+            self.assertEqual(r.returncode, 2, (name, r.stderr))
+            lines = error_lines(r.stderr)
+            self.assertEqual(len(lines), 1, r.stderr)
+            self.assertIn(message, lines[0])
+
+    def test_main_job_writes_status_and_one_timeline_line(self):
+        # A one-slot MAIN (MIN_NP=1): one rank here; the marker and the status
+        # of its run are what the workers follow. ENABLE_TIMELINE=1: one line.
+        env = oci_env(self.work, MIN_NP="1", MAX_NP="1", ENABLE_TIMELINE="1", HOROVOD_ARGS="",
+                      OCI__ENTRY_SCRIPT="/bin/sh", OCI__ENTRY_SCRIPT_ARGS="-c 'exit 4'",
+                      OCI__SYNC_DIR=os.path.join(self.work, "sync"))
+        r = run([], env)
+        self.assertEqual(r.returncode, 4, r.stderr)
+        timeline = [line for line in r.stderr.splitlines() if "timeline" in line]
+        self.assertEqual(len(timeline), 1, r.stderr)
+        self.assertIn("issue 20", timeline[0])
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "MAIN.json")), "the ended MAIN's marker is left")
+        with open(os.path.join(self.dir, "MAIN_status.json")) as f:
+            status = json.load(f)
+        self.assertEqual(status["status"], 4)
+        self.assertIn(f"(run {status['run']})", r.stderr)
+        # A command on the command line wins over OCI__ENTRY_SCRIPT.
+        r = run(["sh", "-c", "exit 0"], env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_worker_sigterm_unregisters(self):
+        # Also: a WORKER without OCI__ENTRY_SCRIPT needs none, and HOROVOD_ARGS' -p wins over WORKER_PORT.
+        env = oci_env(self.work, "WORKER", HOROVOD_ARGS="-p 12346")
+        del env["OCI__ENTRY_SCRIPT"], env["OCI__ENTRY_SCRIPT_ARGS"]
+        p = subprocess.Popen([HVDRUN], env=env, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            end = time.monotonic() + 20
+            while time.monotonic() < end and not (os.path.isdir(self.dir) and any(
+                    f.startswith("WORKER_") for f in os.listdir(self.dir))):
+                time.sleep(0.05)
+            self.assertTrue(any(f.startswith("WORKER_") for f in os.listdir(self.dir)), "never registered")
+            p.send_signal(signal.SIGTERM)
+            out, err = p.communicate(timeout=10)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        self.assertEqual(p.returncode, 143, err)
+        self.assertEqual([f for f in os.listdir(self.dir) if f.startswith("WORKER_")], [], err)
+        self.assertIn("nothing listens on port 12346 here", err)
+        self.assertEqual(sum("nothing listens" in line for line in err.splitlines()), 1, err)
+
+
+if __name__ == "__main__":
+    unittest.main()
