@@ -102,7 +102,9 @@ class ExitCodes(unittest.TestCase):
     def test_code_6(self):
         # A follower of a platform job whose leader never attaches
         # (docs/platforms.md#followers): one error line after --start-timeout.
-        env = dict(os.environ, SLURM_JOB_ID="1", SLURM_JOB_NODELIST="n[1-2]", SLURMD_NODENAME="n2")
+        # (In an srun step over both nodes: outside one nothing would attach.)
+        env = dict(os.environ, SLURM_JOB_ID="1", SLURM_JOB_NODELIST="n[1-2]", SLURMD_NODENAME="n2",
+                   SLURM_STEP_NUM_NODES="2")
         env.pop("HVDRUN_HOSTS_FROM", None)
         r = run(["-np", "1", "--start-timeout", "1", "true"], env=env)
         self.check(r, 6, "this machine is a follower of the slurm job, and its leader n1 did not attach within "

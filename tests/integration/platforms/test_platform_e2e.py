@@ -16,7 +16,9 @@ Cases (one CTest entry each, label platforms.e2e):
   slurm             3 nodes (node[01-03], SLURM_TASKS_PER_NODE 2,1(x2)) in an
                     srun step: 4 ranks placed by the allocation
   failing_rank      rank 1 (on a follower) exits 3: the leader and every
-                    follower exit 3
+                    follower exit 3 (Slurm; failing_rank_sagemaker and
+                    failing_rank_vertex the same on those platforms, the
+                    Vertex reduction server exiting 0 at once)
   no_leader         the leader never starts: the follower exits 6 within its
                     --start-timeout, with one line (and warns that nothing
                     listens on its SSH port -p 2223)
@@ -81,6 +83,7 @@ def sagemaker_machines(count, per_host, custom_mpi_options=None):
     machines = []
     for name in names:
         machines.append(Machine(name, env={"SAGEMAKER_BASE_DIR": "{dir}/ml", "TRAINING_JOB_NAME": "e2e-job",
+                                           "SM_CHANNEL_TRAINING": "/opt/ml/input/data/training",
                                            "SM_CURRENT_HOST": name, "SM_HOSTS": '["%s"]' % '","'.join(names)},
                                 files={"ml/input/config/resourceconfig.json": {
                                     "current_host": name, "hosts": names, "network_interface_name": "eth0"},
@@ -121,7 +124,8 @@ def follower_lines(r):
 
 
 def case_sagemaker(cluster):
-    worker = f'{WHOAMI}; exec "$0" ops' if ARGS.worker else WHOAMI
+    whoami = WHOAMI + '; echo "rank $HOROVOD_RANK channel $SM_CHANNEL_TRAINING"'
+    worker = f'{whoami}; exec "$0" ops' if ARGS.worker else whoami
     args = ["sh", "-c", worker] + ([ARGS.worker] if ARGS.worker else [])
     leader, follower = cluster.run_all(args, timeout=45)
     check(leader.code == 0 and follower.code == 0, "the job did not succeed on both machines", leader, follower)
@@ -129,6 +133,8 @@ def case_sagemaker(cluster):
     if ARGS.worker:
         for rank in range(4):
             check(f"rank {rank}: ops ok" in leader.stdout, f"rank {rank} did not pass the collective ops", leader)
+    for rank in range(4):  # SM_* variables reach every worker untouched, on every machine
+        check(f"rank {rank} channel /opt/ml/input/data/training" in leader.stdout, "SM_CHANNEL_TRAINING lost", leader)
     check("-np not given: 4 ranks, the sagemaker job's slots" in leader.stderr, "no -np default line", leader)
     check("attached to the follower on algo-2" in leader.stderr, "the leader did not attach", leader)
     check("follower of the sagemaker job: waiting for the leader algo-1 (up to 30s)" in follower.stderr,
@@ -187,6 +193,9 @@ def case_failing_rank(cluster):
     results = cluster.run_all(["sh", "-c", f'{WHOAMI}; [ "$HOROVOD_RANK" = 1 ] && exit 3; exec sleep 60'],
                               timeout=45)
     took = time.monotonic() - t0
+    if cluster.machines[-1].name.startswith("rs-"):  # Vertex's reduction server: no ranks, exits 0 at once
+        check(results[-1].code == 0 and "gets no ranks" in results[-1].stderr, "the reduction server", results[-1])
+        results = results[:-1]
     check(all(r.code == 3 for r in results), "not every machine exited 3 (the job's status)", *results)
     check(took < 25, f"the failed job took {took:.1f} s", *results)
     for f in results[1:]:
@@ -279,6 +288,8 @@ CASES = {
     "slurm": (case_slurm, lambda: slurm_machines("node[01-03]", ["node01", "node02", "node03"], "2,1(x2)")),
     "failing_rank": (case_failing_rank,
                      lambda: slurm_machines("node[01-03]", ["node01", "node02", "node03"], "1(x3)")),
+    "failing_rank_sagemaker": (case_failing_rank, lambda: sagemaker_machines(2, 1)),
+    "failing_rank_vertex": (case_failing_rank, vertex_machines),
     "no_leader": (case_no_leader, lambda: sagemaker_machines(2, 1)),
     "no_follower": (case_no_follower, lambda: sagemaker_machines(2, 1)),
     "leader_killed": (case_leader_killed, lambda: sagemaker_machines(2, 1)),
