@@ -8,6 +8,7 @@
 #include "hvd/collective/errors.h"
 #include "hvd/collective/types.h"
 #include "hvd/store/memory_store.h"
+#include "thread_job.h"
 
 #include <catch2/catch.hpp>
 
@@ -23,36 +24,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::vector<std::unique_ptr<Context>> bool_job(int n) {
-  auto store = std::make_shared<hvd::store::InMemoryStore>();
-  std::vector<std::unique_ptr<Context>> ctx(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      Settings s;
-      s.rank = r;
-      s.size = n;
-      s.local_rank = r;
-      s.local_size = n;
-      s.secret = "bool-test";
-      s.start_timeout = 10s;
-      s.cycle_time = std::chrono::microseconds(500);
-      ctx[r] = Context::create(s, store);
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& c : ctx) REQUIRE(c);
-  return ctx;
-}
-
-void on_every_rank(std::vector<std::unique_ptr<Context>>& ctx, const std::function<void(Context&, int)>& fn) {
-  std::vector<std::future<void>> fs;
-  for (int r = 0; r < static_cast<int>(ctx.size()); ++r) {
-    fs.push_back(std::async(std::launch::async, [&, r] { fn(*ctx[r], r); }));
-  }
-  for (auto& f : fs) f.get();
-}
-
 // bool buffers as bytes (std::vector<bool> is packed).
 using Bools = std::vector<uint8_t>;
 
@@ -66,8 +37,8 @@ TEST_CASE("bool dtype: its value, size and name are part of the ABI") {
 }
 
 TEST_CASE("bool dtype: allgather, broadcast and alltoall move bool tensors on 3 ranks - reductions refuse them") {
-  auto ctx = bool_job(3);
-  on_every_rank(ctx, [](Context& c, int r) {
+  auto ctx = hvd_test::make_job(3, hvd_test::fast_cycle());
+  hvd_test::run_on_every_rank(ctx, [](Context& c, int r) {
     // allgather: rank r holds r+1 rows of 2 elements, row i = (r+i) odd, (r+i) even.
     Bools mine;
     for (int i = 0; i <= r; ++i) {
@@ -125,8 +96,8 @@ TEST_CASE("bool dtype: allgather, broadcast and alltoall move bool tensors on 3 
 }
 
 TEST_CASE("bool dtype: a tensor submitted as bool on one rank and uint8 on another is a mismatch on every rank") {
-  auto ctx = bool_job(2);
-  on_every_rank(ctx, [](Context& c, int r) {
+  auto ctx = hvd_test::make_job(2, hvd_test::fast_cycle());
+  hvd_test::run_on_every_rank(ctx, [](Context& c, int r) {
     Bools v(4, 1);
     Handle h = c.broadcast_async({"bool.mix", v.data(), v.data(), r == 0 ? DataType::Bool : DataType::UInt8, {4}, 0});
     CHECK_THROWS_MATCHES(h.wait(), MismatchError,

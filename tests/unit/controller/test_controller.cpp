@@ -4,6 +4,7 @@
 #include "hvd/collective/hvd.h"
 #include "hvd/collective/init_env.h"
 #include "hvd/store/memory_store.h"
+#include "thread_job.h"
 
 #include <catch2/catch.hpp>
 
@@ -24,52 +25,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// N Contexts connected through one InMemoryStore, each created on its own
-/// thread (connect_comm blocks until the mesh is formed).
-class Job {
- public:
-  explicit Job(int n, Settings base = {}) : store_(std::make_shared<hvd::store::InMemoryStore>()) {
-    contexts_.resize(n);
-    std::vector<std::thread> threads;
-    std::vector<std::exception_ptr> errors(n);
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          Settings s = base;
-          s.rank = r;
-          s.size = n;
-          s.local_rank = r;
-          s.local_size = n;
-          s.secret = "test-secret";
-          s.start_timeout = 10s;
-          contexts_[r] = Context::create(s, store_);
-        } catch (...) {
-          errors[r] = std::current_exception();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (auto& e : errors) {
-      if (e) std::rethrow_exception(e);
-    }
-  }
-
-  int size() const { return static_cast<int>(contexts_.size()); }
-  Context& operator[](int r) { return *contexts_[r]; }
-
-  /// Runs fn(context, rank) on every rank concurrently; rethrows the first error.
-  void run(const std::function<void(Context&, int)>& fn) {
-    std::vector<std::future<void>> fs;
-    for (int r = 0; r < size(); ++r) {
-      fs.push_back(std::async(std::launch::async, [&, r] { fn(*contexts_[r], r); }));
-    }
-    for (auto& f : fs) f.get();
-  }
-
- private:
-  std::shared_ptr<hvd::store::InMemoryStore> store_;
-  std::vector<std::unique_ptr<Context>> contexts_;
-};
+using Job = hvd_test::ThreadJob;
 
 Settings fast_settings() {
   Settings s;

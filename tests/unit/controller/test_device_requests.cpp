@@ -12,6 +12,7 @@
 #include "hvd/collective/context.h"
 #include "hvd/collective/cuda.h"
 #include "hvd/store/memory_store.h"
+#include "thread_job.h"
 
 #include <catch2/catch.hpp>
 
@@ -59,37 +60,6 @@ Response ready(std::vector<Request> per_rank) {
   r.type = OpType::Allreduce;
   r.tensors.push_back(std::move(per_rank));
   return r;
-}
-
-/// N Contexts as threads over one InMemoryStore.
-std::vector<std::unique_ptr<Context>> make_job(int n) {
-  auto store = std::make_shared<hvd::store::InMemoryStore>();
-  std::vector<std::unique_ptr<Context>> ctx(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      Settings s;
-      s.rank = r;
-      s.size = n;
-      s.local_rank = r;
-      s.local_size = n;
-      s.secret = "device-test";
-      s.start_timeout = 10s;
-      s.cycle_time = std::chrono::microseconds(500);
-      ctx[r] = Context::create(s, store);
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& c : ctx) REQUIRE(c);
-  return ctx;
-}
-
-void run_all(std::vector<std::unique_ptr<Context>>& ctx, const std::function<void(Context&, int)>& fn) {
-  std::vector<std::future<void>> fs;
-  for (int r = 0; r < static_cast<int>(ctx.size()); ++r) {
-    fs.push_back(std::async(std::launch::async, [&, r] { fn(*ctx[r], r); }));
-  }
-  for (auto& f : fs) f.get();
 }
 
 }  // namespace
@@ -197,8 +167,8 @@ TEST_CASE("device: fusion groups only tensors on the same memory of every rank, 
 }
 
 TEST_CASE("device: ranks passing device and host buffers fail alike on every rank, nothing is touched") {
-  auto ctx = make_job(3);
-  run_all(ctx, [&](Context& c, int r) {
+  auto ctx = hvd_test::make_job(3, hvd_test::fast_cycle());
+  hvd_test::run_on_every_rank(ctx, [&](Context& c, int r) {
     // Rank 1 claims device 0; its "device buffer" is host memory that must
     // never be touched: the mismatch is found in negotiation.
     std::vector<float> v(6, 1.0f);
@@ -220,8 +190,8 @@ TEST_CASE("device: ranks passing device and host buffers fail alike on every ran
 }
 
 TEST_CASE("device: allgather, alltoall and reducescatter with device buffers on some ranks only fail on every rank") {
-  auto ctx = make_job(3);
-  run_all(ctx, [&](Context& c, int r) {
+  auto ctx = hvd_test::make_job(3, hvd_test::fast_cycle());
+  hvd_test::run_on_every_rank(ctx, [&](Context& c, int r) {
     // Rank 2's "device buffer" is host memory that must never be touched,
     // and its allocator must never be called: the mismatch is found in
     // negotiation.
@@ -258,7 +228,7 @@ TEST_CASE("device: allgather, alltoall and reducescatter with device buffers on 
 }
 
 TEST_CASE("device: argument errors about devices are reported at submission") {
-  auto ctx = make_job(1);
+  auto ctx = hvd_test::make_job(1, hvd_test::fast_cycle());
   std::vector<float> v(4);
   AllreduceArgs a{"x", v.data(), v.data(), DataType::Float32, {4}};
   a.device = -3;
@@ -288,8 +258,8 @@ TEST_CASE("device: a library built without CUDA refuses device buffers on every 
     WARN("built with the CUDA component: the refusal is covered by the Controller test above");
     return;
   }
-  auto ctx = make_job(2);
-  run_all(ctx, [&](Context& c, int r) {
+  auto ctx = hvd_test::make_job(2, hvd_test::fast_cycle());
+  hvd_test::run_on_every_rank(ctx, [&](Context& c, int r) {
     std::vector<float> v(4, 1.0f);
     AllreduceArgs a{"dev", v.data(), v.data(), DataType::Float32, {4}};
     a.device = r;
@@ -318,8 +288,8 @@ TEST_CASE("device: CUDA built but no device - every rank fails with a clear erro
     WARN("needs a CUDA build on a machine without a GPU (the gpu tests cover the other case)");
     return;
   }
-  auto ctx = make_job(2);
-  run_all(ctx, [&](Context& c, int r) {
+  auto ctx = hvd_test::make_job(2, hvd_test::fast_cycle());
+  hvd_test::run_on_every_rank(ctx, [&](Context& c, int r) {
     std::vector<float> v(4, 1.0f);
     AllreduceArgs a{"dev", v.data(), v.data(), DataType::Float32, {4}};
     a.device = 0;
@@ -334,8 +304,8 @@ TEST_CASE("device: CUDA built but no device - a device allgather fails every ran
     return;
   }
   for (OpType type : {OpType::Allgather, OpType::Alltoall, OpType::Reducescatter}) {
-    auto ctx = make_job(2);
-    run_all(ctx, [&](Context& c, int r) {
+    auto ctx = hvd_test::make_job(2, hvd_test::fast_cycle());
+    hvd_test::run_on_every_rank(ctx, [&](Context& c, int r) {
       std::vector<float> v(4, 1.0f);
       bool allocated = false;
       Allocator alloc = [&](const std::vector<int64_t>&, std::size_t) -> void* {

@@ -5,6 +5,7 @@
 
 #include "hvd/collective/context.h"
 #include "hvd/store/memory_store.h"
+#include "thread_job.h"
 
 #include <catch2/catch.hpp>
 
@@ -21,51 +22,10 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// N Contexts connected through one InMemoryStore, created concurrently
-/// (rendezvous and static process sets are collective).
-class Job {
+/// A job whose contexts negotiate every 500 µs.
+class Job : public hvd_test::ThreadJob {
  public:
-  explicit Job(int n, Settings base) : store_(std::make_shared<hvd::store::InMemoryStore>()) {
-    contexts_.resize(n);
-    std::vector<std::thread> threads;
-    std::vector<std::exception_ptr> errors(n);
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          Settings s = base;
-          s.rank = r;
-          s.size = n;
-          s.local_rank = r;
-          s.local_size = n;
-          s.secret = "test-secret";
-          s.start_timeout = 10s;
-          s.cycle_time = std::chrono::microseconds(500);
-          contexts_[r] = Context::create(s, store_);
-        } catch (...) {
-          errors[r] = std::current_exception();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (auto& e : errors) {
-      if (e) std::rethrow_exception(e);
-    }
-  }
-
-  int size() const { return static_cast<int>(contexts_.size()); }
-  Context& operator[](int r) { return *contexts_[r]; }
-
-  void run(const std::function<void(Context&, int)>& fn) {
-    std::vector<std::future<void>> fs;
-    for (int r = 0; r < size(); ++r) {
-      fs.push_back(std::async(std::launch::async, [&, r] { fn(*contexts_[r], r); }));
-    }
-    for (auto& f : fs) f.get();
-  }
-
- private:
-  std::shared_ptr<hvd::store::InMemoryStore> store_;
-  std::vector<std::unique_ptr<Context>> contexts_;
+  Job(int n, const Settings& base) : ThreadJob(n, hvd_test::fast_cycle(base)) {}
 };
 
 Settings dynamic() {
