@@ -13,7 +13,6 @@
 
 #include <poll.h>
 #include <pthread.h>
-#include <pwd.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -129,12 +128,7 @@ std::string seconds(std::chrono::milliseconds d) {
 /// client configuration's Port, else 22.
 int ssh_port_for(const Options& options, const std::string& host) {
   if (options.ssh_port) return *options.ssh_port;
-  std::string home;
-  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') {
-    home = h;
-  } else if (passwd* pw = ::getpwuid(::geteuid()); pw != nullptr && pw->pw_dir != nullptr) {
-    home = pw->pw_dir;
-  }
+  const std::string home = ssh::default_home();
   try {
     auto config = ssh::SshConfig::load({home + "/.ssh/config", "/etc/ssh/ssh_config"}, home, nullptr);
     ssh::TokenValues t;

@@ -564,13 +564,24 @@ HostConfig SshConfig::resolve(const std::string& alias, const TokenValues& token
   return out;
 }
 
-std::string configured_hostname(const std::string& alias) {
-  std::string home;
-  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') {
-    home = h;
-  } else if (passwd* pw = ::getpwuid(::geteuid()); pw != nullptr && pw->pw_dir != nullptr) {
-    home = pw->pw_dir;
+std::string default_user() {
+  if (const char* u = std::getenv("USER"); u != nullptr && *u != '\0') return u;
+  if (passwd* pw = ::getpwuid(::geteuid()); pw != nullptr && pw->pw_name != nullptr) {
+    return pw->pw_name;
   }
+  return "root";
+}
+
+std::string default_home() {
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') return h;
+  if (passwd* pw = ::getpwuid(::geteuid()); pw != nullptr && pw->pw_dir != nullptr) {
+    return pw->pw_dir;
+  }
+  return "/";
+}
+
+std::string configured_hostname(const std::string& alias) {
+  const std::string home = default_home();
   try {
     SshConfig config = SshConfig::load({home + "/.ssh/config", "/etc/ssh/ssh_config"}, home, nullptr);
     // Only HostName: another key's bad value is the spawner's to report.

@@ -10,7 +10,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <pwd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -137,22 +136,6 @@ std::string tilde_path(const std::string& path, const std::string& home) {
     return "~" + path.substr(home.size());
   }
   return path;
-}
-
-std::string default_user() {
-  if (const char* u = std::getenv("USER"); u != nullptr && *u != '\0') return u;
-  if (passwd* pw = ::getpwuid(::geteuid()); pw != nullptr && pw->pw_name != nullptr) {
-    return pw->pw_name;
-  }
-  return "root";
-}
-
-std::string default_home() {
-  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') return h;
-  if (passwd* pw = ::getpwuid(::geteuid()); pw != nullptr && pw->pw_dir != nullptr) {
-    return pw->pw_dir;
-  }
-  return "/";
 }
 
 // ---------------------------------------------------------------------------

@@ -54,6 +54,10 @@ std::vector<std::string> split_config_line(const std::string& line);
 /// Expands `~/` and `~` (to `home`) at the start of a path.
 std::string expand_tilde(const std::string& path, const std::string& home);
 
+/// The invoking user's name and home directory ($USER/$HOME, else passwd).
+std::string default_user();
+std::string default_home();
+
 /// Values for the % tokens of IdentityFile, UserKnownHostsFile and HostName.
 struct TokenValues {
   std::string home;  // %d

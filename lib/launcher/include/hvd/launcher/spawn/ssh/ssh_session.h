@@ -168,8 +168,4 @@ class Session {
 /// "~/.ssh/id_rsa" for paths under `home`, the path itself otherwise.
 std::string tilde_path(const std::string& path, const std::string& home);
 
-/// The invoking user's name and home directory ($USER/$HOME, else passwd).
-std::string default_user();
-std::string default_home();
-
 }  // namespace hvd::launcher::ssh
