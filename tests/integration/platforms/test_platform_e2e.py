@@ -149,13 +149,18 @@ def case_sagemaker_mpi(cluster):
         print("SKIPPED: no mpirun on PATH", flush=True)
         sys.exit(77)
     worker = ('echo "rank $OMPI_COMM_WORLD_RANK of $OMPI_COMM_WORLD_SIZE on $HOROVOD_HOSTNAME at '
-              '$(hostname -I | tr -d " ")"')
+              '$(hostname -I | tr -d " ")"; echo "rank $OMPI_COMM_WORLD_RANK NCCL_DEBUG=$NCCL_DEBUG"')
+    options = cluster.machines[0].files["ml/input/config/hyperparameters.json"].get(
+        "sagemaker_mpi_custom_mpi_options", "")
     leader, follower = cluster.run_all(["--mpi", "sh", "-c", worker], timeout=50)
     check(leader.code == 0 and follower.code == 0, "the --mpi job did not succeed on both machines", leader, follower)
     for rank in range(4):
         i = 0 if rank < 2 else 1
         check(re.search(rf"rank {rank} of 4 on \S* ?at {re.escape(cluster.hosts.addrs[i])}\b", leader.stdout),
               f"rank {rank} did not run on {cluster.machines[i].name}", leader)
+    if "--NCCL_DEBUG=INFO" in options:  # the toolkit's mapping: -x NCCL_DEBUG=INFO reaches every rank
+        for rank in range(4):
+            check(f"rank {rank} NCCL_DEBUG=INFO" in leader.stdout, f"NCCL_DEBUG did not reach rank {rank}", leader)
     check("ended with exit status 0" in follower.stderr, "the follower did not get the status", follower)
 
 
