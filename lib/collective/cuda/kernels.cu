@@ -256,6 +256,7 @@ void launch_op(const ReduceLaunch& l, cudaStream_t stream, bool emulate) {
     case ReduceOp::Min: return launch_typed<T, MinOp>(l, stream, emulate);
     case ReduceOp::Max: return launch_typed<T, MaxOp>(l, stream, emulate);
     case ReduceOp::Product: return launch_typed<T, ProdOp>(l, stream, emulate);
+    case ReduceOp::Adasum: break;  // host tensors only (check_request refuses device ones)
   }
   throw InvalidArgument(fmt::format("unknown reduce op {}", static_cast<int>(l.op)));
 }

@@ -143,6 +143,7 @@ int nccl_op(ReduceOp op) {
     case ReduceOp::Product: return 1;
     case ReduceOp::Max: return 2;
     case ReduceOp::Min: return 3;
+    case ReduceOp::Adasum: break;  // host tensors only (check_request refuses device ones)
   }
   throw InvalidArgument(fmt::format("NCCL: unsupported reduce op {}", static_cast<int>(op)));
 }

@@ -186,7 +186,7 @@ RankMessage decode(const uint8_t* data, std::size_t size) {
     if (dtype > static_cast<uint8_t>(DataType::Bool)) r.fail("bad dtype");
     q.dtype = static_cast<DataType>(dtype);
     uint8_t op = r.u8();
-    if (op > static_cast<uint8_t>(ReduceOp::Product)) r.fail("bad reduce op");
+    if (op > static_cast<uint8_t>(ReduceOp::Adasum)) r.fail("bad reduce op");
     q.op = static_cast<ReduceOp>(op);
     q.root = static_cast<int32_t>(r.u32());
     q.prescale = r.f64();

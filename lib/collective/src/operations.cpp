@@ -221,6 +221,34 @@ void run_allreduce(const Response& resp, Executors& ex, const std::vector<OpStat
     run_device_allreduce(resp, ex, ops);
     return;
   }
+  if (head.op == ReduceOp::Adasum) {
+    // Fused or not, each tensor keeps its own Adasum coefficients.
+    std::vector<std::size_t> counts;
+    uint8_t* data = nullptr;
+    if (ops.size() == 1) {
+      copy_bytes(ops[0]->output, ops[0]->input, tensor_bytes(ops[0]->request));
+      data = static_cast<uint8_t*>(ops[0]->output);
+    } else {
+      std::size_t total = 0;
+      for (OpState* op : ops) total += tensor_bytes(op->request);
+      data = fusion.get(total);
+      std::size_t offset = 0;
+      for (OpState* op : ops) {
+        copy_bytes(data + offset, op->input, tensor_bytes(op->request));
+        offset += tensor_bytes(op->request);
+      }
+    }
+    for (OpState* op : ops) counts.push_back(static_cast<std::size_t>(num_elements(op->request.shape)));
+    adasum_allreduce(comm, data, counts, head.dtype, head.prescale, head.postscale);
+    if (ops.size() > 1) {
+      std::size_t offset = 0;
+      for (OpState* op : ops) {
+        copy_bytes(op->output, data + offset, tensor_bytes(op->request));
+        offset += tensor_bytes(op->request);
+      }
+    }
+    return;
+  }
   if (ops.size() == 1) {
     OpState& op = *ops[0];
     std::size_t bytes = tensor_bytes(op.request);
@@ -332,8 +360,20 @@ void check_request(const OpState& op, int size) {
     bad("bool tensors cannot be reduced (allgather, broadcast and alltoall accept them; cast to an integer type "
         "to sum or take the min/max)");
   }
-  if (static_cast<int32_t>(q.op) < 0 || static_cast<int32_t>(q.op) > static_cast<int32_t>(ReduceOp::Product)) {
+  if (static_cast<int32_t>(q.op) < 0 || static_cast<int32_t>(q.op) > static_cast<int32_t>(ReduceOp::Adasum)) {
     bad(fmt::format("unknown reduce op {}", static_cast<int32_t>(q.op)));
+  }
+  if (q.op == ReduceOp::Adasum && (q.type == OpType::Allreduce || q.type == OpType::Reducescatter)) {
+    // Horovod's rules (docs/collective.md, "Adasum").
+    if (q.type != OpType::Allreduce) bad("Adasum is an allreduce-only operation");
+    if (q.dtype != DataType::Float16 && q.dtype != DataType::Float32 && q.dtype != DataType::Float64) {
+      bad(fmt::format("Adasum supports float16, float32 and float64 tensors (got {})", dtype_name(q.dtype)));
+    }
+    if (q.device >= 0) bad("Adasum of CUDA tensors is not supported; reduce a host copy of the tensor");
+    if (!adasum_supported_size(size)) {
+      bad(fmt::format("Adasum needs a power-of-two number of ranks, as Horovod's; the job (or process set) has {}",
+                      size));
+    }
   }
   for (int64_t d : q.shape) {
     if (d < 0) bad(fmt::format("negative dimension in shape [{}]", fmt::join(q.shape, ",")));

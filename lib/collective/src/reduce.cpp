@@ -81,6 +81,7 @@ void reduce_typed(ReduceOp op, void* acc_v, const void* in_v, std::size_t n) {
     case ReduceOp::Min: combine(acc, in, n, [](C a, C b) { return b < a ? b : a; }); return;
     case ReduceOp::Max: combine(acc, in, n, [](C a, C b) { return a < b ? b : a; }); return;
     case ReduceOp::Product: combine(acc, in, n, [](C a, C b) { return wrap_mul(a, b); }); return;
+    case ReduceOp::Adasum: break;  // not element-wise: algorithms/adasum.cpp
   }
   throw InvalidArgument(fmt::format("unknown reduce op {}", static_cast<int>(op)));
 }

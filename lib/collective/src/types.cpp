@@ -43,6 +43,7 @@ const char* reduce_op_name(ReduceOp op) {
     case ReduceOp::Min: return "min";
     case ReduceOp::Max: return "max";
     case ReduceOp::Product: return "product";
+    case ReduceOp::Adasum: return "adasum";
   }
   return "unknown";
 }

@@ -367,7 +367,9 @@ Average = ReduceOp(1)
 Min = ReduceOp(2)
 Max = ReduceOp(3)
 Product = ReduceOp(4)
-Adasum = ReduceOp(100)
+# Horovod's Adasum (docs/python.md, "Adasum"): allreduce of float16/32/64 CPU
+# tensors on a power-of-two number of ranks. The value is the library's op code.
+Adasum = ReduceOp(5)
 
 _DTYPES = {
     torch.uint8: 0, torch.int8: 1, torch.int32: 2, torch.int64: 3,
@@ -417,11 +419,23 @@ def _op_code(op, average):
         op = Average if (average is None or average) else Sum
     elif average is not None:
         raise ValueError("hvdcomm: pass either op or average, not both")
-    if op == Adasum:
-        raise NotImplementedError("hvdcomm: Adasum is not supported by this library; use Average or Sum")
-    if int(op) not in (0, 1, 2, 3, 4):
+    if int(op) not in (0, 1, 2, 3, 4, 5):
         raise ValueError(f"hvdcomm: unknown reduce op {op}")
     return int(op)
+
+
+def _check_adasum(tensor, device, psid, where):
+    """Horovod's rules for op=Adasum, said before the library is asked:
+    CPU tensors only, float16/32/64, a power-of-two number of ranks."""
+    if device >= 0:
+        raise NotImplementedError(f"hvdcomm: {where}(op=Adasum) of a CUDA tensor is not supported (hvdcomm's Adasum "
+                                  f"runs on CPU tensors); reduce tensor.cpu() instead")
+    if tensor.dtype not in (torch.float16, torch.float32, torch.float64):
+        raise ValueError(f"hvdcomm: {where}(op=Adasum) needs a float16, float32 or float64 tensor (got {tensor.dtype})")
+    n = _set_rank_size(psid)[1]
+    if n & (n - 1):
+        raise NotImplementedError(f"hvdcomm: Running Adasum with non-power of 2 ranks is not supported (as in "
+                                  f"Horovod): the {'job' if psid == 0 else 'process set'} has {n} ranks")
 
 
 _counter = collections.defaultdict(int)
@@ -504,6 +518,8 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     opc = _op_code(op, average)
     compression = compression or Compression.none
     compressed, ctx = compression.compress(tensor)
+    if opc == Adasum:
+        _check_adasum(compressed, device, psid, "allreduce_async")
     src = compressed.detach().contiguous()
     out = torch.empty_like(src)
     h = _allreduce_into(src, out, _name("allreduce", name, process_set), opc, prescale_factor, postscale_factor, device, psid)
@@ -517,6 +533,8 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     psid = _check_process_set(process_set, "allreduce_async_")
     device = _check(tensor, "allreduce")
     opc = _op_code(op, average)
+    if opc == Adasum:
+        _check_adasum(tensor, device, psid, "allreduce_async_")
     if tensor.is_contiguous():
         return _allreduce_into(tensor, tensor, _name("allreduce", name, process_set), opc, prescale_factor, postscale_factor,
                                device, psid)

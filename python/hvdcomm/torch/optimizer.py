@@ -7,8 +7,8 @@ import weakref
 from hvdcomm.torch.compression import Compression
 import torch
 
-from hvdcomm.torch.mpi_ops import (Adasum, Average, Sum, _check_process_set, allreduce_async, allreduce_async_, size,
-                                   sparse_allreduce_async, synchronize)
+from hvdcomm.torch.mpi_ops import (Adasum, Average, Sum, _check_process_set, allreduce_async, allreduce_async_,
+                                   global_process_set, size, sparse_allreduce_async, synchronize)
 
 
 class _DistributedOptimizer:
@@ -18,8 +18,6 @@ class _DistributedOptimizer:
 
     def __init__(self, optimizer, named_parameters, compression, backward_passes_per_step, op,
                  gradient_predivide_factor, sparse_as_dense=False, process_set=None):
-        if op == Adasum:
-            raise NotImplementedError("hvdcomm: Adasum is not supported by this library; use Average or Sum")
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("hvdcomm: gradient_predivide_factor requires op=Average")
         self._opt = optimizer
@@ -216,6 +214,141 @@ class _DistributedOptimizer:
         return self._opt.step(closure)
 
 
+class _DistributedAdasumOptimizer(_DistributedOptimizer):
+    """Horovod's DistributedOptimizer(op=hvd.Adasum) on more than one rank
+    (docs/python.md, "Adasum"): a delta optimizer. When backward has
+    produced a parameter's gradient (backward_passes_per_step times), the
+    wrapped optimizer steps that parameter alone, the change it made (the
+    delta, -lr * f(grad)) is combined across ranks with an Adasum allreduce
+    while backward goes on, and step() adds the combined delta to the weights
+    from before the local step. Adasum then sees whole updates, momentum and
+    all, as Horovod's does; learning rates are not scaled by size().
+    A _DistributedOptimizer for isinstance checks (broadcast_optimizer_state,
+    elastic state), which overrides every method it uses."""
+
+    def __init__(self, optimizer, named_parameters, compression, backward_passes_per_step):
+        self._opt = optimizer
+        self._compression = compression
+        self.backward_passes_per_step = backward_passes_per_step
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        if named_parameters is not None:
+            named = list(named_parameters)
+            if any(not isinstance(x, tuple) for x in named):
+                raise ValueError("hvdcomm: named_parameters should be a sequence of (name, parameter) tuples, "
+                                 "usually model.named_parameters()")
+            names = {id(p): n for n, p in named}
+            if len(set(names.values())) != len(named):
+                raise ValueError("hvdcomm: parameter names in named_parameters must be unique")
+            if any(id(p) not in names for p in params):
+                raise ValueError("hvdcomm: named_parameters does not cover every parameter of the optimizer")
+        else:
+            names = {id(p): f"param.{i}" for i, p in enumerate(params)}
+        self._names = names
+        self._params = params
+        self._by_id = {id(p): p for p in params}
+        self._handles = {}
+        self._delay = {id(p): backward_passes_per_step for p in params}
+        self._starts = {id(p): torch.zeros_like(p, requires_grad=False) for p in params}
+        self._requires_update = []
+        self._hooks = []
+        for p in params:
+            if p.requires_grad:
+                # As Horovod: a gradient exists from the start, so a parameter
+                # that gets none in a step still steps (on zeros) and is reduced.
+                p.grad = p.data.new(p.size()).zero_()
+                self._requires_update.append(p)
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                acc.register_hook(self._make_hook(p))
+                self._hooks.append(acc)
+        _optimizers.add(self)
+
+    def __getattr__(self, item):
+        return getattr(self.__dict__["_opt"], item)
+
+    @property
+    def param_groups(self):
+        return self._opt.param_groups
+
+    @property
+    def state(self):
+        return self._opt.state
+
+    def state_dict(self):
+        return self._opt.state_dict()
+
+    def load_state_dict(self, sd):
+        return self._opt.load_state_dict(sd)
+
+    def _on_reset(self):
+        """After an elastic re-join: the old world's handles are gone."""
+        self._handles.clear()
+        self._delay = {id(p): self.backward_passes_per_step for p in self._params}
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = passes
+        self._delay = {id(p): passes for p in self._params}
+
+    def _make_hook(self, p):
+        def hook(*ignore):
+            if id(p) in self._handles and self._handles[id(p)][0] is not None and self._delay[id(p)] <= 0:
+                raise AssertionError("hvdcomm: gradients computed more than backward_passes_per_step times "
+                                     "before step(); raise backward_passes_per_step")
+            self._delay[id(p)] -= 1
+            handle, ctx = None, None
+            if self._delay[id(p)] == 0:
+                handle, ctx = self._allreduce_delta(p)
+            self._handles[id(p)] = (handle, ctx)
+        return hook
+
+    def _allreduce_delta(self, p):
+        """Steps the wrapped optimizer on p alone, leaves the delta in p and
+        starts its Adasum allreduce; returns (handle, compression ctx)."""
+        start = self._starts[id(p)]
+        stashed = [g["params"] for g in self._opt.param_groups]
+        for g in self._opt.param_groups:
+            g["params"] = [p] if any(p is v for v in g["params"]) else []
+        try:
+            start.data.copy_(p.data)
+            self._opt.step()
+        finally:
+            for g, ps in zip(self._opt.param_groups, stashed):
+                g["params"] = ps
+        p.data.sub_(start)
+        compressed, ctx = self._compression.compress(p.data)
+        return allreduce_async_(compressed, name="adasum." + self._names[id(p)], op=Adasum), ctx
+
+    def synchronize(self):
+        """Nothing to do: step() completes the reductions (as Horovod's)."""
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        raise AssertionError("hvdcomm: skipping synchronization is not supported with the Adasum optimizer "
+                             "(as in Horovod)")
+
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        for p in self._requires_update:
+            if id(p) not in self._handles:
+                self._handles[id(p)] = self._allreduce_delta(p)
+        for pid, (handle, ctx) in list(self._handles.items()):
+            p = self._by_id[pid]
+            if handle is None:  # step() before backward_passes_per_step passes: reduce what there is
+                handle, ctx = self._allreduce_delta(p)
+            delta = self._compression.decompress(synchronize(handle), ctx)
+            start = self._starts[pid]
+            start.data.add_(delta.data)
+            p.data.copy_(start)
+            self._delay[pid] = self.backward_passes_per_step
+        self._handles.clear()
+        return loss
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise AssertionError("hvdcomm: zero_grad() called after backward() but before step(); this is "
+                                 "prohibited (the Adasum reductions are still pending)")
+        return self._opt.zero_grad(*args, **kwargs)
+
+
 # Every live _DistributedOptimizer: an elastic re-join resets their in-flight
 # state (hvdcomm.torch.elastic._elastic_reset).
 _optimizers = weakref.WeakSet()
@@ -233,8 +366,29 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     sparse_as_dense=True densified and allreduced, then made sparse again;
     otherwise through sparse_allreduce_async (allgather of indices and values).
     A parameter that gets no gradient on some rank in a step is reduced with
-    zeros from that rank."""
+    zeros from that rank.
+
+    op=hvd.Adasum on more than one rank gives Horovod's Adasum delta
+    optimizer (_DistributedAdasumOptimizer; docs/python.md, "Adasum"): the
+    learning rate is not scaled by size(); a power-of-two number of ranks,
+    the global process set and CPU parameters are needed, as in Horovod."""
     _check_process_set(process_set, "DistributedOptimizer")
+    if op == Adasum and size() > 1:
+        if backward_passes_per_step <= 0:
+            raise ValueError("hvdcomm: backward_passes_per_step must be > 0")
+        if gradient_predivide_factor != 1.0:
+            raise ValueError("hvdcomm: gradient_predivide_factor requires op=Average")
+        if process_set is not None and process_set is not global_process_set:
+            raise NotImplementedError("hvdcomm: Adasum does not support non-global process sets yet (as in Horovod)")
+        n = size()
+        if n & (n - 1):
+            raise NotImplementedError(f"hvdcomm: Running Adasum with non-power of 2 ranks is not supported (as in "
+                                      f"Horovod): the job has {n} ranks")
+        if num_groups or groups is not None or sparse_as_dense:
+            warnings.warn("hvdcomm: DistributedOptimizer(op=hvd.Adasum): num_groups, groups and sparse_as_dense are "
+                          "ignored, as in Horovod (the Adasum optimizer reduces each parameter's dense delta on its "
+                          "own)", stacklevel=2)
+        return _DistributedAdasumOptimizer(optimizer, named_parameters, compression, backward_passes_per_step)
     if num_groups or groups is not None:
         warnings.warn(f"hvdcomm: DistributedOptimizer(num_groups={num_groups!r}, groups=...) is ignored: hvdcomm "
                       f"fuses the gradient allreduces by its own fusion threshold and cycle time; the result is "

@@ -10,9 +10,13 @@ one common batch.
 
 Registered as python.synthetic_benchmark and python.synthetic_benchmark_fp16
 (hvdrun -np 2). --use-adasum passes op=hvd.Adasum as Horovod's script does
-(Adasum is another item of issue 20; until it lands it raises
-NotImplementedError, so it is not registered). Without torchvision (not a
-dependency), --model names one of the small models below."""
+(registered as python.synthetic_benchmark_adasum): then the reference is
+Horovod's Adasum delta optimizer, computed here -- each rank's SGD step on
+its own batch gives a delta, the deltas are combined by the pairwise Adasum
+formula per parameter (in the binary-tree order of ranks), and the
+parameters move by the result. Without torchvision (not a dependency),
+--model names one of the small models below."""
+import math
 import argparse
 import copy
 import sys
@@ -104,13 +108,44 @@ if args.check:
     steps = [0]
 
 
+def adasum_pair(a, b):
+    """Horovod's pairwise Adasum of two deltas of one parameter (float64)."""
+    dot, aa, bb = (a * b).sum().item(), (a * a).sum().item(), (b * b).sum().item()
+    tiny = math.sqrt(sys.float_info.min)
+    ca = 1.0 - dot / (2 * aa) if aa >= tiny else 1.0
+    cb = 1.0 - dot / (2 * bb) if bb >= tiny else 1.0
+    return ca * a + cb * b
+
+
+def adasum_tree(vs):
+    if len(vs) == 1:
+        return vs[0]
+    return adasum_pair(adasum_tree(vs[:len(vs) // 2]), adasum_tree(vs[len(vs) // 2:]))
+
+
+def adasum_reference_step():
+    """Every rank's plain-SGD delta (-lr * its gradient) from the shared
+    reference weights, combined by Adasum per parameter."""
+    deltas = []
+    for x, y in batches:
+        reference.zero_grad()
+        F.cross_entropy(reference(x), y).backward()
+        deltas.append([-ref_opt.param_groups[0]["lr"] * p.grad.double() for p in reference.parameters()])
+    with torch.no_grad():
+        for i, p in enumerate(reference.parameters()):
+            p.add_(adasum_tree([d[i] for d in deltas]).float())
+
+
 def benchmark_step():
     optimizer.zero_grad()
     output = model(data)
     loss = F.cross_entropy(output, target)
     loss.backward()
     optimizer.step()
-    if args.check:  # the same step on the mean of every rank's loss (= the average gradient)
+    if args.check and args.use_adasum:
+        adasum_reference_step()
+        steps[0] += 1
+    elif args.check:  # the same step on the mean of every rank's loss (= the average gradient)
         ref_opt.zero_grad()
         (sum(F.cross_entropy(reference(x), y) for x, y in batches) / hvd.size()).backward()
         ref_opt.step()
@@ -150,6 +185,9 @@ if args.check:
     params = [p.detach().cpu() for p in model.parameters()]
     # fp16 rounds every averaged gradient to 11 significant bits: with lr
     # 0.01 * size over a few steps the parameters stay within 1e-4 of float32.
+    # (Adasum: the library combines float32 deltas, new - old weights rather
+    # than -lr * grad, with float64 dot products summed in another order than
+    # the reference's; still within float32 rounding of it.)
     tol = 1e-4 if args.fp16_allreduce else 1e-6
     worst = 0.0
     for i, (p, q) in enumerate(zip(params, reference.parameters())):

@@ -185,6 +185,14 @@ assert torch.equal(hvd.reducescatter(x, op=hvd.Sum, compression=Tagging), total[
 assert torch.equal(hvd.reducescatter(w, op=hvd.Sum, compression=Tagging).detach(), total[r:r + 1] * 2)
 assert Tagging.calls.count("c") == 7 and Tagging.calls.count("d") == 7, Tagging.calls
 assert torch.equal(hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.fp16), total)
+# op=hvd.Adasum no longer raises (python.adasum checks it against a
+# reference): on 2 ranks the Adasum of equal tensors is that tensor, of
+# orthogonal ones their sum; compression= is applied to it too.
+same = torch.tensor([3.0, -4.0])
+assert torch.equal(hvd.allreduce(same, op=hvd.Adasum), same)
+orth = torch.tensor([1.0, 0.0]) if r == 0 else torch.tensor([0.0, 2.0])
+assert torch.equal(hvd.allreduce(orth, op=hvd.Adasum), torch.tensor([1.0, 2.0]))
+assert torch.equal(hvd.allreduce(orth, op=hvd.Adasum, compression=Tagging), torch.tensor([2.0, 4.0]))
 # grouped_allreduce of tensors that require grad is differentiable (as Horovod's)
 outs = hvd.grouped_allreduce([w, w * 2], op=hvd.Sum)
 (outs[0].sum() + outs[1].sum()).backward()

@@ -62,6 +62,14 @@ int main(void) {
   EXPECT(hvd_broadcast("b2", data, data, 4, HVD_FLOAT32, 1) == HVD_ERR_INVALID);
   EXPECT(strstr(hvd_last_error(), "root rank 1 is out of range") != NULL);
   EXPECT(hvd_allreduce("bad", data, out, 4, 99, HVD_SUM) == HVD_ERR_INVALID);
+  /* Adasum of one rank is the input (times the scale factors); integer
+   * tensors are refused. */
+  EXPECT(hvd_allreduce_async("ada", data, out, 4, HVD_FLOAT32, HVD_ADASUM, 2.0, 1.5, &h) == HVD_OK);
+  EXPECT(hvd_wait(h) == HVD_OK);
+  hvd_release(h);
+  EXPECT(out[3] == data[3] * 3.0f);
+  EXPECT(hvd_allreduce("ada.i", gin, gin, 3, HVD_INT32, HVD_ADASUM) == HVD_ERR_INVALID);
+  EXPECT(strstr(hvd_last_error(), "Adasum supports float16, float32 and float64") != NULL);
   EXPECT(hvd_allreduce_async("x", data, out, 4, HVD_FLOAT32, HVD_SUM, 1.0, 1.0, NULL) == HVD_ERR_INVALID);
   EXPECT(hvd_barrier() == HVD_OK);
   EXPECT(hvd_poll(NULL) == HVD_ERR_INVALID);

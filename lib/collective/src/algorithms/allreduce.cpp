@@ -70,6 +70,10 @@ void ring_allreduce(Comm& comm, char* data, std::size_t count, DataType dtype, R
 
 void allreduce(Comm& comm, void* data, std::size_t count, DataType dtype, ReduceOp op, double prescale,
                double postscale) {
+  if (op == ReduceOp::Adasum) {
+    adasum_allreduce(comm, data, {count}, dtype, prescale, postscale);
+    return;
+  }
   const std::size_t es = dtype_size(dtype);
   (void)reduce_op_name(op);
   if (static_cast<int>(op) < 0 || static_cast<int>(op) > static_cast<int>(ReduceOp::Product)) {

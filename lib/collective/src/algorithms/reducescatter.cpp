@@ -25,6 +25,7 @@ void reducescatter(Comm& comm, const void* send, void* recv, const std::vector<s
                    DataType dtype, ReduceOp op, double prescale, double postscale) {
   detail::check_per_rank(comm, recv_counts, "reducescatter", "recv_counts");
   const std::size_t es = dtype_size(dtype);
+  if (op == ReduceOp::Adasum) throw InvalidArgument("reducescatter: Adasum is an allreduce-only operation");
   if (static_cast<int>(op) < 0 || static_cast<int>(op) > static_cast<int>(ReduceOp::Product)) {
     throw InvalidArgument(fmt::format("reducescatter: unknown reduce op {}", static_cast<int>(op)));
   }

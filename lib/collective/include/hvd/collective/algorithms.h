@@ -24,6 +24,20 @@ namespace hvd::collective {
 void allreduce(Comm& comm, void* data, std::size_t count, DataType dtype, ReduceOp op, double prescale = 1.0,
                double postscale = 1.0);
 
+/// Adasum (docs/collective.md, "Adasum"), in place: `data` holds tensors of
+/// tensor_counts[i] elements back to back, each combined with its own
+/// coefficients (Horovod's per-tensor dot products and norms), by
+/// vector-halving distance-doubling. float16/float32/float64 only; the
+/// communicator's size must be a power of two (hvd::InvalidArgument
+/// otherwise, as Horovod refuses other sizes). prescale multiplies the
+/// input, postscale the result. Results are bit-identical on every rank.
+/// allreduce(..., ReduceOp::Adasum, ...) is this with one tensor.
+void adasum_allreduce(Comm& comm, void* data, const std::vector<std::size_t>& tensor_counts, DataType dtype,
+                      double prescale = 1.0, double postscale = 1.0);
+
+/// Whether Adasum runs on `size` ranks (a power of two).
+bool adasum_supported_size(int size);
+
 /// Every rank contributes send_bytes (== recv_bytes[rank]); recv gets all
 /// contributions back to back in rank order.
 void allgatherv(Comm& comm, const void* send, std::size_t send_bytes, void* recv,

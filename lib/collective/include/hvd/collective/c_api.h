@@ -6,7 +6,7 @@
  *    failed call (valid until the next failing call on the same thread).
  *  - Handles are opaque; every handle returned must be released with
  *    hvd_release(), finished or not (an unfinished operation still runs).
- *  - dtype values are HVD_UINT8..HVD_BOOL, op values HVD_SUM..HVD_PRODUCT;
+ *  - dtype values are HVD_UINT8..HVD_BOOL, op values HVD_SUM..HVD_ADASUM;
  *    both match hvd::collective::DataType / ReduceOp and never change.
  *  - Input and output memory must stay valid until the handle is finished.
  *  - The header is C89/C99 and C++ compatible. */
@@ -54,6 +54,7 @@ extern "C" {
 #define HVD_MIN 2
 #define HVD_MAX 3
 #define HVD_PRODUCT 4
+#define HVD_ADASUM 5 /* allreduce of float16/32/64 host tensors, power-of-two ranks (docs/collective.md) */
 
 typedef struct hvd_handle* hvd_handle_t;
 

@@ -29,6 +29,9 @@ enum class ReduceOp : int32_t {
   Min = 2,
   Max = 3,
   Product = 4,
+  /// Horovod's Adasum (docs/collective.md, "Adasum"): allreduce only, of
+  /// float16/float32/float64 host tensors, on a power-of-two number of ranks.
+  Adasum = 5,
 };
 
 std::size_t dtype_size(DataType dtype);
