@@ -4,6 +4,7 @@
 // expected value is the pairwise formula written out.
 #include "hvd/collective/context.h"
 #include "hvd/store/memory_store.h"
+#include "thread_job.h"
 
 #include <catch2/catch.hpp>
 
@@ -20,45 +21,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-class Job {
- public:
-  Job(int n, Settings base) : store_(std::make_shared<hvd::store::InMemoryStore>()) {
-    contexts_.resize(n);
-    std::vector<std::thread> threads;
-    std::vector<std::exception_ptr> errors(n);
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          Settings s = base;
-          s.rank = r;
-          s.size = n;
-          s.local_rank = r;
-          s.local_size = n;
-          s.secret = "test-secret";
-          s.start_timeout = 10s;
-          contexts_[r] = Context::create(s, store_);
-        } catch (...) {
-          errors[r] = std::current_exception();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (auto& e : errors) {
-      if (e) std::rethrow_exception(e);
-    }
-  }
-  void run(const std::function<void(Context&, int)>& fn) {
-    std::vector<std::future<void>> fs;
-    for (std::size_t r = 0; r < contexts_.size(); ++r) {
-      fs.push_back(std::async(std::launch::async, [&, r] { fn(*contexts_[r], static_cast<int>(r)); }));
-    }
-    for (auto& f : fs) f.get();
-  }
-
- private:
-  std::shared_ptr<hvd::store::InMemoryStore> store_;
-  std::vector<std::unique_ptr<Context>> contexts_;
-};
+using Job = hvd_test::ThreadJob;
 
 std::vector<double> pair(const std::vector<double>& a, const std::vector<double>& b) {
   double dot = 0, aa = 0, bb = 0;
