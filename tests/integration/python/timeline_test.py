@@ -48,8 +48,8 @@ class Timeline(unittest.TestCase):
     def tearDown(self):
         self.tmp.cleanup()
 
-    def hvdrun(self, flags, *args):
-        return [HVDRUN, "-np", "2", "-H", "localhost:2"] + flags + [sys.executable, WORKER] + list(args)
+    def hvdrun(self, flags, *args, np=2):
+        return [HVDRUN, "-np", str(np), "-H", f"localhost:{np}"] + flags + [sys.executable, WORKER] + list(args)
 
     def run_ok(self, argv):
         p = subprocess.run(argv, env=self.env, cwd=self.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -86,6 +86,14 @@ class Timeline(unittest.TestCase):
         self.assertGreaterEqual(len(marks), 5)
         # only rank 0 writes: no other file appeared
         self.assertEqual(sorted(os.listdir(self.dir)), ["t.json"])
+
+    def test_three_ranks_each_rank_ticks_once_per_negotiation(self):
+        self.run_ok(self.hvdrun(["--timeline-filename", "t3.json"], "steps", "3", np=3))
+        t = self.load("t3.json")
+        pids = trace_pids(t)
+        for name in ("grad.w", "grad.b", "bc"):
+            self.assertEqual(sorted(ticks(t, pids[name])), sorted(["0", "1", "2"] * (1 if name == "bc" else 3)))
+        self.assertFalse([e for e in t if e.get("ph") == "i"], "no cycle marks were asked for")
 
     def test_start_and_stop_at_run_time(self):
         self.run_ok(self.hvdrun([], "startstop", self.dir))
