@@ -100,6 +100,11 @@ TEST_CASE("settings_from_env: HOROVOD_TIMELINE and HOROVOD_TIMELINE_MARK_CYCLES"
   CHECK(settings_from_env().timeline_mark_cycles);
   env.set("HOROVOD_TIMELINE_MARK_CYCLES", "0");
   CHECK_FALSE(settings_from_env().timeline_mark_cycles);
+  // Horovod's DYNAMIC: no file at init (start_timeline later).
+  env.set("HOROVOD_TIMELINE", "DYNAMIC");
+  CHECK(settings_from_env().timeline_path.empty());
+  CHECK(contains(describe_settings(settings_from_env(), LogSettings{}),
+                 "timeline=off (HOROVOD_TIMELINE=DYNAMIC: until start_timeline)"));
 }
 
 TEST_CASE("settings_from_env: HOROVOD_GLOO_TIMEOUT_SECONDS is the rendezvous timeout when set", "[settings]") {
