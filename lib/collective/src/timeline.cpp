@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -76,6 +77,7 @@ TimelineWriter::TimelineWriter(const std::string& path, int64_t start_epoch_us, 
   end_ = static_cast<int64_t>(head.size());
   queue_.reserve(1024);
   thread_ = std::thread([this] { run(); });
+  pthread_setname_np(thread_.native_handle(), "hvd-timeline");
 }
 
 TimelineWriter::~TimelineWriter() { close(); }

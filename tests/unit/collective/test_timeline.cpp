@@ -186,7 +186,9 @@ TEST_CASE("timeline: SIGKILL of the writing process leaves a file that loads as 
       TimelineWriterOptions o;
       o.flush_interval = std::chrono::milliseconds(5);
       tl.start(file.string(), true, o);
-      for (uint64_t i = 0;; ++i) {
+      // Bounded, so a parent that fails before its kill leaves no orphan.
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      for (uint64_t i = 0; std::chrono::steady_clock::now() < give_up; ++i) {
         const std::string name = "tensor." + std::to_string(i % 50);
         tl.negotiate_rank_ready(name, "ALLREDUCE", 0);
         tl.negotiate_rank_ready(name, "ALLREDUCE", 1);
@@ -195,6 +197,7 @@ TEST_CASE("timeline: SIGKILL of the writing process leaves a file that loads as 
         tl.end(name, "\"dtype\": \"float32\"");
         tl.mark_cycle();
       }
+      _exit(0);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     REQUIRE(kill(child, SIGKILL) == 0);
