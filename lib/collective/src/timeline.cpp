@@ -138,8 +138,11 @@ int TimelineWriter::pid_of(const std::string& tensor, std::string& out) {
 void TimelineWriter::write_batch(std::vector<TimelineRecord>& batch) {
   if (failed_) return;
   std::string items;
+  std::vector<std::size_t> starts;  // where each unit of complete items begins
   items.reserve(batch.size() * 80);
+  starts.reserve(batch.size());
   for (const TimelineRecord& r : batch) {
+    starts.push_back(items.size());
     if (r.phase == 'i') {
       items += fmt::format(",\n{{\"ph\": \"i\", \"name\": {}, \"ts\": {}, \"pid\": 0, \"s\": \"g\"}}",
                            timeline_quote(r.name), r.ts_us);
@@ -153,7 +156,7 @@ void TimelineWriter::write_batch(std::vector<TimelineRecord>& batch) {
     if (!r.args.empty()) items += fmt::format(", \"args\": {{{}}}", r.args);
     items += "}";
   }
-  if (!write_at_end(items)) {
+  if (!write_at_end(items, starts)) {
     failed_ = true;
     spdlog::error("hvd timeline: writing '{}' failed: {}; the timeline stops here (the file stays valid JSON)", path_,
                   std::strerror(errno));
@@ -162,13 +165,35 @@ void TimelineWriter::write_batch(std::vector<TimelineRecord>& batch) {
   written_.fetch_add(batch.size(), std::memory_order_relaxed);
 }
 
-bool TimelineWriter::write_at_end(const std::string& items) {
-  // One pwrite() over the old closing bracket: the file is "[...]" before
-  // and after it.
-  std::string data = items + kTail;
-  if (!pwrite_all(fd_, data, end_ - kTailLen)) return false;
-  end_ += static_cast<int64_t>(items.size());
-  return true;
+bool TimelineWriter::write_at_end(const std::string& items, const std::vector<std::size_t>& starts) {
+  // Each pwrite() puts complete items plus a new closing bracket over the
+  // old one, so the file is "[...]" before and after it. Linux may cut a
+  // write short at a page boundary when the process is killed during it (it
+  // checks for a fatal signal before each page), which would leave half an
+  // item at the end; so writes stay within one 4 KiB page, and only a unit
+  // that cannot fit in what is left of its page is written across a
+  // boundary, alone (that write's instant is the one remaining window).
+  constexpr int64_t kPage = 4096;
+  int64_t pos = end_ - kTailLen;  // where the next write starts
+  std::size_t from = 0;  // first byte of `items` not written yet
+  auto flush = [&](std::size_t to) {
+    if (to == from) return true;
+    std::string data = items.substr(from, to - from);
+    data += kTail;
+    if (!pwrite_all(fd_, data, pos)) return false;
+    pos += static_cast<int64_t>(to - from);
+    end_ = pos + kTailLen;
+    from = to;
+    return true;
+  };
+  for (std::size_t u = 0; u < starts.size(); ++u) {
+    const std::size_t unit_end = u + 1 < starts.size() ? starts[u + 1] : items.size();
+    const int64_t page_end = (pos / kPage + 1) * kPage;
+    if (starts[u] > from && pos + static_cast<int64_t>(unit_end - from) + kTailLen > page_end) {
+      if (!flush(starts[u])) return false;
+    }
+  }
+  return flush(items.size());
 }
 
 // ---- Timeline ---------------------------------------------------------------

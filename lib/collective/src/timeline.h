@@ -9,9 +9,9 @@
 ///
 /// The hot path (the background thread) only appends records to a bounded
 /// queue; a writer thread formats them and flushes a batch at least every
-/// flush interval. The file always ends with "]": each batch is written
-/// with one pwrite() over the previous closing bracket, so the file loads
-/// as JSON at any moment, even after the process is killed.
+/// flush interval. The file always ends with "]": events are written with
+/// pwrite() over the previous closing bracket, so the file loads as JSON at
+/// any moment, even after the process is killed (see write_at_end).
 #include "message.h"
 
 #include <atomic>
@@ -71,7 +71,10 @@ class TimelineWriter {
  private:
   void run();
   void write_batch(std::vector<TimelineRecord>& batch);
-  bool write_at_end(const std::string& items);
+  /// Appends `items` (complete items starting at `starts`) before the
+  /// closing bracket, in writes that each stay within one page where an item
+  /// allows it (see write_at_end in timeline.cpp).
+  bool write_at_end(const std::string& items, const std::vector<std::size_t>& starts);
   int pid_of(const std::string& tensor, std::string& out);
 
   std::string path_;
