@@ -312,13 +312,24 @@ struct Context::Impl {
     }
   }
 
+  /// The tensor's name and this rank's request (a stalled tensor may lack
+  /// some ranks' requests, this rank's included).
+  static const Request& announced_request(const detail::TensorRequests& t, int rank) {
+    if (!t[rank].name.empty()) return t[rank];
+    for (const Request& q : t) {
+      if (!q.name.empty()) return q;
+    }
+    return t[rank];
+  }
+
   /// Negotiation ended for these responses: each tensor's operation opens
   /// and waits in QUEUE until the executor takes it.
   void timeline_negotiated(const detail::Controller::Outcome& outcome) {
     if (timeline.mark_cycles() && (announced > 0 || !outcome.responses.empty())) timeline.mark_cycle();
     for (const detail::Response& r : outcome.responses) {
       for (const auto& t : r.tensors) {
-        timeline.negotiated(t[0].name, detail::timeline_op_name(r.type), detail::tensor_bytes(t[settings.rank]));
+        const Request& q = announced_request(t, settings.rank);
+        timeline.negotiated(q.name, detail::timeline_op_name(r.type), detail::tensor_bytes(q));
       }
     }
   }
@@ -424,8 +435,8 @@ struct Context::Impl {
       detail::execute(resp, raw, ex);
     }
     if (timeline.active()) {
-      for (std::size_t i = 0; i < resp.tensors.size(); ++i) {
-        const Request& q = resp.tensors[i][settings.rank];
+      for (const auto& t : resp.tensors) {
+        const Request& q = announced_request(t, settings.rank);
         timeline.end(q.name, resp.ok() ? fmt::format("\"dtype\": \"{}\", \"shape\": \"[{}]\"", dtype_name(q.dtype),
                                                      fmt::join(q.shape, ", "))
                                        : fmt::format("\"error\": {}", detail::timeline_quote(resp.message)));
@@ -566,6 +577,14 @@ Context::Context(const Settings& settings, std::unique_ptr<Comm> comm, std::shar
   if (!pin.warning.empty() && settings.local_rank == 0) spdlog::warn("{}", pin.warning);
   impl_ = std::make_unique<Impl>(settings, std::move(comm), std::move(store));
   impl_->psets = std::make_unique<detail::ProcessSetTable>(*this, impl_->store);
+  if (impl_->records_timeline() && !settings.timeline_path.empty()) {
+    // As Horovod: a timeline that cannot be opened is logged, not fatal.
+    try {
+      impl_->timeline.start(settings.timeline_path, settings.timeline_mark_cycles);
+    } catch (const IoError& e) {
+      spdlog::error("{}; the job runs without a timeline", e.what());
+    }
+  }
   impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
   // The name lets people (and tests) find the thread: top -H, /proc/PID/task.
   pthread_setname_np(impl_->thread.native_handle(), "hvd-background");
@@ -576,14 +595,6 @@ Context::Context(const Settings& settings, std::unique_ptr<Comm> comm, std::shar
     if (int err = pthread_setaffinity_np(impl_->thread.native_handle(), sizeof one, &one); err != 0) {
       spdlog::warn("{}: pinning the background thread to core {} failed: {}", job_env::kThreadAffinity, pin.core,
                    std::strerror(err));
-    }
-  }
-  if (impl_->records_timeline() && !settings.timeline_path.empty()) {
-    // As Horovod: a timeline that cannot be opened is logged, not fatal.
-    try {
-      impl_->timeline.start(settings.timeline_path, settings.timeline_mark_cycles);
-    } catch (const IoError& e) {
-      spdlog::error("{}; the job runs without a timeline", e.what());
     }
   }
   if (!settings.process_sets.empty()) {

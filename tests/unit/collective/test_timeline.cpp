@@ -4,7 +4,9 @@
 #include "timeline.h"
 
 #include "hvd/collective/context.h"
+#include "hvd/collective/errors.h"
 #include "hvd/common/error.h"
+#include "hvd/store/memory_store.h"
 
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
@@ -18,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -303,4 +306,70 @@ TEST_CASE("timeline: a Context records negotiation and queue and fusion copies a
   CHECK(p2.size() == 1);
   CHECK(p2.count("late") == 1);
   for (const json& e : t2) CHECK(e.value("ph", "") != "i");
+}
+
+TEST_CASE("timeline: two ranks - rank 0 records both ranks and a mismatch ends with its error", "[timeline]") {
+  TempDir dir;
+  const fs::path file = dir.path / "two.json";
+  auto store = std::make_shared<hvd::store::InMemoryStore>();
+  std::vector<std::unique_ptr<hvd::collective::Context>> ctx(2);
+  {
+    std::vector<std::future<void>> fs;
+    for (int r = 0; r < 2; ++r) {
+      fs.push_back(std::async(std::launch::async, [&, r] {
+        hvd::collective::Settings s;
+        s.rank = r;
+        s.size = 2;
+        s.local_rank = r;
+        s.local_size = 2;
+        s.secret = "test-secret";
+        s.start_timeout = std::chrono::seconds(10);
+        s.cycle_time = std::chrono::microseconds(500);
+        s.timeline_path = file.string();  // every rank is given it; only rank 0 writes
+        ctx[r] = hvd::collective::Context::create(s, store);
+      }));
+    }
+    for (auto& f : fs) f.get();
+  }
+  CHECK(ctx[0]->timeline_active());
+  CHECK_FALSE(ctx[1]->timeline_active());
+  {
+    std::vector<std::future<void>> fs;
+    for (int r = 0; r < 2; ++r) {
+      fs.push_back(std::async(std::launch::async, [&, r] {
+        std::vector<float> v(8, 1.0f);
+        hvd::collective::AllreduceArgs good;
+        good.name = "good";
+        good.input = good.output = v.data();
+        good.shape = {8};
+        ctx[r]->allreduce_async(good).wait();
+        hvd::collective::AllreduceArgs bad = good;
+        bad.name = "bad";
+        bad.shape = {r == 0 ? 8 : 4};
+        CHECK_THROWS_AS(ctx[r]->allreduce_async(bad).wait(), hvd::collective::MismatchError);
+      }));
+    }
+    for (auto& f : fs) f.get();
+  }
+  ctx[1].reset();
+  ctx[0].reset();
+  json t = load(file);
+  auto p = pids(t);
+  REQUIRE(p.count("good") == 1);
+  REQUIRE(p.count("bad") == 1);
+  for (const char* name : {"good", "bad"}) {
+    std::multiset<std::string> ticks;
+    for (const json& e : t) {
+      if (e.value("ph", "") == "X" && e["pid"] == p.at(name)) ticks.insert(e["name"].get<std::string>());
+    }
+    CHECK(ticks == std::multiset<std::string>{"0", "1"});
+  }
+  CHECK(contains(begins(t, p.at("good")), "ALLREDUCE"));
+  std::string error;
+  for (const json& e : t) {
+    if (e.value("ph", "") == "E" && e["pid"] == p.at("bad") && e.contains("args")) {
+      error = e["args"].value("error", "");
+    }
+  }
+  CHECK(error.find("tensor 'bad' mismatch") != std::string::npos);
 }
