@@ -100,6 +100,26 @@ PYBIND11_MODULE(_core, m) {
     py::gil_scoped_release nogil;
     hvd::remove_process_set(id);
   });
+  // The timeline (docs/python.md, "Timeline"): rank 0 writes it.
+  m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
+    std::string io_error;  // a file that cannot be created: OSError
+    {
+      py::gil_scoped_release nogil;
+      try {
+        hvd::start_timeline(path, mark_cycles);
+      } catch (const hvd::IoError& e) {
+        io_error = e.what();
+      }
+    }
+    if (!io_error.empty()) {
+      PyErr_SetString(PyExc_OSError, io_error.c_str());
+      throw py::error_already_set();
+    }
+  });
+  m.def("stop_timeline", [] {
+    py::gil_scoped_release nogil;
+    hvd::stop_timeline();
+  });
   m.def("dynamic_process_sets", [] { return hvd::context().settings().dynamic_process_sets; });
   m.attr("dynamic_process_sets_var") = kDynamicProcessSetsVar;
   m.def("process_set_ids", [] { return hvd::context().process_set_ids(); });

@@ -299,6 +299,14 @@ int hvd_remove_process_set(int id) {
   return guarded([&] { hvd::remove_process_set(id); });
 }
 
+int hvd_start_timeline(const char* path, int mark_cycles) {
+  return guarded([&] { hvd::start_timeline(path ? path : "", mark_cycles != 0); });
+}
+
+int hvd_stop_timeline(void) {
+  return guarded([&] { hvd::stop_timeline(); });
+}
+
 int hvd_process_set_size(int id) {
   int v = -1;
   int rc = guarded([&] { v = hvd::context().process_set_size(id); });

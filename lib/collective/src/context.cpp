@@ -7,6 +7,7 @@
 #include "operations.h"
 #include "process_sets.h"
 #include "stall_inspector.h"
+#include "timeline.h"
 
 #include "hvd/collective/algorithms.h"
 #include "hvd/collective/cuda.h"
@@ -114,6 +115,10 @@ struct Context::Impl {
   std::unique_ptr<cuda::detail::DeviceExecutor> device;
   /// The process sets (process_sets.h); set by the Context's constructor.
   std::unique_ptr<detail::ProcessSetTable> psets;
+  /// The timeline (timeline.h): recorded by rank 0 of the global set only.
+  detail::Timeline timeline;
+  /// Announcements seen this cycle (for cycle marks; background thread).
+  std::size_t announced = 0;
 
   mutable std::mutex mu;
   std::condition_variable cv;
@@ -142,7 +147,18 @@ struct Context::Impl {
         comm(c ? std::move(c) : std::make_unique<LocalComm>()),
         controller(detail::ControllerOptions{s.rank, s.size, s.cache_capacity, s.fusion_threshold, cuda::cuda_built()}),
         stall(detail::StallOptions{s.stall_check, s.stall_warn_after, s.stall_fail_after}),
-        fusion(s.fusion_threshold) {}
+        fusion(s.fusion_threshold) {
+    if (records_timeline()) {
+      controller.on_announce = [this](const Request& q, int rank) {
+        ++announced;
+        timeline.negotiate_rank_ready(q.name, detail::timeline_op_name(q.type), rank);
+      };
+    }
+  }
+
+  /// Only the coordinator writes the timeline (as Horovod), and only for
+  /// the global process set.
+  bool records_timeline() const { return settings.rank == 0 && settings.process_set_id == kGlobalProcessSet; }
 
   std::string tag() const {
     return settings.process_set_id == kGlobalProcessSet
@@ -283,13 +299,37 @@ struct Context::Impl {
 
       detail::RankMessage mine = controller.make_message(requests, shutting, std::move(stalled));
       std::vector<detail::RankMessage> all = exchange(mine);
+      announced = 0;
       detail::Controller::Outcome outcome = controller.process(all, now);
+      if (timeline.active()) timeline_negotiated(outcome);
       // Before any handle completes, so a waiter sees this cycle's counts.
       publish_stats();
       for (const detail::Response& r : outcome.responses) run_response(r);
       if (outcome.shutdown_rank >= 0) {
         stop(outcome.shutdown_rank);
         return;
+      }
+    }
+  }
+
+  /// The tensor's name and this rank's request (a stalled tensor may lack
+  /// some ranks' requests, this rank's included).
+  static const Request& announced_request(const detail::TensorRequests& t, int rank) {
+    if (!t[rank].name.empty()) return t[rank];
+    for (const Request& q : t) {
+      if (!q.name.empty()) return q;
+    }
+    return t[rank];
+  }
+
+  /// Negotiation ended for these responses: each tensor's operation opens
+  /// and waits in QUEUE until the executor takes it.
+  void timeline_negotiated(const detail::Controller::Outcome& outcome) {
+    if (timeline.mark_cycles() && (announced > 0 || !outcome.responses.empty())) timeline.mark_cycle();
+    for (const detail::Response& r : outcome.responses) {
+      for (const auto& t : r.tensors) {
+        const Request& q = announced_request(t, settings.rank);
+        timeline.negotiated(q.name, detail::timeline_op_name(r.type), detail::tensor_bytes(q));
       }
     }
   }
@@ -388,7 +428,19 @@ struct Context::Impl {
       for (auto& op : ops) raw.push_back(op.get());
       detail::Executors ex{*comm, fusion, [this]() -> cuda::detail::DeviceExecutor& { return device_executor(); },
                            [this](const std::vector<int>& members) -> Comm& { return group_comm(members); }};
+      if (timeline.active()) {
+        ex.timeline = &timeline;
+        for (auto& op : ops) timeline.activity_end(op->request.name);  // QUEUE
+      }
       detail::execute(resp, raw, ex);
+    }
+    if (timeline.active()) {
+      for (const auto& t : resp.tensors) {
+        const Request& q = announced_request(t, settings.rank);
+        timeline.end(q.name, resp.ok() ? fmt::format("\"dtype\": \"{}\", \"shape\": \"[{}]\"", dtype_name(q.dtype),
+                                                     fmt::join(q.shape, ", "))
+                                       : fmt::format("\"error\": {}", detail::timeline_quote(resp.message)));
+      }
     }
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -525,6 +577,14 @@ Context::Context(const Settings& settings, std::unique_ptr<Comm> comm, std::shar
   if (!pin.warning.empty() && settings.local_rank == 0) spdlog::warn("{}", pin.warning);
   impl_ = std::make_unique<Impl>(settings, std::move(comm), std::move(store));
   impl_->psets = std::make_unique<detail::ProcessSetTable>(*this, impl_->store);
+  if (impl_->records_timeline() && !settings.timeline_path.empty()) {
+    // As Horovod: a timeline that cannot be opened is logged, not fatal.
+    try {
+      impl_->timeline.start(settings.timeline_path, settings.timeline_mark_cycles);
+    } catch (const IoError& e) {
+      spdlog::error("{}; the job runs without a timeline", e.what());
+    }
+  }
   impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
   // The name lets people (and tests) find the thread: top -H, /proc/PID/task.
   pthread_setname_np(impl_->thread.native_handle(), "hvd-background");
@@ -561,7 +621,17 @@ void Context::shutdown() {
   }
   impl_->cv.notify_all();
   impl_->thread.join();
+  impl_->timeline.stop();
 }
+
+void Context::start_timeline(const std::string& path, bool mark_cycles) {
+  if (path.empty()) throw InvalidArgument("hvd: start_timeline: the file path is empty");
+  if (impl_->records_timeline()) impl_->timeline.start(path, mark_cycles);
+}
+
+void Context::stop_timeline() { impl_->timeline.stop(); }
+
+bool Context::timeline_active() const { return impl_->timeline.active(); }
 
 void Context::abort(const std::string& reason) {
   {

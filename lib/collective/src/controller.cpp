@@ -78,6 +78,7 @@ void Controller::announce(int rank, Request request, Clock::time_point now, std:
   e.have[rank] = true;
   e.cycle[rank] = stats_.cycles;
   e.requests[rank] = std::move(request);
+  if (on_announce) on_announce(e.requests[rank], rank);
   if (++e.count == options_.size) ready.push_back(it->first);
 }
 

@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -90,6 +91,11 @@ class Controller {
   std::vector<PendingTensor> pending() const;
 
   const ControllerStats& stats() const { return stats_; }
+
+  /// Called by process() for each announcement as it is fed (rank r
+  /// announced this request; cache hits included), e.g. for the timeline.
+  /// Empty: nothing is called.
+  std::function<void(const Request& request, int rank)> on_announce;
   const ResponseCache& cache() const { return cache_; }
 
  private:

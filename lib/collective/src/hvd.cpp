@@ -129,6 +129,9 @@ collective::Context& context() { return *current(); }
 int32_t add_process_set(const std::vector<int>& ranks) { return current()->add_process_set(ranks); }
 void remove_process_set(int32_t id) { current()->remove_process_set(id); }
 
+void start_timeline(const std::string& path, bool mark_cycles) { current()->start_timeline(path, mark_cycles); }
+void stop_timeline() { current()->stop_timeline(); }
+
 collective::Handle allreduce_async(const collective::AllreduceArgs& a) { return current()->allreduce_async(a); }
 collective::Handle allgather_async(const collective::AllgatherArgs& a) { return current()->allgather_async(a); }
 collective::Handle broadcast_async(const collective::BroadcastArgs& a) { return current()->broadcast_async(a); }

@@ -152,6 +152,11 @@ Settings settings_from_env() {
   if (s.start_timeout.count() == 0) s.start_timeout = std::chrono::milliseconds(1);
   s.thread_affinity = core_ids(env::get_or(job_env::kThreadAffinity, ""));
   s.dynamic_process_sets = switched_on(kDynamicProcessSetsVar);
+  // Horovod's HOROVOD_TIMELINE=DYNAMIC: no file at init, start_timeline later
+  // (which this library allows without it too).
+  s.timeline_path = env::get_or(job_env::kTimeline, "");
+  if (s.timeline_path == kTimelineDynamic) s.timeline_path.clear();
+  s.timeline_mark_cycles = switched_on(job_env::kTimelineMarkCycles);
 
   s.secret = env::get_or(job_env::kSecret, "");
   if (auto iface = env::get(job_env::kGlooIface); iface && !iface->empty()) s.bind_address = interface_address(*iface);
@@ -208,7 +213,14 @@ std::string describe_settings(const Settings& s, const LogSettings& log) {
             "not implemented");
   requested("torus_allreduce", job_env::kTorusAllreduce, switched_on(job_env::kTorusAllreduce), "not implemented");
   requested("autotune", job_env::kAutotune, switched_on(job_env::kAutotune), "not implemented");
-  requested("timeline", job_env::kTimeline, !env::get_or(job_env::kTimeline, "").empty(), "not implemented");
+  if (s.timeline_path.empty()) {
+    items.push_back(env::get_or(job_env::kTimeline, "") == kTimelineDynamic
+                        ? "timeline=off (HOROVOD_TIMELINE=DYNAMIC: until start_timeline)"
+                        : "timeline=off");
+  } else {
+    items.push_back(fmt::format("timeline={} (rank 0 writes it{})", s.timeline_path,
+                                s.timeline_mark_cycles ? ", cycle marks" : ""));
+  }
   const std::string streams = env::get_or(job_env::kNumNcclStreams, "");
   items.push_back(streams.empty() || streams == "1"
                       ? std::string("nccl_streams=1")
@@ -233,8 +245,6 @@ std::vector<std::string> ignored_settings_warnings() {
   ignored(job_env::kAutotune, switched_on(job_env::kAutotune),
           "the library does not autotune yet; the fusion threshold and cycle time stay as set" +
               (log.empty() ? std::string() : fmt::format(", and {}={} is not written", job_env::kAutotuneLog, log)));
-  ignored(job_env::kTimeline, !env::get_or(job_env::kTimeline, "").empty(),
-          "the library writes no timeline yet; no file is created");
   return out;
 }
 

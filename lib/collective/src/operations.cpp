@@ -1,6 +1,7 @@
 #include "operations.h"
 
 #include "device_executor.h"
+#include "timeline.h"
 
 #include "hvd/collective/algorithms.h"
 #include "hvd/collective/context.h"
@@ -213,12 +214,26 @@ void run_device_allreduce(const Response& resp, Executors& ex, const std::vector
       });
 }
 
+/// Every tensor of a response enters `activity` (null: leaves the current one).
+void activity(Executors& ex, const std::vector<OpState*>& ops, const char* name) {
+  if (ex.timeline == nullptr) return;
+  for (OpState* op : ops) {
+    if (name) {
+      ex.timeline->activity_start(op->request.name, name);
+    } else {
+      ex.timeline->activity_end(op->request.name);
+    }
+  }
+}
+
 void run_allreduce(const Response& resp, Executors& ex, const std::vector<OpState*>& ops) {
   Comm& comm = ex.comm;
   FusionBuffer& fusion = ex.fusion;
   const Request& head = resp.tensors[0][comm.rank()];
   if (head.device >= 0) {
+    activity(ex, ops, "ALLREDUCE");
     run_device_allreduce(resp, ex, ops);
+    activity(ex, ops, nullptr);
     return;
   }
   if (head.op == ReduceOp::Adasum) {
@@ -252,13 +267,16 @@ void run_allreduce(const Response& resp, Executors& ex, const std::vector<OpStat
   if (ops.size() == 1) {
     OpState& op = *ops[0];
     std::size_t bytes = tensor_bytes(op.request);
+    activity(ex, ops, "ALLREDUCE");
     copy_bytes(op.output, op.input, bytes);
     allreduce(comm, op.output, static_cast<std::size_t>(num_elements(op.request.shape)), head.dtype, head.op,
               head.prescale, head.postscale);
+    activity(ex, ops, nullptr);
     return;
   }
   std::size_t total = 0;
   for (OpState* op : ops) total += tensor_bytes(op->request);
+  activity(ex, ops, "MEMCPY_IN_FUSION_BUFFER");
   uint8_t* buffer = fusion.get(total);
   std::size_t offset = 0;
   for (OpState* op : ops) {
@@ -266,13 +284,16 @@ void run_allreduce(const Response& resp, Executors& ex, const std::vector<OpStat
     copy_bytes(buffer + offset, op->input, b);
     offset += b;
   }
+  activity(ex, ops, "ALLREDUCE");
   allreduce(comm, buffer, total / dtype_size(head.dtype), head.dtype, head.op, head.prescale, head.postscale);
+  activity(ex, ops, "MEMCPY_OUT_FUSION_BUFFER");
   offset = 0;
   for (OpState* op : ops) {
     std::size_t b = tensor_bytes(op->request);
     copy_bytes(op->output, buffer + offset, b);
     offset += b;
   }
+  activity(ex, ops, nullptr);
 }
 
 void run_allgather(const Response& resp, Comm& comm, OpState& op) {
@@ -426,6 +447,7 @@ void execute(const Response& response, const std::vector<OpState*>& ops, Executo
   for (OpState* op : ops) {
     if (op->submit_error) std::rethrow_exception(op->submit_error);
   }
+  if (response.type != OpType::Allreduce) activity(ex, ops, timeline_op_name(response.type));
   switch (response.type) {
     case OpType::Allreduce: run_allreduce(response, ex, ops); return;
     case OpType::Broadcast: run_broadcast(response, ex, *ops[0]); return;

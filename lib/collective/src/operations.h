@@ -25,6 +25,8 @@ class DeviceExecutor;
 
 namespace hvd::collective::detail {
 
+class Timeline;
+
 struct OpState {
   Request request;
   const void* input = nullptr;
@@ -80,6 +82,9 @@ struct Executors {
   /// A GroupComm of `comm` for these ranks, kept for reuse (the
   /// hierarchical device allreduce's cross-host groups).
   std::function<Comm&(const std::vector<int>& members)> group;
+  /// The timeline when it records (rank 0 of the global set), else null:
+  /// execute() reports its activities (fusion copies, the collective).
+  Timeline* timeline = nullptr;
 };
 
 /// Runs `response` (ok() only) on this rank; ops[i] is this rank's state for

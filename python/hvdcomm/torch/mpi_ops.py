@@ -230,16 +230,21 @@ def init(comm=None, process_sets=None):
 
 
 def start_timeline(file_path, mark_cycles=False):
-    """Horovod writes a Chrome-trace timeline from here on; hvdcomm has no
-    timeline yet, so this raises rather than letting the script finish
-    without the file it asked for."""
-    raise NotImplementedError(f"hvdcomm: start_timeline({file_path!r}): the timeline is not implemented yet in "
-                              f"hvdcomm; no file would be written ({_ISSUE})")
+    """As Horovod's: creates a Chrome-trace timeline at file_path and records
+    from now on (rank 0 writes it; the call does nothing on other ranks).
+    mark_cycles adds CYCLE_START marks. An open timeline is closed first.
+    ValueError if hvd.init() was not called; OSError if rank 0 cannot create
+    the file."""
+    if not _core.is_initialized():
+        raise ValueError("Horovod has not been initialized; use hvd.init().")
+    _core.start_timeline(_os.fspath(file_path), bool(mark_cycles))
 
 
 def stop_timeline():
-    """See start_timeline(): raises NotImplementedError."""
-    raise NotImplementedError(f"hvdcomm: stop_timeline(): the timeline is not implemented yet in hvdcomm ({_ISSUE})")
+    """As Horovod's: flushes and closes the timeline (no-op if none is open)."""
+    if not _core.is_initialized():
+        raise ValueError("Horovod has not been initialized; use hvd.init().")
+    _core.stop_timeline()
 
 
 def shutdown():

@@ -1,9 +1,13 @@
 /* Compiled as C99: proves c_api.h is a C header, and exercises the ABI in a
  * job of size 1 (no hvdrun environment). Exit status 0 = pass. */
+#define _POSIX_C_SOURCE 200809L /* mkstemp, close */
+
 #include "hvd/collective/c_api.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int failures = 0;
 
@@ -156,6 +160,35 @@ int main(void) {
                                   HVD_GLOBAL_PROCESS_SET, &h) == HVD_OK);
     EXPECT(hvd_wait(h) == HVD_OK);
     hvd_release(h);
+  }
+
+  /* The timeline: rank 0 (this process) writes a JSON array. */
+  {
+    char path[] = "/tmp/hvd-c-api-timeline-XXXXXX";
+    char text[4096];
+    size_t n = 0;
+    FILE* f = NULL;
+    int fd = mkstemp(path);
+    EXPECT(fd >= 0);
+    if (fd >= 0) close(fd);
+    EXPECT(hvd_start_timeline(NULL, 0) == HVD_ERR_INVALID);
+    EXPECT(hvd_start_timeline("/nonexistent-dir-hvd/t.json", 0) == HVD_ERR_IO);
+    EXPECT(strstr(hvd_last_error(), "/nonexistent-dir-hvd/t.json") != NULL);
+    EXPECT(hvd_start_timeline(path, 1) == HVD_OK);
+    EXPECT(hvd_allreduce("timeline.x", data, out, 4, HVD_FLOAT32, HVD_SUM) == HVD_OK);
+    EXPECT(hvd_stop_timeline() == HVD_OK);
+    EXPECT(hvd_stop_timeline() == HVD_OK); /* no-op when none is open */
+    f = fopen(path, "r");
+    EXPECT(f != NULL);
+    if (f) {
+      n = fread(text, 1, sizeof text - 1, f);
+      fclose(f);
+    }
+    text[n] = 0;
+    EXPECT(n > 2 && text[0] == '[' && strcmp(text + n - 3, "\n]\n") == 0);
+    EXPECT(strstr(text, "\"timeline.x\"") != NULL && strstr(text, "NEGOTIATE_ALLREDUCE") != NULL);
+    EXPECT(strstr(text, "CYCLE_START") != NULL);
+    remove(path);
   }
 
   EXPECT(hvd_shutdown() == HVD_OK);

@@ -88,6 +88,25 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 
 }  // namespace
 
+TEST_CASE("settings_from_env: HOROVOD_TIMELINE and HOROVOD_TIMELINE_MARK_CYCLES", "[settings]") {
+  EnvScope env;
+  env.unset("HOROVOD_TIMELINE");
+  env.unset("HOROVOD_TIMELINE_MARK_CYCLES");
+  CHECK(settings_from_env().timeline_path.empty());
+  CHECK_FALSE(settings_from_env().timeline_mark_cycles);
+  env.set("HOROVOD_TIMELINE", "/tmp/t.json");
+  env.set("HOROVOD_TIMELINE_MARK_CYCLES", "1");
+  CHECK(settings_from_env().timeline_path == "/tmp/t.json");
+  CHECK(settings_from_env().timeline_mark_cycles);
+  env.set("HOROVOD_TIMELINE_MARK_CYCLES", "0");
+  CHECK_FALSE(settings_from_env().timeline_mark_cycles);
+  // Horovod's DYNAMIC: no file at init (start_timeline later).
+  env.set("HOROVOD_TIMELINE", "DYNAMIC");
+  CHECK(settings_from_env().timeline_path.empty());
+  CHECK(contains(describe_settings(settings_from_env(), LogSettings{}),
+                 "timeline=off (HOROVOD_TIMELINE=DYNAMIC: until start_timeline)"));
+}
+
 TEST_CASE("settings_from_env: HOROVOD_GLOO_TIMEOUT_SECONDS is the rendezvous timeout when set", "[settings]") {
   EnvScope env;
   env.unset("HOROVOD_GLOO_TIMEOUT_SECONDS");
@@ -213,6 +232,8 @@ TEST_CASE("describe_settings names what took effect and what is ignored", "[sett
   env.set("HOROVOD_NUM_NCCL_STREAMS", "4");
   s.start_timeout = std::chrono::seconds(5);
   s.thread_affinity = {4};
+  s.timeline_path = "/tmp/t.json";  // settings_from_env's HOROVOD_TIMELINE
+  s.timeline_mark_cycles = true;
   line = describe_settings(s, LogSettings{});
   CHECK(contains(line, "rendezvous_timeout=5 s (HOROVOD_GLOO_TIMEOUT_SECONDS)"));
   CHECK(contains(line, "thread_affinity=none (HOROVOD_THREAD_AFFINITY=4 lists fewer cores than the 2 local ranks)"));
@@ -221,7 +242,8 @@ TEST_CASE("describe_settings names what took effect and what is ignored", "[sett
   CHECK(contains(line, "hierarchical_allgather=off,"));
   CHECK(contains(line, "torus_allreduce=off (HOROVOD_TORUS_ALLREDUCE=1 ignored"));
   CHECK(contains(line, "autotune=off (HOROVOD_AUTOTUNE=1 ignored"));
-  CHECK(contains(line, "timeline=off (HOROVOD_TIMELINE=/tmp/t.json ignored"));
+  CHECK(contains(line, "timeline=/tmp/t.json (rank 0 writes it, cycle marks),"));
+  CHECK_FALSE(contains(line, "HOROVOD_TIMELINE"));
   CHECK(contains(line, "nccl_streams=1 (HOROVOD_NUM_NCCL_STREAMS=4 ignored: one stream)"));
 }
 
@@ -243,13 +265,12 @@ TEST_CASE("ignored_settings_warnings: one line per variable set but not honoured
   env.set("HOROVOD_HIERARCHICAL_ALLGATHER", "1");
   env.set("HOROVOD_TORUS_ALLREDUCE", "1");
   const auto lines = ignored_settings_warnings();
-  REQUIRE(lines.size() == 5);
+  REQUIRE(lines.size() == 4);  // HOROVOD_TIMELINE is honoured: no line
   CHECK(lines[0].rfind("HOROVOD_HIERARCHICAL_ALLREDUCE=1 is ignored: ", 0) == 0);
   CHECK(lines[1].rfind("HOROVOD_HIERARCHICAL_ALLGATHER=1 is ignored: ", 0) == 0);
   CHECK(lines[2].rfind("HOROVOD_TORUS_ALLREDUCE=1 is ignored: ", 0) == 0);
   CHECK(lines[3].rfind("HOROVOD_AUTOTUNE=1 is ignored: ", 0) == 0);
   CHECK(contains(lines[3], "HOROVOD_AUTOTUNE_LOG=/tmp/a.csv is not written"));
-  CHECK(lines[4].rfind("HOROVOD_TIMELINE=/tmp/t.json is ignored: ", 0) == 0);
   for (const auto& l : lines) {
     CHECK(contains(l, "(issue 20)"));
     CHECK(l.find('\n') == std::string::npos);

@@ -151,6 +151,14 @@ int hvd_add_process_set(const int* ranks, int nranks);
 /* Collective like hvd_add_process_set. HVD_ERR_INVALID for id 0 or an
  * unknown id; operations still pending on the set fail (HVD_ERR_SHUTDOWN). */
 int hvd_remove_process_set(int id);
+
+/* The timeline (docs/collective.md, "Timeline"; Horovod's start_timeline):
+ * rank 0 writes a Chrome-trace JSON file at `path` from now on (truncated;
+ * CYCLE_START marks when mark_cycles != 0); other ranks return HVD_OK and
+ * write nothing. HVD_ERR_IO when the file cannot be created, HVD_ERR_INVALID
+ * for a null or empty path. hvd_stop_timeline flushes and closes it. */
+int hvd_start_timeline(const char* path, int mark_cycles);
+int hvd_stop_timeline(void);
 /* The set's size, this rank's index in it (HVD_ERR_INVALID when this rank is
  * not a member), whether this rank is a member (1/0); HVD_ERR_INVALID for an
  * unknown id, HVD_ERR_NOT_INITIALIZED before hvd_init. */

@@ -96,6 +96,13 @@ struct Settings {
   /// (0: the Context of every rank). Log lines then say
   /// "hvd[set 1, rank 0]", the rank being the one within the set.
   int32_t process_set_id = 0;
+
+  /// HOROVOD_TIMELINE: rank 0 of the global set writes a Chrome-trace
+  /// timeline to this file from creation on (docs/collective.md,
+  /// "Timeline"); empty: none. A path that cannot be created is logged.
+  std::string timeline_path;
+  /// HOROVOD_TIMELINE_MARK_CYCLES=1: CYCLE_START marks in the timeline.
+  bool timeline_mark_cycles = false;
 };
 
 /// What a Context has done; used by tests and logs.
@@ -287,6 +294,19 @@ class Context {
   /// later operation here fails with hvd::IoError naming `reason`, and peers
   /// fail within the transport's detection time.
   void abort(const std::string& reason);
+
+  /// The timeline (docs/collective.md, "Timeline"; Horovod's
+  /// start_timeline/stop_timeline): rank 0 of the global set starts writing
+  /// a Chrome-trace JSON file at `path` (truncated; an open timeline is
+  /// closed first), with CYCLE_START marks when `mark_cycles`. Other ranks
+  /// and process-set Contexts do nothing (rank 0 records every rank's
+  /// negotiation). Throws hvd::IoError when the file cannot be created,
+  /// hvd::InvalidArgument for an empty path. stop_timeline flushes and
+  /// closes it (no-op when none is open).
+  void start_timeline(const std::string& path, bool mark_cycles = false);
+  void stop_timeline();
+  /// Whether this Context is writing a timeline now.
+  bool timeline_active() const;
 
   /// Process sets (docs/collective.md, "Process sets"): a sorted set of this
   /// job's ranks with its own communicator (a mesh of its own, formed

@@ -40,6 +40,11 @@ int cross_size();
 int32_t add_process_set(const std::vector<int>& ranks);
 void remove_process_set(int32_t id);
 
+/// The timeline of the process-wide Context (Context::start_timeline):
+/// written by rank 0, a no-op on the other ranks.
+void start_timeline(const std::string& path, bool mark_cycles = false);
+void stop_timeline();
+
 /// The process-wide Context, for the full API (stats, abort, ...).
 collective::Context& context();
 

@@ -24,6 +24,10 @@ namespace hvd::collective {
 /// passes it through like any other variable of the caller's environment.
 inline constexpr const char* kDynamicProcessSetsVar = "HOROVOD_DYNAMIC_PROCESS_SETS";
 
+/// HOROVOD_TIMELINE's special value (Horovod's): no timeline file at init;
+/// the program starts one with start_timeline.
+inline constexpr const char* kTimelineDynamic = "DYNAMIC";
+
 /// Reads the environment hvdrun sets:
 /// all of HOROVOD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE, _CROSS_RANK,
 /// _CROSS_SIZE present -> that job; none present -> a job of size 1; some
