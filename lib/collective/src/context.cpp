@@ -3,6 +3,7 @@
 #include "controller.h"
 #include "device_executor.h"
 #include "fusion.h"
+#include "hierarchy.h"
 #include "message.h"
 #include "operations.h"
 #include "process_sets.h"
@@ -112,6 +113,8 @@ struct Context::Impl {
   /// (shutdown, failure -- and so at every elastic re-formation, which
   /// builds a new Context).
   std::unique_ptr<cuda::detail::DeviceExecutor> device;
+  /// Hierarchical host collectives (hierarchy.h); null unless requested.
+  std::unique_ptr<detail::Hierarchy> hierarchy;
   /// The process sets (process_sets.h); set by the Context's constructor.
   std::unique_ptr<detail::ProcessSetTable> psets;
 
@@ -388,11 +391,20 @@ struct Context::Impl {
       for (auto& op : ops) raw.push_back(op.get());
       detail::Executors ex{*comm, fusion, [this]() -> cuda::detail::DeviceExecutor& { return device_executor(); },
                            [this](const std::vector<int>& members) -> Comm& { return group_comm(members); }};
+      if (settings.hierarchical_allreduce || settings.hierarchical_allgather) {
+        if (!hierarchy) {
+          hierarchy =
+              std::make_unique<detail::Hierarchy>(settings.hierarchical_allreduce, settings.hierarchical_allgather,
+                                                  settings.local_rank, settings.cross_rank, settings.local_size);
+        }
+        ex.hierarchy = hierarchy.get();
+      }
       detail::execute(resp, raw, ex);
     }
     {
       std::lock_guard<std::mutex> lock(mu);
       for (auto& op : ops) pending.erase(op->request.name);
+      if (hierarchy) stats.hierarchical_ops = hierarchy->ops();
     }
     for (auto& op : ops) {
       std::exception_ptr e = op->local_error;

@@ -152,6 +152,8 @@ Settings settings_from_env() {
   if (s.start_timeout.count() == 0) s.start_timeout = std::chrono::milliseconds(1);
   s.thread_affinity = core_ids(env::get_or(job_env::kThreadAffinity, ""));
   s.dynamic_process_sets = switched_on(kDynamicProcessSetsVar);
+  s.hierarchical_allreduce = switched_on(job_env::kHierarchicalAllreduce);
+  s.hierarchical_allgather = switched_on(job_env::kHierarchicalAllgather);
 
   s.secret = env::get_or(job_env::kSecret, "");
   if (auto iface = env::get(job_env::kGlooIface); iface && !iface->empty()) s.bind_address = interface_address(*iface);
@@ -202,10 +204,8 @@ std::string describe_settings(const Settings& s, const LogSettings& log) {
       items.push_back(fmt::format("{}=off ({}={} ignored: {})", key, variable, env::get_or(variable, ""), why));
     }
   };
-  requested("hierarchical_allreduce", job_env::kHierarchicalAllreduce, switched_on(job_env::kHierarchicalAllreduce),
-            "not implemented");
-  requested("hierarchical_allgather", job_env::kHierarchicalAllgather, switched_on(job_env::kHierarchicalAllgather),
-            "not implemented");
+  items.push_back(fmt::format("hierarchical_allreduce={}", s.hierarchical_allreduce ? "on" : "off"));
+  items.push_back(fmt::format("hierarchical_allgather={}", s.hierarchical_allgather ? "on" : "off"));
   requested("torus_allreduce", job_env::kTorusAllreduce, switched_on(job_env::kTorusAllreduce), "not implemented");
   requested("autotune", job_env::kAutotune, switched_on(job_env::kAutotune), "not implemented");
   requested("timeline", job_env::kTimeline, !env::get_or(job_env::kTimeline, "").empty(), "not implemented");
@@ -223,11 +223,6 @@ std::vector<std::string> ignored_settings_warnings() {
   auto ignored = [&](const char* variable, bool on, const std::string& what) {
     if (on) out.push_back(fmt::format("{}={} is ignored: {} (issue 20)", variable, env::get_or(variable, ""), what));
   };
-  ignored(job_env::kHierarchicalAllreduce, switched_on(job_env::kHierarchicalAllreduce),
-          "the library has no hierarchical allreduce of host buffers yet (for CUDA buffers see "
-          "HVD_CUDA_ALLREDUCE_PATH=hierarchical)");
-  ignored(job_env::kHierarchicalAllgather, switched_on(job_env::kHierarchicalAllgather),
-          "the library has no hierarchical allgather yet");
   ignored(job_env::kTorusAllreduce, switched_on(job_env::kTorusAllreduce), "the library has no torus allreduce yet");
   const std::string log = env::get_or(job_env::kAutotuneLog, "");
   ignored(job_env::kAutotune, switched_on(job_env::kAutotune),

@@ -1,6 +1,7 @@
 #include "operations.h"
 
 #include "device_executor.h"
+#include "hierarchy.h"
 
 #include "hvd/collective/algorithms.h"
 #include "hvd/collective/context.h"
@@ -213,6 +214,14 @@ void run_device_allreduce(const Response& resp, Executors& ex, const std::vector
       });
 }
 
+/// A host-buffer allreduce: hierarchical when configured, else flat.
+void host_allreduce(Executors& ex, void* data, std::size_t count, const Request& head) {
+  if (ex.hierarchy && ex.hierarchy->allreduce(ex, data, count, head.dtype, head.op, head.prescale, head.postscale)) {
+    return;
+  }
+  allreduce(ex.comm, data, count, head.dtype, head.op, head.prescale, head.postscale);
+}
+
 void run_allreduce(const Response& resp, Executors& ex, const std::vector<OpState*>& ops) {
   Comm& comm = ex.comm;
   FusionBuffer& fusion = ex.fusion;
@@ -225,8 +234,7 @@ void run_allreduce(const Response& resp, Executors& ex, const std::vector<OpStat
     OpState& op = *ops[0];
     std::size_t bytes = tensor_bytes(op.request);
     copy_bytes(op.output, op.input, bytes);
-    allreduce(comm, op.output, static_cast<std::size_t>(num_elements(op.request.shape)), head.dtype, head.op,
-              head.prescale, head.postscale);
+    host_allreduce(ex, op.output, static_cast<std::size_t>(num_elements(op.request.shape)), head);
     return;
   }
   std::size_t total = 0;
@@ -238,7 +246,7 @@ void run_allreduce(const Response& resp, Executors& ex, const std::vector<OpStat
     copy_bytes(buffer + offset, op->input, b);
     offset += b;
   }
-  allreduce(comm, buffer, total / dtype_size(head.dtype), head.dtype, head.op, head.prescale, head.postscale);
+  host_allreduce(ex, buffer, total / dtype_size(head.dtype), head);
   offset = 0;
   for (OpState* op : ops) {
     std::size_t b = tensor_bytes(op->request);
@@ -247,7 +255,8 @@ void run_allreduce(const Response& resp, Executors& ex, const std::vector<OpStat
   }
 }
 
-void run_allgather(const Response& resp, Comm& comm, OpState& op) {
+void run_allgather(const Response& resp, Executors& ex, OpState& op) {
+  Comm& comm = ex.comm;
   const TensorRequests& t = resp.tensors[0];
   const std::size_t row_bytes = static_cast<std::size_t>(row_elements(op.request.shape)) * dtype_size(op.request.dtype);
   std::vector<std::size_t> recv_bytes(t.size());
@@ -260,6 +269,7 @@ void run_allgather(const Response& resp, Comm& comm, OpState& op) {
   shape[0] = rows;
   std::size_t total = static_cast<std::size_t>(rows) * row_bytes;
   void* out = allocate_output(op, shape, total);
+  if (ex.hierarchy && ex.hierarchy->allgatherv(ex, op.input, recv_bytes[comm.rank()], out, recv_bytes)) return;
   allgatherv(comm, op.input, recv_bytes[comm.rank()], out, recv_bytes);
 }
 
@@ -398,7 +408,7 @@ void execute(const Response& response, const std::vector<OpState*>& ops, Executo
   OpState& op = *ops[0];
   auto run = [&] {
     switch (response.type) {
-      case OpType::Allgather: run_allgather(response, comm, op); return;
+      case OpType::Allgather: run_allgather(response, ex, op); return;
       case OpType::Alltoall: run_alltoall(response, comm, op); return;
       default: run_reducescatter(response, comm, op); return;
     }

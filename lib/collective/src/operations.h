@@ -70,6 +70,8 @@ void check_request(const OpState& op, int size);
 /// Rows this rank sends to each rank in an alltoall (even split if empty).
 std::vector<int64_t> alltoall_splits(const Request& request, int size);
 
+class Hierarchy;  // hierarchy.h
+
 /// What execute() runs operations with.
 struct Executors {
   Comm& comm;
@@ -80,6 +82,8 @@ struct Executors {
   /// A GroupComm of `comm` for these ranks, kept for reuse (the
   /// hierarchical device allreduce's cross-host groups).
   std::function<Comm&(const std::vector<int>& members)> group;
+  /// Hierarchical host allreduce/allgather when set (hierarchy.h); null: flat.
+  Hierarchy* hierarchy = nullptr;
 };
 
 /// Runs `response` (ok() only) on this rank; ops[i] is this rank's state for

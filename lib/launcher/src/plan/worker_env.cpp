@@ -223,17 +223,8 @@ std::vector<std::string> ineffective_setting_warnings(const Options& options, co
   report(timeline, job_env::kTimeline, t.timeline_filename.has_value(), non_empty,
          "the collective library writes no timeline (issue 20)");
 
-  const char* hierarchical_why =
-      "the collective library has no hierarchical algorithms for host buffers (issue 20; for CUDA buffers see "
-      "HVD_CUDA_ALLREDUCE_PATH=hierarchical)";
-  std::vector<std::string> allreduce;
-  if (t.hierarchical_allreduce.value_or(false)) allreduce.push_back(row_name("--hierarchical-allreduce"));
-  report(allreduce, job_env::kHierarchicalAllreduce, t.hierarchical_allreduce.has_value(), switched_on,
-         hierarchical_why);
-  std::vector<std::string> allgather;
-  if (t.hierarchical_allgather.value_or(false)) allgather.push_back(row_name("--hierarchical-allgather"));
-  report(allgather, job_env::kHierarchicalAllgather, t.hierarchical_allgather.has_value(), switched_on,
-         hierarchical_why);
+  // --hierarchical-allreduce / --hierarchical-allgather are honoured by the
+  // library (docs/collective.md): nothing to warn about.
 
   std::vector<std::string> torus;
   if (t.torus_allreduce.value_or(false)) torus.push_back(row_name("--torus-allreduce"));

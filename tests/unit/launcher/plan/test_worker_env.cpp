@@ -207,12 +207,6 @@ TEST_CASE("ineffective settings: one line per missing feature, naming the flag a
                    "collective library does not autotune (issue 20); ignored",
                    "--timeline-filename (timeline.filename), --timeline-mark-cycles (timeline.mark_cycles) have no "
                    "effect yet: the collective library writes no timeline (issue 20); ignored",
-                   "--hierarchical-allreduce (params.hierarchical_allreduce) has no effect yet: the collective library "
-                   "has no hierarchical algorithms for host buffers (issue 20; for CUDA buffers see "
-                   "HVD_CUDA_ALLREDUCE_PATH=hierarchical); ignored",
-                   "--hierarchical-allgather (params.hierarchical_allgather) has no effect yet: the collective library "
-                   "has no hierarchical algorithms for host buffers (issue 20; for CUDA buffers see "
-                   "HVD_CUDA_ALLREDUCE_PATH=hierarchical); ignored",
                    "--torus-allreduce (params.torus_allreduce) has no effect yet: the collective library has no torus "
                    "allreduce; ignored",
                    "--num-nccl-streams (library_options.num_nccl_streams) has no effect yet: the collective library's "

@@ -48,6 +48,11 @@ struct Settings {
   std::chrono::microseconds cycle_time{1000};
   /// HOROVOD_FUSION_THRESHOLD: bytes of one fused allreduce; 0 disables fusion.
   std::size_t fusion_threshold = 64u << 20;
+  /// HOROVOD_HIERARCHICAL_ALLREDUCE / HOROVOD_HIERARCHICAL_ALLGATHER: host
+  /// buffers are reduced / gathered within each host first, then across
+  /// hosts (docs/collective.md). Must be the same on every rank.
+  bool hierarchical_allreduce = false;
+  bool hierarchical_allgather = false;
   /// HOROVOD_CACHE_CAPACITY: response-cache entries; 0 disables the cache.
   std::size_t cache_capacity = 1024;
   /// HOROVOD_STALL_CHECK_DISABLE inverted.
@@ -106,6 +111,8 @@ struct ContextStats {
   uint64_t fused_responses = 0;
   uint64_t fused_tensors = 0;
   uint64_t responses = 0;
+  /// Allreduces and allgathers run hierarchically (Settings::hierarchical_*).
+  uint64_t hierarchical_ops = 0;
   /// Stall warnings issued (rank 0 only), newest last.
   std::vector<std::string> stall_warnings;
 };
