@@ -90,6 +90,9 @@ class Controller {
   std::vector<PendingTensor> pending() const;
 
   const ControllerStats& stats() const { return stats_; }
+  /// Autotune: the threshold later cycles fuse with (every rank changes it
+  /// after the same cycle).
+  void set_fusion_threshold(std::size_t bytes) { options_.fusion_threshold = bytes; }
   const ResponseCache& cache() const { return cache_; }
 
  private:

@@ -45,6 +45,11 @@ class Hierarchy {
                  double postscale);
   bool allgatherv(Executors& ex, const void* send, std::size_t send_bytes, void* recv,
                   const std::vector<std::size_t>& recv_bytes);
+  /// Autotune: switches either on or off (every rank after the same cycle).
+  void set_enabled(bool allreduce, bool allgather) {
+    allreduce_ = allreduce;
+    allgather_ = allgather;
+  }
   /// Operations run hierarchically so far.
   uint64_t ops() const { return ops_; }
 

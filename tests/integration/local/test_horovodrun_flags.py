@@ -166,17 +166,17 @@ class Flags(unittest.TestCase):
         self.assertEqual(code, 0, err)
         # Still exported, for unmodified Horovod workers.
         self.assertEqual(sorted(out.splitlines()), ["[0]<stdout>:111", "[1]<stdout>:111"])
-        for flag, why in (("--autotune (autotune.enabled), --autotune-log-file", "does not autotune (issue 20)"),
-                          ("--timeline-filename (timeline.filename)", "writes no timeline (issue 20)"),
+        for flag, why in (("--timeline-filename (timeline.filename)", "writes no timeline (issue 20)"),
                           ("--torus-allreduce (params.torus_allreduce)", "no torus allreduce"),
                           ("--num-nccl-streams (library_options.num_nccl_streams)", "uses one stream")):
             line = self.assertOneLine(err, flag)
             self.assertIn("[warning]", line)
             self.assertIn(why, line)
             self.assertTrue(line.endswith("; ignored"), line)
-        # The hierarchical flags are honoured (docs/collective.md): no line.
+        # The hierarchical flags and autotune are honoured (docs/collective.md): no line.
         self.assertEqual(lines_with(err, "--hierarchical-"), [], err)
-        self.assertEqual(len(lines_with(err, "no effect yet")), 4, err)
+        self.assertEqual(lines_with(err, "--autotune"), [], err)
+        self.assertEqual(len(lines_with(err, "no effect yet")), 3, err)
 
     def test_unsupported_config_keys_and_variables_warn_once(self):
         d = self.tempdir("hvd_cfg_")
@@ -243,7 +243,8 @@ class Flags(unittest.TestCase):
         for item in ("fusion_threshold=1048576 bytes", "cycle_time=2 ms", "cache_capacity=1024",
                      "rendezvous_timeout=12 s (HOROVOD_GLOO_TIMEOUT_SECONDS)", "thread_affinity=none",
                      "log_timestamps=on", "hierarchical_allreduce=off", "torus_allreduce=off",
-                     "autotune=off (HOROVOD_AUTOTUNE=1 ignored: not implemented)", "timeline=off", "nccl_streams=1"):
+                     "autotune=on (warmup 3 samples of 10 steps, at most 20 samples, log none)", "timeline=off",
+                     "nccl_streams=1"):
             self.assertIn(item, line)
         code, out, err = run(["-np", "2", self.worker(), "settings"])
         self.assertEqual(code, 0, err)

@@ -12,7 +12,6 @@ hvdrun, pythonpath = sys.argv[1], sys.argv[2]
 WORKER = "import hvdcomm.torch as hvd; hvd.init(); hvd.barrier(); hvd.shutdown()"
 IGNORED = {
     "HOROVOD_TORUS_ALLREDUCE": "1",
-    "HOROVOD_AUTOTUNE": "1",
     "HOROVOD_TIMELINE": None,  # a path, filled in below
 }
 
@@ -33,9 +32,9 @@ with tempfile.TemporaryDirectory() as tmp:
     timeline = os.path.join(tmp, "timeline.json")
     autotune_log = os.path.join(tmp, "autotune.csv")
     extra = {k: (v if v is not None else timeline) for k, v in IGNORED.items()}
-    extra["HOROVOD_AUTOTUNE_LOG"] = autotune_log
     # Honoured (docs/collective.md): set, but must not be called ignored.
-    honoured = {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1", "HOROVOD_HIERARCHICAL_ALLGATHER": "1"}
+    honoured = {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1", "HOROVOD_HIERARCHICAL_ALLGATHER": "1", "HOROVOD_AUTOTUNE": "1",
+                "HOROVOD_AUTOTUNE_LOG": autotune_log}
     extra.update(honoured)
     failures = []
     # under hvdrun: hvdrun's line, once per variable; no rank repeats it
@@ -69,11 +68,11 @@ with tempfile.TemporaryDirectory() as tmp:
             continue
         if "issue 20" not in hits[0] or "warn" not in hits[0].lower():
             failures.append(f"{var}: line lacks 'issue 20' or warning level: {hits[0]!r}")
-    auto = [ln for ln in alone if "HOROVOD_AUTOTUNE=1 is ignored" in ln]
-    if auto and f"HOROVOD_AUTOTUNE_LOG={autotune_log}" not in auto[0]:
-        failures.append(f"the autotune line does not name its log file: {auto[0]!r}")
-    if os.path.exists(timeline) or os.path.exists(autotune_log):
-        failures.append("a timeline/autotune file appeared, yet the warning says none is written")
+    if os.path.exists(timeline):
+        failures.append("a timeline file appeared, yet the warning says none is written")
+    # autotune acts: rank 0 started Horovod's CSV log (no sample in a job this short)
+    if not os.path.exists(autotune_log) or not open(autotune_log).read().startswith("hierarchical_allreduce,"):
+        failures.append(f"HOROVOD_AUTOTUNE_LOG={autotune_log} was not written")
     # unset: not a word about them
     quiet = [ln for ln in run({}) + run({}, launcher=False) if "is ignored" in ln or "no effect" in ln]
     if quiet:

@@ -207,15 +207,24 @@ std::vector<std::string> ineffective_setting_warnings(const Options& options, co
     return v && v->find_first_not_of(" ") != std::string::npos && *v != "1";
   };
 
-  std::vector<std::string> autotune;
-  if (t.autotune.value_or(false)) autotune.push_back(row_name("--autotune"));
-  if (t.autotune_log_file) autotune.push_back(row_name("--autotune-log-file"));
-  if (t.autotune_warmup_samples) autotune.push_back(row_name("--autotune-warmup-samples"));
-  if (t.autotune_steps_per_sample) autotune.push_back(row_name("--autotune-steps-per-sample"));
-  if (t.autotune_bayes_opt_max_samples) autotune.push_back(row_name("--autotune-bayes-opt-max-samples"));
-  if (t.autotune_gaussian_process_noise) autotune.push_back(row_name("--autotune-gaussian-process-noise"));
-  report(autotune, job_env::kAutotune, t.autotune.has_value(), switched_on,
-         "the collective library does not autotune (issue 20)");
+  // The library autotunes (docs/collective.md, "Autotune"); its knobs act
+  // only with the switch, and the Gaussian-process noise not at all.
+  const bool tuning =
+      t.autotune.has_value() ? *t.autotune : switched_on(user_value(job_env::kAutotune, options, launcher_env));
+  if (!tuning) {
+    std::vector<std::string> knobs;
+    if (t.autotune_log_file) knobs.push_back(row_name("--autotune-log-file"));
+    if (t.autotune_warmup_samples) knobs.push_back(row_name("--autotune-warmup-samples"));
+    if (t.autotune_steps_per_sample) knobs.push_back(row_name("--autotune-steps-per-sample"));
+    if (t.autotune_bayes_opt_max_samples) knobs.push_back(row_name("--autotune-bayes-opt-max-samples"));
+    if (t.autotune_gaussian_process_noise) knobs.push_back(row_name("--autotune-gaussian-process-noise"));
+    report(knobs, job_env::kAutotune, true, switched_on, "autotune is off (--autotune turns it on)");
+  } else {
+    std::vector<std::string> noise;
+    if (t.autotune_gaussian_process_noise) noise.push_back(row_name("--autotune-gaussian-process-noise"));
+    report(noise, job_env::kAutotuneGaussianProcessNoise, t.autotune_gaussian_process_noise.has_value(), non_empty,
+           "the collective library's autotune searches a grid of settings, with no Gaussian process");
+  }
 
   std::vector<std::string> timeline;
   if (t.timeline_filename && !t.timeline_filename->empty()) timeline.push_back(row_name("--timeline-filename"));
