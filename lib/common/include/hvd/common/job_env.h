@@ -128,8 +128,7 @@ inline constexpr const char* kHierarchicalAllgather = "HOROVOD_HIERARCHICAL_ALLG
 /// reports it in its settings log.
 inline constexpr const char* kTorusAllreduce = "HOROVOD_TORUS_ALLREDUCE";
 /// hvdrun, "1" with --autotune (the other autotune variables only then).
-/// Read by Horovod workers; the hvdcomm library only reports it in its
-/// settings log (not implemented: issue 20).
+/// Read by Horovod workers and the library (Settings::autotune).
 inline constexpr const char* kAutotune = "HOROVOD_AUTOTUNE";
 /// hvdrun, from --autotune-log-file. Read by Horovod workers.
 inline constexpr const char* kAutotuneLog = "HOROVOD_AUTOTUNE_LOG";
