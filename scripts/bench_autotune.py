@@ -61,19 +61,31 @@ def main():
     ap.add_argument("--elements", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--measure", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     if args.worker:
         return worker(args)
+    # Every configuration --rounds times, interleaved, keeping each one's
+    # fastest run: a shared machine's noise only ever slows a run down.
     results = {}
-    for mb in (0, 1, 4, 16, 64):
-        results[f"fusion {mb} MiB"] = run(args, {"HOROVOD_FUSION_THRESHOLD": str(mb << 20)})
-        print(f"hand-picked fusion {mb:>2} MiB: {results[f'fusion {mb} MiB']:.3f} ms/step", flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        log = os.path.join(tmp, "autotune.csv")
-        tuned = run(args, {"HOROVOD_FUSION_THRESHOLD": "0", "HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_LOG": log,
+    tuned = float("inf")
+    rows = []
+    for _ in range(args.rounds):
+        for mb in (0, 1, 4, 16, 64):
+            t = run(args, {"HOROVOD_FUSION_THRESHOLD": str(mb << 20)})
+            results[mb] = min(results.get(mb, float("inf")), t)
+            print(f"hand-picked fusion {mb:>2} MiB: {t:.3f} ms/step", flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            log = os.path.join(tmp, "autotune.csv")
+            t = run(args, {"HOROVOD_FUSION_THRESHOLD": "0", "HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_LOG": log,
                            "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "1", "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "10"})
-        with open(log) as f:
-            rows = f.read().splitlines()
+            with open(log) as f:
+                r = f.read().splitlines()
+            print(f"autotune from fusion 0: {t:.3f} ms/step; chose {r[-1]}", flush=True)
+            if t < tuned:
+                tuned, rows = t, r
+    for mb, t in results.items():
+        print(f"best of {args.rounds}: fusion {mb:>2} MiB {t:.3f} ms/step")
     best = min(results.values())
     print(f"autotune from fusion 0: {tuned:.3f} ms/step over the last {args.measure} steps; "
           f"best hand-picked {best:.3f} ms/step; ratio {tuned / best:.3f}")
