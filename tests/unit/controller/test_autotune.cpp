@@ -4,6 +4,7 @@
 #include "autotune.h"
 
 #include "hvd/collective/context.h"
+#include "hvd/collective/init_env.h"
 #include "hvd/store/memory_store.h"
 
 #include <catch2/catch.hpp>
@@ -191,4 +192,42 @@ TEST_CASE("autotune: a Context's ranks switch settings together and end on rank 
   CHECK(std::chrono::microseconds(static_cast<int64_t>(std::stod(f[4]) * 1000)) == s0.cycle_time);
   std::remove(log.c_str());
   rmdir(dir);
+}
+
+TEST_CASE("autotune and hierarchical settings from Horovod's variables", "[autotune][hierarchical]") {
+  const char* vars[] = {"HOROVOD_AUTOTUNE",
+                        "HOROVOD_AUTOTUNE_LOG",
+                        "HOROVOD_AUTOTUNE_WARMUP_SAMPLES",
+                        "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE",
+                        "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
+                        "HOROVOD_HIERARCHICAL_ALLREDUCE",
+                        "HOROVOD_HIERARCHICAL_ALLGATHER"};
+  for (const char* v : vars) unsetenv(v);
+  Settings d = settings_from_env();
+  CHECK_FALSE(d.autotune);
+  CHECK_FALSE(d.hierarchical_allreduce);
+  CHECK_FALSE(d.hierarchical_allgather);
+  setenv("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "bad", 1);  // only read with autotune on
+  CHECK_NOTHROW(settings_from_env());
+  setenv("HOROVOD_AUTOTUNE", "1", 1);
+  setenv("HOROVOD_AUTOTUNE_LOG", "/tmp/x.csv", 1);
+  setenv("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "0", 1);
+  setenv("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "4", 1);
+  setenv("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "7", 1);
+  setenv("HOROVOD_HIERARCHICAL_ALLREDUCE", "1", 1);
+  setenv("HOROVOD_HIERARCHICAL_ALLGATHER", "0", 1);
+  Settings s = settings_from_env();
+  CHECK(s.autotune);
+  CHECK(s.autotune_log == "/tmp/x.csv");
+  CHECK(s.autotune_warmup_samples == 0);
+  CHECK(s.autotune_steps_per_sample == 4);
+  CHECK(s.autotune_max_samples == 7);
+  CHECK(s.hierarchical_allreduce);
+  CHECK_FALSE(s.hierarchical_allgather);
+  setenv("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "0", 1);
+  CHECK_THROWS_WITH(settings_from_env(), Catch::Contains("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE=0"));
+  setenv("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "4", 1);
+  setenv("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "-1", 1);
+  CHECK_THROWS_WITH(settings_from_env(), Catch::Contains("HOROVOD_AUTOTUNE_WARMUP_SAMPLES=-1"));
+  for (const char* v : vars) unsetenv(v);
 }
