@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <set>
 
 namespace hvd::collective::detail {
 
