@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-
 namespace hvd::collective::detail {
 
 HierarchyPlan plan_hierarchy(const std::vector<int32_t>& topo, int size, int rank) {
