@@ -1,8 +1,10 @@
 #include "hvd/collective/context.h"
 
+#include "autotune.h"
 #include "controller.h"
 #include "device_executor.h"
 #include "fusion.h"
+#include "hierarchy.h"
 #include "message.h"
 #include "operations.h"
 #include "process_sets.h"
@@ -113,6 +115,14 @@ struct Context::Impl {
   /// (shutdown, failure -- and so at every elastic re-formation, which
   /// builds a new Context).
   std::unique_ptr<cuda::detail::DeviceExecutor> device;
+  /// Hierarchical host collectives (hierarchy.h); null unless requested.
+  std::unique_ptr<detail::Hierarchy> hierarchy;
+  /// What the executor runs with now: the settings, or autotune's choice.
+  bool hier_allreduce = false;
+  bool hier_allgather = false;
+  std::chrono::microseconds cycle_time{1000};
+  /// HOROVOD_AUTOTUNE (autotune.h); null when off or in a process set.
+  std::unique_ptr<detail::Autotuner> autotuner;
   /// The process sets (process_sets.h); set by the Context's constructor.
   std::unique_ptr<detail::ProcessSetTable> psets;
   /// The timeline (timeline.h): recorded by rank 0 of the global set only.
@@ -147,12 +157,29 @@ struct Context::Impl {
         comm(c ? std::move(c) : std::make_unique<LocalComm>()),
         controller(detail::ControllerOptions{s.rank, s.size, s.cache_capacity, s.fusion_threshold, cuda::cuda_built()}),
         stall(detail::StallOptions{s.stall_check, s.stall_warn_after, s.stall_fail_after}),
-        fusion(s.fusion_threshold) {
+        fusion(s.fusion_threshold),
+        hier_allreduce(s.hierarchical_allreduce),
+        hier_allgather(s.hierarchical_allgather),
+        cycle_time(s.cycle_time) {
     if (records_timeline()) {
       controller.on_announce = [this](const Request& q, int rank) {
         ++announced;
         timeline.negotiate_rank_ready(q.name, detail::timeline_op_name(q.type), rank);
       };
+    }
+    if (s.autotune && s.process_set_id == kGlobalProcessSet) {
+      detail::AutotuneOptions o;
+      o.rank = s.rank;
+      o.warmup_samples = s.autotune_warmup_samples;
+      o.steps_per_sample = s.autotune_steps_per_sample;
+      o.max_samples = s.autotune_max_samples;
+      o.tune_hierarchical = s.cross_size > 1;
+      o.log_path = s.autotune_log;
+      const detail::TuneParams initial{static_cast<double>(s.fusion_threshold) / (1024 * 1024),
+                                       static_cast<double>(s.cycle_time.count()) / 1000.0, s.hierarchical_allreduce,
+                                       s.hierarchical_allgather};
+      autotuner = std::make_unique<detail::Autotuner>(o, initial);
+      stats.autotune_active = autotuner->active();
     }
   }
 
@@ -288,7 +315,7 @@ struct Context::Impl {
         shutting = shutdown_requested;
       }
       const auto now = Clock::now();
-      next_cycle = now + settings.cycle_time;
+      next_cycle = now + cycle_time;
 
       std::vector<Request> requests;
       requests.reserve(fresh.size());
@@ -305,6 +332,7 @@ struct Context::Impl {
       // Before any handle completes, so a waiter sees this cycle's counts.
       publish_stats();
       for (const detail::Response& r : outcome.responses) run_response(r);
+      if (autotuner) autotune_step(outcome.responses);
       if (outcome.shutdown_rank >= 0) {
         stop(outcome.shutdown_rank);
         return;
@@ -332,6 +360,23 @@ struct Context::Impl {
         timeline.negotiated(q.name, detail::timeline_op_name(r.type), detail::tensor_bytes(q));
       }
     }
+  }
+
+  /// After a cycle: autotune's bookkeeping, and at the end of a sample rank
+  /// 0's next setting, broadcast and applied by every rank now.
+  void autotune_step(const std::vector<detail::Response>& responses) {
+    std::optional<detail::TuneParams> p = autotuner->after_cycle(responses, settings.rank, comm.get());
+    if (!p) return;
+    const auto threshold = static_cast<std::size_t>(p->fusion_mb * 1024 * 1024);
+    controller.set_fusion_threshold(threshold);
+    cycle_time = std::chrono::microseconds(static_cast<int64_t>(p->cycle_ms * 1000));
+    hier_allreduce = p->hierarchical_allreduce;
+    hier_allgather = p->hierarchical_allgather;
+    std::lock_guard<std::mutex> lock(mu);
+    stats.autotune_samples = autotuner->history().size();
+    stats.autotune_active = autotuner->active();
+    stats.fusion_threshold = threshold;
+    stats.cycle_time = cycle_time;
   }
 
   std::vector<std::string> check_stalls(Clock::time_point now) {
@@ -432,6 +477,14 @@ struct Context::Impl {
         ex.timeline = &timeline;
         for (auto& op : ops) timeline.activity_end(op->request.name);  // QUEUE
       }
+      if (hier_allreduce || hier_allgather) {
+        if (!hierarchy) {
+          hierarchy = std::make_unique<detail::Hierarchy>(hier_allreduce, hier_allgather, settings.local_rank,
+                                                          settings.cross_rank, settings.local_size);
+        }
+        hierarchy->set_enabled(hier_allreduce, hier_allgather);
+        ex.hierarchy = hierarchy.get();
+      }
       detail::execute(resp, raw, ex);
     }
     if (timeline.active()) {
@@ -445,6 +498,7 @@ struct Context::Impl {
     {
       std::lock_guard<std::mutex> lock(mu);
       for (auto& op : ops) pending.erase(op->request.name);
+      if (hierarchy) stats.hierarchical_ops = hierarchy->ops();
     }
     for (auto& op : ops) {
       std::exception_ptr e = op->local_error;

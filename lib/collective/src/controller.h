@@ -96,6 +96,10 @@ class Controller {
   /// announced this request; cache hits included), e.g. for the timeline.
   /// Empty: nothing is called.
   std::function<void(const Request& request, int rank)> on_announce;
+
+  /// Autotune: the threshold later cycles fuse with (every rank changes it
+  /// after the same cycle).
+  void set_fusion_threshold(std::size_t bytes) { options_.fusion_threshold = bytes; }
   const ResponseCache& cache() const { return cache_; }
 
  private:

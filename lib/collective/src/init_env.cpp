@@ -157,6 +157,20 @@ Settings settings_from_env() {
   s.timeline_path = env::get_or(job_env::kTimeline, "");
   if (s.timeline_path == kTimelineDynamic) s.timeline_path.clear();
   s.timeline_mark_cycles = switched_on(job_env::kTimelineMarkCycles);
+  s.hierarchical_allreduce = switched_on(job_env::kHierarchicalAllreduce);
+  s.hierarchical_allgather = switched_on(job_env::kHierarchicalAllgather);
+  s.autotune = switched_on(job_env::kAutotune);
+  if (s.autotune) {
+    s.autotune_log = env::get_or(job_env::kAutotuneLog, "");
+    auto count = [](const char* var, int64_t def, int64_t min) {
+      const int64_t v = env::get_int_or(var, def);
+      if (v < min || v > 1000000) throw InvalidArgument(fmt::format("{}={} must be in [{}, 1000000]", var, v, min));
+      return static_cast<int>(v);
+    };
+    s.autotune_warmup_samples = count(job_env::kAutotuneWarmupSamples, 3, 0);
+    s.autotune_steps_per_sample = count(job_env::kAutotuneStepsPerSample, 10, 1);
+    s.autotune_max_samples = count(job_env::kAutotuneBayesOptMaxSamples, 20, 1);
+  }
 
   s.secret = env::get_or(job_env::kSecret, "");
   if (auto iface = env::get(job_env::kGlooIface); iface && !iface->empty()) s.bind_address = interface_address(*iface);
@@ -207,12 +221,16 @@ std::string describe_settings(const Settings& s, const LogSettings& log) {
       items.push_back(fmt::format("{}=off ({}={} ignored: {})", key, variable, env::get_or(variable, ""), why));
     }
   };
-  requested("hierarchical_allreduce", job_env::kHierarchicalAllreduce, switched_on(job_env::kHierarchicalAllreduce),
-            "not implemented");
-  requested("hierarchical_allgather", job_env::kHierarchicalAllgather, switched_on(job_env::kHierarchicalAllgather),
-            "not implemented");
+  items.push_back(fmt::format("hierarchical_allreduce={}", s.hierarchical_allreduce ? "on" : "off"));
+  items.push_back(fmt::format("hierarchical_allgather={}", s.hierarchical_allgather ? "on" : "off"));
   requested("torus_allreduce", job_env::kTorusAllreduce, switched_on(job_env::kTorusAllreduce), "not implemented");
-  requested("autotune", job_env::kAutotune, switched_on(job_env::kAutotune), "not implemented");
+  if (s.autotune) {
+    items.push_back(fmt::format("autotune=on (warmup {} samples of {} steps, at most {} samples, log {})",
+                                s.autotune_warmup_samples, s.autotune_steps_per_sample, s.autotune_max_samples,
+                                s.autotune_log.empty() ? "none" : s.autotune_log));
+  } else {
+    items.push_back("autotune=off");
+  }
   if (s.timeline_path.empty()) {
     items.push_back(env::get_or(job_env::kTimeline, "") == kTimelineDynamic
                         ? "timeline=off (HOROVOD_TIMELINE=DYNAMIC: until start_timeline)"
@@ -235,16 +253,10 @@ std::vector<std::string> ignored_settings_warnings() {
   auto ignored = [&](const char* variable, bool on, const std::string& what) {
     if (on) out.push_back(fmt::format("{}={} is ignored: {} (issue 20)", variable, env::get_or(variable, ""), what));
   };
-  ignored(job_env::kHierarchicalAllreduce, switched_on(job_env::kHierarchicalAllreduce),
-          "the library has no hierarchical allreduce of host buffers yet (for CUDA buffers see "
-          "HVD_CUDA_ALLREDUCE_PATH=hierarchical)");
-  ignored(job_env::kHierarchicalAllgather, switched_on(job_env::kHierarchicalAllgather),
-          "the library has no hierarchical allgather yet");
   ignored(job_env::kTorusAllreduce, switched_on(job_env::kTorusAllreduce), "the library has no torus allreduce yet");
-  const std::string log = env::get_or(job_env::kAutotuneLog, "");
-  ignored(job_env::kAutotune, switched_on(job_env::kAutotune),
-          "the library does not autotune yet; the fusion threshold and cycle time stay as set" +
-              (log.empty() ? std::string() : fmt::format(", and {}={} is not written", job_env::kAutotuneLog, log)));
+  ignored(job_env::kAutotuneGaussianProcessNoise,
+          switched_on(job_env::kAutotune) && !env::get_or(job_env::kAutotuneGaussianProcessNoise, "").empty(),
+          "autotune searches a grid of settings, not by Bayesian optimisation: there is no Gaussian process");
   return out;
 }
 

@@ -2,6 +2,7 @@
 
 #include "device_executor.h"
 #include "timeline.h"
+#include "hierarchy.h"
 
 #include "hvd/collective/algorithms.h"
 #include "hvd/collective/context.h"
@@ -226,6 +227,14 @@ void activity(Executors& ex, const std::vector<OpState*>& ops, const char* name)
   }
 }
 
+/// A host-buffer allreduce: hierarchical when configured, else flat.
+void host_allreduce(Executors& ex, void* data, std::size_t count, const Request& head) {
+  if (ex.hierarchy && ex.hierarchy->allreduce(ex, data, count, head.dtype, head.op, head.prescale, head.postscale)) {
+    return;
+  }
+  allreduce(ex.comm, data, count, head.dtype, head.op, head.prescale, head.postscale);
+}
+
 void run_allreduce(const Response& resp, Executors& ex, const std::vector<OpState*>& ops) {
   Comm& comm = ex.comm;
   FusionBuffer& fusion = ex.fusion;
@@ -238,6 +247,7 @@ void run_allreduce(const Response& resp, Executors& ex, const std::vector<OpStat
   }
   if (head.op == ReduceOp::Adasum) {
     // Fused or not, each tensor keeps its own Adasum coefficients.
+    activity(ex, ops, "ALLREDUCE");
     std::vector<std::size_t> counts;
     uint8_t* data = nullptr;
     if (ops.size() == 1) {
@@ -262,6 +272,7 @@ void run_allreduce(const Response& resp, Executors& ex, const std::vector<OpStat
         offset += tensor_bytes(op->request);
       }
     }
+    activity(ex, ops, nullptr);
     return;
   }
   if (ops.size() == 1) {
@@ -269,8 +280,7 @@ void run_allreduce(const Response& resp, Executors& ex, const std::vector<OpStat
     std::size_t bytes = tensor_bytes(op.request);
     activity(ex, ops, "ALLREDUCE");
     copy_bytes(op.output, op.input, bytes);
-    allreduce(comm, op.output, static_cast<std::size_t>(num_elements(op.request.shape)), head.dtype, head.op,
-              head.prescale, head.postscale);
+    host_allreduce(ex, op.output, static_cast<std::size_t>(num_elements(op.request.shape)), head);
     activity(ex, ops, nullptr);
     return;
   }
@@ -285,7 +295,7 @@ void run_allreduce(const Response& resp, Executors& ex, const std::vector<OpStat
     offset += b;
   }
   activity(ex, ops, "ALLREDUCE");
-  allreduce(comm, buffer, total / dtype_size(head.dtype), head.dtype, head.op, head.prescale, head.postscale);
+  host_allreduce(ex, buffer, total / dtype_size(head.dtype), head);
   activity(ex, ops, "MEMCPY_OUT_FUSION_BUFFER");
   offset = 0;
   for (OpState* op : ops) {
@@ -296,7 +306,8 @@ void run_allreduce(const Response& resp, Executors& ex, const std::vector<OpStat
   activity(ex, ops, nullptr);
 }
 
-void run_allgather(const Response& resp, Comm& comm, OpState& op) {
+void run_allgather(const Response& resp, Executors& ex, OpState& op) {
+  Comm& comm = ex.comm;
   const TensorRequests& t = resp.tensors[0];
   const std::size_t row_bytes = static_cast<std::size_t>(row_elements(op.request.shape)) * dtype_size(op.request.dtype);
   std::vector<std::size_t> recv_bytes(t.size());
@@ -309,6 +320,7 @@ void run_allgather(const Response& resp, Comm& comm, OpState& op) {
   shape[0] = rows;
   std::size_t total = static_cast<std::size_t>(rows) * row_bytes;
   void* out = allocate_output(op, shape, total);
+  if (ex.hierarchy && ex.hierarchy->allgatherv(ex, op.input, recv_bytes[comm.rank()], out, recv_bytes)) return;
   allgatherv(comm, op.input, recv_bytes[comm.rank()], out, recv_bytes);
 }
 
@@ -460,7 +472,7 @@ void execute(const Response& response, const std::vector<OpState*>& ops, Executo
   OpState& op = *ops[0];
   auto run = [&] {
     switch (response.type) {
-      case OpType::Allgather: run_allgather(response, comm, op); return;
+      case OpType::Allgather: run_allgather(response, ex, op); return;
       case OpType::Alltoall: run_alltoall(response, comm, op); return;
       default: run_reducescatter(response, comm, op); return;
     }

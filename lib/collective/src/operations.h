@@ -72,6 +72,8 @@ void check_request(const OpState& op, int size);
 /// Rows this rank sends to each rank in an alltoall (even split if empty).
 std::vector<int64_t> alltoall_splits(const Request& request, int size);
 
+class Hierarchy;  // hierarchy.h
+
 /// What execute() runs operations with.
 struct Executors {
   Comm& comm;
@@ -85,6 +87,9 @@ struct Executors {
   /// The timeline when it records (rank 0 of the global set), else null:
   /// execute() reports its activities (fusion copies, the collective).
   Timeline* timeline = nullptr;
+
+  /// Hierarchical host allreduce/allgather when set (hierarchy.h); null: flat.
+  Hierarchy* hierarchy = nullptr;
 };
 
 /// Runs `response` (ok() only) on this rank; ops[i] is this rank's state for

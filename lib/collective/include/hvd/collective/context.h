@@ -48,6 +48,20 @@ struct Settings {
   std::chrono::microseconds cycle_time{1000};
   /// HOROVOD_FUSION_THRESHOLD: bytes of one fused allreduce; 0 disables fusion.
   std::size_t fusion_threshold = 64u << 20;
+  /// HOROVOD_HIERARCHICAL_ALLREDUCE / HOROVOD_HIERARCHICAL_ALLGATHER: host
+  /// buffers are reduced / gathered within each host first, then across
+  /// hosts (docs/collective.md). Must be the same on every rank.
+  bool hierarchical_allreduce = false;
+  bool hierarchical_allgather = false;
+  /// HOROVOD_AUTOTUNE and its knobs (docs/collective.md, "Autotune"): the
+  /// Context of every rank tunes fusion threshold, cycle time and (several
+  /// hosts) the hierarchical switches; process sets keep their settings.
+  bool autotune = false;
+  /// HOROVOD_AUTOTUNE_LOG: Horovod's CSV, written by rank 0 (empty: none).
+  std::string autotune_log;
+  int autotune_warmup_samples = 3;
+  int autotune_steps_per_sample = 10;
+  int autotune_max_samples = 20;
   /// HOROVOD_CACHE_CAPACITY: response-cache entries; 0 disables the cache.
   std::size_t cache_capacity = 1024;
   /// HOROVOD_STALL_CHECK_DISABLE inverted.
@@ -113,6 +127,15 @@ struct ContextStats {
   uint64_t fused_responses = 0;
   uint64_t fused_tensors = 0;
   uint64_t responses = 0;
+  /// Autotune (Settings::autotune): scored samples so far (rank 0; other
+  /// ranks 0), whether it still tunes, and the setting in use since its
+  /// last change (0 until then).
+  uint64_t autotune_samples = 0;
+  bool autotune_active = false;
+  std::size_t fusion_threshold = 0;
+  std::chrono::microseconds cycle_time{0};
+  /// Allreduces and allgathers run hierarchically (Settings::hierarchical_*).
+  uint64_t hierarchical_ops = 0;
   /// Stall warnings issued (rank 0 only), newest last.
   std::vector<std::string> stall_warnings;
 };

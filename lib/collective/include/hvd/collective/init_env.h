@@ -57,8 +57,8 @@ LogSettings log_settings_from_env();
 /// HVDRUN_VERBOSE=1, else at debug.
 std::string describe_settings(const Settings& settings, const LogSettings& log);
 
-// One line per variable that is set but not honoured (hierarchical/torus
-// allreduce, autotune and its log, the timeline); rank 0 logs each at warn
+// One line per variable that is set but not honoured (torus allreduce,
+// autotune's Gaussian-process noise, the timeline); rank 0 logs each at warn
 // level at every init, whatever the log level.
 std::vector<std::string> ignored_settings_warnings();
 

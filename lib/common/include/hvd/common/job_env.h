@@ -117,9 +117,8 @@ inline constexpr const char* kCycleTime = "HOROVOD_CYCLE_TIME";
 /// hvdrun, from --cache-capacity. Read by the library: response-cache
 /// entries, 0 disables the cache (default 1024).
 inline constexpr const char* kCacheCapacity = "HOROVOD_CACHE_CAPACITY";
-/// hvdrun, from --(no-)hierarchical-allreduce as 1/0 (hvdrun warns that
-/// 1 has no effect yet). Read by Horovod workers; the hvdcomm library only
-/// reports it in its settings log (not implemented: issue 20).
+/// hvdrun, from --(no-)hierarchical-allreduce as 1/0. Read by Horovod
+/// workers and the library (Settings::hierarchical_allreduce).
 inline constexpr const char* kHierarchicalAllreduce = "HOROVOD_HIERARCHICAL_ALLREDUCE";
 /// hvdrun, from --(no-)hierarchical-allgather as 1/0. As
 /// kHierarchicalAllreduce.
@@ -129,8 +128,7 @@ inline constexpr const char* kHierarchicalAllgather = "HOROVOD_HIERARCHICAL_ALLG
 /// reports it in its settings log.
 inline constexpr const char* kTorusAllreduce = "HOROVOD_TORUS_ALLREDUCE";
 /// hvdrun, "1" with --autotune (the other autotune variables only then).
-/// Read by Horovod workers; the hvdcomm library only reports it in its
-/// settings log (not implemented: issue 20).
+/// Read by Horovod workers and the library (Settings::autotune).
 inline constexpr const char* kAutotune = "HOROVOD_AUTOTUNE";
 /// hvdrun, from --autotune-log-file. Read by Horovod workers.
 inline constexpr const char* kAutotuneLog = "HOROVOD_AUTOTUNE_LOG";
