@@ -166,17 +166,17 @@ class Flags(unittest.TestCase):
         self.assertEqual(code, 0, err)
         # Still exported, for unmodified Horovod workers.
         self.assertEqual(sorted(out.splitlines()), ["[0]<stdout>:111", "[1]<stdout>:111"])
-        for flag, why in (("--timeline-filename (timeline.filename)", "writes no timeline (issue 20)"),
-                          ("--torus-allreduce (params.torus_allreduce)", "no torus allreduce"),
+        for flag, why in (("--torus-allreduce (params.torus_allreduce)", "no torus allreduce"),
                           ("--num-nccl-streams (library_options.num_nccl_streams)", "uses one stream")):
             line = self.assertOneLine(err, flag)
             self.assertIn("[warning]", line)
             self.assertIn(why, line)
             self.assertTrue(line.endswith("; ignored"), line)
-        # The hierarchical flags and autotune are honoured (docs/collective.md): no line.
+        # The hierarchical flags, autotune and the timeline are honoured (docs/collective.md): no line.
         self.assertEqual(lines_with(err, "--hierarchical-"), [], err)
         self.assertEqual(lines_with(err, "--autotune"), [], err)
-        self.assertEqual(len(lines_with(err, "no effect yet")), 3, err)
+        self.assertEqual(lines_with(err, "--timeline"), [], err)
+        self.assertEqual(len(lines_with(err, "no effect yet")), 2, err)
 
     def test_unsupported_config_keys_and_variables_warn_once(self):
         d = self.tempdir("hvd_cfg_")
@@ -190,8 +190,8 @@ class Flags(unittest.TestCase):
         # autotune.enabled acts (docs/collective.md, "Autotune"): no line.
         self.assertEqual(lines_with(err, "(autotune.enabled)"), [], err)
         self.assertIn("no torus allreduce", self.assertOneLine(err, "(params.torus_allreduce)"))
-        self.assertIn("writes no timeline", self.assertOneLine(err, "HOROVOD_TIMELINE="))
-        self.assertEqual(len(lines_with(err, "no effect yet")), 2, err)
+        self.assertEqual(lines_with(err, "HOROVOD_TIMELINE="), [], err)  # honoured: the library's rank 0 writes it
+        self.assertEqual(len(lines_with(err, "no effect yet")), 1, err)
 
     def test_wired_tuning_flags_do_not_warn(self):
         code, out, err = run(["-np", "1", "--thread-affinity", str(max(os.sched_getaffinity(0))),
