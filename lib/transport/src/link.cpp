@@ -49,6 +49,10 @@ void Link::recv(void* data, std::size_t len, Deadline deadline) {
   progress(&t, 1, deadline);
 }
 
+std::size_t Link::try_recv_view(std::size_t, std::size_t, RecvSink, void*) {
+  throw Error("transport: " + describe() + " cannot hand out received bytes in place (supports_recv_view is false)");
+}
+
 void sendrecv(Link& to, const void* send_data, std::size_t send_len, Link& from, void* recv_data, std::size_t recv_len,
               Deadline deadline) {
   Transfer ts[2] = {Transfer::send(to, send_data, send_len), Transfer::recv(from, recv_data, recv_len)};
@@ -104,7 +108,8 @@ bool progress_loop(Transfer* transfers, std::size_t count, Deadline deadline, co
         t.done += n;
         moved = moved || n > 0;
       } else {
-        std::size_t n = t.link->try_recv(t.data + t.done, t.size - t.done);
+        std::size_t n = t.sink ? t.link->try_recv_view(t.size - t.done, t.sink_align, t.sink, t.sink_ctx)
+                               : t.link->try_recv(t.data + t.done, t.size - t.done);
         t.done += n;
         moved = moved || n > 0;
         received = received || n > 0;

@@ -20,6 +20,11 @@
 // soon as a segment is complete: the freshly received bytes are still in
 // cache when the reduction reads them, and a large chunk never needs a
 // chunk-sized (cache-thrashing) staging buffer.
+//
+// Over a shared-memory link (Link::supports_recv_view) there is no staging
+// at all: the reduction reads the peer's bytes straight out of the shared
+// ring, saving one copy per received byte (the order of the reduction, and
+// so the result, is the same).
 #include "ring.h"
 
 #include "../reduce.h"
@@ -30,6 +35,24 @@
 #include <algorithm>
 
 namespace hvd::collective::detail {
+
+namespace {
+
+struct ReduceSink {
+  char* target;
+  std::size_t reduced;
+  std::size_t es;
+  DataType dtype;
+  ReduceOp op;
+};
+
+void reduce_sink(void* ctx, const char* data, std::size_t n) {
+  auto* s = static_cast<ReduceSink*>(ctx);
+  reduce_into(s->dtype, s->op, s->target + s->reduced, data, n / s->es);
+  s->reduced += n;
+}
+
+}  // namespace
 
 void ring_reduce_scatter(Comm& comm, char* work, const std::vector<std::size_t>& chunk_elems, DataType dtype,
                          ReduceOp op, char* tmp) {
@@ -48,6 +71,14 @@ void ring_reduce_scatter(Comm& comm, char* work, const std::vector<std::size_t>&
     const int recv_chunk = mod(r - 2 - s, n);
     char* target = work + off[recv_chunk];
     const std::size_t recv_bytes = chunk_bytes[recv_chunk];
+    if (left.supports_recv_view() && es <= 16 && (es & (es - 1)) == 0) {
+      ReduceSink sink{target, 0, es, dtype, op};
+      transport::Transfer ts[2] = {transport::Transfer::send(right, work + off[send_chunk], chunk_bytes[send_chunk]),
+                                   transport::Transfer::recv_view(left, recv_bytes, es, &reduce_sink, &sink)};
+      transport::progress(ts, 2);
+      HVD_ENFORCE(sink.reduced == recv_bytes, "ring reduce-scatter reduced {} of {} bytes", sink.reduced, recv_bytes);
+      continue;
+    }
     // The receive lands segment by segment in the small (cache-resident)
     // tmp buffer; each full segment is reduced into place and tmp reused.
     std::size_t reduced = 0;

@@ -297,6 +297,22 @@ std::size_t ShmLink::try_recv(void* data, std::size_t len) {
   return n;
 }
 
+std::size_t ShmLink::try_recv_view(std::size_t len, std::size_t align, RecvSink sink, void* ctx) {
+  if (shut_.load(std::memory_order_relaxed)) throw IoError(fmt::format("link to {} was aborted", describe()));
+  if (align == 0 || align > 16 || (align & (align - 1)) != 0 || len % align != 0) {
+    throw Error(fmt::format("ShmLink::try_recv_view: bad alignment {} for {} bytes", align, len));
+  }
+  std::size_t n = rx_.read_view(len, align, sink, ctx);
+  if (n > 0) {
+    if (rx_.take_producer_waiter()) wake(rx_sock_.get());
+    return n;
+  }
+  // A descriptor posted by a sender with single copy on: refused (this side
+  // has it off), so the sender goes on through the ring.
+  if (len > 0) rx_single_copy(nullptr, len, n);
+  return n;
+}
+
 bool ShmLink::prepare_wait(bool send) {
   if (shut_.load(std::memory_order_relaxed)) throw IoError(fmt::format("link to {} was aborted", describe()));
   const bool closed = send ? drain_wakeups(tx_sock_.get(), tx_closed_) : drain_wakeups(rx_sock_.get(), rx_closed_);

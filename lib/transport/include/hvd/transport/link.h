@@ -75,6 +75,16 @@ class Link {
   virtual std::chrono::milliseconds peer_check_interval() const { return std::chrono::milliseconds(0); }
   virtual void check_peer() {}
 
+  /// Zero-copy receive (shared memory): hands up to `len` received bytes to
+  /// `sink(ctx, data, n)` straight from where the link holds them (the
+  /// shared ring) instead of copying them into a buffer first; every `n` is
+  /// a multiple of `align` (a power of two <= 16; `len` must be one too).
+  /// Returns the bytes consumed (0: nothing yet). Only when
+  /// supports_recv_view(); the default throws.
+  using RecvSink = void (*)(void* ctx, const char* data, std::size_t n);
+  virtual bool supports_recv_view() const { return false; }
+  virtual std::size_t try_recv_view(std::size_t len, std::size_t align, RecvSink sink, void* ctx);
+
   /// Blocking conveniences (built on progress()).
   void send(const void* data, std::size_t len, Deadline deadline = Deadline::never());
   void recv(void* data, std::size_t len, Deadline deadline = Deadline::never());
@@ -94,6 +104,12 @@ struct Transfer {
   /// at SIZE_MAX). A pipeline (chain broadcast) raises it from the progress
   /// callback as data arrives from upstream.
   std::size_t ready = static_cast<std::size_t>(-1);
+  /// Receive only, optional: consume the bytes in place through
+  /// Link::try_recv_view (the link must support it) instead of copying
+  /// them to `data` (which may then be null); `done` still counts them.
+  Link::RecvSink sink = nullptr;
+  void* sink_ctx = nullptr;
+  std::size_t sink_align = 1;
 
   static Transfer send(Link& l, const void* d, std::size_t n) {
     Transfer t;
@@ -109,6 +125,16 @@ struct Transfer {
     t.dir = Dir::Recv;
     t.data = static_cast<char*>(d);
     t.size = n;
+    return t;
+  }
+  static Transfer recv_view(Link& l, std::size_t n, std::size_t align, Link::RecvSink sink, void* ctx) {
+    Transfer t;
+    t.link = &l;
+    t.dir = Dir::Recv;
+    t.size = n;
+    t.sink = sink;
+    t.sink_ctx = ctx;
+    t.sink_align = align;
     return t;
   }
   bool complete() const { return done == size; }

@@ -102,6 +102,13 @@ class ShmRing {
   std::size_t write(const void* data, std::size_t len);
   /// Consumer: copies up to `len` bytes out; returns how many (0: empty).
   std::size_t read(void* data, std::size_t len);
+  /// Consumer, zero copy: passes up to `len` readable bytes to
+  /// `sink(ctx, p, n)` where they lie in the ring (two spans when they wrap;
+  /// an element of `align` bytes that straddles the end is passed through a
+  /// small local copy), then frees them. Only whole `align`-byte units are
+  /// taken (`len` must be a multiple of `align`, a power of two <= 16);
+  /// returns the bytes taken.
+  std::size_t read_view(std::size_t len, std::size_t align, Link::RecvSink sink, void* ctx);
   /// Bytes readable now / free space now.
   std::size_t readable() const;
   std::size_t writable() const;
@@ -182,6 +189,10 @@ class ShmLink final : public Link {
   int peer() const override { return peer_; }
   std::size_t try_send(const void* data, std::size_t len) override;
   std::size_t try_recv(void* data, std::size_t len) override;
+  /// Zero copy out of the ring (the reduce-scatter reduces straight from
+  /// it). Not while single copy (HVD_SHM_CMA) may still deliver data.
+  bool supports_recv_view() const override { return !rx_cma_ok_; }
+  std::size_t try_recv_view(std::size_t len, std::size_t align, RecvSink sink, void* ctx) override;
   int poll_fd() const override { return rx_sock_.get(); }
   int wait_fd(bool send) const override { return send ? tx_sock_.get() : rx_sock_.get(); }
   short wait_events(bool /*send*/) const override { return POLLIN; }
