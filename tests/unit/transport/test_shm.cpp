@@ -245,6 +245,17 @@ TEST_CASE("shm links hand received bytes out in place (recv_view) through progre
   for (std::size_t k : c.calls) CHECK(k % 8 == 0);
 }
 
+TEST_CASE("HVD_SHM_REDUCE_IN_RING=0 turns the in-place receive off", "[transport][shm]") {
+  EnvGuard g(kShmInPlaceEnv);
+  ::setenv(kShmInPlaceEnv, "0", 1);
+  auto [a, b] = shm_pair(4096);
+  CHECK_FALSE(a->supports_recv_view());
+  CHECK_FALSE(b->supports_recv_view());
+  Collect c;
+  CHECK_THROWS_AS(Transfer::recv_view(*b, 8, 8, &collect_sink, &c).link->Link::try_recv_view(8, 8, &collect_sink, &c),
+                  Error);
+}
+
 TEST_CASE("single-copy sends (HVD_SHM_CMA=1) carry large messages both ways through tiny rings",
           "[transport][shm][cma]") {
   EnvGuard g(kShmCmaEnv);
@@ -448,7 +459,8 @@ TEST_CASE("a SIGKILLed peer whose forked child still holds the link fails a bloc
   ::kill(grandchild, SIGKILL);  // reparented: init reaps it
 }
 
-TEST_CASE("HVD_TRANSPORT, HVD_SHM_SPIN_US and HVD_SHM_CMA are parsed strictly", "[transport][shm]") {
+TEST_CASE("HVD_TRANSPORT, HVD_SHM_SPIN_US, HVD_SHM_CMA and HVD_SHM_REDUCE_IN_RING are parsed strictly",
+          "[transport][shm]") {
   EnvGuard g1(kTransportEnv), g2(kShmSpinEnv);
   ::unsetenv(kTransportEnv);
   CHECK(shm_enabled_from_env());
@@ -474,6 +486,14 @@ TEST_CASE("HVD_TRANSPORT, HVD_SHM_SPIN_US and HVD_SHM_CMA are parsed strictly", 
   ::unsetenv(kShmSpinEnv);
   ::setenv(kShmCmaEnv, "maybe", 1);
   CHECK_THROWS_WITH(check_shm_env(), Catch::Contains("HVD_SHM_CMA"));
+  ::unsetenv(kShmCmaEnv);
+  EnvGuard g4(kShmInPlaceEnv);
+  ::unsetenv(kShmInPlaceEnv);
+  CHECK(shm_reduce_in_ring_from_env());
+  ::setenv(kShmInPlaceEnv, "0", 1);
+  CHECK_FALSE(shm_reduce_in_ring_from_env());
+  ::setenv(kShmInPlaceEnv, "sometimes", 1);
+  CHECK_THROWS_WITH(check_shm_env(), Catch::Contains("HVD_SHM_REDUCE_IN_RING"));
 }
 
 TEST_CASE("ring capacity shrinks with many local peers, within bounds", "[transport][shm]") {

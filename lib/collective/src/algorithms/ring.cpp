@@ -96,6 +96,23 @@ void ring_reduce_scatter(Comm& comm, char* work, const std::vector<std::size_t>&
   }
 }
 
+bool pair_allreduce_in_ring(Comm& comm, char* data, std::size_t count, DataType dtype, ReduceOp op) {
+  if (comm.size() != 2) return false;
+  if (op != ReduceOp::Sum && op != ReduceOp::Average && op != ReduceOp::Product) return false;
+  const std::size_t es = dtype_size(dtype);
+  const std::size_t bytes = count * es;
+  transport::Link& peer = comm.link(1 - comm.rank());
+  if (!peer.supports_recv_view() || bytes > peer.send_window() || es > 16 || (es & (es - 1)) != 0) return false;
+  // The whole send fits in the ring, so it completes without the peer (whose
+  // earlier receives from us have all completed) and `data` may change after.
+  peer.send(data, bytes);
+  ReduceSink sink{data, 0, es, dtype, op};
+  transport::Transfer t = transport::Transfer::recv_view(peer, bytes, es, &reduce_sink, &sink);
+  transport::progress(&t, 1);
+  HVD_ENFORCE(sink.reduced == bytes, "pair allreduce reduced {} of {} bytes", sink.reduced, bytes);
+  return true;
+}
+
 void ring_allgather(Comm& comm, char* buf, const std::vector<std::size_t>& block_bytes) {
   const int n = comm.size();
   const int r = comm.rank();

@@ -19,4 +19,13 @@ void ring_reduce_scatter(Comm& comm, char* work, const std::vector<std::size_t>&
 /// to back) starts valid on rank b and ends valid on every rank.
 void ring_allgather(Comm& comm, char* buf, const std::vector<std::size_t>& block_bytes);
 
+/// Small allreduce of two ranks over a shared-memory link: each rank hands
+/// its whole buffer to the peer's ring and then reduces the peer's buffer
+/// straight out of its own ring into `data` (no staging copy). Returns false
+/// (nothing done) unless comm has 2 ranks, the link supports in-place
+/// receives, the message fits in the ring (the send completes before the
+/// receive starts modifying `data`) and `op` is Sum, Average or Product
+/// (commutative to the bit, so both ranks end with identical results).
+bool pair_allreduce_in_ring(Comm& comm, char* data, std::size_t count, DataType dtype, ReduceOp op);
+
 }  // namespace hvd::collective::detail

@@ -63,9 +63,12 @@ void choose_local_links(std::vector<std::unique_ptr<transport::Link>>& links, co
   const int me = options.rank;
   const int n = options.size;
   if (n < 2) return;
-  if (!use_shm && me == 0 && env::get(transport::kShmSpinEnv)) {
-    spdlog::info("{} is ignored: {}=tcp (no shared memory between ranks)", transport::kShmSpinEnv,
-                 transport::kTransportEnv);
+  if (!use_shm && me == 0) {
+    for (const char* var : {transport::kShmSpinEnv, transport::kShmCmaEnv, transport::kShmInPlaceEnv}) {
+      if (env::get(var)) {
+        spdlog::info("{} is ignored: {}=tcp (no shared memory between ranks)", var, transport::kTransportEnv);
+      }
+    }
   }
   std::string host_id = use_shm ? transport::shm_host_id() : std::string();
   if (use_shm && host_id.empty()) {

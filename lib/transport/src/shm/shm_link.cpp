@@ -43,9 +43,12 @@ bool shm_enabled_from_env() {
 
 bool shm_cma_from_env() { return env::get_bool_or(kShmCmaEnv, false); }
 
+bool shm_reduce_in_ring_from_env() { return env::get_bool_or(kShmInPlaceEnv, true); }
+
 void check_shm_env() {
   (void)shm_spin_from_env(1);
   (void)shm_cma_from_env();
+  (void)shm_reduce_in_ring_from_env();
 }
 
 std::chrono::microseconds default_shm_spin(int local_ranks) {
@@ -140,6 +143,7 @@ ShmLink::ShmLink(std::shared_ptr<ShmSegment> segment, int tx, int rx, UniqueFd t
   set_nonblocking(tx_sock_.get(), true);
   set_nonblocking(rx_sock_.get(), true);
   cma_ = rx_cma_ok_ = peer_pid_ > 0 && shm_cma_from_env();
+  view_ok_ = shm_reduce_in_ring_from_env();
   if (peer_pid_ > 0) {
     pidfd_ = UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, peer_pid_, 0)));
     if (!pidfd_) spdlog::debug("pidfd_open({}) for {} failed: {}", peer_pid_, describe(), std::strerror(errno));

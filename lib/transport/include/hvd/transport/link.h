@@ -83,6 +83,9 @@ class Link {
   /// supports_recv_view(); the default throws.
   using RecvSink = void (*)(void* ctx, const char* data, std::size_t n);
   virtual bool supports_recv_view() const { return false; }
+  /// Bytes a send can always hand off without the peer reading anything
+  /// (shared memory: the ring's capacity); 0 when unknown (TCP).
+  virtual std::size_t send_window() const { return 0; }
   virtual std::size_t try_recv_view(std::size_t len, std::size_t align, RecvSink sink, void* ctx);
 
   /// Blocking conveniences (built on progress()).

@@ -70,6 +70,7 @@ inline constexpr const char* kShmSpinEnv = "HVD_SHM_SPIN_US";
 /// sends on shared-memory links (default 0: on the 2-core reference host
 /// they were not faster than the two ring copies; docs/performance.md).
 inline constexpr const char* kShmCmaEnv = "HVD_SHM_CMA";
+inline constexpr const char* kShmInPlaceEnv = "HVD_SHM_REDUCE_IN_RING";
 /// Sends at least this large go single copy when CMA is allowed.
 inline constexpr std::size_t kShmCmaMinBytes = 256 * 1024;
 
@@ -78,6 +79,10 @@ inline constexpr std::size_t kShmCmaMinBytes = 256 * 1024;
 bool shm_enabled_from_env();
 /// kShmCmaEnv as a boolean (default false); InvalidArgument for garbage.
 bool shm_cma_from_env();
+/// HVD_SHM_REDUCE_IN_RING (default 1): 0 makes ShmLink refuse
+/// try_recv_view, so the ring reduce-scatter copies out of the ring into its
+/// staging buffer first (the path before; for A/B measurements).
+bool shm_reduce_in_ring_from_env();
 /// Validates kShmSpinEnv and kShmCmaEnv (InvalidArgument naming the
 /// variable), so bad values fail before any peer is contacted.
 void check_shm_env();
@@ -191,7 +196,8 @@ class ShmLink final : public Link {
   std::size_t try_recv(void* data, std::size_t len) override;
   /// Zero copy out of the ring (the reduce-scatter reduces straight from
   /// it). Not while single copy (HVD_SHM_CMA) may still deliver data.
-  bool supports_recv_view() const override { return !rx_cma_ok_; }
+  bool supports_recv_view() const override { return view_ok_ && !rx_cma_ok_; }
+  std::size_t send_window() const override { return tx_.capacity(); }
   std::size_t try_recv_view(std::size_t len, std::size_t align, RecvSink sink, void* ctx) override;
   int poll_fd() const override { return rx_sock_.get(); }
   int wait_fd(bool send) const override { return send ? tx_sock_.get() : rx_sock_.get(); }
@@ -245,6 +251,7 @@ class ShmLink final : public Link {
   uint64_t tx_copied_base_ = 0;
   // Receiving side (only the receiving thread).
   bool rx_cma_ok_ = true;
+  bool view_ok_ = true;
   bool rx_active_ = false;
   uint64_t rx_seq_ = 0;
   uint64_t rx_addr_ = 0;
