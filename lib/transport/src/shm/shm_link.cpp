@@ -79,6 +79,17 @@ std::chrono::microseconds shm_spin_from_env(int local_ranks) {
   return std::chrono::microseconds(n);
 }
 
+bool shm_offload_sends(int local_ranks) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cpus = 1;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
+  // The helper copies into the ring while the caller reduces out of the
+  // other: a gain only with a spare core per rank. On 2 cores with 2 ranks
+  // it made 2-16 MiB allreduces slower (performance.md).
+  return 2 * local_ranks <= cpus;
+}
+
 std::size_t shm_ring_capacity(int local_peers) {
   constexpr std::size_t kMax = std::size_t{1} << 20;
   constexpr std::size_t kMin = std::size_t{64} << 10;

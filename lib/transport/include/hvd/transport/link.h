@@ -67,6 +67,9 @@ class Link {
   /// How long progress() should retry before sleeping while it waits on
   /// this link (HVD_TRANSPORT_SPIN_US, when larger, wins). TCP: 0.
   virtual std::chrono::microseconds spin_hint() const { return std::chrono::microseconds(0); }
+  /// Whether progress() may hand large sends on this link to its send
+  /// helper thread (HVD_TRANSPORT_SEND_THREAD=0/1 overrides). TCP: yes.
+  virtual bool offload_sends() const { return true; }
 
   /// Silent-peer detection (host down, network cut: no FIN or RST ever
   /// arrives). While progress() waits on this link it calls check_peer()
@@ -151,7 +154,9 @@ struct Transfer {
 /// Plain sends totalling >= 1 MiB alongside receives are driven by a helper
 /// thread owned by the calling thread (one per thread, created on first
 /// use), so send and receive copies overlap on two cores;
-/// HVD_TRANSPORT_SEND_THREAD=0 disables that.
+/// A link may decline (Link::offload_sends: shared memory when the ranks of
+/// the host leave no spare core); HVD_TRANSPORT_SEND_THREAD=0 disables the
+/// helper, =1 uses it whatever the links say.
 /// Even with Deadline::never() a wait is bounded by the links' silent-peer
 /// limits (Link::check_peer): a dead peer fails the call with IoError.
 /// Throws hvd::IoError naming the link on failure, hvd::TimeoutError when the

@@ -204,6 +204,10 @@ class ShmLink final : public Link {
   short wait_events(bool /*send*/) const override { return POLLIN; }
   bool prepare_wait(bool send) override;
   std::chrono::microseconds spin_hint() const override { return spin_; }
+  /// Large sends on progress()'s helper thread: only while every local rank
+  /// and its helper can have a core (set by the caller, default yes).
+  bool offload_sends() const override { return offload_; }
+  void set_offload_sends(bool on) { offload_ = on; }
   void shutdown() override;
   bool is_shutdown() const override { return shut_.load(); }
   std::string describe() const override;
@@ -252,6 +256,7 @@ class ShmLink final : public Link {
   // Receiving side (only the receiving thread).
   bool rx_cma_ok_ = true;
   bool view_ok_ = true;
+  bool offload_ = true;
   bool rx_active_ = false;
   uint64_t rx_seq_ = 0;
   uint64_t rx_addr_ = 0;
@@ -267,6 +272,9 @@ std::chrono::microseconds default_shm_spin(int local_ranks);
 /// kShmSpinEnv's value, else default_shm_spin(local_ranks); InvalidArgument
 /// for garbage.
 std::chrono::microseconds shm_spin_from_env(int local_ranks);
+/// Whether shared-memory links hand large sends to progress()'s helper
+/// thread: when 2 * local_ranks <= the CPUs this process may use.
+bool shm_offload_sends(int local_ranks);
 
 /// Ring capacity (power of two) for a rank with `local_peers` peers on its
 /// host: 1 MiB each up to 8 peers, less beyond (at least 64 KiB), so the
