@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -494,6 +495,31 @@ TEST_CASE("HVD_TRANSPORT, HVD_SHM_SPIN_US, HVD_SHM_CMA and HVD_SHM_REDUCE_IN_RIN
   CHECK_FALSE(shm_reduce_in_ring_from_env());
   ::setenv(kShmInPlaceEnv, "sometimes", 1);
   CHECK_THROWS_WITH(check_shm_env(), Catch::Contains("HVD_SHM_REDUCE_IN_RING"));
+}
+
+TEST_CASE("shared-memory links use the send helper thread only with a spare core per rank", "[transport][shm]") {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(::sched_getaffinity(0, sizeof set, &set) == 0);
+  const int cpus = CPU_COUNT(&set);
+  CHECK(shm_offload_sends(cpus / 2) == (cpus >= 2));
+  CHECK_FALSE(shm_offload_sends(cpus / 2 + 1));
+  CHECK_FALSE(shm_offload_sends(4 * cpus));
+  auto [a, b] = shm_pair(4096);
+  CHECK(a->offload_sends());  // the default, until the caller decides
+  a->set_offload_sends(false);
+  CHECK_FALSE(a->offload_sends());
+  // Without the helper a large exchange still completes both ways (one
+  // thread per side alternates between its send and its receive).
+  b->set_offload_sends(false);
+  const std::size_t n = std::size_t{3} << 20;
+  const std::vector<char> x = pattern(n, 41), y = pattern(n, 42);
+  std::vector<char> gx(n), gy(n);
+  auto fut = std::async(std::launch::async, [&, l = b.get()] { sendrecv(*l, y.data(), n, *l, gx.data(), n); });
+  sendrecv(*a, x.data(), n, *a, gy.data(), n);
+  fut.get();
+  CHECK(gx == x);
+  CHECK(gy == y);
 }
 
 TEST_CASE("ring capacity shrinks with many local peers, within bounds", "[transport][shm]") {

@@ -96,6 +96,18 @@ void ring_reduce_scatter(Comm& comm, char* work, const std::vector<std::size_t>&
   }
 }
 
+std::size_t direct_allreduce_limit(Comm& comm) {
+  const int n = comm.size();
+  if (n <= 2) return kSmallBytes;
+  for (int p = 0; p < n; ++p) {
+    if (p == comm.rank()) continue;
+    // A property both ends of a link share (shared memory or not), so
+    // every rank picks the same algorithm.
+    if (comm.link(p).send_window() == 0) return kSmallBytes;
+  }
+  return kSmallBytes / static_cast<std::size_t>(n - 1);
+}
+
 bool pair_allreduce_in_ring(Comm& comm, char* data, std::size_t count, DataType dtype, ReduceOp op) {
   if (comm.size() != 2) return false;
   if (op != ReduceOp::Sum && op != ReduceOp::Average && op != ReduceOp::Product) return false;
