@@ -49,6 +49,10 @@ void Link::recv(void* data, std::size_t len, Deadline deadline) {
   progress(&t, 1, deadline);
 }
 
+std::size_t Link::try_recv_view(std::size_t, std::size_t, RecvSink, void*) {
+  throw Error("transport: " + describe() + " cannot hand out received bytes in place (supports_recv_view is false)");
+}
+
 void sendrecv(Link& to, const void* send_data, std::size_t send_len, Link& from, void* recv_data, std::size_t recv_len,
               Deadline deadline) {
   Transfer ts[2] = {Transfer::send(to, send_data, send_len), Transfer::recv(from, recv_data, recv_len)};
@@ -104,7 +108,8 @@ bool progress_loop(Transfer* transfers, std::size_t count, Deadline deadline, co
         t.done += n;
         moved = moved || n > 0;
       } else {
-        std::size_t n = t.link->try_recv(t.data + t.done, t.size - t.done);
+        std::size_t n = t.sink ? t.link->try_recv_view(t.size - t.done, t.sink_align, t.sink, t.sink_ctx)
+                               : t.link->try_recv(t.data + t.done, t.size - t.done);
         t.done += n;
         moved = moved || n > 0;
         received = received || n > 0;
@@ -320,10 +325,16 @@ class SendHelper {
 /// Sends at least this large (in total) go to the helper thread.
 constexpr std::size_t kOffloadBytes = 1u << 20;
 
-bool offload_enabled() {
-  static const bool value = [] {
+/// HVD_TRANSPORT_SEND_THREAD: 0 (off for every link), 1 (on for every
+/// link), unset or anything else: each link decides (Link::offload_sends).
+int offload_setting() {
+  static const int value = [] {
     const char* text = std::getenv("HVD_TRANSPORT_SEND_THREAD");
-    return !(text && (std::string(text) == "0" || std::string(text) == "false" || std::string(text) == "off"));
+    if (!text) return -1;
+    const std::string t(text);
+    if (t == "0" || t == "false" || t == "off") return 0;
+    if (t == "1" || t == "true" || t == "on") return 1;
+    return -1;
   }();
   return value;
 }
@@ -349,14 +360,19 @@ void progress(Transfer* transfers, std::size_t count, Deadline deadline, const s
   // receiving to do meanwhile; otherwise one thread drives everything.
   std::size_t offload_bytes = 0;
   bool has_recv = false;
+  bool links_want = true;
   for (std::size_t i = 0; i < count; ++i) {
     const Transfer& t = transfers[i];
-    if (t.dir == Transfer::Dir::Recv)
+    if (t.dir == Transfer::Dir::Recv) {
       has_recv = has_recv || !t.complete();
-    else if (t.ready == static_cast<std::size_t>(-1))
+    } else if (t.ready == static_cast<std::size_t>(-1)) {
       offload_bytes += t.size - t.done;
+      links_want = links_want && t.link->offload_sends();
+    }
   }
-  if (!has_recv || offload_bytes < kOffloadBytes || !offload_enabled()) {
+  const int setting = offload_setting();
+  const bool enabled = setting == 1 || (setting == -1 && links_want);
+  if (!has_recv || offload_bytes < kOffloadBytes || !enabled) {
     progress_loop(transfers, count, deadline, on_progress, nullptr, -1);
     return;
   }

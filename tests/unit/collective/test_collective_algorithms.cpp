@@ -12,6 +12,9 @@
 
 #include "half.h"
 
+#include "hvd/transport/link.h"
+#include "hvd/transport/shm.h"
+
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -291,6 +294,48 @@ TEST_CASE("allreduce grid: every dtype x op x world 1..8 x count", "[collective]
     });
     expect_no_failures(fails);
     for (int r = 1; r < n; ++r) CHECK(hashes[r] == hashes[0]);  // bit-identical on every rank
+  }
+}
+
+TEST_CASE("allreduce between the shared-memory direct-exchange limit and 64 KiB", "[collective][allreduce]") {
+  // With more than 2 ranks on shared memory, messages above 64 KiB/(n-1)
+  // take the ring instead of the direct exchange (under tcp: direct).
+  Worlds worlds;
+  for (int n : {3, 4, 8}) {
+    Comms& comms = worlds.get(n);
+    std::vector<std::vector<uint64_t>> hashes(n);
+    auto fails = run_ranks(comms, [&](int r, Comm& comm, Failures& f) {
+      // The in-process ranks pair over shared memory unless HVD_TRANSPORT=tcp.
+      const bool shm = comm.link((r + 1) % n).send_window() > 0;
+      if (shm != hvd::transport::shm_enabled_from_env()) f.add("link kind: shared memory {}", shm);
+      std::vector<char> buf;
+      for (DataType t : {DataType::Float32, DataType::Float64, DataType::Float16}) {
+        for (ReduceOp op : kAllOps) {
+          const std::vector<Expect> table = expected_table(t, op, n);
+          for (std::size_t bytes : {std::size_t{24} << 10, std::size_t{48} << 10, std::size_t{64} << 10}) {
+            const std::size_t count = bytes / dtype_size(t) - 1;  // uneven chunks
+            buf.assign(count * dtype_size(t) + 1, 0);
+            buf.back() = 0x5a;
+            for (std::size_t i = 0; i < count; ++i) put(t, buf.data(), i, input(t, op, r, i));
+            allreduce(comm, buf.data(), count, t, op);
+            std::size_t bad = 0;
+            for (std::size_t i = 0; i < count; ++i) {
+              const Expect& e = table[i % kPeriod];
+              double got = load(t, buf.data(), i);
+              if (!close_enough(t, n, got, e) && bad++ == 0) {
+                f.add("{} {} count {} element {}: got {} expected {}", dtype_name(t), reduce_op_name(op), count, i, got,
+                      e.value);
+              }
+            }
+            if (buf.back() != 0x5a)
+              f.add("{} {} count {}: wrote past the end", dtype_name(t), reduce_op_name(op), count);
+            hashes[r].push_back(fnv(buf.data(), buf.size()));
+          }
+        }
+      }
+    });
+    expect_no_failures(fails);
+    for (int r = 1; r < n; ++r) CHECK(hashes[r] == hashes[0]);
   }
 }
 

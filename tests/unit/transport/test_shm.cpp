@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -111,6 +112,50 @@ TEST_CASE("shm ring: full, empty and wrap-around", "[transport][shm]") {
   CHECK(other.readable() == 0);
 }
 
+namespace {
+struct Collect {
+  std::vector<char> bytes;
+  std::vector<std::size_t> calls;
+};
+void collect_sink(void* ctx, const char* data, std::size_t n) {
+  auto* c = static_cast<Collect*>(ctx);
+  c->bytes.insert(c->bytes.end(), data, data + n);
+  c->calls.push_back(n);
+}
+}  // namespace
+
+TEST_CASE("shm ring: read_view hands out whole elements in place, across the wrap", "[transport][shm]") {
+  AlignedBuffer mem(ShmRing::bytes_for(64));
+  ShmRing r = ShmRing::create(mem.p, 64);
+  const std::vector<char> data = pattern(200, 4);
+  Collect c;
+  CHECK(r.read_view(64, 4, &collect_sink, &c) == 0);  // empty
+  // 6 bytes: one whole 4-byte element is taken, 2 stay.
+  CHECK(r.write(data.data(), 6) == 6);
+  CHECK(r.read_view(64, 4, &collect_sink, &c) == 4);
+  CHECK(r.readable() == 2);
+  // Move the ring to position 62 so an element straddles the end.
+  char skip[64];
+  CHECK(r.read(skip, 2) == 2);  // tail 6
+  CHECK(r.write(data.data(), 56) == 56);
+  CHECK(r.read(skip, 56) == 56);  // tail 62
+  c = Collect{};
+  CHECK(r.write(data.data() + 100, 22) == 22);  // 2 bytes before the end, 20 after
+  CHECK(r.read_view(16, 4, &collect_sink, &c) == 16);  // len limits
+  CHECK(r.read_view(64, 4, &collect_sink, &c) == 4);  // 2 left: not a whole element
+  CHECK(r.readable() == 2);
+  REQUIRE(c.bytes.size() == 20);
+  CHECK(std::memcmp(c.bytes.data(), data.data() + 100, 20) == 0);
+  // The straddling element came alone (through the local copy), the rest in place.
+  CHECK(c.calls == std::vector<std::size_t>{4, 12, 4});
+  // Ends on a multiple of the element size: one span, no copy.
+  c = Collect{};
+  CHECK(r.write(data.data() + 122, 2) == 2);
+  CHECK(r.read_view(8, 4, &collect_sink, &c) == 4);
+  CHECK(c.calls == std::vector<std::size_t>{4});
+  CHECK(std::memcmp(c.bytes.data(), data.data() + 120, 4) == 0);
+}
+
 TEST_CASE("shm ring: capacities and headers are checked", "[transport][shm]") {
   AlignedBuffer mem(ShmRing::bytes_for(128));
   CHECK_THROWS_AS(ShmRing::create(mem.p, 100), InvalidArgument);
@@ -176,6 +221,40 @@ TEST_CASE("shm links carry large messages both ways at once through tiny rings",
     CHECK(gx == x);
     CHECK(gy == y);
   }
+}
+
+TEST_CASE("shm links hand received bytes out in place (recv_view) through progress()", "[transport][shm]") {
+  auto [a, b] = shm_pair(4096);
+  REQUIRE(b->supports_recv_view());
+  // Misalign the ring first (an odd-sized message), then stream 8-byte
+  // elements through a 4 KiB ring: every wait path, and wrapped elements.
+  const std::vector<char> odd = pattern(3, 30);
+  std::vector<char> got_odd(3);
+  auto f0 = std::async(std::launch::async, [&, l = a.get()] { l->send(odd.data(), odd.size()); });
+  b->recv(got_odd.data(), got_odd.size());
+  f0.get();
+  CHECK(got_odd == odd);
+  const std::size_t n = 300000 * 8;
+  const std::vector<char> x = pattern(n, 31);
+  auto fut = std::async(std::launch::async, [&, l = a.get()] { l->send(x.data(), n); });
+  Collect c;
+  Transfer t = Transfer::recv_view(*b, n, 8, &collect_sink, &c);
+  progress(&t, 1, Deadline::after(10s));
+  fut.get();
+  CHECK(t.done == n);
+  CHECK(c.bytes == x);
+  for (std::size_t k : c.calls) CHECK(k % 8 == 0);
+}
+
+TEST_CASE("HVD_SHM_REDUCE_IN_RING=0 turns the in-place receive off", "[transport][shm]") {
+  EnvGuard g(kShmInPlaceEnv);
+  ::setenv(kShmInPlaceEnv, "0", 1);
+  auto [a, b] = shm_pair(4096);
+  CHECK_FALSE(a->supports_recv_view());
+  CHECK_FALSE(b->supports_recv_view());
+  Collect c;
+  CHECK_THROWS_AS(Transfer::recv_view(*b, 8, 8, &collect_sink, &c).link->Link::try_recv_view(8, 8, &collect_sink, &c),
+                  Error);
 }
 
 TEST_CASE("single-copy sends (HVD_SHM_CMA=1) carry large messages both ways through tiny rings",
@@ -381,7 +460,8 @@ TEST_CASE("a SIGKILLed peer whose forked child still holds the link fails a bloc
   ::kill(grandchild, SIGKILL);  // reparented: init reaps it
 }
 
-TEST_CASE("HVD_TRANSPORT, HVD_SHM_SPIN_US and HVD_SHM_CMA are parsed strictly", "[transport][shm]") {
+TEST_CASE("HVD_TRANSPORT, HVD_SHM_SPIN_US, HVD_SHM_CMA and HVD_SHM_REDUCE_IN_RING are parsed strictly",
+          "[transport][shm]") {
   EnvGuard g1(kTransportEnv), g2(kShmSpinEnv);
   ::unsetenv(kTransportEnv);
   CHECK(shm_enabled_from_env());
@@ -407,6 +487,39 @@ TEST_CASE("HVD_TRANSPORT, HVD_SHM_SPIN_US and HVD_SHM_CMA are parsed strictly", 
   ::unsetenv(kShmSpinEnv);
   ::setenv(kShmCmaEnv, "maybe", 1);
   CHECK_THROWS_WITH(check_shm_env(), Catch::Contains("HVD_SHM_CMA"));
+  ::unsetenv(kShmCmaEnv);
+  EnvGuard g4(kShmInPlaceEnv);
+  ::unsetenv(kShmInPlaceEnv);
+  CHECK(shm_reduce_in_ring_from_env());
+  ::setenv(kShmInPlaceEnv, "0", 1);
+  CHECK_FALSE(shm_reduce_in_ring_from_env());
+  ::setenv(kShmInPlaceEnv, "sometimes", 1);
+  CHECK_THROWS_WITH(check_shm_env(), Catch::Contains("HVD_SHM_REDUCE_IN_RING"));
+}
+
+TEST_CASE("shared-memory links use the send helper thread only with a spare core per rank", "[transport][shm]") {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(::sched_getaffinity(0, sizeof set, &set) == 0);
+  const int cpus = CPU_COUNT(&set);
+  CHECK(shm_offload_sends(cpus / 2) == (cpus >= 2));
+  CHECK_FALSE(shm_offload_sends(cpus / 2 + 1));
+  CHECK_FALSE(shm_offload_sends(4 * cpus));
+  auto [a, b] = shm_pair(4096);
+  CHECK(a->offload_sends());  // the default, until the caller decides
+  a->set_offload_sends(false);
+  CHECK_FALSE(a->offload_sends());
+  // Without the helper a large exchange still completes both ways (one
+  // thread per side alternates between its send and its receive).
+  b->set_offload_sends(false);
+  const std::size_t n = std::size_t{3} << 20;
+  const std::vector<char> x = pattern(n, 41), y = pattern(n, 42);
+  std::vector<char> gx(n), gy(n);
+  auto fut = std::async(std::launch::async, [&, l = b.get()] { sendrecv(*l, y.data(), n, *l, gx.data(), n); });
+  sendrecv(*a, x.data(), n, *a, gy.data(), n);
+  fut.get();
+  CHECK(gx == x);
+  CHECK(gy == y);
 }
 
 TEST_CASE("ring capacity shrinks with many local peers, within bounds", "[transport][shm]") {

@@ -87,8 +87,12 @@ void allreduce(Comm& comm, void* data, std::size_t count, DataType dtype, Reduce
     const int n = comm.size();
     if (n == 1) {
       detail::finalize(dtype, op, buf, count, 1, postscale);
-    } else if (count * es <= detail::kSmallBytes && n <= detail::kSmallMaxRanks) {
-      direct_allreduce(comm, buf, count, dtype, op, postscale);
+    } else if (count * es <= detail::direct_allreduce_limit(comm) && n <= detail::kSmallMaxRanks) {
+      if (detail::pair_allreduce_in_ring(comm, buf, count, dtype, op)) {  // 2 ranks over shared memory
+        detail::finalize(dtype, op, buf, count, n, postscale);
+      } else {
+        direct_allreduce(comm, buf, count, dtype, op, postscale);
+      }
     } else {
       ring_allreduce(comm, buf, count, dtype, op, postscale);
     }

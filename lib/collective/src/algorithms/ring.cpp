@@ -20,6 +20,11 @@
 // soon as a segment is complete: the freshly received bytes are still in
 // cache when the reduction reads them, and a large chunk never needs a
 // chunk-sized (cache-thrashing) staging buffer.
+//
+// Over a shared-memory link (Link::supports_recv_view) there is no staging
+// at all: the reduction reads the peer's bytes straight out of the shared
+// ring, saving one copy per received byte (the order of the reduction, and
+// so the result, is the same).
 #include "ring.h"
 
 #include "../reduce.h"
@@ -30,6 +35,24 @@
 #include <algorithm>
 
 namespace hvd::collective::detail {
+
+namespace {
+
+struct ReduceSink {
+  char* target;
+  std::size_t reduced;
+  std::size_t es;
+  DataType dtype;
+  ReduceOp op;
+};
+
+void reduce_sink(void* ctx, const char* data, std::size_t n) {
+  auto* s = static_cast<ReduceSink*>(ctx);
+  reduce_into(s->dtype, s->op, s->target + s->reduced, data, n / s->es);
+  s->reduced += n;
+}
+
+}  // namespace
 
 void ring_reduce_scatter(Comm& comm, char* work, const std::vector<std::size_t>& chunk_elems, DataType dtype,
                          ReduceOp op, char* tmp) {
@@ -48,6 +71,14 @@ void ring_reduce_scatter(Comm& comm, char* work, const std::vector<std::size_t>&
     const int recv_chunk = mod(r - 2 - s, n);
     char* target = work + off[recv_chunk];
     const std::size_t recv_bytes = chunk_bytes[recv_chunk];
+    if (left.supports_recv_view() && es <= 16 && (es & (es - 1)) == 0) {
+      ReduceSink sink{target, 0, es, dtype, op};
+      transport::Transfer ts[2] = {transport::Transfer::send(right, work + off[send_chunk], chunk_bytes[send_chunk]),
+                                   transport::Transfer::recv_view(left, recv_bytes, es, &reduce_sink, &sink)};
+      transport::progress(ts, 2);
+      HVD_ENFORCE(sink.reduced == recv_bytes, "ring reduce-scatter reduced {} of {} bytes", sink.reduced, recv_bytes);
+      continue;
+    }
     // The receive lands segment by segment in the small (cache-resident)
     // tmp buffer; each full segment is reduced into place and tmp reused.
     std::size_t reduced = 0;
@@ -63,6 +94,35 @@ void ring_reduce_scatter(Comm& comm, char* work, const std::vector<std::size_t>&
     transport::progress(ts, 2, Deadline::never(), consume);
     HVD_ENFORCE(reduced == recv_bytes, "ring reduce-scatter reduced {} of {} bytes", reduced, recv_bytes);
   }
+}
+
+std::size_t direct_allreduce_limit(Comm& comm) {
+  const int n = comm.size();
+  if (n <= 2) return kSmallBytes;
+  for (int p = 0; p < n; ++p) {
+    if (p == comm.rank()) continue;
+    // A property both ends of a link share (shared memory or not), so
+    // every rank picks the same algorithm.
+    if (comm.link(p).send_window() == 0) return kSmallBytes;
+  }
+  return kSmallBytes / static_cast<std::size_t>(n - 1);
+}
+
+bool pair_allreduce_in_ring(Comm& comm, char* data, std::size_t count, DataType dtype, ReduceOp op) {
+  if (comm.size() != 2) return false;
+  if (op != ReduceOp::Sum && op != ReduceOp::Average && op != ReduceOp::Product) return false;
+  const std::size_t es = dtype_size(dtype);
+  const std::size_t bytes = count * es;
+  transport::Link& peer = comm.link(1 - comm.rank());
+  if (!peer.supports_recv_view() || bytes > peer.send_window() || es > 16 || (es & (es - 1)) != 0) return false;
+  // The whole send fits in the ring, so it completes without the peer (whose
+  // earlier receives from us have all completed) and `data` may change after.
+  peer.send(data, bytes);
+  ReduceSink sink{data, 0, es, dtype, op};
+  transport::Transfer t = transport::Transfer::recv_view(peer, bytes, es, &reduce_sink, &sink);
+  transport::progress(&t, 1);
+  HVD_ENFORCE(sink.reduced == bytes, "pair allreduce reduced {} of {} bytes", sink.reduced, bytes);
+  return true;
 }
 
 void ring_allgather(Comm& comm, char* buf, const std::vector<std::size_t>& block_bytes) {

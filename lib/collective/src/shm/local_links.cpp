@@ -63,9 +63,12 @@ void choose_local_links(std::vector<std::unique_ptr<transport::Link>>& links, co
   const int me = options.rank;
   const int n = options.size;
   if (n < 2) return;
-  if (!use_shm && me == 0 && env::get(transport::kShmSpinEnv)) {
-    spdlog::info("{} is ignored: {}=tcp (no shared memory between ranks)", transport::kShmSpinEnv,
-                 transport::kTransportEnv);
+  if (!use_shm && me == 0) {
+    for (const char* var : {transport::kShmSpinEnv, transport::kShmCmaEnv, transport::kShmInPlaceEnv}) {
+      if (env::get(var)) {
+        spdlog::info("{} is ignored: {}=tcp (no shared memory between ranks)", var, transport::kTransportEnv);
+      }
+    }
   }
   std::string host_id = use_shm ? transport::shm_host_id() : std::string();
   if (use_shm && host_id.empty()) {
@@ -119,6 +122,7 @@ void choose_local_links(std::vector<std::unique_ptr<transport::Link>>& links, co
   // 2. Pairing.
   const int local_ranks = static_cast<int>(local.size()) + 1;
   const std::chrono::microseconds spin = transport::shm_spin_from_env(local_ranks);
+  const bool offload = transport::shm_offload_sends(local_ranks);
   const std::size_t capacity = transport::shm_ring_capacity(static_cast<int>(local.size()));
   std::vector<std::unique_ptr<transport::Link>> shm(static_cast<std::size_t>(n));
   std::map<int, transport::ShmToken> expected;
@@ -129,11 +133,15 @@ void choose_local_links(std::vector<std::unique_ptr<transport::Link>>& links, co
     }
     transport::ShmToken token;
     std::memcpy(token.data(), in[p].token, token.size());
-    shm[p] = transport::shm_connect(get(in[p].listener), me, p, token, capacity, deadline, spin);
+    std::unique_ptr<transport::ShmLink> l =
+        transport::shm_connect(get(in[p].listener), me, p, token, capacity, deadline, spin);
+    l->set_offload_sends(offload);
+    shm[p] = std::move(l);
   }
   while (!expected.empty()) {
     std::unique_ptr<transport::ShmLink> l = listener->accept(me, expected, deadline, spin);
     const int p = l->peer();
+    l->set_offload_sends(offload);
     shm[p] = std::move(l);
   }
 
@@ -145,8 +153,8 @@ void choose_local_links(std::vector<std::unique_ptr<transport::Link>>& links, co
   std::sort(group.begin(), group.end());
   const std::string line = fmt::format(
       "rank {}: data path: shared memory between the ranks [{}] of this host (rings of {} KiB per "
-      "direction, spin {} us); TCP to the {} other rank(s)",
-      me, fmt::join(group, ","), capacity >> 10, spin.count(), n - local_ranks);
+      "direction, spin {} us, send helper thread {}); TCP to the {} other rank(s)",
+      me, fmt::join(group, ","), capacity >> 10, spin.count(), offload ? "on" : "off", n - local_ranks);
   if (group.front() == me && verbose) {
     spdlog::info("{}", line);
   } else {

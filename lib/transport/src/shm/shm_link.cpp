@@ -43,9 +43,12 @@ bool shm_enabled_from_env() {
 
 bool shm_cma_from_env() { return env::get_bool_or(kShmCmaEnv, false); }
 
+bool shm_reduce_in_ring_from_env() { return env::get_bool_or(kShmInPlaceEnv, true); }
+
 void check_shm_env() {
   (void)shm_spin_from_env(1);
   (void)shm_cma_from_env();
+  (void)shm_reduce_in_ring_from_env();
 }
 
 std::chrono::microseconds default_shm_spin(int local_ranks) {
@@ -74,6 +77,17 @@ std::chrono::microseconds shm_spin_from_env(int local_ranks) {
     throw InvalidArgument(fmt::format("{}='{}': expected microseconds, 0 to 1000000", kShmSpinEnv, v));
   }
   return std::chrono::microseconds(n);
+}
+
+bool shm_offload_sends(int local_ranks) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cpus = 1;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
+  // The helper copies into the ring while the caller reduces out of the
+  // other: a gain only with a spare core per rank. On 2 cores with 2 ranks
+  // it made 2-16 MiB allreduces slower (performance.md).
+  return 2 * local_ranks <= cpus;
 }
 
 std::size_t shm_ring_capacity(int local_peers) {
@@ -140,6 +154,7 @@ ShmLink::ShmLink(std::shared_ptr<ShmSegment> segment, int tx, int rx, UniqueFd t
   set_nonblocking(tx_sock_.get(), true);
   set_nonblocking(rx_sock_.get(), true);
   cma_ = rx_cma_ok_ = peer_pid_ > 0 && shm_cma_from_env();
+  view_ok_ = shm_reduce_in_ring_from_env();
   if (peer_pid_ > 0) {
     pidfd_ = UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, peer_pid_, 0)));
     if (!pidfd_) spdlog::debug("pidfd_open({}) for {} failed: {}", peer_pid_, describe(), std::strerror(errno));
@@ -294,6 +309,22 @@ std::size_t ShmLink::try_recv(void* data, std::size_t len) {
     return n;
   }
   if (len > 0) rx_single_copy(data, len, n);
+  return n;
+}
+
+std::size_t ShmLink::try_recv_view(std::size_t len, std::size_t align, RecvSink sink, void* ctx) {
+  if (shut_.load(std::memory_order_relaxed)) throw IoError(fmt::format("link to {} was aborted", describe()));
+  if (align == 0 || align > 16 || (align & (align - 1)) != 0 || len % align != 0) {
+    throw Error(fmt::format("ShmLink::try_recv_view: bad alignment {} for {} bytes", align, len));
+  }
+  std::size_t n = rx_.read_view(len, align, sink, ctx);
+  if (n > 0) {
+    if (rx_.take_producer_waiter()) wake(rx_sock_.get());
+    return n;
+  }
+  // A descriptor posted by a sender with single copy on: refused (this side
+  // has it off), so the sender goes on through the ring.
+  if (len > 0) rx_single_copy(nullptr, len, n);
   return n;
 }
 

@@ -119,6 +119,35 @@ std::size_t ShmRing::write(const void* data, std::size_t len) {
   return n;
 }
 
+std::size_t ShmRing::read_view(std::size_t len, std::size_t align, Link::RecvSink sink, void* ctx) {
+  const uint64_t tail = h_->tail.load(std::memory_order_relaxed);
+  const uint64_t head = h_->head.load(std::memory_order_acquire);
+  const std::size_t avail = static_cast<std::size_t>(head - tail);
+  if (avail > capacity_) throw IoError("shared-memory ring corrupted (head and tail more than a ring apart)");
+  std::size_t n = std::min(len, avail);
+  n -= n % align;
+  if (n == 0) return 0;
+  std::size_t done = 0;
+  while (done < n) {
+    const std::size_t pos = static_cast<std::size_t>((tail + done) & (capacity_ - 1));
+    std::size_t span = std::min(n - done, capacity_ - pos);
+    if (span >= align) {
+      span -= span % align;
+      sink(ctx, data_ + pos, span);
+      done += span;
+    } else {
+      // One element straddles the end of the ring.
+      alignas(16) char unit[16];
+      std::memcpy(unit, data_ + pos, span);
+      std::memcpy(unit + span, data_, align - span);
+      sink(ctx, unit, align);
+      done += align;
+    }
+  }
+  h_->tail.store(tail + n, std::memory_order_release);
+  return n;
+}
+
 std::size_t ShmRing::read(void* data, std::size_t len) {
   const uint64_t tail = h_->tail.load(std::memory_order_relaxed);
   const uint64_t head = h_->head.load(std::memory_order_acquire);

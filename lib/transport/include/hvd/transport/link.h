@@ -67,6 +67,9 @@ class Link {
   /// How long progress() should retry before sleeping while it waits on
   /// this link (HVD_TRANSPORT_SPIN_US, when larger, wins). TCP: 0.
   virtual std::chrono::microseconds spin_hint() const { return std::chrono::microseconds(0); }
+  /// Whether progress() may hand large sends on this link to its send
+  /// helper thread (HVD_TRANSPORT_SEND_THREAD=0/1 overrides). TCP: yes.
+  virtual bool offload_sends() const { return true; }
 
   /// Silent-peer detection (host down, network cut: no FIN or RST ever
   /// arrives). While progress() waits on this link it calls check_peer()
@@ -74,6 +77,19 @@ class Link {
   /// hvd::IoError once the peer has been silent past the link's limit.
   virtual std::chrono::milliseconds peer_check_interval() const { return std::chrono::milliseconds(0); }
   virtual void check_peer() {}
+
+  /// Zero-copy receive (shared memory): hands up to `len` received bytes to
+  /// `sink(ctx, data, n)` straight from where the link holds them (the
+  /// shared ring) instead of copying them into a buffer first; every `n` is
+  /// a multiple of `align` (a power of two <= 16; `len` must be one too).
+  /// Returns the bytes consumed (0: nothing yet). Only when
+  /// supports_recv_view(); the default throws.
+  using RecvSink = void (*)(void* ctx, const char* data, std::size_t n);
+  virtual bool supports_recv_view() const { return false; }
+  /// Bytes a send can always hand off without the peer reading anything
+  /// (shared memory: the ring's capacity); 0 when unknown (TCP).
+  virtual std::size_t send_window() const { return 0; }
+  virtual std::size_t try_recv_view(std::size_t len, std::size_t align, RecvSink sink, void* ctx);
 
   /// Blocking conveniences (built on progress()).
   void send(const void* data, std::size_t len, Deadline deadline = Deadline::never());
@@ -94,6 +110,12 @@ struct Transfer {
   /// at SIZE_MAX). A pipeline (chain broadcast) raises it from the progress
   /// callback as data arrives from upstream.
   std::size_t ready = static_cast<std::size_t>(-1);
+  /// Receive only, optional: consume the bytes in place through
+  /// Link::try_recv_view (the link must support it) instead of copying
+  /// them to `data` (which may then be null); `done` still counts them.
+  Link::RecvSink sink = nullptr;
+  void* sink_ctx = nullptr;
+  std::size_t sink_align = 1;
 
   static Transfer send(Link& l, const void* d, std::size_t n) {
     Transfer t;
@@ -111,6 +133,16 @@ struct Transfer {
     t.size = n;
     return t;
   }
+  static Transfer recv_view(Link& l, std::size_t n, std::size_t align, Link::RecvSink sink, void* ctx) {
+    Transfer t;
+    t.link = &l;
+    t.dir = Dir::Recv;
+    t.size = n;
+    t.sink = sink;
+    t.sink_ctx = ctx;
+    t.sink_align = align;
+    return t;
+  }
   bool complete() const { return done == size; }
 };
 
@@ -122,7 +154,9 @@ struct Transfer {
 /// Plain sends totalling >= 1 MiB alongside receives are driven by a helper
 /// thread owned by the calling thread (one per thread, created on first
 /// use), so send and receive copies overlap on two cores;
-/// HVD_TRANSPORT_SEND_THREAD=0 disables that.
+/// A link may decline (Link::offload_sends: shared memory when the ranks of
+/// the host leave no spare core); HVD_TRANSPORT_SEND_THREAD=0 disables the
+/// helper, =1 uses it whatever the links say.
 /// Even with Deadline::never() a wait is bounded by the links' silent-peer
 /// limits (Link::check_peer): a dead peer fails the call with IoError.
 /// Throws hvd::IoError naming the link on failure, hvd::TimeoutError when the

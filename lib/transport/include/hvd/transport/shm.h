@@ -70,6 +70,7 @@ inline constexpr const char* kShmSpinEnv = "HVD_SHM_SPIN_US";
 /// sends on shared-memory links (default 0: on the 2-core reference host
 /// they were not faster than the two ring copies; docs/performance.md).
 inline constexpr const char* kShmCmaEnv = "HVD_SHM_CMA";
+inline constexpr const char* kShmInPlaceEnv = "HVD_SHM_REDUCE_IN_RING";
 /// Sends at least this large go single copy when CMA is allowed.
 inline constexpr std::size_t kShmCmaMinBytes = 256 * 1024;
 
@@ -78,6 +79,10 @@ inline constexpr std::size_t kShmCmaMinBytes = 256 * 1024;
 bool shm_enabled_from_env();
 /// kShmCmaEnv as a boolean (default false); InvalidArgument for garbage.
 bool shm_cma_from_env();
+/// HVD_SHM_REDUCE_IN_RING (default 1): 0 makes ShmLink refuse
+/// try_recv_view, so the ring reduce-scatter copies out of the ring into its
+/// staging buffer first (the path before; for A/B measurements).
+bool shm_reduce_in_ring_from_env();
 /// Validates kShmSpinEnv and kShmCmaEnv (InvalidArgument naming the
 /// variable), so bad values fail before any peer is contacted.
 void check_shm_env();
@@ -102,6 +107,13 @@ class ShmRing {
   std::size_t write(const void* data, std::size_t len);
   /// Consumer: copies up to `len` bytes out; returns how many (0: empty).
   std::size_t read(void* data, std::size_t len);
+  /// Consumer, zero copy: passes up to `len` readable bytes to
+  /// `sink(ctx, p, n)` where they lie in the ring (two spans when they wrap;
+  /// an element of `align` bytes that straddles the end is passed through a
+  /// small local copy), then frees them. Only whole `align`-byte units are
+  /// taken (`len` must be a multiple of `align`, a power of two <= 16);
+  /// returns the bytes taken.
+  std::size_t read_view(std::size_t len, std::size_t align, Link::RecvSink sink, void* ctx);
   /// Bytes readable now / free space now.
   std::size_t readable() const;
   std::size_t writable() const;
@@ -182,11 +194,20 @@ class ShmLink final : public Link {
   int peer() const override { return peer_; }
   std::size_t try_send(const void* data, std::size_t len) override;
   std::size_t try_recv(void* data, std::size_t len) override;
+  /// Zero copy out of the ring (the reduce-scatter reduces straight from
+  /// it). Not while single copy (HVD_SHM_CMA) may still deliver data.
+  bool supports_recv_view() const override { return view_ok_ && !rx_cma_ok_; }
+  std::size_t send_window() const override { return tx_.capacity(); }
+  std::size_t try_recv_view(std::size_t len, std::size_t align, RecvSink sink, void* ctx) override;
   int poll_fd() const override { return rx_sock_.get(); }
   int wait_fd(bool send) const override { return send ? tx_sock_.get() : rx_sock_.get(); }
   short wait_events(bool /*send*/) const override { return POLLIN; }
   bool prepare_wait(bool send) override;
   std::chrono::microseconds spin_hint() const override { return spin_; }
+  /// Large sends on progress()'s helper thread: only while every local rank
+  /// and its helper can have a core (set by the caller, default yes).
+  bool offload_sends() const override { return offload_; }
+  void set_offload_sends(bool on) { offload_ = on; }
   void shutdown() override;
   bool is_shutdown() const override { return shut_.load(); }
   std::string describe() const override;
@@ -234,6 +255,8 @@ class ShmLink final : public Link {
   uint64_t tx_copied_base_ = 0;
   // Receiving side (only the receiving thread).
   bool rx_cma_ok_ = true;
+  bool view_ok_ = true;
+  bool offload_ = true;
   bool rx_active_ = false;
   uint64_t rx_seq_ = 0;
   uint64_t rx_addr_ = 0;
@@ -249,6 +272,9 @@ std::chrono::microseconds default_shm_spin(int local_ranks);
 /// kShmSpinEnv's value, else default_shm_spin(local_ranks); InvalidArgument
 /// for garbage.
 std::chrono::microseconds shm_spin_from_env(int local_ranks);
+/// Whether shared-memory links hand large sends to progress()'s helper
+/// thread: when 2 * local_ranks <= the CPUs this process may use.
+bool shm_offload_sends(int local_ranks);
 
 /// Ring capacity (power of two) for a rank with `local_peers` peers on its
 /// host: 1 MiB each up to 8 peers, less beyond (at least 64 KiB), so the
