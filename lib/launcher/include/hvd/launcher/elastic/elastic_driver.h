@@ -81,7 +81,7 @@ struct ElasticPolicy {
   std::chrono::milliseconds cooldown_max{0};
   int blacklist_failures = 3;
   std::chrono::milliseconds failure_window{60000};
-  std::chrono::milliseconds admit_delay{50};
+  std::chrono::milliseconds admit_delay{1000};
   std::chrono::milliseconds finish_grace{30000};
   /// A started worker that is not ready within this counts as failed.
   std::chrono::milliseconds ready_timeout{30000};
