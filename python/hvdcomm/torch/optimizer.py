@@ -262,23 +262,6 @@ class _DistributedAdasumOptimizer(_DistributedOptimizer):
                 self._hooks.append(acc)
         _optimizers.add(self)
 
-    def __getattr__(self, item):
-        return getattr(self.__dict__["_opt"], item)
-
-    @property
-    def param_groups(self):
-        return self._opt.param_groups
-
-    @property
-    def state(self):
-        return self._opt.state
-
-    def state_dict(self):
-        return self._opt.state_dict()
-
-    def load_state_dict(self, sd):
-        return self._opt.load_state_dict(sd)
-
     def _on_reset(self):
         """After an elastic re-join: the old world's handles are gone."""
         self._handles.clear()
