@@ -8,6 +8,7 @@
 #include "hvd/common/error.h"
 #include "hvd/store/memory_store.h"
 
+#include "comm_world.h"
 #include "half.h"
 
 #include <catch2/catch.hpp>
@@ -25,33 +26,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-using Comms = std::vector<std::unique_ptr<Comm>>;
-
-Comms make_world(store::Store& st, int n, const std::string& prefix) {
-  Comms comms(n);
-  std::vector<std::exception_ptr> errs(n);
-  std::vector<std::thread> ts;
-  for (int r = 0; r < n; ++r) {
-    ts.emplace_back([&, r] {
-      try {
-        CommOptions o;
-        o.rank = r;
-        o.size = n;
-        o.prefix = prefix;
-        o.secret = "adasum-secret";
-        o.timeout = 10s;
-        comms[r] = connect_comm(st, o);
-      } catch (...) {
-        errs[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : ts) t.join();
-  for (auto& e : errs) {
-    if (e) std::rethrow_exception(e);
-  }
-  return comms;
-}
+using hvd_test::Comms;
+using hvd_test::make_world;
 
 /// Runs body(rank, comm) on one thread per rank; returns each rank's error text.
 std::vector<std::string> run_ranks(Comms& comms, const std::function<void(int, Comm&)>& body) {

@@ -10,6 +10,7 @@
 #include "hvd/common/error.h"
 #include "hvd/store/memory_store.h"
 
+#include "comm_world.h"
 #include "half.h"
 
 #include "hvd/transport/link.h"
@@ -33,7 +34,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-using Comms = std::vector<std::unique_ptr<Comm>>;
+using hvd_test::Comms;
+using hvd_test::make_world;
 
 const DataType kAllTypes[] = {DataType::UInt8,   DataType::Int8,     DataType::Int32,   DataType::Int64,
                               DataType::Float16, DataType::BFloat16, DataType::Float32, DataType::Float64};
@@ -53,26 +55,6 @@ CommOptions options(int rank, int size, const std::string& prefix, const std::st
   o.secret = secret;
   o.timeout = timeout;
   return o;
-}
-
-Comms make_world(store::Store& st, int n, const std::string& prefix) {
-  Comms comms(n);
-  std::vector<std::exception_ptr> errs(n);
-  std::vector<std::thread> ts;
-  for (int r = 0; r < n; ++r) {
-    ts.emplace_back([&, r] {
-      try {
-        comms[r] = connect_comm(st, options(r, n, prefix));
-      } catch (...) {
-        errs[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : ts) t.join();
-  for (auto& e : errs) {
-    if (e) std::rethrow_exception(e);
-  }
-  return comms;
 }
 
 /// Failures recorded by one rank (bounded so a broken kernel cannot flood).
@@ -141,6 +123,7 @@ double load(DataType t, const void* p, std::size_t i) {
     case DataType::BFloat16: return detail::bfloat16_to_float(static_cast<const uint16_t*>(p)[i]);
     case DataType::Float32: return static_cast<const float*>(p)[i];
     case DataType::Float64: return static_cast<const double*>(p)[i];
+    case DataType::Bool: return static_cast<const uint8_t*>(p)[i];  // one byte (not in these grids)
   }
   return 0;
 }
@@ -155,6 +138,7 @@ void put(DataType t, void* p, std::size_t i, double v) {
     case DataType::BFloat16: static_cast<uint16_t*>(p)[i] = detail::float_to_bfloat16(static_cast<float>(v)); break;
     case DataType::Float32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
     case DataType::Float64: static_cast<double*>(p)[i] = v; break;
+    case DataType::Bool: static_cast<uint8_t*>(p)[i] = v != 0; break;  // one byte (not in these grids)
   }
 }
 
