@@ -89,14 +89,17 @@ args=(get pods -l "$selector" -o "go-template=$tpl" --request-timeout "$request_
 [ -n "$namespace" ] && args+=(-n "$namespace")
 [ -n "$kubeconfig" ] && args+=(--kubeconfig "$kubeconfig")
 
+# kubectl's stderr goes to an unlinked file kept open on fd 4: nothing is
+# left behind even when hvdrun kills this script (its discovery timeout).
 err=$(mktemp) || exit 1
-trap 'rm -f -- "$err"' EXIT
-out=$("$kubectl" "${args[@]}" 2>"$err")
+exec 4<>"$err"
+rm -f -- "$err"
+out=$("$kubectl" "${args[@]}" 2>&4)
 rc=$?
 if ((rc != 0)); then
   # kubectl's last line is its verdict (klog retry lines come before it).
   printf '%s: kubectl get pods -l %s failed (exit %d): %s\n' "$PROG" "$selector" "$rc" \
-    "$(grep -v '^[[:space:]]*$' "$err" | tail -n 1)" >&2
+    "$(grep -v '^[[:space:]]*$' /dev/fd/4 | tail -n 1)" >&2
   exit 1
 fi
 
