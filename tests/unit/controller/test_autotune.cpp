@@ -7,6 +7,8 @@
 #include "hvd/collective/init_env.h"
 #include "hvd/store/memory_store.h"
 
+#include "thread_job.h"
+
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -123,30 +125,16 @@ TEST_CASE("autotune: a Context's ranks switch settings together and end on rank 
   char dir[] = "/tmp/hvd-autotune-XXXXXX";
   REQUIRE(mkdtemp(dir) != nullptr);
   const std::string log = std::string(dir) + "/autotune.csv";
-  auto store = std::make_shared<hvd::store::InMemoryStore>();
   const int n = 2;
-  std::vector<std::unique_ptr<Context>> ctx(n);
+  Settings base;
+  base.cycle_time = 1ms;
+  base.autotune = true;
+  base.autotune_log = log;
+  base.autotune_warmup_samples = 1;
+  base.autotune_steps_per_sample = 2;
+  base.autotune_max_samples = 5;
+  std::vector<std::unique_ptr<Context>> ctx = hvd_test::make_job(n, base);
   std::vector<std::thread> ts;
-  for (int r = 0; r < n; ++r) {
-    ts.emplace_back([&, r] {
-      Settings s;
-      s.rank = r;
-      s.size = n;
-      s.local_rank = r;
-      s.local_size = n;
-      s.secret = "tune";
-      s.start_timeout = 10s;
-      s.cycle_time = 1ms;
-      s.autotune = true;
-      s.autotune_log = log;
-      s.autotune_warmup_samples = 1;
-      s.autotune_steps_per_sample = 2;
-      s.autotune_max_samples = 5;
-      ctx[r] = Context::create(s, store);
-    });
-  }
-  for (auto& t : ts) t.join();
-  ts.clear();
   // Steps of 4 small tensors; every value checked, whatever the setting.
   std::vector<int> wrong(n, 0);
   for (int r = 0; r < n; ++r) {
