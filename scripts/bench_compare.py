@@ -19,9 +19,11 @@ and the 16 MiB busbw of hvdbench (shm) is given as a share of it.
         --hvdbench build/apps/hvdbench/hvdbench --rounds 3
 """
 import argparse
+import atexit
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -114,7 +116,10 @@ def main():
     if not args.skip_gloo:
         impls["gloo"] = lambda: gloo(args)
     if not args.skip_mpi:
-        binary = os.path.join(tempfile.gettempdir(), "bench_mpi_allreduce")
+        # Built into a directory of its own, removed when the script ends.
+        build_dir = tempfile.mkdtemp(prefix="hvd-bench-mpi-")
+        atexit.register(shutil.rmtree, build_dir, True)
+        binary = os.path.join(build_dir, "bench_mpi_allreduce")
         subprocess.run(["mpicc", "-O2", "-o", binary, os.path.join(HERE, "bench_mpi_allreduce.c")], check=True)
         impls["mpi (vader)"] = lambda: mpi(args, binary, False)
         impls["mpi (tcp)"] = lambda: mpi(args, binary, True)

@@ -272,7 +272,9 @@ class Elastic(unittest.TestCase):
         # main thread is blocked in one. The step sleep is short, not 0: the
         # survivor trains alone at size 1 (no collective cost) until the
         # restarted slot joins, and must not finish all steps before that.
-        events = os.path.join(tempfile.mkdtemp(), "events.jsonl")
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
+        events = os.path.join(d, "events.jsonl")
         steps = 300
         j = self.job("localhost:2\n", ["-np", "2", "--min-np", "1", "--events-file", events], steps=steps,
                      step_ms=10, extra_env={"HVD_TRAINER_BALLAST_KB": "8192"})
@@ -365,6 +367,7 @@ class Elastic(unittest.TestCase):
     def test_flaky_discovery_keeps_hosts(self):
         # odd runs fail, even runs print garbage, the first run is good
         d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
         counter = os.path.join(d, "n")
         script = os.path.join(d, "disc.sh")
         with open(script, "w") as f:
@@ -385,6 +388,7 @@ class Elastic(unittest.TestCase):
 
     def test_hanging_discovery_is_killed(self):
         d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
         counter = os.path.join(d, "n")
         script = os.path.join(d, "disc.sh")
         with open(script, "w") as f:

@@ -205,6 +205,7 @@ class LocalRun(unittest.TestCase):
 
     def test_events_file_records_start_exits_and_end(self):
         d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
         events = os.path.join(d, "events.jsonl")
         code, out, err = run(["-np", "3", "-H", "localhost:3", "--events-file", events] + sh(
             'if [ "$HOROVOD_RANK" = 2 ]; then exit 3; fi; sleep 0.2'))
