@@ -118,11 +118,21 @@ TuneDecision Autotuner::decide(std::optional<double> score) {
     best_score_ = s;
     best_ = current_;
   }
+  const int samples = static_cast<int>(history_.size());
+  const int reserve = options_.max_samples >= 2 * kConfirm + 2 ? kConfirm : 0;
   std::optional<TuneParams> next;
-  if (static_cast<int>(history_.size()) < options_.max_samples) next = next_candidate();
+  if (!confirming_) {
+    if (samples < options_.max_samples - reserve) next = next_candidate();
+    if (!next && reserve > 0 && start_confirmation()) confirming_ = true;
+  }
+  if (confirming_ && !next && !confirm_queue_.empty() && samples < options_.max_samples) {
+    next = confirm_queue_.front();
+    confirm_queue_.pop_front();
+  }
   if (next) {
     d.params = *next;
   } else {
+    if (confirming_) choose_confirmed();
     d.params = best_;
     d.done = true;
     log_line(best_, best_score_);  // Horovod's last line: the best setting and its score
@@ -132,6 +142,43 @@ TuneDecision Autotuner::decide(std::optional<double> score) {
         history_.size(), best_.fusion_mb, best_.cycle_ms, best_.hierarchical_allreduce ? "on" : "off", best_score_);
   }
   return d;
+}
+
+bool Autotuner::start_confirmation() {
+  // The kConfirm distinct settings with the best single samples.
+  std::vector<std::pair<TuneParams, double>> best;
+  for (const auto& [p, s] : history_) {
+    auto it = std::find_if(best.begin(), best.end(), [&](const auto& b) { return b.first == p; });
+    if (it == best.end()) {
+      best.emplace_back(p, s);
+    } else {
+      it->second = std::max(it->second, s);
+    }
+  }
+  std::stable_sort(best.begin(), best.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  if (best.size() > static_cast<std::size_t>(kConfirm)) best.resize(kConfirm);
+  if (best.size() < 2) return false;
+  for (const auto& b : best) {
+    confirm_queue_.push_back(b.first);
+    confirmed_.push_back(b.first);
+  }
+  return true;
+}
+
+void Autotuner::choose_confirmed() {
+  double best_mean = -1;
+  for (const TuneParams& p : confirmed_) {
+    double sum = 0;
+    int n = 0;
+    for (const auto& [q, s] : history_) {
+      if (q == p) sum += s, ++n;
+    }
+    if (n > 0 && sum / n > best_mean) {
+      best_mean = sum / n;
+      best_ = p;
+    }
+  }
+  best_score_ = best_mean;
 }
 
 void Autotuner::apply(const TuneDecision& d) {

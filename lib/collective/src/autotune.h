@@ -18,8 +18,12 @@
 /// time of kCycleMs at the best threshold so far, then hierarchical on/off
 /// at the best of those (only with several hosts); each setting measured
 /// once, after warmup_samples samples of the starting setting that are not
-/// scored. It stops after max_samples scored samples or when the candidates
-/// run out, and keeps the best setting measured.
+/// scored. One sample is noisy (a busy neighbour, a page fault storm), so
+/// when max_samples leaves room (>= 2 * kConfirm + 2) the search keeps
+/// kConfirm samples back: once the candidates (or the rest of the budget)
+/// run out, the kConfirm best-scoring settings are measured once more, and
+/// tuning ends on the one whose samples have the best mean. Without that
+/// room it ends on the best single sample.
 #include "controller.h"
 
 #include <array>
@@ -49,6 +53,8 @@ struct TuneParams {
 
 inline constexpr double kFusionMb[] = {0, 1, 2, 4, 8, 16, 32, 64};
 inline constexpr double kCycleMs[] = {1, 2.5, 5, 10, 25, 50, 100};
+/// Settings measured a second time before the search ends (see above).
+inline constexpr int kConfirm = 3;
 
 struct AutotuneOptions {
   int rank = 0;
@@ -100,6 +106,10 @@ class Autotuner {
 
  private:
   std::optional<TuneParams> next_candidate();
+  /// Queues the confirmation samples; false when there is nothing to confirm.
+  bool start_confirmation();
+  /// The confirmed setting with the best mean score (sets best_/best_score_).
+  void choose_confirmed();
   void log_line(const TuneParams& p, double score);
 
   AutotuneOptions options_;
@@ -110,6 +120,9 @@ class Autotuner {
   int warmup_left_;
   int phase_ = 0;
   std::deque<TuneParams> queue_;
+  bool confirming_ = false;
+  std::deque<TuneParams> confirm_queue_;
+  std::vector<TuneParams> confirmed_;
   std::vector<std::pair<TuneParams, double>> history_;
   std::unordered_map<std::string, int> counts_;
   uint64_t bytes_ = 0;

@@ -75,9 +75,13 @@ TEST_CASE("autotune: coordinate search ends on the best sampled setting and logs
   }
   REQUIRE_FALSE(t.active());
   CHECK(d.done);
-  // 2 warmups, then start + 7 other thresholds + 6 other cycle times + hierarchical on.
-  CHECK(t.history().size() == 15);
-  CHECK(decisions == 17);
+  // 2 warmups, then start + 7 other thresholds + 6 other cycle times +
+  // hierarchical on, then the 3 best measured again.
+  REQUIRE(t.history().size() == 15 + kConfirm);
+  CHECK(decisions == 2 + 15 + kConfirm);
+  CHECK(t.history()[15].first == TuneParams{8, 5, true, true});  // the best is confirmed first
+  CHECK(t.history()[16].first == TuneParams{8, 5, false, false});
+  CHECK(t.history()[17].first == TuneParams{8, 2.5, false, false});
   double best = -1;
   TuneParams best_p;
   for (const auto& [p, s] : t.history()) {
@@ -88,7 +92,7 @@ TEST_CASE("autotune: coordinate search ends on the best sampled setting and logs
   CHECK(best_p == TuneParams{8, 5, true, true});
 
   const auto lines = read_lines(log);
-  REQUIRE(lines.size() == 1 + 15 + 1);
+  REQUIRE(lines.size() == 1 + 15 + kConfirm + 1);
   CHECK(lines[0] ==
         "hierarchical_allreduce,hierarchical_allgather,torus_allreduce,cache_enabled,cycle_time_ms,"
         "tensor_fusion_threshold,score");
@@ -103,6 +107,33 @@ TEST_CASE("autotune: coordinate search ends on the best sampled setting and logs
   for (std::size_t i = 1; i < lines.size(); ++i) CHECK(std::count(lines[i].begin(), lines[i].end(), ',') == 6);
   std::remove(log.c_str());
   rmdir(dir);
+}
+
+TEST_CASE("autotune: a lucky single sample does not win, the confirmed means decide", "[autotune]") {
+  AutotuneOptions o;
+  o.warmup_samples = 0;
+  o.max_samples = 20;
+  Autotuner t(o, TuneParams{64, 1, false, false});
+  // 2 MiB is steadily good (90); 16 MiB at 1 ms scores 120 once, then 50
+  // (a quiet moment the first time); everything else 60. The cycle times
+  // are then searched at 16 MiB, the best single sample.
+  int lucky_seen = 0;
+  auto score = [&](const TuneParams& p) {
+    if (p.fusion_mb == 2) return 90.0;
+    if (p.fusion_mb == 16 && p.cycle_ms == 1) return lucky_seen++ == 0 ? 120.0 : 50.0;
+    return 60.0;
+  };
+  int n = 0;
+  while (t.active() && n < 100) {
+    t.apply(t.decide(score(t.current())));
+    ++n;
+  }
+  REQUIRE_FALSE(t.active());
+  CHECK(lucky_seen == 2);  // 16 MiB at 1 ms was measured again
+  CHECK(t.best().fusion_mb == 2);
+  CHECK(t.current().fusion_mb == 2);
+  CHECK(t.best_score() == 90.0);
+  CHECK(static_cast<int>(t.history().size()) <= o.max_samples);
 }
 
 TEST_CASE("autotune: max_samples bounds the search, without hierarchical on one host", "[autotune]") {
