@@ -82,6 +82,7 @@ class TimelineWriter {
   /// process has been reaped.
   pid_t writer_pid() const { return child_.load(); }
   uint64_t dropped() const { return dropped_.load(); }
+  /// Records written (in-process) or sent to the writer process.
   uint64_t written() const { return written_.load(); }
 
  private:

@@ -247,7 +247,8 @@ TEST_CASE("timeline writer: in-process (the fallback when fork fails) writes the
   CHECK(t.size() == 2 + 2 * 7 + 2000);
 }
 
-TEST_CASE("timeline writer: a writer process that only holds the file and its socket, reaped at close", "[timeline]") {
+TEST_CASE("timeline writer: a writer process that only holds the file and its socket and is reaped at close",
+          "[timeline]") {
   TempDir dir;
   REQUIRE(no_children());
   const int fds_before = count_fds("/proc/self/fd");
@@ -322,7 +323,7 @@ TEST_CASE("timeline writer: a killed writer process stops the timeline with the 
   CHECK(load(file).size() == 104);  // what it wrote before the kill, nothing after
 }
 
-TEST_CASE("timeline: SIGKILL of the rank at random moments, writer saturated: valid JSON every time, no orphan",
+TEST_CASE("timeline: SIGKILL of the rank at random moments with the writer saturated leaves valid JSON and no orphan",
           "[timeline]") {
   TempDir dir;
   // The writer processes of the killed ranks become this process's children
