@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -20,6 +21,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <future>
 #include <new>
 
 namespace hvd::collective::detail {
@@ -37,7 +39,8 @@ constexpr std::size_t kMaxFrame = 1u << 20;
 /// still its parent (in case a process the rank forked without exec holds
 /// the socket open after the rank died).
 constexpr int kParentCheckMs = 200;
-/// How long close() waits for the writer process before killing it.
+/// How long the writer thread waits for a writer process that closed its
+/// socket to exit.
 constexpr std::chrono::milliseconds kReapTimeout{5000};
 /// close() loop bound when close_range is missing and RLIMIT_NOFILE is
 /// unlimited.
@@ -56,17 +59,112 @@ bool pwrite_all(int fd, const char* data, std::size_t size, int64_t offset) {
 }
 
 // ---- the writer process -----------------------------------------------------
-// Forked from a multithreaded process: everything below runs only
-// async-signal-safe system calls on memory allocated before fork().
+// Forked by the writer thread of a multithreaded process: everything below
+// makes only system calls (async-signal-safe ones, and madvise) on memory
+// allocated before fork(), and never returns to the caller (no Python, no
+// allocator, no locks). Only the rank holds the other end of its socket, so
+// the stream ends when the rank closes it or dies; a process the rank forks
+// without exec while the timeline is open inherits that end (SOCK_CLOEXEC
+// covers exec only), hence the parent check in read_full.
+
+/// The writer process's buffer: one frame and the tail; also where it reads
+/// /proc/self/maps.
+constexpr std::size_t kChildBuffer = kMaxFrame + 4096;
+/// Anonymous mappings from this size on are released in the writer process.
+constexpr uint64_t kReleaseMin = 256u << 10;
 
 struct ChildPlan {
   int sock;  ///< reads frames: [u32 length][length bytes of complete items]
   int fd;  ///< the file
   int64_t pos;  ///< where the next write starts (the closing bracket)
   pid_t parent;  ///< the rank
-  char* buf;  ///< kMaxFrame + kTailLen bytes
+  char* buf;  ///< kChildBuffer bytes, its own mapping
+  const char* thread;  ///< the forking thread's descriptor (TCB, with its TLS)
   unsigned fd_limit;  ///< for closing descriptors without close_range
 };
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define HVD_TIMELINE_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define HVD_TIMELINE_SANITIZED 1
+#endif
+#endif
+
+/// Parses a hex number at `s`, advancing it.
+uint64_t parse_hex(const char*& s) {
+  uint64_t v = 0;
+  for (;; ++s) {
+    const char c = *s;
+    if (c >= '0' && c <= '9') {
+      v = v * 16 + static_cast<uint64_t>(c - '0');
+    } else if (c >= 'a' && c <= 'f') {
+      v = v * 16 + static_cast<uint64_t>(c - 'a' + 10);
+    } else {
+      return v;
+    }
+  }
+}
+
+/// One line of /proc/self/maps: releases a private writable anonymous
+/// mapping (heap, other threads' stacks, tensors: the rank's memory) unless
+/// it holds what this process uses (its stack, TCB and TLS, its buffer).
+void release_mapping(const char* line, const char* end, const ChildPlan& p, const char* stack) {
+  const char* s = line;
+  const uint64_t lo = parse_hex(s);
+  if (*s++ != '-') return;
+  const uint64_t hi = parse_hex(s);
+  if (end - s < 6 || std::memcmp(s, " rw-p ", 6) != 0 || hi - lo < kReleaseMin) return;
+  // offset, device, inode, then the path (none: anonymous)
+  s += 6;
+  for (int field = 0; field < 3; ++field) {
+    while (s < end && *s != ' ') ++s;
+    while (s < end && *s == ' ') ++s;
+  }
+  const std::size_t path_len = static_cast<std::size_t>(end - s);
+  const bool anonymous = path_len == 0 || (path_len == 6 && std::memcmp(s, "[heap]", 6) == 0) ||
+                         (path_len == 7 && std::memcmp(s, "[stack]", 7) == 0) ||
+                         (path_len > 6 && std::memcmp(s, "[anon:", 6) == 0);
+  if (!anonymous) return;
+  for (const char* keep : {stack, p.thread, static_cast<const char*>(p.buf)}) {
+    const auto a = reinterpret_cast<uint64_t>(keep);
+    if (a >= lo && a < hi) return;
+  }
+  ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
+/// Drops this process's copy-on-write references to the rank's memory.
+/// Without it, every page the rank writes while the timeline is open is
+/// copied (the writer process still maps the old one): up to twice the
+/// rank's memory. Not in sanitizer builds (their runtimes keep state in
+/// anonymous mappings that this process still uses).
+void release_rank_memory(const ChildPlan& p) {
+#ifndef HVD_TIMELINE_SANITIZED
+  const char stack_probe = 0;
+  const int maps = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (maps < 0) return;
+  char* buf = p.buf;
+  std::size_t have = 0;
+  while (true) {
+    const ssize_t n = ::read(maps, buf + have, kChildBuffer - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    have += static_cast<std::size_t>(n);
+    std::size_t from = 0;
+    for (std::size_t i = 0; i < have; ++i) {
+      if (buf[i] != '\n') continue;
+      release_mapping(buf + from, buf + i, p, &stack_probe);
+      from = i + 1;
+    }
+    std::memmove(buf, buf + from, have - from);
+    have -= from;
+    if (have == kChildBuffer) break;  // a line longer than the buffer: stop there
+  }
+  ::close(maps);
+#else
+  (void)p;
+#endif
+}
 
 /// Closes [low, high]; close_range when the kernel has it.
 void close_fds(unsigned low, unsigned high, unsigned fallback_limit) {
@@ -116,6 +214,7 @@ bool read_full(const ChildPlan& p, char* dst, std::size_t size) {
   if (lo > 0) close_fds(0, lo - 1, p.fd_limit);
   close_fds(lo + 1, hi - 1, p.fd_limit);
   close_fds(hi + 1, ~0U, p.fd_limit);
+  release_rank_memory(p);
   // Named once set up (tests wait for the name, and find it by it).
   ::prctl(PR_SET_NAME, "hvd-timeline", 0, 0, 0);
 
@@ -178,16 +277,27 @@ TimelineWriter::TimelineWriter(const std::string& path, int64_t start_epoch_us, 
     throw IoError(fmt::format("hvd timeline: cannot write '{}': {}", path, std::strerror(err)));
   }
   end_ = static_cast<int64_t>(head.size());
-  std::string error;
-  if (!options_.in_process && !start_child(error)) {
+  queue_.reserve(1024);
+  // The writer thread forks the writer process (see child_main: the child
+  // releases the rank's memory but for this thread's stack), then writes.
+  std::promise<std::string> forked;
+  std::future<std::string> fork_error = forked.get_future();
+  thread_ = std::thread([this, forked = std::move(forked)]() mutable {
+    // The process is named hvd-timeline once set up; until then it has
+    // this name.
+    pthread_setname_np(pthread_self(), "hvd-tl-format");
+    std::string error;
+    if (!options_.in_process && !start_child(error) && error.empty()) error = "unknown error";
+    forked.set_value(std::move(error));
+    run();
+  });
+  const std::string error = fork_error.get();
+  if (!error.empty()) {
     spdlog::warn(
         "hvd timeline: cannot start the writer process for '{}' ({}); rank 0 writes it itself, so a kill -9 of rank 0 "
         "may leave half an event at its end",
         path_, error);
   }
-  queue_.reserve(1024);
-  thread_ = std::thread([this] { run(); });
-  pthread_setname_np(thread_.native_handle(), "hvd-timeline");
 }
 
 TimelineWriter::~TimelineWriter() { close(); }
@@ -200,11 +310,12 @@ bool TimelineWriter::start_child(std::string& error) {
   }
   // Everything the child uses is set up here: after fork() it may only make
   // async-signal-safe calls (the rank has other threads).
-  std::unique_ptr<char[]> buf(new (std::nothrow) char[kMaxFrame + kTailLen]);
-  if (!buf) {
+  // Its own mapping, which the child keeps when it releases the others.
+  void* buf = ::mmap(nullptr, kChildBuffer, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (buf == MAP_FAILED) {
+    error = fmt::format("mmap: {}", std::strerror(errno));
     ::close(sv[0]);
     ::close(sv[1]);
-    error = "out of memory";
     return false;
   }
   ChildPlan plan{};
@@ -212,7 +323,8 @@ bool TimelineWriter::start_child(std::string& error) {
   plan.fd = fd_;
   plan.pos = end_ - kTailLen;
   plan.parent = ::getpid();
-  plan.buf = buf.get();
+  plan.buf = static_cast<char*>(buf);
+  plan.thread = reinterpret_cast<const char*>(::pthread_self());
   plan.fd_limit = kMaxFallbackFds;
   struct rlimit limit {};
   if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < kMaxFallbackFds) {
@@ -220,8 +332,10 @@ bool TimelineWriter::start_child(std::string& error) {
   }
   const pid_t pid = ::fork();
   if (pid == 0) child_main(plan);
+  const int fork_errno = errno;
+  ::munmap(buf, kChildBuffer);
   if (pid < 0) {
-    error = fmt::format("fork: {}", std::strerror(errno));
+    error = fmt::format("fork: {}", std::strerror(fork_errno));
     ::close(sv[0]);
     ::close(sv[1]);
     return false;
@@ -299,14 +413,14 @@ void TimelineWriter::close() {
   }
   const pid_t pid = child_.load();
   if (pid > 0) {
-    const int status = reap_child(kReapTimeout);
+    const int status = reap_child(options_.close_timeout);
     if (status < 0) {
       ::kill(pid, SIGKILL);
       reap_child(std::chrono::hours(1));
       spdlog::warn(
-          "hvd timeline: the writer process of '{}' (pid {}) did not finish within {} s and was killed; the "
+          "hvd timeline: the writer process of '{}' (pid {}) did not finish within {} ms and was killed; the "
           "file may miss its last events",
-          path_, pid, kReapTimeout.count() / 1000);
+          path_, pid, options_.close_timeout.count());
     } else if (WIFEXITED(status) && WEXITSTATUS(status) != 0 && !failed_) {
       failed_ = true;
       spdlog::error("hvd timeline: writing '{}' failed: {}; the timeline stops here (the file stays valid JSON)", path_,

@@ -55,6 +55,9 @@ struct TimelineWriterOptions {
   /// fallback when fork() fails; tests). A kill -9 of the process can then
   /// cut a write that crosses a page boundary (see write_at_end).
   bool in_process = false;
+  /// How long close() waits for the writer process to finish before it
+  /// kills it (one warning line).
+  std::chrono::milliseconds close_timeout{5000};
 };
 
 /// The file, its writer thread and its writer process. Opening truncates

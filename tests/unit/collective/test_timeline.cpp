@@ -127,6 +127,16 @@ std::vector<pid_t> writer_processes(pid_t parent) {
   return out;
 }
 
+/// RssAnon of a process, in KiB (-1 when unknown).
+long rss_anon_kib(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/status", pid));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("RssAnon:", 0) == 0) return std::stol(line.substr(8));
+  }
+  return -1;
+}
+
 /// True when this process has no child left (waitpid: ECHILD).
 bool no_children() {
   int status;
@@ -252,6 +262,10 @@ TEST_CASE("timeline writer: a writer process that only holds the file and its so
   TempDir dir;
   REQUIRE(no_children());
   const int fds_before = count_fds("/proc/self/fd");
+  // 64 MiB of this process's memory, resident: the writer process releases
+  // its copy-on-write share of it (else every page this process writes while
+  // the timeline is open would be copied).
+  std::vector<char> ballast(64u << 20, 1);
   for (int round = 0; round < 3; ++round) {
     INFO("round " << round);
     Timeline tl;
@@ -277,6 +291,8 @@ TEST_CASE("timeline writer: a writer process that only holds the file and its so
       targets.insert(fs::read_symlink(e.path(), ec).string());
     }
     REQUIRE(targets.size() == 2);
+    CHECK(rss_anon_kib(writers[0]) < 16 * 1024);
+    ballast[static_cast<std::size_t>(round) << 20] = 2;
     CHECK(targets.count(file.string()) == 1);
     CHECK(std::count_if(targets.begin(), targets.end(),
                         [](const std::string& t) { return t.rfind("socket:", 0) == 0; }) == 1);
@@ -321,6 +337,32 @@ TEST_CASE("timeline writer: a killed writer process stops the timeline with the 
   w.close();
   CHECK(no_children());
   CHECK(load(file).size() == 104);  // what it wrote before the kill, nothing after
+}
+
+TEST_CASE("timeline writer: close kills a writer process that does not finish in time and reaps it", "[timeline]") {
+  TempDir dir;
+  const fs::path file = dir.path / "t.json";
+  TimelineWriterOptions o;
+  o.flush_interval = std::chrono::milliseconds(5);
+  o.close_timeout = std::chrono::milliseconds(300);
+  TimelineWriter w(file.string(), 0, o);
+  const pid_t writer = w.writer_pid();
+  REQUIRE(writer > 0);
+  REQUIRE(w.push(rec('X', "t", "0", 1)));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (load_while_written(file).size() < 5 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  REQUIRE(::kill(writer, SIGSTOP) == 0);  // stuck (as on a hung file system)
+  REQUIRE(w.push(rec('X', "t", "0", 2)));
+  const auto start = std::chrono::steady_clock::now();
+  w.close();
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK(took >= std::chrono::milliseconds(300));
+  CHECK(took < std::chrono::seconds(3));
+  CHECK(w.writer_pid() == -1);
+  CHECK(no_children());
+  CHECK(load(file).size() == 5);  // what it wrote before it stopped
 }
 
 TEST_CASE("timeline: SIGKILL of the rank at random moments with the writer saturated leaves valid JSON and no orphan",
