@@ -196,6 +196,29 @@ bool read_full(const ChildPlan& p, char* dst, std::size_t size) {
   return true;
 }
 
+/// Calls, harmlessly, every library function used after
+/// release_rank_memory: with lazy binding, a function's first call goes
+/// through the dynamic linker, whose data (for a library loaded by dlopen)
+/// may lie in memory that the release drops. (Exits are exit_group through
+/// syscall(), bound here too.)
+void bind_before_release(const ChildPlan& p) {
+  volatile std::size_t zero = 0;  // real calls, not inlined builtins
+  struct pollfd none {};
+  none.fd = -1;
+  ::poll(&none, 1, 0);
+  (void)::getppid();
+  char name[16];
+  ::prctl(PR_GET_NAME, name, 0, 0, 0);
+  (void)::read(-1, p.buf, zero);  // EBADF at once
+  (void)::pwrite(-1, p.buf, zero, 0);
+  ::close(-1);
+  ::syscall(SYS_getppid);
+  std::memcpy(p.buf, kTail, zero);
+  std::memmove(p.buf, p.buf + 1, zero);
+  (void)std::memcmp(p.buf, kTail, zero);
+  errno = 0;
+}
+
 [[noreturn]] void child_main(const ChildPlan& p) {
   // Its own session: hvdrun's teardown signals the rank's process group,
   // and the writer must instead finish what it was sent.
@@ -214,6 +237,7 @@ bool read_full(const ChildPlan& p, char* dst, std::size_t size) {
   if (lo > 0) close_fds(0, lo - 1, p.fd_limit);
   close_fds(lo + 1, hi - 1, p.fd_limit);
   close_fds(hi + 1, ~0U, p.fd_limit);
+  bind_before_release(p);
   release_rank_memory(p);
   // Named once set up (tests wait for the name, and find it by it).
   ::prctl(PR_SET_NAME, "hvd-timeline", 0, 0, 0);
@@ -226,12 +250,13 @@ bool read_full(const ChildPlan& p, char* dst, std::size_t size) {
     std::memcpy(p.buf + len, kTail, kTailLen);
     if (!pwrite_all(p.fd, p.buf, len + kTailLen, pos)) {
       const int err = errno;
-      ::_exit(err > 0 && err < 256 ? err : 255);  // the rank reports it
+      ::syscall(SYS_exit_group, err > 0 && err < 256 ? err : 255);  // the rank reports it
     }
     pos += len;
   }
   ::close(p.fd);
-  ::_exit(0);
+  ::syscall(SYS_exit_group, 0);
+  __builtin_unreachable();
 }
 
 }  // namespace
