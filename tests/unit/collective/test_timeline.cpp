@@ -442,6 +442,61 @@ TEST_CASE("timeline: SIGKILL of the rank at random moments with the writer satur
   CHECK(valid == kKills);
 }
 
+TEST_CASE("timeline: the writer process ends with the rank even when a fork of the rank holds its socket",
+          "[timeline]") {
+  TempDir dir;
+  const fs::path file = dir.path / "t.json";
+  REQUIRE(::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0);
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  const pid_t rank = fork();
+  REQUIRE(rank >= 0);
+  if (rank == 0) {
+    ::close(ready[0]);
+    Timeline tl;
+    tl.start(file.string(), true);
+    // A fork without exec (as a fork-start DataLoader worker): it inherits
+    // the rank's end of the writer's socket and outlives the rank.
+    const pid_t holder = fork();
+    if (holder == 0) {
+      ::close(ready[1]);
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      _exit(0);
+    }
+    (void)::write(ready[1], &holder, sizeof holder);
+    std::this_thread::sleep_for(std::chrono::seconds(20));  // bounded: killed long before
+    _exit(0);
+  }
+  ::close(ready[1]);
+  pid_t holder = -1;
+  REQUIRE(::read(ready[0], &holder, sizeof holder) == static_cast<ssize_t>(sizeof holder));
+  ::close(ready[0]);
+  std::vector<pid_t> writers;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while ((writers = writer_processes(rank)).empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(writers.size() == 1);
+  REQUIRE(::kill(rank, SIGKILL) == 0);
+  int status = 0;
+  REQUIRE(::waitpid(rank, &status, 0) == rank);
+  // The writer (now this process's child) sees its parent change within
+  // its 200 ms check, while the holder still has the socket open.
+  const auto killed = std::chrono::steady_clock::now();
+  bool gone = false;
+  while (!gone && std::chrono::steady_clock::now() < killed + std::chrono::seconds(1)) {
+    gone = ::waitpid(writers[0], &status, WNOHANG) == writers[0];
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  CHECK(gone);
+  CHECK(comm_and_ppid(holder).second == ::getpid());  // the holder still runs
+  for (pid_t p : {holder, writers[0]}) ::kill(p, SIGKILL);
+  while (::waitpid(-1, &status, 0) > 0) {
+  }
+  ::prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
+  CHECK_NOTHROW(load(file));
+}
+
 TEST_CASE("timeline: a Context records negotiation and queue and fusion copies and the collective", "[timeline]") {
   TempDir dir;
   const fs::path file = dir.path / "ctx.json";
