@@ -1,8 +1,11 @@
 """The timeline through the real hvdrun (issue 20 item 4; docs/collective.md,
 "Timeline"): --timeline-filename / --timeline-mark-cycles on 2 ranks,
 hvd.start_timeline / stop_timeline at run time, and a kill -9 of a rank
-(the writing rank 0, and rank 1) mid-run: the file still loads as JSON.
+(the writing rank 0, and rank 1) mid-run: the file still loads as JSON, the
+writer process (hvd-timeline) ends with rank 0, and the job ends; 40 kills of
+a size-1 rank recording as fast as it can, each file loading as JSON.
 Environment: HVDRUN (the binary) and HVD_PYTHONPATH (the built package)."""
+import ctypes
 import json
 import os
 import signal
@@ -15,6 +18,39 @@ import unittest
 HVDRUN = os.environ.get("HVDRUN", "hvdrun")
 PYTHONPATH = os.environ.get("HVD_PYTHONPATH", "")
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "timeline_worker.py")
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def load_while_written(path):
+    """json.load of a file that is being written. The reader makes several
+    read() calls, and a write between two of them can show it the old end
+    followed by the new bytes; such a torn read does not repeat, a broken
+    file does."""
+    for attempt in range(3):
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except ValueError:
+            if attempt == 2:
+                raise
+            time.sleep(0.003)
+
+
+def writer_processes(parent):
+    """Pids of the processes named hvd-timeline whose parent is `parent`."""
+    out = []
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        if comm == "hvd-timeline" and int(stat[stat.rindex(")") + 2:].split()[1]) == parent:
+            out.append(int(d))
+    return out
 
 
 def trace_pids(trace):
@@ -105,9 +141,15 @@ class Timeline(unittest.TestCase):
         self.assertTrue([e for e in b if e.get("ph") == "i" and e["name"] == "CYCLE_START"])
 
     def kill_mid_run(self, victim):
+        # A subreaper: rank 0's writer process, orphaned by the kill, becomes
+        # this process's child, to be waited for and reaped here.
+        libc = ctypes.CDLL(None, use_errno=True)
+        self.assertEqual(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0)
+        self.addCleanup(libc.prctl, PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
         p = subprocess.Popen(self.hvdrun(["--timeline-filename", "t.json"], "forever", self.dir), env=self.env,
                              cwd=self.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              start_new_session=True)
+        writers = []
         try:
             path = os.path.join(self.dir, "t.json")
             deadline = time.monotonic() + 30
@@ -115,21 +157,46 @@ class Timeline(unittest.TestCase):
             while time.monotonic() < deadline:
                 pidfiles = [os.path.join(self.dir, f"rank.{r}.pid") for r in (0, 1)]
                 if all(os.path.exists(f) for f in pidfiles) and os.path.exists(path):
-                    with open(path) as f:
-                        events = len(json.load(f))  # valid at every read, mid-run too
+                    events = len(load_while_written(path))  # valid at every read, mid-run too
                     if events > 200:
                         break
                 self.assertIsNone(p.poll(), "the job ended early")
                 time.sleep(0.05)
             self.assertGreater(events, 200, "the timeline did not grow")
+            with open(os.path.join(self.dir, "rank.0.pid")) as f:
+                rank0 = int(f.read())
+            writers = writer_processes(rank0)
+            self.assertEqual(len(writers), 1, "rank 0 has one timeline writer process")
             with open(os.path.join(self.dir, f"rank.{victim}.pid")) as f:
                 os.kill(int(f.read()), signal.SIGKILL)
+            killed = time.monotonic()
+            if victim == 0:
+                # It ends with rank 0 (its socket's end), within 1 s. It is
+                # rank 0's child until rank 0 is gone, this process's then.
+                while True:
+                    try:
+                        if os.waitpid(writers[0], os.WNOHANG)[0] == writers[0]:
+                            break
+                    except ChildProcessError:
+                        pass
+                    self.assertLess(time.monotonic() - killed, 1.0, "the writer process outlived rank 0")
+                    time.sleep(0.005)
+                writers = []
             out, _ = p.communicate(timeout=40)
+            # The other rank sees the death and the job ends as before (the
+            # writer process holds none of rank 0's sockets or pipes).
+            self.assertLess(time.monotonic() - killed, 10, out)
             self.assertNotEqual(p.returncode, 0, out)
         finally:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+            for w in writers:
+                try:
+                    os.kill(w, signal.SIGKILL)
+                    os.waitpid(w, 0)
+                except (ProcessLookupError, ChildProcessError):
+                    pass
         t = self.load("t.json")
         self.assertGreaterEqual(len(t), events)
         self.assertTrue(set(trace_pids(t)) <= {f"loop.{i}" for i in range(4)} and trace_pids(t))
@@ -139,6 +206,25 @@ class Timeline(unittest.TestCase):
 
     def test_kill_9_of_another_rank_leaves_valid_json(self):
         self.kill_mid_run(1)
+
+    def test_kill_9_of_a_rank_recording_flat_out_40_times(self):
+        """A size-1 rank (no hvdrun: fast to restart) forked from a process
+        that imported torch, recording small named allreduces with cycle
+        marks as fast as it can, SIGKILLed at a random moment, 40 times:
+        every file loads as JSON, and its writer process exits within 1 s
+        (timeline_worker.py kill_loop)."""
+        p = subprocess.run([sys.executable, WORKER, "killloop", self.dir, "40", str(os.getpid())], env=self.env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=80)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        results = [json.loads(ln) for ln in p.stdout.splitlines()]
+        self.assertEqual(len(results), 40, p.stdout + p.stderr)
+        for r in results:
+            self.assertNotIn("error", r, r)
+            self.assertNotIn("orphan", r, r)
+            self.assertEqual(len(r["writers"]), 1, r)
+            self.assertLess(r["writer_gone_ms"], 1000, r)
+            self.assertGreater(r["events"], 1000, r)
+        self.assertEqual(os.listdir(self.dir), [])
 
 
 if __name__ == "__main__":

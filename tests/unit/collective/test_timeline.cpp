@@ -1,6 +1,6 @@
 // The timeline (lib/collective/src/timeline.h): the writer keeps the file a
-// valid JSON array at every moment (also after SIGKILL), and a Context
-// records Horovod's activities per tensor.
+// valid JSON array at every moment (also after SIGKILL of the rank: a writer
+// process writes it), and a Context records Horovod's activities per tensor.
 #include "timeline.h"
 
 #include "hvd/collective/context.h"
@@ -12,7 +12,9 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <dirent.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -54,6 +57,20 @@ json load(const fs::path& p) {
   return json::parse(ss.str());  // throws on anything but one valid JSON value
 }
 
+/// load() of a file that is being written: a reader makes several read()
+/// calls, and a write between two of them can show it the old end followed
+/// by the new bytes; such a torn read does not repeat, a broken file does.
+json load_while_written(const fs::path& p) {
+  for (int attempt = 1;; ++attempt) {
+    try {
+      return load(p);
+    } catch (const json::parse_error&) {
+      if (attempt == 3) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    }
+  }
+}
+
 /// tensor name -> pid, from the process_name metadata.
 std::map<std::string, int> pids(const json& trace) {
   std::map<std::string, int> out;
@@ -76,6 +93,54 @@ std::vector<std::string> begins(const json& trace, int pid) {
 
 bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+int count_fds(const std::string& dir) {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) n += e.path().filename() != "." ? 1 : 0;
+  return n;
+}
+
+/// (comm, ppid) from /proc/<pid>/stat; comm empty when it is gone.
+std::pair<std::string, pid_t> comm_and_ppid(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto open = stat.find('('), close = stat.rfind(')');
+  if (open == std::string::npos || close == std::string::npos) return {"", 0};
+  std::istringstream rest(stat.substr(close + 2));
+  std::string state;
+  pid_t ppid = 0;
+  rest >> state >> ppid;
+  return {stat.substr(open + 1, close - open - 1), ppid};
+}
+
+/// The processes named hvd-timeline whose parent is `parent`.
+std::vector<pid_t> writer_processes(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = std::stoi(name);
+    auto [comm, ppid] = comm_and_ppid(pid);
+    if (comm == "hvd-timeline" && ppid == parent) out.push_back(pid);
+  }
+  return out;
+}
+
+/// RssAnon of a process, in KiB (-1 when unknown).
+long rss_anon_kib(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/status", pid));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("RssAnon:", 0) == 0) return std::stol(line.substr(8));
+  }
+  return -1;
+}
+
+/// True when this process has no child left (waitpid: ECHILD).
+bool no_children() {
+  int status;
+  return ::waitpid(-1, &status, WNOHANG) < 0 && errno == ECHILD;
 }
 
 TimelineRecord rec(char phase, std::string tensor, std::string name, int64_t ts) {
@@ -141,7 +206,7 @@ TEST_CASE("timeline writer: the file loads while open and is flushed within the 
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   do {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    t = load(file);  // valid at every read
+    t = load_while_written(file);  // valid at every read
   } while (pids(t).size() < 3 && std::chrono::steady_clock::now() < deadline);
   CHECK(pids(t).size() == 3);
   w.close();
@@ -176,20 +241,152 @@ TEST_CASE("timeline writer: an unwritable path is an IoError naming it", "[timel
   CHECK_FALSE(tl.active());
 }
 
-TEST_CASE("timeline: SIGKILL of the writing process leaves a file that loads as JSON", "[timeline]") {
+TEST_CASE("timeline writer: in-process (the fallback when fork fails) writes the same file", "[timeline]") {
   TempDir dir;
   const fs::path file = dir.path / "t.json";
-  // Several kill times, so the kill lands at different points of the
-  // writer's cycle (mid-batch included).
-  for (int delay_ms : {120, 235, 350}) {
+  TimelineWriterOptions o;
+  o.in_process = true;
+  TimelineWriter w(file.string(), 7, o);
+  CHECK(w.writer_pid() == -1);
+  // Enough events to cross several pages.
+  for (int i = 0; i < 2000; ++i) REQUIRE(w.push(rec(i % 2 ? 'E' : 'B', "t" + std::to_string(i % 7), "ALLREDUCE", i)));
+  w.close();
+  CHECK(w.written() == 2000);
+  json t = load(file);
+  CHECK(pids(t).size() == 7);
+  CHECK(t.size() == 2 + 2 * 7 + 2000);
+}
+
+TEST_CASE("timeline writer: a writer process that only holds the file and its socket and is reaped at close",
+          "[timeline]") {
+  TempDir dir;
+  REQUIRE(no_children());
+  const int fds_before = count_fds("/proc/self/fd");
+  // 64 MiB of this process's memory, resident: the writer process releases
+  // its copy-on-write share of it (else every page this process writes while
+  // the timeline is open would be copied).
+  std::vector<char> ballast(64u << 20, 1);
+  for (int round = 0; round < 3; ++round) {
+    INFO("round " << round);
+    Timeline tl;
+    const fs::path file = dir.path / fmt::format("t{}.json", round);
+    // start, stop, start again in one process, as start_timeline does
+    tl.start(file.string(), true);
+    tl.mark_cycle();
+    tl.stop();
+    tl.start(file.string(), true);
+    // Named once it has set itself up: wait for it.
+    std::vector<pid_t> writers;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while ((writers = writer_processes(::getpid())).empty() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    REQUIRE(writers.size() == 1);
+    // Its own session (hvdrun's group kill does not reach it), and only
+    // the file and the socket open: no descriptor of the rank is kept.
+    CHECK(::getsid(writers[0]) == writers[0]);
+    std::set<std::string> targets;
+    for (const auto& e : fs::directory_iterator(fmt::format("/proc/{}/fd", writers[0]))) {
+      std::error_code ec;
+      targets.insert(fs::read_symlink(e.path(), ec).string());
+    }
+    REQUIRE(targets.size() == 2);
+    CHECK(rss_anon_kib(writers[0]) < 16 * 1024);
+    ballast[static_cast<std::size_t>(round) << 20] = 2;
+    CHECK(targets.count(file.string()) == 1);
+    CHECK(std::count_if(targets.begin(), targets.end(),
+                        [](const std::string& t) { return t.rfind("socket:", 0) == 0; }) == 1);
+    tl.negotiate_rank_ready("x", "ALLREDUCE", 0);
+    tl.negotiated("x", "ALLREDUCE", 4);
+    tl.end("x");
+    tl.stop();
+    CHECK(writer_processes(::getpid()).empty());
+    CHECK(no_children());  // reaped: no zombie
+    CHECK(count_fds("/proc/self/fd") == fds_before);
+    json t = load(file);
+    CHECK(pids(t).size() == 1);
+  }
+}
+
+TEST_CASE("timeline writer: a killed writer process stops the timeline with the file valid", "[timeline]") {
+  TempDir dir;
+  const fs::path file = dir.path / "t.json";
+  TimelineWriterOptions o;
+  o.flush_interval = std::chrono::milliseconds(5);
+  TimelineWriter w(file.string(), 0, o);
+  const pid_t writer = w.writer_pid();
+  REQUIRE(writer > 0);
+  for (int i = 0; i < 100; ++i) REQUIRE(w.push(rec('X', "t", "0", i)));
+  // Until the writer process has written them (2 metadata items each for
+  // the job and for "t").
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (load_while_written(file).size() < 104 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  REQUIRE(load(file).size() == 104);
+  REQUIRE(::kill(writer, SIGKILL) == 0);
+  // The next batch finds it gone: the writer reaps it and fails; pushes are
+  // refused from then on, and close() returns at once.
+  bool refused = false;
+  for (int i = 0; i < 2000 && !refused; ++i) {
+    refused = !w.push(rec('X', "t", "0", 100 + i));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK(refused);
+  CHECK(w.writer_pid() == -1);
+  w.close();
+  CHECK(no_children());
+  CHECK(load(file).size() == 104);  // what it wrote before the kill, nothing after
+}
+
+TEST_CASE("timeline writer: close kills a writer process that does not finish in time and reaps it", "[timeline]") {
+  TempDir dir;
+  const fs::path file = dir.path / "t.json";
+  TimelineWriterOptions o;
+  o.flush_interval = std::chrono::milliseconds(5);
+  o.close_timeout = std::chrono::milliseconds(300);
+  TimelineWriter w(file.string(), 0, o);
+  const pid_t writer = w.writer_pid();
+  REQUIRE(writer > 0);
+  REQUIRE(w.push(rec('X', "t", "0", 1)));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (load_while_written(file).size() < 5 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  REQUIRE(::kill(writer, SIGSTOP) == 0);  // stuck (as on a hung file system)
+  REQUIRE(w.push(rec('X', "t", "0", 2)));
+  const auto start = std::chrono::steady_clock::now();
+  w.close();
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK(took >= std::chrono::milliseconds(300));
+  CHECK(took < std::chrono::seconds(3));
+  CHECK(w.writer_pid() == -1);
+  CHECK(no_children());
+  CHECK(load(file).size() == 5);  // what it wrote before it stopped
+}
+
+TEST_CASE("timeline: SIGKILL of the rank at random moments with the writer saturated leaves valid JSON and no orphan",
+          "[timeline]") {
+  TempDir dir;
+  // The writer processes of the killed ranks become this process's children
+  // (a subreaper), so that they can be waited for and reaped.
+  REQUIRE(::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0);
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<int> delay_us(0, 30000);
+  constexpr int kKills = 60;
+  int valid = 0;
+  for (int k = 0; k < kKills; ++k) {
+    const fs::path file = dir.path / fmt::format("k{}.json", k);
     const pid_t child = fork();
     REQUIRE(child >= 0);
     if (child == 0) {
       Timeline tl;
       TimelineWriterOptions o;
-      o.flush_interval = std::chrono::milliseconds(5);
+      o.flush_interval = std::chrono::milliseconds(1);
       tl.start(file.string(), true, o);
-      // Bounded, so a parent that fails before its kill leaves no orphan.
+      // As fast as it can (the writer busy all the time, its writes crossing
+      // page boundaries often); bounded, so a parent that fails before its
+      // kill leaves no orphan.
       const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
       for (uint64_t i = 0; std::chrono::steady_clock::now() < give_up; ++i) {
         const std::string name = "tensor." + std::to_string(i % 50);
@@ -199,25 +396,105 @@ TEST_CASE("timeline: SIGKILL of the writing process leaves a file that loads as 
         tl.activity_start(name, "ALLREDUCE");
         tl.end(name, "\"dtype\": \"float32\"");
         tl.mark_cycle();
-        // About 5,000 operations a second (45,000 records), far above what
-        // a job's rank 0 records, but leaving the writer idle between
-        // batches as in a job (see the residual window in timeline.cpp).
-        if (i % 8 == 7) std::this_thread::sleep_for(std::chrono::microseconds(1500));
       }
       _exit(0);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    // Until the file is past its first pages, then a random moment.
+    std::error_code ec;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    auto size = [&] {
+      const auto n = fs::file_size(file, ec);
+      return ec ? 0 : n;
+    };
+    while (size() < 65536 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const auto writers = writer_processes(child);
+    std::this_thread::sleep_for(std::chrono::microseconds(delay_us(rng)));
     REQUIRE(kill(child, SIGKILL) == 0);
+    const auto killed = std::chrono::steady_clock::now();
     int status = 0;
     REQUIRE(waitpid(child, &status, 0) == child);
     REQUIRE(WIFSIGNALED(status));
-    INFO("killed after " << delay_ms << " ms");
+    INFO("kill " << k);
+    CHECK(writers.size() == 1);
+    // The orphaned writer process exits at once (end of its socket): within
+    // 1 s, with no process of the rank left.
+    bool gone = false;
+    while (!gone && std::chrono::steady_clock::now() < killed + std::chrono::seconds(1)) {
+      while (::waitpid(-1, &status, WNOHANG) > 0) {
+      }
+      gone = no_children();
+      if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    CHECK(gone);
+    if (!gone) {
+      for (pid_t w : writers) ::kill(w, SIGKILL);
+      while (::waitpid(-1, &status, 0) > 0) {
+      }
+    }
     json t;
-    REQUIRE_NOTHROW(t = load(file));
-    REQUIRE(t.is_array());
-    CHECK(pids(t).size() == 50);
-    CHECK(t.size() > 200);
+    CHECK_NOTHROW(t = load(file));
+    if (t.is_array() && t.size() > 200) ++valid;
+    fs::remove(file, ec);
   }
+  ::prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
+  CHECK(valid == kKills);
+}
+
+TEST_CASE("timeline: the writer process ends with the rank even when a fork of the rank holds its socket",
+          "[timeline]") {
+  TempDir dir;
+  const fs::path file = dir.path / "t.json";
+  REQUIRE(::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0);
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  const pid_t rank = fork();
+  REQUIRE(rank >= 0);
+  if (rank == 0) {
+    ::close(ready[0]);
+    Timeline tl;
+    tl.start(file.string(), true);
+    // A fork without exec (as a fork-start DataLoader worker): it inherits
+    // the rank's end of the writer's socket and outlives the rank.
+    const pid_t holder = fork();
+    if (holder == 0) {
+      ::close(ready[1]);
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      _exit(0);
+    }
+    (void)::write(ready[1], &holder, sizeof holder);
+    std::this_thread::sleep_for(std::chrono::seconds(20));  // bounded: killed long before
+    _exit(0);
+  }
+  ::close(ready[1]);
+  pid_t holder = -1;
+  REQUIRE(::read(ready[0], &holder, sizeof holder) == static_cast<ssize_t>(sizeof holder));
+  ::close(ready[0]);
+  std::vector<pid_t> writers;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while ((writers = writer_processes(rank)).empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(writers.size() == 1);
+  REQUIRE(::kill(rank, SIGKILL) == 0);
+  int status = 0;
+  REQUIRE(::waitpid(rank, &status, 0) == rank);
+  // The writer (now this process's child) sees its parent change within
+  // its 200 ms check, while the holder still has the socket open.
+  const auto killed = std::chrono::steady_clock::now();
+  bool gone = false;
+  while (!gone && std::chrono::steady_clock::now() < killed + std::chrono::seconds(1)) {
+    gone = ::waitpid(writers[0], &status, WNOHANG) == writers[0];
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  CHECK(gone);
+  CHECK(comm_and_ppid(holder).second == ::getpid());  // the holder still runs
+  for (pid_t p : {holder, writers[0]}) ::kill(p, SIGKILL);
+  while (::waitpid(-1, &status, 0) > 0) {
+  }
+  ::prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
+  CHECK_NOTHROW(load(file));
 }
 
 TEST_CASE("timeline: a Context records negotiation and queue and fusion copies and the collective", "[timeline]") {
