@@ -130,6 +130,15 @@ elif mode == "startstop":
     hvd.start_timeline(os.path.join(d, "a.json"))
     hvd.allreduce(w, name="during")
     hvd.stop_timeline()
+    # The other ranks announce "after" only once rank 0 has stopped (else
+    # rank 0 may record their announcement: it is still recording then).
+    stopped = os.path.join(d, "stopped")
+    if r == 0:
+        open(stopped, "w").close()
+    else:
+        deadline = time.monotonic() + 20
+        while not os.path.exists(stopped) and time.monotonic() < deadline:
+            time.sleep(0.005)
     hvd.allreduce(w, name="after")
     hvd.start_timeline(os.path.join(d, "b.json"), mark_cycles=True)
     for _ in range(3):
