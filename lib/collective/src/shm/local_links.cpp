@@ -64,7 +64,8 @@ void choose_local_links(std::vector<std::unique_ptr<transport::Link>>& links, co
   const int n = options.size;
   if (n < 2) return;
   if (!use_shm && me == 0) {
-    for (const char* var : {transport::kShmSpinEnv, transport::kShmCmaEnv, transport::kShmInPlaceEnv}) {
+    for (const char* var :
+         {transport::kShmSpinEnv, transport::kShmBusyPollEnv, transport::kShmCmaEnv, transport::kShmInPlaceEnv}) {
       if (env::get(var)) {
         spdlog::info("{} is ignored: {}=tcp (no shared memory between ranks)", var, transport::kTransportEnv);
       }
@@ -123,6 +124,7 @@ void choose_local_links(std::vector<std::unique_ptr<transport::Link>>& links, co
   const int local_ranks = static_cast<int>(local.size()) + 1;
   const std::chrono::microseconds spin = transport::shm_spin_from_env(local_ranks);
   const bool offload = transport::shm_offload_sends(local_ranks);
+  const std::chrono::nanoseconds busy_poll = transport::shm_busy_poll_from_env(local_ranks);
   const std::size_t capacity = transport::shm_ring_capacity(static_cast<int>(local.size()));
   std::vector<std::unique_ptr<transport::Link>> shm(static_cast<std::size_t>(n));
   std::map<int, transport::ShmToken> expected;
@@ -136,12 +138,14 @@ void choose_local_links(std::vector<std::unique_ptr<transport::Link>>& links, co
     std::unique_ptr<transport::ShmLink> l =
         transport::shm_connect(get(in[p].listener), me, p, token, capacity, deadline, spin);
     l->set_offload_sends(offload);
+    l->set_busy_poll(busy_poll);
     shm[p] = std::move(l);
   }
   while (!expected.empty()) {
     std::unique_ptr<transport::ShmLink> l = listener->accept(me, expected, deadline, spin);
     const int p = l->peer();
     l->set_offload_sends(offload);
+    l->set_busy_poll(busy_poll);
     shm[p] = std::move(l);
   }
 
@@ -153,8 +157,9 @@ void choose_local_links(std::vector<std::unique_ptr<transport::Link>>& links, co
   std::sort(group.begin(), group.end());
   const std::string line = fmt::format(
       "rank {}: data path: shared memory between the ranks [{}] of this host (rings of {} KiB per "
-      "direction, spin {} us, send helper thread {}); TCP to the {} other rank(s)",
-      me, fmt::join(group, ","), capacity >> 10, spin.count(), offload ? "on" : "off", n - local_ranks);
+      "direction, spin {} us, busy poll {} ns between yields, send helper thread {}); TCP to the {} other rank(s)",
+      me, fmt::join(group, ","), capacity >> 10, spin.count(), busy_poll.count(), offload ? "on" : "off",
+      n - local_ranks);
   if (group.front() == me && verbose) {
     spdlog::info("{}", line);
   } else {
