@@ -551,19 +551,20 @@ TEST_CASE(
   CHECK_THROWS_WITH(check_shm_env(), Catch::Contains("HVD_SHM_REDUCE_IN_RING"));
   ::unsetenv(kShmInPlaceEnv);
   // Busy polling: on (2 us) while the local ranks do not outnumber the
-  // CPUs this process may use, off beyond; the variable wins.
+  // CPUs they may use together, off beyond; the variable wins.
   cpu_set_t set;
   CPU_ZERO(&set);
   REQUIRE(::sched_getaffinity(0, sizeof set, &set) == 0);
   const int cpus = CPU_COUNT(&set);
-  CHECK(default_shm_busy_poll(cpus) == 2000ns);
-  CHECK(default_shm_busy_poll(1) == 2000ns);
-  CHECK(default_shm_busy_poll(cpus + 1) == 0ns);
-  CHECK(shm_busy_poll_from_env(cpus + 1) == 0ns);
+  CHECK(default_shm_busy_poll(2, 2) == 2000ns);
+  CHECK(default_shm_busy_poll(1, 1) == 2000ns);
+  CHECK(default_shm_busy_poll(3, 2) == 0ns);
+  CHECK(shm_busy_poll_from_env(3, 2) == 0ns);
+  CHECK(shm_busy_poll_from_env(cpus, cpus) == 2000ns);
   ::setenv(kShmBusyPollEnv, "500", 1);
-  CHECK(shm_busy_poll_from_env(cpus + 1) == 500ns);
+  CHECK(shm_busy_poll_from_env(3, 2) == 500ns);
   ::setenv(kShmBusyPollEnv, "0", 1);
-  CHECK(shm_busy_poll_from_env(1) == 0ns);
+  CHECK(shm_busy_poll_from_env(1, 1) == 0ns);
   for (const char* bad : {"2us", "-1", "1000001"}) {
     ::setenv(kShmBusyPollEnv, bad, 1);
     CHECK_THROWS_WITH(check_shm_env(), Catch::Contains("HVD_SHM_BUSY_POLL_NS") && Catch::Contains(bad));
@@ -593,6 +594,61 @@ TEST_CASE("shared-memory links use the send helper thread only with a spare core
   fut.get();
   CHECK(gx == x);
   CHECK(gy == y);
+}
+
+TEST_CASE("the local ranks' CPUs are the union of their affinity masks", "[transport][shm]") {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(::sched_getaffinity(0, sizeof set, &set) == 0);
+  const int cpus = CPU_COUNT(&set);
+  CHECK(shm_local_cpus({}) == cpus);
+  CHECK(shm_local_cpus({::getpid(), -1}) == cpus);  // an unreadable peer adds nothing
+  if (cpus < 2) {
+    SUCCEED("one CPU: the pinned case needs two");
+    return;
+  }
+  // Two children pinned to different single CPUs (as mpirun --bind-to core
+  // does): each sees one CPU, together they have two.
+  int first = -1, second = -1;
+  for (int c = 0; c < CPU_SETSIZE && second < 0; ++c) {
+    if (!CPU_ISSET(c, &set)) continue;
+    (first < 0 ? first : second) = c;
+  }
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  auto spawn = [&](int cpu) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      const char ok = ::sched_setaffinity(0, sizeof one, &one) == 0 ? 'y' : 'n';
+      (void)!::write(ready[1], &ok, 1);
+      ::pause();
+      ::_exit(0);
+    }
+    return pid;
+  };
+  const pid_t a = spawn(first), b = spawn(second);
+  char ok[2] = {0, 0};
+  REQUIRE(::read(ready[0], &ok[0], 1) == 1);
+  REQUIRE(::read(ready[0], &ok[1], 1) == 1);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  CHECK(ok[0] == 'y');
+  CHECK(ok[1] == 'y');
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  REQUIRE(::sched_setaffinity(0, sizeof one, &one) == 0);  // this thread: one CPU, like the children
+  CHECK(shm_local_cpus({}) == 1);
+  CHECK(shm_local_cpus({a}) == 1);
+  CHECK(shm_local_cpus({a, b}) == 2);
+  REQUIRE(::sched_setaffinity(0, sizeof set, &set) == 0);
+  for (pid_t p : {a, b}) {
+    ::kill(p, SIGKILL);
+    ::waitpid(p, nullptr, 0);
+  }
 }
 
 TEST_CASE("ring capacity shrinks with many local peers, within bounds", "[transport][shm]") {

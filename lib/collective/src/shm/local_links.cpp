@@ -124,9 +124,8 @@ void choose_local_links(std::vector<std::unique_ptr<transport::Link>>& links, co
   const int local_ranks = static_cast<int>(local.size()) + 1;
   const std::chrono::microseconds spin = transport::shm_spin_from_env(local_ranks);
   const bool offload = transport::shm_offload_sends(local_ranks);
-  const std::chrono::nanoseconds busy_poll = transport::shm_busy_poll_from_env(local_ranks);
   const std::size_t capacity = transport::shm_ring_capacity(static_cast<int>(local.size()));
-  std::vector<std::unique_ptr<transport::Link>> shm(static_cast<std::size_t>(n));
+  std::vector<std::unique_ptr<transport::ShmLink>> shm(static_cast<std::size_t>(n));
   std::map<int, transport::ShmToken> expected;
   for (int p : local) {
     if (p > me) {
@@ -138,16 +137,22 @@ void choose_local_links(std::vector<std::unique_ptr<transport::Link>>& links, co
     std::unique_ptr<transport::ShmLink> l =
         transport::shm_connect(get(in[p].listener), me, p, token, capacity, deadline, spin);
     l->set_offload_sends(offload);
-    l->set_busy_poll(busy_poll);
     shm[p] = std::move(l);
   }
   while (!expected.empty()) {
     std::unique_ptr<transport::ShmLink> l = listener->accept(me, expected, deadline, spin);
     const int p = l->peer();
     l->set_offload_sends(offload);
-    l->set_busy_poll(busy_poll);
     shm[p] = std::move(l);
   }
+
+  // Busy polling while the local ranks have a CPU each (their affinity
+  // masks together: ranks pinned one per core see one CPU each).
+  std::vector<pid_t> peer_pids;
+  for (int p : local) peer_pids.push_back(shm[p]->peer_pid());
+  const int local_cpus = transport::shm_local_cpus(peer_pids);
+  const std::chrono::nanoseconds busy_poll = transport::shm_busy_poll_from_env(local_ranks, local_cpus);
+  for (int p : local) shm[p]->set_busy_poll(busy_poll);
 
   // 3. Swap.
   for (int p : local) links[p] = std::move(shm[p]);

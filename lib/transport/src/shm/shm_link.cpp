@@ -47,7 +47,7 @@ bool shm_reduce_in_ring_from_env() { return env::get_bool_or(kShmInPlaceEnv, tru
 
 void check_shm_env() {
   (void)shm_spin_from_env(1);
-  (void)shm_busy_poll_from_env(1);
+  (void)shm_busy_poll_from_env(1, 1);
   (void)shm_cma_from_env();
   (void)shm_reduce_in_ring_from_env();
 }
@@ -87,13 +87,13 @@ std::chrono::microseconds shm_spin_from_env(int local_ranks) {
   return std::chrono::microseconds(n);
 }
 
-std::chrono::nanoseconds default_shm_busy_poll(int local_ranks) {
-  return local_ranks <= affinity_cpus() ? std::chrono::nanoseconds(2000) : std::chrono::nanoseconds(0);
+std::chrono::nanoseconds default_shm_busy_poll(int local_ranks, int cpus) {
+  return local_ranks <= cpus ? std::chrono::nanoseconds(2000) : std::chrono::nanoseconds(0);
 }
 
-std::chrono::nanoseconds shm_busy_poll_from_env(int local_ranks) {
+std::chrono::nanoseconds shm_busy_poll_from_env(int local_ranks, int cpus) {
   const char* v = std::getenv(kShmBusyPollEnv);
-  if (!v || !*v) return default_shm_busy_poll(local_ranks);
+  if (!v || !*v) return default_shm_busy_poll(local_ranks, cpus);
   char* end = nullptr;
   errno = 0;
   const long n = std::strtol(v, &end, 10);
@@ -101,6 +101,18 @@ std::chrono::nanoseconds shm_busy_poll_from_env(int local_ranks) {
     throw InvalidArgument(fmt::format("{}='{}': expected nanoseconds, 0 to 1000000", kShmBusyPollEnv, v));
   }
   return std::chrono::nanoseconds(n);
+}
+
+int shm_local_cpus(const std::vector<pid_t>& peers) {
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  if (::sched_getaffinity(0, sizeof all, &all) != 0) return 1;
+  for (pid_t pid : peers) {
+    cpu_set_t theirs;
+    CPU_ZERO(&theirs);
+    if (pid > 0 && ::sched_getaffinity(pid, sizeof theirs, &theirs) == 0) CPU_OR(&all, &all, &theirs);
+  }
+  return std::max(1, CPU_COUNT(&all));
 }
 
 bool shm_offload_sends(int local_ranks) {

@@ -57,6 +57,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace hvd::transport {
 
@@ -284,13 +285,18 @@ std::chrono::microseconds default_shm_spin(int local_ranks);
 /// for garbage.
 std::chrono::microseconds shm_spin_from_env(int local_ranks);
 /// The busy polling a link gets when kShmBusyPollEnv is unset: 2 us
-/// between the spin's yields while the local ranks do not outnumber the
-/// CPUs this process may run on (`local_ranks` <= CPUs), else 0 (yield
-/// only: a busy poller would hold a core another rank needs).
-std::chrono::nanoseconds default_shm_busy_poll(int local_ranks);
+/// between the spin's yields while the local ranks do not outnumber `cpus`
+/// (shm_local_cpus), else 0 (yield only: a busy poller would hold a core
+/// another rank needs).
+std::chrono::nanoseconds default_shm_busy_poll(int local_ranks, int cpus);
 /// kShmBusyPollEnv's value (0 to 1000000 ns), else
-/// default_shm_busy_poll(local_ranks); InvalidArgument for garbage.
-std::chrono::nanoseconds shm_busy_poll_from_env(int local_ranks);
+/// default_shm_busy_poll(local_ranks, cpus); InvalidArgument for garbage.
+std::chrono::nanoseconds shm_busy_poll_from_env(int local_ranks, int cpus);
+/// CPUs the local ranks may run on: the union of this process's affinity
+/// and that of each process in `peers` (a peer whose affinity cannot be read
+/// adds nothing). Ranks pinned one per core (mpirun --bind-to core) each
+/// see a single CPU, but together they have one core per rank.
+int shm_local_cpus(const std::vector<pid_t>& peers);
 /// Whether shared-memory links hand large sends to progress()'s helper
 /// thread: when 2 * local_ranks <= the CPUs this process may use.
 bool shm_offload_sends(int local_ranks);
