@@ -99,7 +99,10 @@ inline void cpu_relax() {
 // was descheduled) stops busy polling for kBusyBackoff and only yields,
 // as before.
 constexpr auto kPreemptedGap = std::chrono::microseconds(2);  // a lone yield: 0.5 us, a switch away and back: >= 2.8 us
-constexpr auto kBusyBackoff = std::chrono::milliseconds(1);
+// Short, so that one slow yield at start-up does not turn busy polling off
+// for a whole short benchmark (1 ms did); a peer that shares this core
+// still loses at most one busy window (2 us) per 200 us, 1 %.
+constexpr auto kBusyBackoff = std::chrono::microseconds(200);
 thread_local std::chrono::steady_clock::time_point busy_off_until{};
 
 /// Watches the pending transfers' links (may_move) for up to `budget`.
