@@ -119,6 +119,9 @@ bool busy_poll(const Transfer* transfers, std::size_t count, const std::vector<c
       if ((skip && (*skip)[i]) || t.complete()) continue;
       const bool send = t.dir == Transfer::Dir::Send;
       if (send && t.done >= send_limit(t)) continue;
+      // Links that cannot be watched without a system call (TCP: hint 0)
+      // wait for the next pass.
+      if (t.link->busy_poll_hint().count() == 0) continue;
       if (t.link->may_move(send)) return true;
     }
     cpu_relax();
