@@ -246,6 +246,58 @@ TEST_CASE("shm links hand received bytes out in place (recv_view) through progre
   for (std::size_t k : c.calls) CHECK(k % 8 == 0);
 }
 
+TEST_CASE("shm links: may_move says when a try_send / try_recv could move bytes", "[transport][shm]") {
+  auto [a, b] = shm_pair(64);
+  CHECK(a->busy_poll_hint() == 0ns);  // the default, until the caller decides
+  a->set_busy_poll(1500ns);
+  CHECK(a->busy_poll_hint() == 1500ns);
+  CHECK_FALSE(a->may_move(false));  // nothing sent to a
+  CHECK(a->may_move(true));  // a's ring to b is empty
+  const std::vector<char> x = pattern(64, 50);
+  CHECK(b->try_send(x.data(), 10) == 10);
+  CHECK(a->may_move(false));
+  CHECK_FALSE(b->may_move(false));
+  CHECK(a->try_send(x.data(), 64) == 64);  // a's ring to b is full now
+  CHECK_FALSE(a->may_move(true));
+  char got[64];
+  CHECK(b->try_recv(got, 1) == 1);
+  CHECK(a->may_move(true));
+  CHECK(a->try_recv(got, 64) == 10);
+  CHECK_FALSE(a->may_move(false));
+  // A shut-down link says yes: the next try throws (progress() must see it).
+  a->shutdown();
+  CHECK(a->may_move(false));
+  CHECK_THROWS_AS(a->try_recv(got, 1), IoError);
+}
+
+TEST_CASE("shm links with busy polling: small round trips and long waits complete intact", "[transport][shm]") {
+  // Busy polling between the spin's yields (the default with no more local
+  // ranks than cores). Round trips of one small message exercise the busy
+  // poll; a peer that answers only after 30 ms makes the waiter give up the
+  // spin and sleep on the wake-up socket.
+  auto [a, b] = shm_pair(8192, 200us);
+  a->set_busy_poll(2000ns);
+  b->set_busy_poll(2000ns);
+  const std::vector<char> x = pattern(4096, 60);
+  auto echo = std::async(std::launch::async, [&, l = b.get()] {
+    std::vector<char> buf(4096);
+    for (int i = 0; i < 2000; ++i) {
+      l->recv(buf.data(), buf.size(), Deadline::after(10s));
+      if (i == 1999) std::this_thread::sleep_for(30ms);
+      l->send(buf.data(), buf.size(), Deadline::after(10s));
+    }
+  });
+  std::vector<char> got(4096);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 2000; ++i) {
+    a->send(x.data(), x.size(), Deadline::after(10s));
+    a->recv(got.data(), got.size(), Deadline::after(10s));
+    REQUIRE(got == x);
+  }
+  echo.get();
+  CHECK(seconds_since(t0) < 10.0);
+}
+
 TEST_CASE("HVD_SHM_REDUCE_IN_RING=0 turns the in-place receive off", "[transport][shm]") {
   EnvGuard g(kShmInPlaceEnv);
   ::setenv(kShmInPlaceEnv, "0", 1);
@@ -460,9 +512,11 @@ TEST_CASE("a SIGKILLed peer whose forked child still holds the link fails a bloc
   ::kill(grandchild, SIGKILL);  // reparented: init reaps it
 }
 
-TEST_CASE("HVD_TRANSPORT, HVD_SHM_SPIN_US, HVD_SHM_CMA and HVD_SHM_REDUCE_IN_RING are parsed strictly",
-          "[transport][shm]") {
-  EnvGuard g1(kTransportEnv), g2(kShmSpinEnv);
+TEST_CASE(
+    "HVD_TRANSPORT, HVD_SHM_SPIN_US, HVD_SHM_BUSY_POLL_NS, HVD_SHM_CMA and HVD_SHM_REDUCE_IN_RING are parsed strictly",
+    "[transport][shm]") {
+  EnvGuard g1(kTransportEnv), g2(kShmSpinEnv), g5(kShmBusyPollEnv);
+  ::unsetenv(kShmBusyPollEnv);
   ::unsetenv(kTransportEnv);
   CHECK(shm_enabled_from_env());
   ::setenv(kTransportEnv, "shm", 1);
@@ -495,6 +549,26 @@ TEST_CASE("HVD_TRANSPORT, HVD_SHM_SPIN_US, HVD_SHM_CMA and HVD_SHM_REDUCE_IN_RIN
   CHECK_FALSE(shm_reduce_in_ring_from_env());
   ::setenv(kShmInPlaceEnv, "sometimes", 1);
   CHECK_THROWS_WITH(check_shm_env(), Catch::Contains("HVD_SHM_REDUCE_IN_RING"));
+  ::unsetenv(kShmInPlaceEnv);
+  // Busy polling: on (2 us) while the local ranks do not outnumber the
+  // CPUs they may use together, off beyond; the variable wins.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(::sched_getaffinity(0, sizeof set, &set) == 0);
+  const int cpus = CPU_COUNT(&set);
+  CHECK(default_shm_busy_poll(2, 2) == 2000ns);
+  CHECK(default_shm_busy_poll(1, 1) == 2000ns);
+  CHECK(default_shm_busy_poll(3, 2) == 0ns);
+  CHECK(shm_busy_poll_from_env(3, 2) == 0ns);
+  CHECK(shm_busy_poll_from_env(cpus, cpus) == 2000ns);
+  ::setenv(kShmBusyPollEnv, "500", 1);
+  CHECK(shm_busy_poll_from_env(3, 2) == 500ns);
+  ::setenv(kShmBusyPollEnv, "0", 1);
+  CHECK(shm_busy_poll_from_env(1, 1) == 0ns);
+  for (const char* bad : {"2us", "-1", "1000001"}) {
+    ::setenv(kShmBusyPollEnv, bad, 1);
+    CHECK_THROWS_WITH(check_shm_env(), Catch::Contains("HVD_SHM_BUSY_POLL_NS") && Catch::Contains(bad));
+  }
 }
 
 TEST_CASE("shared-memory links use the send helper thread only with a spare core per rank", "[transport][shm]") {
@@ -520,6 +594,61 @@ TEST_CASE("shared-memory links use the send helper thread only with a spare core
   fut.get();
   CHECK(gx == x);
   CHECK(gy == y);
+}
+
+TEST_CASE("the local ranks' CPUs are the union of their affinity masks", "[transport][shm]") {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(::sched_getaffinity(0, sizeof set, &set) == 0);
+  const int cpus = CPU_COUNT(&set);
+  CHECK(shm_local_cpus({}) == cpus);
+  CHECK(shm_local_cpus({::getpid(), -1}) == cpus);  // an unreadable peer adds nothing
+  if (cpus < 2) {
+    SUCCEED("one CPU: the pinned case needs two");
+    return;
+  }
+  // Two children pinned to different single CPUs (as mpirun --bind-to core
+  // does): each sees one CPU, together they have two.
+  int first = -1, second = -1;
+  for (int c = 0; c < CPU_SETSIZE && second < 0; ++c) {
+    if (!CPU_ISSET(c, &set)) continue;
+    (first < 0 ? first : second) = c;
+  }
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  auto spawn = [&](int cpu) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      const char ok = ::sched_setaffinity(0, sizeof one, &one) == 0 ? 'y' : 'n';
+      (void)!::write(ready[1], &ok, 1);
+      ::pause();
+      ::_exit(0);
+    }
+    return pid;
+  };
+  const pid_t a = spawn(first), b = spawn(second);
+  char ok[2] = {0, 0};
+  REQUIRE(::read(ready[0], &ok[0], 1) == 1);
+  REQUIRE(::read(ready[0], &ok[1], 1) == 1);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  CHECK(ok[0] == 'y');
+  CHECK(ok[1] == 'y');
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  REQUIRE(::sched_setaffinity(0, sizeof one, &one) == 0);  // this thread: one CPU, like the children
+  CHECK(shm_local_cpus({}) == 1);
+  CHECK(shm_local_cpus({a}) == 1);
+  CHECK(shm_local_cpus({a, b}) == 2);
+  REQUIRE(::sched_setaffinity(0, sizeof set, &set) == 0);
+  for (pid_t p : {a, b}) {
+    ::kill(p, SIGKILL);
+    ::waitpid(p, nullptr, 0);
+  }
 }
 
 TEST_CASE("ring capacity shrinks with many local peers, within bounds", "[transport][shm]") {

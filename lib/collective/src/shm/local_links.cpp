@@ -64,7 +64,8 @@ void choose_local_links(std::vector<std::unique_ptr<transport::Link>>& links, co
   const int n = options.size;
   if (n < 2) return;
   if (!use_shm && me == 0) {
-    for (const char* var : {transport::kShmSpinEnv, transport::kShmCmaEnv, transport::kShmInPlaceEnv}) {
+    for (const char* var :
+         {transport::kShmSpinEnv, transport::kShmBusyPollEnv, transport::kShmCmaEnv, transport::kShmInPlaceEnv}) {
       if (env::get(var)) {
         spdlog::info("{} is ignored: {}=tcp (no shared memory between ranks)", var, transport::kTransportEnv);
       }
@@ -124,7 +125,7 @@ void choose_local_links(std::vector<std::unique_ptr<transport::Link>>& links, co
   const std::chrono::microseconds spin = transport::shm_spin_from_env(local_ranks);
   const bool offload = transport::shm_offload_sends(local_ranks);
   const std::size_t capacity = transport::shm_ring_capacity(static_cast<int>(local.size()));
-  std::vector<std::unique_ptr<transport::Link>> shm(static_cast<std::size_t>(n));
+  std::vector<std::unique_ptr<transport::ShmLink>> shm(static_cast<std::size_t>(n));
   std::map<int, transport::ShmToken> expected;
   for (int p : local) {
     if (p > me) {
@@ -145,6 +146,14 @@ void choose_local_links(std::vector<std::unique_ptr<transport::Link>>& links, co
     shm[p] = std::move(l);
   }
 
+  // Busy polling while the local ranks have a CPU each (their affinity
+  // masks together: ranks pinned one per core see one CPU each).
+  std::vector<pid_t> peer_pids;
+  for (int p : local) peer_pids.push_back(shm[p]->peer_pid());
+  const int local_cpus = transport::shm_local_cpus(peer_pids);
+  const std::chrono::nanoseconds busy_poll = transport::shm_busy_poll_from_env(local_ranks, local_cpus);
+  for (int p : local) shm[p]->set_busy_poll(busy_poll);
+
   // 3. Swap.
   for (int p : local) links[p] = std::move(shm[p]);
 
@@ -153,8 +162,9 @@ void choose_local_links(std::vector<std::unique_ptr<transport::Link>>& links, co
   std::sort(group.begin(), group.end());
   const std::string line = fmt::format(
       "rank {}: data path: shared memory between the ranks [{}] of this host (rings of {} KiB per "
-      "direction, spin {} us, send helper thread {}); TCP to the {} other rank(s)",
-      me, fmt::join(group, ","), capacity >> 10, spin.count(), offload ? "on" : "off", n - local_ranks);
+      "direction, spin {} us, busy poll {} ns between yields, send helper thread {}); TCP to the {} other rank(s)",
+      me, fmt::join(group, ","), capacity >> 10, spin.count(), busy_poll.count(), offload ? "on" : "off",
+      n - local_ranks);
   if (group.front() == me && verbose) {
     spdlog::info("{}", line);
   } else {

@@ -47,15 +47,23 @@ bool shm_reduce_in_ring_from_env() { return env::get_bool_or(kShmInPlaceEnv, tru
 
 void check_shm_env() {
   (void)shm_spin_from_env(1);
+  (void)shm_busy_poll_from_env(1, 1);
   (void)shm_cma_from_env();
   (void)shm_reduce_in_ring_from_env();
 }
 
-std::chrono::microseconds default_shm_spin(int local_ranks) {
+namespace {
+int affinity_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
   int cpus = 1;
   if (::sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
+  return cpus;
+}
+}  // namespace
+
+std::chrono::microseconds default_shm_spin(int local_ranks) {
+  const int cpus = affinity_cpus();
   // The spin yields the core between checks (progress()), so a peer that
   // waits for this core runs at once. Measured on 2 loaded cores: with 2
   // ranks a pure 20 us busy spin made a 4 KiB allreduce 3x slower (20 ->
@@ -79,11 +87,36 @@ std::chrono::microseconds shm_spin_from_env(int local_ranks) {
   return std::chrono::microseconds(n);
 }
 
+std::chrono::nanoseconds default_shm_busy_poll(int local_ranks, int cpus) {
+  return local_ranks <= cpus ? std::chrono::nanoseconds(2000) : std::chrono::nanoseconds(0);
+}
+
+std::chrono::nanoseconds shm_busy_poll_from_env(int local_ranks, int cpus) {
+  const char* v = std::getenv(kShmBusyPollEnv);
+  if (!v || !*v) return default_shm_busy_poll(local_ranks, cpus);
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || errno != 0 || n < 0 || n > 1000000) {
+    throw InvalidArgument(fmt::format("{}='{}': expected nanoseconds, 0 to 1000000", kShmBusyPollEnv, v));
+  }
+  return std::chrono::nanoseconds(n);
+}
+
+int shm_local_cpus(const std::vector<pid_t>& peers) {
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  if (::sched_getaffinity(0, sizeof all, &all) != 0) return 1;
+  for (pid_t pid : peers) {
+    cpu_set_t theirs;
+    CPU_ZERO(&theirs);
+    if (pid > 0 && ::sched_getaffinity(pid, sizeof theirs, &theirs) == 0) CPU_OR(&all, &all, &theirs);
+  }
+  return std::max(1, CPU_COUNT(&all));
+}
+
 bool shm_offload_sends(int local_ranks) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  int cpus = 1;
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
+  const int cpus = affinity_cpus();
   // The helper copies into the ring while the caller reduces out of the
   // other: a gain only with a spare core per rank. On 2 cores with 2 ranks
   // it made 2-16 MiB allreduces slower (performance.md).
@@ -326,6 +359,15 @@ std::size_t ShmLink::try_recv_view(std::size_t len, std::size_t align, RecvSink 
   // has it off), so the sender goes on through the ring.
   if (len > 0) rx_single_copy(nullptr, len, n);
   return n;
+}
+
+bool ShmLink::may_move(bool send) const {
+  if (shut_.load(std::memory_order_relaxed)) return true;
+  if (send) {
+    if (!tx_active_) return tx_.writable() > 0;
+    return tx_.descriptor_bytes_copied() != tx_copied_base_ + tx_reported_ || tx_.descriptors_refused();
+  }
+  return rx_active_ || rx_.readable() > 0 || rx_.posted_sequence() != rx_seq_;
 }
 
 bool ShmLink::prepare_wait(bool send) {

@@ -204,6 +204,8 @@ uint64_t ShmRing::posted_descriptor(uint64_t& addr, std::size_t& len) const {
   return seq;
 }
 
+uint64_t ShmRing::posted_sequence() const { return h_->cma_posted.load(std::memory_order_relaxed); }
+
 uint64_t ShmRing::descriptor_bytes_copied() const { return h_->cma_copied.load(std::memory_order_acquire); }
 
 void ShmRing::add_descriptor_bytes_copied(std::size_t n) {

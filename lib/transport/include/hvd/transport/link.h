@@ -67,6 +67,15 @@ class Link {
   /// How long progress() should retry before sleeping while it waits on
   /// this link (HVD_TRANSPORT_SPIN_US, when larger, wins). TCP: 0.
   virtual std::chrono::microseconds spin_hint() const { return std::chrono::microseconds(0); }
+  /// During that spin, how long progress() may watch this link through
+  /// may_move() with the CPU's pause instruction, without a system call,
+  /// between two sched_yield()s (shared memory, when the local ranks do
+  /// not outnumber the cores). TCP: 0 (yield only).
+  virtual std::chrono::nanoseconds busy_poll_hint() const { return std::chrono::nanoseconds(0); }
+  /// A cheap check without a system call or side effect, for that busy
+  /// poll: false only when try_send (send = true) / try_recv would surely
+  /// move nothing now. Default: true (just try).
+  virtual bool may_move(bool /*send*/) const { return true; }
   /// Whether progress() may hand large sends on this link to its send
   /// helper thread (HVD_TRANSPORT_SEND_THREAD=0/1 overrides). TCP: yes.
   virtual bool offload_sends() const { return true; }

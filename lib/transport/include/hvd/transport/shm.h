@@ -57,6 +57,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace hvd::transport {
 
@@ -66,6 +67,9 @@ inline constexpr const char* kTransportEnv = "HVD_TRANSPORT";
 /// Environment variable: microseconds progress() spins on a shared-memory
 /// link before sleeping (default: see default_shm_spin).
 inline constexpr const char* kShmSpinEnv = "HVD_SHM_SPIN_US";
+/// Environment variable: nanoseconds of busy polling (no system call)
+/// between two yields of that spin (default: see default_shm_busy_poll).
+inline constexpr const char* kShmBusyPollEnv = "HVD_SHM_BUSY_POLL_NS";
 /// Environment variable: 1 turns on single-copy transfers (CMA) of large
 /// sends on shared-memory links (default 0: on the 2-core reference host
 /// they were not faster than the two ring copies; docs/performance.md).
@@ -135,6 +139,8 @@ class ShmRing {
   void post_descriptor(uint64_t seq, const void* addr, std::size_t len);
   /// Consumer: the last posted sequence number (0: none yet) and its fields.
   uint64_t posted_descriptor(uint64_t& addr, std::size_t& len) const;
+  /// Consumer: the last posted sequence number alone (a relaxed load).
+  uint64_t posted_sequence() const;
   uint64_t descriptor_bytes_copied() const;
   void add_descriptor_bytes_copied(std::size_t n);
   /// Consumer: it cannot read the producer's memory (ptrace rules); the
@@ -204,6 +210,11 @@ class ShmLink final : public Link {
   short wait_events(bool /*send*/) const override { return POLLIN; }
   bool prepare_wait(bool send) override;
   std::chrono::microseconds spin_hint() const override { return spin_; }
+  /// Busy polling between the spin's yields (set by the caller, default 0).
+  std::chrono::nanoseconds busy_poll_hint() const override { return busy_poll_; }
+  void set_busy_poll(std::chrono::nanoseconds ns) { busy_poll_ = ns; }
+  /// Reads the ring's counters only.
+  bool may_move(bool send) const override;
   /// Large sends on progress()'s helper thread: only while every local rank
   /// and its helper can have a core (set by the caller, default yes).
   bool offload_sends() const override { return offload_; }
@@ -238,6 +249,7 @@ class ShmLink final : public Link {
   int peer_;
   pid_t peer_pid_;
   std::chrono::microseconds spin_;
+  std::chrono::nanoseconds busy_poll_{0};
   std::atomic<bool> shut_{false};
   std::atomic<bool> tx_closed_{false};
   std::atomic<bool> rx_closed_{false};
@@ -272,6 +284,19 @@ std::chrono::microseconds default_shm_spin(int local_ranks);
 /// kShmSpinEnv's value, else default_shm_spin(local_ranks); InvalidArgument
 /// for garbage.
 std::chrono::microseconds shm_spin_from_env(int local_ranks);
+/// The busy polling a link gets when kShmBusyPollEnv is unset: 2 us
+/// between the spin's yields while the local ranks do not outnumber `cpus`
+/// (shm_local_cpus), else 0 (yield only: a busy poller would hold a core
+/// another rank needs).
+std::chrono::nanoseconds default_shm_busy_poll(int local_ranks, int cpus);
+/// kShmBusyPollEnv's value (0 to 1000000 ns), else
+/// default_shm_busy_poll(local_ranks, cpus); InvalidArgument for garbage.
+std::chrono::nanoseconds shm_busy_poll_from_env(int local_ranks, int cpus);
+/// CPUs the local ranks may run on: the union of this process's affinity
+/// and that of each process in `peers` (a peer whose affinity cannot be read
+/// adds nothing). Ranks pinned one per core (mpirun --bind-to core) each
+/// see a single CPU, but together they have one core per rank.
+int shm_local_cpus(const std::vector<pid_t>& peers);
 /// Whether shared-memory links hand large sends to progress()'s helper
 /// thread: when 2 * local_ranks <= the CPUs this process may use.
 bool shm_offload_sends(int local_ranks);
