@@ -99,10 +99,18 @@ inline void cpu_relax() {
 // was descheduled) stops busy polling for kBusyBackoff and only yields,
 // as before.
 constexpr auto kPreemptedGap = std::chrono::microseconds(2);  // a lone yield: 0.5 us, a switch away and back: >= 2.8 us
+// A gap in the busy loop's own clock only counts from this size: an
+// interrupt or a hypervisor exit stops the loop for a few microseconds
+// (they turned busy polling off at random, often for the whole first
+// benchmark size after start-up), while another task that takes the core
+// holds it for a scheduler time slice (0.75 ms and more).
+constexpr auto kDescheduledGap = std::chrono::microseconds(20);
 // Short, so that one slow yield at start-up does not turn busy polling off
-// for a whole short benchmark (1 ms did); a peer that shares this core
-// still loses at most one busy window (2 us) per 200 us, 1 %.
-constexpr auto kBusyBackoff = std::chrono::microseconds(200);
+// for a whole short benchmark (1 ms did, and 200 us still did for the
+// first size, ~50 operations of 1 us); a peer that shares this core still
+// loses at most one busy window (2 us) per 100 us, 2 % (A/B with a busy
+// loop beside the job: as fast as 200 us, performance.md).
+constexpr auto kBusyBackoff = std::chrono::microseconds(100);
 thread_local std::chrono::steady_clock::time_point busy_off_until{};
 
 /// Watches the pending transfers' links (may_move) for up to `budget`.
@@ -126,7 +134,7 @@ bool busy_poll(const Transfer* transfers, std::size_t count, const std::vector<c
     }
     cpu_relax();
     const auto now = Clock::now();
-    if (now - last > kPreemptedGap) {
+    if (now - last > kDescheduledGap) {
       busy_off_until = now + kBusyBackoff;
       return false;
     }
