@@ -3,7 +3,8 @@
 
 Each run starts `hvdrun --mpi -np 2` whose ranks only sleep, SIGKILLs hvdrun
 as soon as both ranks are up, and then requires that within a bounded time
-no process of the run is left: no rank, no mpirun/orted/prted, no guard.
+no process of the run is left: no rank, no mpirun/orted/prted, no guard --
+and no file: mpirun's session directory (in the test's own TMPDIR) is gone.
 The fault was intermittent (3 of 14 runs left ranks alive), so the case
 repeats RUNS times (default 20, HVD_MPI_SIGKILL_RUNS overrides).
 
@@ -14,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 import uuid
@@ -53,6 +55,9 @@ class MpiSigkill(unittest.TestCase):
             print("SKIPPED: no mpirun on PATH")
             raise unittest.SkipTest("no mpirun")
         self.tokens = []
+        # mpirun's session directories go here (TMPDIR): nothing may be left.
+        self.tmp = tempfile.mkdtemp(prefix="hvd-mpi-sigkill-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
 
     def tearDown(self):
         for token in self.tokens:
@@ -70,6 +75,7 @@ class MpiSigkill(unittest.TestCase):
         env["OMPI_MCA_rmaps_base_oversubscribe"] = "1"
         env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
         env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+        env["TMPDIR"] = self.tmp
         argv = [HVDRUN, "--mpi", "--kill-grace-ms", "500", "-np", "2", "-H", "localhost:2", "sleep", "47.5"]
         p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              env=env, start_new_session=True)
@@ -96,6 +102,15 @@ class MpiSigkill(unittest.TestCase):
             time.sleep(0.02)
             left = run_processes(token)
         self.assertEqual(left, [], "run %d: left behind %.0f s after kill -9 of hvdrun" % (i, LEFTOVER_BOUND_S))
+        # ... nor mpirun's session directory (ompi.<host>.<uid>/pid.<pid>):
+        # mpirun dies without removing it, hvdrun's guard does.
+        files = []
+        while time.monotonic() < killed_at + LEFTOVER_BOUND_S:
+            files = [os.path.join(d, f) for d, subdirs, fs in os.walk(self.tmp) for f in subdirs + fs]
+            if not files:
+                break
+            time.sleep(0.02)
+        self.assertEqual(files, [], "run %d: mpirun's session directory left in TMPDIR" % i)
         return time.monotonic() - killed_at
 
     def test_sigkill_hvdrun_leaves_nothing(self):

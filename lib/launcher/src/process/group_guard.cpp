@@ -28,11 +28,14 @@ constexpr const char* kGuardScript =
     "i=0; while [ $i -lt $g ]; do "
     "if ! kill -0 -$1 2>/dev/null && [ -z \"$(pids)\" ]; then break; fi; "
     "sleep 0.1; i=$((i+1)); done; "
-    "kill -9 -$1 2>/dev/null; for p in $(pids); do kill -9 $p 2>/dev/null; done";
+    "kill -9 -$1 2>/dev/null; for p in $(pids); do kill -9 $p 2>/dev/null; done; "
+    "shift 2; [ $# -gt 0 ] || exit 0; sleep 0.1; "
+    "for d in \"$@\"; do rm -rf -- \"$d\"; rmdir -- \"${d%/*}\" 2>/dev/null; done; exit 0";
 
 }  // namespace
 
-GroupGuard GroupGuard::start(pid_t pgid, std::chrono::milliseconds grace, const std::string& env_entry) {
+GroupGuard GroupGuard::start(pid_t pgid, std::chrono::milliseconds grace, const std::string& env_entry,
+                             const std::vector<std::string>& remove_after) {
   HVD_ENFORCE(pgid > 1, "GroupGuard needs a process group id, not {}", pgid);
   HVD_ENFORCE(env_entry.find('\n') == std::string::npos && env_entry.find('\0') == std::string::npos,
               "GroupGuard: the environment entry must be one line");
@@ -42,6 +45,13 @@ GroupGuard GroupGuard::start(pid_t pgid, std::chrono::milliseconds grace, const 
   const long tenths = grace.count() <= 0 ? 0 : (grace.count() + 99) / 100;
   SpawnOptions so;
   so.argv = {"/bin/sh", "-c", kGuardScript, "hvdrun-group-guard", std::to_string(pgid), std::to_string(tenths)};
+  for (const std::string& path : remove_after) {
+    // Absolute, below the root, and no ".." component: the guard runs rm -rf.
+    HVD_ENFORCE(path.size() > 1 && path.front() == '/' && path.find("/../") == std::string::npos &&
+                    path.compare(path.size() - 3, 3, "/..") != 0 && path.find('\n') == std::string::npos,
+                "GroupGuard: refusing to remove '{}'", path);
+    so.argv.push_back(path);
+  }
   so.env = std::vector<std::string>{"PATH=/usr/bin:/bin"};
   so.new_process_group = true;  // never in the group it guards, never hit by a terminal's Ctrl-C
   so.stdin_fd = ChildFd::from(read_end.get());

@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -42,6 +43,38 @@ std::string not_found_message(const std::string& mpirun) {
 std::string spawn_failure(const std::string& mpirun, const SpawnError& e) {
   if (e.error_number() == ENOENT) return not_found_message(mpirun);
   return fmt::format("cannot run {}: {}", mpirun, std::strerror(e.error_number()));
+}
+
+/// Where mpirun `pid` keeps its session directory on this host, given its
+/// environment: Open MPI 4's <tmp>/ompi.<node>.<uid>/pid.<pid> and PRRTE's
+/// (Open MPI 5) <tmp>/prte.<node>.<uid>/dvm.<pid>; <tmp> is
+/// OMPI_MCA_orte_tmpdir_base / PRTE_MCA_prte_tmpdir_base, else TMPDIR,
+/// TEMP, TMP, else /tmp; <node> the host name up to its first dot.
+std::vector<std::string> mpirun_session_dirs(const std::map<std::string, std::string>& env, pid_t pid) {
+  auto first = [&](std::initializer_list<const char*> names) -> std::string {
+    for (const char* n : names) {
+      auto it = env.find(n);
+      if (it != env.end() && !it->second.empty() && it->second.front() == '/') return it->second;
+    }
+    return "/tmp";
+  };
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0 || !host[0]) return {};
+  std::string node(host);
+  if (std::any_of(node.begin(), node.end(), [](char c) { return std::isalpha(static_cast<unsigned char>(c)); })) {
+    node = node.substr(0, node.find('.'));
+  }
+  const unsigned uid = ::getuid();
+  std::vector<std::string> out;
+  std::string ompi = first({"OMPI_MCA_orte_tmpdir_base", "TMPDIR", "TEMP", "TMP"});
+  std::string prte = first({"PRTE_MCA_prte_tmpdir_base", "TMPDIR", "TEMP", "TMP"});
+  while (ompi.size() > 1 && ompi.back() == '/') ompi.pop_back();
+  while (prte.size() > 1 && prte.back() == '/') prte.pop_back();
+  if (ompi == "/") ompi.clear();
+  if (prte == "/") prte.clear();
+  out.push_back(fmt::format("{}/ompi.{}.{}/pid.{}", ompi, node, uid, pid));
+  out.push_back(fmt::format("{}/prte.{}.{}/dvm.{}", prte, node, uid, pid));
+  return out;
 }
 
 class MpiSpawner final : public Spawner {
@@ -75,10 +108,14 @@ class MpiSpawner final : public Spawner {
       // Open MPI puts each rank in a process group of its own: the ranks are
       // found by the job secret in their environment (mpirun passes it on).
       auto secret = spec.env.find(job_env::kSecret);
+      // When the guard has to act, mpirun died without cleaning up (its
+      // parent-death signal, then a broken pipe to hvdrun): the guard
+      // removes its session directory too.
       guard_ = GroupGuard::start(proc_.pid(), options_.guard_grace,
                                  secret == spec.env.end() || secret->second.empty()
                                      ? std::string()
-                                     : std::string(job_env::kSecret) + "=" + secret->second);
+                                     : std::string(job_env::kSecret) + "=" + secret->second,
+                                 mpirun_session_dirs(spec.env, proc_.pid()));
     } catch (const Error& e) {
       {
         std::lock_guard<std::mutex> lock(mutex_);

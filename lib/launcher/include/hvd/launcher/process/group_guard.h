@@ -33,6 +33,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 namespace hvd::launcher {
 
@@ -43,7 +44,14 @@ class GroupGuard {
   /// its owner has not reaped). Throws as Subprocess::spawn does.
   /// `env_entry`: also signal every process whose environment holds exactly
   /// this "NAME=value" entry (one line; empty: the group only).
-  static GroupGuard start(pid_t pgid, std::chrono::milliseconds grace, const std::string& env_entry = {});
+  /// `remove_after`: absolute paths the guard removes (rm -rf) once it has
+  /// killed the group, each followed by an rmdir of its parent when that is
+  /// left empty -- state the leader would have removed had it exited on its
+  /// own (mpirun's session directory: when hvdrun dies, mpirun dies of its
+  /// parent-death signal or a broken pipe and leaves it in /tmp). Only when
+  /// the guard acts: a dismissed guard removes nothing.
+  static GroupGuard start(pid_t pgid, std::chrono::milliseconds grace, const std::string& env_entry = {},
+                          const std::vector<std::string>& remove_after = {});
 
   GroupGuard(GroupGuard&&) = default;
   GroupGuard& operator=(GroupGuard&& other) noexcept;
