@@ -1,6 +1,7 @@
 #include "timeline.h"
 
 #include "hvd/common/error.h"
+#include "hvd/common/io.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -166,15 +167,6 @@ void release_rank_memory(const ChildPlan& p) {
 #endif
 }
 
-/// Closes [low, high]; close_range when the kernel has it.
-void close_fds(unsigned low, unsigned high, unsigned fallback_limit) {
-  if (low > high) return;
-#ifdef SYS_close_range
-  if (::syscall(SYS_close_range, low, high, 0U) == 0) return;
-#endif
-  for (unsigned fd = low; fd <= high && fd < fallback_limit; ++fd) ::close(static_cast<int>(fd));
-}
-
 /// Reads exactly `size` bytes; false at the end of the stream (the rank
 /// closed it or died), on an error, or when the rank is no longer the
 /// parent and nothing more is there to read.
@@ -234,9 +226,9 @@ void bind_before_release(const ChildPlan& p) {
   // stderr): peers and hvdrun see the rank's end when it dies.
   const unsigned lo = static_cast<unsigned>(p.sock < p.fd ? p.sock : p.fd);
   const unsigned hi = static_cast<unsigned>(p.sock < p.fd ? p.fd : p.sock);
-  if (lo > 0) close_fds(0, lo - 1, p.fd_limit);
-  close_fds(lo + 1, hi - 1, p.fd_limit);
-  close_fds(hi + 1, ~0U, p.fd_limit);
+  if (lo > 0) hvd::close_fd_range(0, lo - 1, p.fd_limit);
+  hvd::close_fd_range(lo + 1, hi - 1, p.fd_limit);
+  hvd::close_fd_range(hi + 1, ~0U, p.fd_limit);
   bind_before_release(p);
   release_rank_memory(p);
   // Named once set up (tests wait for the name, and find it by it).

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -129,6 +130,14 @@ UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {
 void UniqueFd::reset(int fd) {
   if (fd_ >= 0) ::close(fd_);
   fd_ = fd;
+}
+
+void close_fd_range(unsigned low, unsigned high, unsigned fallback_limit) {
+  if (low > high) return;
+#ifdef SYS_close_range
+  if (::syscall(SYS_close_range, low, high, 0U) == 0) return;
+#endif
+  for (unsigned fd = low; fd <= high && fd < fallback_limit; ++fd) ::close(static_cast<int>(fd));
 }
 
 }  // namespace hvd

@@ -116,15 +116,6 @@ int open_pidfd(pid_t pid) {
   ::_exit(stage == SpawnError::Stage::Exec ? (error == ENOENT ? 127 : 126) : 1);
 }
 
-/// Closes [low, high]; close_range when the kernel has it.
-void close_fds(unsigned low, unsigned high, unsigned fallback_limit) {
-  if (low > high) return;
-#ifdef SYS_close_range
-  if (::syscall(SYS_close_range, low, high, 0U) == 0) return;
-#endif
-  for (unsigned fd = low; fd <= high && fd < fallback_limit; ++fd) ::close(static_cast<int>(fd));
-}
-
 [[noreturn]] void run_child(ExecPlan& plan, int report_fd) {
   using Stage = SpawnError::Stage;
   if (plan.new_process_group) ::setpgid(0, 0);
@@ -159,10 +150,10 @@ void close_fds(unsigned low, unsigned high, unsigned fallback_limit) {
   unsigned low = 3;
   for (int fd : plan.survivors) {
     const unsigned keep = static_cast<unsigned>(fd);
-    if (keep > low) close_fds(low, keep - 1, plan.fallback_fd_limit);
+    if (keep > low) hvd::close_fd_range(low, keep - 1, plan.fallback_fd_limit);
     low = keep + 1;
   }
-  close_fds(low, ~0U, plan.fallback_fd_limit);
+  hvd::close_fd_range(low, ~0U, plan.fallback_fd_limit);
 
   if (plan.cwd != nullptr && ::chdir(plan.cwd) != 0) child_fail(report_fd, Stage::Chdir, errno);
 

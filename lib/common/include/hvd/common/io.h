@@ -41,6 +41,10 @@ std::string read_frame(int fd, std::size_t max_len, Deadline deadline = Deadline
 
 void set_nonblocking(int fd, bool on);
 void set_cloexec(int fd, bool on);
+/// Closes every descriptor in [low, high]: close_range(2) when the kernel
+/// has it, else close() on each one below `fallback_limit`. Only system
+/// calls: safe in a child between fork() and exec (or _exit).
+void close_fd_range(unsigned low, unsigned high, unsigned fallback_limit);
 
 /// Closes on destruction.
 class UniqueFd {
