@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 namespace hvd::transport {
@@ -75,16 +76,25 @@ std::chrono::microseconds default_shm_spin(int local_ranks) {
   return local_ranks <= 4 * cpus ? std::chrono::microseconds(20) : std::chrono::microseconds(0);
 }
 
-std::chrono::microseconds shm_spin_from_env(int local_ranks) {
-  const char* v = std::getenv(kShmSpinEnv);
-  if (!v || !*v) return default_shm_spin(local_ranks);
+namespace {
+/// `name`'s value, 0 to 1000000 `unit`s; nullopt when unset or empty;
+/// InvalidArgument naming the variable otherwise.
+std::optional<long> bounded_env(const char* name, const char* unit) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::nullopt;
   char* end = nullptr;
   errno = 0;
   const long n = std::strtol(v, &end, 10);
   if (*end != '\0' || errno != 0 || n < 0 || n > 1000000) {
-    throw InvalidArgument(fmt::format("{}='{}': expected microseconds, 0 to 1000000", kShmSpinEnv, v));
+    throw InvalidArgument(fmt::format("{}='{}': expected {}, 0 to 1000000", name, v, unit));
   }
-  return std::chrono::microseconds(n);
+  return n;
+}
+}  // namespace
+
+std::chrono::microseconds shm_spin_from_env(int local_ranks) {
+  const std::optional<long> n = bounded_env(kShmSpinEnv, "microseconds");
+  return n ? std::chrono::microseconds(*n) : default_shm_spin(local_ranks);
 }
 
 std::chrono::nanoseconds default_shm_busy_poll(int local_ranks, int cpus) {
@@ -92,15 +102,8 @@ std::chrono::nanoseconds default_shm_busy_poll(int local_ranks, int cpus) {
 }
 
 std::chrono::nanoseconds shm_busy_poll_from_env(int local_ranks, int cpus) {
-  const char* v = std::getenv(kShmBusyPollEnv);
-  if (!v || !*v) return default_shm_busy_poll(local_ranks, cpus);
-  char* end = nullptr;
-  errno = 0;
-  const long n = std::strtol(v, &end, 10);
-  if (*end != '\0' || errno != 0 || n < 0 || n > 1000000) {
-    throw InvalidArgument(fmt::format("{}='{}': expected nanoseconds, 0 to 1000000", kShmBusyPollEnv, v));
-  }
-  return std::chrono::nanoseconds(n);
+  const std::optional<long> n = bounded_env(kShmBusyPollEnv, "nanoseconds");
+  return n ? std::chrono::nanoseconds(*n) : default_shm_busy_poll(local_ranks, cpus);
 }
 
 int shm_local_cpus(const std::vector<pid_t>& peers) {
