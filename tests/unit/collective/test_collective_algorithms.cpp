@@ -241,6 +241,29 @@ uint64_t fnv(const void* p, std::size_t n) {
   return h;
 }
 
+/// One in-place allreduce of `count` elements of this rank's inputs, checked
+/// element by element against `table` (the first bad element of each call
+/// is recorded) and for writes past the end (a guard byte after the data).
+/// Returns the hash of the result, to compare across ranks.
+uint64_t allreduce_and_check(Comm& comm, Failures& f, std::vector<char>& buf, DataType t, ReduceOp op,
+                             std::size_t count, const std::vector<Expect>& table) {
+  const int n = comm.size();
+  buf.assign(count * dtype_size(t) + 1, 0);
+  buf.back() = 0x5a;  // guard byte: must survive
+  for (std::size_t i = 0; i < count; ++i) put(t, buf.data(), i, input(t, op, comm.rank(), i));
+  allreduce(comm, buf.data(), count, t, op);
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const Expect& e = table[i % kPeriod];
+    double got = load(t, buf.data(), i);
+    if (!close_enough(t, n, got, e) && bad++ == 0) {
+      f.add("{} {} count {} element {}: got {} expected {}", dtype_name(t), reduce_op_name(op), count, i, got, e.value);
+    }
+  }
+  if (buf.back() != 0x5a) f.add("{} {} count {}: wrote past the end", dtype_name(t), reduce_op_name(op), count);
+  return fnv(buf.data(), buf.size());
+}
+
 }  // namespace
 
 TEST_CASE("allreduce grid: every dtype x op x world 1..8 x count", "[collective][allreduce]") {
@@ -256,22 +279,7 @@ TEST_CASE("allreduce grid: every dtype x op x world 1..8 x count", "[collective]
           counts.push_back(kBig);  // the issue's 1<<20 for every dtype x op x world
           const std::vector<Expect> table = expected_table(t, op, n);
           for (std::size_t count : counts) {
-            buf.assign(count * dtype_size(t) + 1, 0);
-            buf.back() = 0x5a;  // guard byte: must survive
-            for (std::size_t i = 0; i < count; ++i) put(t, buf.data(), i, input(t, op, r, i));
-            allreduce(comm, buf.data(), count, t, op);
-            std::size_t bad = 0;
-            for (std::size_t i = 0; i < count; ++i) {
-              const Expect& e = table[i % kPeriod];
-              double got = load(t, buf.data(), i);
-              if (!close_enough(t, n, got, e) && bad++ == 0) {
-                f.add("{} {} count {} element {}: got {} expected {}", dtype_name(t), reduce_op_name(op), count, i, got,
-                      e.value);
-              }
-            }
-            if (buf.back() != 0x5a)
-              f.add("{} {} count {}: wrote past the end", dtype_name(t), reduce_op_name(op), count);
-            hashes[r].push_back(fnv(buf.data(), buf.size()));
+            hashes[r].push_back(allreduce_and_check(comm, f, buf, t, op, count, table));
           }
         }
       }
@@ -298,22 +306,7 @@ TEST_CASE("allreduce between the shared-memory direct-exchange limit and 64 KiB"
           const std::vector<Expect> table = expected_table(t, op, n);
           for (std::size_t bytes : {std::size_t{24} << 10, std::size_t{48} << 10, std::size_t{64} << 10}) {
             const std::size_t count = bytes / dtype_size(t) - 1;  // uneven chunks
-            buf.assign(count * dtype_size(t) + 1, 0);
-            buf.back() = 0x5a;
-            for (std::size_t i = 0; i < count; ++i) put(t, buf.data(), i, input(t, op, r, i));
-            allreduce(comm, buf.data(), count, t, op);
-            std::size_t bad = 0;
-            for (std::size_t i = 0; i < count; ++i) {
-              const Expect& e = table[i % kPeriod];
-              double got = load(t, buf.data(), i);
-              if (!close_enough(t, n, got, e) && bad++ == 0) {
-                f.add("{} {} count {} element {}: got {} expected {}", dtype_name(t), reduce_op_name(op), count, i, got,
-                      e.value);
-              }
-            }
-            if (buf.back() != 0x5a)
-              f.add("{} {} count {}: wrote past the end", dtype_name(t), reduce_op_name(op), count);
-            hashes[r].push_back(fnv(buf.data(), buf.size()));
+            hashes[r].push_back(allreduce_and_check(comm, f, buf, t, op, count, table));
           }
         }
       }

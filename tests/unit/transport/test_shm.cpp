@@ -44,6 +44,18 @@ std::vector<char> pattern(std::size_t n, unsigned seed) {
   return v;
 }
 
+/// Each side sends n pattern bytes (seeds `seed`, `seed`+1) while receiving
+/// the other's, at once (b on a second thread), and both arrive intact.
+void exchange_both_ways(ShmLink& a, ShmLink& b, std::size_t n, unsigned seed) {
+  const std::vector<char> x = pattern(n, seed), y = pattern(n, seed + 1);
+  std::vector<char> gx(n), gy(n);
+  auto fut = std::async(std::launch::async, [&] { sendrecv(b, y.data(), n, b, gx.data(), n); });
+  sendrecv(a, x.data(), n, a, gy.data(), n);
+  fut.get();
+  CHECK(gx == x);
+  CHECK(gy == y);
+}
+
 std::size_t dev_shm_entries() {
   std::size_t n = 0;
   if (DIR* d = ::opendir("/dev/shm")) {
@@ -211,15 +223,9 @@ TEST_CASE("shm links carry large messages both ways at once through tiny rings",
   CHECK(a->describe() == "rank 1 (shared memory, pid " + std::to_string(::getpid()) + ")");
   CHECK(dev_shm_entries() == before);
   for (std::size_t n : {std::size_t{1}, std::size_t{4096}, std::size_t{100001}, std::size_t{3} << 20}) {
-    const std::vector<char> x = pattern(n, 11), y = pattern(n, 12);
-    std::vector<char> gx(n), gy(n);
     // Sends of >= 1 MiB run on progress()'s send helper thread while the
     // caller receives: both wait on the same link at once.
-    auto fut = std::async(std::launch::async, [&, l = b.get()] { sendrecv(*l, y.data(), n, *l, gx.data(), n); });
-    sendrecv(*a, x.data(), n, *a, gy.data(), n);
-    fut.get();
-    CHECK(gx == x);
-    CHECK(gy == y);
+    exchange_both_ways(*a, *b, n, 11);
   }
 }
 
@@ -314,15 +320,7 @@ TEST_CASE("single-copy sends (HVD_SHM_CMA=1) carry large messages both ways thro
   EnvGuard g(kShmCmaEnv);
   ::setenv(kShmCmaEnv, "1", 1);
   auto [a, b] = shm_pair(4096);
-  for (std::size_t n : {std::size_t{1000}, kShmCmaMinBytes, std::size_t{3} << 20}) {
-    const std::vector<char> x = pattern(n, 21), y = pattern(n, 22);
-    std::vector<char> gx(n), gy(n);
-    auto fut = std::async(std::launch::async, [&, l = b.get()] { sendrecv(*l, y.data(), n, *l, gx.data(), n); });
-    sendrecv(*a, x.data(), n, *a, gy.data(), n);
-    fut.get();
-    CHECK(gx == x);
-    CHECK(gy == y);
-  }
+  for (std::size_t n : {std::size_t{1000}, kShmCmaMinBytes, std::size_t{3} << 20}) exchange_both_ways(*a, *b, n, 21);
   // Everything from kShmCmaMinBytes on went single copy (this process may
   // read its own memory).
   CHECK(a->single_copy_bytes() == kShmCmaMinBytes + (std::size_t{3} << 20));
@@ -586,14 +584,7 @@ TEST_CASE("shared-memory links use the send helper thread only with a spare core
   // Without the helper a large exchange still completes both ways (one
   // thread per side alternates between its send and its receive).
   b->set_offload_sends(false);
-  const std::size_t n = std::size_t{3} << 20;
-  const std::vector<char> x = pattern(n, 41), y = pattern(n, 42);
-  std::vector<char> gx(n), gy(n);
-  auto fut = std::async(std::launch::async, [&, l = b.get()] { sendrecv(*l, y.data(), n, *l, gx.data(), n); });
-  sendrecv(*a, x.data(), n, *a, gy.data(), n);
-  fut.get();
-  CHECK(gx == x);
-  CHECK(gy == y);
+  exchange_both_ways(*a, *b, std::size_t{3} << 20, 41);
 }
 
 TEST_CASE("the local ranks' CPUs are the union of their affinity masks", "[transport][shm]") {
