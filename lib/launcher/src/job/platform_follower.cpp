@@ -161,8 +161,6 @@ int follow_leader(const Options& options, const PlatformDescription& p, const Pl
   fo.platform = p.name;
   fo.leader = p.leader;
   fo.start_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options.start_timeout);
-  spdlog::info("follower of the {} job: waiting for the leader {} (up to {}s)", p.name, p.leader,
-               options.start_timeout.count());
   const int port = ssh_port_for(options, p.this_host);
   if (!tcp_port_listening(port)) {
     spdlog::warn(
@@ -262,6 +260,10 @@ int run_follower(const FollowerOptions& o) {
       if (active) pthread_sigmask(SIG_SETMASK, &mask, nullptr);
     }
   } restore{o.handle_signals, old_mask};
+  // Only now: from this line on the leader can attach and a signal is
+  // handled (a SIGTERM right after it used to kill hvdrun outright).
+  spdlog::info("follower of the {} job: waiting for the leader {} (up to {:g}s)", o.platform, o.leader,
+               static_cast<double>(o.start_timeout.count()) / 1000.0);
 
   const auto start_deadline = Clock::now() + o.start_timeout;
   auto grace_deadline = Clock::time_point::max();  // max: not counting
