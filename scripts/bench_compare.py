@@ -17,6 +17,13 @@ and the 16 MiB busbw of hvdbench (shm) is given as a share of it.
 
     /usr/bin/python3 scripts/bench_compare.py --hvdrun build/apps/hvdrun/hvdrun \\
         --hvdbench build/apps/hvdbench/hvdbench --rounds 3
+
+With --device cuda (a GPU machine; scripts/device_check.sh) the buffers are
+CUDA device buffers: hvdbench --device cuda (the library's device allreduce,
+with its naive and staged columns) against torch.distributed's Gloo on CUDA
+tensors, run by this interpreter (which must have torch with CUDA); the
+table adds bus bandwidth (nccl-tests' definition) as a share of the GPU's
+device-to-device copy rate that hvdbench measured in the same run.
 """
 import argparse
 import atexit
@@ -50,18 +57,63 @@ def parse_json_blob(text):
 
 def hvdbench(args, transport):
     out = run([args.hvdrun, "-np", str(args.np), "-H", f"localhost:{args.np}", args.hvdbench, "--op", "allreduce",
-               "--min-bytes", args.min_bytes, "--max-bytes", args.max_bytes, "--iters", str(args.iters),
-               "--max-seconds", str(args.max_seconds), "--json"], 600, env={"HVD_TRANSPORT": transport})
+               "--min-bytes", args.min_bytes, "--max-bytes", args.max_bytes, "--step-factor", str(args.step_factor),
+               "--iters", str(args.iters), "--max-seconds", str(args.max_seconds), "--json"], 600,
+              env={"HVD_TRANSPORT": transport})
     doc = parse_json_blob(out)
     return {r["bytes"]: (r["time_us"], r["check"]) for r in doc["results"]}
 
 
 def gloo(args):
-    out = run(["/usr/bin/python3", os.path.join(HERE, "bench_torch_gloo.py"), "--world", str(args.np), "--min-bytes",
+    py = sys.executable if args.device == "cuda" else "/usr/bin/python3"
+    out = run([py, os.path.join(HERE, "bench_torch_gloo.py"), "--world", str(args.np), "--min-bytes",
                args.min_bytes, "--max-bytes", args.max_bytes, "--iters", str(args.iters), "--max-seconds",
-               str(args.max_seconds), "--json"], 600)
+               str(args.max_seconds), "--step-factor", str(args.step_factor), "--device", args.device, "--json"], 600)
     doc = parse_json_blob(out)
     return {r["bytes"]: (r["time_us"], r["check"]) for r in doc["results"]}
+
+
+def hvdbench_cuda(args):
+    out = run([args.hvdrun, "-np", str(args.np), "-H", f"localhost:{args.np}", args.hvdbench, "--device", "cuda",
+               "--min-bytes", args.min_bytes, "--max-bytes", args.max_bytes, "--step-factor", str(args.step_factor),
+               "--iters", str(args.iters), "--max-seconds", str(args.max_seconds), "--json"], 600)
+    return parse_json_blob(out)["results"]
+
+
+def main_cuda(args):
+    """--device cuda: hvdbench's device allreduce against Gloo on CUDA tensors."""
+    best, extra, checks, gloo_best, gloo_checks = {}, {}, set(), {}, set()
+    for rnd in range(args.rounds):
+        for r in hvdbench_cuda(args):
+            size = r["bytes"]
+            if r["device_time_us"] < best.get(size, float("inf")):
+                best[size] = r["device_time_us"]
+                extra[size] = r
+            checks.add("ok" if r["ok"] else "FAIL")
+        print(f"round {rnd + 1}/{args.rounds}: hvdbench (cuda) done", file=sys.stderr)
+        if not args.skip_gloo:
+            for size, (t, check) in gloo(args).items():
+                gloo_best[size] = min(t, gloo_best.get(size, float("inf")))
+                gloo_checks.add(check)
+            print(f"round {rnd + 1}/{args.rounds}: gloo (cuda) done", file=sys.stderr)
+    copy = max(r["d2d_copy_gbps"] for r in extra.values()) if extra else 0.0
+    print(f"| size | hvd device (us) | naive (us) | staged (us) | gloo cuda (us) | gloo / hvd | busbw (GB/s) "
+          f"| busbw / copy | %d2d |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for size in sorted(best):
+        r = extra[size]
+        g = gloo_best.get(size, float("nan"))
+        print(f"| {size} | {best[size]:.1f} | {r['naive_time_us']:.1f} | {r['staged_time_us']:.1f} | {g:.1f} "
+              f"| {g / best[size]:.2f} | {r['busbw_gbps']:.1f} | {100 * r['busbw_gbps'] / copy if copy else 0:.1f} % "
+              f"| {100 * r['d2d_fraction']:.1f} % |")
+    print(f"\ndevice-to-device copy rate (cudaMemcpy, bytes copied / time, slowest rank): {copy:.1f} GB/s; "
+          f"{args.np} ranks on the GPU(s) of this host")
+    print(f"checks hvdbench: {sorted(checks)}; gloo: {sorted(gloo_checks)}")
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"hvdbench": list(extra.values()), "gloo": {str(k): v for k, v in gloo_best.items()},
+                       "d2d_copy_gbps": copy}, f, indent=1)
+    return 0 if checks == {"ok"} and gloo_checks <= {"ok"} else 1
 
 
 def mpi(args, binary, tcp_only):
@@ -110,7 +162,15 @@ def main():
     p.add_argument("--np", type=int, default=2)
     p.add_argument("--skip-mpi", action="store_true")
     p.add_argument("--skip-gloo", action="store_true")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cuda: device buffers, hvdbench --device cuda against Gloo on CUDA tensors")
+    p.add_argument("--step-factor", type=int, default=2, help="size multiplier between rows")
+    p.add_argument("--json-out", help="--device cuda: also write the numbers to this file")
     args = p.parse_args()
+    if args.device == "cuda":
+        sys.exit(main_cuda(args))
+    if args.json_out:
+        p.error("--json-out goes with --device cuda")
 
     impls = {"hvdbench (shm)": lambda: hvdbench(args, "shm"), "hvdbench (tcp)": lambda: hvdbench(args, "tcp")}
     if not args.skip_gloo:

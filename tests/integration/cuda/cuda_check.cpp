@@ -31,11 +31,13 @@
 #include "hvd/common/error.h"
 #include "hvd/store/http_store.h"
 #include "hvd/store/memory_store.h"
+#include "nccl.h"
 #include "reference.h"
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -711,6 +713,79 @@ int run_psets() {
   return failures ? 1 : 0;
 }
 
+/// The NCCL loader and a one-rank communicator (a GPU machine with one GPU
+/// cannot form more: NCCL refuses two ranks on one GPU). Loads libnccl as the
+/// library does (HVD_NCCL_LIBRARY, the build's path, libnccl.so.2), forms a
+/// communicator of one rank through a store, and runs allreduce (out of
+/// place and in place) and broadcast of every NCCL dtype: with one rank the
+/// result must equal the input bit for bit. Skips (77) when libnccl is not
+/// loadable, unless HVD_CUDA_TEST_REQUIRE_NCCL is set (the device check).
+int run_nccl() {
+  if (int rc = probe(); rc != 0) return rc;
+  namespace d = hvd::collective::cuda::detail;
+  const d::NcclLibrary& lib = d::NcclLibrary::get();
+  if (!lib.available()) {
+    const bool required = hvd::env::get("HVD_CUDA_TEST_REQUIRE_NCCL").has_value();
+    std::cout << (required ? "FAIL" : "SKIPPED") << ": libnccl is not loadable: " << lib.unavailable() << std::endl;
+    return required ? 1 : kSkip;
+  }
+  std::cout << "NCCL " << lib.version() << " loaded from " << lib.path()
+            << "; bounded set-up (ncclCommInitRankConfig): " << (lib.bounded_setup() ? "yes" : "no") << std::endl;
+  CK(cudaSetDevice(0));
+  hvd::store::InMemoryStore store;
+  d::NcclComm comm(lib, store, "nccl_check/", 0, 1, std::chrono::seconds(60));
+  cudaStream_t stream;
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  int failures = 0, checks = 0;
+  auto report = [&](const std::string& what, bool ok) {
+    ++checks;
+    if (!ok) {
+      ++failures;
+      std::cout << "FAIL: " << what << std::endl;
+    }
+  };
+  uint64_t seed = 7;
+  for (DataType t : {DataType::UInt8, DataType::Int8, DataType::Int32, DataType::Int64, DataType::Float16,
+                     DataType::BFloat16, DataType::Float32, DataType::Float64}) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
+      const std::size_t count = 100003;
+      const std::size_t bytes = count * dtype_size(t);
+      Tensor in = random_tensor(t, op, count, seed++);
+      DeviceBuffer a(bytes), b(bytes);
+      CK(cudaMemcpy(a.ptr, in.bytes.data(), bytes, cudaMemcpyHostToDevice));
+      const std::vector<uint8_t> poison = poison_bytes(t, bytes);
+      CK(cudaMemcpy(b.ptr, poison.data(), bytes, cudaMemcpyHostToDevice));
+      comm.allreduce(a.ptr, b.ptr, count, t, op, stream);  // out of place
+      comm.allreduce(a.ptr, a.ptr, count, t, op, stream);  // in place
+      CK(cudaStreamSynchronize(stream));
+      std::vector<uint8_t> got_b(bytes), got_a(bytes);
+      CK(cudaMemcpy(got_b.data(), b.ptr, bytes, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(got_a.data(), a.ptr, bytes, cudaMemcpyDeviceToHost));
+      const std::string tag = std::string("NCCL ") + ref_name(t) + " " + ref_name(op);
+      report(tag + " out-of-place allreduce of one rank is its input", got_b == in.bytes);
+      report(tag + " in-place allreduce of one rank is its input", got_a == in.bytes);
+    }
+  }
+  {
+    const std::size_t bytes = (std::size_t{1} << 20) + 3;
+    std::vector<uint8_t> src(bytes);
+    for (std::size_t i = 0; i < bytes; ++i) src[i] = static_cast<uint8_t>(i * 131 + 7);
+    DeviceBuffer a(bytes), b(bytes);
+    CK(cudaMemcpy(a.ptr, src.data(), bytes, cudaMemcpyHostToDevice));
+    CK(cudaMemset(b.ptr, 0xA5, bytes));
+    comm.broadcast(a.ptr, b.ptr, bytes, 0, stream);
+    CK(cudaStreamSynchronize(stream));
+    std::vector<uint8_t> got(bytes);
+    CK(cudaMemcpy(got.data(), b.ptr, bytes, cudaMemcpyDeviceToHost));
+    report("NCCL broadcast of one rank copies its input", got == src);
+  }
+  comm.check_async();
+  CK(cudaStreamDestroy(stream));
+  std::cout << (failures ? "FAILED " : "OK ") << checks - failures << "/" << checks
+            << " one-rank NCCL checks passed (NCCL " << lib.version() << ")" << std::endl;
+  return failures ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -721,8 +796,9 @@ int main(int argc, char** argv) {
     if (mode == "--allreduce") return run_allreduce();
     if (mode == "--hvd") return run_hvd();
     if (mode == "--psets") return run_psets();
-    std::cerr << "usage: cuda_check --probe | --kernels | --allreduce | --hvd | --psets (the last three under "
-                 "hvdrun)\n";
+    if (mode == "--nccl") return run_nccl();
+    std::cerr << "usage: cuda_check --probe | --kernels | --nccl | --allreduce | --hvd | --psets (the last three "
+                 "under hvdrun)\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "cuda_check: " << e.what() << std::endl;
