@@ -15,6 +15,8 @@
 #   3. scripts/bench_compare.py --device cuda: hvdbench --device cuda for 2
 #      ranks sharing the GPU, 4 KiB to 256 MiB, against torch.distributed's
 #      Gloo on CUDA tensors in the same run;
+#   then a diagnostic: a small device operation + synchronize, alone and
+#      as 2 and 4 processes at once on the GPU;
 #   4. the targets: every test green, 256 MiB bus bandwidth against the copy
 #      rate, faster than Gloo at every size, 4 KiB under 50 us.
 # Writes RESULTS_DIR/device_results.md (tables and the test summary) and
@@ -130,8 +132,21 @@ say ""
 CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" timeout -k 10 240 "$PY" "$ROOT/scripts/bench_compare.py" --device cuda \
   --hvdrun "$(command -v hvdrun)" --hvdbench "$(command -v hvdbench)" --np 2 --rounds "${HVD_DEVICE_ROUNDS:-1}" \
   --min-bytes 4K --max-bytes 256M --step-factor 4 --iters 50 --max-seconds 1 \
+  --also-env "${HVD_DEVICE_ALSO_ENV:-HVD_CUDA_IPC_WAIT=device}" \
   --json-out "$RES_DIR/device_bench.json" 2>>"$LOG" | tee -a "$RES"
 bench_rc=${PIPESTATUS[0]}
+say ""
+
+# --- a diagnostic: what sharing the GPU between processes costs a step ------
+say "## Sharing one GPU between processes (cuda_check --sync-loop: a 4 KiB operation + stream synchronize)"
+say ""
+say '```'
+{ echo "alone:"; timeout 60 cuda_check --sync-loop 2>&1 | grep sync-loop
+  for np in 2 4; do
+    echo "$np processes at once:"
+    timeout 90 hvdrun -np "$np" -H "localhost:$np" cuda_check --sync-loop 2>&1 | grep sync-loop
+  done; } | tee -a "$RES"
+say '```'
 say ""
 
 # --- 4. the targets ---------------------------------------------------------

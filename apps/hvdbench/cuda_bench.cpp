@@ -189,6 +189,9 @@ std::vector<CudaResult> run_cuda(collective::Comm& comm, store::Store& store, co
       // Correctness on a known pattern (closed form), checked on every rank.
       for (std::size_t i = 0; i < r.count; ++i) put(o.dtype, check_buf.data(), i, (comm.rank() % 3) + double(i % 5));
       ck(cudaMemcpy(dev, check_buf.data(), r.bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+      // A pageable cudaMemcpy may return before its DMA lands, and `stream`
+      // does not wait for the legacy stream.
+      ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
       ar.allreduce(dev, r.count, o.dtype, ReduceOp::Sum, stream);
       ck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
       std::memset(check_buf.data(), 0xff, r.bytes);

@@ -57,6 +57,8 @@ class ControlBlock {
   /// Marks the block failed: every current and later wait throws IoError.
   void abort(int by_rank);
   bool aborted() const;
+  /// hvd::IoError naming the rank if the block was marked failed.
+  void check_abort() const;
 
  public:
   struct Layout;  // defined in control_block.cpp
@@ -64,7 +66,6 @@ class ControlBlock {
  private:
   ControlBlock(std::string name, void* mapping, std::size_t bytes, bool owner);
   Layout* layout() const;
-  void check_abort() const;
 
   std::string name_;
   void* mapping_ = nullptr;

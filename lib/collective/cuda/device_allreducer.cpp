@@ -11,6 +11,7 @@
 #include "kernels.h"
 #include "pipeline.h"
 
+#include "hvd/common/env.h"
 #include "hvd/common/io.h"
 
 #include <cuda_runtime.h>
@@ -53,6 +54,28 @@ bool wait_event(cudaEvent_t ev, const Deadline& deadline) {
   }
 }
 
+/// Waits on the host for `ev` (a local peer's IPC event, its record already
+/// enqueued): polls without sleeping for about 50 us (a peer's step is
+/// usually that close), then every 10 us, until `deadline`, or until the
+/// control block says a rank aborted (hvd::IoError).
+void host_wait_event(cudaEvent_t ev, const detail::ControlBlock& control, const Deadline& deadline, int peer) {
+  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+  for (uint64_t i = 0;; ++i) {
+    const cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) HVD_CUDA_CHECK(e);
+    control.check_abort();
+    if (deadline.expired()) {
+      throw TimeoutError(fmt::format("the device work of local rank {} did not finish in time", peer));
+    }
+    if (std::chrono::steady_clock::now() < spin_until) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(10));
+    }
+  }
+}
+
 template <class H>
 IpcHandle to_bytes(const H& h) {
   IpcHandle out{};
@@ -87,6 +110,9 @@ struct DeviceAllreducer::Impl {
   std::vector<std::vector<cudaEvent_t>> ready;
   std::vector<std::vector<cudaEvent_t>> done;
   std::optional<ControlBlock> control;
+  /// Wait::Host in effect (resolved at setup): peers' events are waited on
+  /// by this thread, not by the streams.
+  bool host_waits = false;
 
   int me() const { return options.local_rank; }
   int n() const { return options.local_size; }
@@ -154,14 +180,25 @@ void DeviceAllreducer::Impl::setup(store::Store& store) {
       HVD_CUDA_CHECK(cudaIpcOpenEventHandle(&done[p][s], from_bytes<cudaIpcEventHandle_t>(records[p].done_events[s])));
     }
   }
+  DeviceAllreducerOptions::Wait wait = options.wait;
+  if (auto v = env::get("HVD_CUDA_IPC_WAIT")) {
+    if (*v == "host") {
+      wait = DeviceAllreducerOptions::Wait::Host;
+    } else if (*v == "device") {
+      wait = DeviceAllreducerOptions::Wait::Device;
+    } else {
+      throw InvalidArgument(fmt::format("HVD_CUDA_IPC_WAIT={}: expected device or host", *v));
+    }
+  }
+  host_waits = wait == DeviceAllreducerOptions::Wait::Host;
   if (me() == 0) {
     // Once everyone has mapped the control block its name can go: nothing
     // is left in /dev/shm even if a rank is killed later.
     control->wait_attached(Deadline::after(options.timeout));
     control->unlink();
   }
-  spdlog::debug("device allreducer: local rank {}/{} on device {} ready ({} slots of {} bytes)", me(), n(),
-                options.device, slots, slot_bytes);
+  spdlog::debug("device allreducer: local rank {}/{} on device {} ready ({} slots of {} bytes, {} waits)", me(), n(),
+                options.device, slots, slot_bytes, host_waits ? "host" : "device");
 }
 
 namespace {
@@ -170,8 +207,8 @@ namespace {
 class CudaPipelineDevice final : public detail::PipelineDevice {
  public:
   CudaPipelineDevice(DeviceAllreducer::Impl& im, uint8_t* data, DataType dtype, ReduceOp op, cudaStream_t stream,
-                     double prescale, double postscale)
-      : im_(im), data_(data), stream_(stream) {
+                     double prescale, double postscale, const Deadline& deadline)
+      : im_(im), data_(data), stream_(stream), deadline_(deadline) {
     esize_ = detail::element_size(dtype);
     launch_.num_inputs = im.n();
     launch_.dtype = dtype;
@@ -185,7 +222,11 @@ class CudaPipelineDevice final : public detail::PipelineDevice {
     HVD_CUDA_CHECK(cudaStreamWaitEvent(im_.copy_stream, im_.start_event, 0));
   }
   void copy_wait_done(int rank, int slot) override {
-    HVD_CUDA_CHECK(cudaStreamWaitEvent(im_.copy_stream, im_.done[rank][slot], 0));
+    if (im_.host_waits && rank != im_.me()) {
+      host_wait_event(im_.done[rank][slot], *im_.control, deadline_, rank);
+    } else {
+      HVD_CUDA_CHECK(cudaStreamWaitEvent(im_.copy_stream, im_.done[rank][slot], 0));
+    }
   }
   void copy_in(const detail::Chunk& chunk, int slot) override {
     HVD_CUDA_CHECK(cudaMemcpyAsync(slot_ptr(im_.me(), slot), data_ + chunk.offset, chunk.bytes,
@@ -193,7 +234,11 @@ class CudaPipelineDevice final : public detail::PipelineDevice {
     HVD_CUDA_CHECK(cudaEventRecord(im_.ready[im_.me()][slot], im_.copy_stream));
   }
   void reduce_wait_ready(int rank, int slot) override {
-    HVD_CUDA_CHECK(cudaStreamWaitEvent(stream_, im_.ready[rank][slot], 0));
+    if (im_.host_waits && rank != im_.me()) {
+      host_wait_event(im_.ready[rank][slot], *im_.control, deadline_, rank);
+    } else {
+      HVD_CUDA_CHECK(cudaStreamWaitEvent(stream_, im_.ready[rank][slot], 0));
+    }
   }
   void reduce_out(const detail::Chunk& chunk, int slot) override {
     // Local-rank order: every rank computes bit-identical results.
@@ -211,6 +256,7 @@ class CudaPipelineDevice final : public detail::PipelineDevice {
   DeviceAllreducer::Impl& im_;
   uint8_t* data_;
   cudaStream_t stream_;
+  Deadline deadline_;
   std::size_t esize_ = 1;
   detail::ReduceLaunch launch_;
 };
@@ -222,8 +268,9 @@ void DeviceAllreducer::Impl::run(uint8_t* data, std::size_t count, DataType dtyp
   const std::size_t esize = detail::element_size(dtype);
   const auto chunks = detail::plan_chunks(count * esize, esize, slot_bytes, kAlign);
   const auto steps = detail::plan_steps(seq + 1, chunks, options.slots);
-  CudaPipelineDevice device(*this, data, dtype, op, stream, prescale, postscale);
-  detail::run_pipeline(*control, me(), steps, device, Deadline::after(options.timeout), &issued);
+  const Deadline deadline = Deadline::after(options.timeout);
+  CudaPipelineDevice device(*this, data, dtype, op, stream, prescale, postscale, deadline);
+  detail::run_pipeline(*control, me(), steps, device, deadline, &issued);
   if (!steps.empty()) seq = steps.back().seq;
 }
 

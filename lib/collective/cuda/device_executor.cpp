@@ -495,9 +495,10 @@ void DeviceExecutor::to_host(int device, const DeviceTensor& t, void* dst) {
   wait_stream(pd.stream, nullptr, device, impl_->options.wait_timeout);
 }
 
-void DeviceExecutor::to_device(int device, const void* src, void* dst, std::size_t bytes) {
+void DeviceExecutor::to_device(int device, const void* src, void* dst, std::size_t bytes, CUevent_st* after) {
   PerDevice& pd = impl_->device(device);
   DeviceGuard guard(device);
+  if (after) HVD_CUDA_CHECK(cudaStreamWaitEvent(pd.stream, static_cast<cudaEvent_t>(after), 0));
   if (bytes > 0) HVD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, pd.stream));
   wait_stream(pd.stream, nullptr, device, impl_->options.wait_timeout);
 }

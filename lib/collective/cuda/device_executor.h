@@ -116,9 +116,11 @@ class DeviceExecutor {
   /// CudaError on failure; TimeoutError if the copy does not finish within
   /// the options' timeout.
   void to_host(int device, const DeviceTensor& t, void* dst);
-  /// Copies host memory `src` to device memory `dst` on `device`; returns
-  /// when the copy is done.
-  void to_device(int device, const void* src, void* dst, std::size_t bytes);
+  /// Copies host memory `src` to device memory `dst` on `device`, after
+  /// `after` (if not null: an event recorded on the caller's stream once a
+  /// caller's allocator returned `dst`, so work the caller queued on that
+  /// memory comes first); returns when the copy is done.
+  void to_device(int device, const void* src, void* dst, std::size_t bytes, CUevent_st* after = nullptr);
   /// Runs `fn` with `device` current on this thread (a caller's allocator
   /// that calls cudaMalloc allocates there).
   void with_device(int device, const std::function<void()>& fn);

@@ -72,7 +72,7 @@ void DeviceExecutor::broadcast(const std::vector<int32_t>&, const DeviceTensor&,
 void DeviceExecutor::to_host(int, const DeviceTensor&, void*) { not_built("an operation on device buffers"); }
 void check_visible_device(int) { not_built("a device buffer"); }
 std::shared_ptr<CUevent_st> record_ready_event(int, CUstream_st*) { not_built("an operation on device buffers"); }
-void DeviceExecutor::to_device(int, const void*, void*, std::size_t) { not_built("an operation on device buffers"); }
+void DeviceExecutor::to_device(int, const void*, void*, std::size_t, CUevent_st*) { not_built("an operation on device buffers"); }
 void DeviceExecutor::with_device(int, const std::function<void()>&) { not_built("an operation on device buffers"); }
 std::shared_ptr<void> allocate_device_memory(int, std::size_t) { not_built("device memory"); }
 void DeviceExecutor::abort() noexcept {}

@@ -167,9 +167,16 @@ void run_through_host(Executors& ex, OpState& op, Run run) {
   std::unique_ptr<uint8_t[]> host_out = std::move(op.owned);
   void* dst = nullptr;
   op.out_data = nullptr;
+  // The allocator's memory may still be in use by work the caller queued on
+  // its stream (a caching allocator hands back freed blocks at once): the
+  // result goes up only after that work.
+  std::shared_ptr<CUevent_st> after_alloc;
   if (op.allocator) {
     bool allocated = false;
-    dev.with_device(device, [&] { allocated = call_allocator(op, &dst); });
+    dev.with_device(device, [&] {
+      allocated = call_allocator(op, &dst);
+      if (allocated) after_alloc = cuda::detail::record_ready_event(device, op.stream);
+    });
     if (!allocated) return;  // this operation fails alone
     if (op.out_bytes > 0 && cuda::pointer_device(dst) != device) {
       op.local_error = std::make_exception_ptr(Error(fmt::format(
@@ -185,7 +192,7 @@ void run_through_host(Executors& ex, OpState& op, Run run) {
     }
     dst = op.owned_device.get();
   }
-  dev.to_device(device, host_out.get(), dst, op.out_bytes);
+  dev.to_device(device, host_out.get(), dst, op.out_bytes, after_alloc.get());
   op.out_data = dst;
 }
 

@@ -35,6 +35,7 @@
 #include "reference.h"
 
 #include <cuda_runtime.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -94,7 +95,7 @@ struct DeviceBuffer {
 int run_kernels() {
   if (int rc = probe(); rc != 0) return rc;
   cudaStream_t stream;
-  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CK(cudaStreamCreate(&stream));  // blocking: after the legacy-stream cudaMemcpy of the inputs
   int failures = 0, checks = 0;
   uint64_t seed = 1;
   for (DataType t : kTypes) {
@@ -263,7 +264,7 @@ int run_allreduce() {
   const int device = local_rank % cuda::device_count();
   CK(cudaSetDevice(device));
   cudaStream_t stream;
-  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CK(cudaStreamCreate(&stream));  // blocking: after the legacy-stream cudaMemcpy of the inputs
 
   int failures = 0, checks = 0;
   auto one = [&](cuda::DeviceAllreducer& ar, DataType t, ReduceOp op, std::size_t count, int misalign, double pre,
@@ -375,7 +376,11 @@ int run_hvd() {
   const bool staged = path == "staged" || path == "nccl" || auto_nccl || hvd::cross_size() > 1;
   CK(cudaSetDevice(device));
   cudaStream_t stream;
-  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // A blocking stream: the inputs are written with cudaMemcpy/cudaMemset on
+  // the legacy default stream (a pageable cudaMemcpy may return before its
+  // DMA lands), which such a stream waits for, as torch's default stream does.
+  // The library orders its work after the caller's stream only.
+  CK(cudaStreamCreate(&stream));
   int failures = 0, checks = 0;
   auto report = [&](const std::string& what, const std::string& err) {
     ++checks;
@@ -642,7 +647,11 @@ int run_psets() {
   const int device = hvd::local_rank() % cuda::device_count();
   CK(cudaSetDevice(device));
   cudaStream_t stream;
-  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // A blocking stream: the inputs are written with cudaMemcpy/cudaMemset on
+  // the legacy default stream (a pageable cudaMemcpy may return before its
+  // DMA lands), which such a stream waits for, as torch's default stream does.
+  // The library orders its work after the caller's stream only.
+  CK(cudaStreamCreate(&stream));
   int failures = 0, checks = 0;
   auto report = [&](const std::string& what, bool ok) {
     ++checks;
@@ -735,7 +744,7 @@ int run_nccl() {
   hvd::store::InMemoryStore store;
   d::NcclComm comm(lib, store, "nccl_check/", 0, 1, std::chrono::seconds(60));
   cudaStream_t stream;
-  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CK(cudaStreamCreate(&stream));  // blocking: after the legacy-stream cudaMemcpy of the inputs
   int failures = 0, checks = 0;
   auto report = [&](const std::string& what, bool ok) {
     ++checks;
@@ -786,6 +795,38 @@ int run_nccl() {
   return failures ? 1 : 0;
 }
 
+/// A diagnostic, not a test: the time of a small device operation plus a
+/// host wait (4 KiB cudaMemsetAsync + cudaStreamSynchronize, then a 4 KiB
+/// device-to-device copy + synchronize), 2000 times each after 200 warm-ups:
+/// run alone, then as several processes at once on one GPU (under hvdrun,
+/// no collective), it shows what sharing a GPU between CUDA contexts costs
+/// each step (scripts/device_check.sh, docs/performance.md).
+int run_sync_loop() {
+  if (int rc = probe(); rc != 0) return rc;
+  CK(cudaSetDevice(0));
+  cudaStream_t stream;
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  DeviceBuffer a(4096), b(4096);
+  auto measure = [&](const char* what, auto&& op) {
+    std::vector<double> us;
+    for (int i = 0; i < 2200; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      op();
+      CK(cudaStreamSynchronize(stream));
+      const auto t1 = std::chrono::steady_clock::now();
+      if (i >= 200) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    }
+    std::sort(us.begin(), us.end());
+    std::printf("sync-loop pid %d: %s + cudaStreamSynchronize: median %.1f us, p10 %.1f, p90 %.1f, max %.1f\n",
+                static_cast<int>(::getpid()), what, us[us.size() / 2], us[us.size() / 10], us[us.size() * 9 / 10],
+                us.back());
+  };
+  measure("4 KiB cudaMemsetAsync", [&] { CK(cudaMemsetAsync(a.ptr, 1, 4096, stream)); });
+  measure("4 KiB D2D cudaMemcpyAsync", [&] { CK(cudaMemcpyAsync(b.ptr, a.ptr, 4096, cudaMemcpyDeviceToDevice, stream)); });
+  CK(cudaStreamDestroy(stream));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -797,6 +838,7 @@ int main(int argc, char** argv) {
     if (mode == "--hvd") return run_hvd();
     if (mode == "--psets") return run_psets();
     if (mode == "--nccl") return run_nccl();
+    if (mode == "--sync-loop") return run_sync_loop();
     std::cerr << "usage: cuda_check --probe | --kernels | --nccl | --allreduce | --hvd | --psets (the last three "
                  "under hvdrun)\n";
     return 2;

@@ -87,6 +87,17 @@ struct DeviceAllreducerOptions {
   /// Bound on every wait for a peer (rendezvous and each pipeline step);
   /// past it the operation throws hvd::TimeoutError naming the peer.
   std::chrono::milliseconds timeout{30000};
+  /// How a rank waits for a local peer's copy or reduction before using its
+  /// slot: Device (cudaStreamWaitEvent on the peer's IPC event: no host
+  /// round trip) or Host (this thread polls the peer's event, then enqueues
+  /// work that depends on nothing of the peer's, so no stream of this
+  /// context blocks on another context's event). Measured on an H200 with
+  /// two ranks sharing it (docs/performance.md, "GPU allreduce"): the same
+  /// ~0.57 ms floor up to 4 MiB, Host slower from 64 MiB, so Device is the
+  /// default. The environment variable HVD_CUDA_IPC_WAIT (device, host)
+  /// overrides this.
+  enum class Wait { Device, Host };
+  Wait wait = Wait::Device;
 };
 
 /// Allreduce of device buffers among the ranks of one host, through CUDA IPC
