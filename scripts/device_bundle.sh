@@ -122,7 +122,7 @@ export PATH="$HVD_BUNDLE/bin${PATH:+:$PATH}"
 export LD_LIBRARY_PATH="$HVD_BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$HVD_BUNDLE/python${PYTHONPATH:+:$PYTHONPATH}"
 SH
-git -C "$ROOT" rev-parse --short HEAD >"$OUT/COMMIT" 2>/dev/null || echo unknown >"$OUT/COMMIT"
+git -C "$ROOT" describe --always --dirty >"$OUT/COMMIT" 2>/dev/null || echo unknown >"$OUT/COMMIT"
 
 kib=$(du -sk "$OUT" | cut -f1)
 echo "device_bundle: $OUT: $((kib / 1024)) MiB ($kib KiB), $(find "$OUT" -type f | wc -l) files; libraries: $(cd "$OUT/lib" && ls | tr '\n' ' ')"
