@@ -10,8 +10,10 @@
 #      torch ships (HVD_NCCL_LIBRARY points at it; HVD_CUDA_TEST_REQUIRE_NCCL=1
 #      makes the one-rank NCCL test fail rather than skip without it);
 #   2. every ctest 'gpu' test, from the bundle's gpu_tests.json (at most 100 s
-#      each, 210 s in all: HVD_DEVICE_TEST_BUDGET; what is left then fails
-#      as NOT RUN);
+#      each, 240 s in all: HVD_DEVICE_TEST_BUDGET; what is left then fails
+#      as NOT RUN), then a second pass of the allreduce tests with
+#      HVD_DEVICE_SECOND_PASS (default HVD_CUDA_SHARED_GPU=leader, the
+#      opt-in mode under trial; listed apart, not failing the check);
 #   3. scripts/bench_compare.py --device cuda: hvdbench --device cuda for 2
 #      ranks sharing the GPU, 4 KiB to 256 MiB, against torch.distributed's
 #      Gloo on CUDA tensors in the same run;
@@ -82,16 +84,31 @@ say ""
 import json, os, subprocess, sys, time
 bundle, root, res, log = sys.argv[1:5]
 tests = json.load(open(os.path.join(bundle, "gpu_tests.json")))["tests"]
-rows, failed = [], 0
-budget_end = time.time() + float(os.environ.get("HVD_DEVICE_TEST_BUDGET", "210"))
+import re
+rows, failed, second_failed = [], 0, 0
+budget_end = time.time() + float(os.environ.get("HVD_DEVICE_TEST_BUDGET", "240"))
+# A second pass of some tests with one more variable (an opt-in mode under
+# trial); its results are listed, counted apart, and do not fail the check.
+second = os.environ.get("HVD_DEVICE_SECOND_PASS", "HVD_CUDA_SHARED_GPU=leader")
+second_re = os.environ.get("HVD_DEVICE_SECOND_PASS_TESTS", r"allreduce|\.hvd$|psets|2hosts|hierarchical|torch|horovod|hvdbench")
+runs = [(t, None) for t in tests]
+if second:
+    runs += [(t, second) for t in tests if re.search(second_re, t["name"])]
 with open(log, "a") as logf:
-    for t in tests:
+    for t, extra in runs:
+        name = t["name"] + (f" [{extra}]" if extra else "")
         if time.time() > budget_end:
-            rows.append((t["name"], "NOT RUN", "0", "the tests' time budget (HVD_DEVICE_TEST_BUDGET) ran out"))
-            failed += 1
+            rows.append((name, "NOT RUN", "0", "the tests' time budget (HVD_DEVICE_TEST_BUDGET) ran out"))
+            if extra:
+                second_failed += 1
+            else:
+                failed += 1
             continue
         cmd = [a.replace("@BUNDLE@", bundle).replace("@ROOT@", root) for a in t["command"]]
         env = dict(os.environ)
+        if extra:
+            k, _, v = extra.partition("=")
+            env[k] = v
         for k, v in t["env"].items():
             v = v.replace("@BUNDLE@", bundle).replace("@ROOT@", root)
             env[k] = v + (":" + os.environ[k] if k in ("PYTHONPATH",) and os.environ.get(k) else "")
@@ -110,18 +127,26 @@ with open(log, "a") as logf:
         # skip (no device, torch without CUDA, no libnccl) is a failure here.
         if status == "SKIPPED" and not ("HVD_CUDA_TEST_NEED_NCCL_GPUS" in t["env"] and "GPUs (" in last[0]):
             status = "FAILED (skipped)"
-        failed += status not in ("passed", "SKIPPED")
-        rows.append((t["name"], status, f"{secs:.1f}", last[0][:140].replace("|", "/")))
-        logf.write(f"==== {t['name']}: {status} (rc {rc}, {secs:.1f} s)\n$ {' '.join(cmd)}\n{out}\n")
+        if extra:
+            second_failed += status not in ("passed", "SKIPPED")
+        else:
+            failed += status not in ("passed", "SKIPPED")
+        rows.append((name, status, f"{secs:.1f}", last[0][:140].replace("|", "/")))
+        logf.write(f"==== {name}: {status} (rc {rc}, {secs:.1f} s)\n$ {' '.join(cmd)}\n{out}\n")
         logf.flush()
-        print(f"{t['name']}: {status} ({secs:.1f} s)", file=sys.stderr)
+        print(f"{name}: {status} ({secs:.1f} s)", file=sys.stderr)
 with open(res, "a") as f:
     f.write("| test | result | s | last line |\n|---|---|---:|---|\n")
     for r in rows:
         f.write("| " + " | ".join(r) + " |\n")
-    passed = sum(r[1] == "passed" for r in rows)
-    f.write(f"\n{passed} passed, {failed} failed, {len(rows) - passed - failed} skipped (more GPUs needed)\n\n")
-print(f"{passed} passed, {failed} failed, {len(rows) - passed - failed} skipped (more GPUs needed)")
+    first = [r for r in rows if not r[0].endswith("]")]
+    passed = sum(r[1] == "passed" for r in first)
+    summary = f"{passed} passed, {failed} failed, {len(first) - passed - failed} skipped (more GPUs needed)"
+    if second:
+        n2 = len(rows) - len(first)
+        summary += f"; second pass [{second}]: {n2 - second_failed} of {n2} passed or skipped"
+    f.write(f"\n{summary}\n\n")
+print(summary)
 sys.exit(1 if failed else 0)
 PY
 tests_rc=$?
@@ -131,8 +156,8 @@ say "## hvdbench --device cuda vs torch.distributed Gloo on CUDA tensors, 2 rank
 say ""
 CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" timeout -k 10 240 "$PY" "$ROOT/scripts/bench_compare.py" --device cuda \
   --hvdrun "$(command -v hvdrun)" --hvdbench "$(command -v hvdbench)" --np 2 --rounds "${HVD_DEVICE_ROUNDS:-1}" \
-  --min-bytes 4K --max-bytes 256M --step-factor 4 --iters 50 --max-seconds 1 \
-  --also-env "${HVD_DEVICE_ALSO_ENV:-HVD_CUDA_IPC_WAIT=device}" \
+  --min-bytes 4K --max-bytes 256M --step-factor 4 --iters 50 --max-seconds "${HVD_DEVICE_BENCH_SECONDS:-1}" \
+  --also-env "${HVD_DEVICE_ALSO_ENV:-HVD_CUDA_SHARED_GPU=leader}" \
   --json-out "$RES_DIR/device_bench.json" 2>>"$LOG" | tee -a "$RES"
 bench_rc=${PIPESTATUS[0]}
 say ""

@@ -18,9 +18,11 @@ namespace {
 constexpr uint64_t kMagic = 0x4856444354524c31ull;  // "HVDCTRL1"
 constexpr int kMaxRanks = 4096;
 
-// One cache line per rank so ranks never false-share.
+// Whole cache lines per rank so ranks never false-share: the two counters,
+// then the rank's mailbox (written before a counter is published).
 struct alignas(64) RankSlot {
   std::atomic<uint64_t> counters[2];
+  alignas(64) uint8_t mailbox[ControlBlock::kMailboxBytes];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "cross-process atomics need lock-free uint64");
 }  // namespace
@@ -30,6 +32,7 @@ struct ControlBlock::Layout {
   int32_t ranks;
   std::atomic<int32_t> attached;
   std::atomic<int32_t> aborted_by;  // -1: healthy
+  std::atomic<uint32_t> flags;      // set by the creator before anyone attaches
   alignas(64) RankSlot slots[1];  // `ranks` of them
 };
 
@@ -67,6 +70,7 @@ ControlBlock ControlBlock::create(const std::string& name, int ranks) {
     l->slots[r].counters[1].store(0);
   }
   l->ranks = ranks;
+  l->flags.store(0);
   l->attached.store(0);
   l->aborted_by.store(-1);
   std::atomic_thread_fence(std::memory_order_release);
@@ -177,6 +181,22 @@ void ControlBlock::wait_at_least(int rank, Counter which, uint64_t value, const 
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
+}
+
+void ControlBlock::set_flags(uint32_t flags) { layout()->flags.store(flags, std::memory_order_release); }
+
+uint32_t ControlBlock::flags() const { return layout()->flags.load(std::memory_order_acquire); }
+
+void ControlBlock::put_mailbox(int rank, const void* data, std::size_t bytes) {
+  HVD_ENFORCE(rank >= 0 && rank < ranks(), "rank {} out of range", rank);
+  HVD_ENFORCE(bytes <= kMailboxBytes, "mailbox message of {} bytes", bytes);
+  std::memcpy(layout()->slots[rank].mailbox, data, bytes);
+}
+
+void ControlBlock::get_mailbox(int rank, void* out, std::size_t bytes) const {
+  HVD_ENFORCE(rank >= 0 && rank < ranks(), "rank {} out of range", rank);
+  HVD_ENFORCE(bytes <= kMailboxBytes, "mailbox message of {} bytes", bytes);
+  std::memcpy(out, layout()->slots[rank].mailbox, bytes);
 }
 
 void ControlBlock::abort(int by_rank) {

@@ -48,6 +48,17 @@ class ControlBlock {
   void wait_attached(const Deadline& deadline) const;
   void unlink();
 
+  /// Bytes of each rank's mailbox: a small message a rank writes before it
+  /// publishes a counter (the publish's release makes it visible to a peer
+  /// whose wait saw the counter).
+  static constexpr std::size_t kMailboxBytes = 128;
+  void put_mailbox(int rank, const void* data, std::size_t bytes);
+  void get_mailbox(int rank, void* out, std::size_t bytes) const;
+  /// Bits the creator sets before the others attach (a job-wide choice
+  /// made by local rank 0); 0 in a fresh block.
+  void set_flags(uint32_t flags);
+  uint32_t flags() const;
+
   /// counter(rank) = value (release). Values only grow.
   void publish(int rank, Counter which, uint64_t value);
   uint64_t value(int rank, Counter which) const;

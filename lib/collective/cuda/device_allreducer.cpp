@@ -16,12 +16,15 @@
 
 #include <cuda_runtime.h>
 #include <spdlog/spdlog.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <utility>
 #include <thread>
 
 namespace hvd::collective::cuda {
@@ -76,6 +79,34 @@ void host_wait_event(cudaEvent_t ev, const detail::ControlBlock& control, const 
   }
 }
 
+/// Control block flag: HVD_CUDA_SHARED_GPU=leader on local rank 0.
+constexpr uint32_t kFlagLeader = 1;
+
+/// What a rank tells the leader about its buffer for one call (mailbox).
+struct LeaderRequest {
+  IpcHandle handle;      // of the allocation holding the buffer
+  uint64_t offset = 0;   // of the buffer in that allocation
+  uint64_t bytes = 0;    // of the tensor (must equal the leader's)
+};
+static_assert(sizeof(LeaderRequest) <= detail::ControlBlock::kMailboxBytes, "leader request too large");
+
+/// The allocation holding `p` (base and size), through the driver API that
+/// the runtime has loaded (the runtime has no such query).
+std::pair<uint8_t*, std::size_t> allocation_of(const void* p) {
+  using Fn = int (*)(unsigned long long*, std::size_t*, unsigned long long);
+  static Fn fn = [] {
+    void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!lib) lib = ::dlopen("libcuda.so.1", RTLD_NOW);
+    return lib ? reinterpret_cast<Fn>(::dlsym(lib, "cuMemGetAddressRange_v2")) : nullptr;
+  }();
+  if (!fn) throw CudaError("cuMemGetAddressRange_v2 is not in libcuda.so.1 (HVD_CUDA_SHARED_GPU=leader needs it)", 0);
+  unsigned long long base = 0;
+  std::size_t size = 0;
+  const int rc = fn(&base, &size, reinterpret_cast<unsigned long long>(p));
+  if (rc != 0) throw CudaError(fmt::format("cuMemGetAddressRange of a device buffer failed (CUresult {})", rc), rc);
+  return {reinterpret_cast<uint8_t*>(base), size};
+}
+
 template <class H>
 IpcHandle to_bytes(const H& h) {
   IpcHandle out{};
@@ -113,11 +144,28 @@ struct DeviceAllreducer::Impl {
   /// Wait::Host in effect (resolved at setup): peers' events are waited on
   /// by this thread, not by the streams.
   bool host_waits = false;
+  /// HVD_CUDA_SHARED_GPU=leader in effect (rank 0's choice, every local rank
+  /// on one GPU): local rank 0 does all of each allreduce's GPU work on the
+  /// other ranks' buffers, mapped through cached IPC handles (run_leader).
+  bool leader_mode = false;
+  struct Mapping {
+    IpcHandle handle{};
+    uint8_t* base = nullptr;
+    uint64_t last_use = 0;
+  };
+  /// Leader only, per local rank: peers' allocations mapped here, at most
+  /// kMaxMappings each (least recently used closed first).
+  std::vector<std::vector<Mapping>> mappings;
+  uint64_t mapping_clock = 0;
+  static constexpr std::size_t kMaxMappings = 32;
 
   int me() const { return options.local_rank; }
   int n() const { return options.local_size; }
 
   void setup(store::Store& store);
+  void run_leader(uint8_t* data, std::size_t count, DataType dtype, ReduceOp op, cudaStream_t stream,
+                  double prescale, double postscale);
+  uint8_t* map_peer(int peer, const IpcHandle& handle, cudaStream_t stream);
   void run(uint8_t* data, std::size_t count, DataType dtype, ReduceOp op, cudaStream_t stream, double prescale,
            double postscale);
   void teardown() noexcept;
@@ -156,8 +204,13 @@ void DeviceAllreducer::Impl::setup(store::Store& store) {
       (list == &ready ? mine.ready_events : mine.done_events).push_back(to_bytes(eh));
     }
   }
+  const std::string shared_gpu = env::get_or("HVD_CUDA_SHARED_GPU", "each");
+  if (shared_gpu != "each" && shared_gpu != "leader") {
+    throw InvalidArgument(fmt::format("HVD_CUDA_SHARED_GPU={}: expected each or leader", shared_gpu));
+  }
   if (me() == 0) {
     control.emplace(ControlBlock::create(ControlBlock::make_name(), n()));
+    control->set_flags(shared_gpu == "leader" ? kFlagLeader : 0);  // rank 0's choice, before anyone attaches
     mine.control_name = control->name();
   }
   detail::publish_ipc_record(store, options.prefix, mine);
@@ -191,14 +244,22 @@ void DeviceAllreducer::Impl::setup(store::Store& store) {
     }
   }
   host_waits = wait == DeviceAllreducerOptions::Wait::Host;
+  bool one_gpu = true;
+  for (int p = 0; p < n(); ++p) one_gpu &= records[p].device_uuid == records[0].device_uuid;
+  leader_mode = (control->flags() & kFlagLeader) != 0 && one_gpu;
+  if (leader_mode) mappings.assign(n(), {});
+  if (me() == 0 && (control->flags() & kFlagLeader) && !one_gpu) {
+    spdlog::info("device allreducer: HVD_CUDA_SHARED_GPU=leader ignored: the local ranks are on different GPUs");
+  }
   if (me() == 0) {
     // Once everyone has mapped the control block its name can go: nothing
     // is left in /dev/shm even if a rank is killed later.
     control->wait_attached(Deadline::after(options.timeout));
     control->unlink();
   }
-  spdlog::debug("device allreducer: local rank {}/{} on device {} ready ({} slots of {} bytes, {} waits)", me(), n(),
-                options.device, slots, slot_bytes, host_waits ? "host" : "device");
+  spdlog::debug("device allreducer: local rank {}/{} on device {} ready ({} slots of {} bytes, {} waits{})", me(), n(),
+                options.device, slots, slot_bytes, host_waits ? "host" : "device",
+                leader_mode ? ", local rank 0 does the GPU work" : "");
 }
 
 namespace {
@@ -274,6 +335,98 @@ void DeviceAllreducer::Impl::run(uint8_t* data, std::size_t count, DataType dtyp
   if (!steps.empty()) seq = steps.back().seq;
 }
 
+uint8_t* DeviceAllreducer::Impl::map_peer(int peer, const IpcHandle& handle, cudaStream_t stream) {
+  auto& list = mappings[peer];
+  for (auto& m : list) {
+    if (m.handle == handle) {
+      m.last_use = ++mapping_clock;
+      return m.base;
+    }
+  }
+  if (list.size() >= kMaxMappings) {
+    // Close the least recently used: my queued work may still read it.
+    auto lru = std::min_element(list.begin(), list.end(),
+                                [](const Mapping& a, const Mapping& b) { return a.last_use < b.last_use; });
+    HVD_CUDA_CHECK(cudaStreamSynchronize(stream));
+    cudaIpcCloseMemHandle(lru->base);
+    list.erase(lru);
+  }
+  void* mapped = nullptr;
+  const auto what = fmt::format("cudaIpcOpenMemHandle(a buffer of local rank {})", peer);
+  detail::check(cudaIpcOpenMemHandle(&mapped, from_bytes<cudaIpcMemHandle_t>(handle), cudaIpcMemLazyEnablePeerAccess),
+                what.c_str());
+  list.push_back({handle, static_cast<uint8_t*>(mapped), ++mapping_clock});
+  return list.back().base;
+}
+
+// HVD_CUDA_SHARED_GPU=leader: every local rank is on one GPU, where each
+// process's CUDA context gets the GPU only in time slices; an allreduce in
+// which every rank queues GPU work pays those slices at every step. Here only
+// local rank 0 (the leader) queues GPU work:
+//  * a rank r > 0 waits on the host for its caller's stream (its input is
+//    written), tells the leader where its buffer is (the IPC handle of the
+//    allocation and the offset, in its mailbox) and publishes Ready;
+//  * the leader waits for every Ready, maps the buffers (cached), reduces
+//    every rank's buffer into its own on its caller's stream (local-rank
+//    order), copies the result into every other rank's buffer, records its
+//    done event and publishes Done;
+//  * a rank r > 0 waits for the leader's Done and then, on the host, for
+//    its done event: the result is in its buffer, and it publishes Done.
+// One step per call: seq counts calls.
+void DeviceAllreducer::Impl::run_leader(uint8_t* data, std::size_t count, DataType dtype, ReduceOp op,
+                                        cudaStream_t stream, double prescale, double postscale) {
+  const std::size_t bytes = count * detail::element_size(dtype);
+  const uint64_t step = seq + 1;
+  const Deadline deadline = Deadline::after(options.timeout);
+  if (me() != 0) {
+    HVD_CUDA_CHECK(cudaStreamSynchronize(stream));  // the caller's work on my input is done
+    const auto [base, size] = allocation_of(data);
+    cudaIpcMemHandle_t h;
+    HVD_CUDA_CHECK(cudaIpcGetMemHandle(&h, base));
+    LeaderRequest req;
+    req.handle = to_bytes(h);
+    req.offset = static_cast<uint64_t>(data - base);
+    req.bytes = bytes;
+    control->put_mailbox(me(), &req, sizeof req);
+    control->publish(me(), Counter::Ready, step);
+    control->wait_at_least(0, Counter::Done, step, deadline);
+    host_wait_event(done[0][0], *control, deadline, 0);
+    control->publish(me(), Counter::Done, step);
+    seq = step;
+    return;
+  }
+  detail::ReduceLaunch launch;
+  launch.num_inputs = n();
+  launch.dtype = dtype;
+  launch.op = op;
+  launch.prescale = prescale;
+  launch.postscale = postscale;
+  launch.average_divisor = n();
+  launch.inputs[0] = data;
+  launch.out = data;
+  launch.count = count;
+  std::vector<uint8_t*> peers(n(), nullptr);
+  for (int p = 1; p < n(); ++p) {
+    control->wait_at_least(p, Counter::Ready, step, deadline);
+    LeaderRequest req;
+    control->get_mailbox(p, &req, sizeof req);
+    if (req.bytes != bytes) {
+      throw InvalidArgument(fmt::format("device allreduce: local rank {} passed {} bytes, local rank 0 {}", p,
+                                        req.bytes, bytes));
+    }
+    peers[p] = map_peer(p, req.handle, stream) + req.offset;
+    launch.inputs[p] = peers[p];
+  }
+  issued = step;
+  detail::launch_reduce(launch, stream);
+  for (int p = 1; p < n(); ++p) {
+    HVD_CUDA_CHECK(cudaMemcpyAsync(peers[p], data, bytes, cudaMemcpyDeviceToDevice, stream));
+  }
+  HVD_CUDA_CHECK(cudaEventRecord(done[0][0], stream));
+  control->publish(0, Counter::Done, step);
+  seq = step;
+}
+
 void DeviceAllreducer::Impl::teardown() noexcept {
   std::optional<DeviceGuard> guard;  // held for the whole teardown
   bool peers_ok = false;
@@ -298,6 +451,12 @@ void DeviceAllreducer::Impl::teardown() noexcept {
       if (ev && !wait_event(ev, drain)) {
         spdlog::warn("device allreducer: local rank {}: work of local rank {} did not finish in time", me(), p);
       }
+    }
+  }
+  if (peers_ok) {
+    for (auto& list : mappings) {
+      for (auto& m : list) cudaIpcCloseMemHandle(m.base);  // every peer saw my done event: no work reads them
+      list.clear();
     }
   }
   if (copy_stream && start_event && peers_ok) {
@@ -412,7 +571,12 @@ void DeviceAllreducer::allreduce(void* data, std::size_t count, DataType dtype, 
     return;
   }
   try {
-    im.run(static_cast<uint8_t*>(data), count, dtype, op, static_cast<cudaStream_t>(stream), prescale, postscale);
+    if (im.leader_mode) {
+      im.run_leader(static_cast<uint8_t*>(data), count, dtype, op, static_cast<cudaStream_t>(stream), prescale,
+                    postscale);
+    } else {
+      im.run(static_cast<uint8_t*>(data), count, dtype, op, static_cast<cudaStream_t>(stream), prescale, postscale);
+    }
   } catch (...) {
     // Peers blocked on this rank fail at once instead of at their deadline.
     im.broken = true;

@@ -7,8 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 using namespace hvd::collective::cuda::detail;
 using namespace std::chrono_literals;
@@ -117,4 +119,32 @@ TEST_CASE("cuda: control block: works across processes", "[cuda][control]") {
   REQUIRE(::waitpid(child, &status, 0) == child);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("cuda: control block: flags and mailboxes reach the other side", "[cuda][control]") {
+  const std::string name = ControlBlock::make_name();
+  auto a = ControlBlock::create(name, 3);
+  CHECK(a.flags() == 0);
+  a.set_flags(1);
+  auto b = ControlBlock::open(name, 3);
+  CHECK(b.flags() == 1);
+  // A message written before a publish is what the peer reads after its wait.
+  std::thread writer([&] {
+    std::vector<uint8_t> msg(ControlBlock::kMailboxBytes);
+    for (std::size_t i = 0; i < msg.size(); ++i) msg[i] = static_cast<uint8_t>(i * 7 + 1);
+    a.put_mailbox(2, msg.data(), msg.size());
+    a.publish(2, Counter::Ready, 1);
+  });
+  b.wait_at_least(2, Counter::Ready, 1, Deadline::after(5s));
+  std::vector<uint8_t> got(ControlBlock::kMailboxBytes);
+  b.get_mailbox(2, got.data(), got.size());
+  writer.join();
+  for (std::size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == static_cast<uint8_t>(i * 7 + 1));
+  // Ranks' mailboxes are apart, and too large a message is refused.
+  std::vector<uint8_t> other(ControlBlock::kMailboxBytes, 0);
+  b.get_mailbox(1, other.data(), other.size());
+  CHECK(std::all_of(other.begin(), other.end(), [](uint8_t v) { return v == 0; }));
+  std::vector<uint8_t> big(ControlBlock::kMailboxBytes + 1);
+  CHECK_THROWS_AS(a.put_mailbox(0, big.data(), big.size()), hvd::Error);
+  CHECK_THROWS_AS(a.get_mailbox(3, big.data(), 1), hvd::Error);
 }
