@@ -352,9 +352,20 @@ uint8_t* DeviceAllreducer::Impl::map_peer(int peer, const IpcHandle& handle, cud
     list.erase(lru);
   }
   void* mapped = nullptr;
+  cudaError_t rc = cudaIpcOpenMemHandle(&mapped, from_bytes<cudaIpcMemHandle_t>(handle), cudaIpcMemLazyEnablePeerAccess);
+  if (rc == cudaErrorAlreadyMapped) {
+    // The peer freed a buffer and allocated another in memory one of my
+    // mappings still covers (cudaMalloc sub-allocates small buffers from
+    // larger driver allocations), under a new handle: drop this peer's
+    // mappings, once my queued work no longer reads them, and open again.
+    cudaGetLastError();
+    HVD_CUDA_CHECK(cudaStreamSynchronize(stream));
+    for (auto& m : list) cudaIpcCloseMemHandle(m.base);
+    list.clear();
+    rc = cudaIpcOpenMemHandle(&mapped, from_bytes<cudaIpcMemHandle_t>(handle), cudaIpcMemLazyEnablePeerAccess);
+  }
   const auto what = fmt::format("cudaIpcOpenMemHandle(a buffer of local rank {})", peer);
-  detail::check(cudaIpcOpenMemHandle(&mapped, from_bytes<cudaIpcMemHandle_t>(handle), cudaIpcMemLazyEnablePeerAccess),
-                what.c_str());
+  detail::check(rc, what.c_str());
   list.push_back({handle, static_cast<uint8_t*>(mapped), ++mapping_clock});
   return list.back().base;
 }
@@ -379,7 +390,11 @@ void DeviceAllreducer::Impl::run_leader(uint8_t* data, std::size_t count, DataTy
   const uint64_t step = seq + 1;
   const Deadline deadline = Deadline::after(options.timeout);
   if (me() != 0) {
-    HVD_CUDA_CHECK(cudaStreamSynchronize(stream));  // the caller's work on my input is done
+    // The caller's work on my input is done: an event recorded on its stream
+    // (a blocking stream's record also follows the legacy stream's work,
+    // which a synchronize of an empty stream would not wait for).
+    HVD_CUDA_CHECK(cudaEventRecord(start_event, stream));
+    HVD_CUDA_CHECK(cudaEventSynchronize(start_event));
     const auto [base, size] = allocation_of(data);
     cudaIpcMemHandle_t h;
     HVD_CUDA_CHECK(cudaIpcGetMemHandle(&h, base));
