@@ -9,7 +9,7 @@ PKGS=(
   libcli11-dev libboost1.81-all-dev libssh2-1-dev libssl-dev libspdlog-dev libfmt-dev
   nlohmann-json3-dev catch2 libyaml-cpp-dev
   openmpi-bin libopenmpi-dev
-  openssh-server openssh-client iproute2 procps psmisc openssl util-linux
+  openssh-server openssh-client iproute2 procps psmisc openssl util-linux file
   python3 python3-dev pybind11-dev python3-torch python3-numpy
   python3-yaml
 )
