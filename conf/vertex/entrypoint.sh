@@ -1,4 +1,4 @@
-#!/usr/bin/env bash
+#!/bin/sh
 # hvd-vertex-entrypoint: a Vertex AI custom training container's entrypoint
 # for hvdrun (conf/vertex/README.md). Every machine of the job runs it with
 # the same arguments, which are hvdrun's:
@@ -20,7 +20,8 @@
 # Exit status: hvdrun's; 2 when a GCS path is set but gsutil is not on PATH
 # (nothing is run); gsutil's own status when a copy fails (stage-in: hvdrun
 # is not run). SIGTERM/SIGINT (Vertex's preemption) go to hvdrun.
-set -uo pipefail
+# POSIX sh (dash, busybox): `sh entrypoint.sh` works as well as running it.
+set -u
 
 HVDRUN=${HVDRUN:-hvdrun}
 STAGING_DIR=${STAGING_DIR:-/input}
@@ -30,8 +31,9 @@ say() { echo "hvd-vertex-entrypoint: $*" >&2; }
 
 # gsutil is needed when either path is set: say so before hours of training.
 for var in STAGE_GCS_PATH GCS_OUTPUT_PATH; do
-  if [ -n "${!var:-}" ] && ! command -v gsutil >/dev/null 2>&1; then
-    say "error: $var is set (${!var}) but gsutil is not on PATH: install the Google Cloud SDK in the image or unset $var"
+  eval "value=\${$var:-}"
+  if [ -n "$value" ] && ! command -v gsutil >/dev/null 2>&1; then
+    say "error: $var is set ($value) but gsutil is not on PATH: install the Google Cloud SDK in the image or unset $var"
     exit 2
   fi
 done
@@ -47,11 +49,17 @@ if [ -n "${STAGE_GCS_PATH:-}" ]; then
   fi
 fi
 
-# hvdrun in the background so that Vertex's SIGTERM reaches it.
+# hvdrun in the background so that Vertex's SIGTERM reaches it. The traps
+# come first: a signal between the start and the traps would kill this
+# script and leave hvdrun running; one that comes before hvdrun exists is
+# passed on as soon as it does.
+child=
+pending=
+trap 'pending=TERM; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null' TERM
+trap 'pending=INT; [ -n "$child" ] && kill -INT "$child" 2>/dev/null' INT
 "$HVDRUN" "$@" &
 child=$!
-trap 'kill -TERM "$child" 2>/dev/null' TERM
-trap 'kill -INT "$child" 2>/dev/null' INT
+[ -n "$pending" ] && kill -"$pending" "$child" 2>/dev/null
 while :; do
   wait "$child"
   status=$?

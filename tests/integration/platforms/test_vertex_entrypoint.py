@@ -55,6 +55,27 @@ def write_exec(path, text):
 
 
 class VertexEntrypoint(unittest.TestCase):
+    # How the entrypoint is started: directly (its #! line), or as a user may
+    # type it, `sh conf/vertex/entrypoint.sh` (the test_sh_* cases).
+    prefix = []
+
+    def test_sh_stage_in_and_out(self):
+        """`sh entrypoint.sh ...` (POSIX sh: dash on Debian) stages in and out as the direct run does."""
+        self.prefix = ["sh"]
+        self.test_stage_in_and_out()
+
+    def test_sh_gsutil_missing_is_one_line(self):
+        self.prefix = ["sh"]
+        self.test_gsutil_missing_is_one_line()
+
+    def test_sh_sigterm_reaches_hvdrun(self):
+        self.prefix = ["sh"]
+        self.test_sigterm_reaches_hvdrun()
+
+    def test_sh_status_passes_through(self):
+        self.prefix = ["sh"]
+        self.test_no_upload_when_the_job_fails_and_its_status_passes_through()
+
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="hvd-vertex-entry-")
         self.bin = os.path.join(self.tmp, "bin")
@@ -87,7 +108,7 @@ class VertexEntrypoint(unittest.TestCase):
         return env
 
     def run_entrypoint(self, args, env):
-        return subprocess.run([ENTRYPOINT] + args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        return subprocess.run(self.prefix + [ENTRYPOINT] + args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, timeout=60)
 
     def calls(self):
@@ -170,7 +191,7 @@ class VertexEntrypoint(unittest.TestCase):
         fake = os.path.join(self.tmp, "fake-hvdrun")
         write_exec(fake, "#!/bin/sh\ntrap 'echo TERM >> \"$GSUTIL_LOG\"; exit 143' TERM\n"
                          "echo started >> \"$GSUTIL_LOG\"\nwhile :; do sleep 0.05; done\n")
-        p = subprocess.Popen([ENTRYPOINT, "-np", "1", "true"], env=self.env(HVDRUN=fake), stdin=subprocess.DEVNULL,
+        p = subprocess.Popen(self.prefix + [ENTRYPOINT, "-np", "1", "true"], env=self.env(HVDRUN=fake), stdin=subprocess.DEVNULL,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.monotonic() + 20
