@@ -824,9 +824,10 @@ def reducescatter_async(tensor, name=None, compression=None, op=Average, process
 
 
 class _ReducescatterFn(torch.autograd.Function):
-    """Gradient of y_r = post * op_q(pre * x_q[rows of r]) for Sum/Average:
-    every rank's gradient gathered back into its rows, times pre * post
-    (and 1/size for Average)."""
+    """Gradient of y_r = post * op_q(pre * x_q[rows of r]) for Sum/Average,
+    as Horovod defines it (horovod.torch's HorovodReducescatter.backward):
+    every rank's gradient gathered back into its rows, times pre * post, and
+    times size() for Sum (Average: no further factor)."""
 
     @staticmethod
     def forward(ctx, tensor, name, op, pre, post, process_set):
@@ -839,7 +840,7 @@ class _ReducescatterFn(torch.autograd.Function):
             raise NotImplementedError("hvdcomm: reducescatter gradient is only defined for Sum and Average")
         g = synchronize(allgather_async(grad.contiguous(), ctx.name + ".grad", ctx.ps))
         _, n = _set_rank_size(_check_process_set(ctx.ps, "reducescatter"))
-        scale = ctx.scale / n if ctx.op == Average else ctx.scale
+        scale = ctx.scale * n if ctx.op == Sum else ctx.scale
         if scale != 1.0:
             g = g * scale
         return g, None, None, None, None, None

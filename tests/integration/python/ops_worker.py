@@ -177,8 +177,9 @@ assert isinstance(ya, torch.Tensor) and ya.requires_grad
 assert torch.equal(xa.grad, torch.tensor([1.0, 2.0, 2.0, 4.0] if r == 0 else [3.0, 4.0, 6.0, 8.0])), xa.grad
 ya2, rs2 = hvd.alltoall(xa.detach().clone().requires_grad_(), splits=[2, 2], name="g_a2a_splits")
 assert ya2.requires_grad and not rs2.requires_grad
-# reducescatter: each rank's gradient gathered back (/size for Average).
-for op, scale in ((hvd.Sum, 1.0), (hvd.Average, 0.5)):
+# reducescatter: each rank's gradient gathered back, times size() for Sum
+# and as is for Average -- Horovod's definition (HorovodReducescatter.backward).
+for op, scale in ((hvd.Sum, float(hvd.size())), (hvd.Average, 1.0)):
     xr = torch.full((4,), float(r + 1), requires_grad=True)
     yr = hvd.reducescatter(xr, op=op, name=f"g_rs{int(op)}")
     (yr * (r + 1)).sum().backward()

@@ -275,11 +275,16 @@ outs = hvd.grouped_reducescatter(ts, op=hvd.Sum, compression=hvd.Compression.fp1
 for i, (o, w) in enumerate(zip(outs, mine)):
     check(o.dtype == w.dtype, f"grouped_reducescatter fp16 keeps dtype {i}")
     close(o, w, f"grouped_reducescatter fp16 tensor {i}", 1e-9)  # small integers: exact in fp16
-# differentiable: the gradient of sum(reducescatter_Sum(x) * w) is allgather(w) (this rank's rows everywhere)
+# differentiable, as Horovod defines it: the gradient of sum(reducescatter_Sum(x) * w)
+# is allgather(w) * size() (every rank's rows), of sum(reducescatter_Average(x) * w) allgather(w)
 x = torch.ones(rows, 2, requires_grad=True)
 w = torch.arange(4.0).reshape(2, 2) + 10 * r
 (hvd.grouped_reducescatter([x], op=hvd.Sum)[0] * w).sum().backward()
-close(x.grad, torch.cat([torch.arange(4.0).reshape(2, 2) + 10 * q for q in range(n)]), "grouped_reducescatter grad")
+close(x.grad, n * torch.cat([torch.arange(4.0).reshape(2, 2) + 10 * q for q in range(n)]), "grouped_reducescatter grad")
+x = torch.ones(rows, 2, requires_grad=True)
+(hvd.grouped_reducescatter([x], op=hvd.Average, prescale_factor=0.5)[0] * w).sum().backward()
+close(x.grad, 0.5 * torch.cat([torch.arange(4.0).reshape(2, 2) + 10 * q for q in range(n)]),
+      "grouped_reducescatter Average grad (prescale 0.5)")
 
 # ------------------------------------------------ bool tensors
 b = torch.tensor([[r % 2 == 1, True], [False, r == 0]])
