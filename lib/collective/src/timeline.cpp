@@ -1,6 +1,7 @@
 #include "timeline.h"
 
 #include "hvd/common/error.h"
+#include "hvd/common/files.h"
 #include "hvd/common/io.h"
 
 #include <fmt/format.h>
@@ -274,12 +275,17 @@ const char* timeline_op_name(OpType type) {
 
 TimelineWriter::TimelineWriter(const std::string& path, int64_t start_epoch_us, TimelineWriterOptions options)
     : path_(path), options_(options) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Never blocks (a FIFO there used to hang rank 0 in open()), never
+  // follows a link, never truncates a file that is not a regular one of this
+  // user's (or root's) with one link: the path may be in a directory others
+  // write (docs/design.md, "Security rules").
+  std::string why;
+  fd_ = open_output_file(path, why);
   if (fd_ < 0) {
     throw IoError(
-        fmt::format("hvd timeline: cannot create '{}': {} (HOROVOD_TIMELINE / --timeline-filename / "
-                    "start_timeline need a writable path on rank 0)",
-                    path, std::strerror(errno)));
+        fmt::format("hvd timeline: '{}' {} (HOROVOD_TIMELINE / --timeline-filename / start_timeline need a path on "
+                    "rank 0 where it can create a regular file)",
+                    path, why));
   }
   // pid 0: the job itself, with the wall-clock time of ts 0 (as Horovod).
   std::string head = fmt::format(

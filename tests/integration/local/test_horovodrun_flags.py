@@ -251,6 +251,30 @@ class Flags(unittest.TestCase):
         self.assertEqual(code, 0, err)
         self.assertEqual(lines_with(err, "settings: "), [], err)
 
+    def test_timeline_fifo_is_one_error_line_never_a_hang(self):
+        """A FIFO as --timeline-filename blocked rank 0 in open() past
+        --start-timeout with no line at all (issue 29 item 5): now one error
+        line from rank 0, and the job runs without a timeline."""
+        d = self.tempdir("hvd_tl_fifo_")
+        fifo = os.path.join(d, "timeline.json")
+        os.mkfifo(fifo)
+        p = subprocess.Popen([HVDRUN, "-np", "2", "--start-timeout", "20", "--timeline-filename", fifo, self.worker(),
+                              "settings"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        try:
+            out, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # lets a blocked open() return
+            p.kill()
+            p.communicate()
+            self.fail("rank 0 blocked on a FIFO as the timeline file")
+        out, err = out.decode(errors="replace"), err.decode(errors="replace")
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn("[0]<stdout>:rank 0: settings ok", out)
+        line = self.assertOneLine(err, "hvd timeline")
+        self.assertIn("[error]", line)
+        self.assertIn(f"'{fifo}' is a FIFO, not a regular file", line)
+        self.assertIn("the job runs without a timeline", line)
+
     def test_log_without_timestamp_drops_the_time_from_library_lines(self):
         code, out, err = run(["-np", "1", "--verbose", "--log-without-timestamp", self.worker(), "settings"])
         self.assertEqual(code, 0, err)

@@ -4,11 +4,21 @@ the real hvdrun with the OCI variables, no second host. --dry-run of the
 MAIN and the WORKER, which platform wins, one-line refusals of malformed
 variables, a one-rank MAIN job that writes its status for the workers, the
 no warning for ENABLE_TIMELINE=1 (the library writes it), and a WORKER's SIGTERM (143, unregistered).
+Issue 29 (docs/design.md, "Security rules"): files another user plants in
+the shared directory (a forged MAIN, links at temporary names, FIFOs,
+heartbeats from the future) are ignored with one line and never block or
+redirect a write; a directory every user can write without the sticky bit
+is refused (exit 2). The cases with a second user need root (else SKIPPED,
+77): they add a throwaway user and remove it at the end.
 The two-host compose pair is test_oci.py (netns)."""
 import json
 import os
+import pwd
+import secrets
 import signal
+import stat
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -36,6 +46,43 @@ def error_lines(stderr):
     return [line for line in stderr.splitlines() if "error" in line]
 
 
+def needs_root(test):
+    """A case that adds a second local user: SKIPPED (77) when not root."""
+    test.needs_root = True
+    return test
+
+
+class OtherUser:
+    """A throwaway local user (the attacker); remove() deletes it."""
+
+    def __init__(self):
+        self.name = "hvdt" + secrets.token_hex(6)
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", self.name],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=30)
+        self.uid = pwd.getpwnam(self.name).pw_uid
+
+    def python(self, code, *args):
+        """Runs `code` as this user (python3 -c code args...), with a system
+        python3 the user can reach (this one may be under /root)."""
+        python = next((p for p in ("/usr/bin/python3", "/usr/local/bin/python3") if os.path.exists(p)), None)
+        if python is None:
+            raise unittest.SkipTest("SKIPPED: no /usr/bin/python3 for the second user")
+        subprocess.run(["runuser", "-u", self.name, "--", python, "-c", code] + list(args), check=True,
+                       timeout=60, stdin=subprocess.DEVNULL)
+
+    def remove(self):
+        subprocess.run(["userdel", self.name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+        subprocess.run(["groupdel", self.name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+
+
+def release_fifo(path):
+    """Opens the FIFO for writing and closes it: a reader blocked in open() reads end-of-file."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        pass
+
+
 class OciLocal(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory(prefix="hvdoci-")
@@ -44,6 +91,146 @@ class OciLocal(unittest.TestCase):
 
     def tearDown(self):
         self.tmp.cleanup()
+
+    def shared_dir(self, mode):
+        """The per-job directory with `mode`; its parents let other users in."""
+        os.makedirs(self.dir)
+        for d in (self.work, os.path.dirname(self.dir)):
+            os.chmod(d, 0o755)
+        os.chmod(self.dir, mode)
+
+    def other_user(self):
+        user = OtherUser()
+        self.addCleanup(user.remove)
+        return user
+
+    def popen(self, env):
+        p = subprocess.Popen([HVDRUN], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+
+        def stop():
+            if p.poll() is None:
+                for name in os.listdir(self.dir) if os.path.isdir(self.dir) else []:
+                    if stat.S_ISFIFO(os.lstat(os.path.join(self.dir, name)).st_mode):
+                        release_fifo(os.path.join(self.dir, name))
+                p.kill()
+                p.communicate()
+        self.addCleanup(stop)
+        return p
+
+    def wait_registered(self, p):
+        end = time.monotonic() + 20
+        while time.monotonic() < end and p.poll() is None and not any(
+                f.startswith("WORKER_") for f in os.listdir(self.dir)):
+            time.sleep(0.05)
+        self.assertIsNone(p.poll(), "the WORKER ended before it registered")
+
+    # ---- files others may write (issue 29) ----
+
+    @needs_root
+    def test_forged_main_of_another_user_is_ignored(self):
+        # Another user's MAIN.json and status: a WORKER used to follow that
+        # MAIN and exit with the forged status (42).
+        self.shared_dir(0o1777)
+        attacker = self.other_user()
+        attacker.python("import json, sys, time\n"
+                        "d = sys.argv[1]\n"
+                        "json.dump({'address': '198.18.250.9', 'run': 'forged', 'heartbeat': time.time() + 30},"
+                        " open(d + '/MAIN.json', 'w'))\n"
+                        "json.dump({'run': 'forged', 'status': 42}, open(d + '/MAIN_status.json', 'w'))\n", self.dir)
+        env = oci_env(self.work, "WORKER", START_TIMEOUT="2", JOB_RUN_OCID="wrk1")
+        r = run([], env, timeout=30)
+        self.assertEqual(r.returncode, 6, r.stderr)
+        forged = [line for line in r.stderr.splitlines() if "MAIN.json: owned by uid" in line]
+        self.assertEqual(len(forged), 2, r.stderr)  # the warning, then the error line's reason
+        self.assertIn(f"MAIN.json: owned by uid {attacker.uid}, not by this user (uid 0) or root: not trusted",
+                      forged[0])
+        self.assertIn("[warning]", forged[0])
+        self.assertTrue(forged[1].startswith("hvdrun: error: no MAIN appeared in"), r.stderr)
+        sticky = [line for line in r.stderr.splitlines() if "writable by every user" in line]
+        self.assertEqual(len(sticky), 1, r.stderr)
+        self.assertIn("sticky bit", sticky[0])
+        self.assertNotIn("following the MAIN", r.stderr)
+
+    @needs_root
+    def test_links_planted_by_another_user_redirect_no_write(self):
+        # The temporary names were .<name>.<pid>.<n>.tmp, opened without
+        # O_EXCL|O_NOFOLLOW: a link planted there made root overwrite its target.
+        self.shared_dir(0o1777)
+        victim = os.path.join(self.work, "victim")
+        with open(victim, "w") as f:
+            f.write("precious\n")
+        attacker = self.other_user()
+        attacker.python("import os, sys\n"
+                        "d, victim = sys.argv[1:]\n"
+                        "last = int(open('/proc/sys/kernel/ns_last_pid').read())\n"
+                        "for pid in range(last + 1, last + 4000):\n"
+                        "    for name in ('WORKER_wrk1.json', 'MAIN.json', 'MAIN_status.json'):\n"
+                        "        os.symlink(victim, f'{d}/.{name}.{pid}.0.tmp')\n", self.dir, victim)
+        p = self.popen(oci_env(self.work, "WORKER", START_TIMEOUT="30", JOB_RUN_OCID="wrk1"))
+        self.wait_registered(p)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=15)
+        self.assertEqual(p.returncode, 143, err)
+        with open(victim) as f:
+            self.assertEqual(f.read(), "precious\n")
+        self.assertFalse([f for f in os.listdir(self.dir) if f.endswith(".tmp") and not os.path.islink(
+            os.path.join(self.dir, f))], "a temporary file was left")
+
+    def test_world_writable_directory_without_sticky_bit_is_refused(self):
+        self.shared_dir(0o777)
+        expected = (f"hvdrun: error: the shared directory {self.dir} is writable by every user and has no sticky bit: "
+                    "another user could replace its files; chmod 1777 or 0755 it")
+        for mode, args in (("WORKER", []), ("MAIN", []), ("MAIN", ["--dry-run"])):
+            r = run(args, oci_env(self.work, mode, START_TIMEOUT="1", MIN_NP="1", MAX_NP="1",
+                                  OCI__ENTRY_SCRIPT="/bin/true", OCI__ENTRY_SCRIPT_ARGS=""), timeout=30)
+            self.assertEqual(r.returncode, 2, (mode, args, r.stderr))
+            self.assertEqual(error_lines(r.stderr), [expected], (mode, args))
+        self.assertEqual(os.listdir(self.dir), [])
+
+    def test_fifo_as_main_json_never_blocks_the_worker(self):
+        # open() of a FIFO blocked the WORKER (signals too) until a writer came.
+        self.shared_dir(0o755)
+        os.mkfifo(os.path.join(self.dir, "MAIN.json"))
+        p = self.popen(oci_env(self.work, "WORKER", START_TIMEOUT="30", JOB_RUN_OCID="wrk1"))
+        self.wait_registered(p)
+        time.sleep(0.5)
+        p.send_signal(signal.SIGTERM)
+        try:
+            out, err = p.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.fail("SIGTERM did not end a WORKER with a FIFO as MAIN.json")
+        self.assertEqual(p.returncode, 143, err)
+        p = self.popen(oci_env(self.work, "WORKER", START_TIMEOUT="2", JOB_RUN_OCID="wrk1"))
+        try:
+            out, err = p.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.fail("a WORKER with a FIFO as MAIN.json waited past START_TIMEOUT")
+        self.assertEqual(p.returncode, 6, err)
+        self.assertEqual(len([line for line in err.splitlines() if "MAIN.json: a FIFO, not a regular file" in line]),
+                         2, err)  # the warning and the error line
+
+    def test_dry_run_ignores_special_and_future_entries(self):
+        # A FIFO blocked the MAIN; a link to /dev/zero grew its memory without
+        # bound; a heartbeat 10^9 s ahead kept a phantom host forever.
+        self.shared_dir(0o755)
+        os.mkfifo(os.path.join(self.dir, "WORKER_a.json"))
+        os.symlink("/dev/zero", os.path.join(self.dir, "WORKER_b.json"))
+        with open(os.path.join(self.dir, "WORKER_c.json"), "w") as f:
+            json.dump({"address": "198.18.250.5", "slots": 1, "heartbeat": time.time() + 1e9}, f)
+        try:
+            r = run(["--dry-run"], oci_env(self.work), timeout=20)
+        except subprocess.TimeoutExpired:
+            release_fifo(os.path.join(self.dir, "WORKER_a.json"))
+            self.fail("the MAIN's look at the directory blocked")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"\nhosts: [^,\n]+:1\n")
+        for name, why in (("WORKER_a.json", "a FIFO, not a regular file"),
+                          ("WORKER_b.json", "a symbolic link, not a regular file"),
+                          ("WORKER_c.json", "s in the future")):
+            lines = [line for line in r.stderr.splitlines() if name in line]
+            self.assertEqual(len(lines), 1, r.stderr)
+            self.assertIn(why, lines[0])
 
     def test_dry_run_main_and_worker(self):
         r = run(["--dry-run"], oci_env(self.work))
@@ -214,4 +401,8 @@ class OciLocal(unittest.TestCase):
 
 
 if __name__ == "__main__":
+    if os.geteuid() != 0 and any(getattr(getattr(OciLocal, a.split(".")[-1], None), "needs_root", False)
+                                 for a in sys.argv[1:]):
+        print("SKIPPED: needs root to add a second local user", flush=True)
+        sys.exit(77)
     unittest.main()

@@ -13,8 +13,10 @@
 #include <nlohmann/json.hpp>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -239,6 +241,54 @@ TEST_CASE("timeline writer: an unwritable path is an IoError naming it", "[timel
     CHECK(std::string(e.what()).find("/nonexistent-dir-hvd/t.json") != std::string::npos);
   }
   CHECK_FALSE(tl.active());
+}
+
+TEST_CASE("timeline writer: a FIFO, a symbolic link or another non-regular target is one IoError, never a hang",
+          "[timeline][security]") {
+  // A FIFO used to block open(O_WRONLY) until a reader came (issue 29 item 5).
+  TempDir dir;
+  const std::string fifo = (dir.path / "fifo.json").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  auto error_of = [](const std::string& path) {
+    auto started = std::async(std::launch::async, [path]() -> std::string {
+      try {
+        Timeline tl;
+        tl.start(path, false);
+        return "";
+      } catch (const hvd::IoError& e) {
+        return e.what();
+      }
+    });
+    if (started.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+      const int reader = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // lets open() return
+      std::string late = started.get();
+      if (reader >= 0) ::close(reader);
+      return "blocked (" + late + ")";
+    }
+    return started.get();
+  };
+  CHECK(error_of(fifo).find("hvd timeline: '" + fifo + "' is a FIFO, not a regular file") == 0);
+  // A reader on the FIFO: open() would succeed, the file is still refused.
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  REQUIRE(reader >= 0);
+  CHECK(error_of(fifo).find("hvd timeline: '" + fifo + "' is a FIFO, not a regular file") == 0);
+  ::close(reader);
+  CHECK(error_of("/dev/null").find("'/dev/null' is a character device, not a regular file") != std::string::npos);
+  // A link is not followed (in a directory others write it could point anywhere).
+  const fs::path target = dir.path / "target";
+  std::ofstream(target) << "precious";
+  fs::create_symlink(target, dir.path / "link.json");
+  CHECK(error_of((dir.path / "link.json").string()).find("is a symbolic link, not a regular file") !=
+        std::string::npos);
+  fs::create_hard_link(target, dir.path / "hard.json");
+  CHECK(error_of((dir.path / "hard.json").string()).find("has 2 hard links") != std::string::npos);
+  std::ifstream in(target);
+  std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(kept == "precious");
+  // An existing regular file of this user's is truncated and written.
+  std::ofstream(dir.path / "old.json") << std::string(10000, 'x');
+  CHECK(error_of((dir.path / "old.json").string()).empty());
+  CHECK(load(dir.path / "old.json").size() == 2);
 }
 
 TEST_CASE("timeline writer: in-process (the fallback when fork fails) writes the same file", "[timeline]") {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "hvd/common/error.h"
@@ -148,6 +149,7 @@ int run_main(const Options& flags, const OciConfig& config, const std::string& a
     }
   }
   Registry registry(config.job_dir(), kOciHeartbeatStale);
+  registry.check_directory();  // a directory others could swap is refused, dry run or not (exit 2)
   const HostSpec self{address, config.slots};
   HostSourceFactory factory = [&registry, &self](bool) {
     return std::make_unique<shared_dir::SharedDirHostSource>(registry, self);
@@ -164,8 +166,8 @@ int run_main(const Options& flags, const OciConfig& config, const std::string& a
   try {
     registry.create_directories();
     if (auto other = registry.read_leader(); other && !registry.stale(*other) && other->address != address) {
-      spdlog::warn("{}: another MAIN ({}, run {}) refreshed its heartbeat {:.0f} s ago; this run takes over",
-                   registry.dir(), other->address, other->run, registry.age(*other));
+      spdlog::warn("{}: another MAIN ({}, run {}) refreshed its heartbeat {}; this run takes over", registry.dir(),
+                   other->address, other->run, registry.describe_age(*other));
     }
     const std::string run = config.run_id + "-" + random_secret(4);
     registry.write_leader(address, run);
@@ -194,6 +196,7 @@ int run_main(const Options& flags, const OciConfig& config, const std::string& a
 
 int run_worker(const Options& options, const OciConfig& config, const std::string& address) {
   Registry registry(config.job_dir(), kOciHeartbeatStale);
+  registry.check_directory();  // a directory others could swap is refused, dry run or not (exit 2)
   const HostSpec self{address, config.slots};
   const int port = options.ssh_port.value_or(22);  // WORKER_PORT, unless HOROVOD_ARGS or the command line say -p
   if (options.command != config.entry_command &&
@@ -237,6 +240,11 @@ int run_worker(const Options& options, const OciConfig& config, const std::strin
 
   const auto started = std::chrono::steady_clock::now();
   std::optional<shared_dir::Leader> following;
+  std::set<std::string> reported;  // a file that is not trusted (another user's, a FIFO, ...): one warning each
+  auto report = [&](const std::string& problem) {
+    if (problem.empty() || problem.rfind("no ", 0) == 0 || !reported.insert(problem).second) return;
+    spdlog::warn("{}: ignored: {}", registry.dir(), problem);
+  };
   while (true) {
     if (int sig = signals.wait(250)) {
       spdlog::warn("received {}; unregistering from {}", signal_name(sig), registry.dir());
@@ -244,6 +252,7 @@ int run_worker(const Options& options, const OciConfig& config, const std::strin
     }
     std::string problem;
     const auto leader = registry.read_leader(&problem);
+    report(problem);
     if (!following) {
       if (leader && !registry.stale(*leader)) {
         following = leader;
@@ -251,21 +260,23 @@ int run_worker(const Options& options, const OciConfig& config, const std::strin
         continue;
       }
       if (std::chrono::steady_clock::now() - started > config.start_timeout) {
-        std::fprintf(
-            stderr,
-            "hvdrun: error: no MAIN appeared in %s within START_TIMEOUT %lld s (%s): is the MAIN job run "
-            "started, with the same OCI__WORK_DIR?\n",
-            registry.dir().c_str(), static_cast<long long>(config.start_timeout.count()),
-            leader ? fmt::format("MAIN.json of {} is {:.0f} s old", leader->address, registry.age(*leader)).c_str()
-                   : problem.c_str());
+        std::fprintf(stderr,
+                     "hvdrun: error: no MAIN appeared in %s within START_TIMEOUT %lld s (%s): is the MAIN job run "
+                     "started, with the same OCI__WORK_DIR?\n",
+                     registry.dir().c_str(), static_cast<long long>(config.start_timeout.count()),
+                     leader
+                         ? fmt::format("MAIN.json of {} is {}", leader->address, registry.describe_age(*leader)).c_str()
+                         : problem.c_str());
         return exit_code::kPlatformFollower;
       }
       continue;
     }
-    if (auto status = registry.read_status(following->run)) {
+    std::string status_problem;
+    if (auto status = registry.read_status(following->run, &status_problem)) {
       spdlog::info("the MAIN's job ended with status {}", *status);
       return *status;
     }
+    report(status_problem);
     if (leader && leader->run != following->run && !registry.stale(*leader)) {
       spdlog::warn("a new MAIN run at {} (run {}) replaced run {}; following it", leader->address, leader->run,
                    following->run);
@@ -274,11 +285,12 @@ int run_worker(const Options& options, const OciConfig& config, const std::strin
     }
     if (!leader || registry.stale(*leader)) {
       if (auto status = registry.read_status(following->run)) return *status;
-      std::fprintf(stderr,
-                   "hvdrun: error: the MAIN at %s stopped refreshing its heartbeat in %s (%s) and wrote no status: it "
-                   "is gone\n",
-                   following->address.c_str(), registry.dir().c_str(),
-                   leader ? fmt::format("last {:.0f} s ago", registry.age(*leader)).c_str() : problem.c_str());
+      std::fprintf(
+          stderr,
+          "hvdrun: error: the MAIN at %s stopped refreshing its heartbeat in %s (%s) and wrote no status: it "
+          "is gone\n",
+          following->address.c_str(), registry.dir().c_str(),
+          leader ? fmt::format("its heartbeat is {}", registry.describe_age(*leader)).c_str() : problem.c_str());
       return exit_code::kPlatformFollower;
     }
   }

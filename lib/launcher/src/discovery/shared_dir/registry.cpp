@@ -1,6 +1,7 @@
 // Hosts that meet in a shared directory (discovery/shared_dir/registry.h).
 #include "hvd/launcher/discovery/shared_dir/registry.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -14,9 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "hvd/common/error.h"
 
@@ -31,14 +30,10 @@ constexpr const char* kWorkerPrefix = "WORKER_";
 constexpr const char* kLeaderFile = "MAIN.json";
 constexpr const char* kStatusFile = "MAIN_status.json";
 
-/// The file's text; nullopt when it does not exist or cannot be read.
-std::optional<std::string> read_text(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
-}
+/// A registry file's size bound: an entry is a few dozen bytes.
+constexpr std::size_t kMaxFileBytes = 65536;
+/// WORKER_ entries looked at per listing; the rest are one ignored line.
+constexpr std::size_t kMaxEntries = 4096;
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -99,61 +94,96 @@ void Registry::create_directories() const {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) throw IoError(fmt::format("cannot create the shared directory {}: {}", dir_, ec.message()));
+  check_directory();
+}
+
+void Registry::check_directory() const { (void)open_dir(); }
+
+SharedDirectory Registry::open_dir() const {
+  SharedDirectory d = open_shared_directory(dir_);
+  if (d.world_writable && !warned_world_writable_.exchange(true)) {
+    spdlog::warn(
+        "the shared directory {} is writable by every user (it has the sticky bit): hvdrun trusts only the files of "
+        "this user and root there (docs/design.md, \"Security rules\")",
+        dir_);
+  }
+  return d;
 }
 
 void Registry::write_atomically(const std::string& name, const std::string& text) const {
-  // A temporary name no other writer uses (pid and a counter), then rename.
-  static std::atomic<unsigned> counter{0};
-  const std::string final_path = dir_ + "/" + name;
-  const std::string tmp = fmt::format("{}/.{}.{}.{}.tmp", dir_, name, ::getpid(), counter++);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw IoError(fmt::format("cannot write {}: {}", tmp, std::strerror(errno)));
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw IoError(fmt::format("cannot write {}: {}", tmp, std::strerror(err)));
+  const SharedDirectory d = open_dir();
+  if (!d.fd) throw IoError(fmt::format("cannot write {}/{}: the shared directory is gone", dir_, name));
+  write_file_atomically(d.fd.get(), dir_, name, text);
+}
+
+OwnedFile Registry::read(const std::string& name) const {
+  const SharedDirectory d = open_dir();
+  if (!d.fd) return OwnedFile{};
+  return read_owned_file(d.fd.get(), name, kMaxFileBytes);
+}
+
+void Registry::remove(const std::string& name) const {
+  try {
+    const SharedDirectory d = open_dir();
+    if (d.fd && ::unlinkat(d.fd.get(), name.c_str(), 0) != 0 && errno != ENOENT) {
+      spdlog::warn("cannot remove {}/{}: {}", dir_, name, std::strerror(errno));
     }
-    done += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw IoError(fmt::format("cannot rename {} to {}: {}", tmp, final_path, std::strerror(err)));
+  } catch (const Error& e) {
+    spdlog::warn("cannot remove {}/{}: {}", dir_, name, e.what());
   }
 }
+
+double Registry::skew_limit() const { return std::chrono::duration<double>(stale_after_).count(); }
 
 void Registry::register_worker(const std::string& name, const HostSpec& host) const {
   json j = {{"address", host.name}, {"slots", host.slots}, {"heartbeat", clock_()}};
   write_atomically(kWorkerPrefix + name + ".json", j.dump() + "\n");
 }
 
-void Registry::unregister_worker(const std::string& name) const {
-  ::unlink((dir_ + "/" + kWorkerPrefix + name + ".json").c_str());
-}
+void Registry::unregister_worker(const std::string& name) const { remove(kWorkerPrefix + name + ".json"); }
 
 WorkerListing Registry::list_workers() const {
   WorkerListing out;
+  const SharedDirectory d = open_dir();
+  if (!d.fd) return out;  // not created yet: nobody registered
   std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir_, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind(kWorkerPrefix, 0) == 0 && ends_with(name, ".json")) names.push_back(name);
+  {
+    const int fd = ::dup(d.fd.get());
+    DIR* listing = fd < 0 ? nullptr : ::fdopendir(fd);
+    if (listing == nullptr) {
+      if (fd >= 0) ::close(fd);
+      throw IoError(fmt::format("cannot list the shared directory {}: {}", dir_, std::strerror(errno)));
+    }
+    ::rewinddir(listing);
+    size_t over = 0;
+    while (const dirent* e = ::readdir(listing)) {
+      const std::string name = e->d_name;
+      if (name.rfind(kWorkerPrefix, 0) != 0 || !ends_with(name, ".json")) continue;
+      if (names.size() < kMaxEntries) {
+        names.push_back(name);
+      } else {
+        ++over;
+      }
+    }
+    ::closedir(listing);
+    if (over > 0) {
+      out.ignored.push_back(
+          fmt::format("{}*.json: {} more entries than the {} looked at", kWorkerPrefix, over, kMaxEntries));
+    }
   }
   std::sort(names.begin(), names.end());
   const double now = clock_();
   const double limit = std::chrono::duration<double>(stale_after_).count();
   std::map<std::string, size_t> by_address;  // address -> index in out.workers
   for (const auto& name : names) {
-    const auto text = read_text(dir_ + "/" + name);
-    if (!text) continue;  // unregistered meanwhile
+    const OwnedFile file = read_owned_file(d.fd.get(), name, kMaxFileBytes);
+    if (file.status == OwnedFile::Status::Absent) continue;  // unregistered meanwhile
+    if (file.status == OwnedFile::Status::Refused) {
+      out.ignored.push_back(fmt::format("{}: {}", name, file.why));
+      continue;
+    }
     std::string why;
-    auto entry = parse_worker(*text, why);
+    auto entry = parse_worker(file.text, why);
     if (!entry) {
       out.ignored.push_back(fmt::format("{}: {}", name, why));
       continue;
@@ -164,6 +194,13 @@ WorkerListing Registry::list_workers() const {
           fmt::format("{}: stale (its heartbeat is {:.0f} s old; a worker refreshes it every few "
                       "seconds while it runs)",
                       name, now - entry->heartbeat));
+      continue;
+    }
+    if (entry->heartbeat - now > skew_limit()) {
+      out.ignored.push_back(
+          fmt::format("{}: stale (its heartbeat is {:.0f} s in the future, more than the {:.0f} s the machines' "
+                      "clocks may differ by)",
+                      name, entry->heartbeat - now, skew_limit()));
       continue;
     }
     auto seen = by_address.find(entry->host.name);
@@ -188,19 +225,29 @@ void Registry::write_leader(const std::string& address, const std::string& run) 
 }
 
 std::optional<Leader> Registry::read_leader(std::string* problem) const {
-  const auto text = read_text(dir_ + "/" + kLeaderFile);
-  if (!text) {
-    if (problem) *problem = fmt::format("no {}", kLeaderFile);
+  OwnedFile file;
+  try {
+    file = read(kLeaderFile);
+  } catch (const Error& e) {
+    if (problem) *problem = e.what();
+    return std::nullopt;
+  }
+  if (file.status != OwnedFile::Status::Ok) {
+    if (problem) {
+      *problem = file.status == OwnedFile::Status::Absent ? fmt::format("no {}", kLeaderFile)
+                                                          : fmt::format("{}: {}", kLeaderFile, file.why);
+    }
     return std::nullopt;
   }
   try {
-    const json j = json::parse(*text);
+    const json j = json::parse(file.text);
     Leader l;
     l.address = j.at("address").get<std::string>();
     l.run = j.at("run").get<std::string>();
     l.heartbeat = j.at("heartbeat").get<double>();
+    if (!std::isfinite(l.heartbeat)) throw std::out_of_range("'heartbeat' is not a finite number");
     return l;
-  } catch (const json::exception& e) {
+  } catch (const std::exception& e) {
     if (problem) *problem = fmt::format("{} is malformed ({})", kLeaderFile, e.what());
     return std::nullopt;
   }
@@ -209,21 +256,37 @@ std::optional<Leader> Registry::read_leader(std::string* problem) const {
 double Registry::age(const Leader& leader) const { return clock_() - leader.heartbeat; }
 
 bool Registry::stale(const Leader& leader) const {
-  return age(leader) > std::chrono::duration<double>(stale_after_).count();
+  const double a = age(leader);
+  return a > std::chrono::duration<double>(stale_after_).count() || -a > skew_limit();
 }
 
-void Registry::remove_leader() const { ::unlink((dir_ + "/" + kLeaderFile).c_str()); }
+std::string Registry::describe_age(const Leader& leader) const {
+  const double a = age(leader);
+  return a >= 0 ? fmt::format("{:.0f} s old", a) : fmt::format("{:.0f} s in the future", -a);
+}
+
+void Registry::remove_leader() const { remove(kLeaderFile); }
 
 void Registry::write_status(const std::string& run, int status) const {
   json j = {{"run", run}, {"status", status}};
   write_atomically(kStatusFile, j.dump() + "\n");
 }
 
-std::optional<int> Registry::read_status(const std::string& run) const {
-  const auto text = read_text(dir_ + "/" + kStatusFile);
-  if (!text) return std::nullopt;
+std::optional<int> Registry::read_status(const std::string& run, std::string* problem) const {
+  OwnedFile file;
   try {
-    const json j = json::parse(*text);
+    file = read(kStatusFile);
+  } catch (const Error& e) {
+    if (problem) *problem = e.what();
+    return std::nullopt;
+  }
+  if (file.status == OwnedFile::Status::Refused) {
+    if (problem) *problem = fmt::format("{}: {}", kStatusFile, file.why);
+    return std::nullopt;
+  }
+  if (file.status != OwnedFile::Status::Ok) return std::nullopt;
+  try {
+    const json j = json::parse(file.text);
     if (j.at("run").get<std::string>() != run) return std::nullopt;
     return j.at("status").get<int>();
   } catch (const json::exception&) {
@@ -239,7 +302,14 @@ std::string SharedDirHostSource::describe() const {
 }
 
 DiscoveryResult SharedDirHostSource::discover() {
-  const WorkerListing found = registry_.list_workers();
+  WorkerListing found;
+  try {
+    found = registry_.list_workers();
+  } catch (const Error& e) {  // failures are values (host_source.h)
+    DiscoveryResult failed;
+    failed.error = e.what();
+    return failed;
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   std::map<std::string, std::string> now;
   for (const auto& line : found.ignored) {

@@ -1,8 +1,19 @@
 // The shared-directory registry and its host source (discovery/shared_dir/)
 // over a temporary directory and a fake clock.
-#include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <sstream>
+#include <thread>
 
 #include "../../test_util.h"
 #include "hvd/launcher/discovery/shared_dir/registry.h"
@@ -151,4 +162,185 @@ TEST_CASE("shared_dir: an unwritable directory is an IoError naming it", "[share
   f.root.write("file", "x");  // a file where the directory would be
   CHECK_THROWS_AS(missing.create_directories(), hvd::IoError);
   CHECK_THROWS_AS(missing.register_worker("a", HostSpec{"10.0.0.3", 1}), hvd::IoError);
+}
+
+// ---- files others may have written (issue 29 items 1, 2, 5; docs/design.md, "Security rules") ----
+
+namespace {
+
+/// Runs `fn` on a thread of its own; false when it has not returned within
+/// `limit` (then `unblock` lets it finish, and it is waited for).
+template <typename Fn>
+bool returns_within(std::chrono::seconds limit, Fn fn, const std::function<void()>& unblock) {
+  auto done = std::async(std::launch::async, std::move(fn));
+  if (done.wait_for(limit) == std::future_status::ready) {
+    done.get();
+    return true;
+  }
+  unblock();
+  done.wait();
+  return false;
+}
+
+/// Opens the FIFO `path` for writing and closes it: a reader blocked in
+/// open() then reads end-of-file.
+void release_fifo_reader(const std::string& path) {
+  for (int i = 0; i < 100; ++i) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0) {
+      ::close(fd);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool has_line(const std::vector<std::string>& lines, const std::string& start, const std::string& part) {
+  return std::any_of(lines.begin(), lines.end(),
+                     [&](const std::string& l) { return l.rfind(start, 0) == 0 && l.find(part) != std::string::npos; });
+}
+
+}  // namespace
+
+TEST_CASE("shared_dir: symbolic links planted at temporary names never redirect a write", "[shared_dir][security]") {
+  // The writer used to create .<name>.<pid>.<n>.tmp without O_EXCL|O_NOFOLLOW:
+  // a link planted at that name made it overwrite the link's target.
+  Fixture f;
+  const std::string victim = f.root.write("victim", "precious\n");
+  const std::string dir = f.registry.dir();
+  size_t planted = 0;
+  for (const char* name : {"MAIN.json", "WORKER_w.json", "MAIN_status.json"}) {
+    for (int n = 0; n < 1024; ++n) {
+      fs::create_symlink(victim, fmt::format("{}/.{}.{}.{}.tmp", dir, name, ::getpid(), n));
+      ++planted;
+    }
+  }
+  f.registry.write_leader("10.0.0.2", "run1");
+  f.registry.register_worker("w", HostSpec{"10.0.0.3", 1});
+  f.registry.write_status("run1", 0);
+  CHECK(read_all(victim) == "precious\n");
+  REQUIRE(f.registry.read_leader());
+  CHECK(f.registry.read_leader()->address == "10.0.0.2");
+  CHECK(f.registry.list_workers().workers.size() == 1);
+  CHECK(f.registry.read_status("run1") == 0);
+  CHECK(f.files().size() == planted + 3);  // no temporary of its own left
+}
+
+TEST_CASE(
+    "shared_dir: a FIFO, a symbolic link, a hard link or an oversized file is ignored with one line and never "
+    "blocks",
+    "[shared_dir][security]") {
+  Fixture f;
+  const std::string d = "job/hvdrun/";
+  const std::string dir = f.registry.dir();
+  const std::string good = R"({"address": "10.0.0.3", "slots": 1, "heartbeat": 1000})";
+  REQUIRE(::mkfifo((dir + "/WORKER_a.json").c_str(), 0644) == 0);
+  REQUIRE(::mkfifo((dir + "/MAIN.json").c_str(), 0644) == 0);
+  REQUIRE(::mkfifo((dir + "/MAIN_status.json").c_str(), 0644) == 0);
+  fs::create_symlink(f.root.write("elsewhere.json", R"({"address": "10.0.0.4", "slots": 1, "heartbeat": 1000})"),
+                     dir + "/WORKER_b.json");
+  f.root.write(d + "WORKER_c.json", good);
+  fs::create_hard_link(f.root.write("other.json", R"({"address": "10.0.0.5", "slots": 1, "heartbeat": 1000})"),
+                       dir + "/WORKER_d.json");
+  f.root.write(d + "WORKER_e.json",
+               std::string(70000, ' ') + R"({"address": "10.0.0.6", "slots": 1, "heartbeat": 1000})");
+
+  WorkerListing l;
+  CHECK(returns_within(
+      std::chrono::seconds(5), [&] { l = f.registry.list_workers(); },
+      [&] { release_fifo_reader(dir + "/WORKER_a.json"); }));
+  REQUIRE(l.workers.size() == 1);
+  CHECK(l.workers[0].host.name == "10.0.0.3");
+  INFO(fmt::format("{}", fmt::join(l.ignored, "\n")));
+  CHECK(l.ignored.size() == 4);
+  CHECK(has_line(l.ignored, "WORKER_a.json: ", "a FIFO, not a regular file"));
+  CHECK(has_line(l.ignored, "WORKER_b.json: ", "a symbolic link, not a regular file"));
+  CHECK(has_line(l.ignored, "WORKER_d.json: ", "2 hard links"));
+  CHECK(has_line(l.ignored, "WORKER_e.json: ", "larger than 65536 bytes"));
+
+  std::string problem;
+  std::optional<Leader> leader;
+  CHECK(returns_within(
+      std::chrono::seconds(5), [&] { leader = f.registry.read_leader(&problem); },
+      [&] { release_fifo_reader(dir + "/MAIN.json"); }));
+  CHECK_FALSE(leader);
+  CHECK(problem.find("MAIN.json: a FIFO, not a regular file") != std::string::npos);
+  std::optional<int> status;
+  CHECK(returns_within(
+      std::chrono::seconds(5), [&] { status = f.registry.read_status("run1"); },
+      [&] { release_fifo_reader(dir + "/MAIN_status.json"); }));
+  CHECK_FALSE(status);
+}
+
+TEST_CASE("shared_dir: a heartbeat from the future beyond the clock skew bound is stale", "[shared_dir][security]") {
+  Fixture f;  // now = 1000, stale after 10 s: the clocks may differ by as much
+  const std::string d = "job/hvdrun/";
+  f.root.write(d + "WORKER_far.json", R"({"address": "10.0.0.3", "slots": 1, "heartbeat": 1000001000})");
+  f.root.write(d + "WORKER_near.json", R"({"address": "10.0.0.4", "slots": 1, "heartbeat": 1005})");
+  const WorkerListing l = f.registry.list_workers();
+  REQUIRE(l.workers.size() == 1);
+  CHECK(l.workers[0].host.name == "10.0.0.4");  // 5 s ahead: within the skew
+  REQUIRE(l.ignored.size() == 1);
+  CHECK(l.ignored[0].rfind("WORKER_far.json: stale (its heartbeat is 1000000000 s in the future", 0) == 0);
+
+  f.root.write(d + "MAIN.json", R"({"address": "10.0.0.2", "run": "r", "heartbeat": 1000001000})");
+  auto leader = f.registry.read_leader();
+  REQUIRE(leader);
+  CHECK(f.registry.stale(*leader));
+  f.root.write(d + "MAIN.json", R"({"address": "10.0.0.2", "run": "r", "heartbeat": 1009})");
+  CHECK_FALSE(f.registry.stale(*f.registry.read_leader()));
+}
+
+TEST_CASE("shared_dir: files of another user are not trusted", "[shared_dir][security]") {
+  if (::geteuid() != 0) {
+    WARN("not root: cannot give a file to another uid; skipped");
+    return;
+  }
+  Fixture f;
+  const std::string d = "job/hvdrun/";
+  const uid_t other = 54321;  // no such user is needed: chown takes any uid
+  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
+           {"WORKER_x.json", R"({"address": "10.0.0.3", "slots": 1, "heartbeat": 1000})"},
+           {"MAIN.json", R"({"address": "10.0.0.2", "run": "forged", "heartbeat": 1000})"},
+           {"MAIN_status.json", R"({"run": "forged", "status": 42})"}}) {
+    REQUIRE(::chown(f.root.write(d + name, text).c_str(), other, other) == 0);
+  }
+  const WorkerListing l = f.registry.list_workers();
+  CHECK(l.workers.empty());
+  REQUIRE(l.ignored.size() == 1);
+  CHECK(l.ignored[0] == "WORKER_x.json: owned by uid 54321, not by this user (uid 0) or root: not trusted");
+  std::string problem;
+  CHECK_FALSE(f.registry.read_leader(&problem));
+  CHECK(problem == "MAIN.json: owned by uid 54321, not by this user (uid 0) or root: not trusted");
+  CHECK_FALSE(f.registry.read_status("forged"));
+}
+
+TEST_CASE("shared_dir: a directory every user can write is refused without the sticky bit", "[shared_dir][security]") {
+  Fixture f;
+  const std::string dir = f.registry.dir();
+  REQUIRE(::chmod(dir.c_str(), 0777) == 0);
+  const std::string why = hvd_test::invalid_message([&] { f.registry.create_directories(); });
+  CHECK(why == "the shared directory " + dir +
+                   " is writable by every user and has no sticky bit: another user could replace its files; chmod "
+                   "1777 or 0755 it");
+  CHECK_THROWS_AS(f.registry.register_worker("w", HostSpec{"10.0.0.3", 1}), hvd::InvalidArgument);
+  CHECK_THROWS_AS(f.registry.list_workers(), hvd::InvalidArgument);
+  // Above it likewise: its parent could rename it away.
+  REQUIRE(::chmod(dir.c_str(), 0755) == 0);
+  REQUIRE(::chmod((f.root.path() + "/job").c_str(), 0777) == 0);
+  CHECK(hvd_test::invalid_message([&] { f.registry.create_directories(); }).find(f.root.path() + "/job is writable") !=
+        std::string::npos);
+  REQUIRE(::chmod((f.root.path() + "/job").c_str(), 0755) == 0);
+  // With the sticky bit (as /tmp): allowed, with a warning (once).
+  REQUIRE(::chmod(dir.c_str(), 01777) == 0);
+  CHECK_NOTHROW(f.registry.create_directories());
+  CHECK_NOTHROW(f.registry.register_worker("w", HostSpec{"10.0.0.3", 1}));
+  CHECK(f.registry.list_workers().workers.size() == 1);
 }

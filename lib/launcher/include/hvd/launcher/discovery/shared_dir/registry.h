@@ -8,7 +8,17 @@
 ///
 /// Freshness is the wall-clock time written inside the file (not the
 /// file's mtime, which NFS caches): an entry older than `stale_after` is
-/// stale. The machines' clocks must agree within a few seconds (NTP).
+/// stale, and so is one more than `stale_after` in the future (the clocks
+/// may differ by that much; a time far ahead must not keep an entry fresh
+/// forever). The machines' clocks must agree within a few seconds (NTP).
+///
+/// The directory may be writable by other users (docs/design.md, "Security
+/// rules", hvd/common/files.h): files are created O_EXCL|O_NOFOLLOW under
+/// random temporary names; a file read must be a regular one of this user's
+/// or root's, of at most 64 KiB (else it is ignored with its reason, never
+/// followed, never waited on); the directory (or one above it) writable by
+/// every user without the sticky bit is refused (InvalidArgument), with the
+/// sticky bit warned about once.
 ///
 /// Layout of the directory:
 ///   WORKER_<run>.json   {"address": "10.0.0.3", "slots": 1, "heartbeat": 1764100000.5}
@@ -16,6 +26,7 @@
 ///                       once the status is written, so that a worker of a later run of
 ///                       the job never follows a leader that has ended
 ///   MAIN_status.json    {"run": "<id>", "status": 0}
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -25,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "hvd/common/files.h"
 #include "hvd/launcher/discovery/host_source.h"
 #include "hvd/launcher/hosts/hosts.h"
 
@@ -64,38 +76,56 @@ class Registry {
   const std::string& dir() const { return dir_; }
   std::chrono::milliseconds stale_after() const { return stale_after_; }
 
-  /// Creates the directory and its parents. Throws IoError naming it.
+  /// Creates the directory and its parents, then check_directory(). Throws
+  /// IoError naming it.
   void create_directories() const;
+  /// Throws InvalidArgument (one line naming it) when the directory may not
+  /// be shared (hvd::open_shared_directory); warns once when every user can
+  /// write it (with the sticky bit). A missing directory is fine.
+  void check_directory() const;
 
   /// Writes (or refreshes) WORKER_<name>.json. Throws IoError.
   void register_worker(const std::string& name, const HostSpec& host) const;
   /// Removes WORKER_<name>.json (gone already is fine).
   void unregister_worker(const std::string& name) const;
-  /// The fresh, well-formed worker entries; the others in `ignored`.
+  /// The fresh, well-formed worker entries; the others in `ignored`. Throws
+  /// InvalidArgument when the directory is refused, IoError when it cannot
+  /// be listed.
   WorkerListing list_workers() const;
 
   /// Writes (or refreshes) MAIN.json. Throws IoError.
   void write_leader(const std::string& address, const std::string& run) const;
   /// MAIN.json, when present and well-formed (`problem` says why not, when given).
   std::optional<Leader> read_leader(std::string* problem = nullptr) const;
-  /// Whether the leader's heartbeat is older than stale_after.
+  /// Whether the leader's heartbeat is older than stale_after, or more than
+  /// stale_after in the future.
   bool stale(const Leader& leader) const;
-  /// Seconds since the leader's heartbeat.
+  /// Seconds since the leader's heartbeat (negative: in the future).
   double age(const Leader& leader) const;
+  /// "12 s old", "1000000 s in the future".
+  std::string describe_age(const Leader& leader) const;
 
   /// Removes MAIN.json (the leader's job ended; its status is written).
   void remove_leader() const;
 
   /// Writes MAIN_status.json for `run`. Throws IoError.
   void write_status(const std::string& run, int status) const;
-  /// The status written for `run`; nullopt when none is (or one of another run).
-  std::optional<int> read_status(const std::string& run) const;
+  /// The status written for `run`; nullopt when none is (or one of another
+  /// run); `problem` says why a file there is not trusted, when given.
+  std::optional<int> read_status(const std::string& run, std::string* problem = nullptr) const;
 
  private:
+  SharedDirectory open_dir() const;
+  OwnedFile read(const std::string& name) const;
   void write_atomically(const std::string& name, const std::string& text) const;
+  /// Unlinks `name`; gone already is fine, a failure is one warning.
+  void remove(const std::string& name) const;
+  /// How far in the future a heartbeat may be (the clocks' disagreement).
+  double skew_limit() const;
   std::string dir_;
   std::chrono::milliseconds stale_after_;
   Clock clock_;
+  mutable std::atomic<bool> warned_world_writable_{false};
 };
 
 /// An elastic job's HostSource over a Registry: this machine (`self`,
