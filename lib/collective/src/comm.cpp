@@ -23,10 +23,57 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <system_error>
+#include <thread>
 
 namespace hvd::collective {
+
+FailureBoard::FailureBoard(std::shared_ptr<store::Store> store, std::string prefix, std::chrono::milliseconds budget)
+    : store_(std::move(store)), prefix_(std::move(prefix)), budget_(budget) {}
+
+std::string FailureBoard::report(const std::string& failure) {
+  // The store calls run on a thread of their own, so that a store that is
+  // slow, gone, or busy with another thread's long poll (one connection per
+  // client) costs this rank at most the budget. The thread owns everything
+  // it touches and may outlive the call.
+  struct Outcome {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::string first;
+  };
+  auto outcome = std::make_shared<Outcome>();
+  constexpr std::size_t kMaxRecord = 1024;
+  std::string record = failure.size() > kMaxRecord ? failure.substr(0, kMaxRecord) + "..." : failure;
+  try {
+    std::thread([store = store_, claim = prefix_ + "failure/claim", key = prefix_ + "failure/first",
+                 record = std::move(record), outcome, budget = budget_] {
+      std::string first;
+      try {
+        if (store->add(claim, 1) == 1) {
+          store->set_string(key, record);
+          first = record;
+        } else {
+          first = store->get_string(key, budget);  // the first claimant is writing it
+        }
+      } catch (...) {
+        // No answer: the caller reports what it saw itself.
+      }
+      std::lock_guard<std::mutex> lock(outcome->mu);
+      outcome->first = std::move(first);
+      outcome->done = true;
+      outcome->cv.notify_all();
+    }).detach();
+  } catch (const std::system_error&) {
+    return failure;  // no thread: report what we saw
+  }
+  std::unique_lock<std::mutex> lock(outcome->mu);
+  outcome->cv.wait_for(lock, budget_, [&] { return outcome->done; });
+  return outcome->first.empty() ? failure : outcome->first;
+}
 
 char* Comm::scratch(std::size_t slot, std::size_t bytes) {
   if (scratch_.size() <= slot) scratch_.resize(slot + 1);

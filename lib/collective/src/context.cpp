@@ -161,6 +161,8 @@ struct Context::Impl {
         hier_allreduce(s.hierarchical_allreduce),
         hier_allgather(s.hierarchical_allgather),
         cycle_time(s.cycle_time) {
+    // Every survivor of a lost rank names the same one (docs/collective.md).
+    if (store && s.size > 1) comm->set_failure_board(std::make_shared<FailureBoard>(store, s.comm_prefix));
     if (records_timeline()) {
       controller.on_announce = [this](const Request& q, int rank) {
         ++announced;
@@ -695,6 +697,9 @@ void Context::abort(const std::string& reason) {
     impl_->abort_reason = reason;
   }
   impl_->cv.notify_all();
+  // Peers see our links close: tell them why first (Comm::report_failure),
+  // so they do not report this rank as failed.
+  impl_->comm->report_failure(fmt::format("rank {} aborted the communicator ({})", impl_->settings.rank, reason));
   // Unblocks the background thread if it is inside a collective.
   impl_->comm->abort(reason);
   impl_->psets->abort_all(reason);

@@ -150,8 +150,28 @@ namespace {
 /// The poll loop. `skip[i]` marks transfers another thread drives; `wake_fd`
 /// (or -1) is polled too and ends the loop early when readable (returns
 /// false then; true when every non-skipped transfer completed).
+bool progress_loop_untagged(Transfer* transfers, std::size_t count, Deadline deadline,
+                            const std::function<void()>& on_progress, const std::vector<char>* skip, int wake_fd,
+                            Link*& at);
+
+/// progress_loop_untagged, with every IoError a link raised turned into a
+/// LinkError naming that link's peer (`at`: the link being driven).
 bool progress_loop(Transfer* transfers, std::size_t count, Deadline deadline, const std::function<void()>& on_progress,
                    const std::vector<char>* skip, int wake_fd) {
+  Link* at = nullptr;
+  try {
+    return progress_loop_untagged(transfers, count, deadline, on_progress, skip, wake_fd, at);
+  } catch (const LinkError&) {
+    throw;
+  } catch (const IoError& e) {
+    if (at) throw LinkError(at->peer(), e.what());
+    throw;
+  }
+}
+
+bool progress_loop_untagged(Transfer* transfers, std::size_t count, Deadline deadline,
+                            const std::function<void()>& on_progress, const std::vector<char>* skip, int wake_fd,
+                            Link*& at) {
   std::vector<pollfd> fds;
   std::vector<std::size_t> fd_owner;
   const long spin_us = spin_micros();
@@ -166,6 +186,7 @@ bool progress_loop(Transfer* transfers, std::size_t count, Deadline deadline, co
       Transfer& t = transfers[i];
       if ((skip && (*skip)[i]) || t.complete()) continue;
       all_done = false;
+      at = t.link;
       if (t.dir == Transfer::Dir::Send) {
         std::size_t limit = send_limit(t);
         if (t.done >= limit) continue;
@@ -180,6 +201,7 @@ bool progress_loop(Transfer* transfers, std::size_t count, Deadline deadline, co
         received = received || n > 0;
       }
     }
+    at = nullptr;
     if (received && on_progress) on_progress();
     if (all_done) return true;
     if (moved) {
@@ -235,8 +257,10 @@ bool progress_loop(Transfer* transfers, std::size_t count, Deadline deadline, co
       if ((skip && (*skip)[i]) || t.complete()) continue;
       const bool send = t.dir == Transfer::Dir::Send;
       if (send && t.done >= send_limit(t)) continue;
+      at = t.link;
       can_move = !t.link->prepare_wait(send);
     }
+    at = nullptr;
     if (can_move) continue;
 
     // Nothing moved: wait for readiness on every unfinished transfer.
@@ -284,8 +308,10 @@ bool progress_loop(Transfer* transfers, std::size_t count, Deadline deadline, co
         Link* l = transfers[fd_owner[k]].link;
         bool seen = false;
         for (std::size_t j = 0; j < k && !seen; ++j) seen = fd_owner[j] != count && transfers[fd_owner[j]].link == l;
+        at = l;
         if (!seen) l->check_peer();  // throws IoError for a silent peer
       }
+      at = nullptr;
       next_check = std::chrono::steady_clock::now() + check_every;
     }
     if (rc == 0 && (timeout_ms == deadline_ms || deadline.expired())) {
@@ -308,8 +334,8 @@ bool progress_loop(Transfer* transfers, std::size_t count, Deadline deadline, co
         // means the peer aborted or died before taking bytes it needs.
         if (t.dir == Transfer::Dir::Send && (fds[k].events & POLLOUT) && (fds[k].revents & (POLLRDHUP | POLLHUP)) &&
             !(fds[k].revents & POLLOUT)) {
-          throw IoError(fmt::format("connection to {} closed by peer while sending ({} of {} bytes)",
-                                    t.link->describe(), t.done, t.size));
+          throw LinkError(t.link->peer(), fmt::format("connection to {} closed by peer while sending ({} of {} bytes)",
+                                                      t.link->describe(), t.done, t.size));
         }
       }
     }
@@ -323,8 +349,8 @@ bool progress_loop(Transfer* transfers, std::size_t count, Deadline deadline, co
 /// and receive copies then run on two cores, as in Gloo's device thread.
 class SendHelper {
  public:
-  SendHelper() : wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-    if (!wake_) throw IoError(fmt::format("eventfd failed: {}", std::strerror(errno)));
+  SendHelper() : wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), cancel_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+    if (!wake_ || !cancel_) throw IoError(fmt::format("eventfd failed: {}", std::strerror(errno)));
     thread_ = std::thread([this] { loop(); });
   }
   ~SendHelper() {
@@ -342,6 +368,8 @@ class SendHelper {
   void start(std::vector<Transfer> sends, Deadline deadline) {
     uint64_t drain;
     while (::read(wake_.get(), &drain, sizeof(drain)) > 0) {
+    }
+    while (::read(cancel_.get(), &drain, sizeof(drain)) > 0) {
     }
     std::lock_guard<std::mutex> lock(mu_);
     job_ = std::move(sends);
@@ -362,10 +390,14 @@ class SendHelper {
     }
   }
 
-  /// Fails the current job fast (the caller already failed).
+  /// Ends the current job fast (the caller already failed). The links stay
+  /// up: shutting them here would tell the peers we failed before our
+  /// caller could record which peer failed first (Comm::report_failure);
+  /// the caller aborts its communicator right after.
   void cancel() {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (Transfer& t : job_) t.link->shutdown();
+    uint64_t one = 1;
+    ssize_t w = ::write(cancel_.get(), &one, sizeof(one));
+    (void)w;
   }
 
  private:
@@ -379,7 +411,9 @@ class SendHelper {
       lock.unlock();
       std::exception_ptr err;
       try {
-        progress_loop(job.data(), job.size(), deadline, {}, nullptr, -1);
+        if (!progress_loop(job.data(), job.size(), deadline, {}, nullptr, cancel_.get())) {
+          err = std::make_exception_ptr(IoError("transport: send cancelled after a failure"));
+        }
       } catch (...) {
         err = std::current_exception();
       }
@@ -394,6 +428,7 @@ class SendHelper {
   }
 
   UniqueFd wake_;
+  UniqueFd cancel_;  ///< readable: cancel() asked the job to end
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Transfer> job_;

@@ -4,8 +4,9 @@
 //   order     named allreduces submitted in a rank-dependent order
 //   fusion    200 small allreduces in flight at once; checks fusion happened
 //   mismatch  rank 1 submits a different shape; every rank checks the message
-//   kill      allreduces in a loop; the last rank SIGKILLs itself mid-way and
-//             every survivor reports how fast it failed ("FAILED_AT <ns>")
+//   kill      allreduces in a loop; the last rank (HVD_TEST_KILL_RANK, when
+//             set) SIGKILLs itself mid-way and every survivor reports how
+//             fast it failed and its error ("FAILED_AT <ns> ... IoError: ...")
 //   noshutdown  returns from main without hvd::shutdown() (exit stays clean)
 //   cut       allreduces in a loop until the test cuts a host's network:
 //             prints "LOOPING" once running, then every rank that notices
@@ -312,7 +313,9 @@ int mode_kill() {
   // SIGKILLs it after its grace period if the library were to hang).
   std::signal(SIGTERM, on_sigterm);
   std::vector<float> x(1 << 18, 1.0f);
-  if (rank == size - 1) {
+  const char* victim_text = std::getenv("HVD_TEST_KILL_RANK");  // default: the last rank
+  const int victim = victim_text ? std::atoi(victim_text) : size - 1;
+  if (rank == victim) {
     // Dies at an arbitrary point, most likely inside an allreduce.
     std::thread([rank] {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));

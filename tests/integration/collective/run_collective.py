@@ -9,10 +9,13 @@
 'hvdrun' is the real launcher on localhost. Normal modes pass when the
 launcher exits 0 and every rank printed a line matching --expect (default
 "rank R: MODE ok"). Mode 'kill' passes when one rank was SIGKILLed, every
-survivor failed with IoError within 2 s of the kill, and the launcher exited
-non-zero; with --transport, the errors must show that transport (a
-survivor names the killed rank's shared-memory link under shm; no shared
-memory anywhere under tcp). --transport sets HVD_TRANSPORT for the workers.
+survivor failed with IoError within 2 s of the kill, every survivor's error
+names the killed rank as the rank that failed ("lost its communicator: rank
+K failed", also those that only saw a peer abort after it: issue 29), and the
+launcher exited non-zero; with --transport, the errors must show that
+transport (a survivor names the killed rank's shared-memory link under shm;
+no shared memory anywhere under tcp). --transport sets HVD_TRANSPORT for the
+workers; --kill-rank K picks the victim (default: the last rank).
 Every run is bounded in time and must leave no process behind (found by a
 unique tag on the workers' command line) and nothing new named hvd* in
 /dev/shm.
@@ -58,6 +61,7 @@ def main():
     ap.add_argument("--expect")
     ap.add_argument("--timeout", type=float, default=50)
     ap.add_argument("--transport", choices=["shm", "tcp"])
+    ap.add_argument("--kill-rank", type=int, help="mode kill: the rank that kills itself (default: the last)")
     ap.add_argument("--check-data-path", action="store_true",
                     help="hvdrun --verbose: the log must name the data path --transport chose")
     args = ap.parse_args()
@@ -76,6 +80,8 @@ def main():
         env.setdefault("HOROVOD_LOG_LEVEL", "warning")
     if args.transport:
         env["HVD_TRANSPORT"] = args.transport
+    if args.kill_rank is not None:
+        env["HVD_TEST_KILL_RANK"] = str(args.kill_rank)
     shm_before = dev_shm_hvd()
 
     start = time.monotonic()
@@ -139,6 +145,10 @@ def main():
                     errors.append(f"survivor rank {r} took {delay:.2f} s (> 2 s) to fail")
                 if not re.search(r"rank \d+", m.group(2).split("failed:", 1)[-1]):
                     errors.append(f"survivor rank {r}'s error names no peer rank: {m.group(2)}")
+                named = re.search(r"lost its communicator: rank (\d+) failed\b", m.group(2))
+                if not named or int(named.group(1)) != victim:
+                    errors.append(f"survivor rank {r}'s error does not name the killed rank {victim} as the rank "
+                                  f"that failed: {m.group(2)}")
             # The victim's neighbours see its link close; others see the
             # cascade. At least one survivor names the victim itself.
             failures = re.findall(r"rank \d+: FAILED_AT \d+ iter \d+ IoError: (.+)", text)

@@ -29,7 +29,8 @@ every pod request with 403 and the real server's message
 ('pods is forbidden: User "system:serviceaccount:NS:SA" cannot list
 resource "pods" in API group "" in the namespace "NS"'); fail_next(code, n)
 answers the next n pod requests with that status. drop_watches() closes every
-open watch connection (the client must reconnect). Every request is recorded
+open watch connection (the client must reconnect). misbehave(list_mode,
+watch_mode) turns pod lists and watches hostile (see there). Every request is recorded
 in .requests (method, path, query dict, token, status) for assertions.
 
 Label selectors: comma-separated requirements, each `k=v`, `k==v`, `k!=v`,
@@ -216,6 +217,9 @@ class FakeApiServer:
         self._forbid = False
         self._fail = []  # [code, remaining]
         self._watch_generation = 0
+        self._hostile_list = None
+        self._hostile_watch = None
+        self._stopping = threading.Event()
         self.requests = []
         self._httpd = None
         self._thread = None
@@ -246,6 +250,7 @@ class FakeApiServer:
     def stop(self):
         if self._httpd is None:
             return
+        self._stopping.set()
         self.drop_watches()
         self._httpd.shutdown()
         self._httpd.server_close()
@@ -343,6 +348,18 @@ class FakeApiServer:
         with self._changed:
             self._watch_generation += 1
             self._changed.notify_all()
+
+    def misbehave(self, list_mode=None, watch_mode=None):
+        """Hostile answers, for tests of the client's limits (None: normal).
+        list_mode: 'drip' (200 with a Content-Length, then one byte of the
+        body every 0.5 s), 'silent' (200 headers after 1.5 s, then nothing), 'huge' (a
+        valid PodList of about 40 MiB, chunked, as fast as the client
+        reads). watch_mode: 'garbage' (200, one valid BOOKMARK event, then a
+        line that is not an event, with control characters and an ANSI
+        escape in it, then the end of the stream)."""
+        with self._lock:
+            self._hostile_list = list_mode
+            self._hostile_watch = watch_mode
 
     def compact(self):
         """Forget the event history: watches from any older resourceVersion
@@ -543,6 +560,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send_json(fail, status_body(fail, "InternalError" if fail >= 500 else "BadRequest",
                                               f"injected failure {fail}"), token, query)
             return
+        with api._lock:
+            hostile = api._hostile_watch if watch else api._hostile_list
+        if hostile and not name:
+            self._hostile(hostile, namespace, token, query)
+            return
         try:
             labels = parse_label_selector(query.get("labelSelector", ""))
             fields = parse_field_selector(query.get("fieldSelector", ""))
@@ -572,6 +594,56 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         data = (json.dumps(obj) + "\n").encode()
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
+
+    def _hostile(self, mode, namespace, token, query):
+        api = self.api
+        self._record(200, token, query)
+        self.close_connection = True
+        try:
+            if mode in ("drip", "silent"):
+                if mode == "silent" and api._stopping.wait(1.5):
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(1 << 20))
+                self.end_headers()
+                self.wfile.flush()
+                while not api._stopping.wait(0.5):
+                    if mode == "drip":
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+            elif mode == "huge":
+                with api._lock:
+                    pod = api._public(copy.deepcopy(next(iter(api._pods.values())))) if api._pods else {}
+                item = json.dumps(pod).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                head = b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":['
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(head), head))
+                block = b",".join([item] * max(1, (1 << 20) // (len(item) + 1)))
+                for i in range(40):
+                    data = (b"," if i else b"") + block
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                tail = b"]}"
+                self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(tail), tail))
+            elif mode == "garbage":
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                with api._lock:
+                    rv = str(api._rv)
+                self._chunk({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+                                                            "metadata": {"resourceVersion": rv}}})
+                data = b"\x1b[31mnot an event\x07\x00 " + b"x" * 300 + b"\n"
+                self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
+                self.wfile.flush()
+            else:
+                raise ValueError("unknown hostile mode " + mode)
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
+            pass
 
     def _watch(self, namespace, labels, fields, query, token):
         api = self.api

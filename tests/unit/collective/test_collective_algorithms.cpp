@@ -21,6 +21,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -650,10 +651,17 @@ namespace {
 
 /// Every rank loops allreduce until it fails; `kill` runs on the main thread
 /// once they are busy. Returns, per surviving rank, seconds from the kill to
-/// its IoError (negative: no IoError).
-std::vector<double> failure_latencies(int n, std::size_t count, int victim, bool vanish) {
-  store::InMemoryStore st;
+/// its IoError (negative: no IoError). `what`: each rank's error; `board`:
+/// the ranks share their first failure through the store (as a Context's
+/// communicator does).
+std::vector<double> failure_latencies(int n, std::size_t count, int victim, bool vanish,
+                                      std::vector<std::string>* what_out = nullptr, bool board = false) {
+  auto store = std::make_shared<store::InMemoryStore>();
+  store::InMemoryStore& st = *store;
   Comms comms = make_world(st, n, "fail/");
+  if (board) {
+    for (auto& c : comms) c->set_failure_board(std::make_shared<FailureBoard>(store, "fail/"));
+  }
   std::atomic<int> started{0};
   std::atomic<bool> victim_stop{false};
   std::atomic<int64_t> kill_ns{0};
@@ -694,6 +702,7 @@ std::vector<double> failure_latencies(int n, std::size_t count, int victim, bool
   for (int r = 0; r < n; ++r) {
     if (r != victim) INFO("rank " << r << ": " << what[r]);
   }
+  if (what_out) *what_out = what;
   return latency;
 }
 
@@ -709,6 +718,56 @@ TEST_CASE("aborting one rank mid-allreduce fails every other rank within 2 s", "
     CHECK(lat[r] >= 0);
     CHECK(lat[r] < 2.0);
   }
+}
+
+TEST_CASE("every survivor names the rank that vanished, not the peer that aborted after it", "[collective][failure]") {
+  // Without the shared record most survivors learn from a live neighbour
+  // that aborted and would name that neighbour (issue 29).
+  const std::size_t count = GENERATE(std::size_t(100), std::size_t(1) << 21);
+  const int n = 5, victim = 2;
+  std::vector<std::string> what;
+  auto lat = failure_latencies(n, count, victim, true, &what, /*board=*/true);
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) continue;
+    INFO("count " << count << " rank " << r << ": " << what[r]);
+    CHECK(lat[r] >= 0);
+    CHECK(lat[r] < 2.0);
+    CHECK(what[r].rfind("rank 2 failed (seen first by rank ", 0) == 0);
+  }
+}
+
+TEST_CASE("FailureBoard: the first report wins; a store that does not answer costs at most the budget",
+          "[failure_board]") {
+  auto st = std::make_shared<store::InMemoryStore>();
+  FailureBoard a(st, "gen3/"), b(st, "gen3/");
+  CHECK(a.report("rank 2 failed (seen first by rank 3: x)") == "rank 2 failed (seen first by rank 3: x)");
+  CHECK(b.report("rank 0 failed (seen first by rank 1: y)") == "rank 2 failed (seen first by rank 3: x)");
+  CHECK(a.report("rank 9 failed") == "rank 2 failed (seen first by rank 3: x)");
+  FailureBoard other(st, "gen4/");  // another communicator: its own record
+  CHECK(other.report("rank 1 timed out (z)") == "rank 1 timed out (z)");
+
+  // A store that hangs (busy, or its server gone silent): the rank reports
+  // what it saw itself once the budget has passed.
+  struct HangingStore : store::InMemoryStore {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool release = false;
+    int64_t add(const std::string& key, int64_t delta) override {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return release; });
+      return InMemoryStore::add(key, delta);
+    }
+  };
+  auto hanging = std::make_shared<HangingStore>();
+  FailureBoard slow(hanging, "gen0/", 100ms);
+  const auto t0 = Clock::now();
+  CHECK(slow.report("rank 1 failed (mine)") == "rank 1 failed (mine)");
+  CHECK(Clock::now() - t0 < 1s);
+  {
+    std::lock_guard<std::mutex> lock(hanging->mu);
+    hanging->release = true;
+  }
+  hanging->cv.notify_all();  // the abandoned call finishes on its own thread, holding the store
 }
 
 TEST_CASE("a rank that vanishes mid-job fails every survivor within 2 s", "[collective][failure]") {

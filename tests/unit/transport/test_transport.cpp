@@ -46,6 +46,17 @@ std::pair<std::unique_ptr<Link>, std::unique_ptr<Link>> linked_pair(const TcpOpt
   return {std::move(a), std::move(b)};
 }
 
+/// As linked_pair, with the connector as rank `peer`: {link at 0 (to peer), link at peer (to 0)}.
+std::pair<std::unique_ptr<Link>, std::unique_ptr<Link>> linked_pair_with(int peer) {
+  TcpListener listener("127.0.0.1");
+  auto fut =
+      std::async(std::launch::async, [&] { return connect(listener.endpoint(), 0, hs(peer), Deadline::after(5s)); });
+  auto a = listener.accept(
+      hs(0), [peer](int p) { return p == peer; }, Deadline::after(5s));
+  auto b = fut.get();
+  return {std::move(a), std::move(b)};
+}
+
 /// A raw TCP connection to the listener that speaks whatever the test says.
 int raw_connect(uint16_t port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -264,6 +275,35 @@ TEST_CASE("a large send failing on the helper thread ends a receive from another
   c->send(&v, sizeof(v), Deadline::after(2s));
   a_from_c->recv(&w, sizeof(w), Deadline::after(2s));
   CHECK(w == 7);
+}
+
+TEST_CASE("a failed receive names its peer and leaves the helper's send link up", "[transport][failure]") {
+  // A sends 64 MiB to B (the send helper thread) while receiving from C; C
+  // goes away. The error names C (LinkError::peer), and A's link to the
+  // live B is left up: the caller records the failure before it aborts
+  // (issue 29). Before, the helper's cancel shut the link to B down, so B
+  // learned of a failure from A before A could say it was C's.
+  auto [a_to_b, b] = linked_pair_with(2);
+  auto [a_from_c, c] = linked_pair_with(3);
+  std::vector<char> big(64u << 20, 'x');
+  char small[16];
+  std::thread killer([&, cp = c.get()] {
+    std::this_thread::sleep_for(200ms);
+    cp->shutdown();
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  int failed_peer = -1;
+  try {
+    sendrecv(*a_to_b, big.data(), big.size(), *a_from_c, small, sizeof(small), Deadline::after(10s));
+  } catch (const LinkError& e) {
+    failed_peer = e.peer();
+  }
+  killer.join();
+  CHECK(failed_peer == 3);
+  CHECK(seconds_since(t0) < 2.0);
+  CHECK_FALSE(a_to_b->is_shutdown());
+  char got[4096];
+  CHECK(b->try_recv(got, sizeof(got)) > 0);  // B still reads what A sent, no EOF
 }
 
 TEST_CASE("large sends to one peer while receiving from another complete", "[transport]") {

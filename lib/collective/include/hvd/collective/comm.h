@@ -37,6 +37,31 @@ struct CommOptions {
 /// Socket buffer size used when CommOptions::socket_buffer_bytes < 0.
 inline constexpr int kDefaultSocketBuffer = 0;
 
+/// The first failure of a communicator, agreed on by its ranks through the
+/// rendezvous store (keys "<prefix>failure/claim" and "<prefix>failure/first").
+/// A rank that loses a peer aborts its communicator, closing every link: that
+/// is how the others learn fast, but a rank that then sees a *live* peer's
+/// link close would blame that peer. So the rank that sees a failure first
+/// records it here *before* it aborts, and every rank that fails later (it
+/// can only learn after the record) reports the recorded one: every
+/// survivor names the same dead rank.
+class FailureBoard {
+ public:
+  /// `budget`: the most time report() waits for the store (a slow or dead
+  /// store must not slow a failure down; the rank then reports what it saw).
+  FailureBoard(std::shared_ptr<store::Store> store, std::string prefix,
+               std::chrono::milliseconds budget = std::chrono::milliseconds(300));
+  /// Records `failure` (one line: "rank 2 failed (seen first by ...)")
+  /// unless a rank recorded one before; returns the recorded one, or
+  /// `failure` when the store did not answer within the budget.
+  std::string report(const std::string& failure);
+
+ private:
+  std::shared_ptr<store::Store> store_;
+  std::string prefix_;
+  std::chrono::milliseconds budget_;
+};
+
 class Comm {
  public:
   virtual ~Comm() = default;
@@ -50,6 +75,13 @@ class Comm {
   /// Why the Comm was aborted (empty while it is healthy).
   virtual std::string abort_reason() const { return {}; }
 
+  /// Shares this communicator's first failure with its other ranks (see
+  /// FailureBoard); without one, report_failure answers `failure` itself.
+  void set_failure_board(std::shared_ptr<FailureBoard> board) { board_ = std::move(board); }
+  /// Records `failure` as the communicator's first unless one was recorded;
+  /// returns the first. Call it before abort(). A GroupComm asks its parent.
+  virtual std::string report_failure(const std::string& failure) { return board_ ? board_->report(failure) : failure; }
+
   /// Scratch memory owned by the Comm and reused by every collective (grown,
   /// never shrunk): fresh pages cost ~10 us per 4 KiB, so algorithms never
   /// allocate per call. `slot` separates buffers needed at the same time.
@@ -62,6 +94,7 @@ class Comm {
     std::size_t size = 0;
   };
   std::vector<ScratchBuffer> scratch_;
+  std::shared_ptr<FailureBoard> board_;
 };
 
 std::unique_ptr<Comm> connect_comm(store::Store& store, const CommOptions& options);
@@ -84,6 +117,7 @@ class GroupComm : public Comm {
   void abort(const std::string& reason) override { parent_.abort(reason); }
   bool aborted() const override { return parent_.aborted(); }
   std::string abort_reason() const override { return parent_.abort_reason(); }
+  std::string report_failure(const std::string& failure) override { return parent_.report_failure(failure); }
   const std::vector<int>& members() const { return members_; }
 
  private:

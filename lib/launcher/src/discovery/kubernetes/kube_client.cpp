@@ -60,6 +60,37 @@ std::string pods_target(const std::string& base_path, const std::string& namespa
   return t;
 }
 
+namespace {
+
+/// `quoted`: the text goes between single quotes, so they are escaped too.
+std::string escape_bytes(std::string_view text, bool quoted) {
+  std::string out;
+  out.reserve(text.size());
+  for (unsigned char c : text) {
+    if (c == '\\' || (quoted && c == '\'')) {
+      out.push_back('\\');
+      out.push_back(static_cast<char>(c));
+    } else if (c >= 0x20 && c < 0x7f) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += fmt::format("\\x{:02x}", c);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string escape_server_text(std::string_view text, std::size_t max_bytes) {
+  if (text.size() <= max_bytes) return escape_bytes(text, false);
+  return fmt::format("{}... ({} bytes)", escape_bytes(text.substr(0, max_bytes), false), text.size());
+}
+
+std::string quote_server_text(std::string_view text, std::size_t max_bytes) {
+  if (text.size() <= max_bytes) return "'" + escape_bytes(text, true) + "'";
+  return fmt::format("'{}...' ({} bytes)", escape_bytes(text.substr(0, max_bytes), true), text.size());
+}
+
 bool WatchStreamParser::feed(const char* data, size_t size, const std::function<void(WatchEvent)>& on_event) {
   if (!error_.empty()) return false;
   pending_.append(data, size);
@@ -70,7 +101,7 @@ bool WatchStreamParser::feed(const char* data, size_t size, const std::function<
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object() || !j.contains("type") || !j["type"].is_string() || !j.contains("object")) {
-      error_ = "a watch event that is not JSON {type, object}: '" + line.substr(0, 120) + "'";
+      error_ = "a watch event that is not JSON {type, object}: " + quote_server_text(line);
       pending_.clear();
       return false;
     }
@@ -101,9 +132,10 @@ std::string describe_http_failure(int status, const std::string& body, const std
     if (j.contains("reason") && j["reason"].is_string()) reason = j["reason"].get<std::string>();
   }
   if (message.empty()) {
-    message = body.substr(0, 200);
+    message = body;
     while (!message.empty() && (message.back() == '\n' || message.back() == '\r')) message.pop_back();
   }
+  reason = escape_server_text(reason, 60);
   if (status == 401) {
     return fmt::format(
         "the Kubernetes API server at {} refused the credentials (401 Unauthorized): the token is missing, invalid "
@@ -115,7 +147,7 @@ std::string describe_http_failure(int status, const std::string& body, const std
     const std::string tag = "User \"";
     if (const size_t at = message.find(tag); at != std::string::npos) {
       const size_t end = message.find('"', at + tag.size());
-      const std::string user = message.substr(at + tag.size(), end - at - tag.size());
+      const std::string user = escape_server_text(message.substr(at + tag.size(), end - at - tag.size()), 120);
       const std::string sa = "system:serviceaccount:";
       if (user.rfind(sa, 0) == 0) {
         std::string rest = user.substr(sa.size());
@@ -132,6 +164,7 @@ std::string describe_http_failure(int status, const std::string& body, const std
         "list and watch on pods)",
         who, verb, ns);
   }
+  message = escape_server_text(message);
   if (status == 404) {
     return fmt::format("the Kubernetes API server at {} answered 404 Not Found to {} pods in namespace '{}': {}",
                        server, verb, ns, message);
@@ -239,14 +272,38 @@ std::string KubeClient::token(bool force) {
   return token_;
 }
 
-KubeClient::Response KubeClient::get(const std::string& target, std::chrono::milliseconds timeout) {
-  return stream(
-      target, timeout, timeout, [](int) { return false; }, [](const char*, size_t) { return true; });
+KubeClient::Response KubeClient::get(const std::string& target, std::chrono::milliseconds timeout,
+                                     std::size_t max_body) {
+  return request(target, timeout, timeout, max_body, [](int) { return false; }, {});
 }
 
 KubeClient::Response KubeClient::stream(const std::string& target, std::chrono::milliseconds timeout,
-                                        std::chrono::milliseconds idle, const std::function<bool(int)>& on_status,
+                                        std::chrono::milliseconds total, const std::function<bool(int)>& on_status,
                                         const std::function<bool(const char*, size_t)>& on_data) {
+  return request(target, timeout, std::max(timeout, total), kMaxErrorBody, on_status, on_data);
+}
+
+namespace {
+
+/// "5 s", "300 ms", "1.5 s": a limit as the user gave it.
+std::string duration_text(std::chrono::milliseconds d) {
+  if (d.count() % 1000 == 0) return fmt::format("{} s", d.count() / 1000);
+  if (d.count() > 1000) return fmt::format("{:.1f} s", static_cast<double>(d.count()) / 1000.0);
+  return fmt::format("{} ms", d.count());
+}
+
+std::string size_text(std::size_t bytes) {
+  if (bytes % (std::size_t(1) << 20) == 0) return fmt::format("{} MiB", bytes >> 20);
+  if (bytes % 1024 == 0) return fmt::format("{} KiB", bytes >> 10);
+  return fmt::format("{} bytes", bytes);
+}
+
+}  // namespace
+
+KubeClient::Response KubeClient::request(const std::string& target, std::chrono::milliseconds timeout,
+                                         std::chrono::milliseconds total, std::size_t max_body,
+                                         const std::function<bool(int)>& on_status,
+                                         const std::function<bool(const char*, size_t)>& on_data) {
   const std::string server = config_.server.text();
   auto fail = [&](std::string message, bool certificate = false) -> KubeError {
     return KubeError(ApiFailure{0, std::move(message), certificate});
@@ -266,19 +323,35 @@ KubeClient::Response KubeClient::stream(const std::string& target, std::chrono::
     }
   } unregister{*impl_};
 
+  // ONE deadline for everything up to the headers, one for the whole
+  // exchange (the same for a plain GET): no read restarts the clock, so a
+  // server that sends a byte now and then cannot stretch it.
+  const auto start = Clock::now();
+  const auto answer_deadline = start + timeout;
+  const auto total_deadline = start + total;
+  std::size_t body_bytes = 0;
   // Runs the io_context until `done`, the deadline or stop().
   auto run = [&](const bool& done, Clock::time_point deadline, const char* what) {
     while (!done) {
       if (stopped_) throw fail("stopped");
       const auto now = Clock::now();
       if (now >= deadline) {
-        throw fail(fmt::format("the Kubernetes API server at {} did not answer in time ({})", server, what));
+        const bool answer = deadline == answer_deadline || total == timeout;
+        std::string where = what;
+        if (body_bytes > 0) where += fmt::format(" ({} bytes so far)", body_bytes);
+        ApiFailure f{0,
+                     fmt::format("the Kubernetes API server at {} did not complete the request within {} ({}): it "
+                                 "stalled {}",
+                                 server, duration_text(answer ? timeout : total),
+                                 answer ? "--discovery-timeout" : "the watch's limit", where),
+                     false};
+        f.timed_out = true;
+        throw KubeError(std::move(f));
       }
       ioc.restart();
       ioc.run_for(std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(100)));
     }
   };
-  const auto deadline = Clock::now() + timeout;
 
   tcp::resolver resolver(ioc);
   beast::ssl_stream<beast::tcp_stream> stream(ioc, impl_->ctx);
@@ -291,7 +364,7 @@ KubeClient::Response KubeClient::stream(const std::string& target, std::chrono::
                            endpoints = std::move(r);
                            done = true;
                          });
-  run(done, deadline, "resolving its name");
+  run(done, answer_deadline, "while resolving its name");
   if (ec) throw fail(fmt::format("cannot resolve the Kubernetes API server {}: {}", server, ec.message()));
 
   done = false;
@@ -300,7 +373,7 @@ KubeClient::Response KubeClient::stream(const std::string& target, std::chrono::
                                                   ec = e;
                                                   done = true;
                                                 });
-  run(done, deadline, "connecting");
+  run(done, answer_deadline, "while connecting");
   if (ec) throw fail(fmt::format("cannot connect to the Kubernetes API server at {}: {}", server, ec.message()));
 
   SSL* ssl_handle = stream.native_handle();
@@ -321,7 +394,7 @@ KubeClient::Response KubeClient::stream(const std::string& target, std::chrono::
     ec = e;
     done = true;
   });
-  run(done, deadline, "TLS handshake");
+  run(done, answer_deadline, "during the TLS handshake");
   if (ec) {
     const long verify = SSL_get_verify_result(ssl_handle);
     if (!config_.insecure_skip_tls_verify && verify != X509_V_OK) {
@@ -344,27 +417,36 @@ KubeClient::Response KubeClient::stream(const std::string& target, std::chrono::
     ec = e;
     done = true;
   });
-  run(done, deadline, "sending the request");
+  run(done, answer_deadline, "while sending the request");
   if (ec)
     throw fail(fmt::format("sending a request to the Kubernetes API server at {} failed: {}", server, ec.message()));
 
   beast::flat_buffer buffer;
   http::response_parser<http::buffer_body> parser;
-  parser.body_limit(boost::none);
+  parser.body_limit(boost::none);  // counted below: the limit depends on the status
   done = false;
   http::async_read_header(stream, buffer, parser, [&](const boost::system::error_code& e, size_t) {
     ec = e;
     done = true;
   });
-  run(done, deadline, "waiting for the answer");
+  run(done, answer_deadline, "waiting for the answer's headers");
   if (ec)
     throw fail(fmt::format("reading the answer of the Kubernetes API server at {} failed: {}", server, ec.message()));
 
   Response response;
   response.status = static_cast<int>(parser.get().result_int());
   const bool streaming = on_status(response.status);
+  const std::size_t limit = response.status == 200 ? max_body : std::min(max_body, kMaxErrorBody);
+  auto too_large = [&]() -> KubeError {
+    ApiFailure f{
+        response.status,
+        fmt::format("the answer of the Kubernetes API server at {} is larger than {}", server, size_text(limit)),
+        false};
+    f.too_large = true;
+    return KubeError(std::move(f));
+  };
+  if (!streaming && parser.content_length() && *parser.content_length() > limit) throw too_large();
   char piece[16384];
-  constexpr size_t kMaxWholeBody = 256u << 20;
   while (!parser.is_done()) {
     parser.get().body().data = piece;
     parser.get().body().size = sizeof piece;
@@ -375,17 +457,18 @@ KubeClient::Response KubeClient::stream(const std::string& target, std::chrono::
       ec = e;
       done = true;
     });
-    run(done, Clock::now() + (streaming ? idle : std::max(idle, timeout)), "reading the body");
+    run(done, total_deadline, "while reading the body");
     if (ec == http::error::need_buffer) ec = {};
     if (ec) {
       throw fail(fmt::format("the connection to the Kubernetes API server at {} broke: {}", server, ec.message()));
     }
     const size_t got = sizeof piece - parser.get().body().size;
+    body_bytes += got;
     if (streaming) {
       if (got && !on_data(piece, got)) break;
     } else {
+      if (body_bytes > limit) throw too_large();
       response.body.append(piece, got);
-      if (response.body.size() > kMaxWholeBody) throw fail("an answer larger than 256 MiB");
     }
   }
   // Close politely but without waiting long: the connection is ours alone.

@@ -55,6 +55,7 @@ std::map<std::string, PodHost> KubernetesHostSource::pods() const {
 
 DiscoveryResult KubernetesHostSource::discover() {
   DiscoveryResult r;
+  confirm_if_watch_healthy();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (first_done_) {
@@ -90,8 +91,14 @@ std::optional<std::string> KubernetesHostSource::list_pods() {
   for (int attempt = 0;; ++attempt) {
     try {
       if (attempt > 0) client_.token(/*force=*/true);  // a rotated token: re-read once on 401
-      response = client_.get(target, options_.request_timeout);
+      response = client_.get(target, options_.request_timeout, options_.max_list_bytes);
     } catch (const KubeError& e) {
+      if (e.failure.too_large && e.failure.status == 200) {
+        return fmt::format(
+            "the pod list from the Kubernetes API server at {} is larger than {} MiB (hvdrun's limit): narrow "
+            "--kubernetes-selector or --kubernetes-namespace to the job's pods",
+            config_.server.text(), options_.max_list_bytes >> 20);
+      }
       return std::string(e.what());
     }
     if (response.status != 401 || attempt > 0 || (config_.token_file.empty() && !config_.exec)) break;
@@ -128,12 +135,54 @@ void KubernetesHostSource::publish_locked(std::unique_lock<std::mutex>& lock) {
   if (listener_) listener_();
 }
 
-void KubernetesHostSource::set_failure(std::optional<std::string> failure) {
+void KubernetesHostSource::set_failure(const std::string& failure) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (failure == failure_) return;
-  if (!failure && failure_) spdlog::info("kubernetes: pod discovery works again (it failed: {})", *failure_);
-  failure_ = std::move(failure);
+  const auto now = std::chrono::steady_clock::now();
+  if (!episode_) {
+    episode_ = Episode{failure, now, 0, 0, now};
+  }
+  ++episode_->attempts;
+  ++episode_->attempts_since_log;
+  if (now - episode_->logged >= options_.failing_log_period) {
+    spdlog::warn("kubernetes: pod discovery still failing: {} attempt(s) in the last {} s; latest: {}",
+                 episode_->attempts_since_log,
+                 std::chrono::duration_cast<std::chrono::seconds>(now - episode_->logged).count(), failure);
+    episode_->attempts_since_log = 0;
+    episode_->logged = now;
+  }
+  if (failure_ == failure) return;
+  failure_ = failure;
   if (listener_) listener_();  // the runner logs the failure (once per reason) and keeps the last good hosts
+}
+
+void KubernetesHostSource::clear_failure() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!failure_) return;
+  failure_.reset();
+  if (listener_) listener_();
+}
+
+void KubernetesHostSource::confirm_recovery() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (episode_) {
+    const auto since = std::chrono::steady_clock::now() - episode_->since;
+    spdlog::info("kubernetes: pod discovery works again ({} failed attempt(s) in {} s; first: {})", episode_->attempts,
+                 std::chrono::duration_cast<std::chrono::seconds>(since).count(), episode_->first);
+    episode_.reset();
+  }
+  if (!failure_) return;
+  failure_.reset();
+  if (listener_) listener_();
+}
+
+void KubernetesHostSource::confirm_if_watch_healthy() {
+  bool healthy = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    healthy =
+        episode_ && watch_ok_since_ && std::chrono::steady_clock::now() - *watch_ok_since_ >= options_.healthy_after;
+  }
+  if (healthy) confirm_recovery();
 }
 
 bool KubernetesHostSource::sleep_for(std::chrono::milliseconds d) {
@@ -158,7 +207,8 @@ void KubernetesHostSource::apply(const WatchEvent& event) {
   publish_locked(lock);
 }
 
-KubernetesHostSource::WatchEnd KubernetesHostSource::watch_once(std::string& failure, bool& got_events) {
+KubernetesHostSource::WatchEnd KubernetesHostSource::watch_once(
+    std::string& failure, std::optional<std::chrono::steady_clock::time_point>& answered) {
   std::string from;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -167,20 +217,34 @@ KubernetesHostSource::WatchEnd KubernetesHostSource::watch_once(std::string& fai
   }
   const std::string target = pods_target(config_.server.base_path, options_.namespace_name, options_.selector, from,
                                          options_.watch_timeout_seconds);
-  const auto idle = std::chrono::seconds(options_.watch_timeout_seconds + 30);
+  // One total deadline: the server's own timeout plus a margin, however
+  // the events trickle in.
+  const auto total = std::chrono::milliseconds(std::chrono::seconds(options_.watch_timeout_seconds + 30));
+  struct WatchOk {  // watch_ok_since_ only while this watch is answered and error-free
+    KubernetesHostSource& source;
+    ~WatchOk() {
+      std::lock_guard<std::mutex> lock(source.mu_);
+      source.watch_ok_since_.reset();
+    }
+  } watch_ok{*this};
   for (int attempt = 0;; ++attempt) {
     WatchStreamParser parser;
     int status = 0;
     bool gone = false;
+    bool cleared = false;
     std::string error_event;
     KubeClient::Response response;
     try {
       if (attempt > 0) client_.token(/*force=*/true);
       response = client_.stream(
-          target, options_.request_timeout, idle,
+          target, options_.request_timeout, total,
           [&](int s) {
             status = s;
-            if (s == 200) set_failure(std::nullopt);
+            if (s == 200) {
+              answered = std::chrono::steady_clock::now();
+              std::lock_guard<std::mutex> lock(mu_);
+              watch_ok_since_ = answered;
+            }
             return s == 200;
           },
           [&](const char* data, size_t size) {
@@ -196,15 +260,23 @@ KubernetesHostSource::WatchEnd KubernetesHostSource::watch_once(std::string& fai
                 return;
               }
               if (gone || !error_event.empty()) return;
-              got_events = true;
+              if (!cleared) {  // data flows: the pods are current again (the episode stays open)
+                cleared = true;
+                clear_failure();
+              }
               apply(e);
             });
+            if (!ok || gone || !error_event.empty()) {
+              std::lock_guard<std::mutex> lock(mu_);
+              watch_ok_since_.reset();
+            }
             return ok && !gone && error_event.empty();
           });
     } catch (const KubeError& e) {
       if (client_.stopped()) return WatchEnd::Stopped;
-      // A watch that was answered and then broke is a dropped watch, not a
-      // failure state: reconnect from the last resourceVersion.
+      // A watch that was answered and then broke (or reached its total
+      // deadline) is a dropped watch, not a failure state: reconnect from
+      // the last resourceVersion.
       failure = status == 200 ? "" : e.what();
       return WatchEnd::Failed;
     }
@@ -227,32 +299,38 @@ KubernetesHostSource::WatchEnd KubernetesHostSource::watch_once(std::string& fai
 }
 
 void KubernetesHostSource::watch_loop() {
+  // Exponential backoff between attempts. Only a healthy watch (answered,
+  // error-free and open for healthy_after) resets it: a server that answers
+  // 200 and then sends garbage, or ends each watch at once, is asked at most
+  // every backoff_max, never in a tight loop.
   Backoff backoff(options_.backoff_initial, options_.backoff_max);
   for (;;) {
     std::string failure;
-    bool got_events = false;
-    const WatchEnd end = watch_once(failure, got_events);
+    std::optional<std::chrono::steady_clock::time_point> answered;
+    const WatchEnd end = watch_once(failure, answered);
     if (end == WatchEnd::Stopped) return;
-    if (end == WatchEnd::Clean) {  // the server's timeout: renew at once
+    const bool healthy = (end == WatchEnd::Clean || (end == WatchEnd::Failed && failure.empty())) && answered &&
+                         std::chrono::steady_clock::now() - *answered >= options_.healthy_after;
+    if (healthy) {
+      confirm_recovery();
       backoff.reset();
-      continue;
+      if (end == WatchEnd::Clean) continue;  // the server's timeout: renew at once
     }
     if (end == WatchEnd::Gone) {  // 410: our resourceVersion is too old; list again
       for (;;) {
         const auto listed = list_pods();
         if (!listed) {
-          set_failure(std::nullopt);
+          confirm_recovery();
           backoff.reset();
           break;
         }
         if (client_.stopped()) return;
-        set_failure(listed);
+        set_failure(*listed);
         if (!sleep_for(backoff.next())) return;
       }
       continue;
     }
     if (!failure.empty()) set_failure(failure);
-    if (got_events) backoff.reset();
     if (!sleep_for(backoff.next())) return;
   }
 }

@@ -14,6 +14,7 @@
 /// A shared-memory link (shm.h) implements the same interface: its
 /// poll_fd() is the pair's AF_UNIX socket, which the peer writes a wake-up
 /// byte to when it sees this side waiting (prepare_wait).
+#include "hvd/common/error.h"
 #include "hvd/common/io.h"
 
 #include <poll.h>
@@ -24,6 +25,19 @@
 #include <string>
 
 namespace hvd::transport {
+
+/// An IoError of one link: peer() is the rank at its other end. progress()
+/// (and so send, recv, sendrecv) throws it for every failure of a link it
+/// drives, so that a caller can tell which peer it lost (the collective
+/// library shares that rank with the other survivors).
+class LinkError : public hvd::IoError {
+ public:
+  LinkError(int peer, const std::string& what) : hvd::IoError(what), peer_(peer) {}
+  int peer() const { return peer_; }
+
+ private:
+  int peer_;
+};
 
 class Link {
  public:
@@ -168,8 +182,8 @@ struct Transfer {
 /// helper, =1 uses it whatever the links say.
 /// Even with Deadline::never() a wait is bounded by the links' silent-peer
 /// limits (Link::check_peer): a dead peer fails the call with IoError.
-/// Throws hvd::IoError naming the link on failure, hvd::TimeoutError when the
-/// deadline passes; after a failure the links involved may be shut down
+/// Throws LinkError (an hvd::IoError) naming the link on failure,
+/// hvd::TimeoutError when the deadline passes; after a failure the links involved may be shut down
 /// (the caller is expected to abort its communicator anyway).
 void progress(Transfer* transfers, std::size_t count, Deadline deadline = Deadline::never(),
               const std::function<void()>& on_progress = {});

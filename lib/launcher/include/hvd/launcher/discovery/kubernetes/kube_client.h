@@ -15,6 +15,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "hvd/launcher/discovery/kubernetes/kube_config.h"
 
@@ -34,6 +35,15 @@ struct WatchEvent {
   std::string type;  ///< ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
   nlohmann::json object;
 };
+
+/// Server bytes for a log line: printable ASCII kept, backslash, quote and
+/// every other byte (control characters, escape sequences, non-ASCII)
+/// written as \\, \' and \xNN; cut after `max_bytes` of the input with
+/// "..." and the full length: "'\x1b[31mbad...' (320 bytes)". Short text
+/// is just quoted: "'bad'".
+std::string quote_server_text(std::string_view text, std::size_t max_bytes = 120);
+/// The same without the quotes: "\x1b[31mbad... (320 bytes)".
+std::string escape_server_text(std::string_view text, std::size_t max_bytes = 200);
 
 /// Splits a watch response body, received in arbitrary pieces, into events
 /// (one JSON object per line). feed() returns false and sets error() on a
@@ -68,6 +78,8 @@ struct ApiFailure {
   int status = 0;  ///< HTTP status; 0 when no answer (connection, TLS, timeout)
   std::string message;
   bool certificate = false;  ///< TLS certificate verification failed
+  bool too_large = false;  ///< the body passed the request's size bound
+  bool timed_out = false;  ///< the exchange's deadline passed
 };
 
 /// The one-line reason for an HTTP error answer to `verb` ("list", "watch")
@@ -91,18 +103,24 @@ class KubeClient {
     std::string body;
   };
 
-  /// GET `target`; throws ApiFailure-carrying KubeError when there is no
-  /// HTTP answer within `timeout`.
-  Response get(const std::string& target, std::chrono::milliseconds timeout);
+  /// An error answer's body (a Status object) is read up to this much.
+  static constexpr std::size_t kMaxErrorBody = std::size_t(1) << 20;
+
+  /// GET `target` with ONE deadline for the whole exchange: resolving,
+  /// connecting, the TLS handshake, the headers and the whole body within
+  /// `timeout` (a server that drips bytes cannot stretch it), and a body of
+  /// at most `max_body` bytes (refused as it arrives, or at once from its
+  /// Content-Length). Throws KubeError (timed_out, too_large, or no answer).
+  Response get(const std::string& target, std::chrono::milliseconds timeout, std::size_t max_body);
 
   /// GET `target` and hand the body to `on_data` as it arrives. The answer's
   /// status goes to `on_status` first (return false to stop there: the body
-  /// is then read whole and returned). Connecting and the headers are bounded
-  /// by `timeout`; the body may take as long as it keeps coming, but a
-  /// silence longer than `idle` ends it. Returns the status and, for a
-  /// non-streamed answer, its body; throws KubeError without an answer or
-  /// when the stream breaks.
-  Response stream(const std::string& target, std::chrono::milliseconds timeout, std::chrono::milliseconds idle,
+  /// is then read whole, at most kMaxErrorBody, and returned). Everything up
+  /// to the headers is bounded by `timeout`, the whole exchange by `total`
+  /// (>= timeout): a stream that trickles still ends then. Returns the
+  /// status and, for a non-streamed answer, its body; throws KubeError
+  /// without an answer, when the stream breaks or `total` passes.
+  Response stream(const std::string& target, std::chrono::milliseconds timeout, std::chrono::milliseconds total,
                   const std::function<bool(int)>& on_status, const std::function<bool(const char*, size_t)>& on_data);
 
   /// Ends the request in progress (from any thread); later ones fail.
@@ -117,6 +135,12 @@ class KubeClient {
   const KubeConfig& config() const { return config_; }
 
  private:
+  /// get() and stream(): `timeout` up to the headers, `total` for the
+  /// whole exchange, `max_body` for a non-streamed body.
+  Response request(const std::string& target, std::chrono::milliseconds timeout, std::chrono::milliseconds total,
+                   std::size_t max_body, const std::function<bool(int)>& on_status,
+                   const std::function<bool(const char*, size_t)>& on_data);
+
   struct Impl;
   KubeConfig config_;
   std::unique_ptr<Impl> impl_;
