@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <utility>
 
 namespace hvd {
 
@@ -27,6 +28,27 @@ spdlog::level::level_enum parse_log_level(const std::string& text) {
   if (t == "fatal" || t == "critical") return spdlog::level::critical;
   if (t == "off") return spdlog::level::off;
   return spdlog::level::info;
+}
+
+RepeatedLog::RepeatedLog(spdlog::level::level_enum level, std::string what, std::chrono::milliseconds interval)
+    : level_(level), what_(std::move(what)), interval_(interval) {}
+
+void RepeatedLog::note(const std::string& first_line) {
+  const auto now = std::chrono::steady_clock::now();
+  if (total_++ == 0) {
+    spdlog::log(level_, "{} (repeats are counted, not logged one by one)", first_line);
+    last_ = now;
+    return;
+  }
+  ++unlogged_;
+  if (now - last_ >= interval_) flush();
+}
+
+void RepeatedLog::flush() {
+  if (unlogged_ == 0) return;
+  spdlog::log(level_, "{}: {} more ({} in all)", what_, unlogged_, total_);
+  unlogged_ = 0;
+  last_ = std::chrono::steady_clock::now();
 }
 
 }  // namespace hvd

@@ -20,6 +20,8 @@ import pickle
 import re
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -32,6 +34,9 @@ from hvdcomm.runner import channel, serialize
 # by hvdrun --dry-run or --verbose).
 SECRET_ENV = "HVDCOMM_RUN_SECRET"
 PORT_ENV = "HVDCOMM_RUN_PORT"
+# The address the channel listens on, when it is one address (else workers
+# use hvdrun's rendezvous address).
+ADDR_ENV = "HVDCOMM_RUN_ADDR"
 # Where run() finds hvdrun first (see find_hvdrun).
 HVDRUN_ENV = "HVDCOMM_HVDRUN"
 
@@ -39,6 +44,8 @@ HVDRUN_ENV = "HVDCOMM_HVDRUN"
 _in_worker = False
 
 _BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv.pop(1)); from hvdcomm.runner.task import main; main()"
+# What hvdrun accepts as a host name (hosts.h, host_name_error).
+_HOST_NAME = re.compile(r"[A-Za-z0-9._-]{1,253}")
 _LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"}
 
 
@@ -179,19 +186,111 @@ def hvdrun_args(num_proc=1, min_num_proc=None, max_num_proc=None, slots=None, re
     return out
 
 
-def _loopback_only(hosts, hostfile, host_discovery_script, network_interfaces):
-    """Whether every worker runs on this machine and hvdrun tells them to
-    reach it on loopback (then the channel listens on 127.0.0.1 only)."""
-    if hostfile is not None or host_discovery_script is not None or network_interfaces is not None:
-        return False
-    if hosts is None:
-        return True
-    for entry in _names("hosts", hosts).split(","):
+def _host_names(hosts, hostfile):
+    """The host names of ``hosts`` (-H entries) or of ``hostfile`` (its
+    first word per line, comments dropped), without slot counts."""
+    if hosts is not None:
+        entries = _names("hosts", hosts).split(",")
+    else:
+        with open(hostfile, encoding="utf-8", errors="replace") as f:
+            entries = [w for w in (line.split("#", 1)[0].split()[:1] for line in f) for w in w]
+    out = []
+    for entry in entries:
         name = entry.rsplit(":", 1)[0] if entry.count(":") == 1 or entry.startswith("[") else entry
-        name = name.strip("[]").lower()
-        if not (name in _LOOPBACK_NAMES or name == "::1" or name.startswith("127.")):
-            return False
-    return True
+        out.append(name.strip("[]"))
+    return out
+
+
+def _is_loopback(name):
+    name = name.lower()
+    return name in _LOOPBACK_NAMES or name == "::1" or name.startswith("127.")
+
+
+def _route_source(host, timeout=2.0):
+    """The local address the kernel uses to reach ``host`` (a UDP socket is
+    connect()ed: nothing is sent). Name resolution is bounded by ``timeout``.
+    Raises OSError."""
+    found = []
+
+    def resolve():
+        try:
+            found.append(socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM))
+        except OSError as e:
+            found.append(e)
+
+    t = threading.Thread(target=resolve, daemon=True)
+    t.start()
+    t.join(timeout)
+    if not found:
+        raise OSError(f"{host} does not resolve within {timeout:g} s")
+    if isinstance(found[0], OSError):
+        raise OSError(f"{host} does not resolve: {found[0]}")
+    family, _, _, _, addr = found[0][0]
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.connect(addr)
+        return s.getsockname()[0]
+
+
+def _interface_address(name):
+    """The IPv4 address of local interface ``name``, else a global IPv6 one;
+    None when it has neither (or does not exist)."""
+    import fcntl
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+            return socket.inet_ntoa(packed[20:24])
+        except OSError:
+            pass
+    try:
+        with open("/proc/net/if_inet6") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) == 6 and fields[5] == name and fields[3] == "00":  # scope global
+                    return socket.inet_ntop(socket.AF_INET6, bytes.fromhex(fields[0]))
+    except OSError:
+        pass
+    return None
+
+
+def _channel_address(hosts, hostfile, host_discovery_script, network_interfaces, route=_route_source):
+    """Where the caller's channel listens: (address, why). "127.0.0.1" when
+    every host is a loopback name; else the address of the first of
+    ``network_interfaces`` that has one here, or the one local address the
+    kernel routes to every non-loopback host through; "" (every interface)
+    only when that cannot be told, with ``why``. The workers are told the
+    address (ADDR_ENV) unless it is ""."""
+    if network_interfaces is not None:
+        names = _names("network_interfaces", network_interfaces).split(",")
+        for name in names:
+            addr = _interface_address(name)
+            if addr:
+                return addr, ""
+        return "", f"none of the network interfaces {', '.join(names)} has an address on this machine"
+    if host_discovery_script is not None:
+        return "", "the hosts come from a discovery script, so the interface that reaches them is not known yet " \
+                   "(pass network_interfaces= to name it)"
+    if hosts is None and hostfile is None:
+        return "127.0.0.1", ""
+    try:
+        names = _host_names(hosts, hostfile)
+    except OSError as e:
+        return "", f"cannot read the hostfile: {e}"
+    if not all(_HOST_NAME.fullmatch(n) or ":" in n for n in names):
+        return "127.0.0.1", ""  # hvdrun refuses the job: nothing to resolve, nobody to serve
+    sources = set()
+    for name in names:
+        if _is_loopback(name):
+            continue
+        try:
+            sources.add(route(name))
+        except OSError as e:
+            return "", f"{e} (pass network_interfaces= to name the interface)"
+    if not sources:
+        return "127.0.0.1", ""
+    if len(sources) == 1:
+        return sources.pop(), ""
+    return "", f"the hosts are reached through several local addresses ({', '.join(sorted(sources))}; pass " \
+               "network_interfaces= to pick one)"
 
 
 def _worker_sys_path():
@@ -419,11 +518,16 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
     hvdrun = find_hvdrun()
 
     key = channel.new_key()
-    bind = "127.0.0.1" if _loopback_only(hosts, hostfile, host_discovery_script, network_interfaces) else ""
+    bind, why = _channel_address(hosts, hostfile, host_discovery_script, network_interfaces)
+    if not bind:
+        print(f"horovod.run: the result channel listens on every interface: {why}", file=sys.stderr, flush=True)
     server = channel.Server(key, payload, bind)
     env = dict(os.environ)
     env[SECRET_ENV] = key.hex()
     env[PORT_ENV] = str(server.port)
+    env.pop(ADDR_ENV, None)
+    if bind:
+        env[ADDR_ENV] = bind
     package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     cmd = [hvdrun] + flags + ["--", python, "-c", _BOOTSTRAP, package_parent]
     try:

@@ -57,6 +57,7 @@ def main():
     # it starts sees the secret.
     secret = os.environ.pop(runner.SECRET_ENV, "")
     port = os.environ.pop(runner.PORT_ENV, "")
+    addr = os.environ.pop(runner.ADDR_ENV, "")
     try:
         key = bytes.fromhex(secret)
         port = int(port)
@@ -64,7 +65,7 @@ def main():
             raise ValueError
     except ValueError:
         _fail(f"started without horovod.run's channel ({runner.SECRET_ENV} / {runner.PORT_ENV} missing or malformed)")
-    host = os.environ.get(job_env.RENDEZVOUS_ADDR, "").strip("[]") or "127.0.0.1"
+    host = addr or os.environ.get(job_env.RENDEZVOUS_ADDR, "").strip("[]") or "127.0.0.1"
     try:
         setup = pickle.loads(channel.request(host, port, key, b"get"))
     except (OSError, channel.AuthenticationError) as e:

@@ -141,6 +141,33 @@ class Platforms(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertEqual(error_lines(r.stderr), ["hvdrun: error: %s: field 'hosts': the host list is empty" % path])
 
+    def test_outside_text_is_one_escaped_line(self):
+        # Issue 29 item 8 (docs/security.md, "Text from outside"): a host
+        # name with an escape sequence or a newline, from -H, a hostfile,
+        # Slurm's node list or SageMaker's JSON, and a 100,000-byte name:
+        # exit 2, one line, no control byte on the terminal, bounded length.
+        hostfile = os.path.join(self.tmp, "hosts")
+        with open(hostfile, "w") as f:
+            f.write("node1 slots=1\nnode\x1b]0;owned\x07 slots=1\n")
+        base = self.sagemaker_base("algo-1", ["algo-1", "algo-2\n[0]<stdout>: forged"])
+        cases = [
+            (["-np", "1", "-H", "a\x1b[31mb:1", "--dry-run", "true"], clean_env(), "a\\x1b[31mb"),
+            (["-np", "1", "-H", "n" * 100000 + ":1", "--dry-run", "true"], clean_env(), "100000 bytes long; at most 253"),
+            (["-np", "1", "--hostfile", hostfile, "--dry-run", "true"], clean_env(), "node\\x1b]0;owned\\x07"),
+            (["-np", "1", "--dry-run", "true"],
+             clean_env(SLURM_JOB_ID="7", SLURM_JOB_NODELIST="node01,gpu\x1b[2J", SLURMD_NODENAME="node01"),
+             "gpu\\x1b[2J"),
+            (["-np", "1", "--dry-run", "true"], clean_env(SAGEMAKER_BASE_DIR=base), "algo-2\\n[0]<stdout>: forged"),
+        ]
+        for args, env, shown in cases:
+            r = run(args, env)
+            self.assertEqual(r.returncode, 2, (args[:2], r.stdout[-500:], r.stderr[-500:]))
+            self.assertEqual(len(error_lines(r.stderr)), 1, r.stderr[-2000:])
+            self.assertTrue(r.stderr.startswith("hvdrun: error: "), r.stderr[:300])
+            self.assertIn(shown, r.stderr)
+            self.assertFalse(any(ord(c) < 0x20 and c != "\n" for c in r.stderr), repr(r.stderr[:300]))
+            self.assertLess(len(r.stderr), 2000)
+
     def test_slurm_dry_run(self):
         r = run(["-np", "7", "--dry-run", "true"], clean_env(**SLURM))
         self.assertEqual(r.returncode, 0, r.stderr)

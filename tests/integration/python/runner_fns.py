@@ -130,4 +130,30 @@ def attack_then_return():
                     break
                 got += chunk
             seen["raw_bytes_received"] = len(got)
+            seen["raw_tail"] = got[32:]
     return seen
+
+
+_held = []  # kept open until the worker exits (after it reported)
+
+
+def flood_then_return(count):
+    """Rank 0 plays anyone on the network: it opens ``count`` connections to
+    the caller's channel and leaves them idle, held until it exits (after
+    its own result went out). Returns the rank and how many it opened."""
+    import resource
+    from hvdcomm.runner import PORT_ENV
+    me = int(os.environ[job_env.RANK])
+    opened = 0
+    if me == 0:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = count + 64 if hard == resource.RLIM_INFINITY else min(count + 64, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want), hard))
+        port = int(_initial_environ()[PORT_ENV])
+        for _ in range(count):
+            try:
+                _held.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+            except OSError:
+                break
+            opened += 1
+    return me, opened

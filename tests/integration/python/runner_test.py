@@ -265,7 +265,8 @@ def main():
     check([o["value"] for o in out] == ["genuine 0", "genuine 1"], f"the forged result did not land: {out}")
     check(out[1]["get"].startswith("refused") and out[1]["put"].startswith("refused"),
           f"the live server refused the wrong key: {out[1]}")
-    check(out[1]["raw_bytes_received"] == 32, f"a raw peer gets the nonce only: {out[1]}")
+    check(out[1]["raw_bytes_received"] == 32 + len(channel.REFUSAL) and out[1]["raw_tail"] == channel.REFUSAL,
+          f"a raw peer gets the nonce and the refusal only: {out[1]}")
     check(not any(o["secret_on_a_command_line"] or o["secret_in_os_environ"] for o in out),
           f"the secret is on no command line and gone from os.environ: {out}")
 

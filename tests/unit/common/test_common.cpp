@@ -2,6 +2,7 @@
 #include "hvd/common/error.h"
 #include "hvd/common/io.h"
 #include "hvd/common/secret.h"
+#include "hvd/common/text.h"
 
 #include <catch2/catch.hpp>
 
@@ -81,4 +82,23 @@ TEST_CASE("HVD_ENFORCE_EQ prints both values", "[common][error]") {
     CHECK(what.find("2 vs 3") != std::string::npos);
     CHECK(what.find("test_common.cpp") != std::string::npos);
   }
+}
+
+// Issue 29 item 8: the one way outside text is shown (hvd/common/text.h).
+TEST_CASE("text: shown escapes control bytes and cuts - nothing can forge a line or an escape sequence", "[text]") {
+  CHECK(hvd::shown("node-01.example") == "node-01.example");
+  CHECK(hvd::shown("a\x1b[31mb") == "a\\x1b[31mb");
+  CHECK(hvd::shown("10.0.0.1\n[0]<stdout>: forged") == "10.0.0.1\\n[0]<stdout>: forged");
+  CHECK(hvd::shown("t\tr\rdel\x7f") == "t\\tr\\rdel\\x7f");
+  CHECK(hvd::shown("back\\slash") == "back\\\\slash");  // "\n" in the output always was a newline
+  CHECK(hvd::shown("\xc2\x9b"
+                   "2J") == "\\xc2\\x9b2J");  // a C1 CSI, and any byte >= 0x80
+  CHECK(hvd::shown(std::string("nul\0byte", 8)) == "nul\\x00byte");
+  const std::string huge(100000, 'a');
+  const std::string cut = hvd::shown(huge, 10);
+  CHECK(cut == "aaaaaaaaaa...(99990 more bytes)");
+  CHECK(hvd::shown(huge).size() < 200);
+  // A whole message: controls escaped, backslashes of shown() parts kept.
+  CHECK(hvd::one_line("host '" + hvd::shown("x\ny") + "'\nsecond") == "host 'x\\ny'\\nsecond");
+  CHECK(hvd::one_line(std::string(10000, 'm')).size() < 4200);
 }

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "hvd/common/error.h"
+#include "hvd/common/text.h"
 
 namespace hvd::launcher {
 
@@ -27,7 +28,7 @@ bool valid_hostname(const std::string& name) {
 }
 
 bool valid_ipv6_literal(const std::string& name) {
-  if (name.empty()) return false;
+  if (name.empty() || name.size() > kMaxHostName) return false;
   for (char c : name) {
     unsigned char u = static_cast<unsigned char>(c);
     if (!(std::isxdigit(u) || c == ':' || c == '.' || c == '%' || std::isalnum(u))) return false;
@@ -38,14 +39,14 @@ bool valid_ipv6_literal(const std::string& name) {
 /// Why `text` is not a slot count, or none (the count is then in *slots).
 /// `entry` only completes the hint for a missing count.
 std::optional<std::string> slot_count_error(const std::string& text, const std::string& entry, int* slots) {
-  if (text.empty()) return fmt::format("missing slot count after ':' (write host:N, e.g. {}2)", entry);
+  if (text.empty()) return fmt::format("missing slot count after ':' (write host:N, e.g. {}2)", shown(entry));
   bool digits = true;
   for (size_t i = 0; i < text.size(); ++i) {
     if (!std::isdigit(static_cast<unsigned char>(text[i])) && !(i == 0 && text[i] == '-')) digits = false;
   }
-  if (!digits || text == "-") return fmt::format("slot count '{}' is not a number", text);
-  if (text[0] == '-') return fmt::format("slot count must be at least 1, not {}", text);
-  if (text.size() > 6) return fmt::format("slot count {} is too large", text);
+  if (!digits || text == "-") return fmt::format("slot count '{}' is not a number", shown(text));
+  if (text[0] == '-') return fmt::format("slot count must be at least 1, not {}", shown(text));
+  if (text.size() > 6) return fmt::format("slot count {} is too large", shown(text));
   *slots = std::stoi(text);
   if (*slots < 1) return fmt::format("slot count must be at least 1, not {}", text);
   return std::nullopt;
@@ -60,7 +61,7 @@ std::optional<std::string> split_entry(const std::string& entry, std::string* na
     size_t close = entry.find(']');
     if (close == std::string::npos) return std::string("missing ']' after IPv6 address");
     *name = entry.substr(1, close - 1);
-    if (!valid_ipv6_literal(*name)) return fmt::format("'{}' is not an IPv6 address", *name);
+    if (!valid_ipv6_literal(*name)) return fmt::format("'{}' is not an IPv6 address", shown(*name));
     std::string rest = entry.substr(close + 1);
     if (!rest.empty()) {
       if (rest[0] != ':') return std::string("expected ':N' after ']'");
@@ -70,16 +71,14 @@ std::optional<std::string> split_entry(const std::string& entry, std::string* na
   }
   size_t colon = entry.find(':');
   if (colon != std::string::npos && entry.find(':', colon + 1) != std::string::npos) {
-    return fmt::format("too many ':' (put IPv6 addresses in brackets: [{}]:N)", entry);
+    return fmt::format("too many ':' (put IPv6 addresses in brackets: [{}]:N)", shown(entry));
   }
   *name = entry.substr(0, colon);
   if (colon != std::string::npos) *slots_text = entry.substr(colon + 1);
   if (name->empty()) {
     return std::string(colon == std::string::npos ? "empty host entry" : "missing host name before ':'");
   }
-  if (!valid_hostname(*name)) {
-    return fmt::format("'{}' is not a valid host name (letters, digits, '.', '-', '_')", *name);
-  }
+  if (auto why = host_name_error(*name)) return why;
   return std::nullopt;
 }
 
@@ -93,6 +92,18 @@ void check_duplicates(const std::vector<HostSpec>& hosts, const HostSpec& next) 
 }
 
 }  // namespace
+
+std::optional<std::string> host_name_error(const std::string& name) {
+  if (name.empty()) return std::string("empty host name");
+  if (name.size() > kMaxHostName) {
+    return fmt::format("host name '{}' is {} bytes long; at most {} (DNS's limit)", shown(name, 32), name.size(),
+                       kMaxHostName);
+  }
+  if (!valid_hostname(name)) {
+    return fmt::format("'{}' is not a valid host name (letters, digits, '.', '-', '_')", shown(name));
+  }
+  return std::nullopt;
+}
 
 std::string trim_spaces(const std::string& s) {
   size_t b = 0, e = s.size();
@@ -114,7 +125,7 @@ HostEntry try_parse_host_entry(const std::string& entry, int default_slots) {
 
 HostSpec parse_host_entry(const std::string& entry, int default_slots) {
   HostEntry parsed = try_parse_host_entry(entry, default_slots);
-  if (!parsed.ok()) throw InvalidArgument(fmt::format("'{}': {}", entry, *parsed.error));
+  if (!parsed.ok()) throw InvalidArgument(fmt::format("'{}': {}", shown(entry), *parsed.error));
   return parsed.host;
 }
 
@@ -126,13 +137,13 @@ std::vector<HostSpec> parse_hosts(const std::string& text) {
   size_t index = 0;
   // std::getline drops a trailing empty field; check for it explicitly.
   if (text.back() == ',') {
-    throw InvalidArgument(fmt::format("-H '{}': empty host entry at the end (trailing ',')", text));
+    throw InvalidArgument(fmt::format("-H '{}': empty host entry at the end (trailing ',')", shown(text)));
   }
   while (std::getline(ss, item, ',')) {
     ++index;
     std::string entry = trim_spaces(item);
     if (entry.empty()) {
-      throw InvalidArgument(fmt::format("-H '{}': empty host entry at position {}", text, index));
+      throw InvalidArgument(fmt::format("-H '{}': empty host entry at position {}", shown(text), index));
     }
     HostSpec spec = parse_host_entry(entry);
     check_duplicates(hosts, spec);
@@ -168,24 +179,26 @@ std::vector<HostSpec> parse_hostfile_text(const std::string& text, const std::st
           const std::string entry = host_field + " slots=" + value;
           int count = 0;
           if (auto why = slot_count_error(value, entry, &count)) {
-            throw InvalidArgument(fmt::format("'{}': {}", entry, *why));
+            throw InvalidArgument(fmt::format("'{}': {}", shown(entry), *why));
           }
           slots = count;
         } else if (key == "max_slots" || key == "max-slots") {
           if (eq == std::string::npos || value.empty()) {
-            throw InvalidArgument(fmt::format("'{}' needs a value: {}=N", key, key));
+            throw InvalidArgument(fmt::format("'{}' needs a value: {}=N", shown(key), shown(key)));
           }
           // OpenMPI's oversubscription limit: accepted and ignored.
         } else {
-          throw InvalidArgument(fmt::format("unexpected '{}' (expected 'host slots=N', 'host:N' or 'host')", field));
+          throw InvalidArgument(
+              fmt::format("unexpected '{}' (expected 'host slots=N', 'host:N' or 'host')", shown(field)));
         }
       }
       HostEntry parsed = try_parse_host_entry(host_field);
-      if (!parsed.ok()) throw InvalidArgument(fmt::format("'{}': {}", host_field, *parsed.error));
+      if (!parsed.ok()) throw InvalidArgument(fmt::format("'{}': {}", shown(host_field), *parsed.error));
       HostSpec spec = parsed.host;
       if (slots) {
         if (parsed.slots_given) {
-          throw InvalidArgument(fmt::format("'{}': give slots either as host:N or as slots=N, not both", host_field));
+          throw InvalidArgument(
+              fmt::format("'{}': give slots either as host:N or as slots=N, not both", shown(host_field)));
         }
         spec.slots = *slots;
       }

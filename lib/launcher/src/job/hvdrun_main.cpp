@@ -1,6 +1,7 @@
 // hvdrun's whole main(): parse, pick the mode, map the outcome to an exit
 // code (docs/exit-codes.md). apps/hvdrun/main.cpp only calls hvdrun_main.
 #include "hvd/common/error.h"
+#include "hvd/common/text.h"
 #include "hvd/launcher/hosts/platform/platform.h"
 #include "hvd/launcher/job/launch_mode.h"
 #include "hvd/launcher/job/launcher.h"
@@ -25,7 +26,8 @@ int exit_code_for(std::exception_ptr error) {
   try {
     std::rethrow_exception(error);
   } catch (const InvalidArgument& e) {
-    std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
+    // One line whatever outside text the message quotes (docs/security.md).
+    std::fprintf(stderr, "hvdrun: error: %s\n", one_line(e.what()).c_str());
     return exit_code::kUsage;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hvdrun: internal error: %s\n", e.what());

@@ -4,6 +4,7 @@
 #include "hvd/launcher/job/platform_follower.h"
 
 #include "hvd/common/io.h"
+#include "hvd/common/logging.h"
 #include "hvd/launcher/options/options.h"
 #include "hvd/launcher/process/signals.h"
 #include "hvd/launcher/spawn/ssh/ssh_config.h"
@@ -13,6 +14,7 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -27,6 +29,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -37,6 +40,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::size_t kMaxLine = 256;
+constexpr std::size_t kMaxPeers = 64;
 constexpr const char* kGreeting = "hvdrun-follower 1 ";
 
 std::string job_id(const PlatformDescription& p, const PlatformContext& ctx) {
@@ -95,12 +99,42 @@ std::optional<std::string> read_line(int fd, Deadline deadline) {
   }
 }
 
+/// "0".."255" written with digits only (no sign, no spaces, at most 3
+/// digits); -1 for anything else.
 int parse_status(const std::string& text) {
-  char* end = nullptr;
-  errno = 0;
-  long v = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || v < 0 || v > 255) return -1;
-  return static_cast<int>(v);
+  if (text.empty() || text.size() > 3) return -1;
+  int v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return -1;
+    v = v * 10 + (c - '0');
+  }
+  return v <= 255 ? v : -1;
+}
+
+/// "uid N (name)", or "uid N" when the name is unknown.
+std::string describe_uid(uid_t uid) {
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  char buf[4096];
+  if (::getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found && found->pw_name) {
+    return fmt::format("uid {} ({})", uid, found->pw_name);
+  }
+  return fmt::format("uid {}", uid);
+}
+
+/// Whether a peer of `uid` may talk to hvdrun on a follower socket: this
+/// user or root.
+bool trusted_uid(uid_t uid) { return uid == ::geteuid() || uid == 0; }
+
+/// The credentials of the process listening on `addr` (SO_PEERCRED of a
+/// connection to it), or nullopt when nothing answers.
+std::optional<struct ucred> listener_credentials(const sockaddr_un& addr, socklen_t len) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd || ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), len) != 0) return std::nullopt;
+  struct ucred cred {};
+  socklen_t cl = sizeof cred;
+  if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0) return std::nullopt;
+  return cred;
 }
 
 std::chrono::milliseconds parse_timeout(const char* text, std::chrono::milliseconds fallback) {
@@ -240,7 +274,16 @@ int run_follower(const FollowerOptions& o) {
   const sockaddr_un addr = socket_address(o.key, &len);
   if (::bind(listener.get(), reinterpret_cast<const sockaddr*>(&addr), len) != 0) {
     if (errno == EADDRINUSE) {
-      return fail(fmt::format("another hvdrun already follows the {} job on this machine (key {})", o.platform, o.key));
+      const auto holder = listener_credentials(addr, len);
+      if (holder && !trusted_uid(holder->uid)) {
+        return fail(fmt::format(
+            "the follower socket @{} of the {} job is held by {} (pid {}), not by this user ({}): another user's "
+            "process took the name, so the leader cannot attach here (docs/platforms.md#followers)",
+            follower_socket_name(o.key), o.platform, describe_uid(holder->uid), holder->pid,
+            describe_uid(::geteuid())));
+      }
+      return fail(fmt::format("another hvdrun{} already follows the {} job on this machine (key {})",
+                              holder ? fmt::format(" (pid {})", holder->pid) : "", o.platform, o.key));
     }
     return fail(fmt::format("follower: cannot listen on @{}: {}", follower_socket_name(o.key), std::strerror(errno)));
   }
@@ -270,13 +313,18 @@ int run_follower(const FollowerOptions& o) {
   bool ever_attached = false;
   std::vector<Peer> peers;
   const uid_t me = ::geteuid();
+  RepeatedLog refusals(spdlog::level::warn, "follower: refused connections from other users");
+  // Out of descriptors (EMFILE): the listener is left alone until then.
+  auto accept_paused_until = Clock::time_point::min();
   for (;;) {
     std::vector<struct pollfd> fds;
-    fds.push_back({listener.get(), POLLIN, 0});
+    const bool accepting = Clock::now() >= accept_paused_until;
+    fds.push_back({accepting ? listener.get() : -1, POLLIN, 0});
     fds.push_back({signals ? signals.get() : -1, POLLIN, 0});
     for (const auto& p : peers) fds.push_back({p.fd.get(), POLLIN, 0});
     auto next = ever_attached ? Clock::time_point::max() : start_deadline;
     next = std::min(next, grace_deadline);
+    if (!accepting) next = std::min(next, accept_paused_until);
     for (const auto& p : peers) {
       if (!p.attached) next = std::min(next, p.accepted + std::chrono::seconds(5));
     }
@@ -340,16 +388,28 @@ int run_follower(const FollowerOptions& o) {
     const bool attached = std::any_of(peers.begin(), peers.end(), [](const Peer& p) { return p.attached; });
     if (had_attached && !attached && grace_deadline == Clock::time_point::max()) grace_deadline = now + o.grace;
     if (r > 0 && fds[0].revents) {
-      for (;;) {
+      for (int burst = 0; burst < 256; ++burst) {
         int c = ::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (c < 0) break;
+        if (c < 0) {
+          if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            accept_paused_until = now + std::chrono::milliseconds(100);
+          }
+          break;
+        }
         UniqueFd conn(c);
         struct ucred cred {};
         socklen_t cl = sizeof cred;
         if (::getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 || (cred.uid != me && cred.uid != 0)) {
-          spdlog::debug("follower: refused a connection from uid {} pid {} (only uid {} or root may attach)", cred.uid,
-                        cred.pid, me);
+          refusals.note(fmt::format("follower: refused a connection from {} pid {} (only uid {} or root may attach)",
+                                    describe_uid(cred.uid), cred.pid, me));
           continue;
+        }
+        // Unattached peers of this user are few; a flood of them replaces
+        // the oldest instead of piling up.
+        if (peers.size() >= kMaxPeers) {
+          auto oldest = std::find_if(peers.begin(), peers.end(), [](const Peer& p) { return !p.attached; });
+          if (oldest == peers.end()) continue;
+          peers.erase(oldest);
         }
         if (!write_all(c, kGreeting + o.key + "\n")) continue;
         peers.push_back(Peer{std::move(conn), "", false, now});
@@ -384,6 +444,23 @@ int connect_follower(const std::string& key, std::chrono::milliseconds timeout, 
       return -1;
     }
     if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), len) == 0) {
+      // The name is open to every user: the listener must be this user or
+      // root, else it is an impostor that must not learn the job's status.
+      struct ucred cred {};
+      socklen_t cl = sizeof cred;
+      if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0) {
+        if (error) *error = fmt::format("SO_PEERCRED on the follower socket of {}: {}", key, std::strerror(errno));
+        return -1;
+      }
+      if (!trusted_uid(cred.uid)) {
+        if (error) {
+          *error = fmt::format(
+              "the follower socket @{} is held by {} (pid {}), not by this user ({}) or root: refusing to talk to it "
+              "(another user's process took the name; docs/platforms.md#followers)",
+              follower_socket_name(key), describe_uid(cred.uid), cred.pid, describe_uid(::geteuid()));
+        }
+        return -1;
+      }
       auto greeting = read_line(fd.get(), Deadline::after(std::chrono::seconds(5)));
       if (greeting && *greeting == kGreeting + key) return fd.release();
       last = greeting ? fmt::format("unexpected greeting '{}'", greeting->substr(0, 80)) : "no greeting";

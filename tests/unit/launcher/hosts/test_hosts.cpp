@@ -152,3 +152,29 @@ TEST_CASE("hostfile: IPv6 lines, and a slot count given twice is refused for the
   CHECK(invalid_message([] { parse_hostfile_text("[::1 slots=3\n", "hf"); }) ==
         "hf:1: '[::1': missing ']' after IPv6 address");
 }
+
+// Issue 29 item 8: host names are bounded and never carry control bytes to
+// the terminal; the refusal is one line quoting the name escaped and cut.
+TEST_CASE("hosts: control characters and over-long names are refused in one escaped line", "[hosts]") {
+  for (const std::string& bad : {std::string("a\x1b[31mb:1"), std::string("node\n[0]<stdout>:forged"),
+                                 std::string("h\r:2"), std::string("[::1\x1b]:1")}) {
+    const std::string why = invalid_message([&] { parse_hosts(bad); });
+    INFO(why);
+    CHECK_FALSE(why.empty());
+    CHECK(why.find_first_of("\x1b\n\r") == std::string::npos);
+  }
+  CHECK(invalid_message([] { parse_hosts("a\x1b[31mb:1"); }).find("'a\\x1b[31mb' is not a valid host name") !=
+        std::string::npos);
+  const std::string huge(100000, 'a');
+  const std::string why = invalid_message([&] { parse_hosts(huge + ":1"); });
+  CHECK(why.find("is 100000 bytes long; at most 253") != std::string::npos);
+  CHECK(why.size() < 400);
+  CHECK(parse_hosts(std::string(253, 'a') + ":1").front().name.size() == 253);
+  CHECK_FALSE(invalid_message([] { parse_hosts(std::string(254, 'a')); }).empty());
+  const std::string file_why =
+      invalid_message([] { parse_hostfile_text("good slots=1\nbad\x1b]0;title\x07 slots=1\n", "hf"); });
+  CHECK(file_why.rfind("hf:2: ", 0) == 0);
+  CHECK(file_why.find_first_of("\x1b\x07") == std::string::npos);
+  CHECK(host_name_error("ok-name").has_value() == false);
+  CHECK(host_name_error("bad\tname").value().find("bad\\tname") != std::string::npos);
+}

@@ -190,12 +190,15 @@ TEST_CASE("follower: garbage requests are dropped - a second follower with the s
           "[platform_follower]") {
   const std::string key = unique_key("garbage");
   auto follower = start_follower(key, 3s);
-  int fd = connect_follower(key, 2s, nullptr);
-  REQUIRE(fd >= 0);
-  send_line(fd, "status 999\n");  // out of range: dropped, no status
   char c;
-  CHECK(::recv(fd, &c, 1, 0) == 0);  // closed by the follower
-  ::close(fd);
+  for (const char* garbage : {"status 999\n", "status  +1\n", "status +1\n", "status 1 \n"}) {
+    // Out of range, or not digits only (issue 29 item 4: "status  +1" was status 1): dropped.
+    int fd = connect_follower(key, 2s, nullptr);
+    REQUIRE(fd >= 0);
+    send_line(fd, garbage);
+    CHECK(::recv(fd, &c, 1, 0) == 0);  // closed by the follower
+    ::close(fd);
+  }
   FollowerOptions twin;
   twin.key = key;
   twin.platform = "sagemaker";

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "hvd/common/text.h"
+
 namespace hvd::launcher::kube {
 
 KubernetesSourceOptions source_options(const Options& options, const KubeConfig& config) {
@@ -129,8 +131,9 @@ void KubernetesHostSource::publish_locked(std::unique_lock<std::mutex>& lock) {
   std::vector<HostSpec> hosts = hosts_of(pods_);
   if (published_ && *published_ == hosts) return;
   const std::string unused = describe_unusable(pods_);
+  // Pod names and addresses come from the API server: one line, escaped.
   spdlog::info("kubernetes: pods '{}' in namespace '{}': {}{}", options_.selector, options_.namespace_name,
-               describe_usable(pods_), unused.empty() ? "" : "; not used: " + unused);
+               one_line(describe_usable(pods_)), unused.empty() ? "" : "; not used: " + one_line(unused));
   published_ = std::move(hosts);
   if (listener_) listener_();
 }

@@ -1,6 +1,8 @@
 // Pods -> hosts (pod_hosts.h).
 #include "hvd/launcher/discovery/kubernetes/pod_hosts.h"
 
+#include "hvd/common/text.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -75,7 +77,7 @@ PodHost pod_host(const json& pod, const PodHostRules& rules) {
   const json::json_pointer deletion("/metadata/deletionTimestamp");
   if (pod.contains(deletion) && !pod.at(deletion).is_null()) return not_used("terminating");
   const std::string phase = text_at(pod, json::json_pointer("/status/phase"));
-  if (phase != "Running") return not_used("phase " + (phase.empty() ? std::string("unknown") : phase));
+  if (phase != "Running") return not_used("phase " + (phase.empty() ? std::string("unknown") : shown(phase)));
   if (!ready(pod)) return not_used("not Ready");
 
   std::string name;
@@ -105,7 +107,7 @@ PodHost pod_host(const json& pod, const PodHostRules& rules) {
   };
   auto from_annotation = [&](const std::string& key, const std::string& value) {
     slots = positive(value);
-    if (slots == 0) out.why_not = fmt::format("annotation {} '{}' is not a positive integer", key, value);
+    if (slots == 0) out.why_not = fmt::format("annotation {} '{}' is not a positive integer", key, shown(value));
   };
   switch (rules.slots.mode) {
     case KubernetesSlots::Mode::Fixed: slots = rules.slots.count; break;
@@ -138,7 +140,7 @@ PodHost pod_host(const json& pod, const PodHostRules& rules) {
   // The name must be one -H would take (IPv6 in brackets).
   const std::string entry = name.find(':') != std::string::npos ? "[" + name + "]" : name;
   const HostEntry parsed = try_parse_host_entry(entry, slots);
-  if (!parsed.ok()) return not_used(fmt::format("host name '{}': {}", name, *parsed.error));
+  if (!parsed.ok()) return not_used(fmt::format("host name '{}': {}", shown(name), *parsed.error));
   out.host = parsed.host;
   out.usable = true;
   return out;

@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <nlohmann/json.hpp>
 
 #include "hvd/common/error.h"
+#include "hvd/common/text.h"
 #include "hvd/launcher/hosts/platform/platform.h"
 #include "hvd/launcher/plan/worker_env.h"
 
@@ -78,7 +80,9 @@ const std::vector<std::string>& planned_platforms() {
   return names;
 }
 
-std::optional<PlatformDescription> detect(const std::string& name, const PlatformContext& ctx) {
+namespace {
+
+std::optional<PlatformDescription> detect_unchecked(const std::string& name, const PlatformContext& ctx) {
   if (name == "sagemaker") return detect_sagemaker(ctx);
   if (name == "slurm") return detect_slurm(ctx);
   if (name == "vertex") return detect_vertex(ctx);
@@ -86,7 +90,42 @@ std::optional<PlatformDescription> detect(const std::string& name, const Platfor
   // OCI runs are elastic jobs: run_oci_if_detected (job/oci_job.cpp) takes
   // them before the Options exist; what reaches here has no OCI__MODE.
   if (name == "oci") return std::nullopt;
-  throw InvalidArgument(fmt::format("unknown platform '{}'", name));
+  throw InvalidArgument(fmt::format("unknown platform '{}'", shown(name)));
+}
+
+/// Every name a platform gave (hosts, leader, this host) must be one -H
+/// would take (IPv6 literals included).
+void check_names(const PlatformDescription& p) {
+  auto check = [&](const std::string& name, const char* what) {
+    const bool ipv6 = name.find(':') != std::string::npos && std::all_of(name.begin(), name.end(), [](char c) {
+                        return std::isalnum(static_cast<unsigned char>(c)) || c == ':' || c == '.' || c == '%';
+                      });
+    const std::optional<std::string> why = ipv6 ? try_parse_host_entry("[" + name + "]").error : host_name_error(name);
+    if (why) {
+      throw InvalidArgument(
+          fmt::format("the {} job's {} (read from {}): {}", p.name, what, one_line(join(p.evidence, ", "), 512), *why));
+    }
+  };
+  for (const auto& h : p.hosts) check(h.name, "host list");
+  if (!p.leader.empty()) check(p.leader, "leader");
+  if (!p.this_host.empty()) check(p.this_host, "current host");
+}
+
+}  // namespace
+
+std::optional<PlatformDescription> detect(const std::string& name, const PlatformContext& ctx) {
+  // Platform variables, files and JSON come from outside: a message quoting
+  // them is made one line, and every host name is checked as -H checks it.
+  try {
+    auto p = detect_unchecked(name, ctx);
+    if (p) {
+      check_names(*p);
+      for (auto& e : p->evidence) e = one_line(e, 1024);
+    }
+    return p;
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(one_line(e.what()));
+  }
 }
 
 bool platform_gives_hosts(const Options& options, const PlatformContext& ctx) {

@@ -126,3 +126,19 @@ TEST_CASE("pod_hosts: hosts in natural pod-name order - pods sharing a host add 
   CHECK(natural_less("w-1", "w-1b"));
   CHECK(natural_less("w-01", "w-1"));  // equal numbers: tie broken by text
 }
+
+// Issue 29 item 8: a pod IP from the API carrying a newline or an escape
+// sequence is not used, and the reason shows it escaped (no forged line).
+TEST_CASE("pod_hosts: a pod IP with control characters is refused, shown escaped", "[kubernetes]") {
+  auto p = pod_host(pod("w-0", "10.0.0.1\n[0]<stdout>:forged"), rules());
+  CHECK_FALSE(p.usable);
+  INFO(p.why_not);
+  CHECK(p.why_not.find('\n') == std::string::npos);
+  CHECK(p.why_not.find("10.0.0.1\\n[0]<stdout>:forged") != std::string::npos);
+  p = pod_host(pod("w-1", "10.0.0.\x1b[2J"), rules());
+  CHECK_FALSE(p.usable);
+  CHECK(p.why_not.find('\x1b') == std::string::npos);
+  auto phase = pod("w-2");
+  phase["status"]["phase"] = "Pending\x1b[31m";
+  CHECK(pod_host(phase, rules()).why_not == "phase Pending\\x1b[31m");
+}

@@ -393,3 +393,26 @@ TEST_CASE("platform hosts-from: -np defaults to the platform's slots - explicit 
   bad.write(kResourceConfig, "{not json");
   CHECK(platform_gives_hosts(no_np, bad.context()));
 }
+
+// Issue 29 item 8: names from platform variables and JSON are checked as -H
+// checks them; the refusal is one line with the name escaped.
+TEST_CASE("platform: control characters or over-long names from a platform are one escaped line", "[platform]") {
+  FakeRoot root;
+  auto slurm =
+      root.context({{"SLURM_JOB_ID", "1"}, {"SLURM_JOB_NODELIST", "n1,n\x1b[31m2"}, {"SLURMD_NODENAME", "n1"}});
+  std::string why = invalid_message([&] { apply_host_source(with_hosts_from("slurm"), slurm); });
+  INFO(why);
+  CHECK(why.find("n\\x1b[31m2") != std::string::npos);
+  CHECK(why.find_first_of("\x1b\n") == std::string::npos);
+  auto sm =
+      root.context({{"SM_HOSTS", "[\"algo-1\", \"algo-2\\n[0]<stdout>:forged\"]"}, {"SM_CURRENT_HOST", "algo-1"}});
+  why = invalid_message([&] { apply_host_source(with_hosts_from("sagemaker"), sm); });
+  INFO(why);
+  CHECK_FALSE(why.empty());
+  CHECK(why.find('\n') == std::string::npos);
+  auto long_name =
+      root.context({{"SLURM_JOB_ID", "1"}, {"SLURM_JOB_NODELIST", std::string(300, 'n')}, {"SLURMD_NODENAME", "x"}});
+  why = invalid_message([&] { apply_host_source(with_hosts_from("slurm"), long_name); });
+  CHECK(why.find("at most 253") != std::string::npos);
+  CHECK(why.size() < 1200);
+}

@@ -63,6 +63,16 @@ HostSpec parse_host_entry(const std::string& entry, int default_slots = 1);
 /// discovery lines are trimmed the same way before parsing.
 std::string trim_spaces(const std::string& text);
 
+/// The longest host name accepted (DNS's limit for a whole name).
+inline constexpr std::size_t kMaxHostName = 253;
+
+/// Why `name` cannot be a host name, or none: empty, longer than
+/// kMaxHostName, or a character other than letters, digits, '.', '-', '_'
+/// (control characters included). The reason quotes the name through
+/// hvd::shown (escaped and cut). Every host source (-H, hostfiles,
+/// discovery scripts, platforms, Kubernetes pods) goes through it.
+std::optional<std::string> host_name_error(const std::string& name);
+
 /// Parses the -H text. Throws InvalidArgument on any malformed entry.
 std::vector<HostSpec> parse_hosts(const std::string& text);
 
