@@ -736,7 +736,7 @@ TEST_CASE("every survivor names the rank that vanished, not the peer that aborte
   }
 }
 
-TEST_CASE("FailureBoard: the first report wins; a store that does not answer costs at most the budget",
+TEST_CASE("FailureBoard: the first report wins and a store that does not answer costs at most the budget",
           "[failure_board]") {
   auto st = std::make_shared<store::InMemoryStore>();
   FailureBoard a(st, "gen3/"), b(st, "gen3/");
