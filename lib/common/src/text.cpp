@@ -26,7 +26,7 @@ std::string escape(std::string_view text, std::size_t max_bytes, bool escape_bac
       out += static_cast<char>(c);
     }
   }
-  if (text.size() > n) out += fmt::format("...({} more bytes)", text.size() - n);
+  if (text.size() > n) out += fmt::format("... ({} bytes)", text.size());
   return out;
 }
 

@@ -1,5 +1,7 @@
 #include "hvd/launcher/discovery/discovery.h"
 
+#include "hvd/common/text.h"
+
 #include <cctype>
 #include <cstdio>
 #include <set>
@@ -7,31 +9,8 @@
 
 namespace hvd::launcher {
 
-std::string printable_excerpt(std::string_view text, std::size_t max_chars) {
-  std::string out;
-  std::size_t i = 0;
-  for (; i < text.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    std::string piece;
-    if (c == '\\') {
-      piece = "\\\\";
-    } else if (c == '\t') {
-      piece = "\\t";
-    } else if (c == '\r') {
-      piece = "\\r";
-    } else if (c < 0x20 || c >= 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      piece = buf;
-    } else {
-      piece.assign(1, static_cast<char>(c));
-    }
-    if (out.size() + piece.size() > max_chars) break;
-    out += piece;
-  }
-  if (i < text.size()) out += "... (" + std::to_string(text.size()) + " bytes)";
-  return out;
-}
+// One escaping rule for outside text (hvd::shown, docs/security.md).
+std::string printable_excerpt(std::string_view text, std::size_t max_chars) { return hvd::shown(text, max_chars); }
 
 namespace {
 

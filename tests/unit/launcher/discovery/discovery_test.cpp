@@ -97,6 +97,7 @@ TEST_CASE("discovery: printable_excerpt escapes every non-printable byte and bou
   CHECK(printable_excerpt("plain host-1", 80) == "plain host-1");
   CHECK(printable_excerpt(std::string("a\tb\rc\\d\0e\x7f\xc3\xa9", 12), 80) == "a\\tb\\rc\\\\d\\x00e\\x7f\\xc3\\xa9");
   CHECK(printable_excerpt("abcdefghij", 4) == "abcd... (10 bytes)");
-  // An escape is never cut in half.
-  CHECK(printable_excerpt("ab\x01", 4) == "ab... (3 bytes)");
+  // The bound counts input bytes: an escape is never cut in half.
+  CHECK(printable_excerpt("ab\x01", 2) == "ab... (3 bytes)");
+  CHECK(printable_excerpt("ab\x01\n", 4) == "ab\\x01\\n");
 }

@@ -14,7 +14,7 @@ namespace hvd {
 /// printable ASCII stays, a backslash becomes "\\", \n \r \t as such, every
 /// other byte (C0 controls, DEL, anything >= 0x80: C1 controls, UTF-8) as
 /// "\xNN"; beyond `max_bytes` of input the rest is cut as
-/// "...(N more bytes)". Backslashes are escaped so that "\n" in the output
+/// "... (N bytes)", N the whole input's length. Backslashes are escaped so that "\n" in the output
 /// always means a newline in the input.
 std::string shown(std::string_view text, std::size_t max_bytes = 128);
 

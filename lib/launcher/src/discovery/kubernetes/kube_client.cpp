@@ -22,6 +22,7 @@
 #include <sstream>
 
 #include "hvd/common/error.h"
+#include "hvd/common/text.h"
 
 namespace hvd::launcher::kube {
 
@@ -60,35 +61,17 @@ std::string pods_target(const std::string& base_path, const std::string& namespa
   return t;
 }
 
-namespace {
-
-/// `quoted`: the text goes between single quotes, so they are escaped too.
-std::string escape_bytes(std::string_view text, bool quoted) {
-  std::string out;
-  out.reserve(text.size());
-  for (unsigned char c : text) {
-    if (c == '\\' || (quoted && c == '\'')) {
-      out.push_back('\\');
-      out.push_back(static_cast<char>(c));
-    } else if (c >= 0x20 && c < 0x7f) {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out += fmt::format("\\x{:02x}", c);
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
-std::string escape_server_text(std::string_view text, std::size_t max_bytes) {
-  if (text.size() <= max_bytes) return escape_bytes(text, false);
-  return fmt::format("{}... ({} bytes)", escape_bytes(text.substr(0, max_bytes), false), text.size());
-}
+// One escaping rule for every outside text (hvd::shown, docs/security.md);
+// quoted, a single quote is escaped too.
+std::string escape_server_text(std::string_view text, std::size_t max_bytes) { return hvd::shown(text, max_bytes); }
 
 std::string quote_server_text(std::string_view text, std::size_t max_bytes) {
-  if (text.size() <= max_bytes) return "'" + escape_bytes(text, true) + "'";
-  return fmt::format("'{}...' ({} bytes)", escape_bytes(text.substr(0, max_bytes), true), text.size());
+  std::string out = "'";
+  for (char c : hvd::shown(text, max_bytes)) {
+    if (c == '\'') out += '\\';
+    out += c;
+  }
+  return out + "'";
 }
 
 bool WatchStreamParser::feed(const char* data, size_t size, const std::function<void(WatchEvent)>& on_event) {

@@ -63,23 +63,23 @@ TEST_CASE("kube_client: watch events split across arbitrary pieces", "[kubernete
   const std::string garbage = std::string("\x1b[31mred\x07\x00'\\", 12) + std::string(200, 'x') + "\n";
   CHECK_FALSE(hostile.feed(garbage.data(), garbage.size(), [&](WatchEvent) { ++n; }));
   CHECK(hostile.error() == "a watch event that is not JSON {type, object}: '\\x1b[31mred\\x07\\x00\\'\\\\" +
-                               std::string(108, 'x') + "...' (212 bytes)");
+                               std::string(108, 'x') + "... (212 bytes)'");
 }
 
 TEST_CASE("kube_client: server text is escaped and cut for the log", "[kubernetes]") {
   CHECK(quote_server_text("plain text") == "'plain text'");
   CHECK(quote_server_text("it's") == "'it\\'s'");
   CHECK(escape_server_text("it's") == "it's");
-  CHECK(escape_server_text("a\nb\tc\xff\x7f") == "a\\x0ab\\x09c\\xff\\x7f");
+  CHECK(escape_server_text("a\nb\tc\xff\x7f") == "a\\nb\\tc\\xff\\x7f");
   CHECK(escape_server_text(std::string(300, 'y'), 200) == std::string(200, 'y') + "... (300 bytes)");
-  CHECK(quote_server_text(std::string(121, 'z')) == "'" + std::string(120, 'z') + "...' (121 bytes)");
+  CHECK(quote_server_text(std::string(121, 'z')) == "'" + std::string(120, 'z') + "... (121 bytes)'");
   CHECK(quote_server_text(std::string(120, 'z')) == "'" + std::string(120, 'z') + "'");
   // An API error's message and reason too.
   const std::string line = describe_http_failure(500, R"({"reason":"\u001b[2Jboom","message":"etcd\u0007 down\nnow"})",
                                                  "list", "x", "https://k:1");
   CHECK(line ==
         "the Kubernetes API server at https://k:1 answered 500 \\x1b[2Jboom to list pods in namespace 'x': "
-        "etcd\\x07 down\\x0anow");
+        "etcd\\x07 down\\nnow");
   const std::string huge = describe_http_failure(502, std::string(5000, 'h'), "watch", "x", "s");
   CHECK(huge.size() < 400);
   CHECK(huge.find("... (5000 bytes)") != std::string::npos);

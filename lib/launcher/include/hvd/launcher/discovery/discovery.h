@@ -42,10 +42,10 @@ struct DiscoveryResult {
 /// error naming the line number and text. Empty output is a valid, empty set.
 DiscoveryResult parse_discovery_output(const std::string& output, int default_slots);
 
-/// `text` safe for a one-line message: printable ASCII as is, `\` doubled,
-/// tab and CR as `\t` and `\r`, every other byte (control bytes, escape
-/// sequences, non-ASCII) as `\xNN`; cut at `max_chars` with
-/// `... (N bytes)`. Script output is shown through it, never raw.
+/// `text` safe for a one-line message: hvd::shown (printable ASCII as is,
+/// `\` doubled, newline, tab and CR as `\n`, `\t`, `\r`, every other byte
+/// as `\xNN`), cut after `max_chars` bytes of input with `... (N bytes)`.
+/// Script output is shown through it, never raw.
 std::string printable_excerpt(std::string_view text, std::size_t max_chars);
 
 struct DiscoveryScriptOptions {
