@@ -49,7 +49,9 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "hvdcomm native core (raw buffers; see docs/python.md)";
 
   static py::exception<hvd::Error> internal_error(m, "HorovodInternalError", PyExc_RuntimeError);
-  static py::exception<MismatchError> mismatch_error(m, "MismatchError", PyExc_ValueError);
+  // Ranks disagree about a tensor (shape, dtype, op, root...): Horovod raises
+  // HorovodInternalError (a RuntimeError) there, so this is one.
+  static py::exception<MismatchError> mismatch_error(m, "MismatchError", internal_error);
   // Elastic (docs/python.md, "Elastic"): a new world was published; every
   // rank raises it at the same commit. `skip_sync` is Horovod's attribute;
   // here it is always False (sync after every re-join is never skipped).
@@ -73,6 +75,10 @@ PYBIND11_MODULE(_core, m) {
       mismatch_error(e.what());
     } catch (const hvd::InvalidArgument& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const NotInitializedError& e) {
+      // Before hvd.init() (or after shutdown()): Horovod's ValueError.
+      const std::string what = std::string("Horovod has not been initialized; use hvd.init() (") + e.what() + ")";
+      PyErr_SetString(PyExc_ValueError, what.c_str());
     } catch (const hvd::Error& e) {
       internal_error(e.what());
     }

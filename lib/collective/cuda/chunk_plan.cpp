@@ -11,6 +11,7 @@ std::size_t element_size(DataType dtype) {
     case DataType::UInt8:
     case DataType::Int8:
     case DataType::Bool: return 1;
+    case DataType::Int16:
     case DataType::Float16:
     case DataType::BFloat16: return 2;
     case DataType::Int32:

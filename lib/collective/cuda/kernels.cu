@@ -300,6 +300,7 @@ void run_reduce(const ReduceLaunch& l, cudaStream_t s, bool emulate) {
   switch (l.dtype) {
     case DataType::UInt8: return launch_op<uint8_t>(l, s, emulate);
     case DataType::Int8: return launch_op<int8_t>(l, s, emulate);
+    case DataType::Int16: return launch_op<int16_t>(l, s, emulate);
     case DataType::Int32: return launch_op<int32_t>(l, s, emulate);
     case DataType::Int64: return launch_op<int64_t>(l, s, emulate);
     case DataType::Float16: return launch_op<Half>(l, s, emulate);

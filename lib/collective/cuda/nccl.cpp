@@ -131,6 +131,7 @@ int nccl_dtype(DataType dtype) {
     case DataType::Float64: return 8;
     case DataType::BFloat16: return 9;
     case DataType::Bool: break;  // never reduced (check_request refuses it)
+    case DataType::Int16: break;  // NCCL has no 16-bit integer type
   }
   throw InvalidArgument(fmt::format("NCCL: unsupported dtype {}", static_cast<int>(dtype)));
 }

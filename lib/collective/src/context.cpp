@@ -507,6 +507,7 @@ struct Context::Impl {
       if (resp.error == detail::ResponseError::Mismatch) e = std::make_exception_ptr(MismatchError(resp.message));
       if (resp.error == detail::ResponseError::Stalled) e = std::make_exception_ptr(TimeoutError(resp.message));
       if (resp.error == detail::ResponseError::Unsupported) e = std::make_exception_ptr(InvalidArgument(resp.message));
+      if (resp.error == detail::ResponseError::Joined) e = std::make_exception_ptr(JoinedError(resp.message));
       op->finish(e);
     }
     if (!resp.ok()) spdlog::error("{}: {}", tag(), resp.message);

@@ -220,7 +220,7 @@ Controller::Outcome Controller::process(const std::vector<RankMessage>& messages
       for (std::size_t r = 0; r < resp.tensors[0].size(); ++r) {
         if (resp.tensors[0][r].joined) who.push_back(static_cast<int>(r));
       }
-      resp.error = ResponseError::Unsupported;
+      resp.error = ResponseError::Joined;
       resp.message = fmt::format(
           "tensor '{}': rank{} {} {} joined (join()); until every rank joins, only allreduce of host buffers can run",
           name, who.size() == 1 ? "" : "s", join_ranks(who), who.size() == 1 ? "has" : "have");

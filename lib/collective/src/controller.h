@@ -27,8 +27,9 @@ namespace hvd::collective::detail {
 /// Mismatch: ranks disagree (MismatchError). Stalled: some rank never
 /// submitted (TimeoutError). Unsupported: every rank agrees, but this
 /// library cannot run it, e.g. device buffers without the CUDA component
-/// (hvd::InvalidArgument).
-enum class ResponseError { None, Mismatch, Stalled, Unsupported };
+/// (hvd::InvalidArgument). Joined: some rank joined and the operation is not
+/// an allreduce of host buffers (JoinedError).
+enum class ResponseError { None, Mismatch, Stalled, Unsupported, Joined };
 
 /// One unit of work for the executor: a single tensor, or several fused
 /// allreduces. tensors[i][r] is rank r's request for the i-th tensor.

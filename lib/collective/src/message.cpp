@@ -183,7 +183,7 @@ RankMessage decode(const uint8_t* data, std::size_t size) {
     if (type > static_cast<uint8_t>(OpType::Join)) r.fail("bad op type");
     q.type = static_cast<OpType>(type);
     uint8_t dtype = r.u8();
-    if (dtype > static_cast<uint8_t>(DataType::Bool)) r.fail("bad dtype");
+    if (dtype > static_cast<uint8_t>(DataType::Int16)) r.fail("bad dtype");
     q.dtype = static_cast<DataType>(dtype);
     uint8_t op = r.u8();
     if (op > static_cast<uint8_t>(ReduceOp::Adasum)) r.fail("bad reduce op");

@@ -393,7 +393,7 @@ void check_request(const OpState& op, int size) {
     throw InvalidArgument(fmt::format("hvd {} of tensor '{}': {}", op_type_name(q.type), q.name, what));
   };
   if (q.name.size() > 4096) bad("name longer than 4096 bytes");
-  if (static_cast<int32_t>(q.dtype) < 0 || static_cast<int32_t>(q.dtype) > static_cast<int32_t>(DataType::Bool)) {
+  if (static_cast<int32_t>(q.dtype) < 0 || static_cast<int32_t>(q.dtype) > static_cast<int32_t>(DataType::Int16)) {
     bad(fmt::format("unknown dtype {}", static_cast<int32_t>(q.dtype)));
   }
   if (q.dtype == DataType::Bool && (q.type == OpType::Allreduce || q.type == OpType::Reducescatter)) {
@@ -433,10 +433,6 @@ void check_request(const OpState& op, int size) {
   if ((q.type == OpType::Allgather || q.type == OpType::Alltoall || q.type == OpType::Reducescatter) &&
       q.shape.empty()) {
     bad("needs a tensor with at least one dimension (got a scalar)");
-  }
-  if ((q.type == OpType::Allreduce || q.type == OpType::Reducescatter) && !is_floating(q.dtype) &&
-      (q.prescale != 1.0 || q.postscale != 1.0)) {
-    bad(fmt::format("prescale/postscale need a floating dtype (got {})", dtype_name(q.dtype)));
   }
   if (!std::isfinite(q.prescale) || !std::isfinite(q.postscale)) bad("prescale/postscale must be finite");
   if (q.type == OpType::Alltoall) {

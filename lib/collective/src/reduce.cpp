@@ -121,6 +121,7 @@ void dispatch(DataType dtype, F&& f) {
   switch (dtype) {
     case DataType::UInt8: return f(uint8_t{});
     case DataType::Int8: return f(int8_t{});
+    case DataType::Int16: return f(int16_t{});
     case DataType::Int32: return f(int32_t{});
     case DataType::Int64: return f(int64_t{});
     case DataType::Float16: return f(Half{});
@@ -154,7 +155,22 @@ void finalize(DataType dtype, ReduceOp op, void* data, std::size_t count, int si
   if (count == 0) return;
   const bool average = op == ReduceOp::Average && size > 1;
   if (is_floating(dtype)) {
-    scale(dtype, data, count, average ? postscale / size : postscale);
+    // Horovod's order on the CPU: the postscale, then a true division by
+    // the size (x * (1/3) is not x / 3 in float32: the results would differ
+    // from Horovod's, and from torch's own division, in the last bit).
+    scale(dtype, data, count, postscale);
+    if (average) {
+      dispatch(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        using K = Codec<T>;
+        using C = typename K::Compute;
+        if constexpr (std::is_floating_point_v<C>) {
+          T* p = static_cast<T*>(data);
+          const C d = static_cast<C>(size);
+          for (std::size_t i = 0; i < count; ++i) p[i] = K::store(K::load(p[i]) / d);
+        }
+      });
+    }
     return;
   }
   if (average) {

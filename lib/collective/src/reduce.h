@@ -17,8 +17,10 @@ void reduce_into(DataType dtype, ReduceOp op, void* acc, const void* in, std::si
 /// (Horovod's ScaleBuffer behaviour). factor == 1.0 is a no-op.
 void scale(DataType dtype, void* data, std::size_t count, double factor);
 
-/// The last step of every reduction: Average divides by `size` (integers:
-/// truncating division), then `postscale` multiplies. Cheap no-op for
+/// The last step of every reduction. Floating types: `postscale` multiplies,
+/// then Average divides by `size` (a true division, as Horovod's CPU path
+/// and torch do it). Integers: Average divides by `size` (truncating), then
+/// `postscale` multiplies. Cheap no-op for
 /// Sum/Min/Max/Product with postscale 1.
 void finalize(DataType dtype, ReduceOp op, void* data, std::size_t count, int size, double postscale);
 

@@ -11,6 +11,7 @@ std::size_t dtype_size(DataType dtype) {
     case DataType::UInt8:
     case DataType::Int8:
     case DataType::Bool: return 1;
+    case DataType::Int16:
     case DataType::Float16:
     case DataType::BFloat16: return 2;
     case DataType::Int32:
@@ -32,6 +33,7 @@ const char* dtype_name(DataType dtype) {
     case DataType::Float32: return "float32";
     case DataType::Float64: return "float64";
     case DataType::Bool: return "bool";
+    case DataType::Int16: return "int16";
   }
   return "unknown";
 }

@@ -65,17 +65,45 @@ def broadcast_parameters(params, root_rank):
         synchronize(h)
 
 
+def _initialize_state(optimizer, model):
+    """Horovod's initialising step for an optimizer without state (none
+    stepped yet): every parameter that requires grad gets a zero gradient
+    (sparse for SparseAdam, and for SGD on a sparse Embedding of `model`)
+    and the wrapped torch optimizer steps once on this rank (never the
+    DistributedOptimizer: that would allreduce). So every rank has state of
+    the right structure and the gradients exist afterwards, as with Horovod;
+    weight decay or momentum apply to that zero step as they would there.
+    LBFGS is left out (its step needs a closure): its state is broadcast as is."""
+    sparse = set()
+    if model is not None:
+        for m in model.modules():
+            if isinstance(m, torch.nn.Embedding) and m.sparse:
+                sparse.update(id(p) for p in m.parameters())
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p.data)
+                if isinstance(optimizer, torch.optim.SparseAdam) or (
+                        isinstance(optimizer, torch.optim.SGD) and id(p) in sparse):
+                    p.grad = p.grad.to_sparse()
+    optimizer.step()
+
+
 def broadcast_optimizer_state(optimizer, root_rank, model=None):
     """Makes every rank's optimizer state and hyper-parameters equal root's.
     State is pickled (broadcast_object) and tensors copied in place, so ranks
     whose state is still empty (no step yet) receive root's. `model` is
     Horovod's way to find sparse parameters; the pickled state carries
-    sparse and dense tensors alike, so it is checked and not needed."""
+    sparse and dense tensors alike; it is used, as Horovod uses it, to give
+    sparse Embedding parameters sparse zero gradients in the initialising
+    step an optimizer without state takes first (_initialize_state)."""
     if model is not None and not isinstance(model, torch.nn.Module):
         raise TypeError(f"hvdcomm: broadcast_optimizer_state(model=...) expects a torch.nn.Module, got "
                         f"{type(model).__name__}")
     if isinstance(optimizer, _DistributedOptimizer):
         optimizer = optimizer._opt
+    if not optimizer.state_dict()["state"] and not isinstance(optimizer, torch.optim.LBFGS):
+        _initialize_state(optimizer, model)
     state = broadcast_object(optimizer.state_dict(), root_rank, name="broadcast_optimizer_state")
     if rank() != root_rank:
         optimizer.load_state_dict(state)

@@ -188,12 +188,28 @@ def _bind_process_sets(process_sets):
         ps.process_set_id = i + 1 if i + 1 in ids else None
 
 
+def _bind_again(process_sets):
+    """init() called again (Horovod: the second call does nothing, on any
+    subset of the ranks; nothing collective runs). Sets passed again get the
+    ids of the registered sets with their ranks; a set that is not
+    registered raises ValueError (add it with hvd.add_process_set())."""
+    registered = {tuple(_core.process_set_ranks(i)): i for i in _core.process_set_ids() if i != 0}
+    for i, ps in enumerate(process_sets):
+        psid = registered.get(tuple(ps.ranks))
+        if psid is None:
+            raise ValueError(f"hvdcomm: init(process_sets=...) called again: entry number {i} ({ps}) is not a "
+                             f"registered process set; hvd.init() already ran, so add it with "
+                             f"hvd.add_process_set()")
+        ps.process_set_id = psid
+
+
 def init(comm=None, process_sets=None):
     """As Horovod's init. comm: None or the list of all ranks (a subset or an
     MPI communicator raises NotImplementedError). process_sets: None, a list
     of hvd.ProcessSet (static sets, ids 1..n in order; registered on every
     rank before init returns), or "dynamic" (sets HOROVOD_DYNAMIC_PROCESS_SETS=1:
-    add_process_set/remove_process_set allowed)."""
+    add_process_set/remove_process_set allowed). Called again while
+    initialized, it does nothing (as Horovod's), on any subset of the ranks."""
     if comm is not None and not isinstance(comm, (list, tuple, range)):
         raise NotImplementedError(f"hvdcomm: init(comm={comm!r}): an MPI communicator is not supported (hvdcomm "
                                   f"has no MPI); pass comm=None ({_ISSUE})")
@@ -215,6 +231,9 @@ def init(comm=None, process_sets=None):
             raise ValueError(f"Horovod could not be initialized because process_sets entry number {i} is a "
                              f"duplicate: {ps}")
         seen.add(tuple(ps.ranks))
+    if _core.is_initialized():
+        _bind_again(process_sets)
+        return
     _core.init([list(ps.ranks) for ps in process_sets])
     if comm is not None and sorted(comm) != list(range(size())):
         n = size()
@@ -380,6 +399,7 @@ _DTYPES = {
     torch.uint8: 0, torch.int8: 1, torch.int32: 2, torch.int64: 3,
     torch.float16: 4, torch.bfloat16: 5, torch.float32: 6, torch.float64: 7,
     torch.bool: 8,  # allgather, broadcast, alltoall only (the library refuses to reduce it)
+    torch.int16: 9,
 }
 
 
@@ -758,21 +778,36 @@ def broadcast_(tensor, root_rank, name=None, process_set=None):
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
+def _splits_list(splits):
+    """alltoall's splits as a list of ints, with Horovod's rules: a tensor
+    must hold 32-bit integers (ValueError otherwise: 1.5 rows is no count to
+    truncate); a list or tuple is converted as torch.tensor(splits,
+    dtype=torch.int32) converts it."""
+    if splits is None:
+        return []
+    if not isinstance(splits, torch.Tensor):
+        splits = torch.tensor(splits, dtype=torch.int32)
+    elif splits.dtype != torch.int32:
+        raise ValueError(f"hvdcomm: alltoall: splits must be a tensor of 32-bit integers (torch.int32), as in "
+                         f"Horovod; got {splits.dtype}")
+    return [int(x) for x in splits.reshape(-1).tolist()]
+
+
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
     """As Horovod's: synchronize() of the handle returns the tuple
     (output, received_splits) whether or not splits were given;
-    received_splits has the dtype of a splits tensor, else int32."""
+    received_splits is an int32 tensor. splits: a torch.int32 tensor or a
+    list of ints (anything else raises ValueError, as Horovod)."""
     psid = _check_process_set(process_set, "alltoall_async")
     device = _check(tensor, "alltoall")
     src = tensor.detach().contiguous()
-    sp = [] if splits is None else [int(x) for x in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
-    rs_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
+    sp = _splits_list(splits)
     h = _core.alltoall_async(_name("alltoall", name, process_set), src.data_ptr(), _dtype_code(src), list(src.shape), sp,
                              device, _stream(src, device), psid)
 
     def finish():
         out = _copy_out(h, src.dtype, list(h.output_shape), device)
-        return out, torch.tensor(list(h.recv_splits), dtype=rs_dtype)
+        return out, torch.tensor(list(h.recv_splits), dtype=torch.int32)
     return _register(_Pending(h, (src,), finish))
 
 
@@ -806,6 +841,15 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
     return out if splits is None else (out, received_splits)
 
 
+def _refuse_adasum(opc, where):
+    """Adasum is an allreduce: Horovod fails a reducescatter with it with a
+    RuntimeError; here NotImplementedError (a RuntimeError), on every rank
+    before anything is submitted."""
+    if opc == Adasum:
+        raise NotImplementedError(f"hvdcomm: {where} does not support op=Adasum (Adasum is an allreduce-only "
+                                  f"operation, as in Horovod); use hvd.allreduce(op=hvd.Adasum)")
+
+
 def reducescatter_async(tensor, name=None, compression=None, op=Average, process_set=None,
                         prescale_factor=1.0, postscale_factor=1.0):
     """`compression` (hvdcomm's; Horovod's reducescatter_async has none)
@@ -813,6 +857,7 @@ def reducescatter_async(tensor, name=None, compression=None, op=Average, process
     psid = _check_process_set(process_set, "reducescatter_async")
     device = _check(tensor, "reducescatter")
     opc = _op_code(op, None)
+    _refuse_adasum(opc, "reducescatter")
     compression = compression or Compression.none
     compressed, cctx = compression.compress(tensor)
     src = compressed.detach().contiguous()
@@ -849,6 +894,7 @@ class _ReducescatterFn(torch.autograd.Function):
 def reducescatter(tensor, name=None, compression=None, op=Average, process_set=None,
                   prescale_factor=1.0, postscale_factor=1.0):
     _check_process_set(process_set, "reducescatter")
+    _refuse_adasum(_op_code(op, None), "reducescatter")
     if _wants_grad(tensor):
         _check(tensor, "reducescatter")
         compression = compression or Compression.none
@@ -870,13 +916,21 @@ def join(device=-1):
     """Horovod's join: this rank has no more data. Until every rank joined,
     allreduces the other ranks submit (DistributedOptimizer's gradients
     included) complete with zeros from this rank; other collectives then
-    fail with ValueError. Returns the rank that joined last. CPU only
-    (`device` -1, Horovod's default; a CUDA device raises NotImplementedError)."""
-    if device != -1:
-        raise NotImplementedError(f"hvdcomm: join(device={device!r}): join with zero tensors on a CUDA device is "
-                                  f"not implemented yet in hvdcomm; call join() (device=-1) ({_ISSUE})")
+    fail with HorovodInternalError (as Horovod's). Returns the rank that
+    joined last. `device` (-1, or a GPU index such as hvd.local_rank(), as
+    Horovod's scripts pass it) is where Horovod allocates the joined rank's
+    zeros; here the zeros are the library's host buffers whatever the device,
+    so any device index is accepted and changes nothing (allreduces of CUDA
+    tensors still fail while a rank has joined: docs/python.md, "join")."""
+    if isinstance(device, bool) or not isinstance(device, int) or device < -1:
+        raise ValueError(f"hvdcomm: join(device={device!r}): expected -1 or a device index (an int >= 0)")
     h = _core.join_async()
     h.wait()
+    # Every rank is here now, and every op submitted before join() finished:
+    # the automatic names start over on every rank. Without this a rank that
+    # joined early skipped the unnamed ops the others ran (and failed), so its
+    # next "allgather.noname.<n>" would pair with nothing and wait forever.
+    _counter.clear()
     return int(_copy_out(h, torch.int32, []).item())
 
 

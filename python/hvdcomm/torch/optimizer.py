@@ -34,6 +34,18 @@ class _DistributedOptimizer:
         params = [p for g in optimizer.param_groups for p in g["params"]]
         if named_parameters is not None:
             named = list(named_parameters)
+            if any(not isinstance(np_, tuple) or len(np_) != 2 for np_ in named):
+                raise ValueError("hvdcomm: named_parameters should be a sequence of tuples (name, parameter), "
+                                 "usually produced by model.named_parameters()")
+            seen, dups = set(), []
+            for n, _ in named:
+                if n in seen and n not in dups:
+                    dups.append(n)
+                seen.add(n)
+            if dups:
+                # Two parameters under one name would share one allreduce name (Horovod: ValueError).
+                raise ValueError(f"hvdcomm: parameter names in named_parameters must be unique; found duplicates: "
+                                 f"{', '.join(map(str, dups))}")
             names = {id(p): n for n, p in named}
             if len(names) != len(named):
                 raise ValueError("hvdcomm: named_parameters contains duplicate parameters")
@@ -66,6 +78,13 @@ class _DistributedOptimizer:
 
     def __getattr__(self, item):
         return getattr(self.__dict__["_opt"], item)
+
+    @property
+    def _parameter_names(self):
+        """Horovod's attribute: {parameter: the name its gradient is reduced
+        under}, the same names on every rank (code that inspects or logs a
+        DistributedOptimizer reads it)."""
+        return {p: self._names[id(p)] for p in self._params}
 
     @property
     def param_groups(self):

@@ -162,7 +162,6 @@ if hvd.rank() == 0:
 else:
     hvd.start_timeline("/nonexistent/t.json")
 hvd.stop_timeline()
-raises("join(device=0)", lambda: hvd.join(device=0), "join(device=0)")
 raises("ProcessSet(comm)", lambda: hvd.ProcessSet(object()), "MPI communicator")
 
 # ---- compression= is applied (not dropped) on every op that takes it

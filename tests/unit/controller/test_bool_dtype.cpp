@@ -127,6 +127,16 @@ TEST_CASE("bool dtype: travels in the negotiation message - the next value is st
   }
   REQUIRE(diff.size() == 1);
   CHECK(bytes[diff[0]] == 8);
+  // 9 is int16 (issue 27: Horovod's torch.int16); the value after it is refused.
   bytes[diff[0]] = 9;
+  CHECK(decode(bytes.data(), bytes.size()).requests[0].dtype == DataType::Int16);
+  bytes[diff[0]] = 10;
   CHECK_THROWS_AS(decode(bytes.data(), bytes.size()), hvd::IoError);
+}
+
+TEST_CASE("int16 dtype: its value, size and name are part of the ABI") {
+  STATIC_REQUIRE(static_cast<int>(DataType::Int16) == HVD_INT16);
+  STATIC_REQUIRE(HVD_INT16 == 9);
+  CHECK(dtype_size(DataType::Int16) == 2);
+  CHECK(std::string(dtype_name(DataType::Int16)) == "int16");
 }

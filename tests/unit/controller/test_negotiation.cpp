@@ -251,7 +251,7 @@ TEST_CASE("controller: join - joined ranks complete the others' allreduces with 
   out = cycle(ctl, {{b}, {b}, {}});
   for (auto& o : out) {
     REQUIRE(o.responses.size() == 1);
-    CHECK(o.responses[0].error == ResponseError::Unsupported);
+    CHECK(o.responses[0].error == ResponseError::Joined);
     CHECK(o.responses[0].message ==
           "tensor 'bcast': rank 2 has joined (join()); until every rank joins, only allreduce of host buffers can run");
   }

@@ -47,6 +47,7 @@ extern "C" {
 #define HVD_FLOAT32 6
 #define HVD_FLOAT64 7
 #define HVD_BOOL 8 /* allgather, broadcast, alltoall only */
+#define HVD_INT16 9
 
 /* Reduce operations. */
 #define HVD_SUM 0

@@ -6,6 +6,7 @@
 ///                           the Context fails with it; rebuild to go on.
 ///  * hvd::TimeoutError   -- a tensor stalled past the stall shutdown time.
 ///  * MismatchError       -- ranks described the same name differently.
+///  * JoinedError         -- some rank joined; only host allreduces can run.
 ///  * hvd::InvalidArgument-- the call itself was wrong (checked at submit).
 ///  * ShutdownError       -- the job was shut down before it ran.
 #include "hvd/common/error.h"
@@ -17,6 +18,14 @@ namespace hvd::collective {
 class MismatchError : public InvalidArgument {
  public:
   using InvalidArgument::InvalidArgument;
+};
+
+/// Some rank has joined (join()) and the operation is not one a joined rank
+/// can take part in (only allreduce of host buffers can run until every rank
+/// joined). Like Horovod's error there, an internal error, not a bad argument.
+class JoinedError : public Error {
+ public:
+  using Error::Error;
 };
 
 /// Some rank called shutdown() (or the Context was destroyed) before the

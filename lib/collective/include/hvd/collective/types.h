@@ -21,6 +21,8 @@ enum class DataType : int32_t {
   /// only (allgather, broadcast, alltoall); allreduce and reducescatter
   /// refuse it, as Horovod's library does.
   Bool = 8,
+  /// Two-byte signed integer (torch.int16): every operation, as in Horovod.
+  Int16 = 9,
 };
 
 enum class ReduceOp : int32_t {
