@@ -34,6 +34,7 @@ void put(DataType t, void* p, std::size_t i, double v) {
   switch (t) {
     case DataType::UInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
     case DataType::Int8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+    case DataType::Int16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); break;
     case DataType::Int32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
     case DataType::Int64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
     case DataType::Float16: static_cast<uint16_t*>(p)[i] = collective::float_to_float16(static_cast<float>(v)); break;
@@ -47,6 +48,7 @@ double load(DataType t, const void* p, std::size_t i) {
   switch (t) {
     case DataType::UInt8: return static_cast<const uint8_t*>(p)[i];
     case DataType::Int8: return static_cast<const int8_t*>(p)[i];
+    case DataType::Int16: return static_cast<const int16_t*>(p)[i];
     case DataType::Int32: return static_cast<const int32_t*>(p)[i];
     case DataType::Int64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
     case DataType::Float16: return collective::float16_to_float(static_cast<const uint16_t*>(p)[i]);
@@ -174,7 +176,7 @@ std::size_t parse_bytes(const std::string& text) {
 }
 
 DataType parse_dtype(const std::string& text) {
-  for (DataType t : {DataType::UInt8, DataType::Int8, DataType::Int32, DataType::Int64, DataType::Float16,
+  for (DataType t : {DataType::UInt8, DataType::Int8, DataType::Int16, DataType::Int32, DataType::Int64, DataType::Float16,
                      DataType::BFloat16, DataType::Float32, DataType::Float64}) {
     if (text == collective::dtype_name(t)) return t;
   }
@@ -183,7 +185,7 @@ DataType parse_dtype(const std::string& text) {
   if (text == "fp32" || text == "float") return DataType::Float32;
   if (text == "fp64" || text == "double") return DataType::Float64;
   throw InvalidArgument(fmt::format(
-      "unknown dtype '{}': expected uint8, int8, int32, int64, float16, bfloat16, float32 or float64", text));
+      "unknown dtype '{}': expected uint8, int8, int16, int32, int64, float16, bfloat16, float32 or float64", text));
 }
 
 std::vector<Result> run(Backend& comm, const BenchOptions& o) {

@@ -85,6 +85,7 @@ void put(DataType t, void* p, std::size_t i, double v) {
   switch (t) {
     case DataType::UInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
     case DataType::Int8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+    case DataType::Int16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); break;
     case DataType::Int32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
     case DataType::Int64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
     case DataType::Float16: static_cast<uint16_t*>(p)[i] = collective::float_to_float16(static_cast<float>(v)); break;
@@ -98,6 +99,7 @@ double get(DataType t, const void* p, std::size_t i) {
   switch (t) {
     case DataType::UInt8: return static_cast<const uint8_t*>(p)[i];
     case DataType::Int8: return static_cast<const int8_t*>(p)[i];
+    case DataType::Int16: return static_cast<const int16_t*>(p)[i];
     case DataType::Int32: return static_cast<const int32_t*>(p)[i];
     case DataType::Int64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
     case DataType::Float16: return collective::float16_to_float(static_cast<const uint16_t*>(p)[i]);
