@@ -2,8 +2,10 @@
 """MPI jobs across two network-namespace hosts with real sshd's, through
 Open MPI's ssh launcher (issue 4: "a 2-host run through the network-namespace
 sshd hosts with Open MPI's ssh launcher"). Ranks on both hosts form the job
-through hvdrun's store, derive local/cross ranks (the namespaces share a host
-name; the node identity tells them apart) and pass allreduce.
+through hvdrun's store, derive local/cross ranks and pass allreduce. Each
+host has its own host name, as real machines do: Open MPI names its session
+directories and shared-memory files by host name, and two of its daemons
+sharing a name and a /tmp clashed (one vanished in about one job in ten).
 
 Cases (one CTest entry each):
   driver  run_mpi_job (hvdrun --mpi's engine, through mpi_job_driver) with
@@ -22,12 +24,13 @@ it prints a SKIPPED line and exits 77.
 import argparse
 import os
 import re
+import signal
 import stat
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "netns"))
-from netns_hosts import NetnsHosts, skip_unless_available  # noqa: E402
+from netns_hosts import NetnsHosts, ns_pids, proc_cmdline, skip_unless_available  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from procs import processes_mentioning  # noqa: E402
 
@@ -59,9 +62,37 @@ def prepare(hosts):
     return env, wireup
 
 
-def run(argv, env, timeout=50):
-    return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, timeout=timeout, env=env)
+def run(argv, env, timeout=50, hosts=None):
+    """Runs argv; past the timeout it is sent SIGINT (hvdrun's Ctrl-C path
+    tears the job down) and then SIGKILL, and the output so far is kept so
+    that a hang shows where it hung."""
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        if hosts is not None:
+            print(f"timed out after {timeout} s; processes then:", flush=True)
+            print(subprocess.run(["ps", "-eo", "pid,ppid,stat,wchan:20,args", "--forest"], text=True,
+                                 stdout=subprocess.PIPE).stdout[-6000:], flush=True)
+            for i, ns in enumerate(hosts.namespaces):
+                print(f"namespace {i}: {[(q, proc_cmdline(q)[:200]) for q in ns_pids(ns)]}", flush=True)
+            print(subprocess.run(["ps", "-eo", "pid,ppid,stat,wchan:20,args"], text=True,
+                                 stdout=subprocess.PIPE).stdout.count("\n"), "processes; ssh ones:", flush=True)
+            for line in subprocess.run(["ps", "-eo", "pid,ppid,stat,wchan:20,args"], text=True,
+                                       stdout=subprocess.PIPE).stdout.splitlines():
+                if "ssh" in line:
+                    print("  " + line[:300], flush=True)
+            hosts.print_sshd_logs(file=sys.stdout)
+        p.send_signal(signal.SIGINT)
+        try:
+            out, err = p.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        err = f"{err}\n(timed out after {timeout} s)"
+        return subprocess.CompletedProcess(argv, 124, out, err)
+    return subprocess.CompletedProcess(argv, p.returncode, out, err)
 
 
 def case_driver(hosts, args):
@@ -107,7 +138,7 @@ def case_hvdrun(hosts, args):
     want = f"-mca plm_rsh_args \"-p {SSH_PORT} -i {hosts.key}\""
     if dry.returncode != 0 or want.replace('"', "") not in dry.stdout.replace('"', "").replace("'", ""):
         failures.append(f"--dry-run does not pass -i/-p as plm_rsh_args ({want}):\n{dry.stdout}\n{dry.stderr}")
-    p = run(argv, env)
+    p = run(argv, env, hosts=hosts)
     out = untag(p.stdout)
     for r, addr in enumerate((a, b)):
         for pattern in (rf"rank {r} of 2: allreduce ok", rf"rank {r} of 2: local 0/1 cross {r}/2",
@@ -145,7 +176,7 @@ def main():
     if missing:
         ap.error(f"case {args.case} needs {' '.join(missing)}")
     skip_unless_available()
-    with NetnsHosts(count=2) as hosts:
+    with NetnsHosts(count=2, own_hostnames=True) as hosts:
         failures = CASES[args.case](hosts, args)
         left = hosts.wait_no_leftovers(5)
         if left:

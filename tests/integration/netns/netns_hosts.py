@@ -121,10 +121,17 @@ def cleanup_stale():
 
 
 class NetnsHosts:
-    def __init__(self, count=2, client_alive_interval=1):
+    def __init__(self, count=2, client_alive_interval=1, own_hostnames=False):
+        """own_hostnames: each host's sshd (and so every login) runs in a
+        UTS namespace of its own named hvdhost-a, hvdhost-b, ... By default
+        the hosts share this machine's host name, which tests hvdrun's node
+        identity; Open MPI keys its session directories and shared-memory
+        files by host name, and two of its daemons with one name in one /tmp
+        clash (a daemon vanished in about one job in ten)."""
         self.pid = os.getpid()
         self.count = count
         self.client_alive_interval = client_alive_interval
+        self.own_hostnames = own_hostnames
         self._set_subnet(1 + self.pid % 250)
         self.namespaces = [f"hvdt{self.pid}{chr(ord('a') + i)}" for i in range(count)]
         self.bridge = f"hvdb{self.pid}"
@@ -267,9 +274,16 @@ class NetnsHosts:
         # behind, hanging every later login for 60 s).
         root = os.path.join(self.tmp, "remote-root")
         os.makedirs(root, exist_ok=True)
-        return subprocess.Popen(["ip", "netns", "exec", self.namespaces[i], "unshare", "--mount", "sh", "-c",
-                                 'mount --bind "$0" /root && exec /usr/sbin/sshd -D -f "$1" -E "$2"', root, cfg,
-                                 log], stdin=subprocess.DEVNULL)
+        uts = ["--uts"] if self.own_hostnames else []
+        name = self.hostname(i) if self.own_hostnames else ""
+        return subprocess.Popen(["ip", "netns", "exec", self.namespaces[i], "unshare", "--mount", *uts, "sh", "-c",
+                                 '{ [ -z "$3" ] || hostname "$3"; } && mount --bind "$0" /root && '
+                                 'exec /usr/sbin/sshd -D -f "$1" -E "$2"', root, cfg, log, name],
+                                stdin=subprocess.DEVNULL)
+
+    def hostname(self, i):
+        """Host i's own host name (own_hostnames=True only)."""
+        return f"hvdhost-{chr(ord('a') + i)}"
 
     def restart_sshd(self, i, new_host_key=False, extra=""):
         """Restarts host i's sshd, optionally with a freshly generated host key
