@@ -3,8 +3,9 @@ starts an hvdrun job whose every rank calls ``fn(*args, **kwargs)`` and
 returns the list of their return values, in rank order. ``horovod.run`` and
 ``horovod.runner.run`` are this function (docs/python.md, "horovod.run").
 
-How it works: the caller pickles the call (serialize.py: the standard
-library's pickle, functions by reference), serves it on a TCP port of its
+How it works: the caller pickles the call (serialize.py: with cloudpickle,
+by value, as Horovod does; without it the standard library's pickle,
+functions by reference), serves it on a TCP port of its
 own and starts ``hvdrun <flags> -- <python> -c <bootstrap>``; every worker
 fetches the call, runs it and sends back its outcome -- the return value or
 the exception with its traceback -- over the same channel (channel.py:
@@ -313,17 +314,24 @@ def _pickle_call(func, args, kwargs):
     try:
         data, main_refs = serialize.dumps((func, args, kwargs))
     except (pickle.PicklingError, AttributeError, TypeError) as e:
+        if serialize.by_value():
+            raise TypeError(
+                f"horovod.run: cannot pickle the call of {getattr(func, '__qualname__', func)!r}: {e}. "
+                "The function, its arguments and whatever the function refers to must be picklable "
+                "(cloudpickle sends functions by value, but not locks, sockets, open files or threads)") from e
         raise TypeError(
             f"horovod.run: cannot pickle the call of {getattr(func, '__qualname__', func)!r}: {e}. "
-            "The standard library's pickle sends functions and classes by reference (module and name): "
+            "Without cloudpickle (not importable here: install python3-cloudpickle or pip's cloudpickle), the "
+            "standard library's pickle sends functions and classes by reference (module and name): "
             "define the function at the top level of a module the workers can import (lambdas and nested "
             "functions cannot be sent), and pass picklable arguments") from e
     if main_refs and serialize.main_source() is None:
         raise TypeError(
             f"horovod.run: {', '.join(main_refs)} is defined in __main__ of an interactive session (a notebook, "
-            "the REPL or python -c), which workers cannot import: pickle sends functions and classes by reference "
-            "(Horovod uses cloudpickle here, which hvdcomm does not depend on). Move it into a .py module on "
-            "sys.path (e.g. a file next to the notebook) and import it from there")
+            "the REPL or python -c), which workers cannot import: without cloudpickle (not importable here: "
+            "install python3-cloudpickle or pip's cloudpickle, as Horovod requires) pickle sends functions and "
+            "classes by reference. Install cloudpickle, or move it into a .py module on sys.path (e.g. a file "
+            "next to the notebook) and import it from there")
     return data
 
 
@@ -473,12 +481,16 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
     Raises RunError (a RuntimeError) when a rank raised -- naming the rank,
     with its traceback -- or when hvdrun failed; TypeError / ValueError
     before anything starts for a parameter of the wrong type or value, or a
-    call pickle cannot send."""
+    call that cannot be pickled (serialize.py: by value with cloudpickle,
+    else by reference)."""
     if _in_worker:
+        if serialize.by_value():
+            raise RuntimeError("horovod.run was called inside a horovod.run worker: a job cannot start "
+                               "another job from its ranks")
         raise RuntimeError(
             "horovod.run was called inside a horovod.run worker. If the main script calls horovod.run at its "
-            "top level, guard the call with `if __name__ == \"__main__\":` (workers import the main script to "
-            "find functions defined there, as multiprocessing does)")
+            "top level, guard the call with `if __name__ == \"__main__\":` (without cloudpickle, workers "
+            "import the main script to find functions defined there, as multiprocessing does)")
     if network_interface:
         warnings.warn("network_interface is deprecated, use network_interfaces instead", DeprecationWarning,
                       stacklevel=2)

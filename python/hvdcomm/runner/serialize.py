@@ -1,18 +1,25 @@
-"""How ``hvdcomm.runner.run`` pickles the call and the results with the
-standard library alone (docs/python.md, "horovod.run").
+"""How ``hvdcomm.runner.run`` pickles the call and the results
+(docs/python.md, "horovod.run").
 
-``pickle`` sends functions and classes by reference: their module and
-qualified name. A worker imports that module to find them, so a function
-must be defined at the top level of a module the workers can import. The
-caller's ``__main__`` is handled as ``multiprocessing``'s spawn start method
-does: the worker runs the caller's main script (or ``-m`` module) under the
-name ``__mp_main__`` -- only when the call or a result refers to it -- and
-makes it ``__main__`` there. Code at the top level of that script runs
-again in every worker, so the script must guard its own work with
-``if __name__ == "__main__":``, as with multiprocessing. Functions defined in
-a notebook, the REPL or ``python -c`` have no file a worker could run; the
-caller refuses them before anything starts (Horovod pickles them by value
-with cloudpickle, which hvdcomm does not depend on).
+With cloudpickle importable (Debian's ``python3-cloudpickle``; Horovod
+depends on it), as Horovod does: functions and classes of the caller's
+``__main__``, lambdas, closures and functions defined in a notebook, the
+REPL or ``python -c`` travel by value; functions of importable modules by
+reference. A worker never runs the caller's main script, so a script may call
+``horovod.run`` at its top level without ``if __name__ == "__main__":``.
+The workers need cloudpickle too (they unpickle with its helpers).
+
+Without cloudpickle, the standard library's ``pickle`` sends functions and
+classes by reference: their module and qualified name. A worker imports
+that module to find them, so a function must be defined at the top level of
+a module the workers can import. The caller's ``__main__`` is then handled
+as ``multiprocessing``'s spawn start method does: the worker runs the
+caller's main script (or ``-m`` module) under the name ``__mp_main__`` --
+only when the call or a result refers to it -- and makes it ``__main__``
+there, so the script must guard its own work with
+``if __name__ == "__main__":``. Functions defined in a notebook, the REPL or
+``python -c`` have no file a worker could run; the caller refuses them
+before anything starts, naming cloudpickle.
 """
 import io
 import os
@@ -20,6 +27,11 @@ import pickle
 import runpy
 import sys
 import types
+
+try:
+    import cloudpickle
+except ImportError:  # the standard library's pickle, by reference (above)
+    cloudpickle = None
 
 PROTOCOL = pickle.DEFAULT_PROTOCOL
 _MAIN_NAMES = ("__main__", "__mp_main__")
@@ -41,8 +53,17 @@ class _CallPickler(pickle.Pickler):
         return NotImplemented
 
 
+def by_value():
+    """True when functions travel by value (cloudpickle is importable)."""
+    return cloudpickle is not None
+
+
 def dumps(obj):
-    """``(bytes, names of __main__ objects it refers to)``; pickle's errors propagate."""
+    """``(bytes, names of __main__ objects it refers to by reference)``;
+    pickle's errors propagate. With cloudpickle the list is empty: nothing
+    of ``__main__`` goes by reference."""
+    if cloudpickle is not None:
+        return cloudpickle.dumps(obj, protocol=PROTOCOL), []
     buf = io.BytesIO()
     p = _CallPickler(buf)
     p.dump(obj)

@@ -21,6 +21,9 @@ from hvdcomm.runner import channel, serialize
 _LOAD_HINT = ("Functions and classes are sent by reference (module and name): define them at the top level of a "
               "module the workers can import -- or of the main script, outside `if __name__ == \"__main__\":` -- "
               "and make sure that module is on the workers' sys.path")
+_LOAD_HINT_BY_VALUE = ("Functions of __main__, lambdas and closures travel by value (cloudpickle); functions and "
+                       "classes of other modules by reference: make sure those modules are importable here (on "
+                       "the workers' sys.path)")
 
 
 def _rank():
@@ -80,7 +83,11 @@ def main():
     try:
         func, args, kwargs = serialize.loads(setup["call"], serialize.MainLoader(setup["main"]))
     except BaseException as e:  # noqa: BLE001 -- reported to the caller
-        outcome = _error(e, f"cannot load the function in this worker: {e}. {_LOAD_HINT}")
+        hint = _LOAD_HINT_BY_VALUE if serialize.by_value() else _LOAD_HINT
+        if isinstance(e, ImportError) and getattr(e, "name", None) == "cloudpickle":
+            hint = ("The caller sent it with cloudpickle, which this worker's Python cannot import: install "
+                    "python3-cloudpickle (or pip's cloudpickle) for the workers' interpreter too")
+        outcome = _error(e, f"cannot load the function in this worker: {e}. {hint}")
         code = 1
     if outcome is None:
         try:

@@ -6,7 +6,11 @@ PYTHONPATH=<build>/python:<build>/python/compat; usage: runner_test.py HVDRUN
 
 * rank-dependent return values in rank order, from a module function,
   from functions and classes of this script's __main__ and of a
-  `python -m` main module; args and kwargs
+  `python -m` main module, lambdas, closures, a function defined under
+  the main guard, a `python -c` function and a script calling run() at its
+  top level without a guard (cloudpickle: by value, as Horovod); the same
+  script without cloudpickle (stdlib pickle, by reference: a guarded
+  script works, an unguarded or interactive one gets the reason); args and kwargs
   (with a 4 MiB argument); the caller's environment reaches the workers;
 * a raising rank -> RunError naming it, with its traceback (and the
   exception as __cause__); a rank that exits without reporting, an
@@ -65,8 +69,8 @@ def raises(exc_type, fn, *a, **kw):
     check(False, f"expected {exc_type.__name__}, nothing raised")
 
 
-# --- functions and a class of __main__: the workers run this script as
-# __mp_main__ to find them (nothing below the guard runs there).
+# --- functions and a class of __main__: cloudpickle sends them by value
+# (without it the workers would run this script as __mp_main__).
 class Point:
     def __init__(self, x, y):
         self.x, self.y = x, y
@@ -105,8 +109,57 @@ def main():
                     "if __name__ == '__main__':\n    print('RESULT', horovod.run(f, args=(5,), num_proc=2))\n")
         p = subprocess.run([sys.executable, "-m", "pk.train"], cwd=d, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, timeout=60)
+        check("RESULT [(0, 5, '__main__'), (1, 5, '__main__')]" in p.stdout,
+              f"a function of a `python -m` main module (by value: its globals are the caller's): {p.stdout}")
+        no_cloudpickle = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [os.path.join(d, "hide")] + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
+        os.mkdir(os.path.join(d, "hide"))
+        with open(os.path.join(d, "hide", "cloudpickle.py"), "w") as f:
+            f.write("raise ImportError('hidden by runner_test.py', name='cloudpickle')\n")
+        p = subprocess.run([sys.executable, "-m", "pk.train"], cwd=d, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=60, env=no_cloudpickle)
         check("RESULT [(0, 5, '__mp_main__'), (1, 5, '__mp_main__')]" in p.stdout,
-              f"a function of a `python -m` main module: {p.stdout}")
+              f"without cloudpickle: by reference, the workers run the main module as __mp_main__: {p.stdout}")
+        unguarded = os.path.join(d, "unguarded.py")
+        with open(unguarded, "w") as f:
+            f.write("import horovod, os\nscale = 3\ndef f(x):\n    return int(os.environ['HOROVOD_RANK']) * x * scale\n"
+                    "print('RESULT', horovod.run(f, args=(2,), num_proc=2), flush=True)\n")
+        p = subprocess.run([sys.executable, unguarded], cwd=d, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=60)
+        check(p.returncode == 0 and p.stdout.count("RESULT") == 1 and "RESULT [0, 6]" in p.stdout,
+              f"run() at a script's top level, unguarded (Horovod's docs' form): {p.stdout}")
+        p = subprocess.run([sys.executable, unguarded], cwd=d, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=60, env=no_cloudpickle)
+        check(p.returncode != 0 and "inside a horovod.run worker" in p.stdout and "if __name__" in p.stdout
+              and "cloudpickle" in p.stdout, f"the same without cloudpickle: the reason, naming it: {p.stdout}")
+        p = subprocess.run([sys.executable, "-c", "import horovod\ndef f():\n    return 1\n"
+                            "horovod.run(f, num_proc=2)"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=60, env=dict(no_cloudpickle, **{runner.HVDRUN_ENV: "/nonexistent/x"}))
+        check(p.returncode == 1 and "TypeError: horovod.run: f is defined in __main__ of an interactive session"
+              in p.stdout and "install python3-cloudpickle" in p.stdout,
+              f"without cloudpickle, an interactive __main__ function is refused before anything starts: {p.stdout}")
+
+    section("by value: lambdas, closures, interactive and guarded functions")
+    offset = 40
+    out = horovod.run(lambda: int(os.environ[job_env.RANK]) + offset, num_proc=2)
+    check(out == [40, 41], f"a lambda and the variable it closes over: {out}")
+
+    def make_counter(start):
+        seen = [start]
+
+        def counter(step):
+            seen.append(step)
+            return sum(seen) + int(os.environ[job_env.RANK])
+        return counter
+    out = horovod.run(make_counter(10), args=(5,), num_proc=2)
+    check(out == [15, 16], f"a closure with its own state: {out}")
+    guarded = globals()["defined_under_the_guard"]
+    out = horovod.run(guarded, num_proc=1)
+    check(out == [1], f"a function defined under the main guard: {out}")
+    p = subprocess.run([sys.executable, "-c", "import horovod, os\ndef f():\n    return os.environ['HOROVOD_RANK']\n"
+                        "print('RESULT', horovod.run(f, num_proc=2))"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=60)
+    check("RESULT ['0', '1']" in p.stdout, f"a function defined in python -c (a notebook's case): {p.stdout}")
     marker = f"value-{os.getpid()}-{time.time()}"
     os.environ["HVD_RUNNER_TEST_ENV"] = marker
     try:
@@ -149,10 +202,21 @@ def main():
     check(e.rank in (0, 1) and "cannot be pickled" in str(e), f"an unpicklable return value: {e}")
     e = raises(RunError, horovod.run, runner_fns.nested_run, num_proc=1)
     check("inside a horovod.run worker" in str(e), f"a nested run() is refused: {e}")
-    guarded = globals()["defined_under_the_guard"]
-    e = raises(RunError, horovod.run, guarded, num_proc=1)
-    check("cannot load the function in this worker" in str(e) and "defined_under_the_guard" in str(e),
-          f"a function the workers cannot load: {e}")
+    with tempfile.TemporaryDirectory(prefix="hvd-runner-gone-") as d:  # a module only the caller can import
+        with open(os.path.join(d, "caller_only_mod.py"), "w") as f:
+            f.write("def g():\n    return 1\n")
+        sys.path.insert(0, d)
+        try:
+            import caller_only_mod
+            payload = runner._pickle_call(caller_only_mod.g, (), {})
+        finally:
+            sys.path.remove(d)
+    p = subprocess.run([sys.executable, "-c", "import pickle, sys\nfrom hvdcomm.runner import serialize, task\n"
+                        "try:\n    serialize.loads(sys.stdin.buffer.read(), serialize.MainLoader(None))\n"
+                        "except ImportError as e:\n    print('LOAD', type(e).__name__, e)"],
+                       input=payload, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    check(b"LOAD ModuleNotFoundError No module named 'caller_only_mod'" in p.stdout,
+          f"a module function goes by reference, so a worker without the module cannot load it: {p.stdout}")
 
     section("validation")
     os.environ[runner.HVDRUN_ENV] = "/nonexistent/hvdrun"  # reached only if validation let a call through
@@ -167,18 +231,13 @@ def main():
             e = raises(exc, horovod.run, runner_fns.rank_and_size, **kw)
             check(str(e).startswith("horovod.run: "), f"{kw}: {e}")
         raises(TypeError, horovod.run, 3)
-        e = raises(TypeError, horovod.run, lambda: 1, num_proc=2)
-        check("lambdas" in str(e), f"a lambda: {e}")
+        lock = threading.Lock()
+        e = raises(TypeError, horovod.run, lambda: lock.locked(), num_proc=2)
+        check("cannot pickle" in str(e) and "lock" in str(e), f"a lambda holding a lock: {e}")
         e = raises(FileNotFoundError, horovod.run, runner_fns.rank_and_size, num_proc=1)
         check(runner.HVDRUN_ENV in str(e), f"a wrong {runner.HVDRUN_ENV}: {e}")
     finally:
         del os.environ[runner.HVDRUN_ENV]
-    # A notebook / python -c: functions of __main__ have no file to import.
-    p = subprocess.run([sys.executable, "-c", "import horovod\ndef f():\n    return 1\nhorovod.run(f, num_proc=2)"],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60,
-                       env=dict(os.environ, **{runner.HVDRUN_ENV: "/nonexistent/hvdrun"}))
-    check(p.returncode == 1 and "TypeError: horovod.run: f is defined in __main__ of an interactive session"
-          in p.stdout and "cloudpickle" in p.stdout, f"an interactive __main__ function: {p.stdout}")
     e = raises(RunError, horovod.run, runner_fns.rank_and_size, num_proc=2, hosts="bad host:2")
     check(e.exit_code == 2 and "hvdrun: error:" in str(e) and "bad host" in str(e), f"hvdrun's error: {e}")
     with warnings.catch_warnings(record=True) as w:
