@@ -60,7 +60,7 @@ def broadcast_parameters(params, root_rank):
             # not skipped silently: this entry would stay different on each rank
             raise ValueError(f"hvdcomm: broadcast_parameters: entry {n!r} is a {type(t).__name__}, not a tensor; "
                              f"broadcast it with broadcast_object()")
-        handles.append(broadcast_async_(t, root_rank, name=f"broadcast_parameters.{n}"))
+        handles.append(broadcast_async_(t, root_rank, name=str(n)))  # Horovod: broadcast.<name>
     for h in handles:
         synchronize(h)
 

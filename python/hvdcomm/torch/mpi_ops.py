@@ -473,14 +473,35 @@ def _forget_names(psid=None):
         del _counter[key]
 
 
+class _OpName(str):
+    """A name `_name` has resolved: the inner calls an op makes pass it on
+    unchanged."""
+    __slots__ = ()
+
+
 def _name(kind, name, process_set=None):
-    """`name`, else the next automatic name of `kind` on `process_set`:
-    counted per set, since only a set's members submit its unnamed ops."""
-    if name:
+    """The op's name as Horovod forms it: `<kind>.<name>`, else the next
+    automatic `<kind>.noname.<n>` on `process_set` (counted per set, since
+    only a set's members submit its unnamed ops). The timeline shows these
+    names; every rank forms the same ones."""
+    if isinstance(name, _OpName):
         return name
+    if name:
+        return _OpName(f"{kind}.{name}")
     psid = _check_process_set(process_set, kind)
     _counter[kind, psid] += 1
-    return f"{kind}.noname.{_counter[kind, psid]}" if psid == 0 else f"{kind}.ps{psid}.noname.{_counter[kind, psid]}"
+    return _OpName(f"{kind}.noname.{_counter[kind, psid]}" if psid == 0
+                   else f"{kind}.ps{psid}.noname.{_counter[kind, psid]}")
+
+
+def _part(base, i, n):
+    """The name of tensor i of a grouped op (Horovod: `<base>_<i+1>of<n>`)."""
+    return _OpName(f"{base}_{i + 1}of{n}")
+
+
+def _grad(name, what="grad"):
+    """The name of the op a backward pass runs for the op `name`."""
+    return _OpName(f"{name}.{what}")
 
 
 class _Pending:
@@ -587,7 +608,7 @@ class _AllreduceFn(torch.autograd.Function):
     def backward(ctx, grad):
         if ctx.op not in (Sum, Average):
             raise NotImplementedError("hvdcomm: allreduce gradient is only defined for Sum and Average")
-        g = synchronize(allreduce_async(grad.contiguous(), None, ctx.name + ".grad", ctx.op, ctx.pre, ctx.post,
+        g = synchronize(allreduce_async(grad.contiguous(), None, _grad(ctx.name), ctx.op, ctx.pre, ctx.post,
                                         process_set=ctx.ps))
         return g, None, None, None, None, None
 
@@ -619,7 +640,8 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                             postscale_factor=1.0, process_set=None, compression=None):
     _check_process_set(process_set, "grouped_allreduce_async")
     base = _name("grouped_allreduce", name, process_set)
-    hs = [allreduce_async(t, average, f"{base}.{i}", op, prescale_factor, postscale_factor, compression, process_set)
+    hs = [allreduce_async(t, average, _part(base, i, len(tensors)), op, prescale_factor, postscale_factor,
+                          compression, process_set)
           for i, t in enumerate(tensors)]
     return _register(_Pending(_Group(hs), (), lambda: [synchronize(h) for h in hs]))
 
@@ -628,7 +650,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                              postscale_factor=1.0, process_set=None):
     _check_process_set(process_set, "grouped_allreduce_async_")
     base = _name("grouped_allreduce", name, process_set)
-    hs = [allreduce_async_(t, average, f"{base}.{i}", op, prescale_factor, postscale_factor, process_set)
+    hs = [allreduce_async_(t, average, _part(base, i, len(tensors)), op, prescale_factor, postscale_factor, process_set)
           for i, t in enumerate(tensors)]
     return _register(_Pending(_Group(hs), (), lambda: [synchronize(h) for h in hs]))
 
@@ -639,7 +661,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=None, op=Non
     if any(_wants_grad(t) for t in tensors):
         # differentiable, as Horovod's: one differentiable allreduce per tensor
         base = _name("grouped_allreduce", name, process_set)
-        return [allreduce(t, average, f"{base}.{i}", compression, op, prescale_factor, postscale_factor,
+        return [allreduce(t, average, _part(base, i, len(tensors)), compression, op, prescale_factor, postscale_factor,
                           process_set)
                 for i, t in enumerate(tensors)]
     return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor,
@@ -709,8 +731,9 @@ class _AllgatherFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         ps = ctx.ps
-        g = synchronize(allreduce_async(grad.contiguous(), None, ctx.name + ".grad", Average, process_set=ps))
-        rows = synchronize(allgather_async(torch.tensor([ctx.rows], dtype=torch.int64), ctx.name + ".grad_rows", ps))
+        g = synchronize(allreduce_async(grad.contiguous(), None, _grad(ctx.name), Average, process_set=ps))
+        rows = synchronize(allgather_async(torch.tensor([ctx.rows], dtype=torch.int64),
+                                           _grad(ctx.name, "grad_rows"), ps))
         me, _ = _set_rank_size(_check_process_set(ps, "allgather"))
         offset = int(rows[:me].sum().item())
         return g.narrow(0, offset, ctx.rows), None, None
@@ -759,7 +782,7 @@ class _BroadcastFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        g = synchronize(allreduce_async(grad.contiguous(), None, ctx.name + ".grad", Average, process_set=ctx.ps))
+        g = synchronize(allreduce_async(grad.contiguous(), None, _grad(ctx.name), Average, process_set=ctx.ps))
         if rank() != ctx.root:  # the root is a global rank
             g.zero_()
         return g, None, None, None
@@ -826,7 +849,7 @@ class _AlltoallFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad, *unused):
-        g, _ = synchronize(alltoall_async(grad.contiguous(), ctx.received, ctx.name + ".grad", ctx.ps))
+        g, _ = synchronize(alltoall_async(grad.contiguous(), ctx.received, _grad(ctx.name), ctx.ps))
         return g, None, None, None
 
 
@@ -883,7 +906,7 @@ class _ReducescatterFn(torch.autograd.Function):
     def backward(ctx, grad):
         if ctx.op not in (Sum, Average):
             raise NotImplementedError("hvdcomm: reducescatter gradient is only defined for Sum and Average")
-        g = synchronize(allgather_async(grad.contiguous(), ctx.name + ".grad", ctx.ps))
+        g = synchronize(allgather_async(grad.contiguous(), _grad(ctx.name), ctx.ps))
         _, n = _set_rank_size(_check_process_set(ctx.ps, "reducescatter"))
         scale = ctx.scale * n if ctx.op == Sum else ctx.scale
         if scale != 1.0:
@@ -935,14 +958,14 @@ def join(device=-1):
 
 
 # ---------------------------------------------------------------- grouped allgather / reducescatter, sparse
-# As grouped_allreduce: one named op per tensor (<name>.<i>), fused by the
+# As grouped_allreduce: one named op per tensor (<base>_<i>of<n>), fused by the
 # library, behind one handle whose synchronize() returns the list.
 def grouped_allgather_async(tensors, name=None, process_set=None):
     """Horovod's grouped_allgather_async: synchronize() of the handle returns
     the list of gathered tensors, in the order of `tensors`."""
     _check_process_set(process_set, "grouped_allgather_async")
     base = _name("grouped_allgather", name, process_set)
-    hs = [allgather_async(t, f"{base}.{i}", process_set=process_set) for i, t in enumerate(tensors)]
+    hs = [allgather_async(t, _part(base, i, len(tensors)), process_set=process_set) for i, t in enumerate(tensors)]
     return _register(_Pending(_Group(hs), (), lambda: [synchronize(h) for h in hs]))
 
 
@@ -953,7 +976,7 @@ def grouped_allgather(tensors, name=None, process_set=None):
     _check_process_set(process_set, "grouped_allgather")
     if any(_wants_grad(t) for t in tensors):
         base = _name("grouped_allgather", name, process_set)
-        return [allgather(t, f"{base}.{i}", process_set=process_set) for i, t in enumerate(tensors)]
+        return [allgather(t, _part(base, i, len(tensors)), process_set=process_set) for i, t in enumerate(tensors)]
     return synchronize(grouped_allgather_async(tensors, name, process_set=process_set))
 
 
@@ -964,7 +987,8 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None
     slices."""
     _check_process_set(process_set, "grouped_reducescatter_async")
     base = _name("grouped_reducescatter", name, process_set)
-    hs = [reducescatter_async(t, f"{base}.{i}", compression, op, process_set, prescale_factor, postscale_factor)
+    hs = [reducescatter_async(t, _part(base, i, len(tensors)), compression, op, process_set, prescale_factor,
+                              postscale_factor)
           for i, t in enumerate(tensors)]
     return _register(_Pending(_Group(hs), (), lambda: [synchronize(h) for h in hs]))
 
@@ -975,7 +999,8 @@ def grouped_reducescatter(tensors, name=None, compression=None, op=Average, proc
     _check_process_set(process_set, "grouped_reducescatter")
     if any(_wants_grad(t) for t in tensors):
         base = _name("grouped_reducescatter", name, process_set)
-        return [reducescatter(t, f"{base}.{i}", compression, op, process_set, prescale_factor, postscale_factor)
+        return [reducescatter(t, _part(base, i, len(tensors)), compression, op, process_set, prescale_factor,
+                              postscale_factor)
                 for i, t in enumerate(tensors)]
     return synchronize(grouped_reducescatter_async(tensors, name, op, process_set, prescale_factor,
                                                    postscale_factor, compression))

@@ -55,10 +55,10 @@ def writer_processes(parent):
 
 def trace_pids(trace):
     """Tensor name -> pid, leaving out the binding's own init-time ops
-    (hvdcomm.topology.*, recorded like any other)."""
+    (allgather.hvdcomm.topology.*, recorded like any other)."""
     return {e["args"]["name"]: e["pid"] for e in trace
             if e.get("ph") == "M" and e.get("name") == "process_name" and e["pid"] > 0
-            and not e["args"]["name"].startswith("hvdcomm.")}
+            and not e["args"]["name"].split(".", 1)[-1].startswith("hvdcomm.")}
 
 
 def begins(trace, pid):
@@ -102,17 +102,17 @@ class Timeline(unittest.TestCase):
         self.run_ok(self.hvdrun(["--timeline-filename", "t.json", "--timeline-mark-cycles"], "steps", "5"))
         t = self.load("t.json")  # relative to rank 0's working directory
         pids = trace_pids(t)
-        self.assertEqual(set(pids), {"grad.w", "grad.b", "bc"}, pids)
-        for name in ("grad.w", "grad.b"):
+        self.assertEqual(set(pids), {"allreduce.grad.w", "allreduce.grad.b", "broadcast.bc"}, pids)
+        for name in ("allreduce.grad.w", "allreduce.grad.b"):
             bs = begins(t, pids[name])
             self.assertEqual(bs.count("NEGOTIATE_ALLREDUCE"), 5, bs)
             self.assertEqual(bs.count("ALLREDUCE"), 10, bs)  # the operation and its collective activity
             self.assertEqual(bs.count("QUEUE"), 5, bs)
             # rank 0 records both ranks' readiness at each negotiation
             self.assertEqual(sorted(ticks(t, pids[name])), ["0"] * 5 + ["1"] * 5)
-        self.assertEqual(begins(t, pids["bc"])[0], "NEGOTIATE_BROADCAST")
-        self.assertIn("BROADCAST", begins(t, pids["bc"]))
-        fused = [n for n in begins(t, pids["grad.w"]) if n.startswith("MEMCPY_")]
+        self.assertEqual(begins(t, pids["broadcast.bc"])[0], "NEGOTIATE_BROADCAST")
+        self.assertIn("BROADCAST", begins(t, pids["broadcast.bc"]))
+        fused = [n for n in begins(t, pids["allreduce.grad.w"]) if n.startswith("MEMCPY_")]
         self.assertEqual(fused.count("MEMCPY_IN_FUSION_BUFFER"), fused.count("MEMCPY_OUT_FUSION_BUFFER"))
         # every begin has its end, per tensor
         for pid in pids.values():
@@ -127,17 +127,18 @@ class Timeline(unittest.TestCase):
         self.run_ok(self.hvdrun(["--timeline-filename", "t3.json"], "steps", "3", np=3))
         t = self.load("t3.json")
         pids = trace_pids(t)
-        for name in ("grad.w", "grad.b", "bc"):
-            self.assertEqual(sorted(ticks(t, pids[name])), sorted(["0", "1", "2"] * (1 if name == "bc" else 3)))
+        for name in ("allreduce.grad.w", "allreduce.grad.b", "broadcast.bc"):
+            want = ["0", "1", "2"] * (1 if name == "broadcast.bc" else 3)
+            self.assertEqual(sorted(ticks(t, pids[name])), sorted(want))
         self.assertFalse([e for e in t if e.get("ph") == "i"], "no cycle marks were asked for")
 
     def test_start_and_stop_at_run_time(self):
         self.run_ok(self.hvdrun([], "startstop", self.dir))
         a, b = self.load("a.json"), self.load("b.json")
-        self.assertEqual(set(trace_pids(a)), {"during"})
+        self.assertEqual(set(trace_pids(a)), {"allreduce.during"})
         self.assertFalse([e for e in a if e.get("ph") == "i"], "no cycle marks were asked for")
-        self.assertEqual(set(trace_pids(b)), {"again"})
-        self.assertEqual(begins(b, trace_pids(b)["again"]).count("NEGOTIATE_ALLREDUCE"), 3)
+        self.assertEqual(set(trace_pids(b)), {"allreduce.again"})
+        self.assertEqual(begins(b, trace_pids(b)["allreduce.again"]).count("NEGOTIATE_ALLREDUCE"), 3)
         self.assertTrue([e for e in b if e.get("ph") == "i" and e["name"] == "CYCLE_START"])
 
     def kill_mid_run(self, victim):
@@ -199,7 +200,8 @@ class Timeline(unittest.TestCase):
                     pass
         t = self.load("t.json")
         self.assertGreaterEqual(len(t), events)
-        self.assertTrue(set(trace_pids(t)) <= {f"loop.{i}" for i in range(4)} and trace_pids(t))
+        names = set(trace_pids(t))
+        self.assertTrue(names and names <= {f"allreduce.loop.{i}" for i in range(4)}, names)
 
     def test_kill_9_of_the_writing_rank_leaves_valid_json(self):
         self.kill_mid_run(0)
