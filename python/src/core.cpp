@@ -13,6 +13,11 @@
 
 #include <chrono>
 #include <cstring>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 namespace py = pybind11;
 using namespace hvd::collective;
@@ -32,6 +37,49 @@ void wait_interruptible(const Handle& h) {
   }
   py::gil_scoped_release nogil;
   h.wait();  // rethrows the operation's error
+}
+
+// Blocking library calls left running by an interrupted run_interruptible.
+// Never destroyed (a joinable std::thread destroyed at exit would
+// terminate the process); shutdown() joins them.
+std::mutex g_background_mu;
+std::vector<std::thread>* g_background = new std::vector<std::thread>();
+
+/// Runs a blocking collective library call (add/remove_process_set) on a
+/// thread of its own and waits for it in short slices, running Python's
+/// signal handlers in between, so Ctrl-C or a SIGALRM handler interrupts the
+/// wait as it does synchronize(). When a handler raises, the call goes on in
+/// the background -- it is collective, the other ranks are in it too -- and
+/// the exception propagates; shutdown() ends the library and then joins it.
+template <class R, class F>
+R run_interruptible(F f) {
+  auto task = std::make_shared<std::packaged_task<R()>>(std::move(f));
+  std::future<R> result = task->get_future();
+  std::thread worker([task] { (*task)(); });
+  for (;;) {
+    bool done;
+    {
+      py::gil_scoped_release nogil;
+      done = result.wait_for(std::chrono::milliseconds(50)) == std::future_status::ready;
+    }
+    if (done) break;
+    if (PyErr_CheckSignals() != 0) {
+      std::lock_guard<std::mutex> lock(g_background_mu);
+      g_background->push_back(std::move(worker));
+      throw py::error_already_set();
+    }
+  }
+  worker.join();
+  return result.get();  // rethrows the call's error
+}
+
+void join_background_calls() {
+  std::vector<std::thread> calls;
+  {
+    std::lock_guard<std::mutex> lock(g_background_mu);
+    calls.swap(*g_background);
+  }
+  for (auto& t : calls) t.join();
 }
 
 // Tags that name the Python-only exception classes below.
@@ -95,16 +143,16 @@ PYBIND11_MODULE(_core, m) {
   m.def("shutdown", [] {
     py::gil_scoped_release nogil;
     hvd::shutdown();
+    join_background_calls();  // interrupted process-set calls end with the library
   });
   m.def("is_initialized", &hvd::is_initialized);
   // Process sets (docs/python.md, "Process sets"): add/remove are collective.
+  // Interruptible waits (run_interruptible), as synchronize()'s.
   m.def("add_process_set", [](const std::vector<int>& ranks) {
-    py::gil_scoped_release nogil;
-    return hvd::add_process_set(ranks);
+    return run_interruptible<int32_t>([ranks] { return hvd::add_process_set(ranks); });
   });
   m.def("remove_process_set", [](int32_t id) {
-    py::gil_scoped_release nogil;
-    hvd::remove_process_set(id);
+    run_interruptible<void>([id] { hvd::remove_process_set(id); });
   });
   // The timeline (docs/python.md, "Timeline"): rank 0 writes it.
   m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
