@@ -15,7 +15,13 @@ prefix, then the installed tree is used without the build tree:
   runs 2 ranks that import the installed package;
 * the `horovod` shim is absent after a plain install (unless the build has
   HVD_INSTALL_HOROVOD_COMPAT=ON) and importable after
-  `cmake --install --component horovod_compat`.
+  `cmake --install --component horovod_compat`;
+* the docs in share/doc/hvdrun, the man pages hvdrun.1 (every flag of
+  `hvdrun --help`) and horovodrun.1 in share/man/man1;
+* the install ends with the `export PATH=...` / `export PYTHONPATH=...`
+  lines for the prefix used, and the README's quick start runs with exactly
+  those lines in a shell: `horovodrun -np 2 -H localhost:2` of a
+  horovod.torch script (issue 33 item 4).
 
 usage: install_test.py CMAKE BUILD_DIR PYTHON PY_DIR LIBDIR CC MPI_PLUGIN(0|1) COMPAT_DEFAULT(0|1)
 The temporary prefix is removed whatever happens. Exit 77 (skip) only for
@@ -109,6 +115,27 @@ try:
     check(p.returncode == 0, "cmake --install <build> --prefix <tmp>")
     if p.returncode != 0:
         raise SystemExit(1)
+    exports = [l.split("--   ", 1)[1] for l in p.stdout.splitlines() if l.startswith("--   export ")]
+    check(f'export PATH="{prefix}/bin:$PATH"' in exports, f"the install prints the PATH line: {exports}")
+    check(f'export PYTHONPATH="{os.path.join(prefix, py_dir)}${{PYTHONPATH:+:$PYTHONPATH}}"' in exports,
+          f"the install prints the PYTHONPATH line: {exports}")
+    doc = os.path.join(prefix, "share", "doc", "hvdrun")
+    check(all(os.path.isfile(os.path.join(doc, f)) for f in ("README.md", "LICENSE", "docs/cli.md",
+                                                               "docs/python.md", "docs/exit-codes.md")),
+          "README, LICENSE and docs/ installed in share/doc/hvdrun")
+    man = os.path.join(prefix, "share", "man", "man1")
+    if os.path.isfile(os.path.join(man, "hvdrun.1")):
+        with open(os.path.join(man, "hvdrun.1")) as f:
+            page = f.read().replace("\\-", "-")
+        import re
+        flags = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]+", run([os.path.join(prefix, "bin", "hvdrun"),
+                                                                   "--help"], env=clean_env()).stdout))
+        missing_flags = sorted(f for f in flags if f not in page)
+        check(len(flags) > 40 and not missing_flags, f"hvdrun.1 lists every flag of --help (missing: {missing_flags})")
+        with open(os.path.join(man, "horovodrun.1")) as f:
+            check(f.read().strip() == ".so man1/hvdrun.1", "horovodrun.1 points at hvdrun.1")
+    else:
+        check(False, "share/man/man1/hvdrun.1 installed")
     lib = os.path.join(prefix, libdir)
     site = os.path.join(prefix, py_dir)
     hvdrun = os.path.join(prefix, "bin", "hvdrun")
@@ -187,6 +214,20 @@ try:
             check(os.path.isfile(os.path.join(compat_dir, "torch/__init__.py")), "horovod shim installed on request")
         p = run([py, "-c", shim], env=clean_env(PYTHONPATH=site), cwd=prefix)
         check(p.returncode == 0 and "shim ok" in p.stdout, "import horovod.torch from the installed shim works")
+        # The README's quick start with exactly the lines the install printed.
+        train = os.path.join(prefix, "train.py")
+        with open(train, "w") as f:
+            f.write("import horovod.torch as hvd, torch\nhvd.init()\n"
+                    "t = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum)\n"
+                    "print(f'rank {hvd.rank()} of {hvd.size()}: sum {t.item()}')\n")
+        env = clean_env()
+        env["PATH"] = ":".join(d for d in env.get("PATH", "/usr/bin:/bin").split(":")
+                               if not os.path.isfile(os.path.join(d, "hvdrun")))  # no other hvdrun
+        p = run(["sh", "-c", "\n".join(exports + [f"horovodrun -np 2 -H localhost:2 {py} {train}"])], env=env,
+                cwd=prefix)
+        check(p.returncode == 0 and "[0]<stdout>:rank 0 of 2: sum 3.0" in p.stdout
+              and "[1]<stdout>:rank 1 of 2: sum 3.0" in p.stdout,
+              f"the printed PATH/PYTHONPATH lines, then horovodrun -np 2 of a horovod.torch script:\n{p.stdout}")
 finally:
     shutil.rmtree(prefix, ignore_errors=True)
 check(not os.path.exists(prefix), "temporary prefix removed")
