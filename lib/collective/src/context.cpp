@@ -6,6 +6,7 @@
 #include "fusion.h"
 #include "hierarchy.h"
 #include "message.h"
+#include "negotiation.h"
 #include "operations.h"
 #include "process_sets.h"
 #include "stall_inspector.h"
@@ -56,12 +57,6 @@ class LocalComm final : public Comm {
  private:
   std::atomic<bool> aborted_{false};
 };
-
-/// Negotiation messages travel in fixed slots so that the common case (small
-/// messages) needs one all-gather; longer ones spill into a second.
-constexpr std::size_t kSlot = 128;
-constexpr std::size_t kSlotPayload = kSlot - 4;
-constexpr std::size_t kMaxMessage = 256u << 20;
 
 enum class FailureKind { Io, Timeout, Other };
 
@@ -148,7 +143,7 @@ struct Context::Impl {
   std::mutex join_mu;
 
   // Background-thread only.
-  std::vector<uint8_t> slot, all_slots, overflow;
+  detail::Exchange wire;  // negotiation.h
   Clock::time_point last_stall_check;
 
   Impl(const Settings& s, std::unique_ptr<Comm> c, std::shared_ptr<store::Store> st)
@@ -327,7 +322,7 @@ struct Context::Impl {
       if (settings.rank == 0) stalled = check_stalls(now);
 
       detail::RankMessage mine = controller.make_message(requests, shutting, std::move(stalled));
-      std::vector<detail::RankMessage> all = exchange(mine);
+      std::vector<detail::RankMessage> all = wire.exchange(*comm, mine);
       announced = 0;
       detail::Controller::Outcome outcome = controller.process(all, now);
       if (timeline.active()) timeline_negotiated(outcome);
@@ -394,54 +389,6 @@ struct Context::Impl {
       for (auto& w : report.warnings) stats.stall_warnings.push_back(std::move(w));
     }
     return report.to_fail;
-  }
-
-  std::vector<detail::RankMessage> exchange(const detail::RankMessage& mine) {
-    std::vector<uint8_t> bytes = detail::encode(mine);
-    const int size = settings.size;
-    if (size == 1) return {detail::decode(bytes.data(), bytes.size())};
-    if (bytes.size() > kMaxMessage)
-      throw Error(fmt::format("negotiation message of {} bytes is too large", bytes.size()));
-
-    slot.assign(kSlot, 0);
-    const uint32_t len = static_cast<uint32_t>(bytes.size());
-    for (int i = 0; i < 4; ++i) slot[i] = static_cast<uint8_t>(len >> (8 * i));
-    std::memcpy(slot.data() + 4, bytes.data(), std::min(bytes.size(), kSlotPayload));
-    all_slots.resize(kSlot * size);
-    allgatherv(*comm, slot.data(), kSlot, all_slots.data(), std::vector<std::size_t>(size, kSlot));
-
-    std::vector<std::size_t> lens(size), spill(size);
-    std::size_t spill_total = 0;
-    for (int r = 0; r < size; ++r) {
-      const uint8_t* s = all_slots.data() + r * kSlot;
-      uint32_t l = 0;
-      for (int i = 0; i < 4; ++i) l |= static_cast<uint32_t>(s[i]) << (8 * i);
-      if (l > kMaxMessage) throw IoError(fmt::format("rank {} sent a negotiation message of {} bytes", r, l));
-      lens[r] = l;
-      spill[r] = l > kSlotPayload ? l - kSlotPayload : 0;
-      spill_total += spill[r];
-    }
-    if (spill_total > 0) {
-      overflow.resize(spill_total);
-      const uint8_t* my_spill = bytes.size() > kSlotPayload ? bytes.data() + kSlotPayload : nullptr;
-      allgatherv(*comm, my_spill, spill[settings.rank], overflow.data(), spill);
-    }
-    std::vector<detail::RankMessage> out;
-    out.reserve(size);
-    std::size_t spill_offset = 0;
-    std::vector<uint8_t> buf;
-    for (int r = 0; r < size; ++r) {
-      const uint8_t* s = all_slots.data() + r * kSlot + 4;
-      if (spill[r] == 0) {
-        out.push_back(detail::decode(s, lens[r]));
-      } else {
-        buf.assign(s, s + kSlotPayload);
-        buf.insert(buf.end(), overflow.begin() + spill_offset, overflow.begin() + spill_offset + spill[r]);
-        spill_offset += spill[r];
-        out.push_back(detail::decode(buf.data(), buf.size()));
-      }
-    }
-    return out;
   }
 
   void run_response(const detail::Response& resp) {
