@@ -12,6 +12,7 @@ PKGS=(
   openssh-server openssh-client iproute2 procps psmisc openssl util-linux file
   python3 python3-dev pybind11-dev python3-torch python3-numpy
   python3-yaml python3-pytest
+  slurm-wlm munge
 )
 # kubectl for the Kubernetes tests and the image's discover_hosts.sh: Debian's
 # kubernetes-client, unless a kubectl is on PATH already (the package's file
