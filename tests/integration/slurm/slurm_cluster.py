@@ -7,10 +7,11 @@
 
 Layout (on top of tests/integration/netns/netns_hosts.py, names carry this
 process's pid so concurrent runs never collide):
-  * munged in this (the root) namespace with its own key, socket, seed, pid
-    and log files in the temporary directory;
-  * slurmctld in a namespace of its own, hvdt<pid>z at 198.18.X.10, host
-    name hvdctl (SlurmctldHost=hvdctl(198.18.X.10));
+  * the controller machine: a namespace of its own, hvdt<pid>z at
+    198.18.X.10, host name hvdctl (SlurmctldHost=hvdctl(198.18.X.10)),
+    running slurmctld and munged (its own key, socket, seed, pid and log
+    files in the temporary directory; the socket is a file that every
+    namespace reaches);
   * nodes node1..nodeN: the netns hosts (198.18.X.2, .3, ...), each running
     one slurmd in the node's network namespace, a UTS namespace with the
     node's name and a mount namespace where the test /etc/hosts names every
@@ -77,6 +78,14 @@ def skip_unless_available():
     if what:
         print(f"SKIPPED: a Slurm cluster needs {what}", flush=True)
         sys.exit(SKIP_CODE)
+
+
+def _die_with_parent():
+    """In a client's child before exec: SIGKILL when the test process dies
+    (even by SIGKILL, e.g. a CTest timeout), so no sbatch/srun/salloc
+    outlives it."""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def which(tool):
@@ -166,6 +175,7 @@ class SlurmCluster:
         os.makedirs(self.bindir)
         os.symlink(sys.executable, os.path.join(self.bindir, "python"))
         self._ssh_setup()
+        self._make_ctl_namespace()
         self._start_munged()
         self._write_conf()
         self._start_slurmctld()
@@ -198,9 +208,9 @@ class SlurmCluster:
             f.write(os.urandom(1024))
         os.chmod(key, 0o400)
         self.munged = subprocess.Popen(
-            [which("munged"), "-F", "--force", f"--socket={self.munge_socket}", f"--key-file={key}",
+            self._ctl_wrap() + [which("munged"), "-F", "--force", f"--socket={self.munge_socket}", f"--key-file={key}",
              f"--pid-file={m}/munged.pid", f"--seed-file={m}/munged.seed", f"--log-file={self.log('munged')}"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(self.log("munged-stderr"), "w"))
         self._wait(lambda: os.path.exists(self.munge_socket), 10, "munged's socket", "munged")
 
     def _write_conf(self):
@@ -259,7 +269,12 @@ UnkillableStepTimeout=30
         for n in self.names:
             os.makedirs(os.path.join(t, "spool", n), mode=0o700)
 
-    def _start_slurmctld(self):
+    def _make_ctl_namespace(self):
+        """The controller's machine: namespace hvdt<pid>z on the bridge at
+        198.18.X.10, named hvdctl in the test /etc/hosts. munged runs there
+        too (its socket is a file every namespace reaches), so that a run
+        killed with SIGKILL leaves nothing that the next run's cleanup of
+        stale namespaces does not end."""
         h = self.hosts
         ns, outer, inner = self.ctl_ns, f"hv{h.pid}zr", f"hv{h.pid}zn"
         run("ip", "netns", "add", ns)
@@ -271,9 +286,15 @@ UnkillableStepTimeout=30
         run("ip", "netns", "exec", ns, "ip", "link", "set", inner, "name", "eth0")
         run("ip", "netns", "exec", ns, "ip", "addr", "add", f"{self.ctl_addr}/24", "dev", "eth0")
         run("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
-        wrap = ["ip", "netns", "exec", ns, "unshare", "--mount", "--uts", "sh", "-c",
-                'hostname hvdctl && mount --bind "$0" /etc/hosts && exec "$@"', h.etc_hosts]
-        self.slurmctld = subprocess.Popen(wrap + [which("slurmctld"), "-D", "-i", "-f", self.conf],
+        with open(h.etc_hosts, "a") as f:  # in place: the bind mounts see it
+            f.write(f"{self.ctl_addr} hvdctl\n")
+
+    def _ctl_wrap(self):
+        return ["ip", "netns", "exec", self.ctl_ns, "unshare", "--mount", "--uts", "sh", "-c",
+                'hostname hvdctl && mount --bind "$0" /etc/hosts && exec "$@"', self.hosts.etc_hosts]
+
+    def _start_slurmctld(self):
+        self.slurmctld = subprocess.Popen(self._ctl_wrap() + [which("slurmctld"), "-D", "-i", "-f", self.conf],
                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                           stderr=open(self.log("slurmctld-stderr"), "w"))
         self._wait(lambda: self.run(["scontrol", "ping"], timeout=10).stdout.count("UP") > 0, 20,
@@ -347,7 +368,7 @@ UnkillableStepTimeout=30
         kw.setdefault("stdout", subprocess.PIPE)
         kw.setdefault("stderr", subprocess.PIPE)
         p = subprocess.Popen(self.hosts.login_wrap() + list(argv), stdin=subprocess.DEVNULL, text=True,
-                             env=self.env(**(env or {})), cwd=cwd, **kw)
+                             env=self.env(**(env or {})), cwd=cwd, preexec_fn=_die_with_parent, **kw)
         p.started_at = time.monotonic()
         self.clients.append(p)
         return p

@@ -40,7 +40,10 @@ Cases (one CTest entry each, a fresh cluster each):
                  of discovery, hvdrun stops its worker, the job trains on at
                  size 2 to the fault-free result; sacct COMPLETED 0:0
 
-    test_slurm.py --hvdrun PATH --hello PATH --trainer PATH --pythonpath P CASE
+    test_slurm.py --hvdrun PATH --hello PATH --trainer PATH --pythonpath P [--no-ssh] CASE
+--no-ssh: the nodes run no sshd, as on clusters that allow no SSH between
+compute nodes: the cases that start hvdrun need it to start its workers
+through srun (issue 34 item 2, not built yet: they fail today).
 Needs root, ip netns, slurm-wlm and munge (else one SKIPPED line, exit 77).
 """
 import argparse
@@ -431,6 +434,8 @@ def main():
     ap.add_argument("--hello", required=True)
     ap.add_argument("--trainer", required=True)
     ap.add_argument("--pythonpath", required=True)
+    ap.add_argument("--no-ssh", action="store_true",
+                    help="no sshd on any node (for workers started through srun, issue 34 item 2; fails today)")
     ap.add_argument("case", choices=sorted(CASES))
     ARGS = ap.parse_args()
     skip_unless_available()
@@ -442,7 +447,7 @@ def main():
         return 77
     t0 = time.monotonic()
     env = {"PYTHONPATH": ARGS.pythonpath, "HVD_TRAINER_STEPS": "300", "HVD_TRAINER_STEP_MS": "40"}
-    with SlurmCluster(nodes=3, cpus=2, kill_wait=KILL_WAIT, ssh=ARGS.case != "srun_pmi2", path_prepend=[os.path.dirname(ARGS.hvdrun)],
+    with SlurmCluster(nodes=3, cpus=2, kill_wait=KILL_WAIT, ssh=not ARGS.no_ssh and ARGS.case != "srun_pmi2", path_prepend=[os.path.dirname(ARGS.hvdrun)],
                       env=env) as c:
         try:
             CASES[ARGS.case](c)
