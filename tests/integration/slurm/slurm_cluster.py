@@ -395,15 +395,29 @@ UnkillableStepTimeout=30
                 p.communicate()
 
     # ---- what tests look at
-    def job_record(self, job_id):
-        """The job's line in `sacct --completion` as a dict (JobID, State,
-        ExitCode, NodeList, ...), or None while it has not completed."""
+    FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+                    "BOOT_FAIL", "DEADLINE")
+
+    def job_records(self, job_id):
+        """The job's lines in `sacct --completion`, oldest first, as dicts
+        (jobid, state, exitcode, nodelist, elapsed). jobcomp/filetxt writes a
+        line when the job ends, and one (state RESIZING) whenever it shrinks,
+        e.g. when a node of a --no-kill job fails."""
         fields = "jobid,state,exitcode,nodelist,elapsed"
         p = self.run(["sacct", "--completion", "-n", "-P", "-j", str(job_id), "-o", fields], timeout=15)
+        out = []
         for line in p.stdout.splitlines():
             parts = line.split("|")
             if parts and parts[0] == str(job_id):
-                return dict(zip(fields.split(","), parts))
+                out.append(dict(zip(fields.split(","), parts)))
+        return out
+
+    def job_record(self, job_id):
+        """The job's final line in `sacct --completion` (its state one of
+        FINAL_STATES, e.g. "CANCELLED by 0"), or None while it runs."""
+        for rec in reversed(self.job_records(job_id)):
+            if rec["state"].split()[0] in self.FINAL_STATES:
+                return rec
         return None
 
     def wait_job_record(self, job_id, timeout=30):

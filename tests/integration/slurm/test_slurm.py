@@ -420,8 +420,9 @@ def case_elastic_node_lost(c):
     want = reference_checksum(steps)
     check(finals == {want}, f"final checksums {finals}, want the fault-free {want}", text)
     assert_clean(c, 5, "after the job")
+    history = " then ".join(f"{r['state']} on {r['nodelist']}" for r in c.job_records(job))
     print(f"elastic_node_lost: ok: size 2 {at_size2:.1f} s after node3's slurmd was killed; "
-          f"fault-free result; sacct {rec['state']} {rec['exitcode']}")
+          f"fault-free result; sacct --completion: {history}")
 
 
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
