@@ -23,6 +23,9 @@ Cases (one CTest entry each, a fresh cluster each):
                  pinned, a KNOWN PROBLEM: without --slots-per-host it runs 3
                  ranks, not 6 (a step's SLURM_TASKS_PER_NODE is the step's);
                  fails once that changes (then make it want 6)
+  srun_two_per_node  `srun --ntasks-per-node=1 hvdrun` in an allocation of 2
+                 tasks per node without -n: srun starts 2 hvdruns per node;
+                 each refuses in one line (each would run a copy of the job)
   srun_pmi2      no hvdrun and no sshd on the nodes: `srun -N3
                  --ntasks-per-node=2 --mpi=pmi2 ./hello_allreduce` with
                  HVD_MASTER_ADDR/PORT/SECRET: one job of 6 ranks, 2 per node
@@ -289,6 +292,27 @@ def case_srun_in_allocation(c):
     print("srun_in_allocation: ok: the documented batch script runs 6 ranks, 2 per node; KNOWN PROBLEM still "
           "there: without --slots-per-host, `salloc -N3 --ntasks-per-node=2 srun -n3 --ntasks-per-node=1 hvdrun "
           "...` runs 3 ranks (the step's 1 task per node), not the allocation's 6")
+
+
+def case_srun_two_per_node(c):
+    """`srun --ntasks-per-node=1 hvdrun` inside an allocation of 2 tasks per
+    node without -n: srun inherits SLURM_NTASKS=6, ignores
+    --ntasks-per-node=1 and starts 2 hvdruns per node. Each would run a copy
+    of the job (two leaders on node1 ran two 6-rank jobs); every hvdrun must
+    refuse at once with one line, start nothing, and srun fail."""
+    hello_dir = os.path.dirname(ARGS.hello)
+    t0 = time.monotonic()
+    p = c.run(["salloc", "-N3", "--ntasks-per-node=2", "srun", "--ntasks-per-node=1", "hvdrun",
+               "./" + os.path.basename(ARGS.hello)], timeout=60, cwd=hello_dir)
+    took = time.monotonic() - t0
+    check(p.returncode != 0, "salloc exited 0", p.stdout, p.stderr)
+    check(not hello_lines(p.stdout), "a rank ran", p.stdout, p.stderr)
+    refusals = [l for l in p.stderr.splitlines() if "srun started 2 hvdruns on one node" in l]
+    check(len(refusals) == 6, f"want the refusal from each of the 6 hvdruns, got {len(refusals)}", p.stderr)
+    check(took < 20, f"took {took:.1f} s", p.stderr)
+    assert_clean(c, 5, "after the refusal")
+    print(f"srun_two_per_node: ok: all 6 hvdruns refused in one line, nothing started ({took:.1f} s): "
+          f"{refusals[0].strip()}")
 
 
 def case_srun_pmi2(c):
