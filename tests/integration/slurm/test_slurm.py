@@ -309,6 +309,8 @@ def case_srun_two_per_node(c):
     check(not hello_lines(p.stdout), "a rank ran", p.stdout, p.stderr)
     refusals = [l for l in p.stderr.splitlines() if "srun started 2 hvdruns on one node" in l]
     check(len(refusals) == 6, f"want the refusal from each of the 6 hvdruns, got {len(refusals)}", p.stderr)
+    codes = re.findall(r"srun: error: node\d: tasks? [\d,-]+: Exited with exit code (\d+)", p.stderr)
+    check(codes and set(codes) == {"2"}, f"want every hvdrun to exit 2 (a usage error), srun says {codes}", p.stderr)
     check(took < 20, f"took {took:.1f} s", p.stderr)
     assert_clean(c, 5, "after the refusal")
     print(f"srun_two_per_node: ok: all 6 hvdruns refused in one line, nothing started ({took:.1f} s): "
