@@ -12,7 +12,12 @@ PKGS=(
   openssh-server openssh-client iproute2 procps psmisc openssl util-linux file
   python3 python3-dev pybind11-dev python3-torch python3-numpy
   python3-yaml python3-pytest python3-cloudpickle
+  slurm-wlm munge
 )
+# slurm-wlm and munge: the tests start their own munged/slurmctld/slurmd
+# (tests/integration/slurm/slurm_cluster.py, temporary config and key); on a
+# machine with systemd the packages also enable the system's munge, slurmd
+# and slurmctld services, which the tests neither need nor touch.
 # kubectl for the Kubernetes tests and the image's discover_hosts.sh: Debian's
 # kubernetes-client, unless a kubectl is on PATH already (the package's file
 # would conflict with it).

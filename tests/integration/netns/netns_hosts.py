@@ -121,17 +121,29 @@ def cleanup_stale():
 
 
 class NetnsHosts:
-    def __init__(self, count=2, client_alive_interval=1, own_hostnames=False):
+    def __init__(self, count=2, client_alive_interval=1, own_hostnames=False, hostnames=None, sshd=True):
         """own_hostnames: each host's sshd (and so every login) runs in a
         UTS namespace of its own named hvdhost-a, hvdhost-b, ... By default
         the hosts share this machine's host name, which tests hvdrun's node
         identity; Open MPI keys its session directories and shared-memory
         files by host name, and two of its daemons with one name in one /tmp
-        clash (a daemon vanished in about one job in ten)."""
+        clash (a daemon vanished in about one job in ten).
+
+        hostnames: the hosts' own names (implies own_hostnames); they also
+        resolve to the hosts' addresses: self.etc_hosts (this machine's
+        /etc/hosts plus one line per host) is bind-mounted over /etc/hosts
+        in each sshd's mount namespace (start other processes with
+        self.host_wrap(i) / self.login_wrap() to see it too).
+
+        sshd=False: the namespaces get no sshd (nothing listens on port 22)."""
         self.pid = os.getpid()
         self.count = count
         self.client_alive_interval = client_alive_interval
-        self.own_hostnames = own_hostnames
+        self.own_hostnames = own_hostnames or bool(hostnames)
+        self.hostnames = list(hostnames) if hostnames else None
+        if self.hostnames and len(self.hostnames) != count:
+            raise ValueError(f"{len(self.hostnames)} host names for {count} hosts")
+        self.with_sshd = sshd
         self._set_subnet(1 + self.pid % 250)
         self.namespaces = [f"hvdt{self.pid}{chr(ord('a') + i)}" for i in range(count)]
         self.bridge = f"hvdb{self.pid}"
@@ -225,10 +237,42 @@ class NetnsHosts:
             run("ip", "netns", "exec", ns, "ip", "link", "set", inner, "name", "eth0")
             run("ip", "netns", "exec", ns, "ip", "addr", "add", f"{self.addrs[i]}/24", "dev", "eth0")
             run("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
+        if self.hostnames:
+            with open("/etc/hosts") as f:
+                base = f.read().rstrip("\n")
+            with open(self.etc_hosts, "w") as f:
+                f.write(base + "\n# test hosts\n" + "".join(f"{a} {n}\n" for a, n in zip(self.addrs, self.hostnames)))
+        if not self.with_sshd:
+            return self
+        for i in range(self.count):
             self.sshd.append(self._start_sshd(i))
         for i in range(self.count):
             self._wait_port(self.addrs[i], 22)
         return self
+
+    @property
+    def etc_hosts(self):
+        """The test's /etc/hosts (hostnames=... only)."""
+        return os.path.join(self.tmp, "etc-hosts")
+
+    def host_wrap(self, i):
+        """Command prefix running a command on host i: in its network
+        namespace, in a mount namespace of its own that sees the test
+        /etc/hosts (hostnames=...) and in a UTS namespace with the host's
+        name (own_hostnames). Every wrapper execs: the Popen pid is the
+        command's."""
+        name = self.hostname(i) if self.own_hostnames else ""
+        hosts = self.etc_hosts if self.hostnames else ""
+        return ["ip", "netns", "exec", self.namespaces[i], "unshare", "--mount", *(["--uts"] if name else []),
+                "sh", "-c", '{ [ -z "$1" ] || hostname "$1"; } && { [ -z "$0" ] || mount --bind "$0" /etc/hosts; } '
+                '&& shift && exec "$@"', hosts, name]
+
+    def login_wrap(self):
+        """Command prefix running a command in this (the root) network
+        namespace where the test /etc/hosts names the hosts (hostnames=...)."""
+        if not self.hostnames:
+            return []
+        return ["unshare", "--mount", "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"', self.etc_hosts]
 
     def _start_sshd(self, i, host_key=None, extra=""):
         host_key = host_key or os.path.join(self.tmp, "host_key")
@@ -276,13 +320,17 @@ class NetnsHosts:
         os.makedirs(root, exist_ok=True)
         uts = ["--uts"] if self.own_hostnames else []
         name = self.hostname(i) if self.own_hostnames else ""
+        hosts = self.etc_hosts if self.hostnames else ""
         return subprocess.Popen(["ip", "netns", "exec", self.namespaces[i], "unshare", "--mount", *uts, "sh", "-c",
-                                 '{ [ -z "$3" ] || hostname "$3"; } && mount --bind "$0" /root && '
-                                 'exec /usr/sbin/sshd -D -f "$1" -E "$2"', root, cfg, log, name],
+                                 '{ [ -z "$3" ] || hostname "$3"; } && { [ -z "$4" ] || mount --bind "$4" /etc/hosts; } '
+                                 '&& mount --bind "$0" /root && exec /usr/sbin/sshd -D -f "$1" -E "$2"',
+                                 root, cfg, log, name, hosts],
                                 stdin=subprocess.DEVNULL)
 
     def hostname(self, i):
-        """Host i's own host name (own_hostnames=True only)."""
+        """Host i's own host name (own_hostnames=True or hostnames=...)."""
+        if self.hostnames:
+            return self.hostnames[i]
         return f"hvdhost-{chr(ord('a') + i)}"
 
     def restart_sshd(self, i, new_host_key=False, extra=""):

@@ -186,6 +186,21 @@ std::optional<PlatformDescription> detect_slurm(const PlatformContext& ctx) {
     slots.assign(names.size(), one.front());
     p.evidence.push_back("SLURM_NTASKS_PER_NODE=" + *per_node);
   }
+  // In an srun step hvdrun must run once per node: a second hvdrun on a node
+  // would lead (or follow) a copy of the whole job of its own. Inside an
+  // allocation srun inherits SLURM_NTASKS and, without -n, ignores
+  // --ntasks-per-node=1 (it only warns).
+  if (auto step = ctx.get("SLURM_STEP_TASKS_PER_NODE")) {
+    for (int n : expand_tasks_per_node(*step, "SLURM_STEP_TASKS_PER_NODE")) {
+      if (n > 1) {
+        throw InvalidArgument(fmt::format(
+            "srun started {} hvdruns on one node (SLURM_STEP_TASKS_PER_NODE={}), and each would run a copy of the "
+            "job: run one per node, e.g. srun -n \"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 hvdrun ... "
+            "(docs/platforms.md#slurm)",
+            n, *step));
+      }
+    }
+  }
   for (size_t i = 0; i < names.size(); ++i) p.hosts.push_back(HostSpec{names[i], slots[i]});
   p.leader = names.front();
   if (auto node = ctx.get("SLURMD_NODENAME"); node && !node->empty()) {

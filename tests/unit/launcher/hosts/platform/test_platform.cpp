@@ -244,6 +244,30 @@ TEST_CASE("platform slurm: an allocation's nodes slots this node and the leader"
   CHECK(detect_slurm(root.context(env))->hosts.size() == 2);
 }
 
+TEST_CASE("platform slurm: an srun step with several hvdruns on a node is refused", "[platform]") {
+  // srun inside an allocation of 2 tasks per node inherits SLURM_NTASKS and,
+  // without -n, ignores --ntasks-per-node=1: every hvdrun of a node would
+  // run its own copy of the job (seen on a real Slurm, issue 34).
+  FakeRoot root;
+  std::map<std::string, std::string> env = {{"SLURM_JOB_ID", "7"},
+                                            {"SLURM_JOB_NODELIST", "node[1-3]"},
+                                            {"SLURM_TASKS_PER_NODE", "2(x3)"},
+                                            {"SLURM_STEP_TASKS_PER_NODE", "2(x3)"},
+                                            {"SLURMD_NODENAME", "node1"}};
+  CHECK(invalid_message([&] { detect_slurm(root.context(env)); }) ==
+        "srun started 2 hvdruns on one node (SLURM_STEP_TASKS_PER_NODE=2(x3)), and each would run a copy of the job: "
+        "run one per node, e.g. srun -n \"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 hvdrun ... "
+        "(docs/platforms.md#slurm)");
+  env["SLURM_STEP_TASKS_PER_NODE"] = "1,2";
+  CHECK_FALSE(invalid_message([&] { detect_slurm(root.context(env)); }).empty());
+  env["SLURM_STEP_TASKS_PER_NODE"] = "1(x3)";  // one per node: the follower form
+  env["SLURM_TASKS_PER_NODE"] = "1(x3)";
+  CHECK(detect_slurm(root.context(env))->hosts.size() == 3);
+  env.erase("SLURM_STEP_TASKS_PER_NODE");  // the batch script: no step variables
+  env["SLURM_TASKS_PER_NODE"] = "2(x3)";
+  CHECK(detect_slurm(root.context(env))->hosts.front().slots == 2);
+}
+
 TEST_CASE("platform hosts-from auto: the first platform present - explicit hosts win - none keeps localhost",
           "[platform]") {
   FakeRoot root;
