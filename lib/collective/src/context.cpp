@@ -712,105 +712,97 @@ std::shared_ptr<OpState> make_op(OpType type, const std::string& name, DataType 
 }
 }  // namespace
 
-Handle Context::allreduce_async(const AllreduceArgs& a) {
-  if (a.process_set != kGlobalProcessSet) {
-    AllreduceArgs b = a;
-    b.process_set = kGlobalProcessSet;
-    auto set = impl_->psets->member(a.process_set, op_what("allreduce", a.name));
-    return set->allreduce_async(b);
+// ---- The one submit path -----------------------------------------------------
+// Every op's entry point describes its buffers in an OpState and hands it to
+// submit(): on another process set it goes to that set's Context, the root
+// of a broadcast renumbered within the set; then the device is resolved and
+// the request queued for the next negotiation cycle.
+
+struct Context::Submission {
+  int32_t process_set = kGlobalProcessSet;
+  int32_t device = kHostDevice;
+  /// The op writes the caller's output buffer (allreduce, broadcast): its
+  /// memory decides the device.
+  bool caller_output = false;
+  /// Input and output must then be one kind of memory (allreduce).
+  bool same_memory = false;
+};
+
+Handle Context::submit(std::shared_ptr<detail::OpState> op, const Submission& how) {
+  detail::Request& q = op->request;
+  if (how.process_set != kGlobalProcessSet) {
+    const std::string what = op_what(detail::op_type_name(q.type), q.name);
+    auto set = impl_->psets->member(how.process_set, what);
+    if (q.type == OpType::Broadcast) {
+      const int global_root = q.root;
+      q.root = impl_->psets->set_rank_of(how.process_set, global_root);
+      if (q.root < 0) {
+        throw InvalidArgument(fmt::format(
+            "hvd: {}: root rank {} is not a member of process set {} [{}] (the root is a global rank)", what,
+            global_root, how.process_set, fmt::join(impl_->psets->ranks(how.process_set), ", ")));
+      }
+    }
+    Submission inner = how;
+    inner.process_set = kGlobalProcessSet;
+    return set->submit(std::move(op), inner);
   }
+  if (q.type != OpType::Barrier && q.type != OpType::Join) {
+    q.device = resolve_device(how.device, op->input, how.caller_output ? op->output : nullptr, q.name,
+                              how.same_memory);
+  }
+  return impl_->submit(std::move(op));
+}
+
+Handle Context::allreduce_async(const AllreduceArgs& a) {
   auto op = make_op(OpType::Allreduce, a.name, a.dtype, a.shape);
   op->request.op = a.op;
   op->request.prescale = a.prescale;
   op->request.postscale = a.postscale;
   op->input = a.input;
   op->output = a.output;
-  op->request.device = resolve_device(a.device, a.input, a.output, a.name, true);
   op->stream = a.stream;
-  return impl_->submit(std::move(op));
+  return submit(std::move(op), {a.process_set, a.device, true, true});
 }
 
 Handle Context::allgather_async(const AllgatherArgs& a) {
-  if (a.process_set != kGlobalProcessSet) {
-    AllgatherArgs b = a;
-    b.process_set = kGlobalProcessSet;
-    auto set = impl_->psets->member(a.process_set, op_what("allgather", a.name));
-    return set->allgather_async(b);
-  }
   auto op = make_op(OpType::Allgather, a.name, a.dtype, a.shape);
   op->input = a.input;
   op->allocator = a.allocator;
-  op->request.device = resolve_device(a.device, a.input, nullptr, a.name, false);
   op->stream = a.stream;
-  return impl_->submit(std::move(op));
+  return submit(std::move(op), {a.process_set, a.device, false, false});
 }
 
 Handle Context::broadcast_async(const BroadcastArgs& a) {
-  if (a.process_set != kGlobalProcessSet) {
-    BroadcastArgs b = a;
-    b.process_set = kGlobalProcessSet;
-    auto set = impl_->psets->member(a.process_set, op_what("broadcast", a.name));
-    b.root = impl_->psets->set_rank_of(a.process_set, a.root);
-    if (b.root < 0) {
-      throw InvalidArgument(fmt::format(
-          "hvd: {}: root rank {} is not a member of process set {} [{}] (the root is a "
-          "global rank)",
-          op_what("broadcast", a.name), a.root, a.process_set, fmt::join(impl_->psets->ranks(a.process_set), ", ")));
-    }
-    return set->broadcast_async(b);
-  }
   auto op = make_op(OpType::Broadcast, a.name, a.dtype, a.shape);
   op->request.root = a.root;
   op->input = a.input;
   op->output = a.output;
-  op->request.device = resolve_device(a.device, a.input, a.output, a.name, false);
   op->stream = a.stream;
-  return impl_->submit(std::move(op));
+  return submit(std::move(op), {a.process_set, a.device, true, false});
 }
 
 Handle Context::alltoall_async(const AlltoallArgs& a) {
-  if (a.process_set != kGlobalProcessSet) {
-    AlltoallArgs b = a;
-    b.process_set = kGlobalProcessSet;
-    auto set = impl_->psets->member(a.process_set, op_what("alltoall", a.name));
-    return set->alltoall_async(b);
-  }
   auto op = make_op(OpType::Alltoall, a.name, a.dtype, a.shape);
   op->request.splits = a.splits;
   op->input = a.input;
   op->allocator = a.allocator;
-  op->request.device = resolve_device(a.device, a.input, nullptr, a.name, false);
   op->stream = a.stream;
-  return impl_->submit(std::move(op));
+  return submit(std::move(op), {a.process_set, a.device, false, false});
 }
 
 Handle Context::reducescatter_async(const ReducescatterArgs& a) {
-  if (a.process_set != kGlobalProcessSet) {
-    ReducescatterArgs b = a;
-    b.process_set = kGlobalProcessSet;
-    auto set = impl_->psets->member(a.process_set, op_what("reducescatter", a.name));
-    return set->reducescatter_async(b);
-  }
   auto op = make_op(OpType::Reducescatter, a.name, a.dtype, a.shape);
   op->request.op = a.op;
   op->request.prescale = a.prescale;
   op->request.postscale = a.postscale;
   op->input = a.input;
   op->allocator = a.allocator;
-  op->request.device = resolve_device(a.device, a.input, nullptr, a.name, false);
   op->stream = a.stream;
-  return impl_->submit(std::move(op));
+  return submit(std::move(op), {a.process_set, a.device, false, false});
 }
 
 Handle Context::barrier_async(const BarrierArgs& a) {
-  if (a.process_set != kGlobalProcessSet) {
-    BarrierArgs b = a;
-    b.process_set = kGlobalProcessSet;
-    auto set = impl_->psets->member(a.process_set, op_what("barrier", a.name));
-    return set->barrier_async(b);
-  }
-  auto op = make_op(OpType::Barrier, a.name, DataType::UInt8, {0});
-  return impl_->submit(std::move(op));
+  return submit(make_op(OpType::Barrier, a.name, DataType::UInt8, {0}), {a.process_set, kHostDevice, false, false});
 }
 
 Handle Context::join_async() {

@@ -21,6 +21,10 @@ struct CUstream_st;  // = cudaStream_t's pointee (no CUDA header needed here)
 
 namespace hvd::collective {
 
+namespace detail {
+struct OpState;  // operations.h (private)
+}  // namespace detail
+
 /// The id of the process set of every rank (Horovod's global_process_set).
 inline constexpr int32_t kGlobalProcessSet = 0;
 
@@ -367,6 +371,10 @@ class Context {
   struct Impl;
 
  private:
+  /// The one path every op entry point takes (context.cpp).
+  struct Submission;
+  Handle submit(std::shared_ptr<detail::OpState> op, const Submission& how);
+
   std::unique_ptr<Impl> impl_;
 };
 
