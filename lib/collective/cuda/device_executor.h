@@ -1,9 +1,9 @@
 #pragma once
 // The Context's runner of operations on device buffers (docs/cuda.md,
 // "Operations on device buffers"). Private to the collective library: the
-// Context (src/context.cpp) owns one, created on its background thread at
+// Context (src/engine/context.cpp) owns one, created on its background thread at
 // the first device operation and destroyed when that thread ends (shutdown,
-// communicator failure, elastic re-formation), and src/operations.cpp calls
+// communicator failure, elastic re-formation), and src/engine/operations.cpp calls
 // it for agreed responses whose tensors are device buffers.
 //
 // Includes no CUDA header; in a build without CUDA the constructor throws

@@ -74,6 +74,17 @@ def proc_cmdline(pid):
         return ""
 
 
+def wait_until_empty(listing, timeout):
+    """Calls listing() every 0.1 s until it returns nothing or `timeout`
+    seconds passed; returns its last answer."""
+    end = time.monotonic() + timeout
+    while True:
+        left = listing()
+        if not left or time.monotonic() >= end:
+            return left
+        time.sleep(0.1)
+
+
 def kill_namespace_processes(ns, keep=(), rounds=20):
     """SIGKILLs every process in namespace `ns` but `keep`, again until none
     is left (children forked meanwhile included); returns what is left."""
@@ -386,14 +397,15 @@ class NetnsHosts:
             if log:
                 print(f"--- sshd log of {self.namespaces[i]} (tail):\n{log}", file=file)
 
-    def processes(self, i):
+    def processes(self, i, keep=()):
         """(pid, cmdline) of every process in namespace i except the listening
-        sshd and sshd's per-connection processes ("sshd: root@notty")."""
-        daemon = self.sshd[i].pid if i < len(self.sshd) else -1
+        sshd, sshd's per-connection processes ("sshd: root@notty") and the
+        pids in `keep` (a caller's own daemons)."""
+        keep = set(keep) | ({self.sshd[i].pid} if i < len(self.sshd) else set())
         out = []
         for p in ns_pids(self.namespaces[i]):
             cmd = proc_cmdline(p)
-            if p == daemon or cmd == "" or cmd.startswith("sshd:"):
+            if p in keep or cmd == "" or cmd.startswith("sshd:"):
                 continue
             out.append((p, cmd))
         return out
@@ -403,12 +415,7 @@ class NetnsHosts:
         return [(self.namespaces[i], p, cmd) for i in range(self.count) for p, cmd in self.processes(i)]
 
     def wait_no_leftovers(self, timeout):
-        end = time.monotonic() + timeout
-        while True:
-            left = self.leftovers()
-            if not left or time.monotonic() >= end:
-                return left
-            time.sleep(0.1)
+        return wait_until_empty(self.leftovers, timeout)
 
     def _on_signal(self, signum, frame):
         self.down()

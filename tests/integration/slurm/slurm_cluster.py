@@ -438,27 +438,13 @@ UnkillableStepTimeout=30
     def processes(self, i):
         """(pid, cmdline) of the job-side processes in node i: everything but
         the node's slurmd and sshd (daemon and per-connection processes)."""
-        keep = {p.pid for p in (self.slurmd[i],) if p}
-        if i < len(self.hosts.sshd):
-            keep.add(self.hosts.sshd[i].pid)
-        out = []
-        for pid in netns_hosts.ns_pids(self.hosts.namespaces[i]):
-            cmd = netns_hosts.proc_cmdline(pid)
-            if pid in keep or cmd == "" or cmd.startswith("sshd:"):
-                continue
-            out.append((pid, cmd))
-        return out
+        return self.hosts.processes(i, keep={p.pid for p in (self.slurmd[i],) if p})
 
     def leftovers(self):
         return [(self.names[i], pid, cmd) for i in range(len(self.names)) for pid, cmd in self.processes(i)]
 
     def wait_no_leftovers(self, timeout):
-        end = time.monotonic() + timeout
-        while True:
-            left = self.leftovers()
-            if not left or time.monotonic() >= end:
-                return left
-            time.sleep(0.1)
+        return netns_hosts.wait_until_empty(self.leftovers, timeout)
 
     # ---- teardown
     def _on_signal(self, signum, frame):

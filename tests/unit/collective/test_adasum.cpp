@@ -9,7 +9,7 @@
 #include "hvd/store/memory_store.h"
 
 #include "comm_world.h"
-#include "half.h"
+#include "algorithms/half.h"
 
 #include <catch2/catch.hpp>
 

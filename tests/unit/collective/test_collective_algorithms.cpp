@@ -11,7 +11,7 @@
 #include "hvd/store/memory_store.h"
 
 #include "comm_world.h"
-#include "half.h"
+#include "algorithms/half.h"
 
 #include "hvd/transport/link.h"
 #include "hvd/transport/shm.h"

@@ -1,7 +1,7 @@
 // float16 / bfloat16 conversions: exact values, rounding to nearest even,
 // overflow to infinity, subnormals, NaN.
-#include "half.h"
-#include "reduce.h"
+#include "algorithms/half.h"
+#include "algorithms/reduce.h"
 
 #include <catch2/catch.hpp>
 

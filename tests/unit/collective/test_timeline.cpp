@@ -1,7 +1,7 @@
-// The timeline (lib/collective/src/timeline.h): the writer keeps the file a
+// The timeline (lib/collective/src/engine/timeline.h): the writer keeps the file a
 // valid JSON array at every moment (also after SIGKILL of the rank: a writer
 // process writes it), and a Context records Horovod's activities per tensor.
-#include "timeline.h"
+#include "engine/timeline.h"
 
 #include "hvd/collective/context.h"
 #include "hvd/collective/errors.h"

@@ -1,7 +1,7 @@
 // Autotune (autotune.h): the sample boundaries, the coordinate search ending
 // on the best measured setting, Horovod's CSV log, and a Context whose ranks
 // switch settings together and finish on rank 0's choice.
-#include "autotune.h"
+#include "engine/autotune.h"
 
 #include "hvd/collective/context.h"
 #include "hvd/collective/init_env.h"

@@ -1,7 +1,7 @@
 // DataType::Bool (HVD_BOOL): one byte per element, moved byte for byte by
 // allgather, broadcast and alltoall (fused with other tensors too); allreduce
 // and reducescatter refuse it at submission, as Horovod's library does.
-#include "message.h"
+#include "engine/message.h"
 
 #include "hvd/collective/c_api.h"
 #include "hvd/collective/context.h"

@@ -5,9 +5,9 @@
 // fusion never mixes devices. No GPU: the mismatch and "not built" paths
 // fail before any memory is touched, so host pointers stand in for device
 // buffers.
-#include "controller.h"
-#include "fusion.h"
-#include "message.h"
+#include "engine/controller.h"
+#include "engine/fusion.h"
+#include "engine/message.h"
 
 #include "hvd/collective/context.h"
 #include "hvd/collective/cuda.h"

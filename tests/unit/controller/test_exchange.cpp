@@ -1,8 +1,8 @@
-// The wire half of a negotiation cycle (lib/collective/src/negotiation.h):
+// The wire half of a negotiation cycle (lib/collective/src/engine/negotiation.h):
 // ranks as threads over real Comms (loopback TCP or shared memory through
 // an InMemoryStore), every rank's RankMessage to every rank.
-#include "message.h"
-#include "negotiation.h"
+#include "engine/message.h"
+#include "engine/negotiation.h"
 
 #include "../collective/comm_world.h"
 

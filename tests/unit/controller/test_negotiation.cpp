@@ -1,10 +1,10 @@
 // Pure negotiation logic: wire encoding, message table, validation messages,
 // response cache and fusion planning -- no sockets, no threads.
-#include "controller.h"
-#include "fusion.h"
-#include "message.h"
-#include "response_cache.h"
-#include "stall_inspector.h"
+#include "engine/controller.h"
+#include "engine/fusion.h"
+#include "engine/message.h"
+#include "engine/response_cache.h"
+#include "engine/stall_inspector.h"
 
 #include "hvd/common/error.h"
 

@@ -1,7 +1,7 @@
 // Process sets (docs/collective.md, "Process sets"): Contexts as threads
 // over one InMemoryStore; ops on a subset of ranks, its errors, the table's
 // rules (ids, duplicates, dynamic switch), static sets and elastic worlds.
-#include "process_sets.h"
+#include "engine/process_sets.h"
 
 #include "hvd/collective/context.h"
 #include "hvd/store/memory_store.h"

@@ -6,7 +6,7 @@
 // documented wrap/truncate semantics, exactly), tolerances, poison patterns.
 #include "hvd/collective/types.h"
 
-#include "half.h"  // lib/collective/src: the library's own conversions
+#include "algorithms/half.h"  // lib/collective/src: the library's own conversions
 
 #include <cmath>
 #include <cstdint>

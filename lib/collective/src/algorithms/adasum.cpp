@@ -29,8 +29,8 @@
 // (the recursive-doubling sums add the lower block's partial first).
 #include "hvd/collective/algorithms.h"
 
-#include "../half.h"
-#include "../reduce.h"
+#include "algorithms/half.h"
+#include "algorithms/reduce.h"
 #include "common.h"
 
 #include "hvd/transport/link.h"

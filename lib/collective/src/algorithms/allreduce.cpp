@@ -14,7 +14,7 @@
 // to the chunk this rank owns, before the allgather spreads it).
 #include "hvd/collective/algorithms.h"
 
-#include "../reduce.h"
+#include "algorithms/reduce.h"
 #include "common.h"
 #include "ring.h"
 

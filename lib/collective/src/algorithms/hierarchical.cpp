@@ -1,7 +1,7 @@
 // Two-level allreduce and allgather (hierarchical.h).
 #include "hierarchical.h"
 
-#include "../reduce.h"
+#include "algorithms/reduce.h"
 #include "common.h"
 
 #include "hvd/collective/algorithms.h"

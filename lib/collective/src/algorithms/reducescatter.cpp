@@ -10,7 +10,7 @@
 // recv_counts exactly.
 #include "hvd/collective/algorithms.h"
 
-#include "../reduce.h"
+#include "algorithms/reduce.h"
 #include "common.h"
 #include "ring.h"
 

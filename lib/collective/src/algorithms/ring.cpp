@@ -27,7 +27,7 @@
 // so the result, is the same).
 #include "ring.h"
 
-#include "../reduce.h"
+#include "algorithms/reduce.h"
 #include "common.h"
 
 #include "hvd/transport/link.h"

@@ -3,8 +3,8 @@
 /// names the variables; docs/collective.md lists their meaning): Settings
 /// and a Context from the environment hvdrun sets.
 ///
-/// Its own unit (src/init_env.cpp) because two others build on it: the
-/// process-wide API (hvd.h, src/hvd.cpp: hvd::init) and elastic membership
+/// Its own unit (src/bootstrap/init_env.cpp) because two others build on it: the
+/// process-wide API (hvd.h, src/api/hvd.cpp: hvd::init) and elastic membership
 /// (elastic_member.h: member_options_from_env). It uses neither of them, so
 /// the dependencies go one way: hvd.cpp -> elastic_member.cpp -> init_env.cpp,
 /// and hvd.cpp -> init_env.cpp.

@@ -9,9 +9,9 @@
 /// every rank has now announced: validated (mismatches become error
 /// responses naming the disagreeing ranks) and grouped for fusion. Because
 /// the inputs and the code are identical on every rank, so are the outputs.
-#include "message.h"
-#include "response_cache.h"
-#include "stall_inspector.h"
+#include "engine/message.h"
+#include "engine/response_cache.h"
+#include "engine/stall_inspector.h"
 
 #include "hvd/common/io.h"
 

@@ -3,7 +3,7 @@
 /// hierarchically (HOROVOD_HIERARCHICAL_ALLREDUCE / _ALLGATHER,
 /// algorithms/hierarchical.h). One per Context, used by its background
 /// thread only.
-#include "operations.h"
+#include "engine/operations.h"
 
 #include <optional>
 #include <string>

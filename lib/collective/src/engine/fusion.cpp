@@ -1,4 +1,4 @@
-#include "fusion.h"
+#include "engine/fusion.h"
 
 #include <algorithm>
 

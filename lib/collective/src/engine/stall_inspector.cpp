@@ -1,4 +1,4 @@
-#include "stall_inspector.h"
+#include "engine/stall_inspector.h"
 
 #include <fmt/format.h>
 

@@ -16,7 +16,7 @@
 /// closed it or died). The file always ends with "]": events are written
 /// with pwrite() over the previous closing bracket, so the file loads as
 /// JSON at any moment (see write_at_end in timeline.cpp for what is left).
-#include "message.h"
+#include "engine/message.h"
 
 #include <sys/types.h>
 #include <atomic>

@@ -1,5 +1,5 @@
 // Autotune: the coordinate search and its CSV log (autotune.h).
-#include "autotune.h"
+#include "engine/autotune.h"
 
 #include "hvd/collective/algorithms.h"
 #include "hvd/collective/comm.h"

@@ -1,6 +1,6 @@
-#include "controller.h"
+#include "engine/controller.h"
 
-#include "fusion.h"
+#include "engine/fusion.h"
 
 #include "hvd/common/error.h"
 

@@ -1,6 +1,6 @@
 #include "hvd/collective/types.h"
 
-#include "half.h"
+#include "algorithms/half.h"
 
 #include "hvd/common/error.h"
 

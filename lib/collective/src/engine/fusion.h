@@ -4,7 +4,7 @@
 /// the other tensors of that rank), are packed into one buffer (up to the
 /// fusion threshold), reduced with one call and unpacked -- many small
 /// reductions cost one latency.
-#include "controller.h"
+#include "engine/controller.h"
 
 #include <cstddef>
 #include <cstdint>

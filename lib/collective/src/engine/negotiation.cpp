@@ -1,5 +1,5 @@
 // The wire half of a negotiation cycle (negotiation.h).
-#include "negotiation.h"
+#include "engine/negotiation.h"
 
 #include "hvd/collective/algorithms.h"
 #include "hvd/common/error.h"

@@ -24,7 +24,7 @@
 /// run out, the kConfirm best-scoring settings are measured once more, and
 /// tuning ends on the one whose samples have the best mean. Without that
 /// room it ends on the best single sample.
-#include "controller.h"
+#include "engine/controller.h"
 
 #include <array>
 #include <deque>

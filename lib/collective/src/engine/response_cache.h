@@ -8,7 +8,7 @@
 /// copy of the cache. The cache changes only while processing the agreed
 /// cycle results, in the same order on every rank, so ids agree everywhere
 /// without ever being sent in full. Eviction is least-recently-executed.
-#include "message.h"
+#include "engine/message.h"
 
 #include <cstddef>
 #include <cstdint>

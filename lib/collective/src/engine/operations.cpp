@@ -1,8 +1,8 @@
-#include "operations.h"
+#include "engine/operations.h"
 
 #include "device_executor.h"
-#include "timeline.h"
-#include "hierarchy.h"
+#include "engine/timeline.h"
+#include "bootstrap/hierarchy.h"
 
 #include "hvd/collective/algorithms.h"
 #include "hvd/collective/context.h"

@@ -1,4 +1,4 @@
-#include "response_cache.h"
+#include "engine/response_cache.h"
 
 #include "hvd/common/error.h"
 

@@ -1,5 +1,5 @@
 // Process sets (process_sets.h, docs/collective.md "Process sets").
-#include "process_sets.h"
+#include "engine/process_sets.h"
 
 #include "hvd/collective/errors.h"
 #include "hvd/common/error.h"

@@ -1,4 +1,4 @@
-#include "timeline.h"
+#include "engine/timeline.h"
 
 #include "hvd/common/error.h"
 #include "hvd/common/files.h"

@@ -2,9 +2,9 @@
 // restrict-qualified arrays so GCC vectorises it (this file is built with
 // -O3, see lib/collective/CMakeLists.txt). Half types go through float32:
 // load (widen), combine, store (round to nearest even).
-#include "reduce.h"
+#include "algorithms/reduce.h"
 
-#include "half.h"
+#include "algorithms/half.h"
 
 #include "hvd/common/error.h"
 

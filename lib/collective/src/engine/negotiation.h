@@ -3,7 +3,7 @@
 // rank (the message format is message.h; what the messages mean is
 // controller.h). Kept apart from the background loop (context.cpp) so that
 // it has tests of its own (tests/unit/controller/test_exchange.cpp).
-#include "message.h"
+#include "engine/message.h"
 
 #include "hvd/collective/comm.h"
 

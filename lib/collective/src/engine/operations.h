@@ -1,8 +1,8 @@
 #pragma once
 /// The state behind a Handle, and the executor that runs one agreed
 /// Response on this rank through the data-plane algorithms.
-#include "controller.h"
-#include "fusion.h"
+#include "engine/controller.h"
+#include "engine/fusion.h"
 
 #include "hvd/collective/comm.h"
 #include "hvd/collective/handle.h"
