@@ -23,15 +23,16 @@ int hvdrun_main(int argc, char** argv);
 /// InvalidArgument -> exit_code::kUsage, anything else -> kInternal.
 int exit_code_for(std::exception_ptr error);
 
-/// Hosts, placement and worker environments (plan.cpp). Pure apart from
-/// reading the hostfile and the launcher's environment. Throws
+/// Placement and worker environments over `hosts` (the job's host
+/// source's first look, discovery/choose.h), in plan.cpp. Pure apart from
+/// reading the launcher's environment and working directory. Throws
 /// hvd::InvalidArgument with a one-line message on any usage problem.
-JobPlan make_plan(const Options& options);
+JobPlan make_plan(const Options& options, const std::vector<HostSpec>& hosts);
 
 /// make_plan with the launcher environment and working directory given
 /// explicitly (tests and golden files use this for stable output).
-JobPlan make_plan(const Options& options, const std::map<std::string, std::string>& launcher_env,
-                  const std::string& cwd);
+JobPlan make_plan(const Options& options, const std::vector<HostSpec>& hosts,
+                  const std::map<std::string, std::string>& launcher_env, const std::string& cwd);
 
 /// --dry-run output: a placement table plus each worker's exact command, or
 /// JSON (dry_run.cpp).
@@ -59,17 +60,14 @@ std::string render_check_build();
 /// (job/static_job.cpp). Never calls exit().
 int run_job(const Options& options, const JobPlan& plan);
 
-/// Runs an elastic job to the end (discovery, membership changes, recovery;
-/// docs/elastic.md; job/elastic_job.cpp); returns hvdrun's exit code. Never calls exit().
-int run_elastic_job(const Options& options);
-
 class HostSource;
 
-/// run_elastic_job with hosts from `source` (called once; watch = false for
-/// --dry-run) instead of the flags' source: platform sources (OCI's shared
-/// directory, job/oci_job.cpp).
-using HostSourceFactory = std::function<std::unique_ptr<HostSource>(bool watch)>;
-int run_elastic_job(const Options& options, const HostSourceFactory& source);
+/// Runs an elastic job to the end with hosts from `source`
+/// (choose_host_source, or OCI's shared directory: job/oci_job.cpp):
+/// discovery, membership changes, recovery (docs/elastic.md;
+/// job/elastic_job.cpp); --dry-run looks once and prints what it finds.
+/// Returns hvdrun's exit code. Never calls exit().
+int run_elastic_job(const Options& options, std::unique_ptr<HostSource> source);
 
 /// An OCI Data Science run (OCI__MODE), before anything else is parsed:
 /// nullopt when OCI does not apply here (job/oci_job.h).
