@@ -7,7 +7,7 @@
 #include "hvd/common/logging.h"
 #include "hvd/launcher/options/options.h"
 #include "hvd/launcher/process/signals.h"
-#include "hvd/launcher/spawn/ssh/ssh_config.h"
+#include "hvd/launcher/hosts/ssh_config.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

@@ -6,7 +6,7 @@
 
 #include "hvd/common/error.h"
 #include "hvd/launcher/hosts/hosts.h"
-#include "hvd/launcher/job/launcher.h"
+#include "hvd/launcher/plan/plan.h"
 #include "hvd/launcher/plan/placement.h"
 #include "hvd/launcher/plan/worker_env.h"
 

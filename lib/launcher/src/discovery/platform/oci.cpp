@@ -13,7 +13,6 @@
 #include "hvd/common/error.h"
 #include "hvd/common/net.h"
 #include "hvd/launcher/process/shell.h"
-#include "hvd/launcher/spawn/mpi/mpi_launch.h"
 
 namespace hvd::launcher::platform {
 

@@ -5,6 +5,7 @@
 #include "hvd/launcher/options/cli.h"  // parse_command_line: callers of this header still get it
 #include "hvd/launcher/options/options.h"
 #include "hvd/launcher/plan/job_plan.h"
+#include "hvd/launcher/plan/plan.h"  // make_plan, render_dry_run: callers of this header still get them
 
 #include <exception>
 #include <functional>
@@ -22,26 +23,6 @@ int hvdrun_main(int argc, char** argv);
 /// The exit code for an exception that reached main (one line on stderr):
 /// InvalidArgument -> exit_code::kUsage, anything else -> kInternal.
 int exit_code_for(std::exception_ptr error);
-
-/// Placement and worker environments over `hosts` (the job's host
-/// source's first look, discovery/choose.h), in plan.cpp. Pure apart from
-/// reading the launcher's environment and working directory. Throws
-/// hvd::InvalidArgument with a one-line message on any usage problem.
-JobPlan make_plan(const Options& options, const std::vector<HostSpec>& hosts);
-
-/// make_plan with the launcher environment and working directory given
-/// explicitly (tests and golden files use this for stable output).
-JobPlan make_plan(const Options& options, const std::vector<HostSpec>& hosts,
-                  const std::map<std::string, std::string>& launcher_env, const std::string& cwd);
-
-/// --dry-run output: a placement table plus each worker's exact command, or
-/// JSON (dry_run.cpp).
-std::string render_dry_run(const JobPlan& plan, const Options& options, DryRunFormat format);
-
-/// The placement table of the text dry run (a header line, then one line
-/// per rank: rank, host, local/cross rank and size); also what
-/// `--mpi-args --display-map` prints before a job hvdrun starts itself.
-std::string render_placement_table(const JobPlan& plan);
 
 /// --check-build output (what this build supports).
 /// What was built beside hvdrun in this build tree (CMake passes it to
