@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hvd/common/error.h"
+#include "hvd/launcher/discovery/choose.h"
 #include "hvd/launcher/job/launcher.h"
 
 namespace {
@@ -66,7 +67,11 @@ std::string run_case(const std::string& name) {
                                                 {"SSH_AUTH_SOCK", "/tmp/ssh-agent.sock"},
                                                 {"LD_PRELOAD", "/lib/inject.so"},
                                                 {"FOO", "from-launcher"}};
-      auto plan = hvd::launcher::make_plan(*parsed.options, env, "/home/user/job");
+      // No platform: an empty Environment, whatever machine runs the test.
+      auto choice = hvd::launcher::choose_host_source(*parsed.options, hvd::launcher::Environment{});
+      auto hosts = choice.source->discover();
+      if (!hosts.ok()) throw hvd::InvalidArgument(*hosts.error);
+      auto plan = hvd::launcher::make_plan(choice.options, hosts.hosts, env, "/home/user/job");
       auto format = parsed.options->dry_run == hvd::launcher::DryRunFormat::None ? hvd::launcher::DryRunFormat::Text
                                                                                  : parsed.options->dry_run;
       out = hvd::launcher::render_dry_run(plan, *parsed.options, format);

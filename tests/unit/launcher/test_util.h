@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hvd/common/error.h"
+#include "hvd/launcher/discovery/choose.h"
 #include "hvd/launcher/job/launcher.h"
 
 namespace hvd_test {
@@ -30,6 +31,28 @@ inline hvd::launcher::Options parse_ok(std::vector<std::string> args) {
   INFO("message: " << out.message);
   REQUIRE(out.options.has_value());
   return *out.options;
+}
+
+/// The hosts a job's host source gives on a machine with no platform (an
+/// empty Environment): -H, --hostfile or localhost:np.
+inline std::vector<hvd::launcher::HostSpec> hosts_of(const hvd::launcher::Options& o) {
+  auto choice = hvd::launcher::choose_host_source(o, hvd::launcher::Environment{});
+  auto found = choice.source->discover();
+  if (!found.ok()) throw hvd::InvalidArgument(*found.error);
+  return found.hosts;
+}
+
+/// The hosts a chosen source gives, as -H text ("a:2,b:2").
+inline std::string hosts_text(const hvd::launcher::HostSourceChoice& choice) {
+  std::string out;
+  for (const auto& h : choice.source->discover().hosts) out += (out.empty() ? "" : ",") + hvd::launcher::format_host(h);
+  return out;
+}
+
+/// make_plan over hosts_of(o), as hvdrun_main makes a static job's plan.
+inline hvd::launcher::JobPlan plan_of(const hvd::launcher::Options& o, const std::map<std::string, std::string>& env,
+                                      const std::string& cwd) {
+  return hvd::launcher::make_plan(o, hosts_of(o), env, cwd);
 }
 
 /// The what() of the InvalidArgument `fn` throws ("" if none).

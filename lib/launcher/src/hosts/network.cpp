@@ -12,7 +12,7 @@
 
 #include "hvd/common/error.h"
 #include "hvd/common/net.h"
-#include "hvd/launcher/spawn/ssh/ssh_config.h"
+#include "hvd/launcher/hosts/ssh_config.h"
 
 namespace hvd::launcher {
 

@@ -27,64 +27,17 @@
 
 namespace hvd::launcher {
 
-/// The job's host source: the discovery script, or (--min-np without one)
-/// the fixed -H / --hostfile list, default localhost:np as in static jobs.
-/// watch = false (--dry-run): a Kubernetes source only lists, it starts no watch.
-std::unique_ptr<HostSource> make_host_source(const Options& options, bool watch = true) {
-  if (options.elastic.kubernetes.selector) {
-    kube::KubeConfig config = kube::resolve_kube_config(kube::process_environment());
-    if (const char* dir = std::getenv(kube::kServiceAccountDirVariable); dir && !config.in_cluster) {
-      spdlog::warn("{}={} ignored: using {} (the service account is used in a pod without KUBECONFIG)",
-                   kube::kServiceAccountDirVariable, dir, config.origin);
-    }
-    for (const auto& line : config.ignored) spdlog::warn("{}", line);
-    kube::KubernetesSourceOptions kso = kube::source_options(options, config);
-    kso.watch = watch;
-    if (options.elastic.slots_per_host && options.elastic.kubernetes.slots.mode != KubernetesSlots::Mode::Auto) {
-      spdlog::warn("--slots-per-host ignored: --kubernetes-slots decides every pod's slots (it applies to 'auto')");
-    }
-    spdlog::info("kubernetes: pods '{}' in namespace '{}' through {} at {}", kso.selector, kso.namespace_name,
-                 config.origin, config.server.text());
-    return std::make_unique<kube::KubernetesHostSource>(std::move(config), std::move(kso));
-  }
-  if (options.elastic.host_discovery_script) {
-    DiscoveryScriptOptions dso;
-    dso.script = *options.elastic.host_discovery_script;
-    dso.default_slots = options.elastic.slots_per_host.value_or(1);
-    dso.timeout = options.elastic.discovery_timeout;
-    return std::make_unique<ScriptHostSource>(dso);
-  }
-  std::vector<HostSpec> hosts;
-  if (options.hostfile) {
-    hosts = parse_hostfile(*options.hostfile);
-  } else if (!options.hosts.empty()) {
-    hosts = parse_hosts(options.hosts);
-  } else {
-    hosts = {HostSpec{"localhost", options.num_proc.value_or(1)}};  // as a static job: localhost:np
-  }
-  spdlog::info("elastic job on fixed hosts {}: failed workers are restarted, failing hosts blacklisted",
-               format_hosts(hosts));
-  return std::make_unique<StaticHostSource>(std::move(hosts));
-}
-
 /// --dry-run of an elastic job: one look at its host source (one run of the
 /// discovery script, one list of the Kubernetes pods, or the fixed hosts),
 /// printed; nothing starts. Exit 3 when the look fails, as at the start of a
 /// job.
-int dry_run_discovery(const Options& options, const HostSourceFactory& factory) {
-  std::unique_ptr<HostSource> source;
-  try {
-    source = factory ? factory(/*watch=*/false) : make_host_source(options, /*watch=*/false);
-  } catch (const InvalidArgument& e) {
-    std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
-    return exit_code::kUsage;
-  }
-  const DiscoveryResult found = source->discover();
+int dry_run_discovery(const Options& options, HostSource& source) {
+  const DiscoveryResult found = source.discover();
   if (!found.ok()) {
     std::fprintf(stderr, "hvdrun: error: %s\n", found.error->c_str());
     return exit_code::kLaunch;
   }
-  auto* kubernetes = dynamic_cast<kube::KubernetesHostSource*>(source.get());
+  auto* kubernetes = dynamic_cast<kube::KubernetesHostSource*>(&source);
   const auto pods = kubernetes ? kubernetes->pods() : std::map<std::string, kube::PodHost>{};
   std::vector<const kube::PodHost*> ordered;
   for (const auto& [name, pod] : pods) ordered.push_back(&pod);
@@ -92,7 +45,7 @@ int dry_run_discovery(const Options& options, const HostSourceFactory& factory) 
             [](const kube::PodHost* a, const kube::PodHost* b) { return kube::natural_less(a->pod, b->pod); });
   const long slots = total_slots(found.hosts);
   if (options.dry_run == DryRunFormat::Json) {
-    nlohmann::json out = {{"source", source->describe()},
+    nlohmann::json out = {{"source", source.describe()},
                           {"hosts", nlohmann::json::array()},
                           {"pods", nlohmann::json::array()},
                           {"slots", slots},
@@ -111,7 +64,7 @@ int dry_run_discovery(const Options& options, const HostSourceFactory& factory) 
     std::printf("%s\n", out.dump(2).c_str());
     return exit_code::kOk;
   }
-  std::string text = "# elastic job: hosts from " + source->describe() + "\n";
+  std::string text = "# elastic job: hosts from " + source.describe() + "\n";
   for (const auto* p : ordered) {
     text += p->usable ? fmt::format("pod {} -> {}\n", p->pod, format_host(p->host))
                       : fmt::format("pod {} not used: {}\n", p->pod, p->why_not);
@@ -123,21 +76,11 @@ int dry_run_discovery(const Options& options, const HostSourceFactory& factory) 
   return exit_code::kOk;
 }
 
-int run_elastic_job(const Options& options) { return run_elastic_job(options, HostSourceFactory{}); }
-
-int run_elastic_job(const Options& options, const HostSourceFactory& factory) {
-  if (options.dry_run != DryRunFormat::None) return dry_run_discovery(options, factory);
+int run_elastic_job(const Options& options, std::unique_ptr<HostSource> source) {
+  if (options.dry_run != DryRunFormat::None) return dry_run_discovery(options, *source);
   JobServices job(options);
   // Prefixes are worker serials, not ranks; DIR/worker.<N> appear on first write.
   if (int code = job.open_output(1, true)) return code;
-
-  std::unique_ptr<HostSource> source;
-  try {
-    source = factory ? factory(/*watch=*/true) : make_host_source(options);
-  } catch (const InvalidArgument& e) {
-    std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
-    return job.finish(exit_code::kUsage);
-  }
 
   // Signals from here on: before the runner exists one stops the first look
   // at once (a hung script) and ends the job; then they go to the runner.

@@ -2,7 +2,8 @@
 // code (docs/exit-codes.md). apps/hvdrun/main.cpp only calls hvdrun_main.
 #include "hvd/common/error.h"
 #include "hvd/common/text.h"
-#include "hvd/launcher/hosts/platform/platform.h"
+#include "hvd/launcher/discovery/choose.h"
+#include "hvd/launcher/discovery/platform/platform.h"
 #include "hvd/launcher/job/launch_mode.h"
 #include "hvd/launcher/job/launcher.h"
 #include "hvd/launcher/job/platform_follower.h"
@@ -55,9 +56,10 @@ int hvdrun_main(int argc, char** argv) {
       std::fputs(render_check_build().c_str(), stdout);
       return exit_code::kOk;
     }
-    // --hosts-from: a platform's hosts when nothing explicit names them (docs/platforms.md).
-    const platform::PlatformContext platform_ctx = platform::PlatformContext::current();
-    platform::HostSourceDecision source = platform::apply_host_source(*parsed.options, platform_ctx);
+    // Where the hosts come from: -H, --hostfile, a discovery script, the
+    // Kubernetes pods, or a platform's hosts (--hosts-from; docs/platforms.md).
+    const Environment platform_ctx = Environment::current();
+    HostSourceChoice source = choose_host_source(*parsed.options, platform_ctx);
     parsed.options = std::move(source.options);
     // A platform machine that gets no ranks (Vertex's reduction servers and
     // evaluators): one line, exit 0, nothing started; its dry run shows only
@@ -96,8 +98,15 @@ int hvdrun_main(int argc, char** argv) {
     for (const auto& line : launch.warnings) spdlog::warn("{}", line);
     const Options& options = launch.options;
     for (const auto& line : ineffective_setting_warnings(options, current_environment())) spdlog::warn("{}", line);
-    // The plan first: a usage error is reported before any follower is attached.
-    JobPlan plan = elastic ? JobPlan{} : make_plan(options);
+    // The plan first: a usage error is reported before any follower is
+    // attached. A static job's hosts are its source's first look (a fixed
+    // list: -H, --hostfile, localhost:np or a platform's hosts).
+    JobPlan plan;
+    if (!elastic) {
+      const DiscoveryResult hosts = source.source->discover();
+      if (!hosts.ok()) throw InvalidArgument(*hosts.error);
+      plan = make_plan(options, hosts.hosts);
+    }
     // A platform job's leader: attached to its followers while the job runs
     // and reports the job's status to them at the end.
     DefaultSpawnerFactory leader_spawners(options);
@@ -116,7 +125,7 @@ int hvdrun_main(int argc, char** argv) {
       if (leader) leader->report(code);
       return code;
     };
-    if (elastic) return led(run_elastic_job(options));
+    if (elastic) return led(run_elastic_job(options, std::move(source.source)));
     if (launch.mode == LaunchMode::Mpirun && source.platform && options.dry_run == DryRunFormat::Text) {
       std::fputs(platform::render_platform(*source.platform).c_str(), stdout);
     }

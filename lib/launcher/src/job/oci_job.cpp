@@ -15,9 +15,10 @@
 #include "hvd/common/error.h"
 #include "hvd/common/net.h"
 #include "hvd/common/secret.h"
+#include "hvd/launcher/discovery/choose.h"
 #include "hvd/launcher/discovery/shared_dir/registry.h"
 #include "hvd/launcher/hosts/network.h"
-#include "hvd/launcher/hosts/platform/oci.h"
+#include "hvd/launcher/discovery/platform/oci.h"
 #include "hvd/launcher/job/launcher.h"
 #include "hvd/launcher/plan/worker_env.h"
 #include "hvd/launcher/process/shell.h"
@@ -74,19 +75,10 @@ class Heartbeat {
   std::thread thread_;  // last: starts after the members it uses
 };
 
-/// What names the hosts explicitly, or "" (as apply_host_source decides).
-std::string explicit_hosts(const Options& o) {
-  if (!o.hosts.empty()) return "-H/--hosts";
-  if (o.hostfile) return "--hostfile";
-  if (o.elastic.host_discovery_script) return "--host-discovery-script";
-  if (o.elastic.kubernetes.selector) return "--kubernetes-selector";
-  return "";
-}
-
 /// Whether a platform before oci in `auto` order is detected here (a
 /// malformed one counts: the normal path reports it).
-bool earlier_platform_detected(const platform::PlatformContext& ctx) {
-  for (const auto& name : platform::implemented_platforms()) {
+bool earlier_platform_detected(const Environment& ctx) {
+  for (const auto& name : implemented_platforms()) {
     if (name == "oci") return false;
     try {
       if (platform::detect(name, ctx)) return true;
@@ -151,13 +143,10 @@ int run_main(const Options& flags, const OciConfig& config, const std::string& a
   Registry registry(config.job_dir(), kOciHeartbeatStale);
   registry.check_directory();  // a directory others could swap is refused, dry run or not (exit 2)
   const HostSpec self{address, config.slots};
-  HostSourceFactory factory = [&registry, &self](bool) {
-    return std::make_unique<shared_dir::SharedDirHostSource>(registry, self);
-  };
   if (options.dry_run != DryRunFormat::None) {
     if (options.dry_run == DryRunFormat::Text) std::fputs(platform::render_oci(config, address).c_str(), stdout);
     std::fflush(stdout);
-    return run_elastic_job(options, factory);
+    return run_elastic_job(options, std::make_unique<shared_dir::SharedDirHostSource>(registry, self));
   }
   // From the marker on, a signal must reach the job (which writes the
   // status) and not end hvdrun before it: blocked here, the job's
@@ -177,7 +166,7 @@ int run_main(const Options& flags, const OciConfig& config, const std::string& a
     Heartbeat heartbeat(kOciHeartbeatInterval, [&] { registry.write_leader(address, run); });
     int code = exit_code::kInternal;
     try {
-      code = run_elastic_job(options, factory);
+      code = run_elastic_job(options, std::make_unique<shared_dir::SharedDirHostSource>(registry, self));
     } catch (...) {
       heartbeat.stop();
       registry.write_status(run, exit_code::kInternal);
@@ -319,7 +308,7 @@ std::string oci_this_address(const std::vector<std::string>& interfaces) {
 }
 
 std::optional<int> run_oci_if_detected(int argc, char** argv) {
-  const platform::PlatformContext ctx = platform::PlatformContext::current();
+  const Environment ctx = Environment::current();
   if (!ctx.get("OCI__MODE")) return std::nullopt;
   std::optional<OciConfig> config;
   std::string env_error;
@@ -344,7 +333,7 @@ std::optional<int> run_oci_if_detected(int argc, char** argv) {
   }
   if (decide && decide->check_build) return std::nullopt;  // --check-build: the build, not the job
   if (decide) {
-    const std::string explicit_source = explicit_hosts(*decide);
+    const std::string explicit_source = explicit_host_flag(*decide);
     if (decide->hosts_from == "oci" && !explicit_source.empty()) {
       std::fprintf(stderr,
                    "hvdrun: error: --hosts-from oci and %s cannot be used together: give one source of hosts (or "

@@ -7,7 +7,7 @@
 #include "hvd/common/logging.h"
 #include "hvd/launcher/options/options.h"
 #include "hvd/launcher/process/signals.h"
-#include "hvd/launcher/spawn/ssh/ssh_config.h"
+#include "hvd/launcher/hosts/ssh_config.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -43,7 +43,7 @@ constexpr std::size_t kMaxLine = 256;
 constexpr std::size_t kMaxPeers = 64;
 constexpr const char* kGreeting = "hvdrun-follower 1 ";
 
-std::string job_id(const PlatformDescription& p, const PlatformContext& ctx) {
+std::string job_id(const PlatformDescription& p, const Environment& ctx) {
   static const std::map<std::string, std::string> variable = {
       {"slurm", "SLURM_JOB_ID"}, {"lsf", "LSB_JOBID"}, {"vertex", "CLOUD_ML_JOB_ID"}};
   if (p.name == "sagemaker") {
@@ -189,7 +189,7 @@ void other_follower_keys(std::set<std::string>* keys) {
 
 }  // namespace
 
-int follow_leader(const Options& options, const PlatformDescription& p, const PlatformContext& ctx) {
+int follow_leader(const Options& options, const PlatformDescription& p, const Environment& ctx) {
   FollowerOptions fo;
   fo.key = follower_key(p, ctx, p.this_host);
   fo.platform = p.name;
@@ -205,7 +205,7 @@ int follow_leader(const Options& options, const PlatformDescription& p, const Pl
   return run_follower(fo);
 }
 
-std::string follower_key(const PlatformDescription& p, const PlatformContext& ctx, const std::string& host) {
+std::string follower_key(const PlatformDescription& p, const Environment& ctx, const std::string& host) {
   return fmt::format("{}:{}:{}", p.name, job_id(p, ctx), host);
 }
 
@@ -217,7 +217,7 @@ std::string follower_socket_name(const std::string& key) {
   return name.substr(0, 83) + fmt::format("~{:016x}", h);
 }
 
-bool followers_expected(const PlatformDescription& p, const PlatformContext& ctx, std::string* why) {
+bool followers_expected(const PlatformDescription& p, const Environment& ctx, std::string* why) {
   if (p.name == "oci") {
     if (why) *why = "oci's workers coordinate through the shared directory";
     return false;

@@ -337,7 +337,7 @@ void PlatformLeader::report(int status, std::chrono::milliseconds budget) {
   s.teardown();
 }
 
-std::vector<PlatformLeader::Follower> follower_hosts(const PlatformDescription& p, const PlatformContext& ctx,
+std::vector<PlatformLeader::Follower> follower_hosts(const PlatformDescription& p, const Environment& ctx,
                                                      std::string* why) {
   std::vector<PlatformLeader::Follower> out;
   if (p.this_host.empty() || p.this_host != p.leader) return out;  // a launcher outside the hosts: nobody follows

@@ -11,7 +11,6 @@
 //  * then the config file and the environment fill, row by row, what the
 //    command line left unset, and settings are checked together.
 #include "hvd/launcher/options/cli.h"
-#include "hvd/launcher/hosts/platform/platform.h"
 
 #include <fmt/format.h>
 
@@ -405,7 +404,7 @@ void finish_elastic(Options& o, FlagSet& set, const FlagSet& on_command_line, bo
   o.elastic.enabled = o.elastic.host_discovery_script.has_value() || kubernetes || min_np_given;
   if (!o.elastic.enabled) {
     // --slots-per-host also sets the slots of a platform's hosts
-    // (--hosts-from; apply_host_source refuses it when none is used).
+    // (--hosts-from; apply_platform refuses it when none is used).
     const bool platform_slots = o.hosts_from != "none" && o.hosts.empty() && !o.hostfile;
     for (const Flag& f : flags()) {
       if (platform_slots && &f == find_flag("--slots-per-host")) continue;
@@ -735,8 +734,11 @@ ParseOutcome parse_command_line(int argc, char** argv, const PlatformFlags& plat
     out.options = std::move(o);
     return out;
   }
-  // Without -np a platform's slots are the default (hosts/platform/platform.h).
-  if (!o.num_proc && !platform::platform_gives_hosts(o, platform::PlatformContext::current())) {
+  // Without -np a platform's slots may be the default: whether one is here
+  // is the host-source layer's question (choose_host_source), asked after
+  // parsing, which never reads the machine. Only when nothing could give
+  // the slots is -np's absence an error already.
+  if (!o.num_proc && (o.hosts_from == "none" || !o.hosts.empty() || o.hostfile)) {
     return usage_error("-np/--num-proc is required (e.g. hvdrun -np 4 python train.py)");
   }
   if (o.num_proc && *o.num_proc > kMaxNumProc) {

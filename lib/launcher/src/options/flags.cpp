@@ -13,7 +13,6 @@
 
 #include "hvd/common/error.h"
 #include "hvd/common/job_env.h"
-#include "hvd/launcher/hosts/platform/platform.h"
 
 namespace hvd::launcher {
 
@@ -329,17 +328,31 @@ KubernetesHostNames kubernetes_host_names(ValueReader& in) {
   in.reject(fmt::format("{}: '{}' is not ip or dns", in.name(), text), "ip or dns");
 }
 
+}  // namespace
+
+const std::vector<std::string>& implemented_platforms() {
+  static const std::vector<std::string> names = {"sagemaker", "vertex", "slurm", "lsf", "oci"};
+  return names;
+}
+
+const std::vector<std::string>& planned_platforms() {
+  static const std::vector<std::string> names = {};
+  return names;
+}
+
+namespace {
+
 /// --hosts-from: auto, none or an implemented platform; the platforms the
 /// issue plans but this build lacks are refused by name.
 std::string hosts_from(ValueReader& in) {
   std::string expected = "auto, none";
-  for (const auto& p : platform::implemented_platforms()) expected += ", " + p;
+  for (const auto& p : implemented_platforms()) expected += ", " + p;
   const std::string text = lower(in.text(expected));
   if (text == "auto" || text == "none") return text;
-  for (const auto& p : platform::implemented_platforms()) {
+  for (const auto& p : implemented_platforms()) {
     if (p == text) return text;
   }
-  for (const auto& p : platform::planned_platforms()) {
+  for (const auto& p : planned_platforms()) {
     if (p == text) {
       in.reject(fmt::format("{}: platform '{}' is not implemented yet (expected {}; see docs/platforms.md)", in.name(),
                             text, expected),

@@ -6,7 +6,7 @@
 
 #include "hvd/common/job_env.h"
 #include "hvd/launcher/hosts/hosts.h"
-#include "hvd/launcher/job/launcher.h"
+#include "hvd/launcher/plan/plan.h"
 #include "hvd/launcher/plan/worker_env.h"
 #include "hvd/launcher/process/shell.h"
 

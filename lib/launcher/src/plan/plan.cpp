@@ -6,7 +6,7 @@
 
 #include "hvd/common/error.h"
 #include "hvd/launcher/hosts/hosts.h"
-#include "hvd/launcher/job/launcher.h"
+#include "hvd/launcher/plan/plan.h"
 #include "hvd/launcher/plan/placement.h"
 #include "hvd/launcher/plan/worker_env.h"
 
@@ -25,21 +25,12 @@ std::string current_directory() {
 
 }  // namespace
 
-JobPlan make_plan(const Options& options, const std::map<std::string, std::string>& launcher_env,
-                  const std::string& cwd) {
+JobPlan make_plan(const Options& options, const std::vector<HostSpec>& hosts,
+                  const std::map<std::string, std::string>& launcher_env, const std::string& cwd) {
   if (!options.num_proc) throw InvalidArgument("-np/--num-proc is required (e.g. hvdrun -np 4 python train.py)");
   if (options.command.empty()) throw InvalidArgument("no command given (e.g. hvdrun -np 2 python train.py)");
   const int np = *options.num_proc;
   if (np < 1) throw InvalidArgument(fmt::format("-np must be at least 1, not {}", np));
-
-  std::vector<HostSpec> hosts;
-  if (!options.hosts.empty()) {
-    hosts = parse_hosts(options.hosts);
-  } else if (options.hostfile) {
-    hosts = parse_hostfile(*options.hostfile);
-  } else {
-    hosts.push_back(HostSpec{"localhost", np});  // horovodrun's default: localhost:<np>
-  }
 
   std::vector<SlotAssignment> slots = assign_slots(hosts, np);
 
@@ -67,6 +58,8 @@ JobPlan make_plan(const Options& options, const std::map<std::string, std::strin
   return plan;
 }
 
-JobPlan make_plan(const Options& options) { return make_plan(options, current_environment(), current_directory()); }
+JobPlan make_plan(const Options& options, const std::vector<HostSpec>& hosts) {
+  return make_plan(options, hosts, current_environment(), current_directory());
+}
 
 }  // namespace hvd::launcher

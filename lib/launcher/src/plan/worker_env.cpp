@@ -13,8 +13,6 @@
 #include "hvd/common/job_env.h"
 #include "hvd/launcher/options/flags.h"
 
-extern char** environ;
-
 namespace hvd::launcher {
 
 namespace {
@@ -76,17 +74,6 @@ std::string python_float(double v) {
 std::string flag01(bool b) { return b ? "1" : "0"; }
 
 }  // namespace
-
-EnvMap current_environment() {
-  EnvMap env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    std::string entry(*e);
-    size_t eq = entry.find('=');
-    if (eq == std::string::npos || eq == 0) continue;
-    env.emplace(entry.substr(0, eq), entry.substr(eq + 1));
-  }
-  return env;
-}
 
 bool is_forwardable(const std::string& name, bool forward_loader_env) {
   if (name.empty() || name.find('=') != std::string::npos) return false;

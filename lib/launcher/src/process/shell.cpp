@@ -1,5 +1,9 @@
 #include "hvd/launcher/process/shell.h"
 
+#include <fmt/format.h>
+
+#include "hvd/common/error.h"
+
 #include <cctype>
 #include <cstring>
 
@@ -34,6 +38,50 @@ std::string shell_join(const std::vector<std::string>& words) {
     out += shell_quote(w);
   }
   return out;
+}
+
+std::vector<std::string> split_shell_words(const std::string& text, const std::string& flag) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == ' ' || c == '\t' || c == '\n') {
+      if (in_word) words.push_back(std::move(word));
+      word.clear();
+      in_word = false;
+    } else if (c == '\'') {
+      std::size_t end = text.find('\'', i + 1);
+      if (end == std::string::npos) {
+        throw InvalidArgument(fmt::format("{} '{}': unterminated single quote", flag, text));
+      }
+      word += text.substr(i + 1, end - i - 1);
+      in_word = true;
+      i = end;
+    } else if (c == '"') {
+      std::size_t j = i + 1;
+      for (; j < text.size() && text[j] != '"'; ++j) {
+        // Inside double quotes a backslash escapes only $ ` " \ and newline.
+        if (text[j] == '\\' && j + 1 < text.size() && std::string("$`\"\\\n").find(text[j + 1]) != std::string::npos) {
+          ++j;
+        }
+        word += text[j];
+      }
+      if (j >= text.size()) {
+        throw InvalidArgument(fmt::format("{} '{}': unterminated double quote", flag, text));
+      }
+      in_word = true;
+      i = j;
+    } else if (c == '\\') {
+      if (i + 1 < text.size()) word += text[++i];
+      in_word = true;
+    } else {
+      word += c;
+      in_word = true;
+    }
+  }
+  if (in_word) words.push_back(std::move(word));
+  return words;
 }
 
 }  // namespace hvd::launcher

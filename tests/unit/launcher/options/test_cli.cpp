@@ -51,13 +51,29 @@ TEST_CASE("cli: the -H a:2 b:2 typo is refused with a hint", "[cli]") {
   CHECK(out2.message == "hvdrun: error: 'a:4' looks like a host, not a command; give hosts with -H a:4\n");
 }
 
+TEST_CASE("cli: without -np parsing leaves the platform question to choose_host_source", "[cli]") {
+  // Parsing does not look for a platform (it never reads the machine): the
+  // host-source layer asks the Environment, and without a platform -np is
+  // required there.
+  const Options o = hvd_test::parse_ok({"python", "x.py"});
+  CHECK_FALSE(o.num_proc);
+  CHECK(hvd_test::invalid_message([&] { choose_host_source(o, Environment{}); }) ==
+        "-np/--num-proc is required (e.g. hvdrun -np 4 python train.py)");
+  const Environment slurm{"", {{"SLURM_JOB_ID", "1"}, {"SLURM_JOB_NODELIST", "n[1-2]"}}, "n1"};
+  CHECK(*choose_host_source(o, slurm).options.num_proc == 2);
+}
+
 TEST_CASE("cli: usage errors are one line and exit 2", "[cli]") {
   struct Case {
     std::vector<std::string> args;
     std::string message;
   };
   std::vector<Case> cases = {
-      {{"python", "x.py"}, "-np/--num-proc is required (e.g. hvdrun -np 4 python train.py)"},
+      // Without -np and with hosts given (or --hosts-from none) no platform can
+      // give the slots: an error while parsing. Otherwise choose_host_source
+      // decides (below): parsing never reads the machine.
+      {{"-H", "a:1", "python", "x.py"}, "-np/--num-proc is required (e.g. hvdrun -np 4 python train.py)"},
+      {{"--hosts-from", "none", "python", "x.py"}, "-np/--num-proc is required (e.g. hvdrun -np 4 python train.py)"},
       {{"-np", "2"}, "no command given (e.g. hvdrun -np 2 python train.py)"},
       {{"-np", "abc", "cmd"}, "-np 'abc' is not an integer"},
       {{"-np", "0", "cmd"}, "-np must be at least 1, not 0"},

@@ -6,10 +6,11 @@
 using namespace hvd::launcher;
 using hvd_test::invalid_message;
 using hvd_test::parse_ok;
+using hvd_test::plan_of;
 
 TEST_CASE("plan: default host is localhost with -np slots", "[plan]") {
   auto o = parse_ok({"-np", "3", "python", "t.py"});
-  auto plan = make_plan(o, {{"PATH", "/bin"}}, "/work");
+  auto plan = plan_of(o, {{"PATH", "/bin"}}, "/work");
   REQUIRE(plan.hosts.size() == 1);
   CHECK(plan.hosts[0].name == "localhost");
   CHECK(plan.hosts[0].slots == 3);
@@ -27,7 +28,7 @@ TEST_CASE("plan: default host is localhost with -np slots", "[plan]") {
 
 TEST_CASE("plan: hosts from -H and hostfile - unused hosts are left out", "[plan]") {
   auto o = parse_ok({"-np", "3", "-H", "a:2,b:2,c:2", "cmd"});
-  auto plan = make_plan(o, {}, "/");
+  auto plan = plan_of(o, {}, "/");
   REQUIRE(plan.hosts.size() == 2);
   CHECK(plan.hosts[1].name == "b");
   CHECK(plan.workers[2].slot.hostname == "b");
@@ -35,25 +36,35 @@ TEST_CASE("plan: hosts from -H and hostfile - unused hosts are left out", "[plan
 
   hvd_test::TempFile hf("# two nodes\nn1 slots=1\nn2 slots=1\n");
   auto o2 = parse_ok({"-np", "2", "--hostfile", hf.path(), "cmd"});
-  auto plan2 = make_plan(o2, {}, "/");
+  auto plan2 = plan_of(o2, {}, "/");
   CHECK(plan2.workers[1].slot.hostname == "n2");
+}
+
+TEST_CASE("plan: make_plan places ranks on the HostSpecs it is given, never on text", "[plan]") {
+  auto o = parse_ok({"-np", "3", "cmd"});  // no -H: the hosts below decide
+  auto plan = make_plan(o, {HostSpec{"x", 1}, HostSpec{"y", 2}}, {}, "/");
+  REQUIRE(plan.hosts.size() == 2);
+  CHECK(plan.workers[0].slot.hostname == "x");
+  CHECK(plan.workers[2].slot.hostname == "y");
+  CHECK(invalid_message([&] { make_plan(o, {HostSpec{"x", 1}}, {}, "/"); }) == "-np 3 but only 1 slot on 1 host (x:1)");
 }
 
 TEST_CASE("plan: usage problems surface as one-line InvalidArgument", "[plan]") {
   CHECK(invalid_message([] {
-          make_plan(parse_ok({"-np", "5", "-H", "a:2,b:2", "cmd"}), {}, "/");
+          plan_of(parse_ok({"-np", "5", "-H", "a:2,b:2", "cmd"}), {}, "/");
         }) == "-np 5 but only 4 slots on 2 hosts (a:2, b:2)");
   CHECK(invalid_message([] {
-          make_plan(parse_ok({"-np", "2", "-H", "a:x", "cmd"}), {}, "/");
+          plan_of(parse_ok({"-np", "2", "-H", "a:x", "cmd"}), {}, "/");
         }) == "'a:x': slot count 'x' is not a number");
   CHECK(invalid_message([] {
-          make_plan(parse_ok({"-np", "2", "--hostfile", "/nonexistent/hf", "cmd"}), {}, "/");
+          plan_of(parse_ok({"-np", "2", "--hostfile", "/nonexistent/hf", "cmd"}), {}, "/");
         }) == "cannot read hostfile '/nonexistent/hf': No such file or directory");
 }
 
 TEST_CASE("plan: the real environment and working directory are used by default", "[plan]") {
   setenv("HVD_PLAN_TEST_VAR", "a.b\nc", 1);
-  auto plan = make_plan(parse_ok({"-np", "1", "cmd"}));
+  const auto o = parse_ok({"-np", "1", "cmd"});
+  auto plan = make_plan(o, hvd_test::hosts_of(o));
   CHECK(plan.workers[0].env.at("HVD_PLAN_TEST_VAR") == "a.b\nc");
   char buf[4096];
   REQUIRE(getcwd(buf, sizeof(buf)) != nullptr);
@@ -64,7 +75,7 @@ TEST_CASE("plan: the real environment and working directory are used by default"
 TEST_CASE("dry run: json parses back and never shows secrets or the inherited env", "[plan][dryrun]") {
   auto o = parse_ok(
       {"-np", "3", "-H", "a:2,b:1", "-x", "MY_TOKEN=abc", "-x", "VISIBLE=1", "--dry-run=json", "python", "it's.py"});
-  auto plan = make_plan(o, {{"HOME", "/root"}, {"API_PASSWORD", "pw"}}, "/w");
+  auto plan = plan_of(o, {{"HOME", "/root"}, {"API_PASSWORD", "pw"}}, "/w");
   auto j = nlohmann::json::parse(render_dry_run(plan, o, DryRunFormat::Json));
   CHECK(j["np"] == 3);
   REQUIRE(j["hosts"].size() == 2);

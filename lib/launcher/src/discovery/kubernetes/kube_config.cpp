@@ -91,14 +91,6 @@ struct Named {
 
 }  // namespace
 
-EnvLookup process_environment() {
-  return [](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    if (!v) return std::nullopt;
-    return std::string(v);
-  };
-}
-
 std::string ServerUrl::text() const {
   const std::string h = host.find(':') != std::string::npos ? "[" + host + "]" : host;
   return "https://" + h + ":" + port + base_path;
@@ -148,11 +140,11 @@ ServerUrl parse_server_url(const std::string& url, const std::string& origin) {
   return out;
 }
 
-std::optional<KubeConfig> load_in_cluster(const EnvLookup& env) {
-  const auto host = env("KUBERNETES_SERVICE_HOST");
-  const auto port = env("KUBERNETES_SERVICE_PORT");
+std::optional<KubeConfig> load_in_cluster(const Environment& env) {
+  const auto host = env.get("KUBERNETES_SERVICE_HOST");
+  const auto port = env.get("KUBERNETES_SERVICE_PORT");
   if (!host || host->empty() || !port || port->empty()) return std::nullopt;
-  const std::string dir = env(kServiceAccountDirVariable).value_or(kServiceAccountDir);
+  const std::string dir = env.get(kServiceAccountDirVariable).value_or(kServiceAccountDir);
   const std::string token_file = dir + "/token";
   if (!file_exists(token_file)) return std::nullopt;
   KubeConfig c;
@@ -171,9 +163,9 @@ std::optional<KubeConfig> load_in_cluster(const EnvLookup& env) {
   return c;
 }
 
-KubeconfigFiles kubeconfig_files(const EnvLookup& env) {
+KubeconfigFiles kubeconfig_files(const Environment& env) {
   KubeconfigFiles out;
-  if (const auto list = env("KUBECONFIG"); list && !list->empty()) {
+  if (const auto list = env.get("KUBECONFIG"); list && !list->empty()) {
     out.explicit_list = true;
     std::stringstream ss(*list);
     for (std::string item; std::getline(ss, item, ':');) {
@@ -181,7 +173,7 @@ KubeconfigFiles kubeconfig_files(const EnvLookup& env) {
     }
     return out;
   }
-  if (const auto home = env("HOME"); home && !home->empty()) out.paths.push_back(*home + "/.kube/config");
+  if (const auto home = env.get("HOME"); home && !home->empty()) out.paths.push_back(*home + "/.kube/config");
   return out;
 }
 
@@ -334,18 +326,18 @@ KubeConfig load_kubeconfig(const std::vector<std::string>& paths) {
   return c;
 }
 
-KubeConfig resolve_kube_config(const EnvLookup& env) {
+KubeConfig resolve_kube_config(const Environment& env) {
   const KubeconfigFiles files = kubeconfig_files(env);
   if (files.explicit_list) return load_kubeconfig(files.paths);
   if (auto in_cluster = load_in_cluster(env)) return *in_cluster;
   bool any = false;
   for (const auto& p : files.paths) any = any || file_exists(p);
   if (!any) {
-    const std::string dir = env(kServiceAccountDirVariable).value_or(kServiceAccountDir);
+    const std::string dir = env.get(kServiceAccountDirVariable).value_or(kServiceAccountDir);
     throw InvalidArgument(fmt::format(
         "no Kubernetes credentials: not in a pod (KUBERNETES_SERVICE_HOST {}, {}/token {}), KUBECONFIG unset and "
         "{} missing",
-        env("KUBERNETES_SERVICE_HOST") ? "set" : "unset", dir, file_exists(dir + "/token") ? "present" : "absent",
+        env.get("KUBERNETES_SERVICE_HOST") ? "set" : "unset", dir, file_exists(dir + "/token") ? "present" : "absent",
         files.paths.empty() ? std::string("~/.kube/config") : files.paths.front()));
   }
   return load_kubeconfig(files.paths);

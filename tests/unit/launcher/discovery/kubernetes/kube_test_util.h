@@ -19,13 +19,9 @@ namespace kube_test {
 using hvd_test::invalid_message;
 using hvd_test::TempDir;
 
-/// An EnvLookup over a map.
-inline hvd::launcher::kube::EnvLookup env_of(std::map<std::string, std::string> vars) {
-  return [vars](const std::string& name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
+/// An Environment with these variables only.
+inline hvd::launcher::Environment env_of(std::map<std::string, std::string> vars) {
+  return hvd::launcher::Environment{"", std::move(vars), std::nullopt};
 }
 
 }  // namespace kube_test

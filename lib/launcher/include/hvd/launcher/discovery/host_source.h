@@ -1,10 +1,12 @@
 #pragma once
-/// Where an elastic job learns its hosts (PRRTE's ras): one interface that
-/// the discovery script, a fixed list and the Kubernetes pods
-/// (discovery/kubernetes/) implement; platform sources will be further
-/// implementations. The elastic runner asks its HostSource every
-/// --discovery-interval, and sooner when a source that watches its hosts
-/// says they changed; it never knows which kind it has.
+/// Where a job learns its hosts (PRRTE's ras): one interface that a fixed
+/// list (-H, --hostfile, localhost:np, a platform's hosts), the discovery
+/// script, the Kubernetes pods (discovery/kubernetes/) and the OCI shared
+/// directory (discovery/shared_dir/) implement; choose_host_source
+/// (discovery/choose.h) picks one. A static job takes its source's first
+/// look; the elastic runner asks it every --discovery-interval, and sooner
+/// when a source that watches its hosts says they changed; neither knows
+/// which kind it has.
 #include "hvd/common/io.h"
 #include "hvd/launcher/discovery/discovery.h"
 
@@ -53,7 +55,8 @@ class ScriptHostSource final : public HostSource {
   UniqueFd cancel_;  ///< an eventfd, options_.cancel_fd
 };
 
-/// A fixed host list that every look returns unchanged.
+/// A fixed host list that every look returns unchanged: -H, --hostfile,
+/// horovodrun's default localhost:np, or a platform's hosts.
 class StaticHostSource final : public HostSource {
  public:
   explicit StaticHostSource(std::vector<HostSpec> hosts) : hosts_(std::move(hosts)) {}

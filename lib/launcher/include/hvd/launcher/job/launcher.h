@@ -5,6 +5,7 @@
 #include "hvd/launcher/options/cli.h"  // parse_command_line: callers of this header still get it
 #include "hvd/launcher/options/options.h"
 #include "hvd/launcher/plan/job_plan.h"
+#include "hvd/launcher/plan/plan.h"  // make_plan, render_dry_run: callers of this header still get them
 
 #include <exception>
 #include <functional>
@@ -23,25 +24,6 @@ int hvdrun_main(int argc, char** argv);
 /// InvalidArgument -> exit_code::kUsage, anything else -> kInternal.
 int exit_code_for(std::exception_ptr error);
 
-/// Hosts, placement and worker environments (plan.cpp). Pure apart from
-/// reading the hostfile and the launcher's environment. Throws
-/// hvd::InvalidArgument with a one-line message on any usage problem.
-JobPlan make_plan(const Options& options);
-
-/// make_plan with the launcher environment and working directory given
-/// explicitly (tests and golden files use this for stable output).
-JobPlan make_plan(const Options& options, const std::map<std::string, std::string>& launcher_env,
-                  const std::string& cwd);
-
-/// --dry-run output: a placement table plus each worker's exact command, or
-/// JSON (dry_run.cpp).
-std::string render_dry_run(const JobPlan& plan, const Options& options, DryRunFormat format);
-
-/// The placement table of the text dry run (a header line, then one line
-/// per rank: rank, host, local/cross rank and size); also what
-/// `--mpi-args --display-map` prints before a job hvdrun starts itself.
-std::string render_placement_table(const JobPlan& plan);
-
 /// --check-build output (what this build supports).
 /// What was built beside hvdrun in this build tree (CMake passes it to
 /// the launcher; hvdrun itself never links the collective library).
@@ -59,17 +41,14 @@ std::string render_check_build();
 /// (job/static_job.cpp). Never calls exit().
 int run_job(const Options& options, const JobPlan& plan);
 
-/// Runs an elastic job to the end (discovery, membership changes, recovery;
-/// docs/elastic.md; job/elastic_job.cpp); returns hvdrun's exit code. Never calls exit().
-int run_elastic_job(const Options& options);
-
 class HostSource;
 
-/// run_elastic_job with hosts from `source` (called once; watch = false for
-/// --dry-run) instead of the flags' source: platform sources (OCI's shared
-/// directory, job/oci_job.cpp).
-using HostSourceFactory = std::function<std::unique_ptr<HostSource>(bool watch)>;
-int run_elastic_job(const Options& options, const HostSourceFactory& source);
+/// Runs an elastic job to the end with hosts from `source`
+/// (choose_host_source, or OCI's shared directory: job/oci_job.cpp):
+/// discovery, membership changes, recovery (docs/elastic.md;
+/// job/elastic_job.cpp); --dry-run looks once and prints what it finds.
+/// Returns hvdrun's exit code. Never calls exit().
+int run_elastic_job(const Options& options, std::unique_ptr<HostSource> source);
 
 /// An OCI Data Science run (OCI__MODE), before anything else is parsed:
 /// nullopt when OCI does not apply here (job/oci_job.h).

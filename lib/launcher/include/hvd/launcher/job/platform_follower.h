@@ -21,7 +21,7 @@
 /// when no leader attached within the start timeout, or when every attach
 /// connection went away without a status for `grace` (the leader was
 /// killed); 128+signal on SIGINT/SIGTERM/SIGHUP.
-#include "hvd/launcher/hosts/platform/platform.h"
+#include "hvd/launcher/discovery/platform/platform.h"
 
 #include <chrono>
 #include <string>
@@ -31,7 +31,7 @@ namespace hvd::launcher::platform {
 /// The follower key of `host` in this platform job: "<platform>:<job id>:<host>"
 /// (the job id from SLURM_JOB_ID, LSB_JOBID, CLOUD_ML_JOB_ID, SageMaker's
 /// TRAINING_JOB_NAME or SM_TRAINING_ENV's job_name; empty when unknown).
-std::string follower_key(const PlatformDescription& p, const PlatformContext& ctx, const std::string& host);
+std::string follower_key(const PlatformDescription& p, const Environment& ctx, const std::string& host);
 
 /// The abstract socket name for `key` (without the leading NUL); at most
 /// 100 bytes (long keys are shortened with a hash).
@@ -43,7 +43,7 @@ std::string follower_socket_name(const std::string& key);
 /// (`srun hvdrun ...`: SLURM_STEP_NUM_NODES > 1), not from the batch script
 /// that runs on the first node only; OCI never (its followers coordinate
 /// through the shared directory). `why` receives one line for the log.
-bool followers_expected(const PlatformDescription& p, const PlatformContext& ctx, std::string* why);
+bool followers_expected(const PlatformDescription& p, const Environment& ctx, std::string* why);
 
 /// Whether a TCP socket of this network namespace listens on `port`
 /// (/proc/net/tcp and tcp6).
@@ -67,7 +67,7 @@ int run_follower(const FollowerOptions& options);
 /// hvdrun on a follower machine: one info line, a warning when nothing
 /// listens on the SSH port the leader will use (-p, else the ssh_config
 /// Port for this host, else 22), then run_follower with --start-timeout.
-int follow_leader(const Options& options, const PlatformDescription& p, const PlatformContext& ctx);
+int follow_leader(const Options& options, const PlatformDescription& p, const Environment& ctx);
 
 /// `hvdrun --follower-attach KEY [TIMEOUT_S]`: connects to the follower
 /// (retrying up to TIMEOUT_S, default 30), prints "attached" on stdout and

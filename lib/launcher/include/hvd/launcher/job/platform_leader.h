@@ -8,7 +8,7 @@
 /// the job has ended it reports the job's status to every follower
 /// (`hvdrun --follower-status KEY N`, in parallel, bounded), then tears the
 /// attach processes down.
-#include "hvd/launcher/hosts/platform/platform.h"
+#include "hvd/launcher/discovery/platform/platform.h"
 #include "hvd/launcher/spawn/spawner_factory.h"
 
 #include <chrono>
@@ -54,7 +54,7 @@ class PlatformLeader {
 /// The follower hosts of `p` as seen from this machine (every host but the
 /// leader and this one) with their keys; empty when this machine does not
 /// lead or followers_expected() says no (`why` gets its reason).
-std::vector<PlatformLeader::Follower> follower_hosts(const PlatformDescription& p, const PlatformContext& ctx,
+std::vector<PlatformLeader::Follower> follower_hosts(const PlatformDescription& p, const Environment& ctx,
                                                      std::string* why);
 
 }  // namespace hvd::launcher::platform

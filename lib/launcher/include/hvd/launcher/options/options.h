@@ -104,7 +104,8 @@ struct Options {
   std::chrono::seconds ssh_keepalive{5};  // --ssh-keepalive: liveness probe interval of SSH connections
   std::chrono::seconds start_timeout{30};  // --start-timeout / HOROVOD_START_TIMEOUT
   std::vector<std::string> network_interfaces;  // --network-interface (comma list accepted)
-  /// --hosts-from: auto (default), none, or a platform name (docs/platforms.md).
+  /// --hosts-from: auto (default), none, or a platform name
+  /// (implemented_platforms(); docs/platforms.md).
   std::string hosts_from = "auto";
   // Output
   std::optional<std::string> output_filename;  // --output-filename DIR
@@ -151,5 +152,13 @@ inline constexpr int kSigHup = 129;
 inline constexpr int kSigInt = 130;
 inline constexpr int kSigTerm = 143;
 }  // namespace exit_code
+
+/// The platforms this build implements, in `auto` detection order: the
+/// values --hosts-from takes besides auto and none (the detectors are in
+/// discovery/platform/).
+const std::vector<std::string>& implemented_platforms();
+/// Platforms the issue names that are not implemented yet (refused as
+/// --hosts-from values).
+const std::vector<std::string>& planned_platforms();
 
 }  // namespace hvd::launcher

@@ -21,13 +21,9 @@
 
 #include "hvd/launcher/options/options.h"
 #include "hvd/launcher/plan/job_plan.h"
+#include "hvd/launcher/process/environment.h"  // EnvMap
 
 namespace hvd::launcher {
-
-using EnvMap = std::map<std::string, std::string>;
-
-/// The calling process's environment (`environ`) as a map.
-EnvMap current_environment();
 
 /// False for variables that must not be copied from the launcher to workers.
 /// Loader-injection variables (LD_PRELOAD, LD_AUDIT, ...) are forwarded only

@@ -1,6 +1,7 @@
 #pragma once
-/// POSIX-shell quoting, shared by --dry-run output, the mpirun command line
-/// and the remote agent command sent over SSH.
+/// POSIX-shell quoting and word splitting, shared by --dry-run output, the
+/// mpirun command line, the remote agent command sent over SSH, --mpi-args /
+/// --binding-args and the platforms' argument variables (OCI's HOROVOD_ARGS).
 #include <string>
 #include <vector>
 
@@ -13,5 +14,11 @@ std::string shell_quote(const std::string& word);
 
 /// shell_quote each word and join with single spaces.
 std::string shell_join(const std::vector<std::string>& words);
+
+/// Splits `text` the way a POSIX shell splits words (single and double
+/// quotes, backslash escapes; no expansion). `flag` names the text in
+/// messages (--mpi-args, --binding-args, HOROVOD_ARGS). InvalidArgument on
+/// an unterminated quote.
+std::vector<std::string> split_shell_words(const std::string& text, const std::string& flag = "--mpi-args");
 
 }  // namespace hvd::launcher

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hvd/launcher/discovery/kubernetes/exec_plugin.h"
+#include "hvd/launcher/process/environment.h"
 
 namespace hvd::launcher::kube {
 
@@ -17,10 +18,6 @@ namespace hvd::launcher::kube {
 /// overrides it (tests, unusual mounts).
 inline constexpr const char* kServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount";
 inline constexpr const char* kServiceAccountDirVariable = "HVDRUN_KUBERNETES_SERVICEACCOUNT_DIR";
-
-/// An environment lookup (tests pass a map; hvdrun passes getenv).
-using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
-EnvLookup process_environment();
 
 /// The API server's address: https://HOST:PORT[/PATH].
 struct ServerUrl {
@@ -77,7 +74,7 @@ struct KubeConfig {
 /// KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT set and the service
 /// account's token present. nullopt when not in a pod; throws when the
 /// mount is incomplete (no ca.crt).
-std::optional<KubeConfig> load_in_cluster(const EnvLookup& env);
+std::optional<KubeConfig> load_in_cluster(const Environment& env);
 
 /// The kubeconfig files to read: $KUBECONFIG (':'-separated, empty entries
 /// skipped), else ~/.kube/config. `explicit_list` tells whether $KUBECONFIG
@@ -86,7 +83,7 @@ struct KubeconfigFiles {
   std::vector<std::string> paths;
   bool explicit_list = false;
 };
-KubeconfigFiles kubeconfig_files(const EnvLookup& env);
+KubeconfigFiles kubeconfig_files(const Environment& env);
 
 /// The current context of the merged files (kubectl's rules: the first file
 /// that sets current-context wins, and of clusters, users and contexts of
@@ -100,6 +97,6 @@ KubeConfig load_kubeconfig(const std::vector<std::string>& paths);
 /// What hvdrun uses: $KUBECONFIG when set, else the in-cluster service
 /// account in a pod, else ~/.kube/config. Throws InvalidArgument with one
 /// line naming what was looked at when there is nothing to use.
-KubeConfig resolve_kube_config(const EnvLookup& env);
+KubeConfig resolve_kube_config(const Environment& env);
 
 }  // namespace hvd::launcher::kube

@@ -16,7 +16,7 @@
 #include "hvd/common/io.h"
 #include "hvd/launcher/options/options.h"
 #include "hvd/launcher/plan/job_plan.h"
-#include "hvd/launcher/process/shell.h"
+#include "hvd/launcher/process/shell.h"  // split_shell_words, shell_quote
 
 #include <chrono>
 #include <map>
@@ -94,11 +94,6 @@ std::map<std::string, std::string> mpi_job_env(const Options& options,
 std::vector<std::string> build_mpirun_command(const MpiInfo& info, const Options& options, const JobPlan& plan,
                                               const std::map<std::string, std::string>& extra_env,
                                               bool running_as_root);
-
-/// Splits --mpi-args (or --binding-args: `flag` names it in messages) the
-/// way a POSIX shell splits words (single and double quotes, backslash
-/// escapes; no expansion). InvalidArgument on an unterminated quote.
-std::vector<std::string> split_shell_words(const std::string& text, const std::string& flag = "--mpi-args");
 
 /// What --mpi-args asks of a job that mpirun does not start (hvdrun's own
 /// spawning: --gloo, no usable mpirun, elastic mode). hvdrun honours the

@@ -15,7 +15,7 @@
 /// (@cert-authority, unknown key types) does not hide the rest, and they are
 /// only ever appended to, never rewritten: the user's other entries and
 /// comments survive byte for byte.
-#include "hvd/launcher/spawn/ssh/ssh_config.h"
+#include "hvd/launcher/hosts/ssh_config.h"
 
 #include <string>
 #include <vector>

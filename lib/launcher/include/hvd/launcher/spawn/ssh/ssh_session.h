@@ -15,7 +15,7 @@
 #include "hvd/common/io.h"
 #include "hvd/launcher/plan/job_plan.h"
 #include "hvd/launcher/spawn/spawner.h"
-#include "hvd/launcher/spawn/ssh/ssh_config.h"
+#include "hvd/launcher/hosts/ssh_config.h"
 
 #include <atomic>
 #include <chrono>

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "hvd/common/error.h"
-#include "hvd/launcher/hosts/platform/platform.h"
+#include "hvd/launcher/discovery/platform/platform.h"
 
 namespace hvd::launcher::platform {
 
@@ -25,14 +25,6 @@ bool same_host(const std::string& listed, const std::string& mine) {
 }
 
 }  // namespace
-
-std::string PlatformContext::host_name() const {
-  if (hostname) return *hostname;
-  if (auto named = get("HVDRUN_HOSTNAME"); named && !named->empty()) return *named;
-  char buf[HOST_NAME_MAX + 1] = {};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "";
-  return buf;
-}
 
 std::vector<HostSpec> parse_lsb_mcpu_hosts(const std::string& text) {
   std::istringstream in(text);
@@ -64,7 +56,7 @@ std::vector<HostSpec> parse_lsb_mcpu_hosts(const std::string& text) {
   return out;
 }
 
-std::optional<PlatformDescription> detect_lsf(const PlatformContext& ctx) {
+std::optional<PlatformDescription> detect_lsf(const Environment& ctx) {
   const auto job_id = ctx.get("LSB_JOBID");
   if (!job_id) return std::nullopt;
   PlatformDescription p;

@@ -1,4 +1,4 @@
-#include "hvd/launcher/spawn/ssh/ssh_config.h"
+#include "hvd/launcher/hosts/ssh_config.h"
 
 #include "hvd/common/error.h"
 

@@ -5,7 +5,7 @@
 #include <cstdlib>
 
 #include "hvd/common/error.h"
-#include "hvd/launcher/hosts/platform/platform.h"
+#include "hvd/launcher/discovery/platform/platform.h"
 
 namespace hvd::launcher::platform {
 
@@ -146,7 +146,7 @@ std::vector<int> expand_tasks_per_node(const std::string& text, const std::strin
   return out;
 }
 
-std::optional<PlatformDescription> detect_slurm(const PlatformContext& ctx) {
+std::optional<PlatformDescription> detect_slurm(const Environment& ctx) {
   const auto job_id = ctx.get("SLURM_JOB_ID");
   if (!job_id) return std::nullopt;
   PlatformDescription p;

@@ -5,7 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include "../../test_util.h"
-#include "hvd/launcher/hosts/platform/platform.h"
+#include "hvd/launcher/discovery/choose.h"
+#include "hvd/launcher/discovery/platform/platform.h"
 
 using namespace hvd::launcher;
 using namespace hvd::launcher::platform;
@@ -24,7 +25,7 @@ class Machine {
       dir_.write("proc/driver/nvidia/gpus/0000:0" + std::to_string(i) + ":00.0/information", "Model: Tesla\n");
     }
   }
-  PlatformContext context(Env env = {}, std::string hostname = "testhost") const {
+  Environment context(Env env = {}, std::string hostname = "testhost") const {
     return {dir_.path(), std::move(env), std::move(hostname)};
   }
 
@@ -138,7 +139,7 @@ TEST_CASE("platform vertex: reduction servers and evaluators get no ranks", "[pl
   Options o;
   o.num_proc = 64;
   o.command = {"true"};
-  auto d = apply_host_source(o, m.context({{"CLUSTER_SPEC", cluster_spec(R"({"type": "workerpool2", "index": 0})")}}));
+  auto d = choose_host_source(o, m.context({{"CLUSTER_SPEC", cluster_spec(R"({"type": "workerpool2", "index": 0})")}}));
   REQUIRE(d.platform);
   CHECK(d.platform->unranked);
   CHECK_FALSE(d.follower);
@@ -238,28 +239,28 @@ TEST_CASE("platform vertex: --hosts-from auto finds it after sagemaker - --slots
   const Env env = {{"CLUSTER_SPEC", cluster_spec(R"({"type": "workerpool0", "index": 0})")},
                    {"LSB_JOBID", "7"},
                    {"LSB_MCPU_HOSTS", "x 1"}};
-  auto d = apply_host_source(o, m.context(env));
+  auto d = choose_host_source(o, m.context(env));
   REQUIRE(d.platform);
   CHECK(d.platform->name == "vertex");  // before lsf
-  CHECK(d.options.hosts == "primary:4,w0:4,w1:4");
+  CHECK(hvd_test::hosts_text(d) == "primary:4,w0:4,w1:4");
   o.elastic.slots_per_host = 1;
-  auto one = apply_host_source(o, m.context(env));
-  CHECK(one.options.hosts == "primary:1,w0:1,w1:1");
+  auto one = choose_host_source(o, m.context(env));
+  CHECK(hvd_test::hosts_text(one) == "primary:1,w0:1,w1:1");
   CHECK(one.info.back() == "--slots-per-host 1 wins over vertex's slots per host");
   o.num_proc = 4;
   CHECK(invalid_message([&] {
-          apply_host_source(o, m.context(env));
+          choose_host_source(o, m.context(env));
         }).rfind("-np 4 but the vertex job offers only 3 slots (primary:1, w0:1, w1:1; from CLUSTER_SPEC", 0) == 0);
   // Without a platform --slots-per-host has nothing to apply to.
   o.num_proc = 1;
-  CHECK(invalid_message([&] { apply_host_source(o, m.context()); }) ==
+  CHECK(invalid_message([&] { choose_host_source(o, m.context()); }) ==
         "--slots-per-host needs --host-discovery-script or --min-np (elastic mode), or a platform's hosts "
         "(--hosts-from auto: no platform detected)");
   o.hosts_from = "none";
-  CHECK(invalid_message([&] { apply_host_source(o, m.context(env)); }).find("(--hosts-from none: turned off)") !=
+  CHECK(invalid_message([&] { choose_host_source(o, m.context(env)); }).find("(--hosts-from none: turned off)") !=
         std::string::npos);
   o.hosts_from = "vertex";
-  CHECK(invalid_message([&] { apply_host_source(o, m.context()); }) ==
+  CHECK(invalid_message([&] { choose_host_source(o, m.context()); }) ==
         "--hosts-from vertex: neither CLUSTER_SPEC nor a TF_CONFIG with a cluster is set (not inside a Vertex AI "
         "training job)");
   // Through the command line: accepted beside --hosts-from, refused with -H or none (elastic rule).
@@ -321,12 +322,12 @@ TEST_CASE("platform lsf: the first host launches - a launch node without GPUs is
   CHECK(single->hosts == std::vector<HostSpec>{{"node7", 8}});
   CHECK(single->this_host == "node7");
   // HVDRUN_HOSTNAME names this machine when its host name is not LSF's name for it.
-  const PlatformContext named{
+  const Environment named{
       "", {{"LSB_JOBID", "1"}, {"LSB_MCPU_HOSTS", "a 1 b 2"}, {"HVDRUN_HOSTNAME", "b"}}, std::nullopt};
   auto by_variable = detect_lsf(named);
   CHECK(by_variable->this_host == "b");
   CHECK(by_variable->evidence == Strings{"LSB_JOBID=1", "LSB_MCPU_HOSTS=a 1 b 2", "HVDRUN_HOSTNAME=b"});
-  CHECK(PlatformContext{"", {}, std::nullopt}.host_name() == [] {
+  CHECK(Environment{"", {}, std::nullopt}.host_name() == [] {
     char buf[256] = {};
     gethostname(buf, sizeof(buf) - 1);
     return std::string(buf);
@@ -343,7 +344,7 @@ TEST_CASE("platform lsf: the first host launches - a launch node without GPUs is
   Options o;
   o.hosts_from = "lsf";
   o.num_proc = 1;
-  CHECK(invalid_message([&] { apply_host_source(o, no_gpus.context()); }) ==
+  CHECK(invalid_message([&] { choose_host_source(o, no_gpus.context()); }) ==
         "--hosts-from lsf: LSB_JOBID is not set (not inside an LSF job)");
 }
 
@@ -381,12 +382,12 @@ TEST_CASE("platform sagemaker custom MPI options: mapped without --mpi - the use
   root.write("opt/ml/input/config/resourceconfig.json", R"({"current_host": "algo-1", "hosts": ["algo-1"]})");
   root.write("opt/ml/input/config/hyperparameters.json",
              R"({"sagemaker_mpi_custom_mpi_options": "\"--NCCL_DEBUG WARN -x A=1 -verbose -mca pml ob1\""})");
-  const PlatformContext ctx{root.path(), {}, std::nullopt};
+  const Environment ctx{root.path(), {}, std::nullopt};
   Options o;
   o.num_proc = 1;
   o.command = {"true"};
   o.env_exports = {"A=2"};
-  auto d = apply_host_source(o, ctx);
+  auto d = choose_host_source(o, ctx);
   CHECK(d.options.env_exports == Strings{"NCCL_DEBUG=WARN", "A=1", "A=2"});  // the user's A=2 is last: it wins
   CHECK(d.info.back() == "sagemaker's custom MPI options give every worker -x NCCL_DEBUG=WARN -x A=1");
   REQUIRE(d.warnings.size() == 1);
@@ -394,7 +395,7 @@ TEST_CASE("platform sagemaker custom MPI options: mapped without --mpi - the use
         "sagemaker's custom MPI options '-verbose -mca pml ob1' (sagemaker_mpi_custom_mpi_options) are ignored: mpirun "
         "options have no effect when hvdrun starts the job itself (give --mpi to pass them to mpirun)");
   o.engine = Engine::Mpi;
-  auto m = apply_host_source(o, ctx);
+  auto m = choose_host_source(o, ctx);
   CHECK(m.options.mpi_args == std::optional<std::string>("-x NCCL_DEBUG=WARN -x A=1 -verbose -mca pml ob1"));
   CHECK(m.options.env_exports == Strings{"A=2"});
   CHECK(m.warnings.empty());

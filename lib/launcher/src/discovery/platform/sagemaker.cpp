@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "hvd/common/error.h"
-#include "hvd/launcher/hosts/platform/platform.h"
+#include "hvd/launcher/discovery/platform/platform.h"
 
 namespace hvd::launcher::platform {
 
@@ -88,7 +88,7 @@ int positive(const json& v, const std::string& shown) {
 
 }  // namespace
 
-std::optional<PlatformDescription> detect_sagemaker(const PlatformContext& ctx) {
+std::optional<PlatformDescription> detect_sagemaker(const Environment& ctx) {
   const std::string base = ctx.get("SAGEMAKER_BASE_DIR").value_or("/opt/ml");
   const std::string config_path = base + "/input/config/resourceconfig.json";
   const std::string hps_path = base + "/input/config/hyperparameters.json";

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hvd/common/error.h"
-#include "hvd/launcher/hosts/platform/platform.h"
+#include "hvd/launcher/discovery/platform/platform.h"
 
 namespace hvd::launcher::platform {
 
@@ -74,7 +74,7 @@ std::string strip_port(const std::string& address) {
 
 }  // namespace
 
-std::optional<PlatformDescription> detect_vertex(const PlatformContext& ctx) {
+std::optional<PlatformDescription> detect_vertex(const Environment& ctx) {
   std::string var = "CLUSTER_SPEC";
   auto text = ctx.get(var);
   if (!text || text->empty()) {

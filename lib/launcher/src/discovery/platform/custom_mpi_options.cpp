@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "hvd/common/error.h"
-#include "hvd/launcher/hosts/platform/platform.h"
+#include "hvd/launcher/discovery/platform/platform.h"
 
 namespace hvd::launcher::platform {
 

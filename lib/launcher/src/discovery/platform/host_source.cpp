@@ -8,8 +8,7 @@
 
 #include "hvd/common/error.h"
 #include "hvd/common/text.h"
-#include "hvd/launcher/hosts/platform/platform.h"
-#include "hvd/launcher/plan/worker_env.h"
+#include "hvd/launcher/discovery/platform/platform.h"
 
 namespace hvd::launcher::platform {
 
@@ -19,15 +18,6 @@ std::string join(const std::vector<std::string>& items, const char* sep) {
   std::string out;
   for (const auto& i : items) out += (out.empty() ? "" : sep) + i;
   return out;
-}
-
-/// What names the hosts explicitly, or "" when nothing does.
-std::string explicit_source(const Options& o) {
-  if (!o.hosts.empty()) return "-H/--hosts";
-  if (o.hostfile) return "--hostfile";
-  if (o.elastic.host_discovery_script) return "--host-discovery-script";
-  if (o.elastic.kubernetes.selector) return "--kubernetes-selector";
-  return "";
 }
 
 std::string where_we_looked(const std::string& name) {
@@ -54,35 +44,15 @@ std::string role(const PlatformDescription& p) {
 
 }  // namespace
 
-PlatformContext PlatformContext::current() { return PlatformContext{"", current_environment(), std::nullopt}; }
-
-std::optional<std::string> PlatformContext::get(const std::string& name) const {
-  auto it = env.find(name);
-  if (it == env.end()) return std::nullopt;
-  return it->second;
-}
-
-std::string PlatformContext::path(const std::string& absolute) const { return root + absolute; }
-
 bool PlatformDescription::launches_here() const {
   if (unranked) return false;
   if (this_host.empty() || this_host == leader) return true;
   return std::none_of(hosts.begin(), hosts.end(), [&](const HostSpec& h) { return h.name == this_host; });
 }
 
-const std::vector<std::string>& implemented_platforms() {
-  static const std::vector<std::string> names = {"sagemaker", "vertex", "slurm", "lsf", "oci"};
-  return names;
-}
-
-const std::vector<std::string>& planned_platforms() {
-  static const std::vector<std::string> names = {};
-  return names;
-}
-
 namespace {
 
-std::optional<PlatformDescription> detect_unchecked(const std::string& name, const PlatformContext& ctx) {
+std::optional<PlatformDescription> detect_unchecked(const std::string& name, const Environment& ctx) {
   if (name == "sagemaker") return detect_sagemaker(ctx);
   if (name == "slurm") return detect_slurm(ctx);
   if (name == "vertex") return detect_vertex(ctx);
@@ -113,7 +83,7 @@ void check_names(const PlatformDescription& p) {
 
 }  // namespace
 
-std::optional<PlatformDescription> detect(const std::string& name, const PlatformContext& ctx) {
+std::optional<PlatformDescription> detect(const std::string& name, const Environment& ctx) {
   // Platform variables, files and JSON come from outside: a message quoting
   // them is made one line, and every host name is checked as -H checks it.
   try {
@@ -128,27 +98,13 @@ std::optional<PlatformDescription> detect(const std::string& name, const Platfor
   }
 }
 
-bool platform_gives_hosts(const Options& options, const PlatformContext& ctx) {
-  if (options.hosts_from == "none" || !explicit_source(options).empty()) return false;
-  try {
-    if (options.hosts_from != "auto") return true;  // present, or apply_host_source reports that it is not
-    for (const auto& name : implemented_platforms()) {
-      if (detect(name, ctx)) return true;
-    }
-    return false;
-  } catch (const std::exception&) {
-    return true;  // malformed: apply_host_source reports it
-  }
-}
-
-HostSourceDecision apply_host_source(const Options& options, const PlatformContext& ctx) {
-  HostSourceDecision d;
+PlatformDecision apply_platform(const Options& options, const std::string& explicit_hosts, const Environment& ctx) {
+  PlatformDecision d;
   d.options = options;
   const std::string& from = options.hosts_from;
-  const std::string explicit_hosts = explicit_source(options);
   // --slots-per-host outside elastic mode is for a platform's hosts only.
   const bool slots_flag = options.elastic.slots_per_host && !options.elastic.enabled;
-  auto no_platform = [&]() -> HostSourceDecision {
+  auto no_platform = [&]() -> PlatformDecision {
     if (slots_flag) {
       throw InvalidArgument(fmt::format(
           "--slots-per-host needs --host-discovery-script or --min-np (elastic mode), or a platform's hosts "
@@ -192,9 +148,6 @@ HostSourceDecision apply_host_source(const Options& options, const PlatformConte
     o.num_proc = static_cast<int>(total);
     d.info.push_back(fmt::format("-np not given: {} rank{}, the {} job's slots", total, total == 1 ? "" : "s", p.name));
   }
-  std::vector<std::string> entries;
-  for (const auto& h : p.hosts) entries.push_back(format_host(h));
-  o.hosts = join(entries, ",");
 
   if (p.interface) {
     if (o.network_interfaces.empty()) {

@@ -1,15 +1,17 @@
-// Platform host sources (hosts/platform/): each detector over fixture
+// Platform host sources (discovery/platform/): each detector over fixture
 // directories written here and environments given as maps, Slurm's host
-// list grammar, and how --hosts-from merges a platform into the Options.
+// list grammar, and how --hosts-from merges a platform into the Options (choose_host_source).
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 
 #include "../../test_util.h"
-#include "hvd/launcher/hosts/platform/platform.h"
+#include "hvd/launcher/discovery/choose.h"
+#include "hvd/launcher/discovery/platform/platform.h"
 
 using namespace hvd::launcher;
 using namespace hvd::launcher::platform;
+using hvd_test::hosts_text;
 using hvd_test::invalid_message;
 namespace fs = std::filesystem;
 using Strings = std::vector<std::string>;
@@ -20,7 +22,7 @@ namespace {
 class FakeRoot {
  public:
   void write(const std::string& absolute, const std::string& content) const { dir_.write(absolute, content); }
-  PlatformContext context(std::map<std::string, std::string> env = {}) const {
+  Environment context(std::map<std::string, std::string> env = {}) const {
     return {root(), std::move(env), "testhost"};
   }
   const std::string& root() const { return dir_.path(); }
@@ -275,37 +277,43 @@ TEST_CASE("platform hosts-from auto: the first platform present - explicit hosts
                                   "network_interface_name": "eth0"})");
   const auto ctx = root.context({{"SLURM_JOB_ID", "1"}, {"SLURM_JOB_NODELIST", "n1"}, {"SM_NUM_GPUS", "2"}});
 
-  auto d = apply_host_source(with_hosts_from("auto"), ctx);
+  auto d = choose_host_source(with_hosts_from("auto"), ctx);
   REQUIRE(d.platform);
   CHECK(d.platform->name == "sagemaker");  // SageMaker is looked for first
-  CHECK(d.options.hosts == "algo-1:2,algo-2:2");
+  CHECK(hosts_text(d) == "algo-1:2,algo-2:2");
+  CHECK(d.options.hosts.empty());  // the platform's hosts are HostSpecs, never -H text
   CHECK(d.options.network_interfaces == Strings{"eth0"});
   CHECK_FALSE(d.follower);
   REQUIRE(d.info.size() == 1);
   CHECK(d.info.front().rfind("hosts from sagemaker (detected; --hosts-from none turns this off): algo-1:2, algo-2:2",
                              0) == 0);
 
-  CHECK(apply_host_source(with_hosts_from("slurm"), ctx).options.hosts == "n1:1");
-  CHECK_FALSE(apply_host_source(with_hosts_from("none"), ctx).platform);
-  CHECK(apply_host_source(with_hosts_from("none"), ctx).options.hosts.empty());
+  CHECK(hosts_text(choose_host_source(with_hosts_from("slurm"), ctx)) == "n1:1");
+  CHECK_FALSE(choose_host_source(with_hosts_from("none"), ctx).platform);
+  CHECK(hosts_text(choose_host_source(with_hosts_from("none"), ctx)) == "localhost:1");
 
   Options explicit_hosts = with_hosts_from("auto");
   explicit_hosts.hosts = "a:2";
-  auto kept = apply_host_source(explicit_hosts, ctx);
+  auto kept = choose_host_source(explicit_hosts, ctx);
   CHECK_FALSE(kept.platform);
-  CHECK(kept.options.hosts == "a:2");
+  CHECK(hosts_text(kept) == "a:2");
+  // Every explicit source wins over a detected platform (one function names them).
   Options hostfile = with_hosts_from("auto");
   hostfile.hostfile = "hosts.txt";
-  CHECK_FALSE(apply_host_source(hostfile, ctx).platform);
+  CHECK(explicit_host_flag(hostfile) == "--hostfile");
+  CHECK_FALSE(apply_platform(hostfile, explicit_host_flag(hostfile), ctx).platform);
   Options script = with_hosts_from("auto");
   script.elastic.host_discovery_script = "./discover.sh";
-  CHECK_FALSE(apply_host_source(script, ctx).platform);
+  CHECK(explicit_host_flag(script) == "--host-discovery-script");
+  CHECK_FALSE(apply_platform(script, explicit_host_flag(script), ctx).platform);
   Options kube = with_hosts_from("auto");
   kube.elastic.kubernetes.selector = "app=x";
-  CHECK_FALSE(apply_host_source(kube, ctx).platform);
+  CHECK(explicit_host_flag(kube) == "--kubernetes-selector");
+  CHECK_FALSE(apply_platform(kube, explicit_host_flag(kube), ctx).platform);
+  CHECK(explicit_host_flag(with_hosts_from("auto")).empty());
 
   FakeRoot empty;
-  CHECK_FALSE(apply_host_source(with_hosts_from("auto"), empty.context()).platform);
+  CHECK_FALSE(choose_host_source(with_hosts_from("auto"), empty.context()).platform);
 }
 
 TEST_CASE("platform hosts-from: contradictions and an absent named platform are one line", "[platform]") {
@@ -313,22 +321,22 @@ TEST_CASE("platform hosts-from: contradictions and an absent named platform are 
   root.write(kResourceConfig, R"({"current_host": "algo-2", "hosts": ["algo-1", "algo-2"]})");
   Options too_many = with_hosts_from("auto");
   too_many.num_proc = 3;
-  CHECK(invalid_message([&] { apply_host_source(too_many, root.context()); }) ==
+  CHECK(invalid_message([&] { choose_host_source(too_many, root.context()); }) ==
         std::string("-np 3 but the sagemaker job offers only 2 slots (algo-1:1, algo-2:1; from ") + kResourceConfig +
             ")");
   Options named = with_hosts_from("sagemaker");
   named.hosts = "a:1";
-  CHECK(invalid_message([&] { apply_host_source(named, root.context()); }) ==
+  CHECK(invalid_message([&] { choose_host_source(named, root.context()); }) ==
         "--hosts-from sagemaker and -H/--hosts cannot be used together: give one source of hosts (or --hosts-from "
         "none)");
-  CHECK(invalid_message([&] { apply_host_source(with_hosts_from("slurm"), root.context()); }) ==
+  CHECK(invalid_message([&] { choose_host_source(with_hosts_from("slurm"), root.context()); }) ==
         "--hosts-from slurm: SLURM_JOB_ID is not set (not inside a Slurm allocation)");
   FakeRoot empty;
   CHECK(invalid_message([&] {
-          apply_host_source(with_hosts_from("sagemaker"), empty.context());
+          choose_host_source(with_hosts_from("sagemaker"), empty.context());
         }).rfind("--hosts-from sagemaker: no <base>/input/config/resourceconfig.json", 0) == 0);
   // A follower: this machine is algo-2, the leader algo-1.
-  auto d = apply_host_source(with_hosts_from("auto"), root.context());
+  auto d = choose_host_source(with_hosts_from("auto"), root.context());
   CHECK(d.follower);
   CHECK(render_platform(*d.platform)
             .find("this host: algo-2 (a follower: waits for the leader algo-1 to attach, then exits with the job's "
@@ -342,7 +350,7 @@ TEST_CASE("platform hosts-from: explicit --network-interface and --mpi-args win 
   root.write(kHyperparameters, R"({"sagemaker_mpi_custom_mpi_options": "\"-verbose -x NCCL_DEBUG=INFO\""})");
   Options own = with_hosts_from("auto");
   own.network_interfaces = {"ib0"};
-  auto d = apply_host_source(own, root.context());
+  auto d = choose_host_source(own, root.context());
   CHECK(d.options.network_interfaces == Strings{"ib0"});
   CHECK_FALSE(d.options.mpi_args);
   // Without --mpi the -x settings reach the workers; -verbose is named as ignored.
@@ -357,11 +365,11 @@ TEST_CASE("platform hosts-from: explicit --network-interface and --mpi-args win 
 
   Options mpi = with_hosts_from("auto");
   mpi.engine = Engine::Mpi;
-  auto m = apply_host_source(mpi, root.context());
+  auto m = choose_host_source(mpi, root.context());
   CHECK(m.warnings.empty());
   CHECK(m.options.mpi_args == std::optional<std::string>("-verbose -x NCCL_DEBUG=INFO"));
   mpi.mpi_args = "-v";
-  auto given = apply_host_source(mpi, root.context());
+  auto given = choose_host_source(mpi, root.context());
   CHECK(given.options.mpi_args == std::optional<std::string>("-v"));
   CHECK(given.info.back() == "--mpi-args '-v' wins over sagemaker's custom MPI options '-verbose -x NCCL_DEBUG=INFO'");
 }
@@ -374,7 +382,7 @@ TEST_CASE("platform hosts-from: the flag its config key and HVDRUN_HOSTS_FROM - 
   CHECK(hvd_test::parse_ok({"-np", "1", "--hosts-from", "Vertex", "true"}).hosts_from == "vertex");
   CHECK(hvd_test::parse_ok({"-np", "1", "--hosts-from", "lsf", "true"}).hosts_from == "lsf");
   CHECK(hvd_test::parse_ok({"-np", "1", "--hosts-from", "OCI", "true"}).hosts_from == "oci");
-  CHECK(platform::planned_platforms().empty());
+  CHECK(planned_platforms().empty());
   auto bad = hvd_test::parse({"-np", "1", "--hosts-from", "cloud", "true"});
   CHECK(bad.message == "hvdrun: error: --hosts-from: 'cloud' is not auto, none, sagemaker, vertex, slurm, lsf, oci\n");
   hvd_test::TempFile config("hosts_from: slurm\n", ".yaml");
@@ -391,31 +399,34 @@ TEST_CASE("platform hosts-from: -np defaults to the platform's slots - explicit 
   root.write(kHyperparameters, R"({"sagemaker_mpi_num_of_processes_per_host": "2"})");
   Options no_np = with_hosts_from("auto");
   no_np.num_proc.reset();
-  CHECK(platform_gives_hosts(no_np, root.context()));
-  auto d = apply_host_source(no_np, root.context());
+  auto d = choose_host_source(no_np, root.context());
   REQUIRE(d.options.num_proc);
   CHECK(*d.options.num_proc == 4);
   CHECK(std::find(d.info.begin(), d.info.end(), "-np not given: 4 ranks, the sagemaker job's slots") != d.info.end());
   Options three = with_hosts_from("auto");
   three.num_proc = 3;
-  CHECK(*apply_host_source(three, root.context()).options.num_proc == 3);
+  CHECK(*choose_host_source(three, root.context()).options.num_proc == 3);
 
-  // Without a platform -np stays required (cli.cpp asks platform_gives_hosts).
+  // Without a platform -np stays required: parsing leaves the question to
+  // choose_host_source, which reads the machine (parsing never does).
+  const std::string required = "-np/--num-proc is required (e.g. hvdrun -np 4 python train.py)";
   FakeRoot empty;
-  CHECK_FALSE(platform_gives_hosts(no_np, empty.context()));
+  CHECK(invalid_message([&] { choose_host_source(no_np, empty.context()); }) == required);
   Options none = no_np;
   none.hosts_from = "none";
-  CHECK_FALSE(platform_gives_hosts(none, root.context()));
+  CHECK(invalid_message([&] { choose_host_source(none, root.context()); }) == required);
   Options explicit_hosts = no_np;
   explicit_hosts.hosts = "a:2";
-  CHECK_FALSE(platform_gives_hosts(explicit_hosts, root.context()));
-  // A named platform or a malformed description: apply_host_source reports it.
+  CHECK(invalid_message([&] { choose_host_source(explicit_hosts, root.context()); }) == required);
+  // A named platform that is absent, or a malformed description: that is the error.
   Options named = no_np;
   named.hosts_from = "slurm";
-  CHECK(platform_gives_hosts(named, empty.context()));
+  CHECK(invalid_message([&] { choose_host_source(named, empty.context()); }) ==
+        "--hosts-from slurm: SLURM_JOB_ID is not set (not inside a Slurm allocation)");
   FakeRoot bad;
   bad.write(kResourceConfig, "{not json");
-  CHECK(platform_gives_hosts(no_np, bad.context()));
+  CHECK(invalid_message([&] { choose_host_source(no_np, bad.context()); }).find("resourceconfig.json") !=
+        std::string::npos);
 }
 
 // Issue 29 item 8: names from platform variables and JSON are checked as -H
@@ -424,19 +435,19 @@ TEST_CASE("platform: control characters or over-long names from a platform are o
   FakeRoot root;
   auto slurm =
       root.context({{"SLURM_JOB_ID", "1"}, {"SLURM_JOB_NODELIST", "n1,n\x1b[31m2"}, {"SLURMD_NODENAME", "n1"}});
-  std::string why = invalid_message([&] { apply_host_source(with_hosts_from("slurm"), slurm); });
+  std::string why = invalid_message([&] { choose_host_source(with_hosts_from("slurm"), slurm); });
   INFO(why);
   CHECK(why.find("n\\x1b[31m2") != std::string::npos);
   CHECK(why.find_first_of("\x1b\n") == std::string::npos);
   auto sm =
       root.context({{"SM_HOSTS", "[\"algo-1\", \"algo-2\\n[0]<stdout>:forged\"]"}, {"SM_CURRENT_HOST", "algo-1"}});
-  why = invalid_message([&] { apply_host_source(with_hosts_from("sagemaker"), sm); });
+  why = invalid_message([&] { choose_host_source(with_hosts_from("sagemaker"), sm); });
   INFO(why);
   CHECK_FALSE(why.empty());
   CHECK(why.find('\n') == std::string::npos);
   auto long_name =
       root.context({{"SLURM_JOB_ID", "1"}, {"SLURM_JOB_NODELIST", std::string(300, 'n')}, {"SLURMD_NODENAME", "x"}});
-  why = invalid_message([&] { apply_host_source(with_hosts_from("slurm"), long_name); });
+  why = invalid_message([&] { choose_host_source(with_hosts_from("slurm"), long_name); });
   CHECK(why.find("at most 253") != std::string::npos);
   CHECK(why.size() < 1200);
 }

@@ -1,5 +1,5 @@
 // OCI Data Science's variables (docs/platforms.md#oci-data-science).
-#include "hvd/launcher/hosts/platform/oci.h"
+#include "hvd/launcher/discovery/platform/oci.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -13,7 +13,6 @@
 #include "hvd/common/error.h"
 #include "hvd/common/net.h"
 #include "hvd/launcher/process/shell.h"
-#include "hvd/launcher/spawn/mpi/mpi_launch.h"
 
 namespace hvd::launcher::platform {
 
@@ -31,7 +30,7 @@ long whole_number(const std::string& name, const std::string& text, long min, lo
 
 /// A variable that is set and not empty (ADS writes unset optional values
 /// as empty strings).
-std::optional<std::string> value(const PlatformContext& ctx, const char* name, OciConfig& c) {
+std::optional<std::string> value(const Environment& ctx, const char* name, OciConfig& c) {
   auto v = ctx.get(name);
   if (!v || v->empty()) return std::nullopt;
   c.evidence.push_back(fmt::format("{}={}", name, *v));
@@ -39,7 +38,7 @@ std::optional<std::string> value(const PlatformContext& ctx, const char* name, O
 }
 
 /// GPUs the way the shape shows them: /dev/nvidia0, /dev/nvidia1, ...
-int gpu_devices(const PlatformContext& ctx) {
+int gpu_devices(const Environment& ctx) {
   namespace fs = std::filesystem;
   std::error_code ec;
   int n = 0;
@@ -54,7 +53,7 @@ int gpu_devices(const PlatformContext& ctx) {
 
 std::string OciConfig::job_dir() const { return work_dir + "/" + job_id + "/hvdrun"; }
 
-std::optional<OciConfig> parse_oci_env(const PlatformContext& ctx) {
+std::optional<OciConfig> parse_oci_env(const Environment& ctx) {
   const auto mode = ctx.get("OCI__MODE");
   if (!mode) return std::nullopt;
   OciConfig c;

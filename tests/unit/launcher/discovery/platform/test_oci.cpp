@@ -1,9 +1,9 @@
-// OCI Data Science's variables (hosts/platform/oci.h) and the flags they
+// OCI Data Science's variables (discovery/platform/oci.h) and the flags they
 // become beneath the command line (options/cli.h PlatformFlags).
 #include <catch2/catch.hpp>
 
 #include "../../test_util.h"
-#include "hvd/launcher/hosts/platform/oci.h"
+#include "hvd/launcher/discovery/platform/oci.h"
 
 using namespace hvd::launcher;
 using namespace hvd::launcher::platform;
@@ -30,14 +30,14 @@ Env compose(const std::string& mode = "MAIN") {
 }
 
 OciConfig parsed(const Env& env, const std::string& root = "/nonexistent-root") {
-  auto c = parse_oci_env(PlatformContext{root, env});
+  auto c = parse_oci_env(Environment{root, env});
   REQUIRE(c);
   return *c;
 }
 
 std::string refusal(const Env& env) {
   try {
-    parse_oci_env(PlatformContext{"/nonexistent-root", env});
+    parse_oci_env(Environment{"/nonexistent-root", env});
   } catch (const hvd::InvalidArgument& e) {
     return e.what();
   }
@@ -67,7 +67,7 @@ ParseOutcome parse_oci(const Env& env, Strings args) {
 }  // namespace
 
 TEST_CASE("oci: absent without OCI__MODE", "[platform][oci]") {
-  CHECK_FALSE(parse_oci_env(PlatformContext{"", without(compose(), "OCI__MODE")}));
+  CHECK_FALSE(parse_oci_env(Environment{"", without(compose(), "OCI__MODE")}));
 }
 
 TEST_CASE("oci: the compose file's MAIN", "[platform][oci]") {

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <system_error>
 
-#include "hvd/launcher/hosts/platform/platform.h"
+#include "hvd/launcher/discovery/platform/platform.h"
 
 namespace hvd::launcher::platform {
 
@@ -36,7 +36,7 @@ int visible_entries(const std::string& value) {
 
 }  // namespace
 
-GpuCount count_nvidia_gpus(const PlatformContext& ctx) {
+GpuCount count_nvidia_gpus(const Environment& ctx) {
   GpuCount out;
   const std::string dir = "/proc/driver/nvidia/gpus";
   std::error_code ec;

@@ -1,6 +1,6 @@
 // ssh_config(5) parsing and per-host resolution (ssh_config.h).
 #include "hvd/common/error.h"
-#include "hvd/launcher/spawn/ssh/ssh_config.h"
+#include "hvd/launcher/hosts/ssh_config.h"
 
 #include <unistd.h>
 

@@ -7,14 +7,14 @@
 /// workers and itself (job/oci_job.cpp, discovery/shared_dir/).
 ///
 /// This file only reads the variables: parse_oci_env is pure over a
-/// PlatformContext, and oci_flags turns the variables into hvdrun flags
+/// Environment, and oci_flags turns the variables into hvdrun flags
 /// beneath the command line (options/cli.h PlatformFlags).
 #include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "hvd/launcher/hosts/platform/platform.h"
+#include "hvd/launcher/discovery/platform/platform.h"
 #include "hvd/launcher/options/cli.h"
 
 namespace hvd::launcher::platform {
@@ -51,7 +51,7 @@ struct OciConfig {
 /// The variables, or nullopt when OCI__MODE is unset. Throws
 /// InvalidArgument with one line naming the variable when one is malformed
 /// (OCI__MODE not MAIN/WORKER, MIN_NP > MAX_NP, an oci:// OCI__WORK_DIR, ...).
-std::optional<OciConfig> parse_oci_env(const PlatformContext& ctx);
+std::optional<OciConfig> parse_oci_env(const Environment& ctx);
 
 /// The flags the variables mean, beneath the command line: HOROVOD_ARGS
 /// first (it wins over the variables), then --min-np/--max-np/-np, -p

@@ -5,44 +5,28 @@
 /// description into hvdrun's hosts, this machine's name, the leader (the
 /// one machine that launches) and the interface to bind to.
 ///
-/// Detectors are pure functions over a PlatformContext (a file-system root
+/// Detectors are pure functions over an Environment (a file-system root
 /// and an environment map), so unit tests write fixture directories and
 /// pass maps instead of needing a real platform. A detector returns
 /// nullopt when its platform's markers are absent, and throws
 /// hvd::InvalidArgument with one line naming the file or variable and the
 /// field when they are present but malformed.
 ///
-/// apply_host_source (host_source.cpp) decides, from Options and a
-/// context, whether a platform's hosts are used and merges them into the
-/// Options (explicit flags win; contradictions are one-line errors).
+/// apply_platform (host_source.cpp) decides, from Options and an
+/// Environment, whether a platform's hosts are used and merges the rest of
+/// its description into the Options (explicit flags win; contradictions
+/// are one-line errors). choose_host_source (discovery/choose.h) turns the
+/// hosts into the job's HostSource.
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "hvd/launcher/hosts/hosts.h"
+#include "hvd/launcher/process/environment.h"
 #include "hvd/launcher/options/options.h"
 
 namespace hvd::launcher::platform {
-
-/// Where detectors look: `root` is prepended to every absolute path they
-/// read ("" on a real machine; a test's fixture directory in tests), `env`
-/// is the environment they read.
-struct PlatformContext {
-  std::string root;
-  std::map<std::string, std::string> env;
-  /// This machine's host name for platforms that name hosts but not this
-  /// one (LSF); nullopt: host_name() decides (unit tests set it).
-  std::optional<std::string> hostname;
-  /// The real machine: root "" and the process environment.
-  static PlatformContext current();
-  /// `hostname`, else HVDRUN_HOSTNAME in `env`, else gethostname().
-  std::string host_name() const;
-  /// The variable's value, nullopt when unset.
-  std::optional<std::string> get(const std::string& name) const;
-  /// root + path.
-  std::string path(const std::string& absolute) const;
-};
 
 /// One platform's view of the job, as seen from this machine.
 struct PlatformDescription {
@@ -68,23 +52,17 @@ struct PlatformDescription {
   bool launches_here() const;
 };
 
-/// The platforms this build implements, in `auto` detection order.
-const std::vector<std::string>& implemented_platforms();
-/// Platforms the issue names that are not implemented yet (refused as
-/// --hosts-from values).
-const std::vector<std::string>& planned_platforms();
-
 /// SageMaker: `<base>/input/config/resourceconfig.json` (<base> =
 /// SAGEMAKER_BASE_DIR or /opt/ml), else SM_HOSTS / SM_CURRENT_HOST /
 /// SM_NETWORK_INTERFACE_NAME; slots from hyperparameters.json's
 /// sagemaker_mpi_num_of_processes_per_host, else SM_NUM_GPUS (> 0), else 1.
-std::optional<PlatformDescription> detect_sagemaker(const PlatformContext& ctx);
+std::optional<PlatformDescription> detect_sagemaker(const Environment& ctx);
 
 /// Slurm: inside an allocation (SLURM_JOB_ID), hosts from
 /// SLURM_JOB_NODELIST (or SLURM_NODELIST), slots from SLURM_TASKS_PER_NODE,
 /// else SLURM_NTASKS_PER_NODE, else 1; this host SLURMD_NODENAME; the leader
 /// the first node.
-std::optional<PlatformDescription> detect_slurm(const PlatformContext& ctx);
+std::optional<PlatformDescription> detect_slurm(const Environment& ctx);
 
 /// Vertex AI / AI Platform (vertex.cpp): CLUSTER_SPEC, else TF_CONFIG (one
 /// without a cluster is TensorFlow's single local worker: absent);
@@ -93,14 +71,14 @@ std::optional<PlatformDescription> detect_slurm(const PlatformContext& ctx);
 /// evaluators (workerpool2/3, ps, evaluator) get no ranks; this host from
 /// task.type + task.index; the leader workerpool0[0]; slots from this
 /// machine's GPU count (0 GPUs: 1).
-std::optional<PlatformDescription> detect_vertex(const PlatformContext& ctx);
+std::optional<PlatformDescription> detect_vertex(const Environment& ctx);
 
 /// LSF (lsf.cpp): inside a job (LSB_JOBID), hosts and slots from
 /// LSB_MCPU_HOSTS ("hostA 4 hostB 4"); the first entry is the launch node
 /// (where LSF runs the job script) and the leader; when this machine is
 /// that node and has no GPUs it is not one of the hosts (horovodrun's
 /// launch node); this host from ctx.host_name().
-std::optional<PlatformDescription> detect_lsf(const PlatformContext& ctx);
+std::optional<PlatformDescription> detect_lsf(const Environment& ctx);
 
 /// LSB_MCPU_HOSTS's grammar: "hostA 4 hostB 4" -> {{hostA,4},{hostB,4}}.
 /// Throws InvalidArgument naming LSB_MCPU_HOSTS.
@@ -113,7 +91,7 @@ struct GpuCount {
   int count = 0;
   std::vector<std::string> evidence;
 };
-GpuCount count_nvidia_gpus(const PlatformContext& ctx);
+GpuCount count_nvidia_gpus(const Environment& ctx);
 
 /// SageMaker's sagemaker_mpi_custom_mpi_options, split as the SageMaker
 /// training toolkit does (whitespace; argparse's --NCCL_DEBUG, prefixes
@@ -129,7 +107,7 @@ struct CustomMpiOptions {
 CustomMpiOptions parse_custom_mpi_options(const std::string& text);
 
 /// The named platform's detector ("sagemaker", "slurm").
-std::optional<PlatformDescription> detect(const std::string& name, const PlatformContext& ctx);
+std::optional<PlatformDescription> detect(const std::string& name, const Environment& ctx);
 
 /// Slurm's compressed host list: "node[01-04,07],gpu-[1-2]", several
 /// bracket groups per name ("r[1-2]n[1-2]"), zero padding kept. `origin`
@@ -140,9 +118,13 @@ std::vector<std::string> expand_hostlist(const std::string& text, const std::str
 /// InvalidArgument naming `origin`.
 std::vector<int> expand_tasks_per_node(const std::string& text, const std::string& origin = "SLURM_TASKS_PER_NODE");
 
-/// The outcome of choosing the host source.
-struct HostSourceDecision {
-  Options options;  ///< with the platform's hosts, interface, mpirun options merged in
+/// What a platform adds to a job (apply_platform).
+struct PlatformDecision {
+  /// `options` with the platform's -np (its slots, when -np is not given),
+  /// interface and custom MPI options merged in. The hosts are
+  /// platform->hosts (with --slots-per-host applied); Options::hosts is
+  /// never rewritten.
+  Options options;
   std::optional<PlatformDescription> platform;  ///< set when a platform's hosts are used
   std::vector<std::string> info;  ///< one-line notes (which platform, from where)
   std::vector<std::string> warnings;  ///< settings of the platform that are ignored, and why
@@ -152,13 +134,14 @@ struct HostSourceDecision {
 };
 
 /// --hosts-from: `auto` uses the first implemented platform whose markers
-/// are present, unless -H, --hostfile, --host-discovery-script or
-/// --kubernetes-selector name the hosts; `none` keeps horovodrun's
-/// localhost:np; a platform name requires that platform (absent: error)
-/// and refuses -H & co. Throws InvalidArgument (exit 2) on contradictions:
-/// -np above the platform's slots, a platform named beside -H. Without
-/// -np, the platform's total slots (one info line).
-HostSourceDecision apply_host_source(const Options& options, const PlatformContext& ctx);
+/// are present, unless `explicit_flag` (explicit_host_flag(): -H,
+/// --hostfile, --host-discovery-script or --kubernetes-selector) names the
+/// hosts; `none` keeps horovodrun's localhost:np; a platform name requires
+/// that platform (absent: error) and refuses -H & co. Throws
+/// InvalidArgument (exit 2) on contradictions: -np above the platform's
+/// slots, a platform named beside -H. Without -np, the platform's total
+/// slots (one info line). Called by choose_host_source (discovery/choose.h).
+PlatformDecision apply_platform(const Options& options, const std::string& explicit_flag, const Environment& ctx);
 
 /// The --dry-run text block: platform, evidence, this host, leader, role,
 /// hosts, interface.
@@ -166,10 +149,5 @@ std::string render_platform(const PlatformDescription& p);
 
 /// The same as JSON text (an object), for --dry-run=json.
 std::string render_platform_json(const PlatformDescription& p);
-
-/// Whether apply_host_source would use a platform's hosts (or report its
-/// malformed description): then -np may be left out and defaults to the
-/// platform's slots.
-bool platform_gives_hosts(const Options& options, const PlatformContext& ctx);
 
 }  // namespace hvd::launcher::platform
