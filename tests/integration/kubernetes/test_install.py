@@ -138,7 +138,7 @@ class InstallTest(unittest.TestCase):
         self.assertIn('ENTRYPOINT ["hvd-entrypoint"]', runtime)
         with open(os.path.join(REPO, "conf", "docker", "Dockerfile.dockerignore")) as f:
             ignored = f.read().split()
-        for path in ("build", ".tools", ".git"):
+        for path in ("build", ".tools", ".git", "tests", "docs"):
             self.assertIn(path, ignored)
 
     def test_dockerfile_configure_line(self):
