@@ -41,7 +41,8 @@ Cases (one CTest entry each):
                            period (no SIGKILL needed), nothing left.
 
 Needs root, ip netns, podman, runc, helm and the image (HVD_IMAGE, default
-hvdrun:0.1.0; scripts/build_image.sh); without them: SKIPPED, exit 77.
+hvdrun:0.1.0; scripts/build_image.sh); without them, or with
+HVD_SKIP_CONTAINER_TESTS=1: SKIPPED, exit 77.
 Traffic stays on loopback and 198.18.0.0/15.
 """
 import base64
@@ -354,6 +355,8 @@ class Cluster:
 class ContainerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        if os.environ.get("HVD_SKIP_CONTAINER_TESTS") == "1":
+            skip("HVD_SKIP_CONTAINER_TESTS=1")
         if os.geteuid() != 0 or not netns_hosts.available():
             skip(netns_hosts.SKIP_MESSAGE)
         for tool in ("podman", "runc"):
