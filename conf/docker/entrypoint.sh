@@ -6,6 +6,11 @@
 #   hvd-entrypoint driver [CMD...]     wait for every worker's sshd, then run
 #                                      CMD (exit with its status) or stay up
 #                                      for `kubectl exec`
+#   hvd-entrypoint ready               the worker's readiness probe: 0 when its
+#                                      sshd (HVD_SSHD_DIR/sshd.pid) runs and
+#                                      listens on HVD_SSH_PORT (read from
+#                                      /proc/net/tcp{,6}); opens no connection,
+#                                      so sshd logs nothing
 #   hvd-entrypoint prepare-image       image build step: remove host keys the
 #                                      openssh-server package generated
 #
@@ -186,18 +191,17 @@ worker() {
   sshd_pid=$!
   trap 'stopping=1; kill -TERM "$sshd_pid" 2>/dev/null' TERM INT HUP
 
-  # Ready = sshd answers with its banner on the port.
-  local probe_addr=${HVD_SSHD_LISTEN_ADDRESS:-127.0.0.1} deadline=$((SECONDS + 20))
-  [ "$probe_addr" = "0.0.0.0" ] && probe_addr=127.0.0.1
-  [ "$probe_addr" = "::" ] && probe_addr=::1
-  until probe_ssh "$probe_addr" "$SSH_PORT" 2 >/dev/null 2>&1; do
+  # Ready = sshd listens on the port (as `hvd-entrypoint ready`, the
+  # readiness probe, sees it: no connection, so nothing in sshd's log).
+  local deadline=$((SECONDS + 20))
+  until listening "$SSH_PORT"; do
     if ! kill -0 "$sshd_pid" 2>/dev/null; then
       wait "$sshd_pid"
       die 3 "sshd exited with status $? before it answered on port $SSH_PORT (its log is above)"
     fi
     if ((SECONDS >= deadline)); then
       kill -KILL "$sshd_pid" 2>/dev/null
-      die 3 "sshd (pid $sshd_pid) did not answer on $probe_addr:$SSH_PORT within 20 s"
+      die 3 "sshd (pid $sshd_pid) did not listen on port $SSH_PORT within 20 s"
     fi
     ((stopping)) && break
     sleep 0.1
@@ -408,6 +412,37 @@ driver() {
   exit 0
 }
 
+# ------------------------------------------------------------------ ready ---
+# The readiness probe of the chart's workers (an exec probe). A tcpSocket
+# probe connects, and sshd logs two lines per connection (every 5 s: most of
+# `kubectl logs` after a while); this reads process and socket tables only.
+ready() {
+  local pidfile="$SSHD_DIR/sshd.pid" pid comm
+  [[ $SSH_PORT =~ ^[0-9]+$ ]] && ((SSH_PORT >= 1 && SSH_PORT <= 65535)) || die 2 "HVD_SSH_PORT '$SSH_PORT' is not a port number"
+  pid=$(cat -- "$pidfile" 2>/dev/null) || { echo "not ready: no sshd pid file $pidfile" >&2; exit 1; }
+  [[ $pid =~ ^[0-9]+$ ]] || { echo "not ready: $pidfile holds no pid" >&2; exit 1; }
+  comm=$(cat "/proc/$pid/comm" 2>/dev/null) || { echo "not ready: sshd (pid $pid) is not running" >&2; exit 1; }
+  [ "$comm" = sshd ] || { echo "not ready: pid $pid is '$comm', not sshd" >&2; exit 1; }
+  listening "$SSH_PORT" && exit 0
+  echo "not ready: nothing listens on port $SSH_PORT" >&2
+  exit 1
+}
+
+# listening PORT: 0 when a TCP socket of this network namespace listens on
+# PORT (state 0A in /proc/net/tcp or tcp6, any address). No connection.
+listening() {
+  local hexport f local_addr st
+  hexport=$(printf ':%04X' "$1")
+  for f in /proc/net/tcp /proc/net/tcp6; do
+    [ -r "$f" ] || continue
+    # fields: sl local_address rem_address st ...
+    while read -r _ local_addr _ st _; do
+      [ "$st" = 0A ] && [ "${local_addr: -5}" = "$hexport" ] && return 0
+    done <"$f"
+  done
+  return 1
+}
+
 # ---------------------------------------------------------- prepare-image ---
 prepare_image() {
   local root=${HVD_IMAGE_ROOT:-/}
@@ -430,10 +465,14 @@ case $role in
     worker
     ;;
   driver) driver "$@" ;;
+  ready)
+    (($# == 0)) || die 2 "ready takes no arguments (got: $*)"
+    ready
+    ;;
   prepare-image) prepare_image ;;
   -h | --help | help)
     sed -n '2,/^set -uo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
     ;;
-  "") die 2 "no role: pass worker, driver or prepare-image (or set HVD_ROLE)" ;;
-  *) die 2 "unknown role '$role': expected worker, driver or prepare-image" ;;
+  "") die 2 "no role: pass worker, driver, ready or prepare-image (or set HVD_ROLE)" ;;
+  *) die 2 "unknown role '$role': expected worker, driver, ready or prepare-image" ;;
 esac

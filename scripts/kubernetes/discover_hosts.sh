@@ -25,8 +25,20 @@
 #   --slots-annotation KEY    slots = the value of this pod annotation when
 #                             present (wins over --slots-from-gpu)
 #   --kubectl PATH            kubectl binary [$KUBECTL, else kubectl on PATH]
-#   --kubeconfig FILE         passed to kubectl (default: kubectl's rules)
+#   --kubeconfig FILE         passed to kubectl (default: $KUBECONFIG, else
+#                             ~/.kube/config, else, in a pod, the pod's
+#                             service account: see below)
 #   --request-timeout DUR     passed to kubectl [10s]
+#
+# In a pod: with no --kubeconfig, no $KUBECONFIG and no ~/.kube/config, the
+# script uses the pod's service account (KUBERNETES_SERVICE_HOST/PORT and
+# the token, ca.crt and namespace in /var/run/secrets/kubernetes.io/
+# serviceaccount, or $HVDRUN_KUBERNETES_SERVICEACCOUNT_DIR): it hands kubectl
+# a kubeconfig naming that server, CA and token file. kubectl's own in-cluster
+# fallback cannot be used: it is skipped as soon as any client-config flag
+# (--request-timeout included) is given, and kubectl then calls
+# http://localhost:8080. The kubeconfig is an unlinked file read through
+# /dev/fd: nothing is left behind, the token never appears on a command line.
 #
 # Exit status: 0 success (also when no pod qualifies: empty output);
 # 1 the API request failed (401, 403, TLS, connection refused, timeout...):
@@ -85,15 +97,51 @@ if [ -n "$annotation" ]; then
 fi
 tpl+='-{{"\n"}}{{end}}'
 
-args=(get pods -l "$selector" -o "go-template=$tpl" --request-timeout "$request_timeout")
-[ -n "$namespace" ] && args+=(-n "$namespace")
-[ -n "$kubeconfig" ] && args+=(--kubeconfig "$kubeconfig")
-
 # kubectl's stderr goes to an unlinked file kept open on fd 4: nothing is
 # left behind even when hvdrun kills this script (its discovery timeout).
 err=$(mktemp) || exit 1
 exec 4<>"$err"
 rm -f -- "$err"
+
+# json_string TEXT: TEXT as a JSON string (a kubeconfig is YAML, JSON is YAML).
+json_string() {
+  local s=$1
+  s=${s//\\/\\\\}
+  s=${s//\"/\\\"}
+  printf '"%s"' "$s"
+}
+
+# The in-cluster service account, when nothing else configures kubectl.
+if [ -z "$kubeconfig" ] && [ -z "${KUBECONFIG:-}" ] && ! [ -f "${HOME:-/nonexistent}/.kube/config" ] &&
+  [ -n "${KUBERNETES_SERVICE_HOST:-}" ] && [ -n "${KUBERNETES_SERVICE_PORT:-}" ]; then
+  sa_dir=${HVDRUN_KUBERNETES_SERVICEACCOUNT_DIR:-/var/run/secrets/kubernetes.io/serviceaccount}
+  [[ $sa_dir == /* ]] || sa_dir=$PWD/$sa_dir
+  if [ -r "$sa_dir/token" ]; then
+    if ! [ -r "$sa_dir/ca.crt" ]; then
+      printf '%s: in-cluster service account %s: no readable ca.crt beside the token: cannot verify the API server\n' \
+        "$PROG" "$sa_dir" >&2
+      exit 1
+    fi
+    api_host=$KUBERNETES_SERVICE_HOST
+    [[ $api_host == *:* ]] && api_host="[$api_host]"  # IPv6
+    if [ -z "$namespace" ] && [ -r "$sa_dir/namespace" ]; then
+      namespace=$(tr -d '[:space:]' <"$sa_dir/namespace")
+    fi
+    cfg=$(mktemp) || exit 1
+    exec 5<>"$cfg"
+    rm -f -- "$cfg"
+    printf '{"apiVersion":"v1","kind":"Config","current-context":"in-cluster",%s,%s,%s}\n' \
+      "\"clusters\":[{\"name\":\"in-cluster\",\"cluster\":{\"server\":$(json_string "https://$api_host:$KUBERNETES_SERVICE_PORT"),\"certificate-authority\":$(json_string "$sa_dir/ca.crt")}}]" \
+      "\"users\":[{\"name\":\"service-account\",\"user\":{\"tokenFile\":$(json_string "$sa_dir/token")}}]" \
+      "\"contexts\":[{\"name\":\"in-cluster\",\"context\":{\"cluster\":\"in-cluster\",\"user\":\"service-account\"}}]" >&5
+    kubeconfig=/dev/fd/5
+  fi
+fi
+
+args=(get pods -l "$selector" -o "go-template=$tpl" --request-timeout "$request_timeout")
+[ -n "$namespace" ] && args+=(-n "$namespace")
+[ -n "$kubeconfig" ] && args+=(--kubeconfig "$kubeconfig")
+
 out=$("$kubectl" "${args[@]}" 2>&4)
 rc=$?
 if ((rc != 0)); then

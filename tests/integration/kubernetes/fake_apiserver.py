@@ -31,7 +31,23 @@ resource "pods" in API group "" in the namespace "NS"'); fail_next(code, n)
 answers the next n pod requests with that status. drop_watches() closes every
 open watch connection (the client must reconnect). misbehave(list_mode,
 watch_mode) turns pod lists and watches hostile (see there). Every request is recorded
-in .requests (method, path, query dict, token, status) for assertions.
+in .requests (method, path, query dict, token, status, verb) for assertions.
+
+Authorization (RBAC): set_role(rules) makes the server authorize every pod
+request of the service account (the accepted tokens) as a real API server
+does with one Role bound to it in the server's namespace: allowed only when
+a rule's apiGroups hold "" (or "*"), its resources hold "pods" (or "*") and
+its verbs hold the request's verb (get: one pod; list; watch) and the
+request is in that namespace; anything else (another namespace, the cluster
+scope, a verb not granted) gets the real 403 message. The discovery paths
+(/version, /api, /api/v1, /apis) stay open to every authenticated user, as
+the system:discovery ClusterRole makes them. Without set_role every
+authenticated request is allowed (a cluster-admin kubeconfig).
+
+StatefulSet pods: restart(name) is a container restart in place (same pod,
+same UID and IP, restartCount + 1, Ready False until set_ready);
+recreate(name) is what the StatefulSet controller does after a deletion: a
+new pod under the same name, same labels, subdomain and IP, a new UID.
 
 Label selectors: comma-separated requirements, each `k=v`, `k==v`, `k!=v`,
 `k`, `!k`, `k in (a,b)`, `k notin (a,b)`. Field selectors: `status.phase=X`,
@@ -215,6 +231,7 @@ class FakeApiServer:
         self._pods = {}  # (ns, name) -> pod dict
         self._events = []  # (rv, type, pod)
         self._forbid = False
+        self._role = None  # RBAC rules (set_role); None: everything allowed
         self._fail = []  # [code, remaining]
         self._watch_generation = 0
         self._hostile_list = None
@@ -338,6 +355,32 @@ class FakeApiServer:
         with self._lock:
             self._forbid = on
 
+    def set_role(self, rules):
+        """Authorize pod requests against these Role rules (a list of
+        {"apiGroups", "resources", "verbs"} dicts, as in a Role manifest),
+        in this server's namespace only; None turns authorization off."""
+        with self._lock:
+            self._role = None if rules is None else copy.deepcopy(list(rules))
+
+    def allowed(self, verb, namespace):
+        """Whether the Role (set_role) lets the service account do `verb`
+        on pods in `namespace` (None: the cluster scope)."""
+        with self._lock:
+            if self._role is None:
+                return True
+            if namespace != self.namespace:
+                return False  # a Role grants nothing outside its namespace
+            for rule in self._role:
+                groups = rule.get("apiGroups") or []
+                resources = rule.get("resources") or []
+                verbs = rule.get("verbs") or []
+                if rule.get("resourceNames"):
+                    continue  # never used by discovery: lists and watches cannot be limited by name
+                if ("" in groups or "*" in groups) and ("pods" in resources or "*" in resources) and (
+                        verb in verbs or "*" in verbs):
+                    return True
+            return False
+
     def fail_next(self, code, count=1):
         with self._lock:
             self._fail = [code, count]
@@ -392,7 +435,9 @@ class FakeApiServer:
             "spec": {"containers": [{"name": container, "image": "hvdrun:test",
                                      "resources": {"limits": limits, "requests": dict(limits)}}]},
             "status": {"phase": phase, "conditions": [
-                {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": _now()}]},
+                {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": _now()}],
+                "containerStatuses": [{"name": container, "ready": bool(ready), "restartCount": 0,
+                                       "image": "hvdrun:test"}]},
         }
         if subdomain:
             pod["spec"]["subdomain"] = subdomain
@@ -427,7 +472,36 @@ class FakeApiServer:
                 if c["type"] == "Ready":
                     c["status"] = "True" if ready else "False"
                     c["lastTransitionTime"] = _now()
+            for c in pod["status"].get("containerStatuses", []):
+                c["ready"] = bool(ready)
         self._modify(name, namespace, fn)
+
+    def restart(self, name, namespace=None):
+        """The kubelet restarting the pod's container in place (it crashed or
+        was OOM-killed): same pod, UID and IP; restartCount + 1; not Ready
+        until set_ready (the readiness probe passing again)."""
+        def fn(pod):
+            for c in pod["status"].get("containerStatuses", []):
+                c["restartCount"] = c.get("restartCount", 0) + 1
+                c["ready"] = False
+            for c in pod["status"]["conditions"]:
+                if c["type"] == "Ready":
+                    c["status"] = "False"
+                    c["lastTransitionTime"] = _now()
+        self._modify(name, namespace, fn)
+
+    def recreate(self, name, namespace=None, ready=False):
+        """Delete the pod and create it again under the same name, labels,
+        subdomain and IP with a new UID, as a StatefulSet does (its pods keep
+        their names). Returns the new pod."""
+        with self._changed:
+            old = copy.deepcopy(self._pods[(namespace or self.namespace, name)])
+            self.delete(name, namespace)
+            ip = old["status"].get("podIP") or old.get("_pending_ip")
+            return self.add_pod(name, labels=old["metadata"]["labels"], ip=ip, ready=ready,
+                                namespace=namespace, annotations=old["metadata"]["annotations"],
+                                subdomain=old["spec"].get("subdomain"), hostname=old["spec"].get("hostname"),
+                                container=old["spec"]["containers"][0]["name"])
 
     def set_phase(self, name, phase, namespace=None):
         def fn(pod):
@@ -481,7 +555,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         with self.api._lock:
             self.api.requests.append({"method": self.command, "path": urllib.parse.urlsplit(self.path).path,
                                       "query": query, "token": token, "status": status,
-                                      "client_cert": self._client_cn()})
+                                      "client_cert": self._client_cn(), "verb": getattr(self, "_verb", None)})
 
     def _client_cn(self):
         try:
@@ -508,6 +582,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         api = self.api
+        self._verb = None  # a pod request's verb (get, list, watch), once known
         split = urllib.parse.urlsplit(self.path)
         query = {k: v[-1] for k, v in urllib.parse.parse_qs(split.query, keep_blank_values=True).items()}
         auth = self.headers.get("Authorization", "")
@@ -543,8 +618,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         name = m.group(2) if m else None
         watch = query.get("watch", "") in ("1", "true", "True")
         verb = "watch" if watch else ("get" if name else "list")
+        self._verb = verb
         with api._lock:
-            forbidden = api._forbid
+            # the client certificate is system:masters (cluster-admin); tokens are the service account's
+            forbidden = api._forbid or (token is not None and not api.allowed(verb, namespace))
             fail = None
             if api._fail and api._fail[1] > 0:
                 fail = api._fail[0]

@@ -78,6 +78,10 @@ def check_pod_spec(where, spec, objects, problems, restart_policies):
                     port = (pr.get(kind) or {}).get("port")
                     if isinstance(port, str) and port not in port_names:
                         bad(f"{cw}: {probe} port {port!r} names no container port")
+                if "exec" in pr:
+                    cmd = (pr.get("exec") or {}).get("command")
+                    if not isinstance(cmd, list) or not cmd or not all(isinstance(a, str) for a in cmd):
+                        bad(f"{cw}: {probe} exec command {cmd!r} is not a list of strings")
         for m in c.get("volumeMounts") or []:
             if m.get("name") not in names:
                 bad(f"{cw}: volumeMount {m.get('name')!r} names no volume (have {names})")
@@ -184,7 +188,7 @@ def check_manifests(docs, external=()):
                             problems.append(f"{where}: targetPort {target} names no port of {o['metadata']['name']}")
         if kind == "Role":
             rules = d.get("rules")
-            want = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+            want = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
             if rules != want:
                 problems.append(f"{where}: rules {rules} (want exactly {want})")
         if kind == "RoleBinding":

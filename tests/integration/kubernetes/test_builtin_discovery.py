@@ -302,8 +302,8 @@ class BuiltinDiscovery(unittest.TestCase):
         self.assertEqual(p.returncode, 3, p.stderr)
         self.assertEqual(p.stderr.strip().splitlines()[-1],
                          "hvdrun: error: the service account 'hvdrun' (namespace 'default') may not 'list' pods in "
-                         "namespace 'default' (403 Forbidden): add the verb to its Role (pod discovery needs get, "
-                         "list and watch on pods)")
+                         "namespace 'default' (403 Forbidden): add the verb to its Role (pod discovery needs list "
+                         "and watch on pods)")
         api.forbid(False)
 
         env = self.kubeconfig_env(api)

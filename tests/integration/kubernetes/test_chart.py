@@ -11,7 +11,7 @@
   requires (manifest_check.check_manifests: apiVersion/kind/metadata.name, selectors
   matching template labels, containers, ports, volume mounts that name
   existing volumes, the StatefulSet's serviceName naming the headless
-  Service, RBAC exactly get/list/watch on pods, ...), for many value sets;
+  Service, RBAC exactly list/watch on pods, ...), for many value sets;
   the checker itself is shown to catch each kind of breakage;
 * the chart-generated keys are keys OpenSSH and the entrypoint accept;
 * NOTES.txt holds the exact kubectl exec / hvdrun commands;
@@ -157,7 +157,19 @@ class ChartTest(unittest.TestCase):
         self.assertIn("names ConfigMap", broken(lambda d: d.remove(by_kind(d, "ConfigMap")[0])))
         self.assertIn("Parallel", broken(lambda d: sts(d)["spec"].pop("podManagementPolicy")))
         self.assertIn("readinessProbe port", broken(
-            lambda d: sts(d)["spec"]["template"]["spec"]["containers"][0]["ports"][0].update(name="sshd")))
+            lambda d: sts(d)["spec"]["template"]["spec"]["containers"][0].update(
+                readinessProbe={"tcpSocket": {"port": "sshd"}})))
+        self.assertIn("readinessProbe exec", broken(
+            lambda d: sts(d)["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["exec"].update(
+                command="hvd-entrypoint ready")))
+
+    def test_worker_readiness_probe_opens_no_connection(self):
+        # A tcpSocket probe makes sshd log two lines every period (issue 32);
+        # the exec probe reads /proc only (test_entrypoint checks sshd's log).
+        for args in ([], ["-f", os.path.join(VALUES, "gpu-elastic-pvc-job.yaml")]):
+            c = by_kind(docs_of(render(*args)), "StatefulSet")[0]["spec"]["template"]["spec"]["containers"][0]
+            self.assertEqual(c["readinessProbe"]["exec"], {"command": ["hvd-entrypoint", "ready"]})
+            self.assertNotIn("tcpSocket", c["readinessProbe"])
 
     def test_hostfile_slots_and_discovery_settings(self):
         def config(*args):
@@ -178,8 +190,14 @@ class ChartTest(unittest.TestCase):
         self.assertEqual(c["elastic-command"],
                          "hvdrun -np 2 --min-np 2 --max-np 5 --kubernetes-selector app.kubernetes.io/name=hvdrun,"
                          "app.kubernetes.io/instance=train,app.kubernetes.io/component=worker --kubernetes-namespace ml"
-                         " --kubernetes-slots 1 --kubernetes-host-names dns -p 2200")
+                         " --kubernetes-slots 1 --kubernetes-host-names dns --blacklist-cooldown-range 10 60 -p 2200")
         self.assertEqual(c["static-command"], "hvdrun -np 2 --hostfile /etc/hvdrun/generated/hostfile -p 2200")
+        # The cooldown range: a blacklisting ends, so np = min-np survives it
+        # (issue 32); null gives horovodrun's default (until the end).
+        c = config("--set", "elastic.enabled=true,elastic.blacklistCooldownRange[0]=5,elastic.blacklistCooldownRange[1]=9")
+        self.assertTrue(c["elastic-command"].endswith(" --blacklist-cooldown-range 5 9"), c["elastic-command"])
+        c = config("--set", "elastic.enabled=true,elastic.blacklistCooldownRange=null")
+        self.assertNotIn("--blacklist-cooldown-range", c["elastic-command"])
 
     def test_generated_keys_are_usable_ssh_keys(self):
         import base64
@@ -232,7 +250,7 @@ class ChartTest(unittest.TestCase):
         self.assertIn("kubectl -n ml exec -it deploy/train-hvdrun-driver -- hvdrun -np 2 --min-np 2 --max-np 4 "
                       "--kubernetes-selector app.kubernetes.io/name=hvdrun,app.kubernetes.io/instance=train,"
                       "app.kubernetes.io/component=worker --kubernetes-namespace ml --kubernetes-slots 1 --kubernetes-host-names dns "
-                      "-p 2222 "
+                      "--blacklist-cooldown-range 10 60 -p 2222 "
                       "python3 train_elastic.py", n)
         self.assertIn("--host-discovery-script /etc/hvdrun/generated/discover_hosts.sh", n)
         self.assertIn("kubectl -n ml scale statefulset train-hvdrun --replicas N, at most 4", n)

@@ -172,6 +172,84 @@ class DiscoverHostsTest(unittest.TestCase):
         # The same names as the chart's hostfile.
         self.assertIn("train-hvdrun-0.train-hvdrun slots=2", data["hostfile"])
 
+    def in_cluster(self, namespace="ml", token=None):
+        """The environment of a pod: KUBERNETES_SERVICE_HOST/PORT, the
+        service-account files (token, ca.crt, namespace), no kubeconfig
+        anywhere, and a private TMPDIR to see that nothing is left in it."""
+        sa = self.api.write_serviceaccount(os.path.join(self.tmp, "sa"), namespace=namespace, token=token)
+        home = os.path.join(self.tmp, "pod-home")
+        tmpdir = os.path.join(self.tmp, "pod-tmp")
+        os.makedirs(home, exist_ok=True)
+        os.makedirs(tmpdir, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "HVDRUN_")) and k != "KUBECONFIG"}
+        env.update(self.api.env(), HOME=home, TMPDIR=tmpdir, HVDRUN_KUBERNETES_SERVICEACCOUNT_DIR=sa)
+        return env, sa, tmpdir
+
+    def run_in_pod(self, env, *args):
+        # --request-timeout given explicitly: the flag that made kubectl skip
+        # its in-cluster configuration and call localhost:8080.
+        return subprocess.run([SCRIPT, "--kubectl", KUBECTL, "-l", SEL, "--request-timeout", "5s", *args],
+                              capture_output=True, text=True, timeout=30, env=env)
+
+    def test_in_cluster_service_account_without_kubeconfig(self):
+        self.worker("job-0", ip="198.18.7.2", namespace="ml")
+        self.worker("job-1", ip="198.18.7.3", namespace="ml")
+        self.worker("job-9", ip="198.18.7.9")  # namespace default: not the pod's
+        env, sa, tmpdir = self.in_cluster(token="sa-token-1")
+        self.api.set_tokens("sa-token-1")
+        for args in ((), ("--request-timeout", "7s")):
+            r = self.run_in_pod(env, *args)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.splitlines(), ["job-0.job:1", "job-1.job:1"])
+            self.assertEqual(r.stderr, "")
+        # Without the fix the default request timeout alone broke it too.
+        r = subprocess.run([SCRIPT, "--kubectl", KUBECTL, "-l", SEL], capture_output=True, text=True, timeout=30,
+                           env=env)
+        self.assertEqual((r.returncode, r.stdout.splitlines()), (0, ["job-0.job:1", "job-1.job:1"]), r.stderr)
+        lists = self.api.requests_for(lambda r: r["path"].endswith("/pods"))
+        self.assertTrue(lists)
+        self.assertTrue(all(q["token"] == "sa-token-1" and q["path"] == "/api/v1/namespaces/ml/pods"
+                            and q["status"] == 200 for q in lists), lists)
+        # The namespace file is the default; -n still wins.
+        r = self.run_in_pod(env, "-n", "default")
+        self.assertEqual(r.stdout.splitlines(), ["job-9.job:1"], r.stderr)
+        # Token rotation: the kubelet rewrites the token file; the next run uses it.
+        self.api.set_tokens("sa-token-2")
+        with open(os.path.join(sa, "token"), "w") as f:
+            f.write("sa-token-2")
+        r = self.run_in_pod(env)
+        self.assertEqual((r.returncode, r.stdout.splitlines()), (0, ["job-0.job:1", "job-1.job:1"]), r.stderr)
+        # A token the server refuses is exit 1 with kubectl's verdict.
+        self.api.set_tokens("sa-token-3")
+        self.assert_api_error(self.run_in_pod(env), "You must be logged in to the server")
+        # Nothing is left behind (the kubeconfig is an unlinked file), and the
+        # token never was on kubectl's command line.
+        self.assertEqual(os.listdir(tmpdir), [])
+        # A kubeconfig in HOME wins over the service account, as kubectl's rules say.
+        os.makedirs(os.path.join(env["HOME"], ".kube"), exist_ok=True)  # kubectl made .kube/cache
+        self.api.set_tokens("sa-token-2", self.api.token)
+        self.api.write_kubeconfig(os.path.join(env["HOME"], ".kube", "config"), token="sa-token-2")
+        r = self.run_in_pod(env)
+        self.assertEqual(r.stdout.splitlines(), ["job-9.job:1"], r.stderr)  # the kubeconfig's namespace: default
+
+    def test_in_cluster_errors(self):
+        self.worker("job-0", ip="198.18.7.2", namespace="ml")
+        env, sa, _ = self.in_cluster()
+        os.unlink(os.path.join(sa, "ca.crt"))
+        r = self.run_in_pod(env)
+        self.assertEqual((r.returncode, r.stdout), (1, ""))
+        self.assertIn("no readable ca.crt beside the token", r.stderr)
+        # Another CA: the server is not trusted.
+        other = make_certificates(os.path.join(self.tmp, "other-pki"))
+        shutil.copy(other["ca.crt"], os.path.join(sa, "ca.crt"))
+        self.assert_api_error(self.run_in_pod(env), "certificate signed by unknown authority")
+        # The API server unreachable: refused, within the request timeout.
+        shutil.copy(self.api.ca_path, os.path.join(sa, "ca.crt"))
+        self.assertEqual(self.run_in_pod(env).stdout.splitlines(), ["job-0.job:1"])
+        port = self.api.port
+        self.api.stop()
+        self.assert_api_error(self.run_in_pod(env), f"127.0.0.1:{port}")
+
     def test_usage_errors(self):
         r = self.run_script(selector=None)
         self.assertEqual(r.returncode, 2)

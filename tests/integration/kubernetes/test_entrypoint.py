@@ -236,6 +236,45 @@ class EntrypointTest(unittest.TestCase):
         self.assertIn("sshd (pid", err)
         self.assertIn("died with status 137", err)
 
+    def test_readiness_probe_reads_proc_and_opens_no_connection(self):
+        """`hvd-entrypoint ready` (the chart's exec readiness probe), run in
+        the worker's network namespace as the kubelet runs it in the pod:
+        1 before sshd runs, 0 while it listens, 1 once it died; sshd logs
+        nothing for any number of probes (a tcpSocket probe made it log two
+        lines per probe)."""
+        def probe():
+            return subprocess.run(["ip", "netns", "exec", self.hosts.namespaces[0], ENTRYPOINT, "ready"],
+                                  env=self.env(), capture_output=True, text=True, timeout=10)
+        r = probe()
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("not ready: no sshd pid file", r.stderr)
+        w = self.start_worker()
+        self.wait_ready(w)
+        for _ in range(20):
+            r = probe()
+            self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "", ""))
+        # Another port: nothing listens there.
+        r = subprocess.run(["ip", "netns", "exec", self.hosts.namespaces[0], ENTRYPOINT, "ready"],
+                           env=self.env(HVD_SSH_PORT=PORT + 1), capture_output=True, text=True, timeout=10)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(f"not ready: nothing listens on port {PORT + 1}", r.stderr)
+        # In another network namespace sshd's socket is not listed.
+        r = subprocess.run(["ip", "netns", "exec", self.hosts.namespaces[1], ENTRYPOINT, "ready"],
+                           env=self.env(), capture_output=True, text=True, timeout=10)
+        self.assertEqual(r.returncode, 1)
+        pid = self.sshd_pid()
+        code, err = self.stop(w)
+        self.assertEqual(code, 0, err)
+        # sshd logged no connection (-e: its log is the worker's stderr).
+        self.assertNotIn("Connection", err)
+        self.assertNotIn("connection", err.replace("key-only", ""))
+        self.assertNotIn("Received disconnect", err)
+        # The pid file outlives a dead sshd: the pid is checked.
+        self.assertFalse(os.path.exists(f"/proc/{pid}") and "sshd" in netns_hosts.proc_cmdline(pid))
+        r = probe()
+        self.assertEqual(r.returncode, 1)
+        self.assertTrue("is not running" in r.stderr or "no sshd pid file" in r.stderr, r.stderr)
+
     def test_worker_generates_its_host_key_once_per_pod(self):
         os.remove(os.path.join(self.secret, "host-privatekey"))
         # Only the public key in the secret this time (authorized as is).

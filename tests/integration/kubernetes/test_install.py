@@ -94,23 +94,51 @@ class InstallTest(unittest.TestCase):
         self.assertIn("rank 1 of 2 sum 3.0", r.stdout)
 
     def test_dockerfile_runs_the_tested_scripts(self):
-        # Images cannot be built here: check that the Dockerfile's steps are
-        # the scripts this suite runs, in order, with the arguments they take.
+        # The Dockerfile's steps are the scripts this suite runs, in order,
+        # with the arguments they take (test_container.py builds and runs the
+        # image itself: label container). Two stages: the builder has the
+        # toolchain; the runtime stage only the runtime packages and the
+        # builder's staging root.
         with open(os.path.join(REPO, "conf", "docker", "Dockerfile")) as f:
             text = f.read().replace("\\\n", " ")
-        self.assertIn("ARG BASE_IMAGE=debian:bookworm\nFROM ${BASE_IMAGE}", text)
-        runs = [line[4:].strip() for line in text.splitlines() if line.startswith("RUN ")]
-        scripts = [m for r in runs for m in re.findall(r"(?:scripts|conf/docker)/[\w./-]+\.sh", r)]
-        for sc in scripts:
+        self.assertIn("ARG BASE_IMAGE=debian:bookworm\n", text)
+        builder, runtime = text.split("\nFROM ${BASE_IMAGE} AS builder\n", 1)[1].split("\nFROM ${BASE_IMAGE}\n", 1)
+
+        def runs(stage):
+            return [line[4:].strip() for line in stage.splitlines() if line.startswith("RUN ")]
+
+        def scripts(stage):
+            return [m for r in runs(stage) for m in re.findall(r"(?:scripts|conf/docker)/[\w./-]+\.sh", r)]
+        for sc in scripts(builder):
             self.assertTrue(os.access(os.path.join(REPO, sc), os.X_OK), sc)
-        self.assertEqual(scripts, ["scripts/setup.sh", "conf/docker/install_cuda.sh", "scripts/install.sh"])
-        self.assertIn("HVD_SKIP_K8S_TOOLS=1 scripts/setup.sh", runs[0])
-        self.assertIn("scripts/install.sh /opt/hvdrun/build /usr/local", runs[3])
-        self.assertEqual(runs[4], "hvd-entrypoint prepare-image")  # installed by install.sh (layout test)
-        self.assertIn('ENTRYPOINT ["hvd-entrypoint"]', text)
+        self.assertEqual(scripts(builder), ["scripts/setup.sh", "conf/docker/install_cuda.sh", "scripts/install.sh"])
+        self.assertIn("HVD_SKIP_K8S_TOOLS=1 HVD_SKIP_CONTAINER_ENGINE=1 scripts/setup.sh", runs(builder)[0])
+        self.assertIn("DESTDIR=/opt/hvdrun/stage scripts/install.sh /tmp/hvdrun-build /usr/local", runs(builder)[2])
+        # The build tree is removed in the RUN that made it (a later RUN would
+        # leave it in a layer); the runtime stage never sees it anyway.
+        self.assertIn("rm -rf /tmp/hvdrun-build", runs(builder)[2])
+        # Package layers come before the source: only scripts/setup.sh and
+        # install_cuda.sh are copied before them.
+        copies = [line for line in builder.splitlines() if line.startswith("COPY ")]
+        self.assertEqual(copies, ["COPY scripts/setup.sh scripts/fetch_k8s_tools.sh scripts/",
+                                  "COPY conf/docker/install_cuda.sh conf/docker/", "COPY . ."])
+        # Runtime: the package list, then the staging root; no compiler, no source.
+        rt_copies = [line for line in runtime.splitlines() if line.startswith("COPY ")]
+        self.assertEqual(rt_copies, ["COPY conf/docker/runtime-packages.txt /tmp/runtime-packages.txt",
+                                     "COPY conf/docker/install_cuda.sh /tmp/install_cuda.sh",
+                                     "COPY --from=builder /opt/hvdrun/stage/ /"])
+        self.assertIn("runtime-packages.txt", runs(runtime)[0])
+        self.assertEqual(runs(runtime)[-1], "ldconfig && hvd-entrypoint prepare-image")
+        self.assertNotIn("setup.sh", runtime)
+        with open(os.path.join(REPO, "conf", "docker", "runtime-packages.txt")) as f:
+            pkgs = [ln.split("#")[0].strip() for ln in f if ln.split("#")[0].strip()]
+        for p in pkgs:
+            self.assertFalse(p.endswith("-dev") or p in ("build-essential", "cmake", "git", "g++", "gcc"), p)
+        self.assertIn("python3-torch", pkgs)
+        self.assertIn('ENTRYPOINT ["hvd-entrypoint"]', runtime)
         with open(os.path.join(REPO, "conf", "docker", "Dockerfile.dockerignore")) as f:
             ignored = f.read().split()
-        for path in ("build", ".tools", ".git"):
+        for path in ("build", ".tools", ".git", "tests", "docs"):
             self.assertIn(path, ignored)
 
     def test_dockerfile_configure_line(self):
@@ -119,7 +147,7 @@ class InstallTest(unittest.TestCase):
         # would take minutes; the suite's own build covers the code.)
         with open(os.path.join(REPO, "conf", "docker", "Dockerfile")) as f:
             text = f.read().replace("\\\n", " ")
-        m = re.search(r"RUN cmake -S \. -B /opt/hvdrun/build (.*?) \$\(", text)
+        m = re.search(r"RUN cmake -S \. -B /tmp/hvdrun-build (.*?) \$\(", text)
         self.assertIsNotNone(m, "configure step not found")
         flags = m.group(1).replace('"$BUILD_TYPE"', "Release").split()
         self.assertEqual(flags, ["-DCMAKE_BUILD_TYPE=Release", "-DHVD_BUILD_TESTS=OFF"])

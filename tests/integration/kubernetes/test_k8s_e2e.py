@@ -16,16 +16,24 @@ Cases (one CTest entry each):
             horovodrun -np 4 --min-np 4 --max-np 4 --host-discovery-script
             <the chart's discover_hosts.sh wrapper> (real kubectl against
             FakeApiServer): a pod is deleted (terminated + deleted in the
-            API, everything in its namespace killed) and replaced by one
-            with a new name in a third namespace -> the job goes on from its
-            last commit, is back at 4 ranks, exits 0, and its result equals
-            a fault-free run (as tests/integration/python/elastic_e2e.py);
+            API, everything in its namespace killed) and recreated under
+            the SAME name, as its StatefulSet does (a new UID; here in the
+            same network namespace, so the same address) -> the job goes on
+            from its last commit, is back at 4 ranks, exits 0, and its
+            result equals a fault-free run (as
+            tests/integration/python/elastic_e2e.py);
+  elastic_script_pod_crashed
+            the pod's container crashes (everything in it SIGKILLed, no API
+            event first) and the kubelet restarts it in place: same name,
+            same address, restart count + 1, not Ready until its sshd is
+            back (the lost workers are retried meanwhile and refused) -> the
+            same recovery, never a blacklisted host (issue 32);
   elastic_script_pod_added
             the same with --max-np 6 and a pod added -> admitted, 6 ranks;
-  elastic_builtin_pod_replaced
-            the replacement case with hvdrun's built-in discovery (the
-            chart's elastic-command: --kubernetes-selector ...
-            --kubernetes-host-names dns, through a kubeconfig);
+  elastic_builtin_pod_replaced, elastic_builtin_pod_crashed
+            the replacement and crash cases with hvdrun's built-in
+            discovery (the chart's elastic-command: --kubernetes-selector
+            ... --kubernetes-host-names dns, through a kubeconfig);
   kubeflow  conf/kubernetes/kubeflow/mpijob.yaml's launcher command (read
             from the manifest: mpiexec ... -mca pml ob1 -mca btl ^openib -x
             NCCL_DEBUG sh -c '...') with an operator-style hostfile
@@ -348,8 +356,9 @@ class K8sE2E(unittest.TestCase):
 
     def elastic(self, discovery, max_np, change):
         """An elastic job over pods 0 and 1 (namespaces 0, 1); `change`:
-        "replace" (pod 1 deleted, pod 2 created in namespace 2) or "add"
-        (pod 2 created in namespace 2)."""
+        "replace" (pod 1 deleted and recreated under its name, as a
+        StatefulSet does), "crash" (pod 1's container killed and restarted in
+        place) or "add" (pod 2 created in namespace 2)."""
         if discovery == "script" and find_tool("kubectl") is None:
             skip("kubectl not found (scripts/setup.sh installs kubernetes-client)")
         hosts, pods = self.start_pods(3, running=[0, 1], hostnames=[pod_name(i) for i in range(3)])
@@ -411,10 +420,31 @@ class K8sE2E(unittest.TestCase):
                 if change == "replace":
                     api.terminate(pod_name(1))  # kubectl delete pod: deletionTimestamp first ...
                     self.kill_pod(1)  # ... the kubelet kills the containers ...
-                    api.delete(pod_name(1))  # ... and the pod object goes
-                # The StatefulSet controller's new pod (a new name, another node).
-                pods.start_worker(2, hostname=pod_name(2))
-                self.add_pod(api, 2, 2)
+                    # ... the pod object goes, and the StatefulSet controller
+                    # creates it again under the same name (a new UID), not
+                    # Ready until its sshd is (a fresh emptyDir: new_pod).
+                    api.recreate(pod_name(1))
+                    pods.start_worker(1, new_pod=True, hostname=pod_name(1))
+                    api.set_ready(pod_name(1))
+                elif change == "crash":
+                    # The container dies at once (OOM kill: SIGKILL, no API
+                    # event first); hvdrun's connections drop and its retries
+                    # are refused until the kubelet has restarted it.
+                    self.assertEqual(pods.stop_worker(1, sig=signal.SIGKILL, timeout=5), -signal.SIGKILL)
+                    self.assertEqual(netns_hosts.kill_namespace_processes(
+                        self.hosts.namespaces[1], keep=(self.hosts.sshd[1].pid,), rounds=40), [])
+                    time.sleep(1.5)
+                    api.restart(pod_name(1))  # restartCount + 1, not Ready
+                    time.sleep(1.5)  # CrashLoopBackOff's first delay is longer; hvdrun retries meanwhile
+                    # The same emptyDir (the same host key); its sshd.pid is
+                    # stale (the readiness probe sees no sshd behind it), so
+                    # start_worker waits for the new sshd's ready line.
+                    os.unlink(os.path.join(pods.sshd_dir(1), "sshd.pid"))
+                    pods.start_worker(1, hostname=pod_name(1))
+                    api.set_ready(pod_name(1))
+                else:
+                    pods.start_worker(2, hostname=pod_name(2))
+                    self.add_pod(api, 2, 2)
             time.sleep(0.05)
         rc = job.wait(10)
         out = job.text()
@@ -434,13 +464,15 @@ class K8sE2E(unittest.TestCase):
         self.assertTrue(any(s[0] == COMMIT_EVERY and s[-1] == TOTAL_STEPS for s in by_pid.values()), out)
         before, after = lines[:acted_at], lines[acted_at:]
         self.assertEqual({pod_of[ln[4]] for ln in before}, {0, 1}, out)
-        want = 4 if change == "replace" else 6
+        want = 6 if change == "add" else 4
         grown = [ln for ln in after if ln[2] == want]
         self.assertTrue(grown, f"not back at size {want} after the change:\n{out}")
         newcomers = {ln[4] for ln in grown} - {ln[4] for ln in before}
-        self.assertEqual({pod_of[p] for p in newcomers}, {2}, f"new workers not on the new pod:\n{out}")
+        new_pod = 2 if change == "add" else 1
+        self.assertEqual({pod_of[p] for p in newcomers}, {new_pod}, f"new workers not on the new pod:\n{out}")
         self.assertEqual(len(newcomers), SLOTS, out)
-        if change == "replace":
+        self.assertNotIn("blacklisted", out)
+        if change != "add":
             gone = {ln[4] for ln in before if pod_of[ln[4]] == 1}
             # (with the built-in discovery's watch hvdrun may stop them itself
             # as soon as the pod is terminating, before the kill)
@@ -468,8 +500,14 @@ class K8sE2E(unittest.TestCase):
     def test_elastic_script_pod_added(self):
         self.elastic("script", max_np=6, change="add")
 
+    def test_elastic_script_pod_crashed(self):
+        self.elastic("script", max_np=4, change="crash")
+
     def test_elastic_builtin_pod_replaced(self):
         self.elastic("builtin", max_np=4, change="replace")
+
+    def test_elastic_builtin_pod_crashed(self):
+        self.elastic("builtin", max_np=4, change="crash")
 
     # ---- 3. the Kubeflow route ----------------------------------------------
     def test_kubeflow(self):

@@ -93,7 +93,9 @@ hvdrun -np {{ include "hvdrun.np" . }} --hostfile /etc/hvdrun/generated/hostfile
 hvdrun -np {{ include "hvdrun.np" . }} --min-np {{ include "hvdrun.minNp" . }} --max-np {{ include "hvdrun.maxNp" . }}
 {{- if eq .Values.elastic.discovery "script" }} --host-discovery-script /etc/hvdrun/generated/discover_hosts.sh
 {{- else }} --kubernetes-selector {{ include "hvdrun.workerSelector" . }} --kubernetes-namespace {{ .Release.Namespace }} --kubernetes-slots {{ include "hvdrun.slots" . }} --kubernetes-host-names dns
-{{- end }}{{ include "hvdrun.portFlag" . }}
+{{- end }}
+{{- with .Values.elastic.blacklistCooldownRange }} --blacklist-cooldown-range {{ index . 0 }} {{ index . 1 }}{{ end }}
+{{- include "hvdrun.portFlag" . }}
 {{- end -}}
 
 {{/* Scheduling for a role: (dict "root" $ "role" .Values.worker) */}}

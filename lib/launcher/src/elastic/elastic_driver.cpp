@@ -21,6 +21,10 @@
 //    will never arrive at its barrier, so waiting would only turn a
 //    finished training into a grace timeout (kElastic). Formation comes
 //    from the store (on_world_formed), never from timing guesses.
+//  * A lost worker's host backs off (unreachable_backoff, doubled per
+//    consecutive loss) instead of counting a failure: one loss episode
+//    (several slots lost at once) counts once. Its restart waits for the
+//    back-off or for the host to come back, whichever is first.
 //  * cooldown_min == cooldown_max == 0 means "blacklisted until the end of
 //    the job" (horovodrun's default). blacklist_failures <= 0 disables
 //    blacklisting.
@@ -116,6 +120,10 @@ struct ElasticDriver::Impl {
     int times_blacklisted = 0;
     bool blacklisted = false;
     std::optional<ElasticTime> until;  ///< none while blacklisted: until the end of the job
+    /// Consecutive lost workers (unreachable host); 0 once it answers again.
+    int losses = 0;
+    /// Unreachable: no worker is started on it before this.
+    std::optional<ElasticTime> retry_at;
   };
 
   ElasticPolicy policy;
@@ -134,6 +142,8 @@ struct ElasticDriver::Impl {
   std::map<std::string, Exited> exited;
 
   std::map<std::string, Health> health;
+  /// The last incarnation discovery reported for each host (when it does).
+  std::map<std::string, std::string> incarnations;
 
   bool started = false;  ///< the initial start happened (start_np slots were offered)
   int last_waiting_slots = -1;
@@ -204,6 +214,35 @@ struct ElasticDriver::Impl {
     return !it->second.until || *it->second.until > now;
   }
 
+  /// Lost recently: its slots wait for the back-off (or for it to come back).
+  bool backing_off(const std::string& host, ElasticTime now) const {
+    auto it = health.find(host);
+    return it != health.end() && it->second.retry_at && *it->second.retry_at > now;
+  }
+
+  /// `host` came back (`why`): a fresh host. Without `all` only after a
+  /// loss, and an active blacklisting stays; with `all` (a new incarnation:
+  /// another pod, or the same pod's restarted container, is not the host
+  /// that failed) everything is forgotten.
+  void revive(const std::string& host, const std::string& why, bool all) {
+    auto it = health.find(host);
+    if (it == health.end()) return;
+    Health& h = it->second;
+    const bool was_blacklisted = h.blacklisted;
+    if (!all && h.losses == 0) return;
+    if (!all && was_blacklisted) {
+      h.losses = 0;
+      h.retry_at.reset();
+      return;
+    }
+    const bool news = h.losses > 0 || !h.failures.empty() || was_blacklisted || h.retry_at;
+    health.erase(it);
+    if (news) {
+      log(fmt::format("host {} is back ({}): a fresh host{}", host, why,
+                      was_blacklisted ? " (no longer blacklisted)" : ""));
+    }
+  }
+
   const HostSpec* listed(const std::string& host) const {
     for (const auto& h : hosts) {
       if (h.name == host) return &h;
@@ -267,7 +306,7 @@ struct ElasticDriver::Impl {
     w.slot = slot;
     w.started = now;
     auto health_it = health.find(host);
-    w.retry = health_it != health.end() && !health_it->second.failures.empty();
+    w.retry = health_it != health.end() && (!health_it->second.failures.empty() || health_it->second.losses > 0);
     occupied[{host, slot}] = w.serial;
     placement[w.id] = {host, slot};
     ElasticAction a = action(ElasticAction::Kind::Spawn);
@@ -352,7 +391,7 @@ struct ElasticDriver::Impl {
     int count = active_count();
     for (const auto& h : hosts) {
       if (count >= policy.max_np) return;
-      if (blacklisted(h.name, now)) continue;
+      if (blacklisted(h.name, now) || backing_off(h.name, now)) continue;
       for (int s = 0; s < h.slots && count < policy.max_np; ++s) {
         if (occupied.count({h.name, s})) continue;
         spawn(h.name, s, now);
@@ -620,6 +659,29 @@ void ElasticDriver::on_discovery(const DiscoveryResult& result, ElasticTime now)
   if (!d.have_hosts || result.hosts != d.hosts) {
     d.log(fmt::format("discovery: {} (was {})", hosts_text(result.hosts), d.have_hosts ? hosts_text(d.hosts) : "-"));
   }
+  // Hosts that come back are fresh hosts (see the header).
+  for (const auto& h : result.hosts) {
+    const auto inc = result.incarnations.find(h.name);
+    if (inc != result.incarnations.end()) {
+      const auto known = d.incarnations.find(h.name);
+      if (known != d.incarnations.end() && known->second != inc->second) {
+        std::size_t stopped = 0;
+        for (auto& [s, w] : d.live) {
+          if (w.host != h.name || w.stopping) continue;
+          d.stop(w);
+          ++stopped;
+        }
+        if (stopped > 0) {
+          d.pending_reasons.push_back(fmt::format("host {} was replaced or restarted", h.name));
+          d.log(fmt::format("host {} was replaced or restarted (a new pod or container): stopping its {} there",
+                            h.name, plural(stopped, "worker")));
+        }
+        d.revive(h.name, "a new pod or container", true);
+      }
+      d.incarnations[h.name] = inc->second;
+    }
+    if (d.have_hosts && !d.listed(h.name)) d.revive(h.name, "listed by discovery again", false);
+  }
   d.have_hosts = true;
   d.hosts = result.hosts;
   d.reconcile(now);
@@ -631,6 +693,9 @@ void ElasticDriver::on_worker_ready(const std::string& worker_id, ElasticTime no
   if (!w || w->stopping || w->ready) return;
   w->ready = true;
   if (!d.active()) return;
+  if (auto h = d.health.find(w->host); h != d.health.end() && h->second.losses > 0) {
+    d.revive(w->host, "a worker there got ready after a loss", false);
+  }
   if (d.world.version > 0 && !d.world.find(worker_id) && !d.admit_at) d.admit_at = now + d.policy.admit_delay;
   d.reconcile(now);
 }
@@ -677,12 +742,29 @@ void ElasticDriver::on_worker_exit(const std::string& worker_id, int status, con
     d.finish(code, fmt::format("{} failed before the job formed: {}", d.on_host(w), what));
     return;
   }
-  const std::size_t blacklist_after = d.count_failure(w.host, now);
+  std::size_t blacklist_after = 0;
+  std::optional<milliseconds> backoff;
+  if (e.lost) {
+    // Unreachable, not failing: back off, never blacklist (see the header).
+    Impl::Health& h = d.health[w.host];
+    if (!d.backing_off(w.host, now)) {
+      ++h.losses;
+      milliseconds wait = d.policy.unreachable_backoff * (int64_t{1} << std::min(h.losses - 1, 16));
+      wait = std::min(wait, std::max(d.policy.unreachable_backoff_max, d.policy.unreachable_backoff));
+      h.retry_at = now + wait;
+    }
+    backoff = std::chrono::duration_cast<milliseconds>(*h.retry_at - now);
+  } else {
+    blacklist_after = d.count_failure(w.host, now);
+  }
   std::string next;
   if (blacklist_after > 0 || d.blacklisted(w.host, now)) {
     next = "not restarting it (host blacklisted)";
   } else if (!d.listed(w.host)) {
     next = "not restarting it (host no longer listed)";
+  } else if (backoff) {
+    next = fmt::format("host unreachable: restarting the slot in {} (at once if the host comes back)",
+                       seconds_text(*backoff));
   } else {
     next = "restarting the slot";
   }
@@ -723,6 +805,10 @@ void ElasticDriver::tick(ElasticTime now) {
     return;
   }
 
+  // Back-offs over: unreachable hosts are tried again (reconcile below).
+  for (auto& [host, h] : d.health) {
+    if (h.retry_at && *h.retry_at <= now) h.retry_at.reset();
+  }
   // Cooldowns over: hosts usable again.
   for (auto& [host, h] : d.health) {
     if (h.blacklisted && h.until && *h.until <= now) {
@@ -790,6 +876,7 @@ std::optional<ElasticTime> ElasticDriver::next_deadline() const {
   }
   for (const auto& [host, h] : d.health) {
     if (h.blacklisted && h.until) consider(*h.until);
+    if (h.retry_at) consider(*h.retry_at);
   }
   return best;
 }

@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
 
 using namespace hvd::launcher;
 using namespace std::chrono_literals;
@@ -91,6 +92,17 @@ struct Harness {
   std::vector<ElasticAction> discover(std::vector<HostSpec> hosts) {
     DiscoveryResult r;
     r.hosts = std::move(hosts);
+    d.on_discovery(r, now);
+    return take();
+  }
+  /// Discovery that knows each host's incarnation (Kubernetes: pod UID, IP,
+  /// restart count), given as (host, slots, incarnation).
+  std::vector<ElasticAction> discover_pods(const std::vector<std::tuple<std::string, int, std::string>>& pods) {
+    DiscoveryResult r;
+    for (const auto& [name, slots, incarnation] : pods) {
+      r.hosts.push_back({name, slots});
+      r.incarnations[name] = incarnation;
+    }
     d.on_discovery(r, now);
     return take();
   }
@@ -693,20 +705,25 @@ TEST_CASE("elastic driver: a host lost during formation is retried when the othe
   REQUIRE(of(a, Kind::Finish).empty());
   REQUIRE(has_message(a, Kind::Warn,
                       "w2 on far slot 0 failed (lost: ssh: connect to host far: Connection refused); "
-                      "restarting the slot"));
-  REQUIRE(ids(a, Kind::Spawn) == Strings{"w3"});
+                      "host unreachable: restarting the slot in 1 s (at once if the host comes back)"));
+  REQUIRE(of(a, Kind::Spawn).empty());  // after the back-off
+  REQUIRE(ids(h.advance(1s), Kind::Spawn) == Strings{"w3"});
   // w3 (a retry on a failing host) does not hold back the first world
   a = h.ready("w1");
   REQUIRE(h.d.current_world().version == 1);
   REQUIRE(h.d.current_world().size() == 1);
-  // two more failures blacklist the host for good (no cooldown range); the
-  // job goes on without it
+  // more losses back off longer (2 s, 4 s) but never blacklist the host;
+  // the job goes on without it meanwhile
   h.exit("w3", 255, "ssh: connect to host far: Connection refused");
+  REQUIRE(h.advance(1900ms).empty());
+  REQUIRE(ids(h.advance(100ms), Kind::Spawn) == Strings{"w4"});
   a = h.exit("w4", 255, "ssh: connect to host far: Connection refused");
-  REQUIRE(h.d.is_blacklisted("far", h.now));
+  REQUIRE(has_message(a, Kind::Warn, "restarting the slot in 4 s"));
+  REQUIRE_FALSE(h.d.is_blacklisted("far", h.now));
   REQUIRE(of(a, Kind::Spawn).empty());
   REQUIRE(of(a, Kind::Finish).empty());
   REQUIRE(h.d.current_world().size() == 1);
+  REQUIRE(h.d.next_deadline() == h.now + 4s);
   // a retry that does get ready joins as a scale-up
   SECTION("a retry that succeeds joins the running job") {
     Harness g(base_policy());
@@ -714,11 +731,134 @@ TEST_CASE("elastic driver: a host lost during formation is retried when the othe
     g.exit("w2", 255, "connection reset");
     g.ready("w1");
     REQUIRE(g.d.current_world().version == 1);
+    g.advance(1s);
     g.ready("w3");
     g.advance(50ms);
     REQUIRE(g.d.current_world().version == 2);
     REQUIRE(g.d.current_world().size() == 2);
   }
+}
+
+TEST_CASE("elastic driver: a worker container restarted in place recovers a job at np = min-np = max-np") {
+  // The chart's elastic job: np = min-np = max-np = 2, horovodrun's default
+  // blacklist (3 failures in 60 s, until the end of the job). Kubernetes
+  // restarts the crashed container under the same name and IP: SSH drops,
+  // then is refused while sshd starts again.
+  auto p = base_policy();
+  p.start_np = 2;
+  p.min_np = 2;
+  p.max_np = 2;
+  p.elastic_timeout = 600s;
+  Harness h(p);
+  form(h, {{"w-0", 1}, {"w-1", 1}});  // w1, w2
+  REQUIRE(h.d.current_world().version == 1);
+  auto a = h.exit("w2", 255, "connection to w-1 closed by remote host");
+  REQUIRE(of(a, Kind::Publish).empty());  // 1 < min-np: the survivor waits in reset()
+  for (int i = 0; i < 6; ++i) {  // refused again and again while sshd restarts
+    auto next = h.d.next_deadline();
+    REQUIRE(next);
+    a = h.advance(std::chrono::duration_cast<std::chrono::milliseconds>(*next - h.now));
+    auto spawns = of(a, Kind::Spawn);
+    if (spawns.empty()) continue;  // the elastic-timeout deadline is further
+    REQUIRE(spawns.size() == 1);
+    REQUIRE(spawns[0]->host == "w-1");
+    a = h.exit(spawns[0]->worker_id, 255, "ssh: connect to host w-1 port 22: Connection refused");
+    REQUIRE(of(a, Kind::Finish).empty());
+    REQUIRE_FALSE(h.d.is_blacklisted("w-1", h.now));
+  }
+  // sshd answers: the next retry gets ready and the job re-forms at size 2.
+  auto next = h.d.next_deadline();
+  REQUIRE(next);
+  REQUIRE(*next - h.now <= 30s);  // the back-off is capped
+  a = h.advance(std::chrono::duration_cast<std::chrono::milliseconds>(*next - h.now));
+  REQUIRE(ids(a, Kind::Spawn).size() == 1);
+  const std::string back = ids(a, Kind::Spawn)[0];
+  a = h.ready(back);
+  REQUIRE(has_message(a, Kind::Log, "host w-1 is back (a worker there got ready after a loss): a fresh host"));
+  h.advance(50ms);
+  REQUIRE(members(h.d.current_world()) == Strings{"w1", back});
+  REQUIRE(h.finishes == 0);
+  // Fresh: the next loss backs off 1 s again.
+  a = h.exit(back, 255, "connection reset");
+  REQUIRE(has_message(a, Kind::Warn, "restarting the slot in 1 s"));
+}
+
+TEST_CASE("elastic driver: a host that comes back with a new incarnation is a fresh host") {
+  auto p = base_policy();
+  p.blacklist_failures = 2;  // no cooldown range: blacklisted until the end of the job
+  Harness h(p);
+  h.discover_pods({{"a", 1, "uid-a/198.18.0.2/0"}, {"b", 1, "uid-b/198.18.0.3/0"}});
+  h.ready_all();  // w1 a, w2 b
+  REQUIRE(h.d.current_world().size() == 2);
+
+  SECTION("a container restart in place (same pod, restart count + 1) lifts a blacklisting") {
+    h.exit("w2", 1);  // the training crashed twice: blacklisted
+    h.ready_all();
+    auto a = h.exit("w3", 1);
+    REQUIRE(has_message(a, Kind::Warn, "host b blacklisted until the end of the job"));
+    REQUIRE(of(h.discover_pods({{"a", 1, "uid-a/198.18.0.2/0"}, {"b", 1, "uid-b/198.18.0.3/0"}}), Kind::Spawn)
+                .empty());  // the same incarnation: still out
+    a = h.discover_pods({{"a", 1, "uid-a/198.18.0.2/0"}, {"b", 1, "uid-b/198.18.0.3/1"}});
+    REQUIRE(has_message(a, Kind::Log, "host b is back (a new pod or container): a fresh host (no longer blacklisted)"));
+    REQUIRE_FALSE(h.d.is_blacklisted("b", h.now));
+    REQUIRE(ids(a, Kind::Spawn) == Strings{"w4"});
+    // Fresh: one more crash does not blacklist it (the count starts again).
+    h.ready_all();
+    h.exit("w4", 1);
+    REQUIRE_FALSE(h.d.is_blacklisted("b", h.now));
+  }
+  SECTION("a pod recreated under the same name (a StatefulSet) before its workers were seen lost") {
+    // The API's events arrive before hvdrun notices the SSH connection is
+    // gone (a deleted pod's address may never answer again).
+    auto a = h.discover_pods({{"a", 1, "uid-a/198.18.0.2/0"}, {"b", 1, "uid-b2/198.18.0.3/0"}});
+    REQUIRE(ids(a, Kind::Stop) == Strings{"w2"});  // it ran in the old pod
+    REQUIRE(has_message(a, Kind::Log, "host b was replaced or restarted (a new pod or container): stopping its 1 worker"));
+    REQUIRE(members(published(a)) == Strings{"w1"});
+    REQUIRE(published(a).reason.find("host b was replaced or restarted") != std::string::npos);
+    a = h.exit("w2", 143);  // asked for: not a failure
+    REQUIRE(ids(a, Kind::Spawn) == Strings{"w3"});
+    h.ready_all();
+    h.advance(50ms);
+    REQUIRE(members(h.d.current_world()) == Strings{"w1", "w3"});
+  }
+  SECTION("hosts without an incarnation (a discovery script) keep theirs") {
+    h.discover({{"a", 1}, {"b", 1}});
+    auto a = h.discover_pods({{"a", 1, "uid-a/198.18.0.2/0"}, {"b", 1, "uid-b/198.18.0.3/0"}});
+    REQUIRE(of(a, Kind::Stop).empty());
+  }
+}
+
+TEST_CASE("elastic driver: after a loss, a host dropped by discovery and listed again is retried at once") {
+  // The discovery script's view of a pod deleted and recreated under the
+  // same name (or a restarted container): not Ready, so not listed; Ready
+  // again, listed again. No incarnations.
+  auto p = base_policy();
+  p.unreachable_backoff = 5s;
+  Harness h(p);
+  form(h, {{"a", 1}, {"b", 1}});
+  auto a = h.exit("w2", 255, "connection to b closed by remote host");
+  REQUIRE(has_message(a, Kind::Warn, "restarting the slot in 5 s"));
+  REQUIRE(of(a, Kind::Spawn).empty());
+  REQUIRE(of(h.discover({{"a", 1}}), Kind::Spawn).empty());
+  a = h.discover({{"a", 1}, {"b", 1}});
+  REQUIRE(has_message(a, Kind::Log, "host b is back (listed by discovery again): a fresh host"));
+  REQUIRE(ids(a, Kind::Spawn) == Strings{"w3"});
+  // Several slots of one host lost at once are one loss episode.
+  h.discover({{"a", 1}, {"b", 1}, {"c", 3}});
+  h.ready_all();
+  h.advance(50ms);
+  REQUIRE(h.d.current_world().size() == 5);
+  std::vector<std::string> on_c;
+  for (const auto& [slot, id] : h.occupied) {
+    if (slot.first == "c") on_c.push_back(id);
+  }
+  REQUIRE(on_c.size() == 3);
+  for (const auto& id : on_c) {
+    a = h.exit(id, 255, "connection to c closed by remote host");
+    REQUIRE(has_message(a, Kind::Warn, "restarting the slot in 5 s"));
+  }
+  a = h.advance(5s);
+  REQUIRE(of(a, Kind::Spawn).size() == 3);
 }
 
 TEST_CASE("elastic driver: workers not ready within ready_timeout") {

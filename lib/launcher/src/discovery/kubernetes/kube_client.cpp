@@ -143,8 +143,8 @@ std::string describe_http_failure(int status, const std::string& body, const std
       }
     }
     return fmt::format(
-        "{} may not '{}' pods in namespace '{}' (403 Forbidden): add the verb to its Role (pod discovery needs get, "
-        "list and watch on pods)",
+        "{} may not '{}' pods in namespace '{}' (403 Forbidden): add the verb to its Role (pod discovery needs list "
+        "and watch on pods)",
         who, verb, ns);
   }
   message = escape_server_text(message);

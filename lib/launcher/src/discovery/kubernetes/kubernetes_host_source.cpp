@@ -65,6 +65,7 @@ DiscoveryResult KubernetesHostSource::discover() {
         r.error = *failure_;
       } else {
         r.hosts = hosts_of(pods_);
+        r.incarnations = incarnations_of(pods_);
       }
       return r;
     }
@@ -76,6 +77,7 @@ DiscoveryResult KubernetesHostSource::discover() {
   }
   std::lock_guard<std::mutex> lock(mu_);
   r.hosts = hosts_of(pods_);
+  r.incarnations = incarnations_of(pods_);
   if (options_.watch) {
     first_done_ = true;
     thread_ = std::thread([this] { watch_loop(); });
@@ -129,7 +131,9 @@ std::optional<std::string> KubernetesHostSource::list_pods() {
 void KubernetesHostSource::publish_locked(std::unique_lock<std::mutex>& lock) {
   (void)lock;
   std::vector<HostSpec> hosts = hosts_of(pods_);
-  if (published_ && *published_ == hosts) return;
+  std::map<std::string, std::string> incarnations = incarnations_of(pods_);
+  if (published_ && *published_ == hosts && published_incarnations_ == incarnations) return;
+  published_incarnations_ = std::move(incarnations);
   const std::string unused = describe_unusable(pods_);
   // Pod names and addresses come from the API server: one line, escaped.
   spdlog::info("kubernetes: pods '{}' in namespace '{}': {}{}", options_.selector, options_.namespace_name,

@@ -143,6 +143,17 @@ PodHost pod_host(const json& pod, const PodHostRules& rules) {
   if (!parsed.ok()) return not_used(fmt::format("host name '{}': {}", shown(name), *parsed.error));
   out.host = parsed.host;
   out.usable = true;
+  long restarts = 0;
+  const json::json_pointer statuses("/status/containerStatuses");
+  if (pod.contains(statuses) && pod.at(statuses).is_array()) {
+    for (const auto& c : pod.at(statuses)) {
+      if (c.is_object() && c.contains("restartCount") && c.at("restartCount").is_number_integer()) {
+        restarts += c.at("restartCount").get<long>();
+      }
+    }
+  }
+  out.incarnation = fmt::format("{}/{}/{}", text_at(pod, json::json_pointer("/metadata/uid")),
+                                text_at(pod, json::json_pointer("/status/podIP")), restarts);
   return out;
 }
 
@@ -191,6 +202,16 @@ std::vector<HostSpec> hosts_of(const std::map<std::string, PodHost>& pods) {
     } else {
       out.push_back(p->host);
     }
+  }
+  return out;
+}
+
+std::map<std::string, std::string> incarnations_of(const std::map<std::string, PodHost>& pods) {
+  std::map<std::string, std::string> out;
+  for (const PodHost* p : in_order(pods)) {
+    if (!p->usable) continue;
+    std::string& token = out[p->host.name];
+    token += (token.empty() ? "" : ",") + p->incarnation;
   }
   return out;
 }

@@ -103,7 +103,7 @@ TEST_CASE("kube_client: API errors are one line - 403 names the verb and the ser
       R"({"kind":"Status","code":403,"reason":"Forbidden","message":"pods is forbidden: User \"system:serviceaccount:jobs:hvdrun\" cannot watch resource \"pods\" in API group \"\" in the namespace \"jobs\""})";
   CHECK(describe_http_failure(403, forbidden, "watch", "jobs", "https://k:1") ==
         "the service account 'hvdrun' (namespace 'jobs') may not 'watch' pods in namespace 'jobs' (403 Forbidden): "
-        "add the verb to its Role (pod discovery needs get, list and watch on pods)");
+        "add the verb to its Role (pod discovery needs list and watch on pods)");
   CHECK(describe_http_failure(403, R"({"message":"User \"alice\" cannot list"})", "list", "x", "s")
             .find("user 'alice' may not 'list' pods in namespace 'x'") == 0);
   CHECK(describe_http_failure(403, "", "list", "x", "s").find("these credentials may not 'list'") == 0);

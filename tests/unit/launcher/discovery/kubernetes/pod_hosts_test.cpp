@@ -142,3 +142,39 @@ TEST_CASE("pod_hosts: a pod IP with control characters is refused, shown escaped
   phase["status"]["phase"] = "Pending\x1b[31m";
   CHECK(pod_host(phase, rules()).why_not == "phase Pending\\x1b[31m");
 }
+
+// Issue 32: a pod that comes back (a StatefulSet's new pod under the same
+// name: a new UID; the same pod's container restarted: restartCount + 1; a
+// new IP) has a new incarnation, which the elastic driver treats as a
+// fresh host.
+TEST_CASE("pod_hosts: incarnations change with the pod's UID, IP and container restarts", "[kubernetes]") {
+  json p = pod("w-0", "10.0.0.5");
+  p["metadata"]["uid"] = "uid-1";
+  p["status"]["containerStatuses"] = json::array({{{"name", "w"}, {"restartCount", 0}}});
+  auto incarnation = [](const json& j) {
+    std::map<std::string, PodHost> pods{{"w-0", pod_host(j, rules())}};
+    return incarnations_of(pods);
+  };
+  const auto first = incarnation(p);
+  CHECK(first == std::map<std::string, std::string>{{"10.0.0.5", "uid-1/10.0.0.5/0"}});
+  json restarted = p;
+  restarted["status"]["containerStatuses"][0]["restartCount"] = 1;
+  CHECK(incarnation(restarted).at("10.0.0.5") == "uid-1/10.0.0.5/1");
+  json recreated = p;
+  recreated["metadata"]["uid"] = "uid-2";
+  CHECK(incarnation(recreated).at("10.0.0.5") == "uid-2/10.0.0.5/0");
+  // DNS names: the host keeps its name, the incarnation tells the pods apart.
+  PodHostRules dns = rules();
+  dns.host_names = KubernetesHostNames::Dns;
+  p["spec"]["subdomain"] = "svc";
+  recreated["spec"]["subdomain"] = "svc";
+  recreated["status"]["podIP"] = "10.0.0.9";
+  std::map<std::string, PodHost> a{{"w-0", pod_host(p, dns)}}, b{{"w-0", pod_host(recreated, dns)}};
+  CHECK(hosts_of(a) == hosts_of(b));
+  CHECK(incarnations_of(a).at("w-0.svc") == "uid-1/10.0.0.5/0");
+  CHECK(incarnations_of(b).at("w-0.svc") == "uid-2/10.0.0.9/0");
+  // Not usable: no incarnation.
+  json unready = p;
+  unready["status"]["conditions"][0]["status"] = "False";
+  CHECK(incarnation(unready).empty());
+}

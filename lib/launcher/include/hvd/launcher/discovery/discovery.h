@@ -15,6 +15,7 @@
 /// keeps the previous host set; each distinct reason is logged once.
 #include <chrono>
 #include <cstddef>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,6 +30,10 @@ namespace hvd::launcher {
 /// logged (the previous host set is kept), never tear the job down.
 struct DiscoveryResult {
   std::vector<HostSpec> hosts;
+  /// Host name -> an opaque token that changes when the host is replaced or
+  /// restarted (Kubernetes: the pod's UID, IP and container restart counts).
+  /// Hosts missing here (every host of a discovery script): unknown.
+  std::map<std::string, std::string> incarnations;
   std::optional<std::string> error;  ///< set => hosts is meaningless
   bool ok() const { return !error.has_value(); }
 };

@@ -24,7 +24,22 @@
 ///  * New host / more slots: workers are started on free slots up to max_np.
 ///  * A worker that fails (non-zero exit, signal, lost) leaves the world at
 ///    once (a world without it is published) and its slot is restarted
-///    unless the host is blacklisted. A host is blacklisted when
+///    unless the host is blacklisted or unreachable.
+///  * A lost worker (no exit status: SSH refused or dropped) says its host
+///    is unreachable, not that the job fails there (a Kubernetes container
+///    restarting in place, a pod being replaced): it never counts towards
+///    the blacklist. The host's slots are retried after a back-off of
+///    `unreachable_backoff`, doubled per consecutive loss up to
+///    `unreachable_backoff_max`.
+///  * A host that comes back is a fresh host: its failures, back-off and
+///    blacklisting are forgotten when discovery reports a new incarnation
+///    for it (DiscoveryResult::incarnations: a new pod UID, IP or container
+///    restart count; its workers still running on the old one are stopped),
+///    and its failures and back-off are forgotten when SSH answers again
+///    after a loss (a worker there gets ready) or when, after a loss,
+///    discovery drops the host and lists it again. A StatefulSet's pod name
+///    is never blacklisted for good because its container restarted.
+///  * A host is blacklisted when
 ///    `blacklist_failures` failures happen on it within `failure_window`:
 ///    its remaining workers are stopped and discovery ignores it for a
 ///    cooldown drawn uniformly from [cooldown_min, cooldown_max], doubled for
@@ -85,6 +100,10 @@ struct ElasticPolicy {
   std::chrono::milliseconds finish_grace{30000};
   /// A started worker that is not ready within this counts as failed.
   std::chrono::milliseconds ready_timeout{30000};
+  /// After a lost worker, its host's slots are retried this much later,
+  /// doubled per consecutive loss on that host, at most the maximum.
+  std::chrono::milliseconds unreachable_backoff{1000};
+  std::chrono::milliseconds unreachable_backoff_max{30000};
 };
 
 /// What the runner must do, in order.

@@ -85,7 +85,7 @@ struct ApiFailure {
 /// The one-line reason for an HTTP error answer to `verb` ("list", "watch")
 /// of pods in `ns`; `body` is the API's Status object when it sent one.
 /// 403: "<who> may not 'watch' pods in namespace 'ns' (403 Forbidden): add
-/// the verb to its Role (pod discovery needs get, list and watch)".
+/// the verb to its Role (pod discovery needs list and watch on pods)".
 std::string describe_http_failure(int status, const std::string& body, const std::string& verb, const std::string& ns,
                                   const std::string& server);
 

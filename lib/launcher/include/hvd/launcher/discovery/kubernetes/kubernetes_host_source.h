@@ -120,6 +120,7 @@ class KubernetesHostSource final : public HostSource {
   /// When the current watch answered 200 and has had no error since.
   std::optional<std::chrono::steady_clock::time_point> watch_ok_since_;
   std::optional<std::vector<HostSpec>> published_;
+  std::map<std::string, std::string> published_incarnations_;
   std::function<void()> listener_;
   bool first_done_ = false;
   bool stopping_ = false;

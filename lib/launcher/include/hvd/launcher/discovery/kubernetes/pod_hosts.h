@@ -39,6 +39,10 @@ struct PodHost {
   /// integer"); empty when usable.
   std::string why_not;
   HostSpec host;  ///< when usable
+  /// "<uid>/<pod IP>/<sum of container restart counts>": changes when the
+  /// pod is replaced (a StatefulSet's new pod keeps the name, not the UID)
+  /// or its container restarts in place.
+  std::string incarnation;
 };
 
 /// Reads one pod object (the API's JSON). Never throws: a pod it cannot use
@@ -49,6 +53,10 @@ PodHost pod_host(const nlohmann::json& pod, const PodHostRules& rules);
 /// compare as numbers: w-2 before w-10). Pods that share a host name (host
 /// networking) add their slots to one host.
 std::vector<HostSpec> hosts_of(const std::map<std::string, PodHost>& pods);
+
+/// Host name -> the incarnations of its usable pods (joined by ','; pods in
+/// name order), for DiscoveryResult::incarnations.
+std::map<std::string, std::string> incarnations_of(const std::map<std::string, PodHost>& pods);
 
 /// Compares pod names with runs of digits as numbers ("w-2" < "w-10").
 bool natural_less(const std::string& a, const std::string& b);
