@@ -53,10 +53,11 @@ cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DHVD_WITH_CUDA=ON \
   { cat "$BUILD/configure.log"; die "configure failed"; }
 py_tag=$("$PY312" -c "import sysconfig; print(sysconfig.get_config_var('py_version_nodot'))")
 cmake --build "$BUILD" -j"$(nproc)" --target hvdrun hvdbench hvd_collective hvd_mpi_bootstrap cuda_check \
-  hvdcomm_core "hvdcomm_core_py$py_tag" hvdcomm_py
+  hvdcomm_core "hvdcomm_core_py$py_tag" hvdcomm_py hvdrun_man
 
 rm -rf "$OUT"
 cmake --install "$BUILD" --strip >/dev/null
+rm -rf "$OUT/share"  # man pages and docs: not needed on the GPU machine
 install -m 755 -s "$BUILD/tests/integration/cuda/cuda_check" "$OUT/bin/cuda_check"
 
 # Shared libraries a base system lacks: everything ldd resolves outside the
