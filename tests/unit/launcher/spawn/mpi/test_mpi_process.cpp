@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -78,8 +79,14 @@ Options options() {
 /// Runs run_mpi_job in a forked child (it blocks signals and waits), so the
 /// test can signal it; returns the child's pid.
 pid_t fork_job(const Options& o, const JobPlan& plan) {
+  const pid_t test = getpid();
   pid_t pid = fork();
   if (pid == 0) {
+    // The job ("hvdrun") dies with the test process: a test that fails or
+    // times out (ctest kills the test, not its children) must not leave it
+    // and its mpirun running; its group guard then takes mpirun along.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != test) _exit(125);
     int code = run_mpi_job(o, plan, {{"JOB_WIDE", "yes"}});
     _exit(code);
   }
