@@ -24,9 +24,13 @@ std::vector<RankMessage> Exchange::exchange(Comm& comm, const RankMessage& mine)
   for (int i = 0; i < 4; ++i) slot_[i] = static_cast<uint8_t>(len >> (8 * i));
   std::memcpy(slot_.data() + 4, bytes.data(), std::min(bytes.size(), kSlotPayload));
   all_slots_.resize(kSlot * static_cast<std::size_t>(size));
-  allgatherv(comm, slot_.data(), kSlot, all_slots_.data(), std::vector<std::size_t>(size, kSlot));
+  slot_sizes_.assign(static_cast<std::size_t>(size), kSlot);
+  allgatherv(comm, slot_.data(), kSlot, all_slots_.data(), slot_sizes_);
 
-  std::vector<std::size_t> lens(size), spill(size);
+  std::vector<std::size_t>& lens = lens_;
+  std::vector<std::size_t>& spill = spill_;
+  lens.assign(static_cast<std::size_t>(size), 0);
+  spill.assign(static_cast<std::size_t>(size), 0);
   std::size_t spill_total = 0;
   for (int r = 0; r < size; ++r) {
     const uint8_t* s = all_slots_.data() + static_cast<std::size_t>(r) * kSlot;

@@ -41,7 +41,9 @@ class Exchange {
  private:
   std::size_t max_message_;
   uint64_t spilled_ = 0;
+  // Reused every cycle (the loop runs one exchange per cycle time).
   std::vector<uint8_t> slot_, all_slots_, overflow_, joined_;
+  std::vector<std::size_t> slot_sizes_, lens_, spill_;
 };
 
 }  // namespace hvd::collective::detail
