@@ -72,7 +72,7 @@ int hvdrun_main(int argc, char** argv) {
       } else if (parsed.options->dry_run == DryRunFormat::Text) {
         std::fputs(platform::render_platform(*source.platform).c_str(), stdout);
       } else {
-        spdlog::info("{}", source.platform->unranked_reason);
+        spdlog::warn("{}", source.platform->unranked_reason);
       }
       return exit_code::kOk;
     }
@@ -105,7 +105,7 @@ int hvdrun_main(int argc, char** argv) {
     if (!elastic) {
       const DiscoveryResult hosts = source.source->discover();
       if (!hosts.ok()) throw InvalidArgument(*hosts.error);
-      plan = make_plan(options, hosts.hosts);
+      plan = make_plan(options, hosts.hosts, launch.mode == LaunchMode::Mpirun ? SlotCheck::Mpirun : SlotCheck::Hvdrun);
     }
     // A platform job's leader: attached to its followers while the job runs
     // and reports the job's status to them at the end.

@@ -4,6 +4,7 @@
 #include "hvd/common/logging.h"
 #include "hvd/common/secret.h"
 #include "hvd/launcher/hosts/network.h"
+#include "hvd/launcher/options/cli.h"
 
 #include <spdlog/spdlog.h>
 
@@ -17,7 +18,7 @@ void report(const std::string& message) { std::fprintf(stderr, "hvdrun: error: %
 
 /// Logging first: the signal guard's member initialiser follows.
 const Options& with_logging(const Options& options) {
-  init_logging("hvdrun", options.verbose ? spdlog::level::debug : spdlog::level::info);
+  init_launcher_logging(options);
   return options;
 }
 

@@ -26,13 +26,14 @@ std::string current_directory() {
 }  // namespace
 
 JobPlan make_plan(const Options& options, const std::vector<HostSpec>& hosts,
-                  const std::map<std::string, std::string>& launcher_env, const std::string& cwd) {
+                  const std::map<std::string, std::string>& launcher_env, const std::string& cwd,
+                  SlotCheck check) {
   if (!options.num_proc) throw InvalidArgument("-np/--num-proc is required (e.g. hvdrun -np 4 python train.py)");
   if (options.command.empty()) throw InvalidArgument("no command given (e.g. hvdrun -np 2 python train.py)");
   const int np = *options.num_proc;
   if (np < 1) throw InvalidArgument(fmt::format("-np must be at least 1, not {}", np));
 
-  std::vector<SlotAssignment> slots = assign_slots(hosts, np);
+  std::vector<SlotAssignment> slots = assign_slots(hosts, np, check == SlotCheck::Mpirun);
 
   JobPlan plan;
   // Only hosts that run a rank are part of the job (spawners connect to
@@ -60,6 +61,10 @@ JobPlan make_plan(const Options& options, const std::vector<HostSpec>& hosts,
 
 JobPlan make_plan(const Options& options, const std::vector<HostSpec>& hosts) {
   return make_plan(options, hosts, current_environment(), current_directory());
+}
+
+JobPlan make_plan(const Options& options, const std::vector<HostSpec>& hosts, SlotCheck check) {
+  return make_plan(options, hosts, current_environment(), current_directory(), check);
 }
 
 }  // namespace hvd::launcher
