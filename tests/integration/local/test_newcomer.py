@@ -91,6 +91,36 @@ class Newcomer(unittest.TestCase):
         p = self.line("horovodrun -np 1 -Hlocalhost:1 true")
         self.assertEqual(p.returncode, 0, p.stderr)
 
+    # --- item 3: -cb asks the interpreter that will run the workers
+    def test_check_build_asks_the_worker_interpreter(self):
+        # `python3` on PATH is the interpreter this suite runs with (torch there).
+        bindir = os.path.join(self.dir, "bin")
+        os.mkdir(bindir)
+        os.symlink(sys.executable, os.path.join(bindir, "python3"))
+        path = os.pathsep.join([BINDIR, bindir, "/usr/bin", "/bin"])
+        p = self.line("horovodrun -cb", env=user_env(PATH=path))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        torch_line = [l for l in p.stdout.splitlines() if "PyTorch" in l]
+        self.assertEqual(len(torch_line), 1, p.stdout)
+        built = os.path.isdir(os.environ.get("PYPATH", "").split(os.pathsep)[-1] or "/nonexistent")
+        # Without PYTHONPATH the worker interpreter cannot import horovod.torch: no tick.
+        if built:
+            self.assertIn("[ ] PyTorch (built, but python3 cannot import horovod.torch: ModuleNotFoundError", torch_line[0])
+        else:
+            self.assertEqual(torch_line[0], "    [ ] PyTorch")
+        if not built:
+            return
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            self.skipTest("torch is not importable here")
+        # The README's PYTHONPATH line: ticked, naming where it came from.
+        p = self.line("horovodrun -cb", env=user_env(PATH=path, PYTHONPATH=os.environ["PYPATH"]))
+        self.assertRegex(p.stdout, r"    \[X\] PyTorch \(python3 imports horovod.torch from .*/horovod/torch/__init__.py\)")
+        # No interpreter at all: said so, not ticked.
+        p = self.line("horovodrun -cb", env=user_env(PATH=BINDIR))
+        self.assertIn("neither python3 nor python is on PATH", p.stdout)
+
     # --- items 5 and 6: under mpirun, count ranks and let mpirun check slots
     @unittest.skipUnless(shutil.which("mpirun"), "no mpirun installed")
     def test_mpirun_mode_counts_ranks_and_passes_oversubscribe(self):
