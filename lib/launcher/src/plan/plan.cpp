@@ -53,6 +53,10 @@ JobPlan make_plan(const Options& options, const std::vector<HostSpec>& hosts,
     w.slot = slot;
     w.argv = options.command;
     w.env = add_slot_env(common, slot, slots.size());
+    // A platform's per-machine values for the host this rank runs on.
+    if (auto it = options.host_env.find(slot.hostname); it != options.host_env.end()) {
+      for (const auto& [name, value] : it->second) w.env[name] = value;
+    }
     w.cwd = cwd;
     plan.workers.push_back(std::move(w));
   }
