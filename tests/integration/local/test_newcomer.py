@@ -121,6 +121,42 @@ class Newcomer(unittest.TestCase):
         p = self.line("horovodrun -cb", env=user_env(PATH=BINDIR))
         self.assertIn("neither python3 nor python is on PATH", p.stdout)
 
+    # --- item 7: config files warn only where a setting is not honoured
+    def test_config_files_warn_only_where_a_setting_is_not_honoured(self):
+        # horovodrun's config layout as Horovod's own example config uses it,
+        # logging.hide_timestamp included.
+        with open(os.path.join(self.dir, "config.yaml"), "w") as f:
+            f.write("controller: gloo\n"
+                    "params:\n  fusion_threshold_mb: 32\n  cycle_time_ms: 10\n  cache_capacity: 2048\n"
+                    "  hierarchical_allreduce: true\n  hierarchical_allgather: true\n"
+                    "autotune:\n  enabled: true\n  log_file: autotune_log.txt\n  warmup_samples: 5\n"
+                    "  steps_per_sample: 20\n  bayes_opt_max_samples: 50\n  gaussian_process_noise: 0.9\n"
+                    "timeline:\n  filename: timeline.json\n  mark_cycles: true\n"
+                    "stall_check:\n  enabled: true\n  warning_time_seconds: 120\n  shutdown_time_seconds: 240\n"
+                    "library_options:\n  mpi_threads_disable: true\n  num_nccl_streams: 2\n  thread_affinity: 1\n"
+                    "  gloo_timeout_seconds: 60\n"
+                    "logging:\n  level: WARNING\n  hide_timestamp: true\n")
+        p = self.line("horovodrun -np 2 -H localhost:2 --config-file config.yaml echo hi")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        warnings = [l for l in self.hvdrun_lines(p.stderr) if "[warning]" in l]
+        # Only what really has no effect: no Gaussian process in the autotuner,
+        # one NCCL stream. hide_timestamp is honoured: no time on hvdrun's lines.
+        self.assertEqual(len(warnings), 2, p.stderr)
+        self.assertIn("--autotune-gaussian-process-noise", warnings[0] + warnings[1])
+        self.assertIn("--num-nccl-streams", warnings[0] + warnings[1])
+        self.assertTrue(all(l.startswith("[hvdrun] [warning]") for l in warnings), warnings)
+        # The shipped example: not one line.
+        example = os.path.join(os.environ["HVD_SOURCE_DIR"], "conf", "hvdrun.example.yaml")
+        p = self.line(f"horovodrun -np 2 -H localhost:2 --config-file {example} echo hi")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(self.hvdrun_lines(p.stderr), [])
+        # A misspelt key: named, with the key meant.
+        with open(os.path.join(self.dir, "typo.yaml"), "w") as f:
+            f.write("params:\n  fusion_treshold_mb: 32\n")
+        p = self.line("horovodrun -np 1 --config-file typo.yaml true")
+        self.assertIn("unknown key 'fusion_treshold_mb' in 'params' (ignored; did you mean fusion_threshold_mb?)",
+                      p.stderr)
+
     # --- items 5 and 6: under mpirun, count ranks and let mpirun check slots
     @unittest.skipUnless(shutil.which("mpirun"), "no mpirun installed")
     def test_mpirun_mode_counts_ranks_and_passes_oversubscribe(self):
