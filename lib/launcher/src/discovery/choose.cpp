@@ -41,6 +41,26 @@ std::unique_ptr<HostSource> kubernetes_source(const Options& options, const Envi
   return std::make_unique<kube::KubernetesHostSource>(std::move(config), std::move(kso));
 }
 
+/// --launcher: `srun` needs an allocation; `auto` is srun when the hosts
+/// are the Slurm allocation's nodes (its platform source), ssh otherwise.
+void resolve_launcher(HostSourceChoice& choice, const Environment& env) {
+  Options& o = choice.options;
+  const auto job = env.get("SLURM_JOB_ID");
+  if (o.launcher == "srun" && !job) {
+    throw InvalidArgument(
+        "--launcher srun needs a Slurm allocation (SLURM_JOB_ID is not set): run hvdrun inside sbatch, salloc or "
+        "srun, or use --launcher ssh");
+  }
+  if (o.launcher != "auto") return;
+  if (job && choice.platform && choice.platform->name == "slurm") {
+    o.launcher = "srun";
+    choice.info.push_back(fmt::format(
+        "workers on the other nodes start through srun --overlap in Slurm job {} (--launcher ssh to use SSH)", *job));
+  } else {
+    o.launcher = "ssh";
+  }
+}
+
 }  // namespace
 
 HostSourceChoice choose_host_source(const Options& options, const Environment& env) {
@@ -52,6 +72,7 @@ HostSourceChoice choose_host_source(const Options& options, const Environment& e
   choice.follower = d.follower;
   choice.info = std::move(d.info);
   choice.warnings = std::move(d.warnings);
+  resolve_launcher(choice, env);
   const Options& o = choice.options;
   if (!o.num_proc) {  // without a platform's slots (elastic jobs always have -np here)
     throw InvalidArgument("-np/--num-proc is required (e.g. hvdrun -np 4 python train.py)");

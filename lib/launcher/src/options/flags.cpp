@@ -342,6 +342,14 @@ const std::vector<std::string>& planned_platforms() {
 
 namespace {
 
+/// --launcher: auto, ssh or srun.
+std::string launcher_choice(ValueReader& in) {
+  const char* expected = "auto, ssh or srun";
+  const std::string text = lower(in.text(expected));
+  if (text == "auto" || text == "ssh" || text == "srun") return text;
+  in.reject(fmt::format("{}: '{}' is not a launcher (expected {})", in.name(), text, expected), expected);
+}
+
 /// --hosts-from: auto, none or an implemented platform; the platforms the
 /// issue plans but this build lacks are refused by name.
 std::string hosts_from(ValueReader& in) {
@@ -754,6 +762,16 @@ std::vector<Flag> build_table() {
           .config("hosts_from")
           .env("HVDRUN_HOSTS_FROM")
           .example("none"));
+
+  add(value({"--launcher"}, "auto|ssh|srun",
+            "How workers on other hosts start: ssh, or srun inside a Slurm allocation (an agent per worker through "
+            "srun --overlap; no SSH between nodes). auto (default): srun when the hosts are the Slurm allocation's",
+            at(&Options::launcher), launcher_choice)
+          .group(placement)
+          .addition()
+          .config("launcher")
+          .env("HVDRUN_LAUNCHER")
+          .example("srun"));
 
   // hvdrun additions.
   add(value({"--dry-run"}, "[=text|json]", "--dry-run[=text|json]: print placement and worker commands; start nothing",

@@ -123,7 +123,7 @@ void LocalSpawner::start_agent(const WorkerSpec& worker, Deadline deadline) {
   spawn.argv = options_.agent_command;
   spawn.env = agent_env_;
   spawn.new_process_group = true;  // terminal Ctrl-C reaches hvdrun only; it forwards
-  spawn.parent_death_signal = SIGTERM;  // extra guard; the socket EOF is the main one
+  spawn.parent_death_signal = options_.parent_death_signal;  // extra guard; the socket EOF is the main one
   spawn.stdin_fd = ChildFd::from(control1.get());
   spawn.stdout_fd = ChildFd::from(out1.get());
   spawn.stderr_fd = ChildFd::from(err1.get());

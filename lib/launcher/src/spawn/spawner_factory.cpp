@@ -2,7 +2,10 @@
 
 #include "hvd/launcher/hosts/network.h"
 #include "hvd/launcher/spawn/local_spawner.h"
+#include "hvd/launcher/spawn/srun/srun_launch.h"
 #include "hvd/launcher/spawn/ssh/ssh_spawner.h"
+
+#include <cstdlib>
 
 namespace hvd::launcher {
 
@@ -25,6 +28,22 @@ std::unique_ptr<Spawner> DefaultSpawnerFactory::make(const std::string& host) {
     LocalSpawnerOptions lo;
     lo.agent_command = {self_executable(), "--agent"};
     lo.kill_grace = options_.kill_grace;
+    return make_local_spawner(lo);
+  }
+  if (options_.launcher == "srun") {
+    // The node's agent through srun: a local process carrying the protocol
+    // (spawn/srun/srun_launch.h). The node runs the same hvdrun path unless
+    // HVDRUN_REMOTE_AGENT names the command there.
+    LocalSpawnerOptions lo;
+    const char* over = std::getenv("HVDRUN_REMOTE_AGENT");
+    std::vector<std::string> agent = {self_executable(), "--agent"};
+    if (over != nullptr && *over != '\0') agent = {"/bin/sh", "-c", "exec " + std::string(over)};  // as over SSH
+    lo.agent_command = srun_agent_command(host, agent);
+    lo.kill_grace = options_.kill_grace;
+    // Launched from a helper thread like an SSH host's: no death signal
+    // tied to it (srun would pass it on to the worker). hvdrun's end closes
+    // srun's stdin, srun the agent's, and the agent stops the worker.
+    lo.parent_death_signal = 0;
     return make_local_spawner(lo);
   }
   SshSpawnerOptions ssh;

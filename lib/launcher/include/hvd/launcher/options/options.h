@@ -107,6 +107,10 @@ struct Options {
   /// --hosts-from: auto (default), none, or a platform name
   /// (implemented_platforms(); docs/platforms.md).
   std::string hosts_from = "auto";
+  /// --launcher: how workers on other hosts start: auto (srun inside a
+  /// Slurm allocation whose nodes are the hosts, else ssh), ssh, or srun.
+  /// apply_platform resolves auto to one of the other two.
+  std::string launcher = "auto";
   // Output
   std::optional<std::string> output_filename;  // --output-filename DIR
   bool prefix_output_with_timestamp = false;

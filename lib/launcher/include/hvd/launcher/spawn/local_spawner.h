@@ -5,6 +5,7 @@
 #include "hvd/launcher/spawn/spawner.h"
 
 #include <chrono>
+#include <csignal>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +19,11 @@ struct LocalSpawnerOptions {
   /// Passed to each agent as HVDRUN_KILL_GRACE_MS: how long a worker gets
   /// between SIGTERM and SIGKILL once the agent's stdin closes.
   std::chrono::milliseconds kill_grace{3000};
+  /// PR_SET_PDEATHSIG for each agent: fires when the *thread* that launched
+  /// it exits. 0 for agents launched from a short-lived thread (srun agents
+  /// of other nodes, spawn/srun/srun_launch.h): the EOF on the agent's stdin
+  /// when hvdrun goes away still stops them.
+  int parent_death_signal = SIGTERM;
 };
 
 /// launch() must be called from a thread that outlives the workers (run_job
