@@ -1,4 +1,4 @@
-#include "hvd/launcher/job/launcher.h"
+#include "hvd/launcher/job/check_build.h"
 
 #ifndef HVDRUN_VERSION
 #error "HVDRUN_VERSION comes from the project version (lib/launcher/CMakeLists.txt)"

@@ -1,6 +1,9 @@
 // The static mode: a fixed plan, one spawner per host, the Supervisor.
+#include "hvd/common/error.h"
 #include "hvd/launcher/job/job_services.h"
-#include "hvd/launcher/job/launcher.h"
+#include "hvd/launcher/job/modes.h"
+#include "hvd/launcher/plan/plan.h"
+#include "hvd/launcher/plan/worker_env.h"
 #include "hvd/launcher/spawn/spawner_factory.h"
 
 #include <fmt/format.h>
@@ -55,37 +58,44 @@ std::vector<HostLaunch> launches_by_host(const JobPlan& plan, SpawnerFactory& sp
 
 }  // namespace
 
-int run_job(const Options& options, const JobPlan& plan_in) {
-  JobServices job(options);
-  JobPlan plan = plan_in;
-  if (plan.workers.empty()) {
-    spdlog::warn("nothing to run: the job has no workers");
-    return exit_code::kOk;
-  }
-  if (int code = job.open_output(static_cast<int>(plan.workers.size()), false)) return code;
-  std::string driver_addr;
-  if (int code = job.choose_address(plan.hosts, driver_addr)) return job.finish(code);
-  if (int code = job.start_store(driver_addr)) return job.finish(code);
-  add_rendezvous_env(plan, driver_addr, job.store_port(), job.secret());
-  if (job.events()) {
-    nlohmann::json workers = nlohmann::json::array();
-    for (const auto& w : plan.workers) {
-      workers.push_back({{"rank", w.slot.rank},
-                         {"host", w.slot.hostname},
-                         {"local_rank", w.slot.local_rank},
-                         {"cross_rank", w.slot.cross_rank}});
-    }
-    job.emit("job_start", {{"mode", "static"},
-                           {"np", static_cast<int>(plan.workers.size())},
-                           {"store", driver_addr + ":" + std::to_string(job.store_port())},
-                           {"workers", EventValue::raw(workers.dump())}});
-  }
+JobPlan plan_from_source(const Options& options, HostSource& source) {
+  const DiscoveryResult hosts = source.discover();
+  if (!hosts.ok()) throw InvalidArgument(*hosts.error);
+  return make_plan(options, hosts.hosts);
+}
 
-  DefaultSpawnerFactory spawners(options);
-  std::vector<HostLaunch> hosts = launches_by_host(plan, spawners);
-  spdlog::info("{} worker{} on {} host{}: {}", plan.workers.size(), plan.workers.size() == 1 ? "" : "s", hosts.size(),
-               hosts.size() == 1 ? "" : "s", host_summary(hosts));
-  return job.finish(job.supervise(std::move(hosts)));
+int run_job(const Options& options, const JobPlan& plan_in) {
+  JobServices job(job_services_options(options));
+  return job.run([&] {
+    JobPlan plan = plan_in;
+    if (plan.workers.empty()) {
+      spdlog::warn("nothing to run: the job has no workers");
+      return exit_code::kOk;
+    }
+    job.open_output(static_cast<int>(plan.workers.size()), false);
+    const std::string driver_addr = job.choose_address(plan.hosts);
+    job.start_store(driver_addr);
+    add_rendezvous_env(plan, driver_addr, job.store_port(), job.secret());
+    if (job.events()) {
+      nlohmann::json workers = nlohmann::json::array();
+      for (const auto& w : plan.workers) {
+        workers.push_back({{"rank", w.slot.rank},
+                           {"host", w.slot.hostname},
+                           {"local_rank", w.slot.local_rank},
+                           {"cross_rank", w.slot.cross_rank}});
+      }
+      job.emit("job_start", {{"mode", "static"},
+                             {"np", static_cast<int>(plan.workers.size())},
+                             {"store", driver_addr + ":" + std::to_string(job.store_port())},
+                             {"workers", EventValue::raw(workers.dump())}});
+    }
+
+    DefaultSpawnerFactory spawners(spawner_options(options));
+    std::vector<HostLaunch> hosts = launches_by_host(plan, spawners);
+    spdlog::info("{} worker{} on {} host{}: {}", plan.workers.size(), plan.workers.size() == 1 ? "" : "s",
+                 hosts.size(), hosts.size() == 1 ? "" : "s", host_summary(hosts));
+    return job.supervise(std::move(hosts));
+  });
 }
 
 }  // namespace hvd::launcher

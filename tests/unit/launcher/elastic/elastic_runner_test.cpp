@@ -224,7 +224,7 @@ struct Job {
     deps.store_address = "127.0.0.1:1";
     deps.seed = 1;
     if (customize) customize(deps);
-    ElasticRunner runner(options, std::move(deps));
+    ElasticRunner runner(elastic_runner_options(options), std::move(deps));
     runner_ = &runner;
     DiscoveryResult first = source.discover();
     std::atomic<bool> stop{false};

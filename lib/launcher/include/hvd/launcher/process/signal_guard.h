@@ -1,6 +1,7 @@
 #pragma once
-/// How hvdrun receives SIGINT/SIGTERM/SIGHUP while it supervises a job
-/// (static and elastic runs share it).
+/// How hvdrun receives SIGINT/SIGTERM/SIGHUP: the one owner of hvdrun's
+/// signal state. Every job mode (JobServices), an OCI run (MAIN and
+/// WORKER) and a platform follower read their signals through one.
 ///
 /// The signals are blocked in the constructing thread before any other
 /// thread exists (threads inherit the mask) and read from a signalfd by one
@@ -9,6 +10,7 @@
 /// Construct it first thing in a run function, on the main thread.
 #include "hvd/common/io.h"
 
+#include <chrono>
 #include <csignal>
 #include <functional>
 #include <thread>
@@ -28,6 +30,13 @@ class SignalGuard {
   void watch(std::function<void(int)> on_signal);
   /// Stops the watcher thread; nothing is delivered after this returns.
   void stop_watching();
+
+  /// Without a watcher: a signal that arrived, waiting up to `timeout`
+  /// (zero: only look); 0 when none came.
+  int wait(std::chrono::milliseconds timeout);
+  /// Without a watcher, for a loop that polls several descriptors: this
+  /// one becomes readable when a signal arrived (then wait(0) takes it).
+  int fd() const { return fd_.get(); }
 
  private:
   sigset_t old_mask_;
