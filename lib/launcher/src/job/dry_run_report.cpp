@@ -69,18 +69,18 @@ std::string render_text(const DryRunReport& r) {
   if (r.plan) out += render_dry_run(*r.plan, *r.plan_options, DryRunFormat::Text);
   if (r.mpirun) out += *r.mpirun;
   if (r.elastic) out += elastic_text(*r.elastic);
-  if (r.oci_worker) out += fmt::format("would register {} in {}\n", format_host(HostSpec{r.oci_worker->address, r.oci_worker->slots}), r.oci_worker->dir);
+  if (r.oci_worker)
+    out += fmt::format("would register {} in {}\n", format_host(HostSpec{r.oci_worker->address, r.oci_worker->slots}),
+                       r.oci_worker->dir);
   return out;
 }
 
 std::string render_json(const DryRunReport& r) {
   if (r.oci_worker) {
-    nlohmann::ordered_json j = {{"platform", "oci"},
-                                {"mode", "WORKER"},
-                                {"address", r.oci_worker->address},
-                                {"slots", r.oci_worker->slots},
-                                {"dir", r.oci_worker->dir}};
-    return j.dump() + "\n";
+    // One line, as it always printed; the strings JSON-escaped.
+    return fmt::format("{{\"platform\": \"oci\", \"mode\": \"WORKER\", \"address\": {}, \"slots\": {}, \"dir\": {}}}\n",
+                       nlohmann::json(r.oci_worker->address).dump(), r.oci_worker->slots,
+                       nlohmann::json(r.oci_worker->dir).dump());
   }
   // The body's document as its owner renders it; "platform" is added to it.
   std::string body;

@@ -16,9 +16,9 @@
 #include "hvd/common/net.h"
 #include "hvd/common/secret.h"
 #include "hvd/launcher/discovery/choose.h"
+#include "hvd/launcher/discovery/platform/oci.h"
 #include "hvd/launcher/discovery/shared_dir/registry.h"
 #include "hvd/launcher/hosts/network.h"
-#include "hvd/launcher/discovery/platform/oci.h"
 #include "hvd/launcher/job/dry_run_report.h"
 #include "hvd/launcher/job/hvdrun_main.h"
 #include "hvd/launcher/job/modes.h"
@@ -224,13 +224,13 @@ int run_worker(const Options& options, const OciConfig& config, const std::strin
         continue;
       }
       if (std::chrono::steady_clock::now() - started > config.start_timeout) {
-        throw JobError(exit_code::kPlatformFollower,
-                       fmt::format("no MAIN appeared in {} within START_TIMEOUT {} s ({}): is the MAIN job run "
-                                   "started, with the same OCI__WORK_DIR?",
-                                   registry.dir(), static_cast<long long>(config.start_timeout.count()),
-                                   leader ? fmt::format("MAIN.json of {} is {}", leader->address,
-                                                        registry.describe_age(*leader))
-                                          : problem));
+        throw JobError(
+            exit_code::kPlatformFollower,
+            fmt::format("no MAIN appeared in {} within START_TIMEOUT {} s ({}): is the MAIN job run "
+                        "started, with the same OCI__WORK_DIR?",
+                        registry.dir(), static_cast<long long>(config.start_timeout.count()),
+                        leader ? fmt::format("MAIN.json of {} is {}", leader->address, registry.describe_age(*leader))
+                               : problem));
       }
       continue;
     }
@@ -248,11 +248,12 @@ int run_worker(const Options& options, const OciConfig& config, const std::strin
     }
     if (!leader || registry.stale(*leader)) {
       if (auto status = registry.read_status(following->run)) return *status;
-      throw JobError(exit_code::kPlatformFollower,
-                     fmt::format("the MAIN at {} stopped refreshing its heartbeat in {} ({}) and wrote no status: it "
-                                 "is gone",
-                                 following->address, registry.dir(),
-                                 leader ? fmt::format("its heartbeat is {}", registry.describe_age(*leader)) : problem));
+      throw JobError(
+          exit_code::kPlatformFollower,
+          fmt::format("the MAIN at {} stopped refreshing its heartbeat in {} ({}) and wrote no status: it "
+                      "is gone",
+                      following->address, registry.dir(),
+                      leader ? fmt::format("its heartbeat is {}", registry.describe_age(*leader)) : problem));
     }
   }
 }
@@ -306,8 +307,9 @@ std::optional<OciDecision> decide_oci(int argc, char** argv, const Environment& 
   if (decide) {
     const std::string explicit_source = explicit_host_flag(*decide);
     if (decide->hosts_from == "oci" && !explicit_source.empty()) {
-      throw JobError(exit_code::kUsage, "--hosts-from oci and " + explicit_source +
-                                            " cannot be used together: give one source of hosts (or --hosts-from none)");
+      throw JobError(exit_code::kUsage,
+                     "--hosts-from oci and " + explicit_source +
+                         " cannot be used together: give one source of hosts (or --hosts-from none)");
     }
     const bool applies = decide->hosts_from == "oci" ||
                          (decide->hosts_from == "auto" && explicit_source.empty() && !earlier_platform_detected(ctx));

@@ -6,10 +6,10 @@
 
 #include "hvd/common/io.h"
 #include "hvd/common/logging.h"
+#include "hvd/launcher/hosts/ssh_config.h"
 #include "hvd/launcher/options/options.h"
 #include "hvd/launcher/process/signal_guard.h"
 #include "hvd/launcher/process/signals.h"
-#include "hvd/launcher/hosts/ssh_config.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

@@ -92,8 +92,8 @@ int run_job(const Options& options, const JobPlan& plan_in) {
 
     DefaultSpawnerFactory spawners(spawner_options(options));
     std::vector<HostLaunch> hosts = launches_by_host(plan, spawners);
-    spdlog::info("{} worker{} on {} host{}: {}", plan.workers.size(), plan.workers.size() == 1 ? "" : "s",
-                 hosts.size(), hosts.size() == 1 ? "" : "s", host_summary(hosts));
+    spdlog::info("{} worker{} on {} host{}: {}", plan.workers.size(), plan.workers.size() == 1 ? "" : "s", hosts.size(),
+                 hosts.size() == 1 ? "" : "s", host_summary(hosts));
     return job.supervise(std::move(hosts));
   });
 }

@@ -5,10 +5,10 @@
 // world formed (as the last member to arrive would) and ends the job when
 // the test says so.
 #include "hvd/launcher/elastic/elastic_runner.h"
-#include "hvd/store/elastic_world.h"
 #include "../fakes/fake_spawner.h"
-#include "../fakes/scripted_host_source.h"
 #include "../fakes/log_capture.h"
+#include "../fakes/scripted_host_source.h"
+#include "hvd/store/elastic_world.h"
 
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>

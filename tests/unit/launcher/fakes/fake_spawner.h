@@ -17,8 +17,8 @@
 
 #include <atomic>
 #include <csignal>
-#include <iterator>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>

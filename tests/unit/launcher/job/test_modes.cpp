@@ -90,8 +90,8 @@ std::map<std::string, std::string> oci_env(const std::string& mode) {
 }  // namespace
 
 TEST_CASE("modes: the table has one row per mode, in order, with distinct names", "[modes]") {
-  const std::vector<JobMode> all = {JobMode::CheckBuild, JobMode::DryRun,  JobMode::Unranked, JobMode::Follower,
-                                    JobMode::Elastic,    JobMode::Mpirun,  JobMode::Static};
+  const std::vector<JobMode> all = {JobMode::CheckBuild, JobMode::DryRun, JobMode::Unranked, JobMode::Follower,
+                                    JobMode::Elastic,    JobMode::Mpirun, JobMode::Static};
   REQUIRE(job_modes().size() == all.size());
   std::set<std::string> names;
   for (std::size_t i = 0; i < all.size(); ++i) {
@@ -171,8 +171,7 @@ TEST_CASE("modes: a platform's follower machine follows, its leader leads a stat
   CHECK(resolve({"--dry-run", "true"}, follower_machine.context(on("n2"), "n2")).mode == JobMode::DryRun);
 }
 
-TEST_CASE("modes: a Vertex reduction server gets no ranks - unranked, or a dry run of the platform alone",
-          "[modes]") {
+TEST_CASE("modes: a Vertex reduction server gets no ranks - unranked, or a dry run of the platform alone", "[modes]") {
   LogCapture log;
   FakeMachine m;
   const std::map<std::string, std::string> vertex = {
@@ -187,8 +186,9 @@ TEST_CASE("modes: a Vertex reduction server gets no ranks - unranked, or a dry r
 
 TEST_CASE("modes: usage errors of the decision are InvalidArgument, before anything starts", "[modes]") {
   LogCapture log;
-  CHECK(hvd_test::invalid_message([] { resolve({"python", "x.py"}); }) ==
-        "-np/--num-proc is required (e.g. hvdrun -np 4 python train.py)");
+  CHECK(hvd_test::invalid_message([] {
+          resolve({"python", "x.py"});
+        }) == "-np/--num-proc is required (e.g. hvdrun -np 4 python train.py)");
   CHECK_THROWS_AS(resolve({"-np", "2", "-H", "a:x", "true"}), hvd::InvalidArgument);
 }
 

@@ -4,10 +4,10 @@
 // the leader going away, refused peers).
 #include <catch2/catch.hpp>
 
+#include "../fakes/fake_spawner.h"
 #include "hvd/launcher/job/platform_follower.h"
 #include "hvd/launcher/job/platform_leader.h"
 #include "hvd/launcher/options/options.h"
-#include "../fakes/fake_spawner.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
