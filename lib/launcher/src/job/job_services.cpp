@@ -137,6 +137,10 @@ EnvMap JobServices::rendezvous_env(const std::string& driver_address) const {
   return launcher::rendezvous_env(driver_address, store_port(), secret_);
 }
 
+void JobServices::add_rendezvous_env(JobPlan& plan, const std::string& driver_address) const {
+  launcher::add_rendezvous_env(plan, driver_address, store_port(), secret_);
+}
+
 int JobServices::supervise(std::vector<HostLaunch> hosts, std::optional<std::chrono::milliseconds> kill_grace) {
   SupervisorOptions so;
   so.start_timeout = options_.start_timeout;

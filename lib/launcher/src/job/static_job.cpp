@@ -56,6 +56,39 @@ std::vector<HostLaunch> launches_by_host(const JobPlan& plan, SpawnerFactory& sp
   return hosts;
 }
 
+/// The static mode inside JobServices::run: a set-up step that fails throws
+/// JobError.
+int static_job(JobServices& job, const Options& options, const JobPlan& plan_in) {
+  JobPlan plan = plan_in;
+  if (plan.workers.empty()) {
+    spdlog::warn("nothing to run: the job has no workers");
+    return exit_code::kOk;
+  }
+  job.open_output(static_cast<int>(plan.workers.size()), false);
+  const std::string driver_addr = job.choose_address(plan.hosts);
+  job.start_store(driver_addr);
+  job.add_rendezvous_env(plan, driver_addr);
+  if (job.events()) {
+    nlohmann::json workers = nlohmann::json::array();
+    for (const auto& w : plan.workers) {
+      workers.push_back({{"rank", w.slot.rank},
+                         {"host", w.slot.hostname},
+                         {"local_rank", w.slot.local_rank},
+                         {"cross_rank", w.slot.cross_rank}});
+    }
+    job.emit("job_start", {{"mode", "static"},
+                           {"np", static_cast<int>(plan.workers.size())},
+                           {"store", driver_addr + ":" + std::to_string(job.store_port())},
+                           {"workers", EventValue::raw(workers.dump())}});
+  }
+
+  DefaultSpawnerFactory spawners(spawner_options(options));
+  std::vector<HostLaunch> hosts = launches_by_host(plan, spawners);
+  spdlog::info("{} worker{} on {} host{}: {}", plan.workers.size(), plan.workers.size() == 1 ? "" : "s", hosts.size(),
+               hosts.size() == 1 ? "" : "s", host_summary(hosts));
+  return job.supervise(std::move(hosts));
+}
+
 }  // namespace
 
 JobPlan plan_from_source(const Options& options, HostSource& source) {
@@ -64,38 +97,9 @@ JobPlan plan_from_source(const Options& options, HostSource& source) {
   return make_plan(options, hosts.hosts);
 }
 
-int run_job(const Options& options, const JobPlan& plan_in) {
+int run_job(const Options& options, const JobPlan& plan) {
   JobServices job(job_services_options(options));
-  return job.run([&] {
-    JobPlan plan = plan_in;
-    if (plan.workers.empty()) {
-      spdlog::warn("nothing to run: the job has no workers");
-      return exit_code::kOk;
-    }
-    job.open_output(static_cast<int>(plan.workers.size()), false);
-    const std::string driver_addr = job.choose_address(plan.hosts);
-    job.start_store(driver_addr);
-    add_rendezvous_env(plan, driver_addr, job.store_port(), job.secret());
-    if (job.events()) {
-      nlohmann::json workers = nlohmann::json::array();
-      for (const auto& w : plan.workers) {
-        workers.push_back({{"rank", w.slot.rank},
-                           {"host", w.slot.hostname},
-                           {"local_rank", w.slot.local_rank},
-                           {"cross_rank", w.slot.cross_rank}});
-      }
-      job.emit("job_start", {{"mode", "static"},
-                             {"np", static_cast<int>(plan.workers.size())},
-                             {"store", driver_addr + ":" + std::to_string(job.store_port())},
-                             {"workers", EventValue::raw(workers.dump())}});
-    }
-
-    DefaultSpawnerFactory spawners(spawner_options(options));
-    std::vector<HostLaunch> hosts = launches_by_host(plan, spawners);
-    spdlog::info("{} worker{} on {} host{}: {}", plan.workers.size(), plan.workers.size() == 1 ? "" : "s", hosts.size(),
-                 hosts.size() == 1 ? "" : "s", host_summary(hosts));
-    return job.supervise(std::move(hosts));
-  });
+  return job.run([&] { return static_job(job, options, plan); });
 }
 
 }  // namespace hvd::launcher

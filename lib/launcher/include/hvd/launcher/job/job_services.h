@@ -99,6 +99,8 @@ class JobServices {
   /// The rendezvous variables workers need: the store's address (as workers
   /// reach it), port and the job secret.
   EnvMap rendezvous_env(const std::string& driver_address) const;
+  /// rendezvous_env() added to every worker of `plan` (a static job).
+  void add_rendezvous_env(JobPlan& plan, const std::string& driver_address) const;
 
   /// Runs the Supervisor over `hosts` with hvdrun's signals forwarded to it
   /// and returns its exit code. `kill_grace` overrides --kill-grace-ms (the
