@@ -18,8 +18,9 @@
 
 namespace hvd::launcher {
 
-SignalGuard::SignalGuard() {
+SignalGuard::SignalGuard(std::initializer_list<int> also) {
   sigset_t set = forwarded_signals();
+  for (int sig : also) sigaddset(&set, sig);
   pthread_sigmask(SIG_BLOCK, &set, &old_mask_);
   fd_.reset(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
   if (!fd_) throw IoError(fmt::format("signalfd failed: {}", std::strerror(errno)));

@@ -1,7 +1,8 @@
 #pragma once
 /// How hvdrun receives SIGINT/SIGTERM/SIGHUP: the one owner of hvdrun's
 /// signal state. Every job mode (JobServices), an OCI run (MAIN and
-/// WORKER) and a platform follower read their signals through one.
+/// WORKER), a platform leader and follower, and the agent (`hvdrun
+/// --agent`, which adds SIGCHLD) read their signals through one.
 ///
 /// The signals are blocked in the constructing thread before any other
 /// thread exists (threads inherit the mask) and read from a signalfd by one
@@ -13,13 +14,16 @@
 #include <chrono>
 #include <csignal>
 #include <functional>
+#include <initializer_list>
 #include <thread>
 
 namespace hvd::launcher {
 
 class SignalGuard {
  public:
-  SignalGuard();
+  /// The forwarded signals (SIGINT, SIGTERM, SIGHUP) and `also` (the agent
+  /// adds SIGCHLD to learn of its worker's end in the same loop).
+  explicit SignalGuard(std::initializer_list<int> also = {});
   /// Consumes signals that arrived after the job ended (the exit code
   /// already says it all), then restores the mask and SIGPIPE.
   ~SignalGuard();
