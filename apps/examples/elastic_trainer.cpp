@@ -27,6 +27,7 @@
 #include "hvd/collective/hvd.h"
 #include "hvd/common/env.h"
 #include "hvd/common/error.h"
+#include "hvd/common/job_env.h"
 
 #include <chrono>
 #include <cinttypes>
@@ -34,6 +35,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -78,6 +80,8 @@ int main() {
     const int64_t step_ms = positive_env("HVD_TRAINER_STEP_MS", 50);
     const int64_t ballast_kb = positive_env("HVD_TRAINER_BALLAST_KB", 0);
     const int64_t end_ms = positive_env("HVD_TRAINER_END_MS", 0);
+    // Which worker process this is ("w3"), for logs: the line prefix is the rank.
+    const std::string worker_id = hvd::env::get_or(hvd::job_env::kWorkerId, "-");
     hvd::init();
 
     std::vector<float> params(kParams);
@@ -98,8 +102,9 @@ int main() {
         if (!ballast.empty()) hvd::allreduce("elastic_trainer.ballast", ballast, hvd::collective::ReduceOp::Sum);
         for (std::size_t i = 0; i < kParams; ++i) params[i] -= 0.001f * static_cast<float>(grad[i]);
         ++step[0];
-        std::printf("step %" PRId64 " size %d rank %d version %" PRIu64 " checksum %016" PRIx64 "\n", step[0],
-                    hvd::size(), hvd::rank(), hvd::elastic::world_version(), checksum(params, step[0]));
+        std::printf("step %" PRId64 " size %d rank %d version %" PRIu64 " checksum %016" PRIx64 " worker %s\n",
+                    step[0], hvd::size(), hvd::rank(), hvd::elastic::world_version(), checksum(params, step[0]),
+                    worker_id.c_str());
         std::fflush(stdout);
         if (step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
         s.commit();

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace hvd {
 
 namespace {
@@ -35,5 +37,41 @@ std::string escape(std::string_view text, std::size_t max_bytes, bool escape_bac
 std::string shown(std::string_view text, std::size_t max_bytes) { return escape(text, max_bytes, true); }
 
 std::string one_line(std::string_view message, std::size_t max_bytes) { return escape(message, max_bytes, false); }
+
+namespace {
+
+/// Optimal string alignment distance (Damerau-Levenshtein without repeated
+/// edits of one substring).
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  const std::size_t n = a.size(), m = b.size();
+  std::vector<std::vector<std::size_t>> d(n + 1, std::vector<std::size_t>(m + 1));
+  for (std::size_t i = 0; i <= n; ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= m; ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= n; ++i) {
+    for (std::size_t j = 1; j <= m; ++j) {
+      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[n][m];
+}
+
+}  // namespace
+
+std::string closest_word(std::string_view word, const std::vector<std::string>& candidates) {
+  if (word.size() <= 2) return {};  // "-x": too short to guess from
+  const std::size_t limit = word.size() <= 4 ? 1 : word.size() <= 8 ? 2 : 3;
+  std::string best;
+  std::size_t best_distance = limit + 1;
+  for (const auto& c : candidates) {
+    const std::size_t dist = edit_distance(word, c);
+    if (dist < best_distance) {
+      best_distance = dist;
+      best = c;
+    }
+  }
+  return best;
+}
 
 }  // namespace hvd

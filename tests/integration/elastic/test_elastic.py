@@ -26,7 +26,8 @@ from procs import processes_with_token, read_lines_timed  # noqa: E402
 HVDRUN = os.environ.get("HVDRUN", "hvdrun")
 TRAINER = os.environ.get("TRAINER", "elastic_trainer")
 
-STEP_RE = re.compile(r"\[(\d+)\]<stdout>:step (\d+) size (\d+) rank (\d+) version (\d+) checksum (\S+)")
+# The prefix is the rank in the current world; the trainer names its worker.
+STEP_RE = re.compile(r"\[(\d+)\]<stdout>:step (\d+) size (\d+) rank (\d+) version (\d+) checksum (\S+) worker w(\d+)")
 FINAL_RE = re.compile(r"\[(\d+)\]<stdout>:final checksum (\S+) steps (\d+)")
 
 
@@ -130,8 +131,8 @@ class ElasticJob:
         for t, line in lines:
             m = STEP_RE.search(line)
             if m:
-                res.append(dict(t=t, worker=int(m.group(1)), step=int(m.group(2)), size=int(m.group(3)),
-                                rank=int(m.group(4)), version=int(m.group(5))))
+                res.append(dict(t=t, worker=int(m.group(7)), step=int(m.group(2)), size=int(m.group(3)),
+                                rank=int(m.group(4)), version=int(m.group(5)), prefix=int(m.group(1))))
         return res
 
     def wait_for(self, pred, timeout=30, what="condition"):
@@ -239,6 +240,12 @@ class Elastic(unittest.TestCase):
         res = j.finish()
         self.assert_success(j, steps, res)
         self.assertIn("elastic job on fixed hosts localhost:2", res[2])
+        # Lines are prefixed with the rank, not the worker's serial: the
+        # restarted worker (w3 or later) prints as [0] or [1], as users grep.
+        late = [s for s in j.steps() if s["worker"] >= 3]
+        self.assertTrue(late)
+        self.assertEqual([s for s in late if s["prefix"] != s["rank"]], [])
+        self.assertFalse(re.search(r"^\[[3-9]\]<stdout>:step", j.text(j.out), re.M), "a serial used as a prefix")
 
     def test_scale_up_1_2_3(self):
         j = self.job("localhost:1\n", ["-np", "1", "--max-np", "3"], steps=60, step_ms=40)
@@ -296,7 +303,7 @@ class Elastic(unittest.TestCase):
         self.assertEqual(len(j.final_checksums(res[1])), 2)
         # the survivor's collective failed (PeerFailureError) rather than a
         # change being announced: it went back to its last commit
-        self.assertRegex(res[2], r"\[1\]<stderr>:.*restoring commit \d+ and re-forming")
+        self.assertRegex(res[2], r"\[0\]<stderr>:.*restoring commit \d+ and re-forming")  # w1, rank 0
         # training resumed from the last commit: no step after the kill is
         # earlier than the last step committed before it
         after = [s["step"] for s in j.steps() if s["t"] > killed_at]

@@ -65,6 +65,8 @@ def clean_env(home, extra=None):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("HOROVOD_", "HVDRUN_", "KUBERNETES_", "OMPI_", "PMIX_")) and k != "KUBECONFIG"}
     env["HOME"] = home
+    # These tests read the launcher's state lines (quiet by default, docs/cli.md#messages).
+    env["HVDRUN_LOG_LEVEL"] = "info"
     env.update(extra or {})
     return env
 

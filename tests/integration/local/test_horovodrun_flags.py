@@ -26,8 +26,13 @@ GUIDE_MPI_ARGS = "--mca orte_keep_fqdn_hostnames t --allow-run-as-root --display
 ASCTIME = r"[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}"
 
 
-def run(args, env=None, timeout=60):
+def run(args, env=None, timeout=60, launcher_level="info"):
     full_env = dict(os.environ)
+    # These tests read the launcher's decision lines, below its default
+    # level (docs/cli.md#messages); test_quiet_by_default reads the default.
+    full_env.pop("HVDRUN_LOG_LEVEL", None)
+    if launcher_level:
+        full_env["HVDRUN_LOG_LEVEL"] = launcher_level
     full_env.update(env or {})
     p = subprocess.run([HVDRUN] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                        env=full_env, timeout=timeout)

@@ -151,6 +151,7 @@ class PlatformCluster:
     def env_for(self, i, extra=None):
         env = {k: v for k, v in os.environ.items() if not k.startswith(DROPPED_PREFIXES)}
         env.pop("SSH_AUTH_SOCK", None)
+        env["HVDRUN_LOG_LEVEL"] = "info"  # the tests read the leader's and followers' state lines
         subnet = self.subnet
         env.update(HOME=self.hosts.home, USER="root", PATH=f"{self.bindir}:{env.get('PATH', '/usr/bin:/bin')}",
                    OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",

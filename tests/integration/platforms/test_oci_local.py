@@ -30,6 +30,7 @@ OCI_NAMES = ("MIN_NP", "MAX_NP", "SLOTS", "START_TIMEOUT", "WORKER_PORT", "HOROV
 
 def oci_env(work, mode="MAIN", **extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith(PLATFORM_PREFIXES) and k not in OCI_NAMES}
+    env["HVDRUN_LOG_LEVEL"] = "info"  # the tests read the launcher's state lines (docs/cli.md#messages)
     env.update({"OCI__MODE": mode, "OCI__WORK_DIR": work, "MIN_NP": "2", "MAX_NP": "2", "SLOTS": "1",
                 "WORKER_PORT": "12345", "HOROVOD_ARGS": "--verbose", "OCI__ENTRY_SCRIPT": "/code/train.py",
                 "OCI__ENTRY_SCRIPT_ARGS": "--epochs 2"})

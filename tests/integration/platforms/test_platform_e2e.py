@@ -73,11 +73,12 @@ def check(cond, what, *details):
         raise Failure(what + "".join("\n" + repr(d) if not isinstance(d, str) else "\n--- " + d for d in details))
 
 
-def sagemaker_machines(count, per_host, custom_mpi_options=None):
+def sagemaker_machines(count, per_host, custom_mpi_options=None, user_hyperparameters=None):
     names = [f"algo-{i + 1}" for i in range(count)]
     hyper = {"sagemaker_mpi_enabled": "true", "sagemaker_mpi_num_of_processes_per_host": str(per_host)}
     if custom_mpi_options is not None:
         hyper["sagemaker_mpi_custom_mpi_options"] = custom_mpi_options
+    hyper.update(user_hyperparameters or {})
     # SageMaker writes every hyperparameter value JSON-encoded.
     hyper = {k: '"%s"' % v if not v.isdigit() else v for k, v in hyper.items()}
     machines = []
@@ -124,9 +125,12 @@ def follower_lines(r):
 
 
 def case_sagemaker(cluster):
-    whoami = WHOAMI + '; echo "rank $HOROVOD_RANK channel $SM_CHANNEL_TRAINING"'
+    # What SageMaker's training toolkit gives a script: the hyperparameters as
+    # arguments, SM_MODEL_DIR, and each machine's own SM_CURRENT_HOST.
+    whoami = (WHOAMI + '; echo "rank $HOROVOD_RANK channel $SM_CHANNEL_TRAINING"'
+              '; echo "rank $HOROVOD_RANK host $SM_CURRENT_HOST model $SM_MODEL_DIR args $*"')
     worker = f'{whoami}; exec "$0" ops' if ARGS.worker else whoami
-    args = ["sh", "-c", worker] + ([ARGS.worker] if ARGS.worker else [])
+    args = ["sh", "-c", worker, ARGS.worker or "sh"]
     leader, follower = cluster.run_all(args, timeout=45)
     check(leader.code == 0 and follower.code == 0, "the job did not succeed on both machines", leader, follower)
     check_ranks(cluster, leader.stdout, {0: "algo-1", 1: "algo-1", 2: "algo-2", 3: "algo-2"}, 4)
@@ -135,6 +139,9 @@ def case_sagemaker(cluster):
             check(f"rank {rank}: ops ok" in leader.stdout, f"rank {rank} did not pass the collective ops", leader)
     for rank in range(4):  # SM_* variables reach every worker untouched, on every machine
         check(f"rank {rank} channel /opt/ml/input/data/training" in leader.stdout, "SM_CHANNEL_TRAINING lost", leader)
+        want = (f"rank {rank} host {'algo-1' if rank < 2 else 'algo-2'} model {cluster.dirs[0]}/ml/model "
+                "args --epochs 3 --model-name resnet")
+        check(want in leader.stdout, f"missing '{want}' (toolkit arguments and variables)", leader)
     check("-np not given: 4 ranks, the sagemaker job's slots" in leader.stderr, "no -np default line", leader)
     check("attached to the follower on algo-2" in leader.stderr, "the leader did not attach", leader)
     check("follower of the sagemaker job: waiting for the leader algo-1 (up to 30s)" in follower.stderr,
@@ -287,7 +294,8 @@ def case_key_mismatch(cluster):
 
 
 CASES = {
-    "sagemaker": (case_sagemaker, lambda: sagemaker_machines(2, 2)),
+    "sagemaker": (case_sagemaker, lambda: sagemaker_machines(2, 2, user_hyperparameters={"epochs": "3",
+                                                                                          "model-name": "resnet"})),
     "sagemaker_mpi": (case_sagemaker_mpi, lambda: sagemaker_machines(2, 2, "-verbose")),
     "sagemaker_mpi_guide": (case_sagemaker_mpi, lambda: sagemaker_machines(2, 2, "-verbose --NCCL_DEBUG=INFO")),
     "slurm": (case_slurm, lambda: slurm_machines("node[01-03]", ["node01", "node02", "node03"], "2,1(x2)")),

@@ -29,6 +29,7 @@ def clean_env(**extra):
     """This process's environment without any platform's variables (the
     machine running the suite may itself be inside an allocation), plus `extra`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(PLATFORM_PREFIXES)}
+    env["HVDRUN_LOG_LEVEL"] = "info"  # the tests read the platform lines (docs/cli.md#messages)
     env.update(extra)
     return env
 
@@ -193,7 +194,7 @@ class Platforms(unittest.TestCase):
         # In an srun step over the nodes, every node runs hvdrun.
         follower = dict(SLURM, SLURMD_NODENAME="gpu-7", SLURM_STEP_NUM_NODES="4")
         t0 = time.monotonic()
-        r = run(["-np", "2", "--start-timeout", "1", "true"], clean_env(**follower))
+        r = run(["-np", "2", "--start-timeout", "1", "--log-level", "INFO", "true"], clean_env(**follower))
         self.assertEqual(r.returncode, 6, r.stderr)
         self.assertLess(time.monotonic() - t0, 10)
         self.assertIn("[info] follower of the slurm job: waiting for the leader node01 (up to 1s)", r.stderr)
@@ -332,7 +333,7 @@ class Platforms(unittest.TestCase):
                            ("workerpool3", "Vertex evaluator")):
             r = run(["-np", "3", "touch", marker], clean_env(CLUSTER_SPEC=vertex_spec(pool, 0)))
             self.assertEqual(r.returncode, 0, r.stderr)
-            self.assertEqual(error_lines(r.stderr), [l for l in error_lines(r.stderr) if "[info]" in l])
+            self.assertEqual(error_lines(r.stderr), [l for l in error_lines(r.stderr) if "[warning]" in l])
             self.assertEqual(len(error_lines(r.stderr)), 1, r.stderr)
             self.assertIn("this machine is a %s (%s index 0): it gets no ranks of the hvdrun job" % (what, pool),
                           r.stderr)

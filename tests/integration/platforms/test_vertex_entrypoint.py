@@ -101,6 +101,7 @@ class VertexEntrypoint(unittest.TestCase):
 
     def env(self, task_type="workerpool0", path=None, **extra):
         env = {k: v for k, v in os.environ.items() if not k.startswith(CLEARED)}
+        env["HVDRUN_LOG_LEVEL"] = "info"  # the tests read hvdrun's platform line (docs/cli.md#messages)
         env.update(PATH=path or (self.bin + os.pathsep + env.get("PATH", "")), HVDRUN=HVDRUN, GSUTIL_LOG=self.log,
                    FAKE_GCS=self.gcs, CLUSTER_SPEC=self.spec(task_type), CUDA_VISIBLE_DEVICES="",
                    STAGING_DIR=self.staging, OUTPUT_DIR=self.output)

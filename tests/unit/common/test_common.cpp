@@ -102,3 +102,15 @@ TEST_CASE("text: shown escapes control bytes and cuts - nothing can forge a line
   CHECK(hvd::one_line("host '" + hvd::shown("x\ny") + "'\nsecond") == "host 'x\\ny'\\nsecond");
   CHECK(hvd::one_line(std::string(10000, 'm')).size() < 4200);
 }
+
+TEST_CASE("text: closest_word suggests a near candidate and nothing for a far one", "[text]") {
+  const std::vector<std::string> flags = {"--timeline-filename", "--timeline-mark-cycles", "--verbose", "--log-level",
+                                          "-np", "-H"};
+  CHECK(hvd::closest_word("--timline-filename", flags) == "--timeline-filename");  // one letter missing
+  CHECK(hvd::closest_word("--log-levle", flags) == "--log-level");                  // two letters swapped
+  CHECK(hvd::closest_word("--vrebose", flags) == "--verbose");
+  CHECK(hvd::closest_word("-nq", flags) == "-np");
+  CHECK(hvd::closest_word("--gpus-per-node", flags).empty());
+  CHECK(hvd::closest_word("-x", flags).empty());  // short words need a close match: -x is not -H
+  CHECK(hvd::closest_word("anything", {}).empty());
+}

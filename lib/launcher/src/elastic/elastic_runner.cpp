@@ -162,8 +162,9 @@ class DiscoveryLoop {
 };
 
 /// Worker output and exits, from spawner threads. Spawners key workers by
-/// an int; in elastic mode that is the worker's serial ("w7" -> 7), which is
-/// also the output prefix ([7]) since ranks change over a job's life.
+/// an int; in elastic mode that is the worker's serial ("w7" -> 7). Lines
+/// are prefixed with the worker's rank in the current world, set at each
+/// publish (set_label), and with "w7" before it has one (docs/elastic.md).
 class ElasticSink final : public EventSink {
  public:
   ElasticSink(OutputRouter& output, EventQueue& queue) : output_(output), queue_(queue) {}
@@ -381,6 +382,8 @@ class ElasticRunner::Impl {
   }
 
   void publish(const selastic::World& world) {
+    // From now on the members' lines carry their rank in this world.
+    for (const auto& m : world.members) output_.set_label(serial_of(m.worker_id), std::to_string(m.rank));
     auto& store = *store_;
     store.set_string(selastic::world_key(world.version), selastic::encode_world(world));
     store.set_string(selastic::kVersionKey, std::to_string(world.version));
@@ -476,6 +479,7 @@ class ElasticRunner::Impl {
       LiveWorker w;
       w.batch = batch.get();
       w.serial = serial_of(a->worker_id);
+      output_.set_label(w.serial, a->worker_id);  // no rank before its first world
       // The worker's ready key may appear at any time from now on.
       EventQueue* queue = &queue_;
       std::string id = a->worker_id;

@@ -1,5 +1,14 @@
 #include "hvd/launcher/job/check_build.h"
 
+#include "hvd/common/error.h"
+#include "hvd/launcher/process/capture.h"
+#include "hvd/launcher/process/subprocess.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <chrono>
+
 #ifndef HVDRUN_VERSION
 #error "HVDRUN_VERSION comes from the project version (lib/launcher/CMakeLists.txt)"
 #endif
@@ -24,14 +33,73 @@ BuiltComponents built_components() {
   return b;
 }
 
-// Kept truthful: a box is ticked only for what this build really provides.
-std::string render_check_build(const BuiltComponents& built) {
+WorkerPython probe_worker_python() {
+  // One line back: "OK <path>" or "ERR <exception: first line>".
+  static const char* const kScript =
+      "import sys\n"
+      "try:\n"
+      "    import horovod.torch as m\n"
+      "    print('OK', m.__file__)\n"
+      "except BaseException as e:\n"
+      "    text = str(e).splitlines()\n"
+      "    print('ERR', type(e).__name__ + (': ' + text[0] if text else ''))\n";
+  WorkerPython py;
+  for (const char* name : {"python3", "python"}) {
+    try {
+      // Importing torch takes a few seconds on a cold cache; bounded all the same.
+      const Captured run = run_captured({name, "-c", kScript}, Deadline::after(std::chrono::seconds(60)),
+                                        fmt::format("'{} -c \"import horovod.torch\"'", name), 64 * 1024);
+      py.interpreter = name;
+      std::string last;  // the script's line is the last one (a warning may come first)
+      for (std::size_t start = 0; start < run.output.size();) {
+        const std::size_t nl = run.output.find('\n', start);
+        const std::string line = run.output.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
+        if (line.rfind("OK ", 0) == 0 || line.rfind("ERR ", 0) == 0) last = line;
+        if (nl == std::string::npos) break;
+        start = nl + 1;
+      }
+      if (last.rfind("OK ", 0) == 0) {
+        py.imports_torch_binding = true;
+        py.module_path = last.substr(3);
+      } else if (!last.empty()) {
+        py.problem = last.substr(4);
+      } else {
+        py.problem = fmt::format("it exited with status {} and said nothing", exit_status_of(run.wait_status));
+      }
+      return py;
+    } catch (const SpawnError& e) {
+      if (e.error_number() == ENOENT) continue;  // not on PATH: the next name
+      py.interpreter = name;
+      py.problem = e.what();
+      return py;
+    } catch (const TimeoutError& e) {
+      py.interpreter = name;
+      py.problem = e.what();
+      return py;
+    }
+  }
+  py.problem = "neither python3 nor python is on PATH";
+  return py;
+}
+
+// Kept truthful: a box is ticked only for what this build really provides
+// and the worker interpreter can use.
+std::string render_check_build(const BuiltComponents& built, const WorkerPython& python) {
   auto box = [](bool on) { return on ? "[X]" : "[ ]"; };
   std::string s = "hvdrun v" HVDRUN_VERSION ":\n\n";
   s += "Available Frameworks:\n";
   s += "    [ ] TensorFlow\n";
-  s += std::string("    ") + box(built.pytorch_binding) +
-       (built.pytorch_binding ? " PyTorch (hvdcomm.torch binding; horovod.torch compatible)\n" : " PyTorch\n");
+  const std::string who = python.interpreter.empty() ? std::string("the worker interpreter") : python.interpreter;
+  if (python.imports_torch_binding) {
+    s += fmt::format("    [X] PyTorch ({} imports horovod.torch from {})\n", who, python.module_path);
+  } else if (built.pytorch_binding) {
+    s += fmt::format(
+        "    [ ] PyTorch (built, but {} cannot import horovod.torch: {}; set PYTHONPATH as the install printed, "
+        "docs/python.md)\n",
+        who, python.problem);
+  } else {
+    s += "    [ ] PyTorch\n";
+  }
   s += "    [ ] MXNet\n\n";
   s += "Available Controllers:\n";
   s += "    [X] MPI (hvdrun --mpi drives an installed mpirun: Open MPI, MPICH, Intel MPI)\n";
@@ -59,6 +127,6 @@ std::string render_check_build(const BuiltComponents& built) {
   return s;
 }
 
-std::string render_check_build() { return render_check_build(built_components()); }
+std::string render_check_build() { return render_check_build(built_components(), probe_worker_python()); }
 
 }  // namespace hvd::launcher

@@ -4,6 +4,7 @@
 #include "hvd/common/logging.h"
 #include "hvd/common/secret.h"
 #include "hvd/launcher/hosts/network.h"
+#include "hvd/launcher/options/cli.h"
 #include "hvd/launcher/process/report.h"
 
 #include <spdlog/spdlog.h>
@@ -14,7 +15,11 @@ namespace {
 
 /// Logging first: the signal guard's member initialiser follows.
 JobServicesOptions with_logging(JobServicesOptions options) {
-  init_logging("hvdrun", options.verbose ? spdlog::level::debug : spdlog::level::info);
+  if (options.start_logging) {
+    options.start_logging();
+  } else {
+    init_logging("hvdrun", options.verbose ? spdlog::level::debug : spdlog::level::info);
+  }
   return options;
 }
 
@@ -22,6 +27,7 @@ JobServicesOptions with_logging(JobServicesOptions options) {
 
 JobServicesOptions job_services_options(const Options& options) {
   JobServicesOptions out;
+  out.start_logging = [&options] { init_launcher_logging(options); };
   out.verbose = options.verbose;
   out.output_filename = options.output_filename;
   out.prefix_output_with_timestamp = options.prefix_output_with_timestamp;

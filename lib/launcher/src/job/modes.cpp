@@ -124,7 +124,7 @@ int dry_run_mode(JobDecision& d) {
     report.elastic = look_once(*d.source, options.num_proc.value_or(1));
   } else {
     // The plan first: a usage error is reported before mpirun is probed.
-    plan = plan_from_source(options, *d.source);
+    plan = plan_from_source(options, *d.source, d.launch);
     if (d.launch == LaunchMode::Mpirun) {
       const auto job_env = mpi_job_env(options, current_environment());
       try {
@@ -143,7 +143,7 @@ int dry_run_mode(JobDecision& d) {
 }
 
 int unranked_mode(JobDecision& d) {
-  spdlog::info("{}", d.platform->unranked_reason);
+  spdlog::warn("{}", d.platform->unranked_reason);
   return exit_code::kOk;
 }
 
@@ -165,7 +165,7 @@ int elastic_mode(JobDecision& d) {
 
 int mpirun_mode(JobDecision& d) {
   // The plan first: a usage error is reported before any follower is attached.
-  const JobPlan plan = plan_from_source(d.options, *d.source);
+  const JobPlan plan = plan_from_source(d.options, *d.source, d.launch);
   return lead(d, [&] {
     return run_mpi_job(d.options, plan, mpi_job_env(d.options, current_environment()), d.mpirun ? &*d.mpirun : nullptr);
   });
@@ -174,7 +174,7 @@ int mpirun_mode(JobDecision& d) {
 int static_mode(JobDecision& d) {
   // A static job's hosts are its source's first look (a fixed list: -H,
   // --hostfile, localhost:np or a platform's hosts).
-  const JobPlan plan = plan_from_source(d.options, *d.source);
+  const JobPlan plan = plan_from_source(d.options, *d.source, d.launch);
   return lead(d, [&] {
     if (d.display_map) {
       // Before any worker writes: the placement, as mpirun --display-map shows its map.

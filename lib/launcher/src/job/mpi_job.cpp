@@ -75,6 +75,10 @@ int mpi_job(JobServices& job, const Options& options, const JobPlan& plan,
   hosts[0].host = "localhost";
   hosts[0].spawner = make_mpi_spawner({options.kill_grace});
   hosts[0].workers = {std::move(mpirun)};
+  // The lines count ranks, not the one mpirun process.
+  hosts[0].stands_for = fmt::format("mpirun ({} rank{} on {} host{})", plan.workers.size(),
+                                    plan.workers.size() == 1 ? "" : "s", plan.hosts.size(),
+                                    plan.hosts.size() == 1 ? "" : "s");
   // PR_SET_PDEATHSIG follows the thread that spawned mpirun: this one.
   hosts[0].launch_on_caller_thread = true;
   // mpirun needs time to tear its remote ranks down after a forwarded signal.

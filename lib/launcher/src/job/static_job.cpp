@@ -91,10 +91,10 @@ int static_job(JobServices& job, const Options& options, const JobPlan& plan_in)
 
 }  // namespace
 
-JobPlan plan_from_source(const Options& options, HostSource& source) {
+JobPlan plan_from_source(const Options& options, HostSource& source, LaunchMode launch) {
   const DiscoveryResult hosts = source.discover();
   if (!hosts.ok()) throw InvalidArgument(*hosts.error);
-  return make_plan(options, hosts.hosts);
+  return make_plan(options, hosts.hosts, launch == LaunchMode::Mpirun ? SlotCheck::Mpirun : SlotCheck::Hvdrun);
 }
 
 int run_job(const Options& options, const JobPlan& plan) {

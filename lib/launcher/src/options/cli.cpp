@@ -20,16 +20,21 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
+#include <iterator>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "hvd/common/env.h"
+#include "hvd/common/job_env.h"
 #include "hvd/common/error.h"
 #include "hvd/common/logging.h"
+#include "hvd/common/text.h"
 #include "hvd/launcher/hosts/hosts.h"
 #include "hvd/launcher/options/config_file.h"
 #include "hvd/launcher/options/flags.h"
@@ -566,6 +571,32 @@ std::string resolve_option(const std::string& word) {
   return matches.front()->cli_name() + (long_word ? word.substr(before_value.size()) : std::string());
 }
 
+/// A word resolve_option left as it was: a flag of the table as typed, a
+/// short flag with its value attached ("-Hhost:2") -- or a mistake, refused
+/// here with what was probably meant, as git and argparse-style tools do:
+///   "--timline-filename is not an option; did you mean --timeline-filename? (see horovodrun --help)"
+///   "-v2: -v (--version) takes no value (see hvdrun --help)"
+void refuse_unknown(CommandLine& cli, const std::string& word) {
+  const std::vector<OptionString> all = option_strings();
+  const std::string before_value = word.substr(0, word.find('='));
+  for (const OptionString& o : all) {
+    if (o.name == before_value) return;
+  }
+  const std::string help = fmt::format("(see {} --help)", cli.app().get_name());
+  if (!starts_with(word, "--") && word.size() > 2) {
+    for (const OptionString& o : all) {
+      if (o.name.size() != 2 || o.name != word.substr(0, 2)) continue;
+      if (cli.values_after(o.name) > 0) return;  // "-Hhost:2": the value attached
+      throw InvalidArgument(fmt::format("{}: {} ({}) takes no value {}", word, o.name, o.flag->name(), help));
+    }
+  }
+  std::vector<std::string> names;
+  for (const OptionString& o : all) names.push_back(o.name);
+  const std::string guess = closest_word(before_value, names);
+  if (guess.empty()) throw InvalidArgument(fmt::format("{} is not an option {}", word, help));
+  throw InvalidArgument(fmt::format("{} is not an option; did you mean {}? {}", word, guess, help));
+}
+
 /// -i/--ssh-identity-file must name a readable file now, whether or not
 /// any host is reached over SSH: a typo would otherwise surface only on
 /// the first remote host, or never.
@@ -606,6 +637,7 @@ void prescan(CommandLine& cli, const std::vector<std::string>& args, std::vector
       break;
     }
     std::string token = resolve_option(args[i]);
+    if (token == args[i]) refuse_unknown(cli, args[i]);
     ours.push_back(token);
     int n = cli.values_after(token);
     ++i;
@@ -653,12 +685,64 @@ Options read_layer(const PlatformFlagLayer& layer, FlagSet& given) {
 
 }  // namespace
 
+namespace {
+
+/// `text` as a log level, or nothing when it is not one of horovodrun's
+/// names (any case; WARN and CRITICAL as spdlog has them).
+std::optional<spdlog::level::level_enum> known_log_level(const std::string& text) {
+  static const char* const kLevels[] = {"trace", "debug", "info", "warning", "warn", "error", "fatal", "critical"};
+  std::string low = text;
+  std::transform(low.begin(), low.end(), low.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (std::find(std::begin(kLevels), std::end(kLevels), low) == std::end(kLevels)) return std::nullopt;
+  return hvd::parse_log_level(low);
+}
+
+}  // namespace
+
+void init_launcher_logging(const Options& o) {
+  spdlog::level::level_enum level = spdlog::level::warn;  // horovodrun's default HOROVOD_LOG_LEVEL
+  std::vector<std::string> bad;  // variables whose value is not a level
+  auto from_env = [&bad](const char* name) -> std::optional<spdlog::level::level_enum> {
+    const auto text = hvd::env::get(name);
+    if (!text || text->empty()) return std::nullopt;
+    auto level = known_log_level(*text);
+    if (!level) bad.push_back(fmt::format("{}='{}'", name, *text));
+    return level;
+  };
+  const auto launcher_only = from_env("HVDRUN_LOG_LEVEL");
+  const auto horovod = o.tuning.log_level ? std::nullopt : from_env(hvd::job_env::kLogLevel);
+  if (o.verbose) {
+    level = spdlog::level::debug;
+  } else if (launcher_only) {
+    level = *launcher_only;
+  } else if (o.tuning.log_level) {
+    level = hvd::parse_log_level(*o.tuning.log_level);
+  } else if (horovod) {
+    level = *horovod;
+  }
+  bool with_time = true;
+  if (o.tuning.log_hide_timestamp) {
+    with_time = !*o.tuning.log_hide_timestamp;
+  } else if (const auto hide = hvd::env::get(hvd::job_env::kLogHideTime)) {
+    with_time = !(*hide == "1" || *hide == "true" || *hide == "TRUE");
+  }
+  hvd::init_logging("hvdrun", level, with_time);
+  static bool said_bad_level = false;  // once a process, however many times the options are applied
+  if (!bad.empty() && !said_bad_level) {
+    said_bad_level = true;
+    for (const auto& b : bad) {
+      spdlog::warn("{} is not a log level (TRACE, DEBUG, INFO, WARNING, ERROR or FATAL); ignored by hvdrun", b);
+    }
+  }
+}
+
 ParseOutcome parse_command_line(int argc, char** argv) { return parse_command_line(argc, argv, PlatformFlags{}); }
 
 ParseOutcome parse_command_line(int argc, char** argv, const PlatformFlags& platform) {
   // Messages during parsing (config warnings) must go to stderr, never
-  // into --dry-run output on stdout.
-  hvd::init_logging("hvdrun", spdlog::level::info);
+  // into --dry-run output on stdout. Warnings only until the options say
+  // more (init_launcher_logging).
+  hvd::init_logging("hvdrun", spdlog::level::warn);
 
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
@@ -687,7 +771,7 @@ ParseOutcome parse_command_line(int argc, char** argv, const PlatformFlags& plat
     std::string what = e.what();
     // CLI11 names an option by its long name; -np is how everyone types this one.
     if (what.rfind("--num-proc:", 0) == 0) what = "-np/" + what;
-    return usage_error(fmt::format("{} (see hvdrun --help)", what));
+    return usage_error(fmt::format("{} (see {} --help)", what, cli.app().get_name()));
   }
   const FlagSet on_command_line = cli.given();
   if (given_action(on_command_line, Action::Version)) {
@@ -728,7 +812,7 @@ ParseOutcome parse_command_line(int argc, char** argv, const PlatformFlags& plat
   } catch (const InvalidArgument& e) {
     return usage_error(e.what());
   }
-  if (o.verbose) hvd::init_logging("hvdrun", spdlog::level::debug);
+  init_launcher_logging(o);
 
   if (o.check_build) {
     ParseOutcome out;

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "hvd/common/error.h"
+#include "hvd/common/text.h"
 
 namespace hvd::launcher {
 
@@ -168,8 +169,26 @@ void read_section(ConfigFileValues& out, const std::string& section, const YAML:
     const std::string key = section + "." + name;
     const Flag* flag = find_config_key(key);
     const IgnoredKey* ignored = find_ignored(key);
+    if (key == "logging.hide_timestamp" && !it->second.IsNull()) {
+      // Horovod's own example config spells logging.with_timestamp so (its
+      // horovodrun drops the key silently): the intent is plain, so honour
+      // it -- true hides the time -- through the with_timestamp row.
+      const Flag* with_timestamp = find_config_key("logging.with_timestamp");
+      YAML::Node inverted = it->second;
+      if (it->second.IsScalar() && (it->second.Scalar() == "true" || it->second.Scalar() == "false")) {
+        inverted = YAML::Node(it->second.Scalar() == "true" ? "false" : "true");
+      }
+      if (with_timestamp && !out.sets(*with_timestamp)) read_key(out, *with_timestamp, inverted, key, origin);
+      continue;
+    }
     if (!flag && !ignored) {
-      spdlog::warn("{}:{}: unknown key '{}' in '{}' (ignored)", origin, it->first.Mark().line + 1, name, section);
+      std::vector<std::string> known;
+      for (const Flag& f : flags()) {
+        if (f.config_key.rfind(section + ".", 0) == 0) known.push_back(f.config_key.substr(section.size() + 1));
+      }
+      const std::string guess = closest_word(name, known);
+      spdlog::warn("{}:{}: unknown key '{}' in '{}' (ignored{})", origin, it->first.Mark().line + 1, name, section,
+                   guess.empty() ? "" : "; did you mean " + guess + "?");
       continue;
     }
     if (it->second.IsNull()) continue;

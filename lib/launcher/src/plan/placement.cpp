@@ -30,11 +30,11 @@ std::vector<SlotAssignment> place_ranks(const std::vector<std::string>& rank_hos
   return out;
 }
 
-std::vector<SlotAssignment> assign_slots(const std::vector<HostSpec>& hosts, int num_proc) {
+std::vector<SlotAssignment> assign_slots(const std::vector<HostSpec>& hosts, int num_proc, bool beyond_slots) {
   if (num_proc < 1) throw InvalidArgument(fmt::format("-np must be at least 1, not {}", num_proc));
   if (hosts.empty()) throw InvalidArgument("no hosts to place ranks on");
   long total = total_slots(hosts);
-  if (num_proc > total) {
+  if (num_proc > total && !beyond_slots) {
     throw InvalidArgument(fmt::format("-np {} but only {} slot{} on {} host{} ({})", num_proc, total,
                                       total == 1 ? "" : "s", hosts.size(), hosts.size() == 1 ? "" : "s",
                                       format_hosts(hosts)));
@@ -44,6 +44,12 @@ std::vector<SlotAssignment> assign_slots(const std::vector<HostSpec>& hosts, int
   rank_hosts.reserve(static_cast<size_t>(num_proc));
   for (const auto& host : hosts) {
     for (int s = 0; s < host.slots && static_cast<int>(rank_hosts.size()) < num_proc; ++s) {
+      rank_hosts.push_back(host.name);
+    }
+  }
+  while (static_cast<int>(rank_hosts.size()) < num_proc) {  // beyond_slots only
+    for (const auto& host : hosts) {
+      if (static_cast<int>(rank_hosts.size()) == num_proc) break;
       rank_hosts.push_back(host.name);
     }
   }

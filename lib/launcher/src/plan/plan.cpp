@@ -26,13 +26,14 @@ std::string current_directory() {
 }  // namespace
 
 JobPlan make_plan(const Options& options, const std::vector<HostSpec>& hosts,
-                  const std::map<std::string, std::string>& launcher_env, const std::string& cwd) {
+                  const std::map<std::string, std::string>& launcher_env, const std::string& cwd,
+                  SlotCheck check) {
   if (!options.num_proc) throw InvalidArgument("-np/--num-proc is required (e.g. hvdrun -np 4 python train.py)");
   if (options.command.empty()) throw InvalidArgument("no command given (e.g. hvdrun -np 2 python train.py)");
   const int np = *options.num_proc;
   if (np < 1) throw InvalidArgument(fmt::format("-np must be at least 1, not {}", np));
 
-  std::vector<SlotAssignment> slots = assign_slots(hosts, np);
+  std::vector<SlotAssignment> slots = assign_slots(hosts, np, check == SlotCheck::Mpirun);
 
   JobPlan plan;
   // Only hosts that run a rank are part of the job (spawners connect to
@@ -52,6 +53,10 @@ JobPlan make_plan(const Options& options, const std::vector<HostSpec>& hosts,
     w.slot = slot;
     w.argv = options.command;
     w.env = add_slot_env(common, slot, slots.size());
+    // A platform's per-machine values for the host this rank runs on.
+    if (auto it = options.host_env.find(slot.hostname); it != options.host_env.end()) {
+      for (const auto& [name, value] : it->second) w.env[name] = value;
+    }
     w.cwd = cwd;
     plan.workers.push_back(std::move(w));
   }
@@ -60,6 +65,10 @@ JobPlan make_plan(const Options& options, const std::vector<HostSpec>& hosts,
 
 JobPlan make_plan(const Options& options, const std::vector<HostSpec>& hosts) {
   return make_plan(options, hosts, current_environment(), current_directory());
+}
+
+JobPlan make_plan(const Options& options, const std::vector<HostSpec>& hosts, SlotCheck check) {
+  return make_plan(options, hosts, current_environment(), current_directory(), check);
 }
 
 }  // namespace hvd::launcher

@@ -349,7 +349,11 @@ OutputRouter::RankState& OutputRouter::state(int rank) {
 void OutputRouter::emit_line(int rank, Stream stream, std::string_view line, bool terminated, std::string& out) {
   if (options_.timestamp) out += options_.clock();
   out += '[';
-  out += std::to_string(rank);
+  if (auto it = labels_.find(rank); it != labels_.end()) {
+    out += it->second;
+  } else {
+    out += std::to_string(rank);
+  }
   out += stream == Stream::Stdout ? "]<stdout>:" : "]<stderr>:";
   out.append(line.data(), line.size());
   if (!terminated) out += '\n';
@@ -367,6 +371,11 @@ void OutputRouter::emit_line(int rank, Stream stream, std::string_view line, boo
     st.tail_open = !terminated && !st.finished;
     while (st.tail.size() > options_.stderr_tail_lines) st.tail.pop_front();
   }
+}
+
+void OutputRouter::set_label(int rank, std::string label) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  labels_[rank] = std::move(label);
 }
 
 void OutputRouter::flush(Stream stream, std::string& out) {

@@ -74,8 +74,12 @@ void Supervisor::launch_all(std::vector<HostLaunch>& hosts, std::vector<std::str
     auto t0 = Clock::now();
     try {
       h.spawner->launch(h.workers, *this, deadline);
-      spdlog::info("started {} worker{} on {} in {} ms", h.workers.size(), h.workers.size() == 1 ? "" : "s", h.host,
-                   ms_since(t0));
+      if (h.stands_for.empty()) {
+        spdlog::info("started {} worker{} on {} in {} ms", h.workers.size(), h.workers.size() == 1 ? "" : "s", h.host,
+                     ms_since(t0));
+      } else {
+        spdlog::info("started {} in {} ms", h.stands_for, ms_since(t0));
+      }
       if (options_.events) {
         std::vector<int> ranks;
         for (const auto& w : h.workers) ranks.push_back(w.slot.rank);
@@ -223,7 +227,7 @@ int Supervisor::run(std::vector<HostLaunch> hosts) {
           failure = e;
           report_failure(e, it->second.who);
           if (alive > 0) {
-            spdlog::info("terminating {} other worker{} (SIGTERM, then SIGKILL after {} ms)", alive,
+            spdlog::warn("terminating {} other worker{} (SIGTERM, then SIGKILL after {} ms)", alive,
                          alive == 1 ? "" : "s", options_.kill_grace.count());
             signal_alive(SIGTERM);
             kill_at = Clock::now() + options_.kill_grace;
@@ -268,8 +272,12 @@ int Supervisor::run(std::vector<HostLaunch> hosts) {
     spdlog::info("all workers stopped after {}", signal_name(interrupted));
     return 128 + interrupted;
   }
-  spdlog::info("all {} worker{} exited successfully ({} ms)", ranks.size(), ranks.size() == 1 ? "" : "s",
-               ms_since(t_start));
+  if (hosts.size() == 1 && !hosts.front().stands_for.empty()) {
+    spdlog::info("{} exited successfully ({} ms)", hosts.front().stands_for, ms_since(t_start));
+  } else {
+    spdlog::info("all {} worker{} exited successfully ({} ms)", ranks.size(), ranks.size() == 1 ? "" : "s",
+                 ms_since(t_start));
+  }
   return exit_code::kOk;
 }
 

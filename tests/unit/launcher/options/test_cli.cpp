@@ -5,6 +5,8 @@
 
 #include "options_test_util.h"
 
+#include <spdlog/spdlog.h>
+
 using namespace hvd::launcher;
 using hvd_test::DiscoveryScript;
 using hvd_test::parse;
@@ -558,4 +560,28 @@ TEST_CASE("cli: --start-timeout defaults to 30 then HOROVOD_START_TIMEOUT then t
   CHECK(bad.exit_code == exit_code::kUsage);
   CHECK(bad.message == "hvdrun: error: HOROVOD_START_TIMEOUT='soon' is not a positive number of seconds\n");
   unsetenv("HOROVOD_START_TIMEOUT");
+}
+
+TEST_CASE("cli: the launcher is quiet by default - --log-level, HVDRUN_LOG_LEVEL and --verbose govern it", "[cli]") {
+  unsetenv("HOROVOD_LOG_LEVEL");
+  unsetenv("HVDRUN_LOG_LEVEL");
+  auto level_after = [](std::vector<std::string> args) {
+    parse_ok(std::move(args));
+    return spdlog::default_logger()->level();
+  };
+  // horovodrun's default: nothing of the launcher's own on a successful job.
+  CHECK(level_after({"-np", "2", "true"}) == spdlog::level::warn);
+  CHECK(level_after({"-np", "2", "--log-level", "INFO", "true"}) == spdlog::level::info);
+  CHECK(level_after({"-np", "2", "--log-level", "error", "true"}) == spdlog::level::err);
+  CHECK(level_after({"-np", "2", "--verbose", "--log-level", "ERROR", "true"}) == spdlog::level::debug);
+  setenv("HOROVOD_LOG_LEVEL", "info", 1);
+  CHECK(level_after({"-np", "2", "true"}) == spdlog::level::info);
+  CHECK(level_after({"-np", "2", "--log-level", "WARNING", "true"}) == spdlog::level::warn);  // the flag wins
+  setenv("HVDRUN_LOG_LEVEL", "debug", 1);  // the launcher's own level wins over the job's
+  CHECK(level_after({"-np", "2", "--log-level", "WARNING", "true"}) == spdlog::level::debug);
+  setenv("HVDRUN_LOG_LEVEL", "loud", 1);  // not a level: named in a warning, the next source decides
+  CHECK(level_after({"-np", "2", "true"}) == spdlog::level::info);
+  unsetenv("HVDRUN_LOG_LEVEL");
+  unsetenv("HOROVOD_LOG_LEVEL");
+  CHECK(level_after({"-np", "2", "true"}) == spdlog::level::warn);
 }

@@ -276,3 +276,14 @@ TEST_CASE("config: numbers are checked like the flags' (NaN and infinity refused
         "c.yaml:2: autotune.gaussian_process_noise: expected a number in [0, 1], got '.nan'");
   CHECK(msg("controller: [gloo]\n") == "c.yaml:1: controller: expected gloo or mpi, got a list");
 }
+
+TEST_CASE("config: logging.hide_timestamp (Horovod's example spelling) is honoured - unknown keys get a suggestion",
+          "[config]") {
+  auto hide = parse_config_text("logging:\n  hide_timestamp: true\n", "c.yaml");
+  CHECK(hide.options.tuning.log_hide_timestamp == std::optional<bool>(true));
+  auto show = parse_config_text("logging:\n  hide_timestamp: false\n", "c.yaml");
+  CHECK(show.options.tuning.log_hide_timestamp == std::optional<bool>(false));
+  // with_timestamp given too: the documented key wins, whatever the order.
+  auto both = parse_config_text("logging:\n  with_timestamp: true\n  hide_timestamp: true\n", "c.yaml");
+  CHECK(both.options.tuning.log_hide_timestamp == std::optional<bool>(false));
+}

@@ -88,6 +88,20 @@ TEST_CASE("placement: fewer ranks than slots leaves later hosts empty", "[placem
   CHECK(rows(slots) == std::vector<Row>{{"a", 0, 0, 3, 0, 1}, {"a", 1, 1, 3, 0, 1}, {"a", 2, 2, 3, 0, 1}});
 }
 
+TEST_CASE("placement: beyond the slots (mpirun decides) ranks go round the hosts again", "[placement]") {
+  // hvdrun's own launch refuses; under mpirun the plan goes on and -H keeps
+  // the slots as given (mpi_launch_test), so mpirun refuses or oversubscribes.
+  CHECK_THROWS(assign_slots({{"a", 2}}, 3));
+  auto one = assign_slots({{"a", 2}}, 3, /*beyond_slots=*/true);
+  CHECK(rows(one) == std::vector<Row>{{"a", 0, 0, 3, 0, 1}, {"a", 1, 1, 3, 0, 1}, {"a", 2, 2, 3, 0, 1}});
+  auto two = assign_slots({{"a", 1}, {"b", 1}}, 4, true);
+  REQUIRE(two.size() == 4);
+  CHECK(two[2].hostname == "a");
+  CHECK(two[3].hostname == "b");
+  // Within the slots the result is the same either way.
+  CHECK(rows(assign_slots({{"a", 2}, {"b", 2}}, 3, true)) == rows(assign_slots({{"a", 2}, {"b", 2}}, 3)));
+}
+
 TEST_CASE("placement: invariants over a grid of layouts", "[placement]") {
   std::vector<std::vector<HostSpec>> layouts = {
       {{"a", 1}}, {{"a", 3}, {"b", 1}, {"c", 2}}, {{"a", 1}, {"b", 1}, {"c", 1}, {"d", 1}}, {{"a", 5}, {"b", 7}}};

@@ -79,6 +79,33 @@ TEST_CASE("Supervisor: all workers exit 0 -> 0", "[supervisor]") {
   CHECK(b->shut_down);
 }
 
+TEST_CASE("Supervisor: a process that stands for ranks (mpirun) is counted as they are", "[supervisor]") {
+  LogCapture log;
+  Job job;
+  auto m = job.add("localhost", {0});
+  job.hosts[0].stands_for = "mpirun (4 ranks on 2 hosts)";
+  m->on_launch = [](FakeHost& h) { h.exit_after(10ms, 0, 0); };
+  Supervisor sup(fast_options(), nullptr);
+  CHECK(sup.run(std::move(job.hosts)) == exit_code::kOk);
+  const std::string text = log.text();
+  CHECK(text.find("started mpirun (4 ranks on 2 hosts) in ") != std::string::npos);
+  CHECK(text.find("mpirun (4 ranks on 2 hosts) exited successfully (") != std::string::npos);
+  CHECK(text.find("1 worker") == std::string::npos);
+}
+
+TEST_CASE("Supervisor: workers without a stand-in are counted as workers", "[supervisor]") {
+  LogCapture log;
+  Job job;
+  auto a = job.add("hostA", {0, 1});
+  a->on_launch = [](FakeHost& h) {
+    for (int r : std::set<int>(h.alive)) h.exit_after(10ms, r, 0);
+  };
+  Supervisor sup(fast_options(), nullptr);
+  CHECK(sup.run(std::move(job.hosts)) == exit_code::kOk);
+  CHECK(log.text().find("started 2 workers on hostA in ") != std::string::npos);
+  CHECK(log.text().find("all 2 workers exited successfully (") != std::string::npos);
+}
+
 TEST_CASE("Supervisor: a failing rank stops the others with SIGTERM and passes its code on", "[supervisor]") {
   Job job;
   auto a = job.add("hostA", {0, 1});

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace hvd {
 
@@ -23,5 +24,12 @@ std::string shown(std::string_view text, std::size_t max_bytes = 128);
 /// backslash stays as it is (a message may already hold shown() parts), and
 /// the bound is larger.
 std::string one_line(std::string_view message, std::size_t max_bytes = 4096);
+
+/// The word of `candidates` closest to `word` for a "did you mean" hint
+/// (a mistyped flag or config key): the smallest edit distance (insert,
+/// delete, substitute, or swap two neighbours), when it is small for the
+/// word's length (none for up to 2 letters, at most 1 up to 4, 2 up to 8, else 3); ties
+/// go to the earlier candidate. Empty when none is close.
+std::string closest_word(std::string_view word, const std::vector<std::string>& candidates);
 
 }  // namespace hvd

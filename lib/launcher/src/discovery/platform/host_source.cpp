@@ -158,6 +158,38 @@ PlatformDecision apply_platform(const Options& options, const std::string& expli
                                    join(o.network_interfaces, ","), p.name, *p.interface));
     }
   }
+  // What the platform's own runner would give the script (SageMaker's
+  // training toolkit): its arguments after the command, its variables
+  // where hvdrun's environment lacks them, each host's own per-machine values.
+  if (!p.user_args.empty() && !o.command.empty()) {
+    const auto keep = ctx.get("HVDRUN_PLATFORM_ARGS");
+    if (keep && *keep == "0") {
+      d.info.push_back(fmt::format("{}'s arguments ({}) are not appended to the command: HVDRUN_PLATFORM_ARGS=0",
+                                   p.name, p.user_args_origin));
+    } else {
+      o.command.insert(o.command.end(), p.user_args.begin(), p.user_args.end());
+      d.info.push_back(fmt::format("{}'s hyperparameters ({}) follow the command as its training toolkit passes "
+                                   "them: {} (HVDRUN_PLATFORM_ARGS=0 leaves them out)",
+                                   p.name, p.user_args_origin, join(p.user_args, " ")));
+    }
+  }
+  // Applied per rank by make_plan, so the user's own -x of a name wins.
+  auto exported_by_user = [&o](const std::string& name) {
+    return std::any_of(o.env_exports.begin(), o.env_exports.end(),
+                       [&name](const std::string& x) { return x.substr(0, x.find('=')) == name; });
+  };
+  std::vector<std::string> given;
+  for (const auto& [name, value] : p.job_env) {
+    if (ctx.get(name) || exported_by_user(name)) continue;  // the platform's runner (or the user) set it
+    for (const auto& h : p.hosts) o.host_env[h.name][name] = value;
+    given.push_back(name);
+  }
+  if (!given.empty()) d.info.push_back(fmt::format("{} gives every worker {}", p.name, join(given, ", ")));
+  for (const auto& [host, vars] : p.host_env) {
+    for (const auto& [name, value] : vars) {
+      if (!exported_by_user(name)) o.host_env[host][name] = value;
+    }
+  }
   if (p.custom_mpi_options) {
     // As the SageMaker training toolkit: --NCCL_DEBUG X is -x NCCL_DEBUG=X, the rest is for mpirun.
     const CustomMpiOptions custom = parse_custom_mpi_options(*p.custom_mpi_options);

@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -69,6 +70,36 @@ std::optional<json> hyperparameter(const json& hps, const char* key) {
   } catch (const json::exception&) {
     return json(it->get<std::string>());
   }
+}
+
+/// A hyperparameter value as the SageMaker training toolkit puts it on the
+/// command line (Python's str() of the decoded value; a mapping as
+/// "k=v,k2=v2", sorted).
+std::string toolkit_value(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_boolean()) return v.get<bool>() ? "True" : "False";
+  if (v.is_null()) return "None";
+  if (v.is_object()) {
+    std::string out;
+    for (auto it = v.begin(); it != v.end(); ++it) {  // nlohmann's object: sorted keys
+      out += (out.empty() ? "" : ",") + it.key() + "=" + toolkit_value(it.value());
+    }
+    return out;
+  }
+  return v.dump();
+}
+
+/// The channels of inputdataconfig.json: {"training": {...}, ...}.
+std::vector<std::string> channel_names(const std::string& path) {
+  std::vector<std::string> out;
+  const json config = read_json_file(path, path);
+  for (auto it = config.begin(); it != config.end(); ++it) out.push_back(it.key());
+  return out;
+}
+
+std::string upper(std::string text) {
+  for (auto& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return text;
 }
 
 int positive(const json& v, const std::string& shown) {
@@ -158,6 +189,45 @@ std::optional<PlatformDescription> detect_sagemaker(const Environment& ctx) {
       const std::string text = v->is_string() ? v->get<std::string>() : v->dump();
       if (!text.empty()) p.custom_mpi_options = text;
     }
+    // The user's hyperparameters (not SageMaker's own sagemaker_*), as the
+    // training toolkit hands them to the entry point.
+    json user = json::object();
+    for (auto it = hps.begin(); it != hps.end(); ++it) {
+      if (it.key().rfind("sagemaker_", 0) == 0) continue;
+      user[it.key()] = *hyperparameter(hps, it.key().c_str());
+    }
+    for (auto it = user.begin(); it != user.end(); ++it) {  // sorted keys
+      p.user_args.push_back((it.key().size() > 1 ? "--" : "-") + it.key());
+      p.user_args.push_back(toolkit_value(it.value()));
+    }
+    if (!user.empty()) p.user_args_origin = hps_path;
+    p.job_env.emplace_back("SM_HPS", user.dump());
+    p.job_env.emplace_back("SM_USER_ARGS", json(p.user_args).dump());
+    for (auto it = user.begin(); it != user.end(); ++it) {
+      p.job_env.emplace_back("SM_HP_" + upper(it.key()), toolkit_value(it.value()));
+    }
+  } else if (auto args = ctx.get("SM_USER_ARGS"); args && !args->empty()) {
+    json list;
+    try {
+      list = json::parse(*args);
+    } catch (const json::exception& e) {
+      throw InvalidArgument(fmt::format("SM_USER_ARGS: malformed JSON ({})", e.what()));
+    }
+    if (!list.is_array()) throw InvalidArgument("SM_USER_ARGS: expected a JSON list of arguments");
+    for (const auto& a : list) p.user_args.push_back(a.is_string() ? a.get<std::string>() : a.dump());
+    if (!p.user_args.empty()) p.user_args_origin = "SM_USER_ARGS";
+  }
+  // Where the training toolkit tells a script to read and write.
+  p.job_env.emplace_back("SM_MODEL_DIR", base + "/model");
+  p.job_env.emplace_back("SM_OUTPUT_DIR", base + "/output");
+  p.job_env.emplace_back("SM_OUTPUT_DATA_DIR", base + "/output/data");
+  p.job_env.emplace_back("SM_INPUT_DIR", base + "/input");
+  p.job_env.emplace_back("SM_INPUT_CONFIG_DIR", base + "/input/config");
+  const std::string data_config = base + "/input/config/inputdataconfig.json";
+  if (exists(ctx.path(data_config))) {
+    const std::vector<std::string> channels = channel_names(ctx.path(data_config));
+    p.job_env.emplace_back("SM_CHANNELS", json(channels).dump());
+    for (const auto& c : channels) p.job_env.emplace_back("SM_CHANNEL_" + upper(c), base + "/input/data/" + c);
   }
   if (!slots_known) {
     if (auto gpus = ctx.get("SM_NUM_GPUS")) {
@@ -171,6 +241,8 @@ std::optional<PlatformDescription> detect_sagemaker(const Environment& ctx) {
     }
   }
   for (const auto& n : names) p.hosts.push_back(HostSpec{n, slots});
+  p.job_env.emplace_back("SM_HOSTS", json(names).dump());
+  for (const auto& n : names) p.host_env[n]["SM_CURRENT_HOST"] = n;
   return p;
 }
 

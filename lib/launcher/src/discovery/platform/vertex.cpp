@@ -102,6 +102,7 @@ std::optional<PlatformDescription> detect_vertex(const Environment& ctx) {
   struct Pool {
     const PoolName* name;
     std::vector<std::string> hosts;
+    std::string key;  ///< as the description spells it ("workerpool1", "master")
   };
   std::vector<Pool> pools;
   for (auto it = cluster->begin(); it != cluster->end(); ++it) {
@@ -113,7 +114,7 @@ std::optional<PlatformDescription> detect_vertex(const Environment& ctx) {
     const std::string field = fmt::format("{}: field 'cluster.{}'", var, it.key());
     if (!it->is_array()) throw InvalidArgument(field + ": expected a list of \"host:port\" addresses");
     if (it->empty()) throw InvalidArgument(field + ": the pool is empty");
-    Pool pool{name, {}};
+    Pool pool{name, {}, it.key()};
     for (const auto& a : *it) {
       if (!a.is_string() || strip_port(a.get<std::string>()).empty()) {
         throw InvalidArgument(field + ": an address is not a non-empty \"host:port\" string");
@@ -200,6 +201,16 @@ std::optional<PlatformDescription> detect_vertex(const Environment& ctx) {
   p.evidence.insert(p.evidence.end(), gpus.evidence.begin(), gpus.evidence.end());
   const int slots = std::max(1, gpus.count);
   for (const auto& n : names) p.hosts.push_back(HostSpec{n, slots});
+  // Each machine's own copy of the description names its own task: ranks
+  // on another machine get theirs, not this machine's.
+  for (const Pool* pool : ranked) {
+    for (std::size_t i = 0; i < pool->hosts.size(); ++i) {
+      json own = spec;
+      own["task"]["type"] = pool->key;
+      own["task"]["index"] = i;
+      p.host_env[pool->hosts[i]][var] = own.dump();
+    }
+  }
   return p;
 }
 

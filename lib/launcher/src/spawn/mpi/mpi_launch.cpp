@@ -129,7 +129,13 @@ std::vector<std::string> build_mpirun_command(const MpiInfo& info, const Options
     for (const auto& w : plan.workers) n += w.slot.hostname == host.name ? 1 : 0;
     if (n > 0) used.emplace_back(host.name, n);
   }
-  if (used.empty()) {
+  long declared = 0;
+  for (const auto& host : plan.hosts) declared += host.slots;
+  if (used.empty() || static_cast<long>(np) > declared) {
+    // More ranks than slots (a plan made with SlotCheck::Mpirun): -H says
+    // the hosts' slots as given and mpirun decides, as under horovodrun --
+    // it refuses, or runs them with --oversubscribe.
+    used.clear();
     for (const auto& host : plan.hosts) used.emplace_back(host.name, host.slots);
   }
   std::vector<std::string> with_slots, names;

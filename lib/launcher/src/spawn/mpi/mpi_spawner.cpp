@@ -5,6 +5,7 @@
 #include "hvd/common/error.h"
 #include "hvd/common/job_env.h"
 #include "hvd/launcher/plan/worker_env.h"
+#include "hvd/launcher/process/capture.h"
 #include "hvd/launcher/process/group_guard.h"
 #include "hvd/launcher/process/subprocess.h"
 
@@ -186,42 +187,16 @@ class MpiSpawner final : public Spawner {
 std::unique_ptr<Spawner> make_mpi_spawner(MpiSpawnerOptions options) { return std::make_unique<MpiSpawner>(options); }
 
 MpiInfo identify_mpirun(const std::string& mpirun, Deadline deadline) {
-  int out[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) throw IoError(fmt::format("pipe: {}", std::strerror(errno)));
-  UniqueFd read_end(out[0]), write_end(out[1]);
-  SpawnOptions so;
-  so.argv = {mpirun, "--version"};
-  so.stdout_fd = ChildFd::from(write_end.get());
-  so.stderr_fd = ChildFd::from(write_end.get());
-  Subprocess proc;
+  Captured run;
   try {
-    proc = Subprocess::spawn(so);
+    run = run_captured({mpirun, "--version"}, deadline, fmt::format("'{} --version'", mpirun));
   } catch (const SpawnError& e) {
     throw InvalidArgument(spawn_failure(mpirun, e));
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(fmt::format("{}; is {} working?", e.what(), mpirun));
   }
-  write_end.reset();
-  std::string text;
-  constexpr std::size_t kMaxOutput = 1 << 20;
-  for (;;) {
-    pollfd p{read_end.get(), POLLIN, 0};
-    int r = ::poll(&p, 1, deadline.poll_timeout_ms());
-    if (r < 0 && errno == EINTR) continue;
-    if (r == 0 || deadline.expired()) {
-      proc.kill_group_and_reap();
-      throw TimeoutError(fmt::format("'{} --version' did not finish in time; is {} working?", mpirun, mpirun));
-    }
-    char buf[4096];
-    ssize_t n = ::read(read_end.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    if (text.size() < kMaxOutput) text.append(buf, static_cast<std::size_t>(n));
-  }
-  // The output is closed; a well-behaved mpirun exits now. Bound it anyway.
-  std::optional<int> status = proc.reap_until(deadline);
-  if (!status) {
-    proc.kill_group_and_reap();
-    throw TimeoutError(fmt::format("'{} --version' did not exit in time", mpirun));
-  }
+  const std::string& text = run.output;
+  const int status = run.wait_status;
   MpiInfo info;
   info.mpirun = mpirun;
   info.impl = detect_mpi_impl(text);
@@ -230,7 +205,7 @@ MpiInfo identify_mpirun(const std::string& mpirun, Deadline deadline) {
   while (!info.version_line.empty() && std::isspace(static_cast<unsigned char>(info.version_line.back()))) {
     info.version_line.pop_back();
   }
-  const int code = exit_status_of(*status);
+  const int code = exit_status_of(status);
   if (code != 0) {
     throw InvalidArgument(fmt::format("'{} --version' failed with status {}: {}", mpirun, code, info.version_line));
   }

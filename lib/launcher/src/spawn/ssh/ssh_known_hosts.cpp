@@ -226,7 +226,7 @@ void verify_host_key(LIBSSH2_SESSION* session, const HostKeyCheck& check) {
   } catch (const hvd::Error& e) {
     throw LaunchError(host, fmt::format("{}: cannot record the new host key: {}", host, e.what()));
   }
-  spdlog::info("{}: permanently added the {} host key ({}) of {} to {} (StrictHostKeyChecking {}, {})", host, type.name,
+  spdlog::warn("{}: permanently added the {} host key ({}) of {} to {} (StrictHostKeyChecking {}, {})", host, type.name,
                fingerprint, recorded_name, target, policy_name(check.policy), check.policy_source);
 }
 

@@ -282,7 +282,7 @@ class HostRunner {
     if (out.rfind("path ", 0) == 0) {
       std::vector<std::string> argv = agent_argv_;
       argv.front() = out.substr(5);
-      spdlog::info("{}: {} does not exist there; using hvdrun from its PATH ({})", s.host(), program, argv.front());
+      spdlog::warn("{}: {} does not exist there; using hvdrun from its PATH ({})", s.host(), program, argv.front());
       return ssh::shell_join(argv);
     }
     std::string path = out.rfind("none ", 0) == 0 ? out.substr(5) : out;

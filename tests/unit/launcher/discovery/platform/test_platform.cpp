@@ -9,6 +9,7 @@
 #include "../../fakes/fake_machine.h"
 #include "hvd/launcher/discovery/choose.h"
 #include "hvd/launcher/discovery/platform/platform.h"
+#include "hvd/launcher/plan/plan.h"
 
 using namespace hvd::launcher;
 using namespace hvd::launcher::platform;
@@ -275,9 +276,12 @@ TEST_CASE("platform hosts-from auto: the first platform present - explicit hosts
   CHECK(d.options.hosts.empty());  // the platform's hosts are HostSpecs, never -H text
   CHECK(d.options.network_interfaces == Strings{"eth0"});
   CHECK_FALSE(d.follower);
-  REQUIRE(d.info.size() == 1);
+  REQUIRE(d.info.size() == 2);
   CHECK(d.info.front().rfind("hosts from sagemaker (detected; --hosts-from none turns this off): algo-1:2, algo-2:2",
                              0) == 0);
+  CHECK(d.info.back() ==
+        "sagemaker gives every worker SM_MODEL_DIR, SM_OUTPUT_DIR, SM_OUTPUT_DATA_DIR, SM_INPUT_DIR, "
+        "SM_INPUT_CONFIG_DIR, SM_HOSTS");
 
   CHECK(hosts_text(choose_host_source(with_hosts_from("slurm"), ctx)) == "n1:1");
   CHECK_FALSE(choose_host_source(with_hosts_from("none"), ctx).platform);
@@ -350,9 +354,10 @@ TEST_CASE("platform hosts-from: explicit --network-interface and --mpi-args win 
   CHECK(d.warnings.front() ==
         "sagemaker's custom MPI option '-verbose' (sagemaker_mpi_custom_mpi_options) is ignored: mpirun options have "
         "no effect when hvdrun starts the job itself (give --mpi to pass them to mpirun)");
-  REQUIRE(d.info.size() == 3);
+  REQUIRE(d.info.size() == 4);
   CHECK(d.info[1] == "--network-interface ib0 wins over sagemaker's interface eth0");
-  CHECK(d.info[2] == "sagemaker's custom MPI options give every worker -x NCCL_DEBUG=INFO");
+  CHECK(d.info[2].rfind("sagemaker gives every worker SM_HPS, SM_USER_ARGS, SM_MODEL_DIR", 0) == 0);
+  CHECK(d.info[3] == "sagemaker's custom MPI options give every worker -x NCCL_DEBUG=INFO");
 
   Options mpi = with_hosts_from("auto");
   mpi.engine = Engine::Mpi;
@@ -441,4 +446,77 @@ TEST_CASE("platform: control characters or over-long names from a platform are o
   why = invalid_message([&] { choose_host_source(with_hosts_from("slurm"), long_name); });
   CHECK(why.find("at most 253") != std::string::npos);
   CHECK(why.size() < 1200);
+}
+
+TEST_CASE("platform sagemaker: hyperparameters follow the command and the toolkit's variables reach the workers",
+          "[platform]") {
+  // Issue 33 item 1: `exec hvdrun python train.py` gave the script argv=[]
+  // and no SM_MODEL_DIR; SageMaker's training toolkit passes both.
+  FakeRoot root;
+  root.write(kResourceConfig, R"({"current_host": "algo-1", "hosts": ["algo-2", "algo-1"]})");
+  root.write(kHyperparameters, R"({"sagemaker_mpi_num_of_processes_per_host": "2", "epochs": "3",
+                                   "lr": "0.01", "model-name": "\"resnet\"", "verbose": "true", "b": "64"})");
+  root.write("/opt/ml/input/config/inputdataconfig.json", R"({"training": {}, "test": {}})");
+  auto p = detect_sagemaker(root.context());
+  REQUIRE(p);
+  CHECK(p->user_args == Strings{"-b", "64", "--epochs", "3", "--lr", "0.01", "--model-name", "resnet", "--verbose",
+                                "True"});
+  CHECK(p->user_args_origin == kHyperparameters);
+  auto env = std::map<std::string, std::string>(p->job_env.begin(), p->job_env.end());
+  CHECK(env["SM_MODEL_DIR"] == "/opt/ml/model");
+  CHECK(env["SM_OUTPUT_DATA_DIR"] == "/opt/ml/output/data");
+  CHECK(env["SM_CHANNEL_TRAINING"] == "/opt/ml/input/data/training");
+  CHECK(env["SM_CHANNEL_TEST"] == "/opt/ml/input/data/test");
+  CHECK(env["SM_HP_EPOCHS"] == "3");
+  CHECK(env["SM_HOSTS"] == R"(["algo-1","algo-2"])");
+  CHECK(env.count("SM_HP_SAGEMAKER_MPI_NUM_OF_PROCESSES_PER_HOST") == 0);  // SageMaker's own are not the user's
+  // Each host's own SM_CURRENT_HOST, not this machine's.
+  CHECK(p->host_env["algo-1"]["SM_CURRENT_HOST"] == "algo-1");
+  CHECK(p->host_env["algo-2"]["SM_CURRENT_HOST"] == "algo-2");
+
+  // apply_platform: arguments after the command, variables where unset.
+  Options o = with_hosts_from("auto");
+  o.num_proc.reset();
+  o.command = {"python", "/opt/ml/code/train.py"};
+  auto d = choose_host_source(o, root.context({{"SM_MODEL_DIR", "/mine"}}));
+  CHECK(d.options.command == Strings{"python", "/opt/ml/code/train.py", "-b", "64", "--epochs", "3", "--lr", "0.01",
+                                     "--model-name", "resnet", "--verbose", "True"});
+  for (const char* host : {"algo-1", "algo-2"}) {
+    auto& env_of = d.options.host_env[host];
+    CHECK(env_of["SM_CHANNEL_TRAINING"] == "/opt/ml/input/data/training");
+    CHECK(env_of.count("SM_MODEL_DIR") == 0);  // hvdrun's environment has it: the workers inherit that
+    CHECK(env_of["SM_CURRENT_HOST"] == host);
+  }
+  CHECK(d.options.env_exports.empty());
+  // The user's own -x of a name wins over the platform's value.
+  Options mine = o;
+  mine.env_exports = {"SM_CHANNEL_TRAINING=/data"};
+  CHECK(choose_host_source(mine, root.context()).options.host_env["algo-2"].count("SM_CHANNEL_TRAINING") == 0);
+  // HVDRUN_PLATFORM_ARGS=0 keeps the command as given, and says so.
+  auto kept = choose_host_source(o, root.context({{"HVDRUN_PLATFORM_ARGS", "0"}}));
+  CHECK(kept.options.command == Strings{"python", "/opt/ml/code/train.py"});
+  CHECK(std::any_of(kept.info.begin(), kept.info.end(),
+                    [](const std::string& l) { return l.find("HVDRUN_PLATFORM_ARGS=0") != std::string::npos; }));
+  // Without hyperparameters.json, the toolkit's SM_USER_ARGS.
+  FakeRoot env_only;
+  auto from_env = detect_sagemaker(env_only.context(
+      {{"SM_HOSTS", R"(["algo-1"])"}, {"SM_CURRENT_HOST", "algo-1"}, {"SM_USER_ARGS", R"(["--epochs","5"])"}}));
+  REQUIRE(from_env);
+  CHECK(from_env->user_args == Strings{"--epochs", "5"});
+  CHECK(invalid_message([&] {
+          detect_sagemaker(env_only.context(
+              {{"SM_HOSTS", R"(["algo-1"])"}, {"SM_CURRENT_HOST", "algo-1"}, {"SM_USER_ARGS", "--epochs 5"}}));
+        }).rfind("SM_USER_ARGS: malformed JSON", 0) == 0);
+}
+
+TEST_CASE("plan: a platform's per-machine variables reach the ranks of that machine", "[platform]") {
+  Options o = with_hosts_from("none");
+  o.num_proc = 4;
+  o.host_env["algo-1"]["SM_CURRENT_HOST"] = "algo-1";
+  o.host_env["algo-2"]["SM_CURRENT_HOST"] = "algo-2";
+  JobPlan plan = make_plan(o, {{"algo-1", 2}, {"algo-2", 2}}, {{"SM_CURRENT_HOST", "algo-1"}}, "/");
+  REQUIRE(plan.workers.size() == 4);
+  CHECK(plan.workers[1].env.at("SM_CURRENT_HOST") == "algo-1");
+  CHECK(plan.workers[2].env.at("SM_CURRENT_HOST") == "algo-2");
+  CHECK(plan.workers[3].env.at("SM_CURRENT_HOST") == "algo-2");
 }

@@ -3,6 +3,7 @@
 // the SageMaker training toolkit splits them (docs/platforms.md).
 #include <unistd.h>
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "../../test_util.h"
 #include "../../fakes/fake_machine.h"
@@ -390,4 +391,22 @@ TEST_CASE("platform sagemaker custom MPI options: mapped without --mpi - the use
   CHECK(m.info.back() ==
         "sagemaker's custom MPI options '--NCCL_DEBUG WARN -x A=1 -verbose -mca pml ob1' become --mpi-args '-x "
         "NCCL_DEBUG=WARN -x A=1 -verbose -mca pml ob1'");
+}
+
+TEST_CASE("platform vertex: each machine's ranks get a CLUSTER_SPEC naming that machine's task", "[platform]") {
+  // Ranks on w1 must not see the primary's task (issue 33 item 1).
+  Machine cpu;
+  auto p = detect_vertex(cpu.context({{"CLUSTER_SPEC", cluster_spec(R"({"type": "workerpool0", "index": 0})")}}));
+  REQUIRE(p);
+  REQUIRE(p->host_env.size() == 3);
+  auto task_of = [&](const std::string& host) {
+    const auto spec = nlohmann::json::parse(p->host_env.at(host).at("CLUSTER_SPEC"));
+    return spec.at("task").at("type").get<std::string>() + "/" + std::to_string(spec.at("task").at("index").get<int>());
+  };
+  CHECK(task_of("primary") == "workerpool0/0");
+  CHECK(task_of("w0") == "workerpool1/0");
+  CHECK(task_of("w1") == "workerpool1/1");
+  // The cluster itself is the same everywhere.
+  CHECK(nlohmann::json::parse(p->host_env.at("w1").at("CLUSTER_SPEC")).at("cluster") ==
+        nlohmann::json::parse(cluster_spec(R"({"type": "workerpool0", "index": 0})")).at("cluster"));
 }

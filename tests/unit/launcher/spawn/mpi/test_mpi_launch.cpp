@@ -27,6 +27,19 @@ JobPlan plan_for(const std::vector<std::pair<std::string, int>>& hosts, int np) 
   return plan;
 }
 
+/// What make_plan gives under mpirun for more ranks than slots: the extra
+/// ranks go round the hosts again.
+JobPlan make_plan_beyond_slots(const std::vector<std::pair<std::string, int>>& hosts, int np) {
+  JobPlan plan = plan_for(hosts, np);
+  for (int rank = static_cast<int>(plan.workers.size()); rank < np; ++rank) {
+    WorkerSpec w;
+    w.slot.hostname = hosts[static_cast<std::size_t>(rank) % hosts.size()].first;
+    w.slot.rank = rank;
+    plan.workers.push_back(w);
+  }
+  return plan;
+}
+
 Options basic_options() {
   Options o;
   o.engine = Engine::Mpi;
@@ -105,6 +118,15 @@ TEST_CASE("mpi: only hosts that get ranks are listed, with the ranks they get", 
   auto cmd =
       build_mpirun_command(info_for(MpiImpl::OpenMpi), basic_options(), plan_for({{"a", 4}, {"b", 4}}, 5), {}, false);
   CHECK(has_seq(cmd, {"-np", "5", "-H", "a:4,b:1"}));
+}
+
+TEST_CASE("mpi: more ranks than slots hand the slots as given to mpirun (--oversubscribe decides)", "[mpi]") {
+  // The plan of `-np 3 -H a:2 --mpi-args --oversubscribe` (SlotCheck::Mpirun).
+  Options o = basic_options();
+  o.mpi_args = "--oversubscribe";
+  auto cmd = build_mpirun_command(info_for(MpiImpl::OpenMpi), o, make_plan_beyond_slots({{"a", 2}}, 3), {}, false);
+  CHECK(has_seq(cmd, {"-np", "3", "-H", "a:2"}));
+  CHECK(std::find(cmd.begin(), cmd.end(), "--oversubscribe") != cmd.end());
 }
 
 TEST_CASE("mpi: MPICH uses Hydra flags and -genvlist", "[mpi]") {

@@ -31,6 +31,9 @@ namespace hvd::launcher {
 
 /// What JobServices reads of hvdrun's options, and nothing more.
 struct JobServicesOptions {
+  /// Sets hvdrun's logging up as the options ask (init_launcher_logging);
+  /// unset: debug with `verbose`, else info.
+  std::function<void()> start_logging;
   bool verbose = false;  ///< --verbose: debug logging
   std::optional<std::string> output_filename;  ///< --output-filename DIR
   bool prefix_output_with_timestamp = false;  ///< --prefix-output-with-timestamp
@@ -41,7 +44,8 @@ struct JobServicesOptions {
   std::chrono::milliseconds kill_grace{3000};  ///< --kill-grace-ms
 };
 
-/// JobServices' options from hvdrun's.
+/// JobServices' options from hvdrun's (`options` outlives the JobServices:
+/// start_logging reads it).
 JobServicesOptions job_services_options(const Options& options);
 
 class JobServices {

@@ -22,6 +22,7 @@
 #include "hvd/launcher/job/launch_mode.h"
 #include "hvd/launcher/options/options.h"
 #include "hvd/launcher/plan/job_plan.h"
+#include "hvd/launcher/plan/plan.h"
 #include "hvd/launcher/process/environment.h"
 #include "hvd/launcher/spawn/mpi/mpi_launch.h"
 
@@ -126,8 +127,9 @@ int run_mpi_job(const Options& options, const JobPlan& plan, const std::map<std:
 /// nullopt when OCI does not apply here (job/oci_job.cpp).
 std::optional<int> run_oci_if_detected(int argc, char** argv);
 
-/// A static (or mpirun) job's plan over its source's first look. Throws
-/// InvalidArgument (usage) or JobError.
-JobPlan plan_from_source(const Options& options, HostSource& source);
+/// A static (or mpirun) job's plan over its source's first look, its slots
+/// checked as the launcher that starts the ranks checks them
+/// (make_plan's SlotCheck). Throws InvalidArgument (usage).
+JobPlan plan_from_source(const Options& options, HostSource& source, LaunchMode launch);
 
 }  // namespace hvd::launcher

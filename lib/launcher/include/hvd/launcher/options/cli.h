@@ -28,6 +28,16 @@ struct ParseOutcome {
 /// flag of a feature not built yet with 4. Never exits.
 ParseOutcome parse_command_line(int argc, char** argv);
 
+/// hvdrun's own logging as the options ask (docs/cli.md#messages): quiet
+/// on success as horovodrun is -- warnings and errors only -- unless
+/// --verbose (debug), HVDRUN_LOG_LEVEL (the launcher only), or the job's
+/// log level (--log-level, the config file's logging.level, else
+/// HOROVOD_LOG_LEVEL) says otherwise, in that order; --log-hide-timestamp
+/// (or HOROVOD_LOG_HIDE_TIME=1) drops the time prefix. A variable that is
+/// not a level is named in one warning. parse_command_line calls it; a
+/// mode that builds its Options otherwise calls it too.
+void init_launcher_logging(const Options& options);
+
 /// Flags a platform adds below the command line (docs/platforms.md#oci-data-science:
 /// OCI's HOROVOD_ARGS and the flags made of its variables). Each layer is
 /// written as command-line flags without a command; the command line wins

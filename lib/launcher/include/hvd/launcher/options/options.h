@@ -134,6 +134,11 @@ struct Options {
   std::chrono::milliseconds kill_grace{3000};
   /// The worker command, untouched.
   std::vector<std::string> command;
+  /// Not a flag: a platform's per-machine variables, by host name, that the
+  /// ranks on that host get instead of this machine's values (SageMaker's
+  /// SM_CURRENT_HOST, Vertex's CLUSTER_SPEC task); set by apply_platform,
+  /// applied per worker by make_plan.
+  std::map<std::string, std::map<std::string, std::string>> host_env;
 };
 
 /// Documented exit codes of hvdrun itself (docs/exit-codes.md). A failed

@@ -37,6 +37,10 @@ std::vector<SlotAssignment> place_ranks(const std::vector<std::string>& rank_hos
 /// place_ranks. Throws hvd::InvalidArgument when num_proc < 1,
 /// when there are no hosts, or when num_proc exceeds the total slots:
 /// "-np 5 but only 4 slots on 2 hosts (a:2, b:2)".
-std::vector<SlotAssignment> assign_slots(const std::vector<HostSpec>& hosts, int num_proc);
+/// With `beyond_slots` (mpirun mode: mpirun, not hvdrun, decides whether
+/// a host may run more ranks than its slots, e.g. --mpi-args
+/// --oversubscribe) ranks past the total go round the hosts again, one a
+/// host, instead of the error.
+std::vector<SlotAssignment> assign_slots(const std::vector<HostSpec>& hosts, int num_proc, bool beyond_slots = false);
 
 }  // namespace hvd::launcher

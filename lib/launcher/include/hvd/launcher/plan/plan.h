@@ -19,10 +19,18 @@ namespace hvd::launcher {
 /// hvd::InvalidArgument with a one-line message on any usage problem.
 JobPlan make_plan(const Options& options, const std::vector<HostSpec>& hosts);
 
+/// Who checks -np against the hosts' slots: hvdrun (its own launch), or
+/// mpirun (mpirun mode: as horovodrun does, hvdrun hands -np and -H to
+/// mpirun, which refuses or -- with --oversubscribe -- runs more ranks
+/// than slots).
+enum class SlotCheck { Hvdrun, Mpirun };
+JobPlan make_plan(const Options& options, const std::vector<HostSpec>& hosts, SlotCheck check);
+
 /// make_plan with the launcher environment and working directory given
 /// explicitly (tests and golden files use this for stable output).
 JobPlan make_plan(const Options& options, const std::vector<HostSpec>& hosts,
-                  const std::map<std::string, std::string>& launcher_env, const std::string& cwd);
+                  const std::map<std::string, std::string>& launcher_env, const std::string& cwd,
+                  SlotCheck check = SlotCheck::Hvdrun);
 
 /// --dry-run output: a placement table plus each worker's exact command, or
 /// JSON (dry_run.cpp).

@@ -120,6 +120,10 @@ class OutputRouter {
   OutputRouter& operator=(const OutputRouter&) = delete;
 
   void write(int rank, Stream stream, const char* data, std::size_t len);
+  /// From now on the lines of `rank` (the spawner's key) are prefixed
+  /// "[label]" instead of "[rank]": an elastic worker's rank in the current
+  /// world, or "w7" before it has one. Files and failure reports keep the key.
+  void set_label(int rank, std::string label);
   /// The rank's streams have ended: flush partial lines (with a newline
   /// added) and close its files. Idempotent.
   void finish(int rank);
@@ -145,6 +149,7 @@ class OutputRouter {
   OutputOptions options_;
   mutable std::mutex mutex_;
   std::map<int, std::unique_ptr<RankState>> ranks_;
+  std::map<int, std::string> labels_;  ///< set_label
   /// stdout, stderr; shared with their threads, which may outlive the router
   /// when a stream stays blocked (the thread is then detached).
   std::shared_ptr<Writer> writers_[2];

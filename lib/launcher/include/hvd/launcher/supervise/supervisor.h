@@ -42,6 +42,10 @@ struct HostLaunch {
   /// thread: the local spawner ties its agents' lifetime (PDEATHSIG) to the
   /// launching thread.
   bool launch_on_caller_thread = false;
+  /// What the workers stand for in the start and success lines when they
+  /// are not ranks themselves: "mpirun (4 ranks on 2 hosts)". Empty: the
+  /// lines count workers ("started 4 workers on HOST").
+  std::string stands_for;
 };
 
 struct SupervisorOptions {

@@ -47,6 +47,20 @@ struct PlatformDescription {
   /// in one line and exits 0 without starting anything.
   bool unranked = false;
   std::string unranked_reason;
+  /// What the platform's own runner appends to the worker command:
+  /// SageMaker's user hyperparameters as `--key value`, sorted, as its
+  /// training toolkit passes them (from hyperparameters.json, else
+  /// SM_USER_ARGS); `user_args_origin` says where they came from.
+  std::vector<std::string> user_args;
+  std::string user_args_origin;
+  /// Variables the platform's runner gives every rank (SageMaker's
+  /// SM_MODEL_DIR, SM_CHANNEL_<NAME>, SM_HPS, ...): set for the workers
+  /// only where hvdrun's environment does not have them.
+  std::vector<std::pair<std::string, std::string>> job_env;
+  /// Per-machine variables, per host (SM_CURRENT_HOST; Vertex's
+  /// CLUSTER_SPEC with that host's task): ranks on another host must not
+  /// see this machine's values.
+  std::map<std::string, std::map<std::string, std::string>> host_env;
   /// Whether this machine starts the job: it is the leader, or it is not
   /// one of the hosts (a launcher outside the allocation).
   bool launches_here() const;
