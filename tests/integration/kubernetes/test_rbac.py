@@ -89,7 +89,9 @@ class RbacTest(unittest.TestCase):
         os.makedirs(self.home)
         self.env = {k: v for k, v in os.environ.items()
                     if not k.startswith(("HOROVOD_", "HVDRUN_", "KUBERNETES_", "OMPI_", "PMIX_")) and k != "KUBECONFIG"}
-        self.env.update(self.api.env(), HOME=self.home, HVDRUN_KUBERNETES_SERVICEACCOUNT_DIR=sa)
+        # HVDRUN_LOG_LEVEL: the test reads the launcher's discovery lines (docs/cli.md#messages).
+        self.env.update(self.api.env(), HOME=self.home, HVDRUN_KUBERNETES_SERVICEACCOUNT_DIR=sa,
+                        HVDRUN_LOG_LEVEL="info")
         self.bindir = os.path.join(self.tmp, "bin")
         os.makedirs(self.bindir)
         os.symlink(SCRIPT, os.path.join(self.bindir, "hvd-discover-hosts"))  # as scripts/install.sh installs it
