@@ -1,4 +1,4 @@
 // hvdrun: everything is in the launcher library (lib/launcher/src/job/hvdrun_main.cpp).
-#include "hvd/launcher/job/launcher.h"
+#include "hvd/launcher/job/hvdrun_main.h"
 
 int main(int argc, char** argv) { return hvd::launcher::hvdrun_main(argc, argv); }

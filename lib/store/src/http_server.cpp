@@ -8,7 +8,7 @@
 #include "hvd/common/error.h"
 #include "hvd/common/secret.h"
 #include "hvd/store/http_store.h"
-#include "hvd/store/log_limiter.h"
+#include "hvd/common/log_limiter.h"
 
 #include <dirent.h>
 #include <sys/resource.h>

@@ -2,6 +2,7 @@
 // the real Open MPI path is tested independently of the CLI:
 //   mpi_job_driver -np N -H host:slots[,host:slots] [--dry-run] -- command...
 #include "hvd/launcher/plan/worker_env.h"
+#include "hvd/launcher/job/modes.h"
 #include "hvd/launcher/spawn/mpi/mpi_launch.h"
 
 #include <unistd.h>

@@ -12,7 +12,8 @@
 
 #include "hvd/common/error.h"
 #include "hvd/launcher/discovery/choose.h"
-#include "hvd/launcher/job/launcher.h"
+#include "hvd/launcher/options/cli.h"
+#include "hvd/launcher/plan/plan.h"
 
 namespace hvd_test {
 

@@ -8,6 +8,7 @@
 // Local workers are launched on the loop thread itself: the local spawner
 // ties its agents' lifetime to the launching thread (PDEATHSIG).
 #include "hvd/launcher/elastic/elastic_runner.h"
+#include "hvd/launcher/process/report.h"
 
 #include "hvd/common/error.h"
 #include "hvd/common/job_env.h"
@@ -50,6 +51,16 @@ ElasticPolicy elastic_policy(const Options& options) {
   p.failure_window = e.blacklist_window;
   p.ready_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options.start_timeout);
   return p;
+}
+
+ElasticRunnerOptions elastic_runner_options(const Options& options) {
+  ElasticRunnerOptions out;
+  out.policy = elastic_policy(options);
+  out.command = options.command;
+  out.discovery_interval = options.elastic.discovery_interval;
+  out.start_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options.start_timeout);
+  out.kill_grace = options.kill_grace;
+  return out;
 }
 
 namespace {
@@ -192,8 +203,8 @@ struct Batch {
 
 class ElasticRunner::Impl {
  public:
-  Impl(const Options& options, ElasticRunnerDeps deps)
-      : options_(options),
+  Impl(ElasticRunnerOptions options, ElasticRunnerDeps deps)
+      : options_(std::move(options)),
         deps_(std::move(deps)),
         output_(deps_.output),
         events_(deps_.events),
@@ -212,11 +223,11 @@ class ElasticRunner::Impl {
     if (deps_.driver_address) set_driver_address(*deps_.driver_address);
     cwd_ = current_directory();
 
-    ElasticPolicy policy = elastic_policy(options_);
+    const ElasticPolicy& policy = options_.policy;
     driver_ = std::make_unique<ElasticDriver>(policy, deps_.seed);
     spdlog::info("elastic job: min-np {}, start with {}, max-np {}; {} every {} ms; store {}", policy.min_np,
                  policy.start_np, policy.max_np >= (1 << 20) ? std::string("unlimited") : std::to_string(policy.max_np),
-                 deps_.hosts.describe(), options_.elastic.discovery_interval.count(), deps_.store_address);
+                 deps_.hosts.describe(), options_.discovery_interval.count(), deps_.store_address);
 
     if (events_) {
       events_->emit("job_start",
@@ -228,7 +239,7 @@ class ElasticRunner::Impl {
                      {"store", deps_.store_address}});
     }
 
-    DiscoveryLoop discovery(deps_.hosts, options_.elastic.discovery_interval, queue_);
+    DiscoveryLoop discovery(deps_.hosts, options_.discovery_interval, queue_);
     driver_->on_discovery(usable(std::move(first)), ElasticClock::now());
     discovery.start();
 
@@ -345,7 +356,7 @@ class ElasticRunner::Impl {
             finish_code_ = a.code;
             if (events_) events_->emit("finish", {{"code", a.code}, {"message", a.message}});
             finish_deadline_ = ElasticClock::now() + kFinishWait;
-            if (!a.message.empty()) std::fprintf(stderr, "hvdrun: error: %s\n", a.message.c_str());
+            if (!a.message.empty()) report_error(a.message);
             // Whatever the driver did not stop (it stops everything it
             // knows of) is stopped here too: nothing outlives the job.
             for (auto& [id, w] : live_) {
@@ -491,7 +502,7 @@ class ElasticRunner::Impl {
     }
     const bool local = is_local(host);
     batch->spawner = deps_.spawners.make(host);
-    Deadline deadline = Deadline::after(std::chrono::duration_cast<std::chrono::milliseconds>(options_.start_timeout));
+    Deadline deadline = Deadline::after(options_.start_timeout);
     Batch* raw = batch.get();
     batches_.push_back(std::move(batch));
     auto fail_all = [this, raw, host](const std::string& why) {
@@ -567,7 +578,7 @@ class ElasticRunner::Impl {
   static constexpr std::chrono::milliseconds kFinishPoll{100};
   static constexpr std::chrono::milliseconds kFinishWait{15000};
 
-  const Options& options_;
+  const ElasticRunnerOptions options_;
   ElasticRunnerDeps deps_;
   OutputRouter& output_;
   EventLog* events_ = nullptr;  ///< --events-file, may be null
@@ -591,8 +602,8 @@ class ElasticRunner::Impl {
   ElasticTime finish_deadline_{};
 };
 
-ElasticRunner::ElasticRunner(const Options& options, ElasticRunnerDeps deps)
-    : impl_(std::make_unique<Impl>(options, std::move(deps))) {}
+ElasticRunner::ElasticRunner(ElasticRunnerOptions options, ElasticRunnerDeps deps)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(deps))) {}
 ElasticRunner::~ElasticRunner() = default;
 int ElasticRunner::run(DiscoveryResult first) { return impl_->run(std::move(first)); }
 void ElasticRunner::interrupt(int sig) { impl_->interrupt(sig); }

@@ -1,4 +1,4 @@
-#include "hvd/launcher/job/launcher.h"
+#include "hvd/launcher/job/check_build.h"
 
 #include "hvd/common/error.h"
 #include "hvd/launcher/process/capture.h"

@@ -5,33 +5,59 @@
 #include "hvd/common/secret.h"
 #include "hvd/launcher/hosts/network.h"
 #include "hvd/launcher/options/cli.h"
+#include "hvd/launcher/process/report.h"
 
 #include <spdlog/spdlog.h>
-
-#include <cstdio>
 
 namespace hvd::launcher {
 
 namespace {
 
-void report(const std::string& message) { std::fprintf(stderr, "hvdrun: error: %s\n", message.c_str()); }
-
 /// Logging first: the signal guard's member initialiser follows.
-const Options& with_logging(const Options& options) {
-  init_launcher_logging(options);
+JobServicesOptions with_logging(JobServicesOptions options) {
+  if (options.start_logging) {
+    options.start_logging();
+  } else {
+    init_logging("hvdrun", options.verbose ? spdlog::level::debug : spdlog::level::info);
+  }
   return options;
 }
 
 }  // namespace
 
-JobServices::JobServices(const Options& options) : options_(with_logging(options)) {}
+JobServicesOptions job_services_options(const Options& options) {
+  JobServicesOptions out;
+  out.start_logging = [&options] { init_launcher_logging(options); };
+  out.verbose = options.verbose;
+  out.output_filename = options.output_filename;
+  out.prefix_output_with_timestamp = options.prefix_output_with_timestamp;
+  out.events_file = options.events_file;
+  out.network_interfaces = options.network_interfaces;
+  out.insecure_store = options.insecure_store;
+  out.start_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options.start_timeout);
+  out.kill_grace = options.kill_grace;
+  return out;
+}
+
+JobServices::JobServices(JobServicesOptions options) : options_(with_logging(std::move(options))) {}
 
 JobServices::~JobServices() {
   signals_.stop_watching();
   if (store_) store_->stop();
 }
 
-int JobServices::open_output(int num_workers, bool lazy_worker_dirs) {
+int JobServices::run(const std::function<int()>& body) {
+  int code = exit_code::kInternal;
+  try {
+    code = body();
+  } catch (const JobError& e) {
+    report_error(e.what());
+    code = e.code();
+  }
+  return finish(code);
+}
+
+void JobServices::open_output(int num_workers, bool lazy_worker_dirs) {
   try {
     OutputOptions oo;
     oo.num_workers = num_workers;
@@ -40,36 +66,34 @@ int JobServices::open_output(int num_workers, bool lazy_worker_dirs) {
     oo.directory = options_.output_filename;
     output_ = std::make_unique<OutputRouter>(oo);
   } catch (const IoError& e) {
-    report(std::string("--output-filename: ") + e.what());
-    return exit_code::kUsage;
+    throw JobError(exit_code::kUsage, std::string("--output-filename: ") + e.what());
   }
-  return open_events();
+  open_events();
 }
 
-int JobServices::open_events() {
+void JobServices::open_events() {
   try {
     events_ = open_event_log(options_.events_file ? &*options_.events_file : nullptr);
   } catch (const IoError& e) {
-    report(e.what());
-    return exit_code::kUsage;
+    throw JobError(exit_code::kUsage, e.what());
   }
-  return exit_code::kOk;
 }
 
-int JobServices::choose_address(const std::vector<HostSpec>& hosts, std::string& address) {
+std::string JobServices::choose_address(const std::vector<HostSpec>& hosts) {
   try {
-    address = choose_driver_address(options_.network_interfaces, hosts);
-    return exit_code::kOk;
+    return choose_address_now(hosts);
   } catch (const InvalidArgument& e) {
-    report(e.what());
-    return exit_code::kUsage;
+    throw JobError(exit_code::kUsage, e.what());
   } catch (const std::exception& e) {
-    report(e.what());
-    return exit_code::kLaunch;
+    throw JobError(exit_code::kLaunch, e.what());
   }
 }
 
-int JobServices::start_store(const std::string& bind_address) {
+std::string JobServices::choose_address_now(const std::vector<HostSpec>& hosts) const {
+  return choose_driver_address(options_.network_interfaces, hosts);
+}
+
+void JobServices::start_store(const std::string& bind_address) {
   secret_ = random_secret();
   store::ServerOptions so;
   so.bind_address = bind_address;
@@ -80,11 +104,37 @@ int JobServices::start_store(const std::string& bind_address) {
   try {
     store_->start();
   } catch (const std::exception& e) {
-    report("cannot start the rendezvous store on " + bind_address + ": " + e.what());
     store_.reset();
-    return exit_code::kLaunch;
+    throw JobError(exit_code::kLaunch, "cannot start the rendezvous store on " + bind_address + ": " + e.what());
   }
-  return exit_code::kOk;
+}
+
+JobServices::ServedStore JobServices::rebind_store(const std::string& address) {
+  const uint16_t old_port = store_port();
+  if (address == "127.0.0.1") return {&store_->store(), old_port};  // where it listens already
+  store::ServerOptions so;
+  so.bind_address = address;
+  so.secret = secret_;
+  so.allow_unauthenticated = options_.insecure_store;
+  std::unique_ptr<store::HttpStoreServer> moved;
+  for (uint16_t port : {old_port, uint16_t(0)}) {
+    so.port = port;
+    auto server = std::make_unique<store::HttpStoreServer>(so);
+    try {
+      server->start();
+    } catch (const std::exception& e) {
+      if (port == 0) throw;
+      spdlog::debug("store: port {} is taken on {} ({}); using another", port, address, e.what());
+      continue;
+    }
+    moved = std::move(server);
+    break;
+  }
+  store_->stop();  // nothing reached it: no worker had started
+  retired_store_ = std::move(store_);
+  store_ = std::move(moved);
+  spdlog::info("the rendezvous store moved from 127.0.0.1:{} to {}:{}", old_port, address, store_->port());
+  return {&store_->store(), store_->port()};
 }
 
 uint16_t JobServices::store_port() const { return store_ ? store_->port() : 0; }
@@ -93,9 +143,13 @@ EnvMap JobServices::rendezvous_env(const std::string& driver_address) const {
   return launcher::rendezvous_env(driver_address, store_port(), secret_);
 }
 
+void JobServices::add_rendezvous_env(JobPlan& plan, const std::string& driver_address) const {
+  launcher::add_rendezvous_env(plan, driver_address, store_port(), secret_);
+}
+
 int JobServices::supervise(std::vector<HostLaunch> hosts, std::optional<std::chrono::milliseconds> kill_grace) {
   SupervisorOptions so;
-  so.start_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options_.start_timeout);
+  so.start_timeout = options_.start_timeout;
   so.kill_grace = kill_grace.value_or(options_.kill_grace);
   so.events = events_.get();
   Supervisor supervisor(so, output_.get());

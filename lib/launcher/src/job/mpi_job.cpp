@@ -1,9 +1,11 @@
 // The mpirun mode: the job's services, one mpirun as the only "worker" of
-// the Supervisor (spawn/mpi/mpi_spawner.h), --dry-run (contracts in
-// spawn/mpi/mpi_launch.h).
+// the Supervisor (spawn/mpi/mpi_spawner.h; contracts in
+// spawn/mpi/mpi_launch.h). Its --dry-run is the DryRun mode's (job/modes.cpp).
 #include "hvd/common/error.h"
 #include "hvd/launcher/job/job_services.h"
+#include "hvd/launcher/job/modes.h"
 #include "hvd/launcher/plan/worker_env.h"
+#include "hvd/launcher/process/report.h"
 #include "hvd/launcher/process/shell.h"
 #include "hvd/launcher/spawn/mpi/mpi_launch.h"
 #include "hvd/launcher/spawn/mpi/mpi_spawner.h"
@@ -14,13 +16,15 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 
 namespace hvd::launcher {
 
-int run_mpi_job(const Options& options, const JobPlan& plan, const std::map<std::string, std::string>& job_env,
-                const MpiInfo* probed) {
-  JobServices job(options);
+namespace {
+
+/// The mpirun mode inside JobServices::run: a set-up step that fails throws
+/// JobError.
+int mpi_job(JobServices& job, const Options& options, const JobPlan& plan,
+            const std::map<std::string, std::string>& job_env, const MpiInfo* probed) {
   if (plan.workers.empty()) {
     spdlog::warn("nothing to run: the job has no workers");
     return exit_code::kOk;
@@ -29,17 +33,15 @@ int run_mpi_job(const Options& options, const JobPlan& plan, const std::map<std:
   try {
     info = probed ? *probed : probe_mpirun("mpirun");
   } catch (const Error& e) {
-    std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
-    return exit_code::kLaunch;
+    throw JobError(exit_code::kLaunch, e.what());
   }
   // No output router: mpirun multiplexes the ranks' output itself (and
   // honours --output-filename through its own flag).
-  if (int code = job.open_events()) return code;
-  std::string driver_addr;
-  if (int code = job.choose_address(plan.hosts, driver_addr)) return job.finish(code);
+  job.open_events();
   // Ranks may be on any host mpirun reaches; when every host is local the
   // address is 127.0.0.1 and the store stays on loopback.
-  if (int code = job.start_store(driver_addr)) return job.finish(code);
+  const std::string driver_addr = job.choose_address(plan.hosts);
+  job.start_store(driver_addr);
 
   std::map<std::string, std::string> exported = job_env;
   for (const auto& [k, v] : job.rendezvous_env(driver_addr)) exported[k] = v;
@@ -47,8 +49,7 @@ int run_mpi_job(const Options& options, const JobPlan& plan, const std::map<std:
   try {
     cmd = build_mpirun_command(info, options, plan, exported, geteuid() == 0);
   } catch (const InvalidArgument& e) {
-    std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
-    return job.finish(exit_code::kUsage);
+    throw JobError(exit_code::kUsage, e.what());
   }
   WorkerSpec mpirun;
   mpirun.label = "mpirun";
@@ -81,21 +82,15 @@ int run_mpi_job(const Options& options, const JobPlan& plan, const std::map<std:
   // PR_SET_PDEATHSIG follows the thread that spawned mpirun: this one.
   hosts[0].launch_on_caller_thread = true;
   // mpirun needs time to tear its remote ranks down after a forwarded signal.
-  return job.finish(job.supervise(std::move(hosts), options.kill_grace + std::chrono::seconds(5)));
+  return job.supervise(std::move(hosts), options.kill_grace + std::chrono::seconds(5));
 }
 
-int run_mpi_mode(const Options& options, const JobPlan& plan, const MpiInfo* probed) {
-  const auto job_env = mpi_job_env(options, current_environment());
-  if (options.dry_run == DryRunFormat::None) return run_mpi_job(options, plan, job_env, probed);
-  try {
-    const std::string text = render_mpi_dry_run(probed ? *probed : probe_mpirun(), options, plan, job_env,
-                                                ::geteuid() == 0, options.dry_run);
-    std::fputs(text.c_str(), stdout);
-  } catch (const Error& e) {  // no/unsupported mpirun, uneven Intel MPI slots, bad --mpi-args
-    std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
-    return exit_code::kLaunch;
-  }
-  return exit_code::kOk;
+}  // namespace
+
+int run_mpi_job(const Options& options, const JobPlan& plan, const std::map<std::string, std::string>& job_env,
+                const MpiInfo* probed) {
+  JobServices job(job_services_options(options));
+  return job.run([&] { return mpi_job(job, options, plan, job_env, probed); });
 }
 
 }  // namespace hvd::launcher

@@ -16,12 +16,17 @@
 #include "hvd/common/net.h"
 #include "hvd/common/secret.h"
 #include "hvd/launcher/discovery/choose.h"
+#include "hvd/launcher/discovery/platform/oci.h"
 #include "hvd/launcher/discovery/shared_dir/registry.h"
 #include "hvd/launcher/hosts/network.h"
-#include "hvd/launcher/discovery/platform/oci.h"
-#include "hvd/launcher/job/launcher.h"
+#include "hvd/launcher/job/dry_run_report.h"
+#include "hvd/launcher/job/hvdrun_main.h"
+#include "hvd/launcher/job/modes.h"
+#include "hvd/launcher/options/cli.h"
 #include "hvd/launcher/plan/worker_env.h"
+#include "hvd/launcher/process/report.h"
 #include "hvd/launcher/process/shell.h"
+#include "hvd/launcher/process/signal_guard.h"
 #include "hvd/launcher/process/signals.h"
 
 namespace hvd::launcher {
@@ -33,6 +38,8 @@ using shared_dir::Registry;
 
 /// Calls `beat` every `interval` on a thread of its own until stop() (or
 /// destruction). A failing beat is reported once per distinct message.
+/// Start it after the run's SignalGuard: the thread inherits its mask, so
+/// hvdrun's signals never land here.
 class Heartbeat {
  public:
   Heartbeat(std::chrono::milliseconds interval, std::function<void()> beat)
@@ -49,9 +56,6 @@ class Heartbeat {
 
  private:
   void loop() {
-    sigset_t all;  // signals go to the thread that waits for them, never here
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, nullptr);
     std::string last_error;
     std::unique_lock<std::mutex> lock(mutex_);
     while (!cv_.wait_for(lock, interval_, [this] { return stopping_; })) {
@@ -99,33 +103,6 @@ bool listening(const std::string& address, int port) {
   return false;
 }
 
-/// Blocks the forwarded signals (SIGINT, SIGTERM, SIGHUP, ...) on this
-/// thread (and the threads it starts) for its lifetime; wait() takes one;
-/// any still pending at the end is consumed.
-class StopSignals {
- public:
-  StopSignals() {
-    set_ = forwarded_signals();
-    pthread_sigmask(SIG_BLOCK, &set_, &old_);
-  }
-  ~StopSignals() {
-    timespec zero{0, 0};
-    while (sigtimedwait(&set_, nullptr, &zero) > 0) {
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-  /// A pending signal, waiting up to `ms`; 0 when none came.
-  int wait(long ms) {
-    timespec t{ms / 1000, (ms % 1000) * 1000000};
-    const int s = sigtimedwait(&set_, nullptr, &t);
-    return s > 0 ? s : 0;
-  }
-
- private:
-  sigset_t set_;
-  sigset_t old_;
-};
-
 int run_main(const Options& flags, const OciConfig& config, const std::string& address) {
   Options options = flags;
   if (options.network_interfaces.empty()) {
@@ -144,14 +121,17 @@ int run_main(const Options& flags, const OciConfig& config, const std::string& a
   registry.check_directory();  // a directory others could swap is refused, dry run or not (exit 2)
   const HostSpec self{address, config.slots};
   if (options.dry_run != DryRunFormat::None) {
-    if (options.dry_run == DryRunFormat::Text) std::fputs(platform::render_oci(config, address).c_str(), stdout);
-    std::fflush(stdout);
-    return run_elastic_job(options, std::make_unique<shared_dir::SharedDirHostSource>(registry, self));
+    shared_dir::SharedDirHostSource source(registry, self);
+    DryRunReport report;
+    if (options.dry_run == DryRunFormat::Text) report.oci_header = platform::render_oci(config, address);
+    report.elastic = look_once(source, options.num_proc.value_or(1));
+    std::fputs(render_dry_run_report(report, options.dry_run).c_str(), stdout);
+    return exit_code::kOk;
   }
   // From the marker on, a signal must reach the job (which writes the
   // status) and not end hvdrun before it: blocked here, the job's
   // SignalGuard reads any that is pending.
-  StopSignals signals;
+  SignalGuard signals;
   try {
     registry.create_directories();
     if (auto other = registry.read_leader(); other && !registry.stale(*other) && other->address != address) {
@@ -166,7 +146,8 @@ int run_main(const Options& flags, const OciConfig& config, const std::string& a
     Heartbeat heartbeat(kOciHeartbeatInterval, [&] { registry.write_leader(address, run); });
     int code = exit_code::kInternal;
     try {
-      code = run_elastic_job(options, std::make_unique<shared_dir::SharedDirHostSource>(registry, self));
+      shared_dir::SharedDirHostSource source(registry, self);
+      code = run_elastic_job(options, source);
     } catch (...) {
       heartbeat.stop();
       registry.write_status(run, exit_code::kInternal);
@@ -178,8 +159,7 @@ int run_main(const Options& flags, const OciConfig& config, const std::string& a
     registry.remove_leader();  // after the status: a follower looks for the status first
     return code;
   } catch (const IoError& e) {
-    std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
-    return exit_code::kLaunch;
+    throw JobError(exit_code::kLaunch, e.what());
   }
 }
 
@@ -194,14 +174,10 @@ int run_worker(const Options& options, const OciConfig& config, const std::strin
                  shell_join(options.command));
   }
   if (options.dry_run != DryRunFormat::None) {
-    if (options.dry_run == DryRunFormat::Json) {
-      std::printf(
-          "{\"platform\": \"oci\", \"mode\": \"WORKER\", \"address\": \"%s\", \"slots\": %d, \"dir\": \"%s\"}\n",
-          address.c_str(), config.slots, registry.dir().c_str());
-    } else {
-      std::fputs(platform::render_oci(config, address).c_str(), stdout);
-      std::printf("would register %s in %s\n", format_host(self).c_str(), registry.dir().c_str());
-    }
+    DryRunReport report;
+    if (options.dry_run == DryRunFormat::Text) report.oci_header = platform::render_oci(config, address);
+    report.oci_worker = OciWorkerDryRun{address, config.slots, registry.dir()};
+    std::fputs(render_dry_run_report(report, options.dry_run).c_str(), stdout);
     return exit_code::kOk;
   }
   if (!listening(address, port)) {
@@ -210,13 +186,12 @@ int run_worker(const Options& options, const OciConfig& config, const std::strin
         "container entrypoint starts it (conf/oci/entrypoint.sh)",
         port);
   }
-  StopSignals signals;  // before the heartbeat thread: it inherits the mask
+  SignalGuard signals;  // before the heartbeat thread: it inherits the mask
   try {
     registry.create_directories();
     registry.register_worker(config.run_id, self);
   } catch (const IoError& e) {
-    std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
-    return exit_code::kLaunch;
+    throw JobError(exit_code::kLaunch, e.what());
   }
   struct Unregister {
     const Registry& registry;
@@ -235,7 +210,7 @@ int run_worker(const Options& options, const OciConfig& config, const std::strin
     spdlog::warn("{}: ignored: {}", registry.dir(), problem);
   };
   while (true) {
-    if (int sig = signals.wait(250)) {
+    if (int sig = signals.wait(std::chrono::milliseconds(250))) {
       spdlog::warn("received {}; unregistering from {}", signal_name(sig), registry.dir());
       return 128 + sig;
     }
@@ -249,14 +224,13 @@ int run_worker(const Options& options, const OciConfig& config, const std::strin
         continue;
       }
       if (std::chrono::steady_clock::now() - started > config.start_timeout) {
-        std::fprintf(stderr,
-                     "hvdrun: error: no MAIN appeared in %s within START_TIMEOUT %lld s (%s): is the MAIN job run "
-                     "started, with the same OCI__WORK_DIR?\n",
-                     registry.dir().c_str(), static_cast<long long>(config.start_timeout.count()),
-                     leader
-                         ? fmt::format("MAIN.json of {} is {}", leader->address, registry.describe_age(*leader)).c_str()
-                         : problem.c_str());
-        return exit_code::kPlatformFollower;
+        throw JobError(
+            exit_code::kPlatformFollower,
+            fmt::format("no MAIN appeared in {} within START_TIMEOUT {} s ({}): is the MAIN job run "
+                        "started, with the same OCI__WORK_DIR?",
+                        registry.dir(), static_cast<long long>(config.start_timeout.count()),
+                        leader ? fmt::format("MAIN.json of {} is {}", leader->address, registry.describe_age(*leader))
+                               : problem));
       }
       continue;
     }
@@ -274,13 +248,12 @@ int run_worker(const Options& options, const OciConfig& config, const std::strin
     }
     if (!leader || registry.stale(*leader)) {
       if (auto status = registry.read_status(following->run)) return *status;
-      std::fprintf(
-          stderr,
-          "hvdrun: error: the MAIN at %s stopped refreshing its heartbeat in %s (%s) and wrote no status: it "
-          "is gone\n",
-          following->address.c_str(), registry.dir().c_str(),
-          leader ? fmt::format("its heartbeat is {}", registry.describe_age(*leader)).c_str() : problem.c_str());
-      return exit_code::kPlatformFollower;
+      throw JobError(
+          exit_code::kPlatformFollower,
+          fmt::format("the MAIN at {} stopped refreshing its heartbeat in {} ({}) and wrote no status: it "
+                      "is gone",
+                      following->address, registry.dir(),
+                      leader ? fmt::format("its heartbeat is {}", registry.describe_age(*leader)) : problem));
     }
   }
 }
@@ -307,8 +280,7 @@ std::string oci_this_address(const std::vector<std::string>& interfaces) {
   throw IoError("this machine has no non-loopback address to register; give --network-interface");
 }
 
-std::optional<int> run_oci_if_detected(int argc, char** argv) {
-  const Environment ctx = Environment::current();
+std::optional<OciDecision> decide_oci(int argc, char** argv, const Environment& ctx) {
   if (!ctx.get("OCI__MODE")) return std::nullopt;
   std::optional<OciConfig> config;
   std::string env_error;
@@ -335,40 +307,49 @@ std::optional<int> run_oci_if_detected(int argc, char** argv) {
   if (decide) {
     const std::string explicit_source = explicit_host_flag(*decide);
     if (decide->hosts_from == "oci" && !explicit_source.empty()) {
-      std::fprintf(stderr,
-                   "hvdrun: error: --hosts-from oci and %s cannot be used together: give one source of hosts (or "
-                   "--hosts-from none)\n",
-                   explicit_source.c_str());
-      return exit_code::kUsage;
+      throw JobError(exit_code::kUsage,
+                     "--hosts-from oci and " + explicit_source +
+                         " cannot be used together: give one source of hosts (or --hosts-from none)");
     }
     const bool applies = decide->hosts_from == "oci" ||
                          (decide->hosts_from == "auto" && explicit_source.empty() && !earlier_platform_detected(ctx));
     if (!applies) return std::nullopt;
   }
-  if (!env_error.empty()) {
-    std::fprintf(stderr, "hvdrun: error: %s\n", env_error.c_str());
-    return exit_code::kUsage;
-  }
+  if (!env_error.empty()) throw JobError(exit_code::kUsage, env_error);
+  OciDecision out;
   if (!parsed.options) {
-    std::fputs(parsed.message.c_str(), parsed.message_to_stdout ? stdout : stderr);
-    return parsed.exit_code;
+    out.exit_code = parsed.exit_code;
+    out.message = parsed.message;
+    out.message_to_stdout = parsed.message_to_stdout;
+    return out;
   }
-  Options& options = *parsed.options;
-  for (const auto& line : config->ignored) spdlog::warn("{}", line);
-  for (const auto& line : config->notes) spdlog::info("{}", line);
+  out.options = std::move(*parsed.options);
+  out.config = std::move(config);
+  return out;
+}
+
+std::optional<int> run_oci_if_detected(int argc, char** argv) {
+  const Environment ctx = Environment::current();
+  std::optional<OciDecision> decision = decide_oci(argc, argv, ctx);
+  if (!decision) return std::nullopt;
+  if (decision->exit_code) {
+    std::fputs(decision->message.c_str(), decision->message_to_stdout ? stdout : stderr);
+    return decision->exit_code;
+  }
+  Options& options = *decision->options;
+  const OciConfig& config = *decision->config;
+  for (const auto& line : config.ignored) spdlog::warn("{}", line);
+  for (const auto& line : config.notes) spdlog::info("{}", line);
   try {
     const std::string address = oci_this_address(options.network_interfaces);
     spdlog::info("hosts from oci ({}; {}): this run {} at {}",
                  options.hosts_from == "auto" ? "detected; --hosts-from none turns this off" : "--hosts-from oci",
-                 config->mode == OciConfig::Mode::Main ? "MAIN" : "WORKER", config->run_id, address);
-    if (config->mode == OciConfig::Mode::Worker) return run_worker(options, *config, address);
-    for (const auto& line : ineffective_setting_warnings(options, current_environment())) spdlog::warn("{}", line);
-    return run_main(options, *config, address);
+                 config.mode == OciConfig::Mode::Main ? "MAIN" : "WORKER", config.run_id, address);
+    if (config.mode == OciConfig::Mode::Worker) return run_worker(options, config, address);
+    for (const auto& line : ineffective_setting_warnings(options, ctx.env)) spdlog::warn("{}", line);
+    return run_main(options, config, address);
   } catch (const IoError& e) {
-    std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
-    return exit_code::kLaunch;
-  } catch (...) {
-    return exit_code_for(std::current_exception());
+    throw JobError(exit_code::kLaunch, e.what());
   }
 }
 

@@ -2,12 +2,14 @@
 // subcommands the leader runs on follower hosts (contracts in
 // job/platform_follower.h, docs/platforms.md#followers).
 #include "hvd/launcher/job/platform_follower.h"
+#include "hvd/launcher/process/report.h"
 
 #include "hvd/common/io.h"
 #include "hvd/common/logging.h"
-#include "hvd/launcher/options/options.h"
-#include "hvd/launcher/process/signals.h"
 #include "hvd/launcher/hosts/ssh_config.h"
+#include "hvd/launcher/options/options.h"
+#include "hvd/launcher/process/signal_guard.h"
+#include "hvd/launcher/process/signals.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -15,7 +17,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <pwd.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -265,7 +266,7 @@ bool tcp_port_listening(int port) {
 
 int run_follower(const FollowerOptions& o) {
   auto fail = [&](const std::string& message) {
-    std::fprintf(stderr, "hvdrun: error: %s\n", message.c_str());
+    report_error(message);
     return exit_code::kPlatformFollower;
   };
   UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
@@ -289,20 +290,8 @@ int run_follower(const FollowerOptions& o) {
   }
   if (::listen(listener.get(), 16) != 0) return fail(fmt::format("follower: listen: {}", std::strerror(errno)));
 
-  sigset_t old_mask;
-  UniqueFd signals;
-  if (o.handle_signals) {
-    sigset_t set = forwarded_signals();
-    pthread_sigmask(SIG_BLOCK, &set, &old_mask);
-    signals.reset(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
-  }
-  struct RestoreMask {
-    bool active;
-    sigset_t mask;
-    ~RestoreMask() {
-      if (active) pthread_sigmask(SIG_SETMASK, &mask, nullptr);
-    }
-  } restore{o.handle_signals, old_mask};
+  std::optional<SignalGuard> signals;
+  if (o.handle_signals) signals.emplace();
   // Only now: from this line on the leader can attach and a signal is
   // handled (a SIGTERM right after it used to kill hvdrun outright).
   spdlog::info("follower of the {} job: waiting for the leader {} (up to {:g}s)", o.platform, o.leader,
@@ -320,7 +309,7 @@ int run_follower(const FollowerOptions& o) {
     std::vector<struct pollfd> fds;
     const bool accepting = Clock::now() >= accept_paused_until;
     fds.push_back({accepting ? listener.get() : -1, POLLIN, 0});
-    fds.push_back({signals ? signals.get() : -1, POLLIN, 0});
+    fds.push_back({signals ? signals->fd() : -1, POLLIN, 0});
     for (const auto& p : peers) fds.push_back({p.fd.get(), POLLIN, 0});
     auto next = ever_attached ? Clock::time_point::max() : start_deadline;
     next = std::min(next, grace_deadline);
@@ -337,9 +326,7 @@ int run_follower(const FollowerOptions& o) {
     if (r < 0 && errno != EINTR) return fail(fmt::format("follower: poll: {}", std::strerror(errno)));
     const auto now = Clock::now();
     if (r > 0 && fds[1].revents) {
-      struct signalfd_siginfo si;
-      if (::read(signals.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-        const int sig = static_cast<int>(si.ssi_signo);
+      if (const int sig = signals->wait(std::chrono::milliseconds(0))) {
         std::fprintf(stderr, "hvdrun: follower of the %s job stopped by %s\n", o.platform.c_str(),
                      signal_name(sig).c_str());
         return 128 + sig;
@@ -482,18 +469,18 @@ int connect_follower(const std::string& key, std::chrono::milliseconds timeout, 
 
 int follower_attach_main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "hvdrun: error: usage: hvdrun --follower-attach KEY [TIMEOUT_S] (internal)\n");
+    report_error("usage: hvdrun --follower-attach KEY [TIMEOUT_S] (internal)");
     return exit_code::kUsage;
   }
   const std::string key = argv[2];
   std::string error;
   UniqueFd fd(connect_follower(key, parse_timeout(argc > 3 ? argv[3] : nullptr, std::chrono::seconds(30)), &error));
   if (!fd) {
-    std::fprintf(stderr, "hvdrun: error: %s\n", error.c_str());
+    report_error(error);
     return 1;
   }
   if (!write_all(fd.get(), "attach\n")) {
-    std::fprintf(stderr, "hvdrun: error: the follower of %s closed the connection\n", key.c_str());
+    report_error("the follower of " + key + " closed the connection");
     return 1;
   }
   std::fputs("attached\n", stdout);
@@ -513,7 +500,7 @@ int follower_attach_main(int argc, char** argv) {
 int follower_status_main(int argc, char** argv) {
   const int status = argc >= 4 ? parse_status(argv[3]) : -1;
   if (argc < 4 || status < 0) {
-    std::fprintf(stderr, "hvdrun: error: usage: hvdrun --follower-status KEY N [TIMEOUT_S] (internal; N 0-255)\n");
+    report_error("usage: hvdrun --follower-status KEY N [TIMEOUT_S] (internal; N 0-255)");
     return exit_code::kUsage;
   }
   const std::string key = argv[2];
@@ -521,13 +508,13 @@ int follower_status_main(int argc, char** argv) {
   std::string error;
   UniqueFd fd(connect_follower(key, timeout, &error));
   if (!fd) {
-    std::fprintf(stderr, "hvdrun: error: %s\n", error.c_str());
+    report_error(error);
     return 1;
   }
   auto ack = write_all(fd.get(), fmt::format("status {}\n", status)) ? read_line(fd.get(), Deadline::after(timeout))
                                                                      : std::nullopt;
   if (!ack || *ack != "ok") {
-    std::fprintf(stderr, "hvdrun: error: the follower of %s did not acknowledge the status\n", key.c_str());
+    report_error("the follower of " + key + " did not acknowledge the status");
     return 1;
   }
   return 0;

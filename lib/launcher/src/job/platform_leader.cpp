@@ -1,5 +1,6 @@
 // The leader's side of a platform job with followers (job/platform_leader.h).
 #include "hvd/launcher/job/platform_leader.h"
+#include "hvd/launcher/process/report.h"
 
 #include "hvd/launcher/job/platform_follower.h"
 #include "hvd/launcher/options/options.h"
@@ -74,7 +75,7 @@ class HelperSink final : public EventSink {
     while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
     auto nl = t.rfind('\n');
     t = nl == std::string::npos ? t : t.substr(nl + 1);
-    const std::string prefix = "hvdrun: error: ";
+    const std::string prefix = kErrorPrefix;
     if (t.rfind(prefix, 0) == 0) t = t.substr(prefix.size());
     return t.empty() ? "" : ": " + t;
   }
@@ -257,7 +258,7 @@ int PlatformLeader::attach() {
       }
     }
     if (!error.empty()) {
-      if (code == exit_code::kOk) std::fprintf(stderr, "hvdrun: error: %s\n", error.c_str());
+      if (code == exit_code::kOk) report_error(error);
       code = exit_code::kLaunch;
     }
   }

@@ -1,6 +1,9 @@
 // The static mode: a fixed plan, one spawner per host, the Supervisor.
+#include "hvd/common/error.h"
 #include "hvd/launcher/job/job_services.h"
-#include "hvd/launcher/job/launcher.h"
+#include "hvd/launcher/job/modes.h"
+#include "hvd/launcher/plan/plan.h"
+#include "hvd/launcher/plan/worker_env.h"
 #include "hvd/launcher/spawn/spawner_factory.h"
 
 #include <fmt/format.h>
@@ -53,20 +56,18 @@ std::vector<HostLaunch> launches_by_host(const JobPlan& plan, SpawnerFactory& sp
   return hosts;
 }
 
-}  // namespace
-
-int run_job(const Options& options, const JobPlan& plan_in) {
-  JobServices job(options);
+/// The static mode inside JobServices::run: a set-up step that fails throws
+/// JobError.
+int static_job(JobServices& job, const Options& options, const JobPlan& plan_in) {
   JobPlan plan = plan_in;
   if (plan.workers.empty()) {
     spdlog::warn("nothing to run: the job has no workers");
     return exit_code::kOk;
   }
-  if (int code = job.open_output(static_cast<int>(plan.workers.size()), false)) return code;
-  std::string driver_addr;
-  if (int code = job.choose_address(plan.hosts, driver_addr)) return job.finish(code);
-  if (int code = job.start_store(driver_addr)) return job.finish(code);
-  add_rendezvous_env(plan, driver_addr, job.store_port(), job.secret());
+  job.open_output(static_cast<int>(plan.workers.size()), false);
+  const std::string driver_addr = job.choose_address(plan.hosts);
+  job.start_store(driver_addr);
+  job.add_rendezvous_env(plan, driver_addr);
   if (job.events()) {
     nlohmann::json workers = nlohmann::json::array();
     for (const auto& w : plan.workers) {
@@ -81,11 +82,24 @@ int run_job(const Options& options, const JobPlan& plan_in) {
                            {"workers", EventValue::raw(workers.dump())}});
   }
 
-  DefaultSpawnerFactory spawners(options);
+  DefaultSpawnerFactory spawners(spawner_options(options));
   std::vector<HostLaunch> hosts = launches_by_host(plan, spawners);
   spdlog::info("{} worker{} on {} host{}: {}", plan.workers.size(), plan.workers.size() == 1 ? "" : "s", hosts.size(),
                hosts.size() == 1 ? "" : "s", host_summary(hosts));
-  return job.finish(job.supervise(std::move(hosts)));
+  return job.supervise(std::move(hosts));
+}
+
+}  // namespace
+
+JobPlan plan_from_source(const Options& options, HostSource& source, LaunchMode launch) {
+  const DiscoveryResult hosts = source.discover();
+  if (!hosts.ok()) throw InvalidArgument(*hosts.error);
+  return make_plan(options, hosts.hosts, launch == LaunchMode::Mpirun ? SlotCheck::Mpirun : SlotCheck::Hvdrun);
+}
+
+int run_job(const Options& options, const JobPlan& plan) {
+  JobServices job(job_services_options(options));
+  return job.run([&] { return static_job(job, options, plan); });
 }
 
 }  // namespace hvd::launcher

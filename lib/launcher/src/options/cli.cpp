@@ -11,6 +11,7 @@
 //  * then the config file and the environment fill, row by row, what the
 //    command line left unset, and settings are checked together.
 #include "hvd/launcher/options/cli.h"
+#include "hvd/launcher/process/report.h"
 
 #include <fmt/format.h>
 
@@ -54,14 +55,14 @@ constexpr int kMaxNumProc = 65536;
 ParseOutcome usage_error(const std::string& message) {
   ParseOutcome out;
   out.exit_code = exit_code::kUsage;
-  out.message = "hvdrun: error: " + message + "\n";
+  out.message = kErrorPrefix + message + "\n";
   return out;
 }
 
 ParseOutcome not_supported(const std::string& what, const std::string& feature) {
   ParseOutcome out;
   out.exit_code = exit_code::kNotSupported;
-  out.message = fmt::format("hvdrun: error: {} is not supported yet ({})\n", what, feature);
+  out.message = fmt::format("{}{} is not supported yet ({})\n", kErrorPrefix, what, feature);
   return out;
 }
 

@@ -1,4 +1,4 @@
-// SignalGuard: signalfd-based signal delivery for run_job and the elastic runner.
+// SignalGuard: signalfd-based signal delivery, the one owner of hvdrun's signal state.
 #include "hvd/launcher/process/signal_guard.h"
 
 #include "hvd/common/error.h"
@@ -18,8 +18,9 @@
 
 namespace hvd::launcher {
 
-SignalGuard::SignalGuard() {
+SignalGuard::SignalGuard(std::initializer_list<int> also) {
   sigset_t set = forwarded_signals();
+  for (int sig : also) sigaddset(&set, sig);
   pthread_sigmask(SIG_BLOCK, &set, &old_mask_);
   fd_.reset(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
   if (!fd_) throw IoError(fmt::format("signalfd failed: {}", std::strerror(errno)));
@@ -51,6 +52,14 @@ void SignalGuard::stop_watching() {
   ssize_t ignored = ::write(stop_.get(), &one, sizeof one);
   (void)ignored;
   watcher_.join();
+}
+
+int SignalGuard::wait(std::chrono::milliseconds timeout) {
+  struct pollfd pfd = {fd_.get(), POLLIN, 0};
+  if (timeout.count() > 0 && ::poll(&pfd, 1, static_cast<int>(timeout.count())) <= 0) return 0;
+  struct signalfd_siginfo si;
+  if (::read(fd_.get(), &si, sizeof si) != static_cast<ssize_t>(sizeof si)) return 0;
+  return static_cast<int>(si.ssi_signo);
 }
 
 SignalGuard::~SignalGuard() {

@@ -7,6 +7,7 @@
 #include "hvd/common/error.h"
 #include "hvd/common/io.h"
 #include "hvd/common/job_env.h"
+#include "hvd/launcher/process/signal_guard.h"
 #include "hvd/launcher/process/signals.h"
 #include "hvd/launcher/process/subprocess.h"
 
@@ -14,7 +15,6 @@
 #include <nlohmann/json.hpp>
 
 #include <poll.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -22,6 +22,8 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -97,17 +99,15 @@ int agent_main(int argc, char** argv) {
     return kAgentFailure;
   }
 
-  // 2. Signals arrive on a signalfd; the child gets a clean mask back.
-  sigset_t handled = forwarded_signals();
-  sigaddset(&handled, SIGCHLD);
-  sigset_t old_mask;
-  ::sigprocmask(SIG_BLOCK, &handled, &old_mask);
-  UniqueFd sfd(::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK));
-  if (!sfd) {
-    agent_error(fmt::format("signalfd failed: {}", std::strerror(errno)));
+  // 2. Signals (and SIGCHLD) arrive on the SignalGuard's signalfd, SIGPIPE
+  // is ignored; the child gets a clean mask back.
+  std::optional<SignalGuard> signals;
+  try {
+    signals.emplace(std::initializer_list<int>{SIGCHLD});
+  } catch (const IoError& e) {
+    agent_error(e.what());
     return kAgentFailure;
   }
-  ::signal(SIGPIPE, SIG_IGN);
 
   SpawnOptions options;
   options.argv = spec.argv;
@@ -164,7 +164,7 @@ int agent_main(int argc, char** argv) {
   for (;;) {
     struct pollfd fds[2];
     int n = 0;
-    fds[n++] = {sfd.get(), POLLIN, 0};
+    fds[n++] = {signals->fd(), POLLIN, 0};
     if (stdin_open) fds[n++] = {0, POLLIN, 0};
     int timeout = -1;
     if (kill_at != Clock::time_point::max()) {
@@ -198,10 +198,9 @@ int agent_main(int argc, char** argv) {
     }
 
     if (fds[0].revents & POLLIN) {
-      struct signalfd_siginfo si;
       bool child_done = false;
-      while (::read(sfd.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-        if (si.ssi_signo == SIGCHLD && !child_done) {
+      while (const int sig = signals->wait(std::chrono::milliseconds(0))) {
+        if (sig == SIGCHLD && !child_done) {
           // Look without reaping: the zombie leader keeps its process-group
           // id reserved while we kill what is left of the group.
           child_done = child.exited();

@@ -9,7 +9,18 @@
 
 namespace hvd::launcher {
 
-DefaultSpawnerFactory::DefaultSpawnerFactory(const Options& options) : options_(options) {}
+SpawnerOptions spawner_options(const Options& options) {
+  SpawnerOptions out;
+  out.kill_grace = options.kill_grace;
+  out.ssh_port = options.ssh_port;
+  out.ssh_identity_file = options.ssh_identity_file;
+  out.ssh_strict_host_key_checking = options.ssh_strict_host_key_checking;
+  out.ssh_keepalive = options.ssh_keepalive;
+  out.verbose = options.verbose;
+  return out;
+}
+
+DefaultSpawnerFactory::DefaultSpawnerFactory(SpawnerOptions options) : options_(std::move(options)) {}
 
 bool DefaultSpawnerFactory::is_local(const std::string& host) {
   {

@@ -1,4 +1,5 @@
 #include "hvd/launcher/supervise/supervisor.h"
+#include "hvd/launcher/process/report.h"
 
 #include "hvd/launcher/supervise/event_log.h"
 
@@ -162,7 +163,7 @@ int Supervisor::run(std::vector<HostLaunch> hosts) {
     return 128 + signal_during_launch_;
   }
   if (!launch_errors.empty()) {
-    for (const auto& msg : launch_errors) std::fprintf(stderr, "hvdrun: error: %s\n", msg.c_str());
+    for (const auto& msg : launch_errors) report_error(msg);
     std::fflush(stderr);
     spdlog::info("launch failed; stopping the workers that did start");
     shutdown_all(hosts);

@@ -2,7 +2,7 @@
 // secret-proving handshake described in hvd/transport/tcp.h.
 #include "hvd/common/error.h"
 #include "hvd/common/net.h"
-#include "hvd/store/log_limiter.h"
+#include "hvd/common/log_limiter.h"
 #include "hvd/transport/tcp.h"
 
 #include <poll.h>
@@ -290,14 +290,14 @@ struct TcpListener::Pending {
 /// Dropped connections are logged once, then counted (a flood of strangers
 /// must not flood the log).
 struct TcpListener::Logs {
-  store::LogLimiter dropped{std::chrono::seconds(5)};
+  LogLimiter dropped{std::chrono::seconds(5)};
 };
 
 TcpListener::~TcpListener() {
   if (logs_) {
     if (auto s = logs_->dropped.take(std::chrono::steady_clock::now(), true)) {
       spdlog::warn("{}: {} more connections dropped during the handshake in the last {}", endpoint(), s->suppressed,
-                   store::LogLimiter::window_text(s->window));
+                   LogLimiter::window_text(s->window));
     }
   }
 }
@@ -389,7 +389,7 @@ std::unique_ptr<TcpLink> TcpListener::accept(const Handshake& hs, const std::fun
     }
     if (auto s = logs_->dropped.take(now)) {
       spdlog::warn("rank {}: {} more connections dropped during the handshake in the last {}", hs.self_rank,
-                   s->suppressed, store::LogLimiter::window_text(s->window));
+                   s->suppressed, LogLimiter::window_text(s->window));
     }
     if (deadline.expired()) {
       throw TimeoutError(fmt::format("rank {}: timed out waiting for peers to connect", hs.self_rank));

@@ -5,6 +5,9 @@
 // world formed (as the last member to arrive would) and ends the job when
 // the test says so.
 #include "hvd/launcher/elastic/elastic_runner.h"
+#include "../fakes/fake_spawner.h"
+#include "../fakes/log_capture.h"
+#include "../fakes/scripted_host_source.h"
 #include "hvd/store/elastic_world.h"
 
 #include <spdlog/sinks/ostream_sink.h>
@@ -23,95 +26,57 @@
 using namespace hvd::launcher;
 using namespace std::chrono_literals;
 namespace se = hvd::store::elastic;
+namespace fakes = hvd::launcher::fakes;
+using fakes::ScriptedHostSource;
 
 namespace {
 
-/// Hosts from a list the test changes while the job runs; an error when set.
-class ScriptedHostSource final : public HostSource {
- public:
-  explicit ScriptedHostSource(std::vector<HostSpec> hosts) : hosts_(std::move(hosts)) {}
-  DiscoveryResult discover() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++looks_;
-    DiscoveryResult r;
-    if (error_) {
-      r.error = *error_;
-    } else {
-      r.hosts = hosts_;
-    }
-    return r;
-  }
-  std::string describe() const override { return "scripted hosts"; }
-  void set_hosts(std::vector<HostSpec> hosts) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    hosts_ = std::move(hosts);
-  }
-  void set_error(std::optional<std::string> error) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    error_ = std::move(error);
-  }
-  int looks() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return looks_;
-  }
-
- private:
-  std::mutex mutex_;
-  std::vector<HostSpec> hosts_;
-  std::optional<std::string> error_;
-  int looks_ = 0;
-};
-
-/// Every fake worker of the job, by serial. A launched worker sets its
-/// ready key at once (it "can take part"); it ends when the test exits it
-/// or a stopping signal reaches it.
+/// Every fake worker of the job, by serial, on the shared fake spawners
+/// (fakes/fake_spawner.h). A launched worker sets its ready key at once (it
+/// "can take part"); it ends when the test exits it or a stopping signal
+/// reaches it.
 struct FakeCluster {
-  explicit FakeCluster(hvd::store::InMemoryStore& s) : store(s) {}
+  explicit FakeCluster(hvd::store::InMemoryStore& s) : store(s) {
+    factory.on_new_host = [this](fakes::FakeHost& h) {
+      h.on_launch = [this](fakes::FakeHost& host) { launched(host); };
+    };
+  }
   struct Worker {
-    std::string id, host;
-    EventSink* sink = nullptr;
-    bool alive = true;
-    std::vector<int> signals;
+    std::string id;
+    std::shared_ptr<fakes::FakeHost> host;
   };
   hvd::store::InMemoryStore& store;
+  fakes::FakeSpawnerFactory factory;
   std::mutex mutex;
   std::map<int, Worker> workers;
   int launches = 0;
 
-  void launched(const WorkerSpec& w, EventSink& sink) {
-    const std::string id = w.env.at("HVDRUN_WORKER_ID");
+  void launched(fakes::FakeHost& host) {
+    std::vector<WorkerSpec> batch;
     {
-      std::lock_guard<std::mutex> lock(mutex);
-      workers[w.slot.rank] = Worker{id, w.slot.hostname, &sink, true, {}};
-      ++launches;
+      std::lock_guard<std::mutex> lock(host.mutex);
+      batch = host.launches.back();
     }
-    store.set_string(se::ready_key(id), "1");
+    auto shared = factory.host(host.name);
+    for (const auto& w : batch) {
+      const std::string id = w.env.at("HVDRUN_WORKER_ID");
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        workers[w.slot.rank] = Worker{id, shared};
+        ++launches;
+      }
+      store.set_string(se::ready_key(id), "1");
+    }
+  }
+  std::shared_ptr<fakes::FakeHost> host_of(int serial) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = workers.find(serial);
+    return it == workers.end() ? nullptr : it->second.host;
   }
   /// Reports the exit of a live worker; false if it had exited already.
   bool exit(int serial, int status) {
-    EventSink* sink;
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      auto it = workers.find(serial);
-      if (it == workers.end() || !it->second.alive) return false;
-      it->second.alive = false;
-      sink = it->second.sink;
-    }
-    WorkerExit e;
-    e.rank = serial;
-    e.status = status;
-    e.signal = status > 128 ? status - 128 : 0;
-    sink->on_exit(e);
-    return true;
-  }
-  void signal(int serial, int sig) {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      auto it = workers.find(serial);
-      if (it == workers.end()) return;
-      it->second.signals.push_back(sig);
-    }
-    if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGKILL) exit(serial, 128 + sig);
+    auto host = host_of(serial);
+    return host && host->exit(serial, status, status > 128 ? status - 128 : 0);
   }
   int serial_of(const std::string& id) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -121,52 +86,21 @@ struct FakeCluster {
     return -1;
   }
   std::vector<int> alive_on(const std::string& host) {
-    std::lock_guard<std::mutex> lock(mutex);
+    std::map<int, std::shared_ptr<fakes::FakeHost>> all;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      for (auto& [serial, w] : workers) all[serial] = w.host;
+    }
     std::vector<int> out;
-    for (auto& [serial, w] : workers) {
-      if (w.alive && w.host == host) out.push_back(serial);
+    for (auto& [serial, h] : all) {
+      if (h->name == host && h->is_alive(serial)) out.push_back(serial);
     }
     return out;
   }
   std::vector<int> signals_to(int serial) {
-    std::lock_guard<std::mutex> lock(mutex);
-    return workers.count(serial) ? workers[serial].signals : std::vector<int>{};
+    auto host = host_of(serial);
+    return host ? host->signals_to(serial) : std::vector<int>{};
   }
-};
-
-class FakeSpawner final : public Spawner {
- public:
-  explicit FakeSpawner(FakeCluster& cluster) : cluster_(cluster) {}
-  void launch(const std::vector<WorkerSpec>& workers, EventSink& sink, hvd::Deadline) override {
-    for (const auto& w : workers) {
-      serials_.push_back(w.slot.rank);
-      cluster_.launched(w, sink);
-    }
-  }
-  void signal(int serial, int sig) override { cluster_.signal(serial, sig); }
-  void shutdown() override {
-    for (int s : serials_) cluster_.exit(s, 128 + SIGKILL);
-  }
-
- private:
-  FakeCluster& cluster_;
-  std::vector<int> serials_;
-};
-
-class FakeFactory final : public SpawnerFactory {
- public:
-  explicit FakeFactory(FakeCluster& cluster) : cluster_(cluster) {}
-  bool is_local(const std::string&) override { return true; }
-  std::unique_ptr<Spawner> make(const std::string& host) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    hosts_.push_back(host);
-    return std::make_unique<FakeSpawner>(cluster_);
-  }
-
- private:
-  FakeCluster& cluster_;
-  std::mutex mutex_;
-  std::vector<std::string> hosts_;
 };
 
 std::optional<se::World> world(hvd::store::InMemoryStore& store, uint64_t v) {
@@ -187,10 +121,8 @@ struct Job {
   Options options;
   hvd::store::InMemoryStore store;
   FakeCluster cluster{store};
-  FakeFactory factory{cluster};
   std::unique_ptr<OutputRouter> output;
-  std::ostringstream log_text;
-  std::shared_ptr<spdlog::logger> previous_logger = spdlog::default_logger();
+  fakes::LogCapture log_capture;
 
   Job(int np, int min_np) {
     options.num_proc = np;
@@ -204,27 +136,21 @@ struct Job {
     oo.stdout_fd = -1;
     oo.stderr_fd = -1;
     output = std::make_unique<OutputRouter>(oo);
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log_text);
-    auto logger = std::make_shared<spdlog::logger>("test", sink);
-    logger->set_pattern("%v");
-    logger->set_level(spdlog::level::debug);
-    spdlog::set_default_logger(logger);
   }
-  ~Job() { spdlog::set_default_logger(previous_logger); }
 
   /// Runs the job to its end with `source`; `script` runs beside it and
   /// drives the workers.
   /// On a failed expectation a script returns early after abort(): the job
   /// then ends (SIGTERM to every worker) instead of hanging.
   int run(HostSource& source, const std::function<void(Job&)>& script) {
-    ElasticRunnerDeps deps(source, factory, initial_store ? *initial_store : store, *output);
+    ElasticRunnerDeps deps(source, cluster.factory, initial_store ? *initial_store : store, *output);
     deps.worker_env = {{"HOROVOD_GLOO_RENDEZVOUS_PORT", "1"}};
     deps.driver_address = "127.0.0.1";
     deps.choose_address = [](const std::vector<HostSpec>&) { return std::string("127.0.0.1"); };
     deps.store_address = "127.0.0.1:1";
     deps.seed = 1;
     if (customize) customize(deps);
-    ElasticRunner runner(options, std::move(deps));
+    ElasticRunner runner(elastic_runner_options(options), std::move(deps));
     runner_ = &runner;
     DiscoveryResult first = source.discover();
     std::atomic<bool> stop{false};
@@ -264,7 +190,7 @@ struct Job {
   void finish(const se::World& w) {
     for (const auto& m : w.members) cluster.exit(cluster.serial_of(m.worker_id), 0);
   }
-  std::string log() { return log_text.str(); }
+  std::string log() { return log_capture.text(); }
   void abort() { runner_->interrupt(SIGTERM); }
   void interrupt(int sig) { runner_->interrupt(sig); }
   ElasticRunner* runner_ = nullptr;

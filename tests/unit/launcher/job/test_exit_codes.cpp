@@ -3,7 +3,9 @@
 // tests/integration/local/test_exit_codes.py; the internal-error code has no
 // input that produces it (it marks a bug), so its mapping is tested here.
 #include "hvd/common/error.h"
-#include "hvd/launcher/job/launcher.h"
+#include "hvd/launcher/job/hvdrun_main.h"
+#include "hvd/launcher/options/options.h"
+#include "hvd/launcher/process/report.h"
 
 #include <catch2/catch.hpp>
 
@@ -17,4 +19,12 @@ TEST_CASE("exit codes: an exception that reaches main is 70 (internal), a usage 
   CHECK(exit_code_for(std::make_exception_ptr(42)) == 70);
   CHECK(exit_code_for(std::make_exception_ptr(hvd::InvalidArgument("bad -H"))) == exit_code::kUsage);
   CHECK(exit_code_for(std::make_exception_ptr(hvd::IoError("lost"))) == exit_code::kInternal);
+}
+
+TEST_CASE("exit codes: a JobError carries its own code (the modes' one error path)", "[exit_codes]") {
+  CHECK(exit_code_for(std::make_exception_ptr(JobError(exit_code::kLaunch, "no route"))) == exit_code::kLaunch);
+  CHECK(exit_code_for(std::make_exception_ptr(JobError(exit_code::kPlatformFollower, "no leader"))) ==
+        exit_code::kPlatformFollower);
+  CHECK(exit_code_for(std::make_exception_ptr(JobError(exit_code::kUsage, "both -H and --hosts-from oci"))) ==
+        exit_code::kUsage);
 }

@@ -4,6 +4,7 @@
 // the leader going away, refused peers).
 #include <catch2/catch.hpp>
 
+#include "../fakes/fake_spawner.h"
 #include "hvd/launcher/job/platform_follower.h"
 #include "hvd/launcher/job/platform_leader.h"
 #include "hvd/launcher/options/options.h"
@@ -28,6 +29,7 @@
 #include <thread>
 
 using namespace hvd::launcher;
+namespace fakes = hvd::launcher::fakes;
 using namespace hvd::launcher::platform;
 using namespace std::chrono_literals;
 
@@ -297,77 +299,54 @@ TEST_CASE("follower: the remote command falls back to hvdrun on PATH", "[platfor
 
 namespace {
 
-/// What one fake host does and what it was asked.
-struct FakeHost {
+/// What one follower host does, on the shared fake spawners
+/// (fakes/fake_spawner.h), which record what it was asked.
+struct FollowerHost {
   enum class Attach { Ok, ExitsNoFollower, Silent };
   Attach attach = Attach::Ok;
   int refuse_first = 0;  // launches that throw "connection refused" first
   std::string hard_error;  // a launch error that is not retried
   int status_exit = 0;
-  // Recorded.
-  std::vector<std::vector<std::string>> launched;
-  int launch_attempts = 0;
-  int shutdowns = 0;
 };
 
-class FakeSpawner final : public Spawner {
- public:
-  FakeSpawner(std::string host, FakeHost& h, std::mutex& m) : host_(std::move(host)), h_(h), m_(m) {}
-  void launch(const std::vector<WorkerSpec>& workers, EventSink& sink, hvd::Deadline) override {
-    std::vector<std::string> argv = workers.at(0).argv;
-    {
-      std::lock_guard<std::mutex> lock(m_);
-      ++h_.launch_attempts;
-      if (!h_.hard_error.empty()) throw LaunchError(host_, host_ + ": " + h_.hard_error);
-      if (h_.refuse_first > 0) {
-        --h_.refuse_first;
-        throw LaunchError(host_, host_ + ": connection refused (198.18.0.3:22)");
-      }
-      h_.launched.push_back(argv);
-    }
-    sink_ = &sink;
-    const bool status = std::find(argv.begin(), argv.end(), "--follower-status") != argv.end();
-    if (status) {
-      sink.on_exit({0, h_.status_exit, 0, ""});
-      return;
-    }
-    if (h_.attach == FakeHost::Attach::Ok) {
-      sink.on_output(0, Stream::Stdout, "attached\n", 9);
-      running_ = true;
-    } else if (h_.attach == FakeHost::Attach::ExitsNoFollower) {
-      const std::string err = "hvdrun: error: no hvdrun follower of k answered on this machine within 1s\n";
-      sink.on_output(0, Stream::Stderr, err.data(), err.size());
-      sink.on_exit({0, 1, 0, ""});
-    } else {
-      running_ = true;
-    }
+/// The shared fake factory, each host doing what `hosts` says (set before
+/// the leader makes its first spawner for it).
+struct FollowerFactory {
+  std::map<std::string, FollowerHost> hosts;
+  fakes::FakeSpawnerFactory spawners;
+  FollowerFactory() {
+    spawners.local = false;
+    spawners.on_new_host = [this](fakes::FakeHost& h) {
+      FollowerHost& b = hosts[h.name];
+      h.shutdown_exit = {0, 255, 0, "shut down"};
+      h.before_launch = [&b](fakes::FakeHost& host, const std::vector<WorkerSpec>&) {
+        std::lock_guard<std::mutex> lock(host.mutex);
+        if (!b.hard_error.empty()) throw LaunchError(host.name, host.name + ": " + b.hard_error);
+        if (b.refuse_first > 0) {
+          --b.refuse_first;
+          throw LaunchError(host.name, host.name + ": connection refused (198.18.0.3:22)");
+        }
+      };
+      h.on_launch = [&b](fakes::FakeHost& host) {
+        std::vector<std::string> argv;
+        {
+          std::lock_guard<std::mutex> lock(host.mutex);
+          argv = host.launches.back().at(0).argv;
+        }
+        if (std::find(argv.begin(), argv.end(), "--follower-status") != argv.end()) {
+          host.exit(0, b.status_exit);
+        } else if (b.attach == FollowerHost::Attach::Ok) {
+          host.output(0, Stream::Stdout, "attached\n");
+        } else if (b.attach == FollowerHost::Attach::ExitsNoFollower) {
+          host.output(0, Stream::Stderr, "hvdrun: error: no hvdrun follower of k answered on this machine within 1s\n");
+          host.exit(0, 1);
+        }
+      };
+    };
   }
-  void signal(int, int) override {}
-  void shutdown() override {
-    {
-      std::lock_guard<std::mutex> lock(m_);
-      ++h_.shutdowns;
-    }
-    if (running_ && sink_) sink_->on_exit({0, 255, 0, "shut down"});
-    running_ = false;
-  }
-
- private:
-  std::string host_;
-  FakeHost& h_;
-  std::mutex& m_;
-  EventSink* sink_ = nullptr;
-  bool running_ = false;
-};
-
-class FakeFactory final : public SpawnerFactory {
- public:
-  std::map<std::string, FakeHost> hosts;
-  std::mutex mutex;
-  bool is_local(const std::string&) override { return false; }
-  std::unique_ptr<Spawner> make(const std::string& host) override {
-    return std::make_unique<FakeSpawner>(host, hosts[host], mutex);
-  }
+  operator SpawnerFactory&() { return spawners; }
+  /// What host `name` was asked.
+  fakes::FakeHost& fake(const std::string& name) { return *spawners.host(name); }
 };
 
 std::vector<PlatformLeader::Follower> two_followers() {
@@ -384,45 +363,47 @@ std::vector<std::string> args_after(const std::vector<std::string>& argv, const 
 
 TEST_CASE("leader: attaches to every follower, reports the status, then ends the attach processes",
           "[platform_follower]") {
-  FakeFactory factory;
+  FollowerFactory factory;
   factory.hosts["algo-2"];
   factory.hosts["algo-3"];
   {
     PlatformLeader leader(factory, two_followers(), 5s, "/opt/hvdrun");
     REQUIRE(leader.attach() == 0);
-    for (const auto& [host, h] : factory.hosts) {
-      REQUIRE(h.launched.size() == 1);
-      CHECK(args_after(h.launched[0], "--follower-attach") ==
+    for (const auto& [host, b] : factory.hosts) {
+      auto& h = factory.fake(host);
+      REQUIRE(h.argvs().size() == 1);
+      CHECK(args_after(h.argvs()[0], "--follower-attach") ==
             std::vector<std::string>{"--follower-attach", "sagemaker:j:" + host, "5"});
-      CHECK(h.launched[0][3] == "/opt/hvdrun");
+      CHECK(h.argvs()[0][3] == "/opt/hvdrun");
       CHECK(h.shutdowns == 0);
     }
     leader.report(3);
-    for (const auto& [host, h] : factory.hosts) {
-      REQUIRE(h.launched.size() == 2);
-      CHECK(args_after(h.launched[1], "--follower-status") ==
+    for (const auto& [host, b] : factory.hosts) {
+      auto& h = factory.fake(host);
+      REQUIRE(h.argvs().size() == 2);
+      CHECK(args_after(h.argvs()[1], "--follower-status") ==
             std::vector<std::string>{"--follower-status", "sagemaker:j:" + host, "3", "9"});
       CHECK(h.shutdowns == 2);  // the status spawner and the attach spawner
     }
   }
-  for (const auto& [host, h] : factory.hosts) CHECK(h.shutdowns == 2);  // not again
+  for (const auto& [host, b] : factory.hosts) CHECK(factory.fake(host).shutdowns == 2);  // not again
 }
 
 TEST_CASE("leader: no follower on a host is exit 3 - nothing is left attached", "[platform_follower]") {
-  FakeFactory factory;
+  FollowerFactory factory;
   factory.hosts["algo-2"];
-  factory.hosts["algo-3"].attach = FakeHost::Attach::ExitsNoFollower;
+  factory.hosts["algo-3"].attach = FollowerHost::Attach::ExitsNoFollower;
   PlatformLeader leader(factory, two_followers(), 5s, "/opt/hvdrun");
   CHECK(leader.attach() == exit_code::kLaunch);
-  CHECK(factory.hosts["algo-2"].shutdowns == 1);
-  CHECK(factory.hosts["algo-3"].shutdowns == 1);
+  CHECK(factory.fake("algo-2").shutdowns == 1);
+  CHECK(factory.fake("algo-3").shutdowns == 1);
   leader.report(0);  // after a failed attach: nothing to tell
-  CHECK(factory.hosts["algo-2"].launched.size() == 1);
+  CHECK(factory.fake("algo-2").argvs().size() == 1);
 }
 
 TEST_CASE("leader: a follower that never answers is exit 3 after the start timeout", "[platform_follower]") {
-  FakeFactory factory;
-  factory.hosts["algo-2"].attach = FakeHost::Attach::Silent;
+  FollowerFactory factory;
+  factory.hosts["algo-2"].attach = FollowerHost::Attach::Silent;
   factory.hosts["algo-3"];
   PlatformLeader leader(factory, two_followers(), 500ms, "/opt/hvdrun");
   auto t0 = std::chrono::steady_clock::now();
@@ -433,28 +414,28 @@ TEST_CASE("leader: a follower that never answers is exit 3 after the start timeo
 }
 
 TEST_CASE("leader: a host not up yet is tried again - a refusing one is not", "[platform_follower]") {
-  FakeFactory factory;
+  FollowerFactory factory;
   factory.hosts["algo-2"].refuse_first = 2;
   factory.hosts["algo-3"];
   {
     PlatformLeader leader(factory, two_followers(), 10s, "/opt/hvdrun");
     CHECK(leader.attach() == 0);
-    CHECK(factory.hosts["algo-2"].launch_attempts == 3);
+    CHECK(factory.fake("algo-2").launch_attempts == 3);
     leader.report(0);
   }
-  FakeFactory refusing;
+  FollowerFactory refusing;
   refusing.hosts["algo-2"].hard_error = "authentication failed (tried /root/.ssh/id_ed25519)";
   refusing.hosts["algo-3"];
   PlatformLeader leader(refusing, two_followers(), 10s, "/opt/hvdrun");
   auto t0 = std::chrono::steady_clock::now();
   CHECK(leader.attach() == exit_code::kLaunch);
   CHECK(std::chrono::steady_clock::now() - t0 < 2s);
-  CHECK(refusing.hosts["algo-2"].launch_attempts == 1);
+  CHECK(refusing.fake("algo-2").launch_attempts == 1);
 }
 
 TEST_CASE("leader: a follower that failed to take the status is a warning, the report stays bounded",
           "[platform_follower]") {
-  FakeFactory factory;
+  FollowerFactory factory;
   factory.hosts["algo-2"].status_exit = 1;
   factory.hosts["algo-3"];
   PlatformLeader leader(factory, two_followers(), 5s, "/opt/hvdrun");
@@ -462,5 +443,5 @@ TEST_CASE("leader: a follower that failed to take the status is a warning, the r
   auto t0 = std::chrono::steady_clock::now();
   leader.report(0, 1s);
   CHECK(std::chrono::steady_clock::now() - t0 < 2s);
-  CHECK(factory.hosts["algo-3"].launched.size() == 2);
+  CHECK(factory.fake("algo-3").argvs().size() == 2);
 }

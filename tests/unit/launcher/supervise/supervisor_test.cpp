@@ -1,5 +1,7 @@
 // The Supervisor's failure policy, driven by a FakeSpawner: no processes.
 #include "hvd/launcher/supervise/supervisor.h"
+#include "../fakes/fake_spawner.h"
+#include "../fakes/log_capture.h"
 #include "hvd/launcher/options/options.h"
 
 #include <spdlog/sinks/ostream_sink.h>
@@ -16,102 +18,11 @@
 
 using namespace hvd::launcher;
 using namespace std::chrono_literals;
+using hvd::launcher::fakes::FakeHost;
+using hvd::launcher::fakes::FakeSpawner;
+using hvd::launcher::fakes::LogCapture;
 
 namespace {
-
-/// What a fake host did, shared between the test and the spawner the
-/// Supervisor owns (and destroys at the end of run()).
-struct FakeHost {
-  std::string name;
-  std::mutex mutex;
-  EventSink* sink = nullptr;
-  std::set<int> alive;
-  /// Signals that end a worker (per rank; default: all but none ignored).
-  std::map<int, std::set<int>> dies_on;
-  std::set<int> default_dies_on{SIGINT, SIGTERM, SIGHUP, SIGKILL};
-  std::vector<std::tuple<int, int, hvd::Clock::time_point>> signals;  // rank, sig, when
-  std::vector<std::thread> timers;
-  std::function<void(FakeHost&)> on_launch;
-  std::optional<std::string> launch_error;
-  bool shut_down = false;
-
-  /// Reports an exit if the worker is still alive.
-  void exit(int rank, int status, int sig = 0, const std::string& lost = "") {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      if (!alive.erase(rank)) return;
-    }
-    WorkerExit e;
-    e.rank = rank;
-    e.status = status;
-    e.signal = sig;
-    e.lost_reason = lost;
-    sink->on_exit(e);
-  }
-  void exit_after(std::chrono::milliseconds d, int rank, int status, int sig = 0, const std::string& lost = "") {
-    timers.emplace_back([this, d, rank, status, sig, lost] {
-      std::this_thread::sleep_for(d);
-      exit(rank, status, sig, lost);
-    });
-  }
-  void output(int rank, Stream s, const std::string& text) { sink->on_output(rank, s, text.data(), text.size()); }
-  std::vector<int> signals_to(int rank) {
-    std::lock_guard<std::mutex> lock(mutex);
-    std::vector<int> out;
-    for (auto& [r, s, t] : signals)
-      if (r == rank) out.push_back(s);
-    return out;
-  }
-  std::optional<hvd::Clock::time_point> when(int rank, int sig) {
-    std::lock_guard<std::mutex> lock(mutex);
-    for (auto& [r, s, t] : signals)
-      if (r == rank && s == sig) return t;
-    return std::nullopt;
-  }
-};
-
-class FakeSpawner : public Spawner {
- public:
-  explicit FakeSpawner(std::shared_ptr<FakeHost> host) : host_(std::move(host)) {}
-  void launch(const std::vector<WorkerSpec>& workers, EventSink& sink, hvd::Deadline) override {
-    host_->sink = &sink;
-    {
-      std::lock_guard<std::mutex> lock(host_->mutex);
-      // With a launch error, the first worker counts as started (a partial launch).
-      for (const auto& w : workers) {
-        host_->alive.insert(w.slot.rank);
-        if (host_->launch_error) break;
-      }
-    }
-    if (host_->launch_error) throw LaunchError(host_->name, host_->name + ": " + *host_->launch_error);
-    if (host_->on_launch) host_->on_launch(*host_);
-  }
-  void signal(int rank, int sig) override {
-    bool dies;
-    {
-      std::lock_guard<std::mutex> lock(host_->mutex);
-      host_->signals.emplace_back(rank, sig, hvd::Clock::now());
-      auto it = host_->dies_on.find(rank);
-      const std::set<int>& set = it == host_->dies_on.end() ? host_->default_dies_on : it->second;
-      dies = host_->alive.count(rank) && set.count(sig);
-    }
-    if (dies) host_->exit(rank, 128 + sig, sig);
-  }
-  void shutdown() override {
-    for (auto& t : host_->timers) t.join();
-    host_->timers.clear();
-    std::vector<int> left;
-    {
-      std::lock_guard<std::mutex> lock(host_->mutex);
-      host_->shut_down = true;
-      left.assign(host_->alive.begin(), host_->alive.end());
-    }
-    for (int rank : left) host_->exit(rank, 128 + SIGKILL, SIGKILL);
-  }
-
- private:
-  std::shared_ptr<FakeHost> host_;
-};
 
 std::vector<WorkerSpec> specs(const std::string& host, std::vector<int> ranks) {
   std::vector<WorkerSpec> out;
@@ -148,21 +59,6 @@ SupervisorOptions fast_options() {
   o.kill_wait = 1s;
   return o;
 }
-
-/// Captures spdlog lines for assertions on what the user is told.
-struct LogCapture {
-  std::ostringstream stream;
-  std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
-  LogCapture() {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(stream);
-    auto logger = std::make_shared<spdlog::logger>("test", sink);
-    logger->set_pattern("%v");
-    logger->set_level(spdlog::level::debug);
-    spdlog::set_default_logger(logger);
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous); }
-  std::string text() { return stream.str(); }
-};
 
 }  // namespace
 

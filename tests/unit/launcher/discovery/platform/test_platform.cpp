@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "../../test_util.h"
+#include "../../fakes/fake_machine.h"
 #include "hvd/launcher/discovery/choose.h"
 #include "hvd/launcher/discovery/platform/platform.h"
 #include "hvd/launcher/plan/plan.h"
@@ -19,18 +20,8 @@ using Strings = std::vector<std::string>;
 
 namespace {
 
-/// A fixture root (removed at scope exit) with files written under it.
-class FakeRoot {
- public:
-  void write(const std::string& absolute, const std::string& content) const { dir_.write(absolute, content); }
-  Environment context(std::map<std::string, std::string> env = {}) const {
-    return {root(), std::move(env), "testhost"};
-  }
-  const std::string& root() const { return dir_.path(); }
-
- private:
-  hvd_test::TempDir dir_;
-};
+/// A fixture root with files written under it.
+using FakeRoot = hvd::launcher::fakes::FakeMachine;
 
 const char* kResourceConfig = "/opt/ml/input/config/resourceconfig.json";
 const char* kHyperparameters = "/opt/ml/input/config/hyperparameters.json";

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../../test_util.h"
+#include "../../fakes/fake_machine.h"
 #include "hvd/launcher/discovery/choose.h"
 #include "hvd/launcher/discovery/platform/platform.h"
 
@@ -19,20 +20,7 @@ namespace {
 
 /// A fixture root (removed at scope exit): `gpus` NVIDIA GPUs under
 /// /proc/driver/nvidia/gpus, as the driver lists them (one directory each).
-class Machine {
- public:
-  explicit Machine(int gpus = 0) {
-    for (int i = 0; i < gpus; ++i) {
-      dir_.write("proc/driver/nvidia/gpus/0000:0" + std::to_string(i) + ":00.0/information", "Model: Tesla\n");
-    }
-  }
-  Environment context(Env env = {}, std::string hostname = "testhost") const {
-    return {dir_.path(), std::move(env), std::move(hostname)};
-  }
-
- private:
-  hvd_test::TempDir dir_;
-};
+using Machine = hvd::launcher::fakes::FakeMachine;
 
 // What Vertex sets on the second worker of a job with a primary replica, two
 // workers and a reduction-server pool (ports 2222 as Vertex gives them).

@@ -216,7 +216,7 @@ TEST_CASE("mpi: mpi_job_env exports the job-wide environment, never per-rank or 
   // unless the user exports one.
   CHECK(env.count("HOROVOD_CONTROLLER") == 0);
   CHECK(env.count("HOROVOD_CPU_OPERATIONS") == 0);
-  CHECK(env.count("HOROVOD_GLOO_RENDEZVOUS_ADDR") == 0);  // added per job by run_mpi_mode, not here
+  CHECK(env.count("HOROVOD_GLOO_RENDEZVOUS_ADDR") == 0);  // added per job by run_mpi_job (JobServices), not here
   o.env_exports.push_back("HOROVOD_CONTROLLER=mpi");
   CHECK(mpi_job_env(o, launcher).at("HOROVOD_CONTROLLER") == "mpi");
 }

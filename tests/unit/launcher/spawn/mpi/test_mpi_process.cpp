@@ -2,6 +2,7 @@
 // (missing, unsupported, hanging), exit codes, the secret's path and signal
 // forwarding. No MPI needed.
 #include "hvd/common/error.h"
+#include "hvd/launcher/job/modes.h"
 #include "hvd/launcher/spawn/mpi/mpi_launch.h"
 
 #include <catch2/catch.hpp>

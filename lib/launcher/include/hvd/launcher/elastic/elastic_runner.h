@@ -35,6 +35,20 @@ namespace hvd::launcher {
 /// --elastic-timeout, --reset-limit, blacklist settings, --start-timeout).
 ElasticPolicy elastic_policy(const Options& options);
 
+/// What the runner reads of hvdrun's options, and nothing more (as
+/// SupervisorOptions is for the Supervisor): made once by
+/// elastic_runner_options().
+struct ElasticRunnerOptions {
+  ElasticPolicy policy;  ///< elastic_policy(options)
+  std::vector<std::string> command;  ///< what every worker runs
+  std::chrono::milliseconds discovery_interval{1000};  ///< --discovery-interval
+  std::chrono::milliseconds start_timeout{30000};  ///< --start-timeout: a launch that takes longer failed
+  std::chrono::milliseconds kill_grace{3000};  ///< --kill-grace-ms: SIGTERM to SIGKILL
+};
+
+/// The runner's options from hvdrun's.
+ElasticRunnerOptions elastic_runner_options(const Options& options);
+
 struct ElasticRunnerDeps {
   ElasticRunnerDeps(HostSource& hosts_, SpawnerFactory& spawners_, store::InMemoryStore& store_, OutputRouter& output_)
       : hosts(hosts_), spawners(spawners_), store(store_), output(output_) {}
@@ -75,7 +89,7 @@ struct ElasticRunnerDeps {
 
 class ElasticRunner {
  public:
-  ElasticRunner(const Options& options, ElasticRunnerDeps deps);
+  ElasticRunner(ElasticRunnerOptions options, ElasticRunnerDeps deps);
   ~ElasticRunner();
   /// Runs the job to its end from the first look at the hosts (already
   /// taken by the caller, who decided the store's address from it) and

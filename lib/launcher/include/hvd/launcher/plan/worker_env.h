@@ -11,7 +11,7 @@
 /// no quoting and arrive intact.
 ///
 /// The rendezvous variables (store address/port, job secret) are not part of
-/// the plan: the job modes add them with add_rendezvous_env() once the store is
+/// the plan: JobServices, which owns the store, adds them once the store is
 /// listening, so a dry run can never print a secret.
 #include <cstddef>
 #include <cstdint>
@@ -67,7 +67,7 @@ EnvMap build_worker_env(const EnvMap& launcher_env, const SlotAssignment& slot, 
 /// secret (hvd::kSecretEnv): what a worker needs to reach the store.
 EnvMap rendezvous_env(const std::string& addr, uint16_t port, const std::string& secret);
 
-/// Adds rendezvous_env() to every worker of `plan`. Called by run_job.
+/// Adds rendezvous_env() to every worker of `plan` (JobServices::add_rendezvous_env).
 void add_rendezvous_env(JobPlan& plan, const std::string& addr, uint16_t port, const std::string& secret);
 
 /// True for variable names whose values must never be printed (the job

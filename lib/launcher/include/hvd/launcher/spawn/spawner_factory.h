@@ -5,9 +5,11 @@
 #include "hvd/launcher/options/options.h"
 #include "hvd/launcher/spawn/spawner.h"
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 namespace hvd::launcher {
@@ -23,17 +25,30 @@ class SpawnerFactory {
   virtual std::unique_ptr<Spawner> make(const std::string& host) = 0;
 };
 
-/// The real factory: local agents (`hvdrun --agent`) or SSH from `options`
-/// (-p, -i, --ssh-strict-host-key-checking, --ssh-keepalive, --verbose,
-/// --kill-grace-ms). Answers of is_local are cached per host name.
+/// What the real factory reads of hvdrun's options, and nothing more (as
+/// SupervisorOptions is for the Supervisor).
+struct SpawnerOptions {
+  std::chrono::milliseconds kill_grace{3000};  ///< --kill-grace-ms (local agents)
+  std::optional<int> ssh_port;  ///< -p
+  std::optional<std::string> ssh_identity_file;  ///< -i
+  bool ssh_strict_host_key_checking = false;  ///< --ssh-strict-host-key-checking
+  std::chrono::seconds ssh_keepalive{5};  ///< --ssh-keepalive
+  bool verbose = false;  ///< --verbose: ssh -v
+};
+
+/// The spawner options from hvdrun's.
+SpawnerOptions spawner_options(const Options& options);
+
+/// The real factory: local agents (`hvdrun --agent`) or SSH, as `options`
+/// say. Answers of is_local are cached per host name.
 class DefaultSpawnerFactory final : public SpawnerFactory {
  public:
-  explicit DefaultSpawnerFactory(const Options& options);
+  explicit DefaultSpawnerFactory(SpawnerOptions options);
   bool is_local(const std::string& host) override;
   std::unique_ptr<Spawner> make(const std::string& host) override;
 
  private:
-  const Options& options_;
+  const SpawnerOptions options_;
   std::mutex mutex_;
   std::map<std::string, bool> local_;
 };

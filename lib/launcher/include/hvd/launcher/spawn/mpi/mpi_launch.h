@@ -126,25 +126,7 @@ std::string render_mpi_dry_run(const MpiInfo& info, const Options& options, cons
                                const std::map<std::string, std::string>& extra_env, bool running_as_root,
                                DryRunFormat format = DryRunFormat::Text);
 
-/// Runs the whole --mpi job and returns hvdrun's exit code:
-///  - probes mpirun (missing/unsupported -> message on stderr, exit_code::kLaunch);
-///  - starts the rendezvous store (choose_driver_address), adds
-///    HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT and HVDRUN_SECRET to `job_env`;
-///  - starts mpirun in its own process group, stdin /dev/null, output passed
-///    through untouched (mpirun multiplexes the ranks itself), with
-///    PR_SET_PDEATHSIG so mpirun is told to stop if hvdrun is killed;
-///  - forwards SIGINT/SIGTERM/SIGHUP to mpirun (which tears its ranks down);
-///    SIGKILLs mpirun's process group if it is still running kill_grace + 5 s
-///    after a forwarded signal, or at once on a second signal;
-///  - returns mpirun's exit code, 128+signal if mpirun died of a signal, and
-///    128+signal of the forwarded signal when the job was interrupted.
-/// Never calls exit(). `probed`: mpirun already probed (no second probe).
-int run_mpi_job(const Options& options, const JobPlan& plan, const std::map<std::string, std::string>& job_env,
-                const MpiInfo* probed = nullptr);
-
-/// Everything hvdrun does in mpirun mode after planning: --dry-run prints the
-/// mpirun command (exit_code::kLaunch with one line when mpirun is missing
-/// or unsupported), otherwise run_mpi_job. Returns hvdrun's exit code.
-int run_mpi_mode(const Options& options, const JobPlan& plan, const MpiInfo* probed = nullptr);
+// The mpirun mode itself (probe, store, one mpirun under the Supervisor)
+// is run_mpi_job in job/modes.h.
 
 }  // namespace hvd::launcher

@@ -1,10 +1,10 @@
 // LogLimiter: the first event of a burst in full, then one count per period.
 #include "hvd/common/error.h"
-#include "hvd/store/log_limiter.h"
+#include "hvd/common/log_limiter.h"
 
 #include <catch2/catch.hpp>
 
-using hvd::store::LogLimiter;
+using hvd::LogLimiter;
 using namespace std::chrono_literals;
 
 TEST_CASE("log limiter: first event in full, the rest counted once per period", "[store][log]") {

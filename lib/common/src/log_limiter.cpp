@@ -1,10 +1,10 @@
-#include "hvd/store/log_limiter.h"
+#include "hvd/common/log_limiter.h"
 
 #include "hvd/common/error.h"
 
 #include <fmt/format.h>
 
-namespace hvd::store {
+namespace hvd {
 
 LogLimiter::LogLimiter(std::chrono::milliseconds period) : period_(period) {
   if (period.count() <= 0) throw InvalidArgument("LogLimiter: the period must be positive");
@@ -45,4 +45,4 @@ std::string LogLimiter::window_text(std::chrono::milliseconds window) {
   return fmt::format("{:.1f} s", s);
 }
 
-}  // namespace hvd::store
+}  // namespace hvd

@@ -12,7 +12,7 @@
 #include <optional>
 #include <string>
 
-namespace hvd::store {
+namespace hvd {
 
 class LogLimiter {
  public:
@@ -49,4 +49,4 @@ class LogLimiter {
   uint64_t suppressed_ = 0;
 };
 
-}  // namespace hvd::store
+}  // namespace hvd
