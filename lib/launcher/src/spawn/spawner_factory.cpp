@@ -17,6 +17,7 @@ SpawnerOptions spawner_options(const Options& options) {
   out.ssh_strict_host_key_checking = options.ssh_strict_host_key_checking;
   out.ssh_keepalive = options.ssh_keepalive;
   out.verbose = options.verbose;
+  out.launcher = options.launcher;
   return out;
 }
 

@@ -34,6 +34,9 @@ struct SpawnerOptions {
   bool ssh_strict_host_key_checking = false;  ///< --ssh-strict-host-key-checking
   std::chrono::seconds ssh_keepalive{5};  ///< --ssh-keepalive
   bool verbose = false;  ///< --verbose: ssh -v
+  /// --launcher as resolved (discovery/choose.h): "srun" starts the agents
+  /// of other hosts through srun (spawn/srun/srun_launch.h), else SSH.
+  std::string launcher = "ssh";
 };
 
 /// The spawner options from hvdrun's.
