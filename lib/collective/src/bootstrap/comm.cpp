@@ -37,6 +37,7 @@
 #include "bootstrap/mesh_plan.h"
 #include "shm/local_links.h"
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <poll.h>
@@ -320,6 +321,48 @@ class MeshComm final : public Comm {
     }
   }
 
+  /// The data path, one line: up to kEagerMeshMaxRanks ranks (every link
+  /// formed) the local group exactly, from its lowest rank at info with
+  /// --verbose; beyond, from rank 0, what each link will get.
+  void log_data_path(bool verbose) {
+    std::vector<int> group{rank_};
+    std::chrono::nanoseconds busy{0};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (int p = 0; p < size_; ++p) {
+        if (owned_[p] && owned_[p]->send_window() > 0) {
+          group.push_back(p);
+          busy = std::max(busy, owned_[p]->busy_poll_hint());
+        }
+      }
+    }
+    std::sort(group.begin(), group.end());
+    std::string line;
+    bool info = false;
+    if (size_ > detail::kEagerMeshMaxRanks) {
+      line = fmt::format("rank {}: data path: {} (links beyond the ring neighbours form at first use)", rank_,
+                         pairing_->describe());
+      info = rank_ == 0;
+    } else if (group.size() == 1) {
+      const bool tcp_forced = pairing_->describe().find("=tcp") != std::string::npos;
+      line = fmt::format("rank {}: data path: TCP to every peer ({})", rank_,
+                         tcp_forced ? fmt::format("{}=tcp", transport::kTransportEnv)
+                                    : std::string("no other rank on this host"));
+      info = tcp_forced && rank_ == 0;
+    } else {
+      line = fmt::format("rank {}: data path: shared memory between the ranks [{}] of this host ({}, busy poll {} ns "
+                         "between yields); TCP to the {} other rank(s)",
+                         rank_, fmt::join(group, ","), pairing_->describe(true), busy.count(),
+                         size_ - static_cast<int>(group.size()));
+      info = group.front() == rank_;
+    }
+    if (info && verbose) {
+      spdlog::info("{}", line);
+    } else {
+      spdlog::debug("{}", line);
+    }
+  }
+
   int connected_at_init() const { return connected_; }
   int accepted_at_init() const { return accepted_; }
   const detail::LocalPairing& pairing() const { return *pairing_; }
@@ -502,20 +545,21 @@ std::unique_ptr<Comm> connect_comm(store::Store& store, const CommOptions& optio
   comm->connect_eager(deadline);
   const double t_links = ms_since(t0);
   // One line per rank at debug; rank 0's at info with --verbose
-  // (docs/performance.md, "Scaling", reads it).
+  // (docs/collective.md, "Links and their handshake").
   const bool verbose = env::get_bool_or(job_env::kVerbose, false);
   const std::string line = fmt::format(
       "rank {}: communicator of {} ranks ready in {:.1f} ms (listen {:.1f} ms, publish address {:.1f} ms, {} link(s) "
-      "connected + {} accepted at init in {:.1f} ms: {} shared memory, {} TCP; the other links form at first use; "
-      "data path: {}; silent-peer limit {} ms)",
+      "connected + {} accepted at init in {:.1f} ms: {} shared memory, {} TCP; {}; silent-peer limit {} ms)",
       options.rank, options.size, t_links, t_listen, t_publish - t_listen, comm->connected_at_init(),
       comm->accepted_at_init(), t_links - t_publish, comm->pairing().shm_links(), comm->pairing().tcp_links(),
-      comm->pairing().describe(), comm->peer_timeout().count());
+      options.size > detail::kEagerMeshMaxRanks ? "the other links form at first use" : "every pair linked",
+      comm->peer_timeout().count());
   if (options.rank == 0 && verbose) {
     spdlog::info("{}", line);
   } else {
     spdlog::debug("{}", line);
   }
+  comm->log_data_path(verbose);
   return comm;
 }
 

@@ -76,12 +76,12 @@ LocalPairing::LocalPairing(const CommOptions& options, bool use_shm, int local_r
 
 LocalPairing::~LocalPairing() = default;
 
-std::string LocalPairing::describe() const {
+std::string LocalPairing::describe(bool detailed) const {
   if (!use_shm_) return fmt::format("TCP to every peer ({}=tcp)", transport::kTransportEnv);
   if (!listener_) return "TCP to every peer (this host cannot be identified)";
-  return fmt::format("shared memory to the peers of this host (rings of {} KiB per direction, spin {} us, send "
-                     "helper thread {}), TCP to the others",
-                     capacity_ >> 10, spin_.count(), offload_ ? "on" : "off");
+  if (!detailed) return fmt::format("shared memory to the peers of this host ({}), TCP to the others", describe(true));
+  return fmt::format("rings of {} KiB per direction, spin {} us, send helper thread {}", capacity_ >> 10,
+                     spin_.count(), offload_ ? "on" : "off");
 }
 
 std::unique_ptr<transport::Link> LocalPairing::connect_side(std::unique_ptr<transport::TcpLink> tcp,

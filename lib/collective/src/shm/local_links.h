@@ -50,8 +50,10 @@ class LocalPairing {
   /// Links that went to shared memory / stayed on TCP so far.
   int shm_links() const { return shm_links_.load(); }
   int tcp_links() const { return tcp_links_.load(); }
-  /// One line for the log: the data path's settings.
-  std::string describe() const;
+  /// For the log: the data path ("shared memory to the peers of this host
+  /// (rings of ...), TCP to the others"); `detailed`: the shared-memory
+  /// settings alone ("rings of 1024 KiB per direction, spin 20 us, ...").
+  std::string describe(bool detailed = false) const;
 
  private:
   std::unique_ptr<transport::Link> finish(std::unique_ptr<transport::TcpLink> tcp, bool accepting, Deadline deadline);
