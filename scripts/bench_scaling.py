@@ -15,6 +15,10 @@ from its workers' start to the end of its first collectives and shutdown.
 /proc/loadavg is read before every size. mpirun is skipped above
 --mpi-max-np (on 2 cores an Open MPI job of 256 ranks takes minutes).
 
+With --baseline-build DIR (a build of an earlier commit) every round also
+runs that build's hello_allreduce under this build's hvdrun, in the column
+"hello, baseline": the library's start-up before and after, same run.
+
 With --elastic-np N it also runs the elastic target: an elastic job of N
 ranks (elastic_trainer, -H localhost:N --min-np N/2) whose worker w3 is
 SIGKILLed once the job trains at size N; the job must complete.
@@ -47,7 +51,7 @@ def timed(cmd, timeout, env=None):
     """Wall seconds of `cmd`, or None when it failed or timed out."""
     t0 = time.perf_counter()
     try:
-        p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout,
+        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout,
                            env=None if env is None else {**os.environ, **env}, start_new_session=True)
     except subprocess.TimeoutExpired:
         sys.stderr.write("timed out after %d s: %s\n" % (timeout, " ".join(cmd)))
@@ -85,7 +89,8 @@ def elastic_target(args, hvdrun, trainer):
     env = dict(os.environ, HVD_TEST_TOKEN=token, HVD_TRAINER_STEPS=str(args.elastic_steps), HVD_TRAINER_STEP_MS="20")
     cmd = [hvdrun, "-np", str(n), "--min-np", str(max(1, n // 2)), "-H", "localhost:%d" % n, trainer]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
     step_re = re.compile(r"<stdout>:step (\d+) size (\d+)")
     killed = None
     lines = []
@@ -138,7 +143,9 @@ def main():
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--mpicc", default="mpicc")
     ap.add_argument("--mpi-max-np", type=int, default=64, help="skip mpirun above this size")
-    ap.add_argument("--timeout", type=int, default=600, help="seconds per job")
+    ap.add_argument("--timeout", type=int, default=600, help="seconds per hvdrun job")
+    ap.add_argument("--mpi-timeout", type=int, default=120, help="seconds per mpirun job (a hung one counts as failed)")
+    ap.add_argument("--baseline-build", help="an earlier build whose hello_allreduce runs beside (same hvdrun)")
     ap.add_argument("--elastic-np", type=int, default=0, help="also run the elastic target at this size (0: no)")
     ap.add_argument("--elastic-steps", type=int, default=40)
     args = ap.parse_args()
@@ -150,31 +157,39 @@ def main():
     mpirun = [args.mpirun, "--allow-run-as-root", "--oversubscribe", "--mca", "btl_tcp_if_include", "lo", "--mca",
               "oob_tcp_if_include", "lo"]
     sizes = [int(x) for x in args.np.split(",") if x]
+    base_hello = os.path.join(args.baseline_build, "apps", "examples", "hello_allreduce") if args.baseline_build else None
 
     print("# %s, %d CPUs, %s; median of %d, alternating; times in ms, launch to exit" %
           (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.cpu_count(), os.uname().release, args.rounds))
     print("# command: %s" % " ".join([os.path.basename(sys.executable)] + sys.argv))
     print()
     print("| np | load (1/5/15 min) | hvdrun `true` | mpirun `true` | ratio | hvdrun hello | mpirun hello | ratio "
-          "| hvdrun init (hello - true) | mpirun init | ratio |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| hvdrun init (hello - true) | mpirun init | ratio |" + (" hello, baseline |" if base_hello else ""))
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if base_hello else ""))
     for n in sizes:
         load = loadavg()
         use_mpi = n <= args.mpi_max_np
-        t = {k: [] for k in ("ht", "mt", "hh", "mh")}
+        t = {k: [] for k in ("ht", "mt", "hh", "mh", "bh")}
         for _ in range(args.rounds):
             t["ht"].append(timed([hvdrun, "-np", str(n), "-H", "localhost:%d" % n, "true"], args.timeout))
             if use_mpi:
-                t["mt"].append(timed(mpirun + ["-np", str(n), "true"], args.timeout))
+                t["mt"].append(timed(mpirun + ["-np", str(n), "true"], args.mpi_timeout))
             t["hh"].append(timed([hvdrun, "-np", str(n), "-H", "localhost:%d" % n, hello], args.timeout))
             if use_mpi:
-                t["mh"].append(timed(mpirun + ["-np", str(n), mpi_hello], args.timeout))
+                t["mh"].append(timed(mpirun + ["-np", str(n), mpi_hello], args.mpi_timeout))
+            if base_hello:
+                t["bh"].append(timed([hvdrun, "-np", str(n), "-H", "localhost:%d" % n, base_hello], args.timeout))
         ht, mt, hh, mh = (median_ms(t[k]) for k in ("ht", "mt", "hh", "mh"))
         hi = None if hh is None or ht is None else hh - ht
         mi = None if mh is None or mt is None else mh - mt
-        print("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" %
-              (n, load, fmt_ms(ht), fmt_ms(mt), fmt_ratio(ht, mt), fmt_ms(hh), fmt_ms(mh), fmt_ratio(hh, mh),
-               fmt_ms(hi), fmt_ms(mi), fmt_ratio(hi, mi)), flush=True)
+        row = "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            n, load, fmt_ms(ht), fmt_ms(mt), fmt_ratio(ht, mt), fmt_ms(hh), fmt_ms(mh), fmt_ratio(hh, mh), fmt_ms(hi),
+            fmt_ms(mi), fmt_ratio(hi, mi))
+        if base_hello:
+            bh = median_ms(t["bh"])
+            failed = sum(1 for x in t["bh"] if x is None)
+            row += " %s |" % (fmt_ms(bh) + (" (%d of %d failed)" % (failed, len(t["bh"])) if failed else ""))
+        print(row, flush=True)
 
     if args.elastic_np:
         print()
