@@ -12,6 +12,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <sched.h>
+
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -71,6 +74,14 @@ LocalPairing::LocalPairing(const CommOptions& options, bool use_shm, int local_r
     spin_ = transport::shm_spin_from_env(local_ranks_);
     offload_ = transport::shm_offload_sends(local_ranks_);
     capacity_ = transport::shm_ring_capacity(local_ranks_ - 1);
+    // Rings faulted in up front only while the local ranks have a CPU each:
+    // then the first passes' latency matters and the CPU is there. On an
+    // oversubscribed host set-up CPU is the bottleneck, and a short job
+    // touches a few pages of each ring.
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    const int ncpu = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? std::max(1, CPU_COUNT(&cpus)) : 1;
+    populate_ = local_ranks_ <= ncpu;
   }
 }
 
@@ -80,8 +91,8 @@ std::string LocalPairing::describe(bool detailed) const {
   if (!use_shm_) return fmt::format("TCP to every peer ({}=tcp)", transport::kTransportEnv);
   if (!listener_) return "TCP to every peer (this host cannot be identified)";
   if (!detailed) return fmt::format("shared memory to the peers of this host ({}), TCP to the others", describe(true));
-  return fmt::format("rings of {} KiB per direction, spin {} us, send helper thread {}", capacity_ >> 10,
-                     spin_.count(), offload_ ? "on" : "off");
+  return fmt::format("rings of {} KiB per direction{}, spin {} us, send helper thread {}", capacity_ >> 10,
+                     populate_ ? "" : " faulted in as used", spin_.count(), offload_ ? "on" : "off");
 }
 
 std::unique_ptr<transport::Link> LocalPairing::connect_side(std::unique_ptr<transport::TcpLink> tcp,
@@ -132,10 +143,10 @@ std::unique_ptr<transport::Link> LocalPairing::finish(std::unique_ptr<transport:
   try {
     if (accepting) {
       std::map<int, transport::ShmToken> expected{{p, token}};
-      l = listener_->accept(rank_, expected, deadline, spin_);
+      l = listener_->accept(rank_, expected, deadline, spin_, populate_);
     } else {
       std::memcpy(token.data(), in.token, token.size());
-      l = transport::shm_connect(get(in.listener), rank_, p, token, capacity_, deadline, spin_);
+      l = transport::shm_connect(get(in.listener), rank_, p, token, capacity_, deadline, spin_, populate_);
     }
   } catch (const TimeoutError& e) {
     throw TimeoutError(

@@ -66,6 +66,7 @@ class LocalPairing {
   std::chrono::microseconds spin_{0};
   bool offload_ = true;
   std::size_t capacity_ = 0;
+  bool populate_ = true;
   std::atomic<int> shm_links_{0};
   std::atomic<int> tcp_links_{0};
 };
