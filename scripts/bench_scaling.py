@@ -50,15 +50,18 @@ def loadavg():
 def timed(cmd, timeout, env=None):
     """Wall seconds of `cmd`, or None when it failed or timed out."""
     t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         env=None if env is None else {**os.environ, **env}, start_new_session=True)
     try:
-        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout,
-                           env=None if env is None else {**os.environ, **env}, start_new_session=True)
+        _, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)  # the whole job, not only the launcher
+        p.communicate()
         sys.stderr.write("timed out after %d s: %s\n" % (timeout, " ".join(cmd)))
         return None
     dt = time.perf_counter() - t0
     if p.returncode != 0:
-        sys.stderr.write("exit %d: %s\n%s\n" % (p.returncode, " ".join(cmd), p.stderr.decode()[-1500:]))
+        sys.stderr.write("exit %d: %s\n%s\n" % (p.returncode, " ".join(cmd), err.decode()[-1500:]))
         return None
     return dt
 
@@ -157,6 +160,7 @@ def main():
     mpirun = [args.mpirun, "--allow-run-as-root", "--oversubscribe", "--mca", "btl_tcp_if_include", "lo", "--mca",
               "oob_tcp_if_include", "lo"]
     sizes = [int(x) for x in args.np.split(",") if x]
+    shm_before = set(os.listdir("/dev/shm"))
     base_hello = os.path.join(args.baseline_build, "apps", "examples", "hello_allreduce") if args.baseline_build else None
 
     print("# %s, %d CPUs, %s; median of %d, alternating; times in ms, launch to exit" %
@@ -190,6 +194,11 @@ def main():
             failed = sum(1 for x in t["bh"] if x is None)
             row += " %s |" % (fmt_ms(bh) + (" (%d of %d failed)" % (failed, len(t["bh"])) if failed else ""))
         print(row, flush=True)
+
+    # An Open MPI job killed at its timeout leaves its shared-memory files.
+    left = sorted(f for f in os.listdir("/dev/shm") if f.startswith("vader_segment") and f not in shm_before)
+    if left:
+        print("\nnote: %d Open MPI segment(s) left in /dev/shm by killed mpirun jobs (%s ...)" % (len(left), left[0]))
 
     if args.elastic_np:
         print()
