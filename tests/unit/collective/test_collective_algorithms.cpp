@@ -841,3 +841,107 @@ TEST_CASE("group comms: members must be distinct ranks of the job including the 
   allreduce(one, v.data(), 1, DataType::Float64, ReduceOp::Sum);
   CHECK(v[0] == 2.5);
 }
+
+// ---- Links formed at first use (src/bootstrap/comm.cpp, mesh_plan.h) -------
+// Beyond 8 ranks, init links only the ring neighbours; the trees and the
+// pairwise exchanges form their other links when they first need them.
+
+TEST_CASE("beyond the eager mesh every algorithm forms its links at first use", "[collective][lazy]") {
+  store::InMemoryStore st;
+  const int n = 12;
+  Comms comms = make_world(st, n, "lazy/");
+  auto fails = run_ranks(comms, [&](int r, Comm& comm, Failures& f) {
+    // Broadcast from every root: binomial trees over links init did not form.
+    for (int root = 0; root < n; ++root) {
+      std::vector<int32_t> b(100, r == root ? root + 1000 : -1);
+      broadcast(comm, b.data(), b.size() * sizeof(int32_t), root);
+      if (b[0] != root + 1000 || b[99] != root + 1000) f.add("broadcast from {}: {}", root, b[0]);
+    }
+    // Pairwise exchange with every rank.
+    std::vector<std::size_t> bytes(n, sizeof(int32_t));
+    std::vector<int32_t> out(n), in(n, -1);
+    for (int p = 0; p < n; ++p) out[p] = r * 100 + p;
+    alltoallv(comm, out.data(), bytes, in.data(), bytes);
+    for (int p = 0; p < n; ++p) {
+      if (in[p] != p * 100 + r) f.add("alltoall from {}: {}", p, in[p]);
+    }
+    int64_t v = r + 1;
+    allreduce(comm, &v, 1, DataType::Int64, ReduceOp::Sum);
+    if (v != n * (n + 1) / 2) f.add("allreduce: {}", v);
+    barrier(comm);
+  });
+  expect_no_failures(fails);
+}
+
+TEST_CASE("beyond the eager mesh a missing rank is named by its ring neighbours", "[collective][lazy]") {
+  store::InMemoryStore st;
+  const int n = 10;
+  std::vector<std::string> msgs(n);
+  Comms comms(n);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n - 1; ++r) {  // rank 9 never comes
+    ts.emplace_back([&, r] {
+      try {
+        comms[r] = connect_comm(st, options(r, n, "gone/", "s", 1500ms));
+      } catch (const TimeoutError& e) {
+        msgs[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (int r : {0, 8}) {
+    INFO(msgs[r]);
+    CHECK(msgs[r].find("[9]") != std::string::npos);
+  }
+  for (int r = 1; r < 8; ++r) {
+    INFO("rank " << r << ": " << msgs[r]);
+    CHECK(comms[r] != nullptr);  // O(1) work per rank: the others do not wait for rank 9
+  }
+}
+
+TEST_CASE("a rank waiting for a new link fails fast when another link hangs up", "[collective][lazy]") {
+  store::InMemoryStore st;
+  const int n = 10;
+  Comms comms = make_world(st, n, "hang/");
+  std::string what;
+  int blamed = -1;
+  double seconds = -1;
+  std::thread waiter([&] {
+    const auto t0 = Clock::now();
+    try {
+      comms[0]->link(5);  // rank 5 never asks for the link to rank 0
+    } catch (const transport::LinkError& e) {
+      what = e.what();
+      blamed = e.peer();
+    } catch (const std::exception& e) {
+      what = e.what();
+    }
+    seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  });
+  std::this_thread::sleep_for(200ms);
+  comms[1].reset();  // rank 1 (a ring neighbour of rank 0) dies
+  waiter.join();
+  INFO(what);
+  CHECK(blamed == 1);
+  CHECK(seconds < 5);
+}
+
+TEST_CASE("a link formed at first use carries data both ways", "[collective][lazy]") {
+  store::InMemoryStore st;
+  const int n = 10;
+  Comms comms = make_world(st, n, "pair/");
+  std::string got0(5, '?'), got6(5, '?');
+  std::thread a([&] {
+    transport::Link& l = comms[0]->link(6);
+    transport::sendrecv(l, "hello", 5, l, got0.data(), 5);
+  });
+  std::thread b([&] {
+    transport::Link& l = comms[6]->link(0);
+    transport::sendrecv(l, "world", 5, l, got6.data(), 5);
+  });
+  a.join();
+  b.join();
+  CHECK(got0 == "world");
+  CHECK(got6 == "hello");
+  CHECK(&comms[0]->link(6) == &comms[0]->link(6));  // formed once
+}

@@ -87,7 +87,7 @@ void allreduce(Comm& comm, void* data, std::size_t count, DataType dtype, Reduce
     const int n = comm.size();
     if (n == 1) {
       detail::finalize(dtype, op, buf, count, 1, postscale);
-    } else if (count * es <= detail::direct_allreduce_limit(comm) && n <= detail::kSmallMaxRanks) {
+    } else if (n <= detail::kSmallMaxRanks && count * es <= detail::direct_allreduce_limit(comm)) {
       if (detail::pair_allreduce_in_ring(comm, buf, count, dtype, op)) {  // 2 ranks over shared memory
         detail::finalize(dtype, op, buf, count, n, postscale);
       } else {

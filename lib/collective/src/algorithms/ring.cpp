@@ -99,6 +99,10 @@ void ring_reduce_scatter(Comm& comm, char* work, const std::vector<std::size_t>&
 std::size_t direct_allreduce_limit(Comm& comm) {
   const int n = comm.size();
   if (n <= 2) return kSmallBytes;
+  // Beyond the direct exchange's ranks the answer does not matter, and
+  // asking every link would form every link (comm.h: links form at first
+  // use).
+  if (n > kSmallMaxRanks) return 0;
   for (int p = 0; p < n; ++p) {
     if (p == comm.rank()) continue;
     // A property both ends of a link share (shared memory or not), so

@@ -555,15 +555,30 @@ std::unique_ptr<Context> Context::create(const Settings& settings, std::shared_p
     options.timeout = std::clamp(left, std::chrono::milliseconds(1), settings.start_timeout);
   }
   std::unique_ptr<Comm> comm;
-  const std::string where = settings.route_hint.empty() ? "the store" : "the store at " + settings.route_hint;
+  // The messages of connect_comm name the step (publishing or reading an
+  // address in the store, connecting, the data-path hello, shared-memory
+  // pairing) and the peer that failed it; the first failure goes on the
+  // store's failure board, so ranks that fail later in the cascade report
+  // the same one (FailureBoard).
+  auto record = [&](const std::string& what) {
+    try {
+      return FailureBoard(store, settings.comm_prefix).report(what);
+    } catch (...) {
+      return what;
+    }
+  };
   try {
     comm = connect_comm(*store, options);
   } catch (const TimeoutError& e) {
-    throw TimeoutError(fmt::format("hvd init: rank {} of {} could not rendezvous through {} within {} ms: {}",
-                                   settings.rank, settings.size, where, settings.start_timeout.count(), e.what()));
+    const std::string first = record(e.what());
+    throw TimeoutError(fmt::format("hvd init: rank {} of {} could not rendezvous with its peers within {} ms: {}{}",
+                                   settings.rank, settings.size, settings.start_timeout.count(), e.what(),
+                                   first == e.what() ? "" : " (first failure in the job: " + first + ")"));
   } catch (const IoError& e) {
-    throw IoError(fmt::format("hvd init: rank {} of {} could not rendezvous through {}: {}", settings.rank,
-                              settings.size, where, e.what()));
+    const std::string first = record(e.what());
+    throw IoError(fmt::format("hvd init: rank {} of {} could not rendezvous with its peers: {}{}", settings.rank,
+                              settings.size, e.what(),
+                              first == e.what() ? "" : " (first failure in the job: " + first + ")"));
   }
   return std::make_unique<Context>(settings, std::move(comm), std::move(store));
 }

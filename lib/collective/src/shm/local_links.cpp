@@ -1,18 +1,5 @@
-// choose_local_links (local_links.h): shared-memory links to the peers of
-// this host.
-//
-// 1. Hello: every rank sends every peer, over the authenticated TCP link,
-//    its host identity (shm_host_id(): same kernel boot, network namespace
-//    and uid; empty when shared memory is off for it), the abstract name of
-//    its pairing socket and a fresh token for that peer. Two ranks are
-//    local to each other when both sent the same non-empty identity, so
-//    both sides of every pair reach the same verdict.
-// 2. Pairing: the higher rank of each local pair connects to the lower
-//    one's socket with the token the lower one gave it (first to every
-//    lower local rank, then accepting every higher one: the same order as
-//    the TCP mesh, so it cannot deadlock), passing the segment's memfd.
-// 3. The TCP link to each paired peer is closed; the shared-memory link
-//    takes its place. Remote peers keep TCP.
+// LocalPairing (local_links.h): shared-memory links to the peers of this
+// host, decided one link at a time as links are formed.
 #include "local_links.h"
 
 #include "hvd/common/env.h"
@@ -20,26 +7,27 @@
 #include "hvd/common/job_env.h"
 #include "hvd/transport/link.h"
 #include "hvd/transport/shm.h"
+#include "hvd/transport/tcp.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
+
+#include <sched.h>
 
 #include <algorithm>
 #include <cstring>
 #include <map>
-#include <optional>
 
 namespace hvd::collective::detail {
 
 namespace {
 
-constexpr char kMagic[8] = {'H', 'V', 'D', 'L', 'O', 'C', '1', '\0'};
+constexpr char kMagic[8] = {'H', 'V', 'D', 'L', 'O', 'C', '2', '\0'};
 
 struct LocalHello {
   char magic[8];
   char host_id[64];  // hex sha256, or all zero: no shared memory with us
-  char listener[56];  // abstract socket name, NUL padded
+  char listener[56];  // abstract socket name, NUL padded (accepting side only)
   unsigned char token[16];
 };
 static_assert(sizeof(LocalHello) == 144);
@@ -58,12 +46,17 @@ std::string get(const char (&src)[N]) {
 
 }  // namespace
 
-void choose_local_links(std::vector<std::unique_ptr<transport::Link>>& links, const CommOptions& options, bool use_shm,
-                        Deadline deadline) {
-  const int me = options.rank;
-  const int n = options.size;
-  if (n < 2) return;
-  if (!use_shm && me == 0) {
+int local_ranks_hint(int fallback) {
+  const auto v = env::get(job_env::kLocalSize);
+  if (v) {
+    if (auto n = env::parse_int(*v); n && *n >= 1 && *n <= (1 << 20)) return static_cast<int>(*n);
+  }
+  return std::max(fallback, 1);
+}
+
+LocalPairing::LocalPairing(const CommOptions& options, bool use_shm, int local_ranks)
+    : rank_(options.rank), use_shm_(use_shm), local_ranks_(std::max(local_ranks, 2)) {
+  if (!use_shm && options.rank == 0) {
     for (const char* var :
          {transport::kShmSpinEnv, transport::kShmBusyPollEnv, transport::kShmCmaEnv, transport::kShmInPlaceEnv}) {
       if (env::get(var)) {
@@ -71,105 +64,106 @@ void choose_local_links(std::vector<std::unique_ptr<transport::Link>>& links, co
       }
     }
   }
-  std::string host_id = use_shm ? transport::shm_host_id() : std::string();
-  if (use_shm && host_id.empty()) {
-    spdlog::debug("rank {}: cannot identify this host (boot id / network namespace unreadable): TCP to every peer", me);
+  host_id_ = use_shm ? transport::shm_host_id() : std::string();
+  if (use_shm && host_id_.empty()) {
+    spdlog::debug("rank {}: cannot identify this host (boot id / network namespace unreadable): TCP to every peer",
+                  rank_);
   }
-  std::optional<transport::ShmListener> listener;
-  if (!host_id.empty()) listener.emplace(options.secret, options.prefix, me, n + 16);
+  if (!host_id_.empty()) {
+    listener_ = std::make_unique<transport::ShmListener>(options.secret, options.prefix, rank_, 64);
+    spin_ = transport::shm_spin_from_env(local_ranks_);
+    offload_ = transport::shm_offload_sends(local_ranks_);
+    capacity_ = transport::shm_ring_capacity(local_ranks_ - 1);
+    // Rings faulted in up front only while the local ranks have a CPU each:
+    // then the first passes' latency matters and the CPU is there. On an
+    // oversubscribed host set-up CPU is the bottleneck, and a short job
+    // touches a few pages of each ring.
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    const int ncpu = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? std::max(1, CPU_COUNT(&cpus)) : 1;
+    populate_ = local_ranks_ <= ncpu;
+  }
+}
 
-  // 1. Hello, to and from every peer at once.
-  std::vector<LocalHello> out(static_cast<std::size_t>(n)), in(static_cast<std::size_t>(n));
-  std::vector<transport::ShmToken> issued(static_cast<std::size_t>(n));
-  std::vector<transport::Transfer> ts;
-  for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    LocalHello& h = out[p];
-    std::memset(&h, 0, sizeof h);
-    std::memcpy(h.magic, kMagic, sizeof kMagic);
-    if (listener) {
-      put(h.host_id, host_id);
-      put(h.listener, listener->name());
-      issued[p] = transport::random_token();
-      std::memcpy(h.token, issued[p].data(), sizeof h.token);
-    }
-    ts.push_back(transport::Transfer::send(*links[p], &out[p], sizeof(LocalHello)));
-    ts.push_back(transport::Transfer::recv(*links[p], &in[p], sizeof(LocalHello)));
-  }
-  transport::progress(ts.data(), ts.size(), deadline);
+LocalPairing::~LocalPairing() = default;
 
-  std::vector<int> local;
-  for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    if (std::memcmp(in[p].magic, kMagic, sizeof kMagic) != 0) {
-      throw IoError(fmt::format("rank {}: rank {} sent a malformed local-link hello", me, p));
-    }
-    if (listener && get(in[p].host_id) == host_id) local.push_back(p);
-  }
-  const bool verbose = env::get_bool_or(job_env::kVerbose, false);
-  if (local.empty()) {
-    const std::string line = fmt::format(
-        "rank {}: data path: TCP to every peer ({})", me,
-        !use_shm ? fmt::format("{}=tcp", transport::kTransportEnv) : std::string("no other rank on this host"));
-    // HVD_TRANSPORT=tcp: rank 0 says so once for the job with --verbose.
-    if (!use_shm && me == 0 && verbose) {
-      spdlog::info("{}", line);
-    } else {
-      spdlog::debug("{}", line);
-    }
-    return;
-  }
+std::string LocalPairing::describe(bool detailed) const {
+  if (!use_shm_) return fmt::format("TCP to every peer ({}=tcp)", transport::kTransportEnv);
+  if (!listener_) return "TCP to every peer (this host cannot be identified)";
+  if (!detailed) return fmt::format("shared memory to the peers of this host ({}), TCP to the others", describe(true));
+  return fmt::format("rings of {} KiB per direction{}, spin {} us, send helper thread {}", capacity_ >> 10,
+                     populate_ ? "" : " faulted in as used", spin_.count(), offload_ ? "on" : "off");
+}
 
+std::unique_ptr<transport::Link> LocalPairing::connect_side(std::unique_ptr<transport::TcpLink> tcp,
+                                                            Deadline deadline) {
+  return finish(std::move(tcp), false, deadline);
+}
+
+std::unique_ptr<transport::Link> LocalPairing::accept_side(std::unique_ptr<transport::TcpLink> tcp,
+                                                           Deadline deadline) {
+  return finish(std::move(tcp), true, deadline);
+}
+
+std::unique_ptr<transport::Link> LocalPairing::finish(std::unique_ptr<transport::TcpLink> tcp, bool accepting,
+                                                      Deadline deadline) {
+  const int p = tcp->peer();
+  // 1. Hello, both ways at once.
+  LocalHello out{}, in{};
+  std::memcpy(out.magic, kMagic, sizeof kMagic);
+  transport::ShmToken token{};
+  if (listener_) {
+    put(out.host_id, host_id_);
+    if (accepting) {
+      put(out.listener, listener_->name());
+      token = transport::random_token();
+      std::memcpy(out.token, token.data(), sizeof out.token);
+    }
+  }
+  transport::Transfer ts[2] = {transport::Transfer::send(*tcp, &out, sizeof out),
+                               transport::Transfer::recv(*tcp, &in, sizeof in)};
+  try {
+    transport::progress(ts, 2, deadline);
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(fmt::format("rank {}: rank {} sent no data-path hello in time ({})", rank_, p, e.what()));
+  } catch (const IoError& e) {
+    throw transport::LinkError(p, fmt::format("rank {}: data-path hello with rank {} failed: {}", rank_, p, e.what()));
+  }
+  if (std::memcmp(in.magic, kMagic, sizeof kMagic) != 0) {
+    throw transport::LinkError(p, fmt::format("rank {}: rank {} sent a malformed data-path hello", rank_, p));
+  }
+  const bool local = listener_ && get(in.host_id) == host_id_ && (accepting || !get(in.listener).empty());
+  if (!local) {
+    ++tcp_links_;
+    spdlog::debug("rank {}: link to rank {}: TCP", rank_, p);
+    return tcp;
+  }
   // 2. Pairing.
-  const int local_ranks = static_cast<int>(local.size()) + 1;
-  const std::chrono::microseconds spin = transport::shm_spin_from_env(local_ranks);
-  const bool offload = transport::shm_offload_sends(local_ranks);
-  const std::size_t capacity = transport::shm_ring_capacity(static_cast<int>(local.size()));
-  std::vector<std::unique_ptr<transport::ShmLink>> shm(static_cast<std::size_t>(n));
-  std::map<int, transport::ShmToken> expected;
-  for (int p : local) {
-    if (p > me) {
-      expected[p] = issued[p];
-      continue;
+  std::unique_ptr<transport::ShmLink> l;
+  try {
+    if (accepting) {
+      std::map<int, transport::ShmToken> expected{{p, token}};
+      l = listener_->accept(rank_, expected, deadline, spin_, populate_);
+    } else {
+      std::memcpy(token.data(), in.token, token.size());
+      l = transport::shm_connect(get(in.listener), rank_, p, token, capacity_, deadline, spin_, populate_);
     }
-    transport::ShmToken token;
-    std::memcpy(token.data(), in[p].token, token.size());
-    std::unique_ptr<transport::ShmLink> l =
-        transport::shm_connect(get(in[p].listener), me, p, token, capacity, deadline, spin);
-    l->set_offload_sends(offload);
-    shm[p] = std::move(l);
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(
+        fmt::format("rank {}: shared-memory pairing with rank {} did not complete in time ({})", rank_, p, e.what()));
+  } catch (const IoError& e) {
+    throw transport::LinkError(p,
+                               fmt::format("rank {}: shared-memory pairing with rank {} failed: {}", rank_, p, e.what()));
   }
-  while (!expected.empty()) {
-    std::unique_ptr<transport::ShmLink> l = listener->accept(me, expected, deadline, spin);
-    const int p = l->peer();
-    l->set_offload_sends(offload);
-    shm[p] = std::move(l);
-  }
-
-  // Busy polling while the local ranks have a CPU each (their affinity
-  // masks together: ranks pinned one per core see one CPU each).
-  std::vector<pid_t> peer_pids;
-  for (int p : local) peer_pids.push_back(shm[p]->peer_pid());
-  const int local_cpus = transport::shm_local_cpus(peer_pids);
-  const std::chrono::nanoseconds busy_poll = transport::shm_busy_poll_from_env(local_ranks, local_cpus);
-  for (int p : local) shm[p]->set_busy_poll(busy_poll);
-
-  // 3. Swap.
-  for (int p : local) links[p] = std::move(shm[p]);
-
-  std::vector<int> group = local;
-  group.push_back(me);
-  std::sort(group.begin(), group.end());
-  const std::string line = fmt::format(
-      "rank {}: data path: shared memory between the ranks [{}] of this host (rings of {} KiB per "
-      "direction, spin {} us, busy poll {} ns between yields, send helper thread {}); TCP to the {} other rank(s)",
-      me, fmt::join(group, ","), capacity >> 10, spin.count(), busy_poll.count(), offload ? "on" : "off",
-      n - local_ranks);
-  if (group.front() == me && verbose) {
-    spdlog::info("{}", line);
-  } else {
-    spdlog::debug("{}", line);
-  }
+  l->set_offload_sends(offload_);
+  // Busy polling while the local ranks have a CPU each (this process's and
+  // the peer's affinity masks together).
+  const int cpus = transport::shm_local_cpus({l->peer_pid()});
+  l->set_busy_poll(transport::shm_busy_poll_from_env(local_ranks_, cpus));
+  ++shm_links_;
+  spdlog::debug("rank {}: link to rank {}: shared memory", rank_, p);
+  // 3. The TCP link closes as it goes out of scope.
+  return l;
 }
 
 }  // namespace hvd::collective::detail

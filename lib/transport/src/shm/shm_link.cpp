@@ -462,7 +462,7 @@ ShmListener::ShmListener(const std::string& secret, const std::string& scope, in
 ShmListener::~ShmListener() = default;
 
 std::unique_ptr<ShmLink> ShmListener::accept(int self_rank, std::map<int, ShmToken>& tokens, Deadline deadline,
-                                             std::chrono::microseconds spin) {
+                                             std::chrono::microseconds spin, bool populate) {
   for (;;) {
     if (!wait_for(fd_.get(), POLLIN, deadline)) {
       throw TimeoutError(fmt::format("rank {}: local peers did not pair over shared memory in time", self_rank));
@@ -527,7 +527,7 @@ std::unique_ptr<ShmLink> ShmListener::accept(int self_rank, std::map<int, ShmTok
     }
     std::shared_ptr<ShmSegment> segment;
     try {
-      segment = ShmSegment::map(memfd.get());
+      segment = ShmSegment::map(memfd.get(), populate);
     } catch (const InvalidArgument& e) {
       refuse(fmt::format("rank {}: {}", hello.from_rank, e.what()));
       continue;
@@ -545,7 +545,8 @@ std::unique_ptr<ShmLink> ShmListener::accept(int self_rank, std::map<int, ShmTok
 }
 
 std::unique_ptr<ShmLink> shm_connect(const std::string& name, int self_rank, int peer, const ShmToken& token,
-                                     std::size_t ring_capacity, Deadline deadline, std::chrono::microseconds spin) {
+                                     std::size_t ring_capacity, Deadline deadline, std::chrono::microseconds spin,
+                                     bool populate) {
   UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!sock) throw IoError(fmt::format("AF_UNIX socket failed: {}", std::strerror(errno)));
   socklen_t len = 0;
@@ -568,7 +569,7 @@ std::unique_ptr<ShmLink> shm_connect(const std::string& name, int self_rank, int
     throw IoError(fmt::format("rank {}: rank {}'s shared-memory pairing socket belongs to uid {}, not {}", self_rank,
                               peer, cred.uid, ::geteuid()));
   }
-  std::shared_ptr<ShmSegment> segment = ShmSegment::create(ring_capacity);
+  std::shared_ptr<ShmSegment> segment = ShmSegment::create(ring_capacity, populate);
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
     throw IoError(fmt::format("socketpair failed: {}", std::strerror(errno)));

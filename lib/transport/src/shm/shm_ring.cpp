@@ -246,7 +246,7 @@ constexpr std::size_t kSegmentHeaderBytes = kLine;
 static_assert(sizeof(SegmentHeader) <= kSegmentHeaderBytes);
 }  // namespace
 
-std::shared_ptr<ShmSegment> ShmSegment::create(std::size_t ring_capacity) {
+std::shared_ptr<ShmSegment> ShmSegment::create(std::size_t ring_capacity, bool populate) {
   const std::size_t ring_bytes = ShmRing::bytes_for(ring_capacity);
   const std::size_t size = kSegmentHeaderBytes + 2 * ring_bytes;
   UniqueFd fd(::memfd_create("hvd-shm", MFD_CLOEXEC));
@@ -257,7 +257,10 @@ std::shared_ptr<ShmSegment> ShmSegment::create(std::size_t ring_capacity) {
   // MAP_POPULATE: fault every page in now. Otherwise the first pass of the
   // rings pays a page fault per 4 KiB on both sides (measured: a 16 KiB
   // allreduce took 52 us instead of 12 us until the 1 MiB ring had wrapped).
-  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
+  // Not when the caller says the set-up matters more (populate = false:
+  // 8 ranks on 2 cores spent ~50 ms of a 110 ms hello_allreduce job
+  // zeroing 28 segments of 2 MiB they hardly used; performance.md).
+  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd.get(), 0);
   if (base == MAP_FAILED)
     throw IoError(fmt::format("mmap of a {}-byte shared segment failed: {}", size, std::strerror(errno)));
   std::shared_ptr<ShmSegment> s(new ShmSegment);
@@ -274,7 +277,7 @@ std::shared_ptr<ShmSegment> ShmSegment::create(std::size_t ring_capacity) {
   return s;
 }
 
-std::shared_ptr<ShmSegment> ShmSegment::map(int memfd) {
+std::shared_ptr<ShmSegment> ShmSegment::map(int memfd, bool populate) {
   struct stat st {};
   if (::fstat(memfd, &st) != 0)
     throw IoError(fmt::format("fstat of a shared segment failed: {}", std::strerror(errno)));
@@ -282,7 +285,7 @@ std::shared_ptr<ShmSegment> ShmSegment::map(int memfd) {
   if (size < kSegmentHeaderBytes + 2 * ShmRing::bytes_for(64) || size > (std::size_t{1} << 34)) {
     throw InvalidArgument(fmt::format("shared segment of {} bytes is not a pair's segment", size));
   }
-  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, memfd, 0);
+  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0), memfd, 0);
   if (base == MAP_FAILED)
     throw IoError(fmt::format("mmap of a {}-byte shared segment failed: {}", size, std::strerror(errno)));
   std::shared_ptr<ShmSegment> s(new ShmSegment);

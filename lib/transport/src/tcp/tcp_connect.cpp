@@ -326,6 +326,13 @@ Step flush(int fd, const std::string& out, std::size_t& done, std::string& why) 
 
 }  // namespace
 
+void TcpListener::shutdown() {
+  // On a listening socket this moves it to CLOSE and wakes poll(2) (POLLHUP);
+  // accept4 then fails with EINVAL. The descriptor stays open until the
+  // destructor, so it cannot be reused under a concurrent poll.
+  if (fd_) ::shutdown(fd_.get(), SHUT_RDWR);
+}
+
 std::unique_ptr<TcpLink> TcpListener::accept(const Handshake& hs, const std::function<bool(int)>& wanted,
                                              Deadline deadline, const TcpOptions& options) {
   using Clock = std::chrono::steady_clock;
@@ -481,7 +488,13 @@ std::unique_ptr<TcpLink> connect(const std::string& endpoint, int peer, const Ha
       throw IoError(fmt::format("cannot resolve '{}': {}", host, r.resolve_error));
     }
     // Refused: the peer may not listen yet; retried until the deadline.
-    if (r.status == net::ConnectResult::Status::Failed) last_error = std::strerror(r.error);
+    if (r.status == net::ConnectResult::Status::Failed) {
+      last_error = std::strerror(r.error);
+      if (!options.retry_refused) {
+        throw IoError(fmt::format("rank {}: could not connect to rank {} at {} ({}: it no longer listens)",
+                                  hs.self_rank, peer, endpoint, last_error));
+      }
+    }
     if (deadline.expired()) {
       throw TimeoutError(fmt::format("rank {}: could not connect to rank {} at {} ({})", hs.self_rank, peer, endpoint,
                                      last_error.empty() ? "timed out" : last_error));

@@ -1,7 +1,9 @@
 #pragma once
-/// A connected group of ranks: a full mesh of authenticated point-to-point
-/// links (lib/transport) formed through a Store. Owned and used by one
-/// thread at a time. Implemented by the data-plane work (comm.cpp).
+/// A connected group of ranks: authenticated point-to-point links
+/// (lib/transport) between every pair of ranks, formed through a Store --
+/// at init those the first collectives need, the others the first time an
+/// algorithm asks for them (src/bootstrap/comm.cpp, mesh_plan.h). Owned and
+/// used by one thread at a time (abort() from any thread).
 #include "hvd/store/store.h"
 
 #include <chrono>
@@ -67,7 +69,9 @@ class Comm {
   virtual ~Comm() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  /// The link to `peer` (peer != rank()).
+  /// The link to `peer` (peer != rank()); formed on first use when init
+  /// did not (then it may block until the peer asks for it too, and throws
+  /// transport::LinkError / TimeoutError naming the peer).
   virtual transport::Link& link(int peer) = 0;
   /// Closes every link so that peers blocked on us fail fast. Idempotent.
   virtual void abort(const std::string& reason) = 0;
@@ -97,6 +101,11 @@ class Comm {
   std::shared_ptr<FailureBoard> board_;
 };
 
+/// Publishes this rank's address under options.prefix and forms the init
+/// links (every pair up to 8 ranks, else the ring neighbours) before
+/// `options.timeout`; the error names the step and the peer that failed.
+/// Links formed later read peer addresses from `store`: it must outlive
+/// the Comm's use.
 std::unique_ptr<Comm> connect_comm(store::Store& store, const CommOptions& options);
 
 /// Some ranks of a connected Comm as a Comm of their own: group rank i is

@@ -167,9 +167,13 @@ class ShmRing {
 class ShmSegment {
  public:
   /// memfd_create + ftruncate + mmap (MAP_SHARED). IoError naming the call.
-  static std::shared_ptr<ShmSegment> create(std::size_t ring_capacity);
+  /// `populate`: fault every page in now (MAP_POPULATE), so the rings'
+  /// first pass pays no page faults; false: pages are allocated as they are
+  /// first used (set-up of a short or oversubscribed job then pays only for
+  /// what it touches).
+  static std::shared_ptr<ShmSegment> create(std::size_t ring_capacity, bool populate = true);
   /// Maps a segment received from the peer; checks its size and headers.
-  static std::shared_ptr<ShmSegment> map(int memfd);
+  static std::shared_ptr<ShmSegment> map(int memfd, bool populate = true);
   ~ShmSegment();
   ShmSegment(const ShmSegment&) = delete;
   ShmSegment& operator=(const ShmSegment&) = delete;
@@ -333,8 +337,9 @@ class ShmListener {
   /// yet paired) and the same uid; maps its segment and returns the link
   /// (the paired rank is removed from `tokens`). Other connections are
   /// dropped and logged. TimeoutError at the deadline.
+  /// `populate`: see ShmSegment::create.
   std::unique_ptr<ShmLink> accept(int self_rank, std::map<int, ShmToken>& tokens, Deadline deadline,
-                                  std::chrono::microseconds spin);
+                                  std::chrono::microseconds spin, bool populate = true);
 
  private:
   UniqueFd fd_;
@@ -347,6 +352,7 @@ class ShmListener {
 /// answer. IoError when the listener refuses or is gone, TimeoutError at the
 /// deadline.
 std::unique_ptr<ShmLink> shm_connect(const std::string& name, int self_rank, int peer, const ShmToken& token,
-                                     std::size_t ring_capacity, Deadline deadline, std::chrono::microseconds spin);
+                                     std::size_t ring_capacity, Deadline deadline, std::chrono::microseconds spin,
+                                     bool populate = true);
 
 }  // namespace hvd::transport

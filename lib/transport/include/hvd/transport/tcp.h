@@ -77,6 +77,11 @@ struct TcpOptions {
   /// aborts a connection whose receive window stays closed that long, i.e.
   /// a live peer that is busy and not reading yet.
   std::chrono::milliseconds peer_timeout = peer_timeout_from_env();
+  /// connect(): retry a refused connection until the deadline (the peer may
+  /// not listen yet). False when the peer's address was published after it
+  /// started listening (a communicator's links): refused then means the
+  /// peer is gone, and connect() fails at once with IoError.
+  bool retry_refused = true;
 };
 
 /// The keepalive settings for a peer timeout (all in whole seconds, as the
@@ -164,6 +169,11 @@ class TcpListener {
 
   /// Handshakes in progress (for tests).
   std::size_t pending_handshakes() const { return pending_.size(); }
+
+  /// Stops listening: a thread blocked in accept() wakes and accept() throws
+  /// IoError; peers that connect later are refused by the kernel. May be
+  /// called from any thread, once accept() is running or not. Idempotent.
+  void shutdown();
 
  private:
   struct Pending;
