@@ -2,8 +2,10 @@
 """hvdrun under a real Slurm (issue 34): a 3-node cluster of
 slurm_cluster.py (munged, slurmctld, one slurmd per network-namespace node,
 2 CPUs each), driven only by what a Slurm user types on the login node.
-Workers on other nodes start over SSH today (every node runs an sshd that
-accepts the user's key, found through ~/.ssh/config).
+hvdrun starts the workers of the allocation's nodes through srun
+(--launcher auto, docs/platforms.md#workers-through-srun); the suite runs
+every case with no sshd on any node (--no-ssh) to prove that, and a few
+again with sshd's and --launcher ssh (--ssh-launcher).
 
 Cases (one CTest entry each, a fresh cluster each):
   sbatch_torch   `sbatch -N3 --ntasks-per-node=2 job.sh`, job.sh being
@@ -43,10 +45,11 @@ Cases (one CTest entry each, a fresh cluster each):
                  of discovery, hvdrun stops its worker, the job trains on at
                  size 2 to the fault-free result; sacct COMPLETED 0:0
 
-    test_slurm.py --hvdrun PATH --hello PATH --trainer PATH --pythonpath P [--no-ssh] CASE
+    test_slurm.py --hvdrun PATH --hello PATH --trainer PATH --pythonpath P [--no-ssh | --ssh-launcher] CASE
 --no-ssh: the nodes run no sshd, as on clusters that allow no SSH between
-compute nodes: the cases that start hvdrun need it to start its workers
-through srun (issue 34 item 2, not built yet: they fail today).
+compute nodes: hvdrun starts its workers there through srun.
+--ssh-launcher: sshd's on the nodes and HVDRUN_LAUNCHER=ssh in the login
+environment: hvdrun starts the workers of other nodes over SSH.
 Needs root, ip netns, slurm-wlm and munge (else one SKIPPED line, exit 77).
 """
 import argparse
@@ -461,8 +464,9 @@ def main():
     ap.add_argument("--hello", required=True)
     ap.add_argument("--trainer", required=True)
     ap.add_argument("--pythonpath", required=True)
-    ap.add_argument("--no-ssh", action="store_true",
-                    help="no sshd on any node (for workers started through srun, issue 34 item 2; fails today)")
+    ap.add_argument("--no-ssh", action="store_true", help="no sshd on any node: workers start through srun")
+    ap.add_argument("--ssh-launcher", action="store_true",
+                    help="sshd on the nodes and HVDRUN_LAUNCHER=ssh: workers of other nodes start over SSH")
     ap.add_argument("case", choices=sorted(CASES))
     ARGS = ap.parse_args()
     skip_unless_available()
@@ -474,6 +478,8 @@ def main():
         return 77
     t0 = time.monotonic()
     env = {"PYTHONPATH": ARGS.pythonpath, "HVD_TRAINER_STEPS": "300", "HVD_TRAINER_STEP_MS": "40"}
+    if ARGS.ssh_launcher:
+        env["HVDRUN_LAUNCHER"] = "ssh"
     with SlurmCluster(nodes=3, cpus=2, kill_wait=KILL_WAIT, ssh=not ARGS.no_ssh and ARGS.case != "srun_pmi2", path_prepend=[os.path.dirname(ARGS.hvdrun)],
                       env=env) as c:
         try:

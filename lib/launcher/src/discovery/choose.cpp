@@ -5,6 +5,7 @@
 
 #include "hvd/common/error.h"
 #include "hvd/launcher/discovery/discovery.h"
+#include "hvd/launcher/discovery/platform/platform.h"
 #include "hvd/launcher/discovery/kubernetes/kubernetes_host_source.h"
 #include "hvd/launcher/hosts/hosts.h"
 
@@ -52,13 +53,18 @@ void resolve_launcher(HostSourceChoice& choice, const Environment& env) {
         "srun, or use --launcher ssh");
   }
   if (o.launcher != "auto") return;
-  if (job && choice.platform && choice.platform->name == "slurm") {
-    o.launcher = "srun";
-    choice.info.push_back(fmt::format(
-        "workers on the other nodes start through srun --overlap in Slurm job {} (--launcher ssh to use SSH)", *job));
-  } else {
-    o.launcher = "ssh";
-  }
+  o.launcher = "ssh";
+  if (!job) return;
+  // Inside an allocation: its nodes start through srun, whatever the host
+  // source (the platform's hosts, -H, a discovery script listing nodes).
+  auto nodes = env.get("SLURM_JOB_NODELIST");
+  if (!nodes) nodes = env.get("SLURM_NODELIST");
+  if (!nodes || nodes->empty()) return;
+  o.srun_nodes = platform::expand_hostlist(*nodes, env.get("SLURM_JOB_NODELIST") ? "SLURM_JOB_NODELIST" : "SLURM_NODELIST");
+  choice.info.push_back(fmt::format(
+      "workers on the nodes of Slurm job {} start through srun --overlap, on other hosts over SSH (--launcher ssh: "
+      "SSH everywhere)",
+      *job));
 }
 
 }  // namespace

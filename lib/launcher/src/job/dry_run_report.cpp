@@ -6,6 +6,7 @@
 #include "hvd/launcher/process/report.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -72,6 +73,11 @@ std::string render_text(const DryRunReport& r) {
   if (r.oci_worker)
     out += fmt::format("would register {} in {}\n", format_host(HostSpec{r.oci_worker->address, r.oci_worker->slots}),
                        r.oci_worker->dir);
+  if (r.launcher) {
+    out += *r.launcher == "srun" ? std::string("launcher: srun --overlap for every other host\n")
+                                 : fmt::format("launcher: srun --overlap on {}; ssh elsewhere\n",
+                                               fmt::join(r.srun_nodes, ", "));
+  }
   return out;
 }
 
@@ -87,9 +93,10 @@ std::string render_json(const DryRunReport& r) {
   if (r.plan) body = render_dry_run(*r.plan, *r.plan_options, DryRunFormat::Json);
   if (r.mpirun) body = *r.mpirun;
   if (r.elastic) body = elastic_json(*r.elastic).dump(2) + "\n";
-  if (!r.platform) return body;
+  if (!r.platform && !r.launcher) return body;
   nlohmann::json j = body.empty() ? nlohmann::json::object() : nlohmann::json::parse(body);
-  j["platform"] = nlohmann::json::parse(platform::render_platform_json(*r.platform));
+  if (r.platform) j["platform"] = nlohmann::json::parse(platform::render_platform_json(*r.platform));
+  if (r.launcher) j["launcher"] = {{"kind", *r.launcher}, {"srun_nodes", r.srun_nodes}};
   return j.dump(2) + "\n";
 }
 

@@ -116,6 +116,10 @@ int dry_run_mode(JobDecision& d) {
   const Options& options = d.options;
   DryRunReport report;
   report.platform = d.platform ? &*d.platform : nullptr;
+  if (d.launch != LaunchMode::Mpirun && (options.launcher == "srun" || !options.srun_nodes.empty())) {
+    report.launcher = options.launcher == "srun" ? "srun" : "ssh";
+    report.srun_nodes = options.srun_nodes;
+  }
   JobPlan plan;
   if (d.platform && d.platform->unranked) {
     // Only the platform: the machine has no placement of its own.

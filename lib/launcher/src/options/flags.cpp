@@ -771,7 +771,7 @@ std::vector<Flag> build_table() {
           .addition()
           .config("launcher")
           .env("HVDRUN_LAUNCHER")
-          .example("srun"));
+          .example("ssh"));
 
   // hvdrun additions.
   add(value({"--dry-run"}, "[=text|json]", "--dry-run[=text|json]: print placement and worker commands; start nothing",

@@ -5,6 +5,7 @@
 #include "hvd/launcher/spawn/srun/srun_launch.h"
 #include "hvd/launcher/spawn/ssh/ssh_spawner.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace hvd::launcher {
@@ -18,6 +19,7 @@ SpawnerOptions spawner_options(const Options& options) {
   out.ssh_keepalive = options.ssh_keepalive;
   out.verbose = options.verbose;
   out.launcher = options.launcher;
+  out.srun_nodes = options.srun_nodes;
   return out;
 }
 
@@ -42,7 +44,9 @@ std::unique_ptr<Spawner> DefaultSpawnerFactory::make(const std::string& host) {
     lo.kill_grace = options_.kill_grace;
     return make_local_spawner(lo);
   }
-  if (options_.launcher == "srun") {
+  const bool allocation_node =
+      std::find(options_.srun_nodes.begin(), options_.srun_nodes.end(), host) != options_.srun_nodes.end();
+  if (options_.launcher == "srun" || allocation_node) {
     // The node's agent through srun: a local process carrying the protocol
     // (spawn/srun/srun_launch.h). The node runs the same hvdrun path unless
     // HVDRUN_REMOTE_AGENT names the command there.

@@ -5,6 +5,7 @@
 
 #include "../test_util.h"
 #include "hvd/launcher/discovery/choose.h"
+#include "hvd/launcher/spawn/srun/srun_launch.h"
 
 using namespace hvd::launcher;
 using hvd_test::hosts_text;
@@ -88,4 +89,36 @@ TEST_CASE("choose: the one explicit_host_flag names what keeps a platform out", 
   CHECK(explicit_host_flag(o) == "--hostfile");
   o.hosts = "a";
   CHECK(explicit_host_flag(o) == "-H/--hosts");
+}
+
+TEST_CASE("choose: --launcher auto starts an allocation's nodes through srun, srun needs an allocation",
+          "[choose]") {
+  // Outside Slurm: ssh, nothing said.
+  Options o = job(2);
+  o.hosts = "node1:1,node2:1";
+  auto outside = choose_host_source(o, Environment{});
+  CHECK(outside.options.launcher == "ssh");
+  CHECK(outside.options.srun_nodes.empty());
+  CHECK(outside.info.empty());
+  // Inside an allocation: its nodes through srun, whatever names the hosts.
+  Environment slurm{"", {{"SLURM_JOB_ID", "7"}, {"SLURM_JOB_NODELIST", "node[1-3]"}}, std::nullopt};
+  auto inside = choose_host_source(o, slurm);
+  CHECK(inside.options.launcher == "ssh");  // for hosts outside the allocation
+  CHECK(inside.options.srun_nodes == std::vector<std::string>{"node1", "node2", "node3"});
+  REQUIRE(inside.info.size() == 1);
+  CHECK(inside.info.front().rfind("workers on the nodes of Slurm job 7 start through srun --overlap", 0) == 0);
+  // --launcher ssh keeps SSH everywhere; srun starts every other host.
+  o.launcher = "ssh";
+  CHECK(choose_host_source(o, slurm).options.srun_nodes.empty());
+  o.launcher = "srun";
+  CHECK(choose_host_source(o, slurm).options.launcher == "srun");
+  CHECK(invalid_message([&] { choose_host_source(o, Environment{}); }) ==
+        "--launcher srun needs a Slurm allocation (SLURM_JOB_ID is not set): run hvdrun inside sbatch, salloc or "
+        "srun, or use --launcher ssh");
+}
+
+TEST_CASE("srun: an agent is one overlapping task on its node, no PMI", "[choose]") {
+  CHECK(srun_agent_command("node2", {"/opt/hvd/bin/hvdrun", "--agent"}) ==
+        std::vector<std::string>{"srun", "--overlap", "--nodes=1", "--ntasks=1", "--nodelist=node2", "--mpi=none",
+                                 "--quiet", "--job-name=hvdrun-agent", "/opt/hvd/bin/hvdrun", "--agent"});
 }

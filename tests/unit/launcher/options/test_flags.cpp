@@ -289,7 +289,7 @@ TEST_CASE("flags: every environment fallback reads its variable like the flag", 
     CHECK_FALSE(f.same(from_env, Options{}));
     ++checked;
   }
-  CHECK(checked == 4);  // HOROVOD_START_TIMEOUT, HOROVOD_MPI_ARGS, HOROVOD_ELASTIC_TIMEOUT, HVDRUN_HOSTS_FROM
+  CHECK(checked == 5);  // HOROVOD_START_TIMEOUT, HOROVOD_MPI_ARGS, HOROVOD_ELASTIC_TIMEOUT, HVDRUN_HOSTS_FROM, HVDRUN_LAUNCHER
 }
 
 TEST_CASE("flags: elastic-only rows are refused without a discovery script or --min-np", "[flags][elastic]") {

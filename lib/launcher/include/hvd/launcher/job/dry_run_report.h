@@ -54,6 +54,12 @@ struct DryRunReport {
   std::optional<ElasticLook> elastic;
   /// An OCI WORKER: what it would register.
   std::optional<OciWorkerDryRun> oci_worker;
+  /// How workers on other hosts would start, when srun is involved
+  /// (--launcher srun, or auto inside a Slurm allocation): "srun" for every
+  /// other host, or the allocation's nodes that srun starts (ssh elsewhere).
+  /// Text: one "launcher: ..." line after the body; JSON: "launcher".
+  std::optional<std::string> launcher;
+  std::vector<std::string> srun_nodes;
 };
 
 /// The dry run's output, `format` Text or Json. Text: the platform block,

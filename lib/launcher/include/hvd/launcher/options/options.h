@@ -111,6 +111,10 @@ struct Options {
   /// Slurm allocation whose nodes are the hosts, else ssh), ssh, or srun.
   /// apply_platform resolves auto to one of the other two.
   std::string launcher = "auto";
+  /// Not a flag: with --launcher auto inside a Slurm allocation, its nodes
+  /// (SLURM_JOB_NODELIST): workers on these start through srun, on any
+  /// other host over SSH. Set by choose_host_source.
+  std::vector<std::string> srun_nodes;
   // Output
   std::optional<std::string> output_filename;  // --output-filename DIR
   bool prefix_output_with_timestamp = false;

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace hvd::launcher {
 
@@ -37,6 +38,9 @@ struct SpawnerOptions {
   /// --launcher as resolved (discovery/choose.h): "srun" starts the agents
   /// of other hosts through srun (spawn/srun/srun_launch.h), else SSH.
   std::string launcher = "ssh";
+  /// Hosts started through srun under --launcher ssh resolved from auto
+  /// inside an allocation: the allocation's nodes.
+  std::vector<std::string> srun_nodes;
 };
 
 /// The spawner options from hvdrun's.
