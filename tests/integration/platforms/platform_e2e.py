@@ -152,6 +152,9 @@ class PlatformCluster:
         env = {k: v for k, v in os.environ.items() if not k.startswith(DROPPED_PREFIXES)}
         env.pop("SSH_AUTH_SOCK", None)
         env["HVDRUN_LOG_LEVEL"] = "info"  # the tests read the leader's and followers' state lines
+        # The machines carry a platform's variables without the platform: no
+        # Slurm answers srun here (the real-Slurm tests cover --launcher srun).
+        env["HVDRUN_LAUNCHER"] = "ssh"
         subnet = self.subnet
         env.update(HOME=self.hosts.home, USER="root", PATH=f"{self.bindir}:{env.get('PATH', '/usr/bin:/bin')}",
                    OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",

@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "../fakes/fake_mpirun_probe.h"
+
 using namespace hvd::launcher;
 
 namespace {
@@ -13,26 +15,7 @@ namespace {
 constexpr const char* kGuideArgs =
     "--mca orte_keep_fqdn_hostnames t --allow-run-as-root --display-map --tag-output --timestamp-output";
 
-/// A probe that counts its calls and finds Open MPI, or nothing.
-struct FakeProbe {
-  bool installed = true;
-  int calls = 0;
-  std::function<MpirunProbe()> fn() {
-    return [this] {
-      ++calls;
-      MpirunProbe p;
-      if (installed) {
-        MpiInfo info;
-        info.impl = MpiImpl::OpenMpi;
-        info.version_line = "mpirun (Open MPI) 4.1.4";
-        p.info = info;
-      } else {
-        p.problem = "no mpirun on PATH";
-      }
-      return p;
-    };
-  }
-};
+using hvd::launcher::fakes::FakeProbe;
 
 Options static_job(const char* mpi_args) {
   Options o;

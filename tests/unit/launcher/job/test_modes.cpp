@@ -17,7 +17,9 @@
 #include <sstream>
 
 #include "../fakes/fake_machine.h"
+#include "../fakes/fake_mpirun_probe.h"
 #include "../fakes/log_capture.h"
+#include "../fakes/oci_env.h"
 #include "../test_util.h"
 
 using namespace hvd::launcher;
@@ -27,26 +29,7 @@ using hvd_test::parse_ok;
 
 namespace {
 
-/// An mpirun probe that counts its calls and finds Open MPI, or nothing.
-struct FakeProbe {
-  bool installed = true;
-  int calls = 0;
-  std::function<MpirunProbe()> fn() {
-    return [this] {
-      ++calls;
-      MpirunProbe p;
-      if (installed) {
-        MpiInfo info;
-        info.impl = MpiImpl::OpenMpi;
-        info.version_line = "mpirun (Open MPI) 4.1.4";
-        p.info = info;
-      } else {
-        p.problem = "no mpirun on PATH";
-      }
-      return p;
-    };
-  }
-};
+using hvd::launcher::fakes::FakeProbe;
 
 JobDecision resolve(std::vector<std::string> args, const Environment& env, FakeProbe& probe) {
   return resolve_job(parse_ok(std::move(args)), env, probe.fn());
@@ -70,22 +53,7 @@ struct Argv {
   std::vector<char*> pointers;
 };
 
-/// OCI Data Science's variables of a MAIN or WORKER run (conf/oci).
-std::map<std::string, std::string> oci_env(const std::string& mode) {
-  return {{"OCI__MODE", mode},
-          {"OCI__WORK_DIR", "/work"},
-          {"OCI__WORKER_COUNT", "1"},
-          {"OCI__ENTRY_SCRIPT", "/code/train.py"},
-          {"OCI__ENTRY_SCRIPT_ARGS", ""},
-          {"OCI__SYNC_DIR", "/work/sync"},
-          {"MIN_NP", "2"},
-          {"MAX_NP", "2"},
-          {"SLOTS", "1"},
-          {"WORKER_PORT", "12345"},
-          {"START_TIMEOUT", "600"},
-          {"ENABLE_TIMELINE", "0"},
-          {"HOROVOD_ARGS", "--verbose"}};
-}
+std::map<std::string, std::string> oci_env(const std::string& mode) { return fakes::oci_compose_env(mode); }
 
 }  // namespace
 

@@ -2,6 +2,7 @@
 // become beneath the command line (options/cli.h PlatformFlags).
 #include <catch2/catch.hpp>
 
+#include "../../fakes/oci_env.h"
 #include "../../test_util.h"
 #include "hvd/launcher/discovery/platform/oci.h"
 
@@ -13,21 +14,7 @@ using Strings = std::vector<std::string>;
 namespace {
 
 /// The compose file's MAIN (conf/oci/docker-compose.yaml).
-Env compose(const std::string& mode = "MAIN") {
-  return {{"OCI__MODE", mode},
-          {"OCI__WORK_DIR", "/work"},
-          {"OCI__WORKER_COUNT", "1"},
-          {"OCI__ENTRY_SCRIPT", "/code/train.py"},
-          {"OCI__ENTRY_SCRIPT_ARGS", ""},
-          {"OCI__SYNC_DIR", "/work/sync"},
-          {"MIN_NP", "2"},
-          {"MAX_NP", "2"},
-          {"SLOTS", "1"},
-          {"WORKER_PORT", "12345"},
-          {"START_TIMEOUT", "600"},
-          {"ENABLE_TIMELINE", "0"},
-          {"HOROVOD_ARGS", "--verbose"}};
-}
+Env compose(const std::string& mode = "MAIN") { return hvd::launcher::fakes::oci_compose_env(mode); }
 
 OciConfig parsed(const Env& env, const std::string& root = "/nonexistent-root") {
   auto c = parse_oci_env(Environment{root, env});
