@@ -493,7 +493,10 @@ class ContainerTest(unittest.TestCase):
         ref_thread = threading.Thread(target=lambda: ref.setdefault("m", self.reference_checksum()))
         ref_thread.start()
         elastic = self.notes_line("--kubernetes-selector")
-        proc = subprocess.Popen(["podman", "exec", driver.container, *elastic], stdout=subprocess.PIPE,
+        # The NOTES line verbatim; HVDRUN_LOG_LEVEL=info shows the launcher's
+        # state lines the test reads ("is back"), quiet by default.
+        proc = subprocess.Popen(["podman", "exec", "--env", "HVDRUN_LOG_LEVEL=info", driver.container, *elastic],
+                                stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
         lines = []
         reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
