@@ -18,6 +18,12 @@ std::string comm_prefix(uint64_t version) { return fmt::format("elastic/gen{}/",
 
 std::string formed_key(uint64_t version) { return comm_prefix(version) + "formed"; }
 
+std::string reset_key(uint64_t version, const std::string& worker_id) {
+  return comm_prefix(version) + "reset/" + worker_id;
+}
+
+std::string failure_key(uint64_t version) { return comm_prefix(version) + "failure/first"; }
+
 const Member* World::find(const std::string& worker_id) const {
   for (const auto& m : members) {
     if (m.worker_id == worker_id) return &m;

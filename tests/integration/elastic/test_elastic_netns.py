@@ -11,6 +11,11 @@ Cases (one CTest entry each):
                the host backs off (a lost worker never counts towards the
                blacklist: issue 32), survivors go on; the link comes back
                and a retry gets the host admitted again;
+  blip_host    a host's link goes down for 3 s, longer than the data
+               plane's peer timeout (1.5 s) and shorter than SSH's
+               keepalive: every worker lives, the communicator fails, and
+               each member asks to re-form: the same two members form a
+               new world and finish with the fault-free result;
   bad_host     discovery lists an unreachable host beside a good one: the
                job trains on the good one; the bad one's start timeouts
                count (its lost retries do not) and blacklist it;
@@ -20,6 +25,7 @@ Cases (one CTest entry each):
 Both end with no process left in any namespace.
 """
 import os
+import re
 import subprocess
 import sys
 import time
@@ -102,6 +108,34 @@ def case_cut_host(hosts):
     left = hosts.wait_no_leftovers(8)
     check(not left, "processes left in the namespaces", left)
     print(f"cut_host: survivor at size 1 {lost_after:.1f} s after the cut; size 2 {regrow:.1f} s after the link came back")
+
+
+def case_blip_host(hosts):
+    a, b = hosts.addrs
+    outer = f"hv{hosts.pid}1r"  # the bridge side of host b's veth
+    j = start(hosts, f"{a}:1\n{b}:1\n", ["-np", "2", "--min-np", "1", "--ssh-keepalive", "10"], steps=200, step_ms=40)
+    try:
+        j.wait_for_step(2, 3, timeout=30)
+        cut = time.monotonic()
+        subprocess.run(["ip", "link", "set", outer, "down"], check=True)
+        time.sleep(3)
+        subprocess.run(["ip", "link", "set", outer, "up"], check=True)
+        back = time.monotonic()
+        j.wait_for(lambda: "failed with every member alive" in j.text(j.err), 30, "the re-formation of the same members")
+        s2 = j.wait_for(lambda: [s for s in j.steps() if s["t"] > back and s["size"] == 2], 30, "size 2 after the blip")
+        code, out, err = j.finish(90)
+    finally:
+        subprocess.run(["ip", "link", "set", outer, "up"], check=False)
+        j.kill()
+    check(code == 0, f"hvdrun exited {code}", out, err)
+    check(set(j.final_checksums(out)) == {te.reference_checksum(200)}, "wrong result", out)
+    check(all(s["size"] == 2 for s in j.steps()), "a world without one of the hosts trained", out)
+    check(not re.search(r"slot \d+ failed \(", err), "a worker was reported failed", err)
+    check("reason: world 1 failed: " in err, "the new world does not name the failure", err)
+    left = hosts.wait_no_leftovers(8)
+    check(not left, "processes left in the namespaces", left)
+    print(f"blip_host: link down 3 s; training at size 2 again {s2[0]['t'] - back:.1f} s after it came back "
+          f"({s2[0]['t'] - cut:.1f} s after the cut)")
 
 
 def case_bad_host(hosts):
@@ -192,15 +226,18 @@ def case_late_host(hosts):
     print(f"late_host: {moved[0].split('] ')[-1]}")
 
 
-CASES = {"remove_host": case_remove_host, "cut_host": case_cut_host, "bad_host": case_bad_host,
-         "late_host": case_late_host}
+CASES = {"remove_host": case_remove_host, "cut_host": case_cut_host, "blip_host": case_blip_host,
+         "bad_host": case_bad_host, "late_host": case_late_host}
+# sshd's ClientAlive check per case (seconds; the harness default is 1): a
+# blip must not end the SSH sessions.
+CLIENT_ALIVE = {"blip_host": 10}
 
 
 def main():
     case = sys.argv[1]
     netns_hosts.skip_unless_available()
     t0 = time.monotonic()
-    with netns_hosts.NetnsHosts(count=2) as hosts:
+    with netns_hosts.NetnsHosts(count=2, client_alive_interval=CLIENT_ALIVE.get(case, 1)) as hosts:
         try:
             CASES[case](hosts)
         except Failure as e:

@@ -647,6 +647,43 @@ TEST_CASE("a rank that never shows up is named in the timeout", "[collective]") 
   }
 }
 
+TEST_CASE("ranks waiting at init stop soon after another rank records the rendezvous's first failure",
+          "[collective][failure]") {
+  // Rank 2 never shows up; rank 0 waits for rank 1 and 2 to connect, rank 1
+  // waits for rank 2 to connect, and a rank 3 waits for rank 2's address.
+  // Once a rank records a failure on the board (as Context::create does when
+  // its connect fails), they stop within a fraction of their 20 s timeout.
+  store::InMemoryStore st;
+  std::vector<std::string> msgs(4);
+  std::vector<double> took(4, -1);
+  std::vector<std::thread> ts;
+  const auto t0 = Clock::now();
+  for (int r : {0, 1, 3}) {
+    ts.emplace_back([&, r] {
+      try {
+        connect_comm(st, options(r, 4, "early/", "s", 20s));
+      } catch (const IoError& e) {
+        msgs[r] = e.what();
+        took[r] = std::chrono::duration<double>(Clock::now() - t0).count();
+      }
+    });
+  }
+  std::this_thread::sleep_for(300ms);
+  CHECK(msgs == std::vector<std::string>(4));  // still waiting
+  st.set_string("early/failure/first", "rank 2: could not connect to rank 0 (No route to host)");
+  for (auto& t : ts) t.join();
+  for (int r : {0, 1, 3}) {
+    INFO("rank " << r << ": " << msgs[r]);
+    // Each stops on the board, or on a peer that stopped on it first.
+    const bool board = msgs[r].find("another rank recorded this communicator's first failure") != std::string::npos;
+    const bool peer = msgs[r].find("closed by peer") != std::string::npos;
+    CHECK((board || peer));
+    CHECK(took[r] > 0.29);
+    CHECK(took[r] < 2.0);
+  }
+  CHECK(msgs[3].find("waiting for rank 2's address") != std::string::npos);
+}
+
 namespace {
 
 /// Every rank loops allreduce until it fails; `kill` runs on the main thread

@@ -256,6 +256,91 @@ TEST_CASE("elastic a world that drops a silent peer aborts the blocked operation
   CHECK_THROWS_AS(b.reset(), WorkerRemovedError);
 }
 
+TEST_CASE("elastic a world that fails with every member alive: each asks to re-form and the same members do",
+          "[elastic][member][failure]") {
+  FakeDriver driver;
+  driver.publish(1, {"a", "b"});
+  ElasticMember a(driver.options("a")), b(driver.options("b"));
+  auto jb = std::async(std::launch::async, [&] { b.join(); });
+  a.join();
+  jb.get();
+  auto before = std::async(std::launch::async, [&] { return sum_of_ones(b.context(), "before"); });
+  CHECK(sum_of_ones(a.context(), "before") == 2);
+  CHECK(before.get() == 2);
+  // A network blip: a's communicator fails; both processes live on.
+  int64_t x = 1;
+  collective::Handle hb = b.context().allreduce_async(
+      collective::AllreduceArgs{"blip", &x, &x, collective::DataType::Int64, {1}, collective::ReduceOp::Sum});
+  a.context().abort("simulated network blip");
+  CHECK_THROWS_AS(hb.wait(), PeerFailureError);
+  // Nobody told the driver anything yet.
+  CHECK_FALSE(driver.store().try_get(store::elastic::reset_key(1, "a")));
+  auto ra = std::async(std::launch::async, [&] { a.reset(); });
+  auto rb = std::async(std::launch::async, [&] { b.reset(); });
+  REQUIRE(eventually([&] {
+    return driver.store().try_get(store::elastic::reset_key(1, "a")) &&
+           driver.store().try_get(store::elastic::reset_key(1, "b"));
+  }));
+  const auto why = driver.store().try_get(store::elastic::reset_key(1, "b"));
+  const std::string text(why->begin(), why->end());
+  INFO(text);
+  CHECK(text.find("the communicator failed: ") == 0);
+  CHECK(driver.store().try_get(store::elastic::failure_key(1)).has_value());
+  // Both wait for the driver, which publishes the same members again.
+  CHECK(ra.wait_for(200ms) == std::future_status::timeout);
+  driver.publish(2, {"a", "b"}, false, "world 1 failed");
+  REQUIRE(ra.wait_for(10s) == std::future_status::ready);
+  REQUIRE(rb.wait_for(10s) == std::future_status::ready);
+  ra.get();
+  rb.get();
+  CHECK(a.version() == 2);
+  auto sb = std::async(std::launch::async, [&] { return sum_of_ones(b.context(), "after"); });
+  CHECK(sum_of_ones(a.context(), "after") == 2);
+  CHECK(sb.get() == 2);
+  // A reset because a newer world exists asks nothing of the driver.
+  driver.publish(3, {"a", "b"}, false, "scale test");
+  REQUIRE(eventually([&] { return a.hosts_updated() && b.hosts_updated(); }));
+  auto r3 = std::async(std::launch::async, [&] { b.reset(); });
+  a.reset();
+  r3.get();
+  CHECK_FALSE(driver.store().try_get(store::elastic::reset_key(2, "a")));
+  CHECK_FALSE(driver.store().try_get(store::elastic::reset_key(2, "b")));
+}
+
+TEST_CASE("elastic a world that does not form: its members ask to re-form it", "[elastic][member][failure]") {
+  FakeDriver driver;
+  driver.publish(1, {"a", "b"});
+  // b's data-plane secret is wrong: its link to a fails its handshake after
+  // the arrival barrier, so world 1 does not form although both live.
+  MemberOptions ob = driver.options("b");
+  ob.settings.secret = "not-the-job-secret";
+  ElasticMember a(driver.options("a")), b(std::move(ob));
+  const auto t0 = Clock::now();
+  auto jb = std::async(std::launch::async, [&] { b.join(); });
+  auto ja = std::async(std::launch::async, [&] { a.join(); });
+  REQUIRE(eventually([&] {
+    return driver.store().try_get(store::elastic::reset_key(1, "a")) &&
+           driver.store().try_get(store::elastic::reset_key(1, "b"));
+  }));
+  // a stopped waiting once b's failure was recorded, long before its 10 s.
+  INFO("both asked after " << seconds_since(t0) << " s");
+  CHECK(seconds_since(t0) < 3.0);
+  for (const char* id : {"a", "b"}) {
+    const auto why = driver.store().try_get(store::elastic::reset_key(1, id));
+    const std::string text(why->begin(), why->end());
+    INFO(text);
+    CHECK(text.find("did not form: ") == 0);
+  }
+  CHECK(driver.store().try_get(store::elastic::failure_key(1)).has_value());
+  driver.publish(2, {"a"}, false, "world 1 failed");
+  REQUIRE(ja.wait_for(10s) == std::future_status::ready);
+  ja.get();
+  CHECK(a.version() == 2);
+  driver.publish(3, {"a"}, true, "job finishing");
+  REQUIRE(jb.wait_for(10s) == std::future_status::ready);
+  CHECK_THROWS_AS(jb.get(), WorkerRemovedError);
+}
+
 TEST_CASE("elastic a newer world published during rendezvous is taken instead", "[elastic][member]") {
   FakeDriver driver;
   driver.publish(1, {"a", "b"});  // b never comes

@@ -48,6 +48,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
 
@@ -397,7 +398,17 @@ class MeshComm final : public Comm {
     const std::string key = rank_key(options_, peer);
     std::string endpoint;
     try {
-      endpoint = store_.get_string(key, deadline.remaining());
+      // In slices, so that a failure another rank recorded (a rank that
+      // will never publish) ends the wait early.
+      for (;;) {
+        try {
+          endpoint = store_.get_string(key, std::min(deadline.remaining(), kFailureCheckInterval));
+          break;
+        } catch (const TimeoutError&) {
+          if (deadline.expired()) throw;
+        }
+        throw_if_failure_recorded(fmt::format("waiting for rank {}'s address", peer));
+      }
     } catch (const TimeoutError&) {
       throw TimeoutError(fmt::format("rank {}: rank {} never published its address (store key '{}') within {} ms",
                                      rank_, peer, key, options_.timeout.count()));
@@ -425,6 +436,7 @@ class MeshComm final : public Comm {
   /// that failure too, and would never come).
   std::unique_ptr<transport::Link> await(int peer, Deadline deadline) {
     const auto t0 = Clock::now();
+    auto next_failure_check = t0 + kFailureCheckInterval;
     std::unique_lock<std::mutex> lock(acceptor_->mu);
     for (;;) {
       if (acceptor_->inbox[peer]) return std::move(acceptor_->inbox[peer]);
@@ -441,10 +453,35 @@ class MeshComm final : public Comm {
       }
       lock.unlock();
       check_hangups();
+      if (Clock::now() >= next_failure_check) {
+        throw_if_failure_recorded(fmt::format("waiting for rank {} to connect", peer));
+        next_failure_check = Clock::now() + kFailureCheckInterval;
+      }
       lock.lock();
       if (acceptor_->inbox[peer] || !acceptor_->failed[peer].empty()) continue;
       acceptor_->cv.wait_until(lock, std::min(deadline.at(), Clock::now() + std::chrono::milliseconds(50)));
     }
+  }
+
+  /// How often a rank waiting at init looks for a failure another rank
+  /// recorded on the FailureBoard of this rendezvous.
+  static constexpr std::chrono::milliseconds kFailureCheckInterval{250};
+
+  /// Throws IoError when a rank recorded this rendezvous's first failure
+  /// (FailureBoard): the peer we wait for may never come (it gave up, or is
+  /// waiting for the one that failed), and waiting out the whole timeout
+  /// would only delay the re-formation. The caller's message adds the
+  /// recorded failure ("first failure in the job").
+  void throw_if_failure_recorded(const std::string& step) {
+    std::optional<store::Bytes> first;
+    try {
+      first = store_.try_get(options_.prefix + "failure/first");
+    } catch (const std::exception&) {
+      return;  // the store did not answer: the deadline still bounds the wait
+    }
+    if (!first) return;
+    throw IoError(fmt::format("rank {}: stopped {}: another rank recorded this communicator's first failure", rank_,
+                              step));
   }
 
   /// Throws LinkError for the first established link whose peer hung up.

@@ -243,10 +243,25 @@ struct ElasticMember::Impl {
       return Rendezvous::Formed;
     } catch (const IoError& e) {
       spdlog::warn("{}: world {} did not form: {}", tag(), w.version, e.what());
+      ask_to_reform(w.version, fmt::format("did not form: {}", e.what()));
     } catch (const TimeoutError& e) {
       spdlog::warn("{}: world {} did not form: {}", tag(), w.version, e.what());
+      ask_to_reform(w.version, fmt::format("did not form: {}", e.what()));
     }
     return Rendezvous::Failed;
+  }
+
+  /// Tells hvdrun that this member left world `version` and has no newer
+  /// world to go to (selastic::reset_key): once every live member did,
+  /// hvdrun re-forms the same members. Best effort: a store that does not
+  /// answer leaves the elastic timeout to end the wait.
+  void ask_to_reform(uint64_t version, const std::string& why) {
+    if (newer_seen()) return;  // a newer world is already there to join
+    try {
+      store->set_string(selastic::reset_key(version, options.worker_id), why);
+    } catch (const std::exception& e) {
+      spdlog::warn("{}: could not ask hvdrun to re-form world {}: {}", tag(), version, e.what());
+    }
   }
 
   /// Joins the newest world with a version >= `wanted` that lists us.
@@ -343,6 +358,19 @@ void ElasticMember::reset() {
     return;
   }
   d.shutdown_context();
+  if (!d.newer_seen()) {
+    // No newer world: the communicator failed (or the program asked for a
+    // reset) while the membership did not change. Say why, as the ranks
+    // agreed on it, else what this member knows.
+    std::string why = "reset() called with no newer world";
+    try {
+      if (auto first = d.store->try_get(selastic::failure_key(d.world.version))) {
+        why = "the communicator failed: " + text_of(*first);
+      }
+    } catch (const std::exception&) {
+    }
+    d.ask_to_reform(d.world.version, why);
+  }
   d.join_from(d.world.version + 1);
 }
 

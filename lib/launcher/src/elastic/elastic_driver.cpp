@@ -152,6 +152,15 @@ struct ElasticDriver::Impl {
   std::vector<std::string> pending_reasons;
   std::optional<ElasticTime> admit_at;
   std::optional<ElasticTime> below_since;
+  ElasticTime world_published{};
+  /// Members of the newest world that asked to re-form it, and why (the
+  /// first reason heard); reform_at: when the same members are published
+  /// again (set once every live member asked).
+  std::set<std::string> reform_asked;
+  std::string reform_why;
+  std::optional<ElasticTime> reform_at;
+  /// Consecutive worlds that failed within failed_world_stable.
+  int quick_failures = 0;
 
   bool finishing = false;
   std::string finishing_trigger;  ///< "w3 (node1 slot 0)"
@@ -435,9 +444,10 @@ struct ElasticDriver::Impl {
       }
       if (!in_world.count(w.id)) newcomers.push_back(&w);
     }
+    const bool reform_due = reform_at && *reform_at <= now;
     if (world.version == 0) {
       if (!started || !all_ready || newcomers.empty()) return;
-    } else if (!removals) {
+    } else if (!removals && !reform_due) {
       if (newcomers.empty()) return;
       if (!all_ready && !(admit_at && *admit_at <= now)) return;
     }
@@ -475,9 +485,40 @@ struct ElasticDriver::Impl {
     }
     pending_reasons.clear();
     admit_at.reset();
+    reform_asked.clear();
+    reform_why.clear();
+    reform_at.reset();
+    world_published = now;
     ElasticAction a = action(ElasticAction::Kind::Publish);
     a.world = world;
     emit(std::move(a));
+  }
+
+  /// Once every live member of the newest world asked to re-form it,
+  /// schedules the same members again (maybe_publish), at once or after
+  /// the back-off for repeated quick failures.
+  void check_reform(ElasticTime now) {
+    if (reform_at || world.version == 0) return;
+    for (const auto& m : world.members) {
+      const Worker* w = find(m.worker_id);
+      if (w && !w->stopping && !reform_asked.count(m.worker_id)) return;  // still training, or not yet told
+    }
+    if (now - world_published >= policy.failed_world_stable) quick_failures = 0;
+    milliseconds wait{0};
+    if (quick_failures > 0) {
+      wait = policy.failed_world_backoff * (int64_t{1} << std::min(quick_failures - 1, 16));
+      wait = std::min(wait, std::max(policy.failed_world_backoff_max, policy.failed_world_backoff));
+    }
+    ++quick_failures;
+    reform_at = now + wait;
+    constexpr std::size_t kMaxWhy = 300;
+    std::string why = reform_why.size() > kMaxWhy ? reform_why.substr(0, kMaxWhy) + "..." : reform_why;
+    pending_reasons.push_back(fmt::format("world {} failed: {}", world.version, why));
+    warn(fmt::format("world {} failed with every member alive ({}); re-forming the same {} {}", world.version, why,
+                     plural(world.members.size(), "member"),
+                     wait.count() == 0 ? std::string("now")
+                                       : fmt::format("in {} ({} quick failures in a row)", seconds_text(wait),
+                                                     quick_failures)));
   }
 
   /// World `version` with these members formed: they all joined, and no
@@ -796,6 +837,18 @@ void ElasticDriver::on_world_formed(uint64_t version, ElasticTime /*now*/) {
   d.formed(version, member_ids);
 }
 
+void ElasticDriver::on_reform_request(uint64_t version, const std::string& worker_id, const std::string& why,
+                                      ElasticTime now) {
+  Impl& d = *impl_;
+  if (!d.active() || version != d.world.version || !d.world.find(worker_id)) return;
+  const Impl::Worker* w = d.find(worker_id);
+  if (!w || w->stopping) return;
+  if (!d.reform_asked.insert(worker_id).second) return;
+  if (d.reform_why.empty()) d.reform_why = why.empty() ? fmt::format("{} asked to re-form", worker_id) : why;
+  d.check_reform(now);
+  d.reconcile(now);
+}
+
 void ElasticDriver::tick(ElasticTime now) {
   Impl& d = *impl_;
   if (d.finished || d.signalled) return;
@@ -870,6 +923,7 @@ std::optional<ElasticTime> ElasticDriver::next_deadline() const {
   };
   if (d.finishing) return d.grace_deadline;
   if (d.admit_at) consider(*d.admit_at);
+  if (d.reform_at) consider(*d.reform_at);
   if (d.below_since) consider(*d.below_since + d.policy.elastic_timeout);
   for (const auto& [s, w] : d.live) {
     if (!w.stopping && !w.ready) consider(w.started + d.policy.ready_timeout);

@@ -67,9 +67,10 @@ namespace {
 
 /// Everything that can wake the event loop.
 struct ElasticEvent {
-  enum class Kind { Discovery, Ready, Exit, Signal } kind;
+  enum class Kind { Discovery, Ready, Exit, Signal, Reform } kind;
   DiscoveryResult discovery;
   std::string worker_id;
+  uint64_t version = 0;  ///< Reform: the world the worker asks to re-form
   int status = 0;
   std::string lost_reason;
   int sig = 0;
@@ -310,6 +311,19 @@ class ElasticRunner::Impl {
         driver_->on_worker_exit(e.worker_id, e.status, e.lost_reason, now);
         break;
       }
+      case ElasticEvent::Kind::Reform: {
+        // The world's first failure, as its ranks agreed on it, names the
+        // cause best; else what the member wrote.
+        std::string why;
+        if (auto first = store_->try_get(selastic::failure_key(e.version))) {
+          why.assign(first->begin(), first->end());
+        } else if (auto mine = store_->try_get(selastic::reset_key(e.version, e.worker_id))) {
+          why.assign(mine->begin(), mine->end());
+        }
+        if (events_) events_->emit("reform_request", {{"worker", e.worker_id}, {"world", e.version}, {"why", why}});
+        driver_->on_reform_request(e.version, e.worker_id, why, now);
+        break;
+      }
       case ElasticEvent::Kind::Signal:
         if (signalled_) {
           // A second signal: no more grace.
@@ -385,6 +399,28 @@ class ElasticRunner::Impl {
     // From now on the members' lines carry their rank in this world.
     for (const auto& m : world.members) output_.set_label(serial_of(m.worker_id), std::to_string(m.rank));
     auto& store = *store_;
+    // Members of the new world may ask to re-form it (reset_key); those of
+    // older worlds no longer matter.
+    for (auto id : reform_watches_) store.unwatch(id);
+    reform_watches_.clear();
+    if (!world.final && world.size() > 1) {
+      for (const auto& m : world.members) {
+        EventQueue* queue = &queue_;
+        auto post = [queue, id = m.worker_id, v = world.version] {
+          ElasticEvent e;
+          e.kind = ElasticEvent::Kind::Reform;
+          e.worker_id = id;
+          e.version = v;
+          queue->post(std::move(e));
+        };
+        store::InMemoryStore::WatchId watch = 0;
+        if (store.try_get_or_watch(selastic::reset_key(world.version, m.worker_id), post, watch)) {
+          post();
+        } else {
+          reform_watches_.push_back(watch);
+        }
+      }
+    }
     store.set_string(selastic::world_key(world.version), selastic::encode_world(world));
     store.set_string(selastic::kVersionKey, std::to_string(world.version));
     spdlog::debug("published world {} ({} members)", world.version, world.members.size());
@@ -562,6 +598,8 @@ class ElasticRunner::Impl {
 
   void teardown() {
     for (auto& [id, w] : live_) store_->unwatch(w.ready_watch);
+    for (auto id : reform_watches_) store_->unwatch(id);
+    reform_watches_.clear();
     for (auto& b : batches_) {
       if (b->launcher.joinable()) b->launcher.join();
     }
@@ -595,6 +633,7 @@ class ElasticRunner::Impl {
   std::set<std::string> unreachable_warned_;  ///< remote hosts ignored because of that
   std::vector<std::unique_ptr<Batch>> batches_;
   std::map<std::string, LiveWorker> live_;
+  std::vector<store::InMemoryStore::WatchId> reform_watches_;  ///< reset_key of the newest world's members
   std::multimap<ElasticTime, std::string> kill_at_;
   bool signalled_ = false;
   bool finished_ = false;

@@ -488,9 +488,14 @@ std::unique_ptr<TcpLink> connect(const std::string& endpoint, int peer, const Ha
       throw IoError(fmt::format("cannot resolve '{}': {}", host, r.resolve_error));
     }
     // Refused: the peer may not listen yet; retried until the deadline.
+    // Unreachable (no route, the neighbour's address not resolved, a
+    // timeout) is the network's state, not the peer's: after a link comes
+    // back the kernel answers EHOSTUNREACH for a few seconds while its
+    // neighbour entry is still marked failed. Always retried.
     if (r.status == net::ConnectResult::Status::Failed) {
       last_error = std::strerror(r.error);
-      if (!options.retry_refused) {
+      const bool refused = r.error == ECONNREFUSED;
+      if (refused && !options.retry_refused) {
         throw IoError(fmt::format("rank {}: could not connect to rank {} at {} ({}: it no longer listens)",
                                   hs.self_rank, peer, endpoint, last_error));
       }

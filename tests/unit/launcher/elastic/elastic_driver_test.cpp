@@ -127,6 +127,11 @@ struct Harness {
     d.on_world_formed(v, now);
     return take();
   }
+  /// Worker `id` wrote reset_key(v) ("re-form world v").
+  std::vector<ElasticAction> reform(uint64_t v, const std::string& id, const std::string& why = "link lost") {
+    d.on_reform_request(v, id, why, now);
+    return take();
+  }
   std::vector<ElasticAction> signal(int sig) {
     d.on_signal(sig, now);
     return take();
@@ -1126,4 +1131,101 @@ TEST_CASE("elastic driver: random event storms keep the invariants and never spi
     REQUIRE(h.d.done());
     REQUIRE(h.finishes == 1);
   }
+}
+
+TEST_CASE("elastic driver: a world that fails with every member alive is re-formed with the same members") {
+  Harness h(base_policy());
+  form(h, {{"a", 1}, {"b", 2}});
+  REQUIRE(members(h.d.current_world()) == Strings{"w1", "w2", "w3"});
+  // Two of three asked: the third may still be training (or about to die).
+  REQUIRE(h.reform(1, "w2", "rank 1: could not connect to rank 0 (No route to host)").empty());
+  REQUIRE(h.reform(1, "w1").empty());
+  REQUIRE(h.reform(1, "w1").empty());  // a repeat counts once
+  REQUIRE_FALSE(h.d.next_deadline().has_value());
+  auto a = h.reform(1, "w3");
+  World w = published(a);
+  REQUIRE(w.version == 2);
+  REQUIRE(members(w) == Strings{"w1", "w2", "w3"});
+  REQUIRE(w.reason.find("world 1 failed: rank 1: could not connect to rank 0 (No route to host)") == 0);
+  REQUIRE(has_message(a, Kind::Warn, "world 1 failed with every member alive (rank 1: could not connect"));
+  REQUIRE(has_message(a, Kind::Warn, "re-forming the same 3 members now"));
+  REQUIRE(of(a, Kind::Spawn).empty());
+  REQUIRE(of(a, Kind::Stop).empty());
+  REQUIRE(h.d.resets() == 1);
+  // Requests for a world that is no longer the newest change nothing.
+  REQUIRE(h.reform(1, "w1").empty());
+  REQUIRE(h.reform(1, "w2").empty());
+  REQUIRE(h.reform(1, "w3").empty());
+  // Unknown workers and future versions neither.
+  REQUIRE(h.reform(2, "w9").empty());
+  REQUIRE(h.reform(3, "w1").empty());
+}
+
+TEST_CASE("elastic driver: a member that dies while the others ask to re-form is removed, not waited for") {
+  Harness h(base_policy());
+  form(h, {{"a", 1}, {"b", 1}, {"c", 1}});
+  REQUIRE(h.reform(1, "w1").empty());
+  REQUIRE(h.reform(1, "w2").empty());
+  World w = published(h.exit("w3", 1));
+  REQUIRE(w.version == 2);
+  REQUIRE(members(w) == Strings{"w1", "w2"});
+  REQUIRE(w.reason.find("failed") != std::string::npos);
+  // The asks were for world 1: world 2 needs its own.
+  REQUIRE(h.reform(2, "w1").empty());
+}
+
+TEST_CASE("elastic driver: worlds that keep failing quickly back off, doubling up to the maximum") {
+  auto p = base_policy();
+  p.failed_world_backoff = 1s;
+  p.failed_world_backoff_max = 4s;
+  p.failed_world_stable = 30s;
+  Harness h(p);
+  form(h, {{"a", 1}, {"b", 1}});
+  auto fail_all = [&](uint64_t v) {
+    REQUIRE(h.reform(v, "w1").empty());
+    return h.reform(v, "w2");
+  };
+  // The first failure re-forms at once.
+  REQUIRE(published(fail_all(1)).version == 2);
+  // World 2 fails 1 s after it was published: 1 s back-off.
+  h.advance(1s);
+  auto a = fail_all(2);
+  REQUIRE(of(a, Kind::Publish).empty());
+  REQUIRE(has_message(a, Kind::Warn, "in 1 s (2 quick failures in a row)"));
+  REQUIRE(h.d.next_deadline() == h.now + 1s);
+  REQUIRE(of(h.advance(999ms), Kind::Publish).empty());
+  REQUIRE(published(h.advance(1ms)).version == 3);
+  // Then 2 s, then 4 s, and 4 s again (the maximum).
+  for (auto [v, wait] : {std::pair{uint64_t{3}, 2s}, std::pair{uint64_t{4}, 4s}, std::pair{uint64_t{5}, 4s}}) {
+    REQUIRE(of(fail_all(v), Kind::Publish).empty());
+    REQUIRE(h.d.next_deadline() == h.now + wait);
+    REQUIRE(published(h.advance(wait)).version == v + 1);
+  }
+  // A world that lived past failed_world_stable is re-formed at once again.
+  h.advance(31s);
+  REQUIRE(published(fail_all(6)).version == 7);
+  REQUIRE(h.d.resets() == 6);
+}
+
+TEST_CASE("elastic driver: re-forming a failed world counts against --reset-limit") {
+  auto p = base_policy();
+  p.reset_limit = 1;
+  Harness h(p);
+  form(h, {{"a", 1}, {"b", 1}});
+  h.reform(1, "w1");
+  REQUIRE(published(h.reform(1, "w2")).version == 2);
+  h.reform(2, "w1");
+  h.reform(2, "w2");
+  auto f = finish_of(h.advance(1s));  // after the quick-failure back-off
+  REQUIRE(f.code == exit_code::kElastic);
+  REQUIRE(f.message.find("more than --reset-limit 1") != std::string::npos);
+  REQUIRE(f.message.find("world 2 failed") != std::string::npos);
+}
+
+TEST_CASE("elastic driver: re-form requests during the ending or after a signal change nothing") {
+  Harness h(base_policy());
+  form(h, {{"a", 1}, {"b", 1}});
+  h.signal(15);
+  REQUIRE(h.reform(1, "w1").empty());
+  REQUIRE(h.reform(1, "w2").empty());
 }

@@ -15,6 +15,9 @@
 ///    local and cross ranks the world gives them. A member learns that a
 ///    newer world exists by waiting on world_key(v + 1) (a long-poll over
 ///    the authenticated store: no file polling, no extra port).
+///  * A member that leaves world v with no newer world published (its
+///    communicator failed, or v did not form) writes reset_key(v, id);
+///    when every live member of v did, hvdrun publishes v + 1 with them.
 ///  * A world with `final` set ends the job: no member re-forms after it.
 #include <cstdint>
 #include <string>
@@ -38,6 +41,21 @@ std::string comm_prefix(uint64_t version);
 /// arrive, once every member did (the library's join barrier); hvdrun reads
 /// it to know which worlds formed.
 std::string formed_key(uint64_t version);
+
+/// comm_prefix(v) + "reset/<worker_id>": written by a member of world v that
+/// left it with no newer world to go to (its communicator failed while
+/// every process may still be alive -- a network blip -- or the world did
+/// not form). Its value is one line: what the member saw. Once every live
+/// member of the newest world wrote it, hvdrun publishes a new world with
+/// the same members (Horovod's driver does the same once every worker
+/// recorded a failure).
+std::string reset_key(uint64_t version, const std::string& worker_id);
+
+/// comm_prefix(v) + "failure/first": the first failure of world v's
+/// communicator, as its ranks agreed on it (collective::FailureBoard, which
+/// writes "<prefix>failure/first" for any communicator). hvdrun names it
+/// when it re-forms a failed world.
+std::string failure_key(uint64_t version);
 
 /// One worker's place in a world. hvdrun computes the local and cross ranks
 /// with the placement rule static jobs use (horovodrun's; the launcher's

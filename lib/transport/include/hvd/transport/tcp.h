@@ -80,7 +80,9 @@ struct TcpOptions {
   /// connect(): retry a refused connection until the deadline (the peer may
   /// not listen yet). False when the peer's address was published after it
   /// started listening (a communicator's links): refused then means the
-  /// peer is gone, and connect() fails at once with IoError.
+  /// peer is gone, and connect() fails at once with IoError. A peer the
+  /// network cannot reach (EHOSTUNREACH, ENETUNREACH, ETIMEDOUT: a link that
+  /// just came back) is retried until the deadline either way.
   bool retry_refused = true;
 };
 

@@ -45,6 +45,11 @@
 ///    cooldown drawn uniformly from [cooldown_min, cooldown_max], doubled for
 ///    each earlier blacklisting of that host (capped at 2^6 times). One
 ///    crash never stops a host's healthy workers.
+///  * A world whose every live member asked to re-form it (reset_key: its
+///    communicator failed with no process gone -- a network blip -- or it
+///    did not form) is published again with the same members, the first
+///    failure named; repeated quick failures back off (failed_world_*).
+///    It counts as a reset. A member that exits is removed as usual.
 ///  * During initial formation (no world published yet), a worker that
 ///    exits non-zero before it is ready ends the job with its status (a bad
 ///    command must fail fast, as in static mode).
@@ -104,6 +109,14 @@ struct ElasticPolicy {
   /// doubled per consecutive loss on that host, at most the maximum.
   std::chrono::milliseconds unreachable_backoff{1000};
   std::chrono::milliseconds unreachable_backoff_max{30000};
+  /// A world that failed with every member alive is re-formed at once the
+  /// first time; when the world before it also failed within
+  /// `failed_world_stable` of its publication, after this back-off, doubled
+  /// per consecutive failure up to the maximum (a network that stays broken
+  /// does not spin).
+  std::chrono::milliseconds failed_world_backoff{1000};
+  std::chrono::milliseconds failed_world_backoff_max{30000};
+  std::chrono::milliseconds failed_world_stable{30000};
 };
 
 /// What the runner must do, in order.
@@ -142,6 +155,11 @@ class ElasticDriver {
   /// joined the job. Unknown or already reported versions are ignored.
   /// Worlds of one member need no barrier and count as formed when published.
   void on_world_formed(uint64_t version, ElasticTime now);
+  /// Member `worker_id` of world `version` left it and asks to re-form
+  /// (store::elastic::reset_key); `why` is one line (the world's first
+  /// failure when its ranks recorded one). Ignored unless `version` is the
+  /// newest world and the worker one of its live members.
+  void on_reform_request(uint64_t version, const std::string& worker_id, const std::string& why, ElasticTime now);
   /// Timers: admission batches, grace periods, timeouts, cooldown expiry.
   void tick(ElasticTime now);
 
