@@ -26,7 +26,18 @@ SIGKILLed once the job trains at size N; the job must complete.
     /usr/bin/python3 scripts/bench_scaling.py --build build --rounds 3 \\
         --np 1,2,4,8,16,32,64,128,256 --mpi-max-np 64 --elastic-np 64
 
-Multi-host columns (network-namespace hosts over SSH) are not produced yet.
+With --hosts 1,2,4,8 (root and `ip netns` needed) it also runs the
+multi-host rows: H network-namespace hosts, each with its own sshd and host
+name (tests/integration/netns/netns_hosts.py, addresses on 198.18.X.0/24
+that it creates and removes), --slots ranks each, from this (the root)
+namespace over SSH with the same key and known_hosts for both launchers:
+  * `hvdrun -np H*S -H a:S,b:S,... -i KEY hello_allreduce`
+  * `mpirun -np H*S -H a:S,b:S,... -mca plm_rsh_args "-i KEY ..." bench_mpi_hello`
+    (daemons started one per host over ssh, no tree spawn; oob and btl on
+    the test subnet)
+launch to exit of the whole job (which includes its first allreduce).
+
+    sudo /usr/bin/python3 scripts/bench_scaling.py --np 1 --hosts 1,2,4,8 --slots 4
 """
 import argparse
 import os
@@ -47,11 +58,14 @@ def loadavg():
         return " ".join(f.read().split()[:3])
 
 
-def timed(cmd, timeout, env=None):
-    """Wall seconds of `cmd`, or None when it failed or timed out."""
+def timed(cmd, timeout, env=None, replace_env=False):
+    """Wall seconds of `cmd`, or None when it failed or timed out. `env`
+    adds to this environment, or replaces it with replace_env."""
     t0 = time.perf_counter()
+    if env is not None and not replace_env:
+        env = {**os.environ, **env}
     p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         env=None if env is None else {**os.environ, **env}, start_new_session=True)
+                         env=env, start_new_session=True)
     try:
         _, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -138,6 +152,55 @@ def elastic_target(args, hvdrun, trainer):
     return ok, dt, detail
 
 
+def multihost_rows(args, hvdrun, hello, mpi_hello):
+    """The multi-host table (see the module text); returns 0, or 1 when a
+    host setup failed."""
+    sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration", "netns"))
+    import netns_hosts
+    counts = [int(x) for x in args.hosts.split(",") if x]
+    if os.geteuid() != 0:
+        sys.stderr.write("--hosts needs root (ip netns, sshd)\n")
+        return 1
+    slots = args.slots
+    with netns_hosts.NetnsHosts(count=max(counts), own_hostnames=True) as hosts:
+        os.makedirs(os.path.dirname(hosts.known_hosts), exist_ok=True)
+        host_key = " ".join(hosts.host_pub_key().split()[:2])
+        with open(hosts.known_hosts, "w") as f:
+            f.write("".join("%s %s\n" % (a, host_key) for a in hosts.addrs))
+        env = netns_hosts.hvdrun_env(hosts, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                                     OMPI_MCA_btl_vader_single_copy_mechanism="none")
+        for name in ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HVDRUN_SECRET"):
+            env.pop(name, None)
+        subnet = hosts.addrs[0].rsplit(".", 1)[0] + ".0/24"
+        rsh = "-i %s -o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes -o BatchMode=yes" % (
+            hosts.key, hosts.known_hosts)
+        print()
+        print("Multi-host: network-namespace hosts over SSH, %d slots each (median of %d, alternating; "
+              "launch to exit, ms)" % (slots, args.rounds))
+        print()
+        print("| hosts | np | load (1/5/15 min) | hvdrun hello | mpirun hello | ratio |")
+        print("|---:|---:|---|---:|---:|---:|")
+        for h in counts:
+            n = h * slots
+            hostlist = ",".join("%s:%d" % (a, slots) for a in hosts.addrs[:h])
+            hv = [hvdrun, "-np", str(n), "-H", hostlist, "-i", hosts.key, hello]
+            mp = [args.mpirun, "--allow-run-as-root", "-np", str(n), "-H", hostlist, "-bind-to", "none",
+                  "-mca", "plm_rsh_args", rsh, "-mca", "plm_rsh_no_tree_spawn", "1",
+                  "-mca", "oob_tcp_if_include", subnet, "-mca", "btl_tcp_if_include", subnet, mpi_hello]
+            load = loadavg()
+            th, tm = [], []
+            for _ in range(args.rounds):
+                th.append(timed(hv, args.timeout, env=env, replace_env=True))
+                tm.append(timed(mp, args.mpi_timeout, env=env, replace_env=True))
+            hh, mh = median_ms(th), median_ms(tm)
+            print("| %d | %d | %s | %s | %s | %s |" % (h, n, load, fmt_ms(hh), fmt_ms(mh), fmt_ratio(hh, mh)),
+                  flush=True)
+        left = hosts.wait_no_leftovers(10)
+        if left:
+            print("\nnote: processes left in the namespaces: %s" % left)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build", help="the CMake build folder (hvdrun, hello_allreduce, elastic_trainer)")
@@ -151,6 +214,8 @@ def main():
     ap.add_argument("--baseline-build", help="an earlier build whose hello_allreduce runs beside (same hvdrun)")
     ap.add_argument("--elastic-np", type=int, default=0, help="also run the elastic target at this size (0: no)")
     ap.add_argument("--elastic-steps", type=int, default=40)
+    ap.add_argument("--hosts", default="", help="also the multi-host rows for these host counts, e.g. 1,2,4,8 (root)")
+    ap.add_argument("--slots", type=int, default=4, help="ranks per host in the multi-host rows")
     args = ap.parse_args()
 
     hvdrun = os.path.join(args.build, "apps", "hvdrun", "hvdrun")
@@ -199,6 +264,10 @@ def main():
     left = sorted(f for f in os.listdir("/dev/shm") if f.startswith("vader_segment") and f not in shm_before)
     if left:
         print("\nnote: %d Open MPI segment(s) left in /dev/shm by killed mpirun jobs (%s ...)" % (len(left), left[0]))
+
+    if args.hosts:
+        if multihost_rows(args, hvdrun, hello, mpi_hello) != 0:
+            return 1
 
     if args.elastic_np:
         print()
