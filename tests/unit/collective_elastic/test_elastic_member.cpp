@@ -43,6 +43,13 @@ int64_t sum_of_ones(collective::Context& ctx, const std::string& name) {
   return one;
 }
 
+/// Both members join world 1 together (each blocks until the other came).
+void join_both(ElasticMember& first, ElasticMember& second) {
+  auto joined = std::async(std::launch::async, [&] { second.join(); });
+  first.join();
+  joined.get();
+}
+
 /// A tiny trainer: `value` counts the steps taken; each step allreduces
 /// Average(1) (= 1 at any size) into it and commits.
 struct Counter {
@@ -118,9 +125,7 @@ TEST_CASE("elastic hosts_updated turns true when a newer world is published, wit
   FakeDriver driver;
   driver.publish(1, {"a", "b"});
   ElasticMember a(driver.options("a")), b(driver.options("b"));
-  auto jb = std::async(std::launch::async, [&] { b.join(); });
-  a.join();
-  jb.get();
+  join_both(a, b);
   CHECK_FALSE(a.hosts_updated());
   const auto t0 = Clock::now();
   driver.publish(2, {"a", "b", "c"});  // a newcomer: nobody left
@@ -183,9 +188,7 @@ TEST_CASE("elastic a peer failure mid-allreduce throws PeerFailureError fast, th
   FakeDriver driver;
   driver.publish(1, {"a", "b"});
   ElasticMember ma(driver.options("a")), mb(driver.options("b"));
-  auto jb = std::async(std::launch::async, [&] { mb.join(); });
-  ma.join();
-  jb.get();
+  join_both(ma, mb);
   Counter a, b;
   a.state.set_membership(ma);
   b.state.set_membership(mb);
@@ -235,9 +238,7 @@ TEST_CASE("elastic a world that drops a silent peer aborts the blocked operation
   FakeDriver driver;
   driver.publish(1, {"a", "b"});
   ElasticMember a(driver.options("a")), b(driver.options("b"));
-  auto jb = std::async(std::launch::async, [&] { b.join(); });
-  a.join();
-  jb.get();
+  join_both(a, b);
   // b stays alive but never takes part: a's allreduce cannot complete.
   int64_t x = 1;
   collective::Handle h = a.context().allreduce_async(
@@ -261,9 +262,7 @@ TEST_CASE("elastic a world that fails with every member alive: each asks to re-f
   FakeDriver driver;
   driver.publish(1, {"a", "b"});
   ElasticMember a(driver.options("a")), b(driver.options("b"));
-  auto jb = std::async(std::launch::async, [&] { b.join(); });
-  a.join();
-  jb.get();
+  join_both(a, b);
   auto before = std::async(std::launch::async, [&] { return sum_of_ones(b.context(), "before"); });
   CHECK(sum_of_ones(a.context(), "before") == 2);
   CHECK(before.get() == 2);
