@@ -129,7 +129,7 @@ def elastic_target(args, hvdrun, trainer):
                             argv = f.read().split(b"\0")
                     except OSError:
                         continue
-                    if ("HVD_TEST_TOKEN=" + token).encode() in envs and victim in envs and b"--agent" not in argv:
+                    if ("HVD_TEST_TOKEN=" + token).encode() in envs and victim in envs and os.path.basename(argv[0]) != b"hvdrun-agent":
                         os.kill(int(name), signal.SIGKILL)
                         killed = time.perf_counter() - t0
                         break

@@ -55,7 +55,10 @@ struct SshSpawnerOptions {
   /// OpenSSH client configuration files, read in order; unset:
   /// <home>/.ssh/config then /etc/ssh/ssh_config. Empty: none.
   std::optional<std::vector<std::string>> config_files;
-  std::vector<std::string> agent_command;  // remote argv prefix for the agent
+  std::vector<std::string> agent_command;  // remote argv of the agent; empty: local_agent_path()
+  /// Sent to each host's agent in its Hello: how long a worker gets between
+  /// SIGTERM and SIGKILL once the agent's stdin closes (--kill-grace-ms).
+  std::chrono::milliseconds kill_grace{3000};
   /// Liveness probe interval (TCP keepalive; ssh::set_liveness_checks): a
   /// vanished host is declared lost after about 4 intervals.
   std::chrono::seconds keepalive{5};
