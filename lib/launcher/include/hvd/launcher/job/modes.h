@@ -3,7 +3,7 @@
 /// dispatcher over it.
 ///
 ///  1. Early modes, before the command line is parsed (early_modes()): the
-///     internal ones chosen by their first word (`--agent`, the platform
+///     internal ones chosen by their first word (the platform
 ///     follower protocol) and an OCI Data Science run (OCI__MODE), whose
 ///     variables add flags of their own. The first row that answers ends
 ///     hvdrun.
@@ -81,7 +81,7 @@ struct EarlyMode {
   const char* name;
   std::optional<int> (*run)(int argc, char** argv);
 };
-/// agent, follower-attach, follower-status, oci: in that order.
+/// follower-attach, follower-status, oci: in that order.
 const std::vector<EarlyMode>& early_modes();
 
 /// A job mode: runs a resolved decision to hvdrun's exit code.
