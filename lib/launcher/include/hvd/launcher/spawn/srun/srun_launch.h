@@ -14,7 +14,9 @@ namespace hvd::launcher {
 /// The agent command for `node`: one task of an overlapping step on that
 /// node (`--overlap`: it shares the allocation's CPUs, memory and GPUs with
 /// the batch step and the other workers instead of waiting for them; no
-/// PMI, which the agent does not use; srun's own messages quiet), then
+/// PMI, which the agent does not use; srun's own messages quiet;
+/// --unbuffered, or slurmstepd would hold the agent's binary frames until a
+/// newline byte happens to pass), then
 /// `agent` ("/usr/bin/hvdrun-agent"). The cluster's CPU binding policy
 /// applies to the step as to any srun (SLURM_CPU_BIND=none in hvdrun's
 /// environment turns it off).
