@@ -30,7 +30,7 @@ cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O
   exit 1
 }
 targets=("${launcher[@]}" "${others[@]}")
-cmake --build "$build" -j"$jobs" --target "${targets[@]}" hvd_agent_for_tests
+cmake --build "$build" -j"$jobs" --target "${targets[@]}" hvdrun_agent
 export ASAN_OPTIONS=abort_on_error=0:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 failed=0
