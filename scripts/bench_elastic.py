@@ -113,7 +113,7 @@ class Job:
                     cmd = f.read().split(b"\0")
             except OSError:
                 continue
-            if token in env and wid in env and b"--agent" not in cmd:
+            if token in env and wid in env and os.path.basename(cmd[0]) != b"hvdrun-agent":
                 return int(name)
         return None
 

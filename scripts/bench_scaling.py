@@ -19,6 +19,11 @@ With --baseline-build DIR (a build of an earlier commit) every round also
 runs that build's hello_allreduce under this build's hvdrun, in the column
 "hello, baseline": the library's start-up before and after, same run.
 
+With --before-build DIR (a build of the commit before a launcher change)
+every round also runs that build's hvdrun with `true` and with its own
+hello_allreduce, in the columns "before": the launcher before and after,
+same run, same load.
+
 With --elastic-np N it also runs the elastic target: an elastic job of N
 ranks (elastic_trainer, -H localhost:N --min-np N/2) whose worker w3 is
 SIGKILLed once the job trains at size N; the job must complete.
@@ -129,7 +134,7 @@ def elastic_target(args, hvdrun, trainer):
                             argv = f.read().split(b"\0")
                     except OSError:
                         continue
-                    if ("HVD_TEST_TOKEN=" + token).encode() in envs and victim in envs and b"--agent" not in argv:
+                    if ("HVD_TEST_TOKEN=" + token).encode() in envs and victim in envs and os.path.basename(argv[0]) != b"hvdrun-agent":
                         os.kill(int(name), signal.SIGKILL)
                         killed = time.perf_counter() - t0
                         break
@@ -212,6 +217,7 @@ def main():
     ap.add_argument("--timeout", type=int, default=600, help="seconds per hvdrun job")
     ap.add_argument("--mpi-timeout", type=int, default=120, help="seconds per mpirun job (a hung one counts as failed)")
     ap.add_argument("--baseline-build", help="an earlier build whose hello_allreduce runs beside (same hvdrun)")
+    ap.add_argument("--before-build", help="an earlier build whose hvdrun runs `true` and its hello beside")
     ap.add_argument("--elastic-np", type=int, default=0, help="also run the elastic target at this size (0: no)")
     ap.add_argument("--elastic-steps", type=int, default=40)
     ap.add_argument("--hosts", default="", help="also the multi-host rows for these host counts, e.g. 1,2,4,8 (root)")
@@ -227,18 +233,23 @@ def main():
     sizes = [int(x) for x in args.np.split(",") if x]
     shm_before = set(os.listdir("/dev/shm"))
     base_hello = os.path.join(args.baseline_build, "apps", "examples", "hello_allreduce") if args.baseline_build else None
+    before = args.before_build
+    before_hvdrun = os.path.join(before, "apps", "hvdrun", "hvdrun") if before else None
+    before_hello = os.path.join(before, "apps", "examples", "hello_allreduce") if before else None
 
     print("# %s, %d CPUs, %s; median of %d, alternating; times in ms, launch to exit" %
           (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.cpu_count(), os.uname().release, args.rounds))
     print("# command: %s" % " ".join([os.path.basename(sys.executable)] + sys.argv))
     print()
     print("| np | load (1/5/15 min) | hvdrun `true` | mpirun `true` | ratio | hvdrun hello | mpirun hello | ratio "
-          "| hvdrun init (hello - true) | mpirun init | ratio |" + (" hello, baseline |" if base_hello else ""))
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if base_hello else ""))
+          "| hvdrun init (hello - true) | mpirun init | ratio |" + (" hello, baseline |" if base_hello else "") +
+          (" hvdrun `true`, before | ratio | hvdrun hello, before | ratio |" if before else ""))
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if base_hello else "") +
+          ("---:|---:|---:|---:|" if before else ""))
     for n in sizes:
         load = loadavg()
         use_mpi = n <= args.mpi_max_np
-        t = {k: [] for k in ("ht", "mt", "hh", "mh", "bh")}
+        t = {k: [] for k in ("ht", "mt", "hh", "mh", "bh", "Bt", "Bh")}
         for _ in range(args.rounds):
             t["ht"].append(timed([hvdrun, "-np", str(n), "-H", "localhost:%d" % n, "true"], args.timeout))
             if use_mpi:
@@ -248,6 +259,10 @@ def main():
                 t["mh"].append(timed(mpirun + ["-np", str(n), mpi_hello], args.mpi_timeout))
             if base_hello:
                 t["bh"].append(timed([hvdrun, "-np", str(n), "-H", "localhost:%d" % n, base_hello], args.timeout))
+            if before:
+                t["Bt"].append(timed([before_hvdrun, "-np", str(n), "-H", "localhost:%d" % n, "true"], args.timeout))
+                t["Bh"].append(timed([before_hvdrun, "-np", str(n), "-H", "localhost:%d" % n, before_hello],
+                                     args.timeout))
         ht, mt, hh, mh = (median_ms(t[k]) for k in ("ht", "mt", "hh", "mh"))
         hi = None if hh is None or ht is None else hh - ht
         mi = None if mh is None or mt is None else mh - mt
@@ -258,6 +273,9 @@ def main():
             bh = median_ms(t["bh"])
             failed = sum(1 for x in t["bh"] if x is None)
             row += " %s |" % (fmt_ms(bh) + (" (%d of %d failed)" % (failed, len(t["bh"])) if failed else ""))
+        if before:
+            bt, bhh = median_ms(t["Bt"]), median_ms(t["Bh"])
+            row += " %s | %s | %s | %s |" % (fmt_ms(bt), fmt_ratio(bt, mt), fmt_ms(bhh), fmt_ratio(bhh, mh))
         print(row, flush=True)
 
     # An Open MPI job killed at its timeout leaves its shared-memory files.

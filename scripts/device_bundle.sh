@@ -8,7 +8,7 @@
 #   scripts/device_bundle.sh             # build + bundle; prints the size
 #   HVD_BUNDLE_DIR=/tmp/b scripts/device_bundle.sh
 #
-# The bundle: bin/ (hvdrun, horovodrun, hvdbench, cuda_check), lib/
+# The bundle: bin/ (hvdrun, hvdrun-agent, horovodrun, hvdbench, cuda_check), lib/
 # (libhvd_collective.so with its CUDA part, the MPI bootstrap plug-in, and
 # every shared library they need that a base system lacks, found with ldd),
 # python/ (hvdcomm with its extension for this machine's /usr/bin/python3
@@ -52,7 +52,7 @@ cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DHVD_WITH_CUDA=ON \
   -DCMAKE_INSTALL_PREFIX="$OUT" >"$BUILD/configure.log" 2>&1 ||
   { cat "$BUILD/configure.log"; die "configure failed"; }
 py_tag=$("$PY312" -c "import sysconfig; print(sysconfig.get_config_var('py_version_nodot'))")
-cmake --build "$BUILD" -j"$(nproc)" --target hvdrun hvdbench hvd_collective hvd_mpi_bootstrap cuda_check \
+cmake --build "$BUILD" -j"$(nproc)" --target hvdrun hvdrun_agent hvdbench hvd_collective hvd_mpi_bootstrap cuda_check \
   hvdcomm_core "hvdcomm_core_py$py_tag" hvdcomm_py hvdrun_man
 
 rm -rf "$OUT"
@@ -85,7 +85,7 @@ chmod u+w "$OUT"/lib/*.so* && strip --strip-unneeded "$OUT"/lib/*.so* 2>/dev/nul
 import json, os, sys
 build, root, out, host_python = sys.argv[1:5]
 doc = json.load(open(os.path.join(build, "gpu_tests.raw.json")))
-bins = {"hvdrun", "hvdbench", "cuda_check", "horovodrun"}
+bins = {"hvdrun", "hvdrun-agent", "hvdbench", "cuda_check", "horovodrun"}
 def rel(a):
     if os.path.isabs(a) and os.path.basename(a) in bins and a.startswith(build):
         return "@BUNDLE@/bin/" + os.path.basename(a)

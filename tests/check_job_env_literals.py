@@ -9,7 +9,7 @@ Reads the names from lib/common/include/hvd/common/job_env.h (its
 `inline constexpr const char* kName = "NAME";` declarations) and reports
 every string literal in C/C++ and Python sources whose text is one of them,
 optionally followed by "=" or "={}" (an environment entry being built or
-matched: "HVDRUN_KILL_GRACE_MS="). Comments are not code; a literal that
+matched: "HVDRUN_SECRET="). Comments are not code; a literal that
 merely mentions a name inside a longer message ("HOROVOD_SIZE={} but
 HOROVOD_GLOO_RENDEZVOUS_ADDR is not set") is prose and allowed. tests/ is
 not scanned: tests check the contract from the outside and may spell names.
@@ -189,8 +189,8 @@ def self_test():
             '/* and "HOROVOD_SIZE" here too */\n'
             'auto r = env::get("HOROVOD_RANK");\n'                       # line 3: copy
             'auto m = fmt::format("HOROVOD_SIZE={} but x", 1);\n'       # prose: allowed
-            'if (strncmp(e, "HVDRUN_KILL_GRACE_MS=", 21) == 0) {}\n'    # line 5: copy
-            'auto s = fmt::format("HVDRUN_KILL_GRACE_MS={}", 3);\n'     # line 6: copy
+            'if (strncmp(e, "HVDRUN_SECRET=", 14) == 0) {}\n'           # line 5: copy
+            'auto s = fmt::format("HVDRUN_SECRET={}", 3);\n'            # line 6: copy
             "char q = '\"'; int n = 1'000;\n"
             'auto t = std::string(R"x(HOROVOD_ELASTIC)x");\n'           # line 8: copy
             'auto u = "HOROVOD_RANKS";\n'                               # another name: allowed

@@ -42,7 +42,7 @@ def worker_pid(token, worker_id):
                 cmd = f.read().split(b"\0")
         except OSError:
             continue
-        if needle in env and b"--agent" not in cmd:
+        if needle in env and os.path.basename(cmd[0]) != b"hvdrun-agent":
             return pid
     return None
 

@@ -179,7 +179,7 @@ class Job:
 def worker_pid(token, env_needle):
     """A worker process (not its agent, not hvdrun) whose environment holds `env_needle`."""
     for pid, env, cmd in token_processes(token):
-        if env_needle.encode() in env and b"--agent" not in cmd and os.path.basename(cmd[0]) != b"hvdrun":
+        if env_needle.encode() in env and os.path.basename(cmd[0]) not in (b"hvdrun", b"hvdrun-agent"):
             return pid
     return None
 
@@ -377,7 +377,7 @@ class Fault(unittest.TestCase):
         are all close-on-exec: no child can inherit them, whoever forks."""
         leaks = {"hvdrun": fds_without_cloexec(job.proc.pid, skip=(0, 1, 2))}
         for pid, env, cmd in token_processes(job.token):
-            if b"--agent" in cmd:
+            if os.path.basename(cmd[0]) == b"hvdrun-agent":
                 leaks["agent %d" % pid] = fds_without_cloexec(pid)
         self.assertEqual({k: v for k, v in leaks.items() if v}, {}, job.text())
 

@@ -18,7 +18,7 @@ import time
 import unittest
 import uuid
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from procs import processes_with_token  # noqa: E402
+from procs import processes_with_token, token_processes  # noqa: E402
 
 HVDRUN = os.environ.get("HVDRUN", "hvdrun")
 
@@ -325,9 +325,13 @@ class LocalRun(unittest.TestCase):
         self.assertNoLeftovers(job)
 
     def test_sigkill_to_hvdrun_leaves_no_workers(self):
-        job = Job(["-np", "2", "-H", "localhost:2"] + sh("echo ready; sleep 60 & wait"))
-        self.assertEqual(len(job.wait_for_stdout_lines(2)), 2)
-        self.assertGreaterEqual(len(processes_with_token(job.token, exclude=(job.proc.pid,))), 4)
+        job = Job(["-np", "4", "-H", "localhost:4"] + sh("echo ready; sleep 60 & wait"))
+        self.assertEqual(len(job.wait_for_stdout_lines(4)), 4)
+        procs = token_processes(job.token, exclude=(job.proc.pid,))
+        # One agent for the host's four workers (issue 28): 1 + 4 shells + 4 sleeps.
+        agents = [pid for pid, _, cmd in procs if os.path.basename(cmd[0]) == b"hvdrun-agent"]
+        self.assertEqual(len(agents), 1, procs)
+        self.assertEqual(len(procs), 9, procs)
         job.proc.kill()
         job.finish(timeout=10)
         self.assertNoLeftovers(job)

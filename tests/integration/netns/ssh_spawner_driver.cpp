@@ -4,7 +4,7 @@
 // expose (a 1 s keepalive).
 //
 //   ssh_spawner_driver --host H --identity KEY [--port P] [--keepalive S]
-//       [--ranks N] [--timeout S] [--agent HVDRUN] [--signal-after-ms MS]
+//       [--ranks N] [--timeout S] [--agent HVDRUN_AGENT] [--signal-after-ms MS]
 //       [--signal-after-lines N] [--signal TERM|INT|HUP|KILL] -- CMD ARGS...
 //
 // --signal-after-lines waits (up to 20 s) until N output lines arrived
@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
       usage(("unknown argument " + a).c_str());
   }
   if (host.empty() || command.empty()) usage("--host and a command are required");
-  if (!agent.empty()) options.agent_command = {agent, "--agent"};
+  if (!agent.empty()) options.agent_command = {agent};
 
   std::vector<hvd::launcher::WorkerSpec> workers;
   for (int r = 0; r < ranks; ++r) {

@@ -25,6 +25,11 @@ from netns_hosts import Failure, check, hvdrun_env as env_for  # noqa: E402,F401
 ARGS = None
 
 
+def agent_path():
+    """hvdrun-agent beside the hvdrun under test (the spawners look there)."""
+    return os.path.join(os.path.dirname(os.path.abspath(ARGS.hvdrun)), "hvdrun-agent")
+
+
 def hvdrun_argv(hosts, *args, key=None):
     if key == "":  # no -i: ssh-agent / default keys
         return [ARGS.hvdrun, *args]
@@ -125,6 +130,12 @@ def _interrupt(hosts, sig, want_code):
     proc = start_hvdrun(hosts, ["-np", "4", "-H", f"{a}:2,{b}:2", "sleep", "61"])
     try:
         wait_workers(hosts, r"^sleep 61", 2)
+        # One agent per host starts both of its workers.
+        for i in range(hosts.count):
+            cmds = [cmd for _, cmd in hosts.processes(i)]
+            agents = [c for c in cmds if os.path.basename(c.split()[0]) == "hvdrun-agent"]
+            check(len(agents) == 1 and sum(c.startswith("sleep 61") for c in cmds) == 2,
+                  f"namespace {i}: want one hvdrun-agent and two workers", cmds)
         t0 = time.monotonic()
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=20)
@@ -194,7 +205,7 @@ def case_env_over_ssh(hosts):
 
 def case_sigkill(hosts):
     """hvdrun killed with SIGKILL: the TCP connections drop, sshd closes the
-    channels, the agents see EOF and kill their workers."""
+    channels, each host's one agent sees EOF and kills both of its workers."""
     _interrupt(hosts, signal.SIGKILL, None)
     print("sigkill: ok")
 
@@ -312,7 +323,7 @@ def case_lost_connection(hosts):
     check(ARGS.driver, "--driver is required for this case")
     a = hosts.addrs[0]
     proc = subprocess.Popen([ARGS.driver, "--host", a, "--identity", hosts.key, "--keepalive", "1",
-                             "--ranks", "2", "--timeout", "10", "--agent", ARGS.hvdrun, "--", "sleep", "62"],
+                             "--ranks", "2", "--timeout", "10", "--agent", agent_path(), "--", "sleep", "62"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_for(hosts))
     try:
         wait_workers_ns0 = time.monotonic() + 15
@@ -346,7 +357,7 @@ def case_driver_signals(hosts):
     script = ('trap "echo got-term-$HOROVOD_RANK; exit 7" TERM; echo "out-$HOROVOD_RANK"; '
               'if [ "$HOROVOD_RANK" = 0 ]; then exit 5; fi; sleep 30 & wait')
     p = subprocess.run([ARGS.driver, "--host", a, "--identity", hosts.key, "--ranks", "3", "--timeout", "10",
-                        "--agent", ARGS.hvdrun, "--signal-after-lines", "3", "--signal-after-ms", "500",
+                        "--agent", agent_path(), "--signal-after-lines", "3", "--signal-after-ms", "500",
                         "--signal", "TERM", "--", "sh", "-c",
                         script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_for(hosts),
                        timeout=30)

@@ -233,11 +233,12 @@ def case_remote_path(hosts):
     a, b = hosts.addrs
     bindir = os.path.join(hosts.tmp, "remote-bin")
     os.makedirs(bindir)
-    os.symlink(os.path.abspath(ARGS.hvdrun), os.path.join(bindir, "hvdrun"))
+    agent = os.path.join(os.path.dirname(os.path.abspath(ARGS.hvdrun)), "hvdrun-agent")
+    os.symlink(agent, os.path.join(bindir, "hvdrun-agent"))
     # Host a's non-interactive sessions have bindir on their PATH; host b's
-    # have sshd's default PATH, without any hvdrun.
+    # have sshd's default PATH, without any hvdrun-agent.
     hosts.restart_sshd(0, extra=f"SetEnv PATH={bindir}:/usr/bin:/bin\n")
-    missing = os.path.join(hosts.tmp, "not-installed", "hvdrun")
+    missing = os.path.join(hosts.tmp, "not-installed", "hvdrun-agent")
 
     def driver(host, agent):
         return subprocess.run([ARGS.driver, "--host", host, "--identity", hosts.key, "--timeout", "10", "--agent",
@@ -248,18 +249,18 @@ def case_remote_path(hosts):
     check(p.returncode == 0 and "out 0 stdout agent-ran" in p.stdout, f"PATH fallback: exited {p.returncode}",
           p.stdout, p.stderr)
     used = [l for l in p.stderr.splitlines() if "from its PATH" in l]
-    check(len(used) == 1 and missing in used[0] and os.path.join(bindir, "hvdrun") in used[0],
+    check(len(used) == 1 and missing in used[0] and os.path.join(bindir, "hvdrun-agent") in used[0],
           "want one line naming the missing path and the PATH one", p.stderr)
     # Same path: no fallback line.
-    p = driver(a, os.path.abspath(ARGS.hvdrun))
+    p = driver(a, agent)
     check(p.returncode == 0 and "from its PATH" not in p.stderr, f"same path: exited {p.returncode}", p.stderr)
     # Neither: one error naming both, and the launch fails (exit 3).
-    if shutil.which("hvdrun", path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"):
-        print("remote_path: note: an hvdrun is installed on the default PATH; skipping the 'neither' check")
+    if shutil.which("hvdrun-agent", path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"):
+        print("remote_path: note: an hvdrun-agent is installed on the default PATH; skipping the 'neither' check")
     else:
         p = driver(b, missing)
         check(p.returncode == 3, f"neither: exited {p.returncode}, want 3", p.stdout, p.stderr)
-        check(re.search(rf"{re.escape(b)}.*hvdrun not found there: {re.escape(missing)} does not exist.*PATH=",
+        check(re.search(rf"{re.escape(b)}.*hvdrun-agent not found there: {re.escape(missing)} does not exist.*PATH=",
                         p.stderr), "unclear 'not found' error", p.stderr)
     print("remote_path: ok")
 

@@ -102,5 +102,4 @@ TEST_CASE("job_env: the contract's well-known names", "[common][job_env]") {
   CHECK(std::string(job_env::kSize) == "HOROVOD_SIZE");
   CHECK(std::string(job_env::kElastic) == "HOROVOD_ELASTIC");
   CHECK(std::string(job_env::kWorkerId) == "HVDRUN_WORKER_ID");
-  CHECK(std::string(job_env::kKillGraceMs) == "HVDRUN_KILL_GRACE_MS");
 }

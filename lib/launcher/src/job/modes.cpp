@@ -10,7 +10,6 @@
 #include "hvd/launcher/plan/plan.h"
 #include "hvd/launcher/plan/worker_env.h"
 #include "hvd/launcher/process/report.h"
-#include "hvd/launcher/spawn/agent.h"
 #include "hvd/launcher/spawn/local_spawner.h"
 #include "hvd/launcher/spawn/spawner_factory.h"
 
@@ -78,7 +77,6 @@ std::optional<int> when_first_word(const char* word, int argc, char** argv) {
   return std::nullopt;
 }
 
-std::optional<int> agent_row(int argc, char** argv) { return when_first_word<agent_main>("--agent", argc, argv); }
 // Internal: what a platform job's leader runs on its follower hosts (docs/platforms.md#followers).
 std::optional<int> follower_attach_row(int argc, char** argv) {
   return when_first_word<platform::follower_attach_main>("--follower-attach", argc, argv);
@@ -198,7 +196,6 @@ int static_mode(JobDecision& d) {
 
 const std::vector<EarlyMode>& early_modes() {
   static const std::vector<EarlyMode> rows = {
-      {"agent", agent_row},
       {"follower-attach", follower_attach_row},
       {"follower-status", follower_status_row},
       {"kubernetes-pod-hosts", kubernetes_pod_hosts_row},

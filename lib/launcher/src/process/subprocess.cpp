@@ -10,7 +10,9 @@
 #include "hvd/launcher/process/signals.h"
 
 #include <fmt/format.h>
+#ifndef HVD_LEAN_PROCESS
 #include <spdlog/spdlog.h>
+#endif
 
 #include <fcntl.h>
 #include <poll.h>
@@ -28,6 +30,21 @@
 extern char** environ;
 
 namespace hvd::launcher {
+
+namespace {
+
+/// The lean agent (HVD_LEAN_PROCESS: no spdlog) writes the line itself.
+void warn_status_lost(pid_t pid) {
+#ifdef HVD_LEAN_PROCESS
+  const std::string line = fmt::format("hvdrun-agent: process {} was reaped elsewhere; its exit status is lost\n", pid);
+  ssize_t ignored = ::write(2, line.data(), line.size());
+  (void)ignored;
+#else
+  spdlog::warn("process {} was reaped elsewhere; its exit status is lost", pid);
+#endif
+}
+
+}  // namespace
 
 namespace {
 
@@ -386,7 +403,7 @@ std::optional<int> Subprocess::try_reap() {
     return status;
   }
   if (w < 0 && errno == ECHILD) {
-    spdlog::warn("process {} was reaped elsewhere; its exit status is lost", pid_);
+    warn_status_lost(pid_);
     record(0);
     return 0;
   }
@@ -404,7 +421,7 @@ int Subprocess::reap() {
   if (w == pid_) {
     record(status);
   } else {
-    spdlog::warn("process {} was reaped elsewhere; its exit status is lost", pid_);
+    warn_status_lost(pid_);
     record(0);
   }
   return status_;

@@ -1,28 +1,27 @@
-// The hvdrun agent (protocol in agent.h). Single-threaded on purpose: one
-// poll() loop over stdin and a signalfd sees every event (control byte, EOF,
-// SIGCHLD, signals to us). The worker starts through Subprocess.
+// The hvdrun agent (agent.h, protocol in agent_protocol.h). Single-threaded
+// on purpose: one poll() loop over stdin, a signalfd (SIGCHLD and the
+// signals sent to the agent) and every worker's stdout and stderr pipes
+// sees every event. Workers start through Subprocess. No logging library:
+// the agent's own errors are one "hvdrun-agent: ..." line on its stderr and
+// an Error frame.
 #include "hvd/launcher/spawn/agent.h"
 
-#include "hvd/common/env.h"
 #include "hvd/common/error.h"
 #include "hvd/common/io.h"
-#include "hvd/common/job_env.h"
 #include "hvd/launcher/process/signal_guard.h"
-#include "hvd/launcher/process/signals.h"
 #include "hvd/launcher/process/subprocess.h"
+#include "hvd/launcher/spawn/agent_protocol.h"
 
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
+#include <fcntl.h>
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
-#include <cstdio>
 #include <cstring>
-#include <initializer_list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,190 +30,353 @@ namespace hvd::launcher {
 
 namespace {
 
-constexpr std::size_t kMaxSpecBytes = 16u << 20;
-constexpr int kAgentFailure = kAgentFailureStatus;
-
-struct Spec {
-  std::vector<std::string> argv;
-  std::vector<std::string> env;  // NAME=value
-  std::string cwd;
-  std::string path;  // the worker's PATH, for the command search
-};
+/// After a worker's leader exits (and its group is killed), how long its
+/// pipes may stay open -- an escaped process holding them -- before the
+/// agent stops reading and reports the exit.
+constexpr auto kDrainAfterExit = std::chrono::milliseconds(2000);
+/// How long the agent waits for its first frame: a launcher that connects
+/// and then says nothing must not leave an agent behind forever.
+constexpr auto kHelloTimeout = std::chrono::seconds(60);
+constexpr std::size_t kReadChunk = 64 * 1024;
 
 void agent_error(const std::string& message) {
-  std::string line = "hvdrun agent: " + message + "\n";
+  std::string line = "hvdrun-agent: " + message + "\n";
   ssize_t ignored = ::write(2, line.data(), line.size());
   (void)ignored;
 }
 
-Spec parse_spec(const std::string& payload) {
-  nlohmann::json j = nlohmann::json::parse(payload);  // throws on garbage
-  Spec spec;
-  if (!j.is_object()) throw InvalidArgument("the spec is not a JSON object");
-  const auto& argv = j.at("argv");
-  if (!argv.is_array() || argv.empty()) throw InvalidArgument("'argv' must be a non-empty array of strings");
-  for (const auto& a : argv) spec.argv.push_back(a.get<std::string>());
-  if (j.contains("env")) {
-    for (const auto& [name, value] : j.at("env").items()) {
-      if (name.empty() || name.find('=') != std::string::npos) {
-        throw InvalidArgument(fmt::format("invalid environment variable name '{}'", name));
-      }
-      std::string v = value.get<std::string>();
-      if (name == "PATH") spec.path = v;
-      spec.env.push_back(name + "=" + v);
-    }
+struct Worker {
+  std::uint32_t id = 0;
+  Subprocess process;
+  UniqueFd out, err;
+  bool exited = false;  // leader gone, group killed and reaped
+  int wait_status = 0;
+  Clock::time_point exited_at;
+  bool reported = false;
+  // A start failure: reported as Output on stderr plus Exit.
+  std::string failure_text;
+  int failure_status = 0;
+};
+
+class Agent {
+ public:
+  int run();
+
+ private:
+  void send(const AgentMessage& m);
+  void on_stdin_readable();
+  void on_message(AgentMessage m);
+  void spawn(agent_msg::Spawn s);
+  void on_signals();
+  void read_pipe(Worker& w, int stream);
+  void report_finished();
+  void begin_termination();
+  void fail(const std::string& message);
+  Worker* find(std::uint32_t id);
+
+  std::optional<SignalGuard> signals_;
+  AgentFrameReader reader_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::chrono::milliseconds grace_{3000};
+  bool hello_ = false;
+  bool done_ = false;  // Done received: no more workers
+  bool stdin_open_ = true;
+  bool stdout_open_ = true;
+  bool terminating_ = false;
+  bool failed_ = false;
+  Clock::time_point kill_at_ = Clock::time_point::max();
+  Clock::time_point hello_by_ = Clock::now() + kHelloTimeout;
+  std::vector<char> buf_ = std::vector<char>(kReadChunk);
+};
+
+void Agent::send(const AgentMessage& m) {
+  if (!stdout_open_) return;
+  try {
+    const std::string frame = encode_agent_message(m);
+    write_all(1, frame.data(), frame.size());
+  } catch (const std::exception&) {
+    // hvdrun is gone (EPIPE): nobody to report to; stop the workers.
+    stdout_open_ = false;
+    begin_termination();
   }
-  if (j.contains("cwd")) spec.cwd = j.at("cwd").get<std::string>();
-  return spec;
 }
 
-}  // namespace
-
-std::string encode_agent_spec(const WorkerSpec& worker) {
-  nlohmann::json j;
-  j["argv"] = worker.argv;
-  j["env"] = nlohmann::json::object();
-  for (const auto& [name, value] : worker.env) j["env"][name] = value;
-  j["cwd"] = worker.cwd;
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+Worker* Agent::find(std::uint32_t id) {
+  for (auto& w : workers_) {
+    if (w->id == id) return w.get();
+  }
+  return nullptr;
 }
 
-int agent_main(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
-  std::chrono::milliseconds grace{3000};
-  try {
-    grace = std::chrono::milliseconds(env::get_int_or(job_env::kKillGraceMs, 3000));
-  } catch (const std::exception& e) {
-    agent_error(e.what());
+void Agent::begin_termination() {
+  if (terminating_) return;
+  terminating_ = true;
+  for (auto& w : workers_) {
+    if (!w->exited && w->process.valid()) w->process.signal_group(SIGTERM);
   }
+  kill_at_ = Clock::now() + grace_;
+}
 
-  // 1. The spec. Bounded in size and time: a launcher that connects and then
-  //    says nothing must not leave an agent behind forever.
-  Spec spec;
-  try {
-    spec = parse_spec(read_frame(0, kMaxSpecBytes, Deadline::after(std::chrono::seconds(60))));
-  } catch (const std::exception& e) {
-    agent_error(fmt::format("could not read the worker spec from stdin: {}", e.what()));
-    return kAgentFailure;
+void Agent::fail(const std::string& message) {
+  agent_error(message);
+  send(agent_msg::Error{message});
+  failed_ = true;
+  stdin_open_ = false;  // the stream cannot be trusted any further
+  begin_termination();
+}
+
+void Agent::spawn(agent_msg::Spawn s) {
+  if (find(s.id) != nullptr) {
+    fail("the launcher sent a second Spawn for worker " + std::to_string(s.id));
+    return;
   }
+  auto w = std::make_unique<Worker>();
+  w->id = s.id;
+  Worker& worker = *w;
+  workers_.push_back(std::move(w));
 
-  // 2. Signals (and SIGCHLD) arrive on the SignalGuard's signalfd, SIGPIPE
-  // is ignored; the child gets a clean mask back.
-  std::optional<SignalGuard> signals;
-  try {
-    signals.emplace(std::initializer_list<int>{SIGCHLD});
-  } catch (const IoError& e) {
-    agent_error(e.what());
-    return kAgentFailure;
+  std::string path;
+  for (const auto& e : s.env) {
+    if (e.rfind("PATH=", 0) == 0) path = e.substr(5);
   }
-
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+    fail(std::string("pipe failed: ") + std::strerror(errno));
+    return;
+  }
+  UniqueFd out0(out[0]), out1(out[1]), err0(err[0]), err1(err[1]);
   SpawnOptions options;
-  options.argv = spec.argv;
-  options.env = spec.env;
+  options.argv = s.argv;
+  options.env = s.env;
   // The worker's PATH finds the command, not ours.
-  options.search_path = spec.path.empty() ? std::string("/usr/local/bin:/usr/bin:/bin") : spec.path;
-  options.cwd = spec.cwd;
+  options.search_path = path.empty() ? std::string("/usr/local/bin:/usr/bin:/bin") : path;
+  options.cwd = s.cwd;
   options.new_process_group = true;
   // Should the agent itself die abruptly (OOM killer, kill -9), the worker
   // must not live on unsupervised.
   options.parent_death_signal = SIGKILL;
   options.stdin_fd = ChildFd::dev_null();
-  Subprocess child;
+  options.stdout_fd = ChildFd::from(out1.get());
+  options.stderr_fd = ChildFd::from(err1.get());
   try {
-    child = Subprocess::spawn(options);
+    worker.process = Subprocess::spawn(options);
   } catch (const SpawnError& e) {
-    const std::string& cmd = spec.argv[0];
-    std::string line;
+    const std::string& cmd = s.argv[0];
     if (e.stage() == SpawnError::Stage::Chdir) {
       char host[256] = "this host";
       ::gethostname(host, sizeof host - 1);
-      line = fmt::format("hvdrun: cannot change to directory '{}' on {}: {}\n", spec.cwd, host,
-                         std::strerror(e.error_number()));
+      worker.failure_text = "hvdrun: cannot change to directory '" + s.cwd + "' on " + host + ": " +
+                            std::strerror(e.error_number()) + "\n";
     } else if (e.stage() == SpawnError::Stage::Exec) {
-      line = e.error_number() == ENOENT
-                 ? fmt::format("hvdrun: {}: command not found\n", cmd)
-                 : fmt::format("hvdrun: {}: cannot execute: {}\n", cmd, std::strerror(e.error_number()));
+      worker.failure_text = e.error_number() == ENOENT
+                                ? "hvdrun: " + cmd + ": command not found\n"
+                                : "hvdrun: " + cmd + ": cannot execute: " + std::strerror(e.error_number()) + "\n";
     } else {
-      agent_error(e.what());
-      return kAgentFailure;
+      worker.failure_text = std::string("hvdrun-agent: ") + e.what() + "\n";
     }
-    ssize_t ignored = ::write(2, line.data(), line.size());
-    (void)ignored;
-    return e.exit_status();
+    worker.failure_status = e.exit_status();
+    worker.exited = true;
+    worker.exited_at = Clock::now();
+    return;
+  } catch (const std::exception& e) {
+    worker.failure_text = std::string("hvdrun-agent: ") + e.what() + "\n";
+    worker.failure_status = kAgentFailureStatus;
+    worker.exited = true;
+    worker.exited_at = Clock::now();
+    return;
+  }
+  set_nonblocking(out0.get(), true);
+  set_nonblocking(err0.get(), true);
+  worker.out = std::move(out0);
+  worker.err = std::move(err0);
+  if (terminating_) worker.process.signal_group(SIGTERM);
+}
+
+void Agent::on_message(AgentMessage m) {
+  if (!hello_ && !std::holds_alternative<agent_msg::Hello>(m)) {
+    fail(std::string("the launcher's first frame is ") + agent_message_name(m) + ", not Hello");
+    return;
+  }
+  if (auto* h = std::get_if<agent_msg::Hello>(&m)) {
+    if (hello_) return fail("the launcher sent Hello twice");
+    if (h->version != kAgentProtocolVersion) {
+      return fail("the launcher speaks agent protocol version " + std::to_string(h->version) +
+                  ", this hvdrun-agent version " + std::to_string(kAgentProtocolVersion) +
+                  ": install the same hvdrun on every host");
+    }
+    hello_ = true;
+    grace_ = std::chrono::milliseconds(h->value);
+    send(agent_msg::Hello{kAgentProtocolVersion, static_cast<std::uint32_t>(::getpid())});
+  } else if (auto* s = std::get_if<agent_msg::Spawn>(&m)) {
+    if (done_) return fail("the launcher sent a Spawn after Done");
+    spawn(std::move(*s));
+  } else if (auto* k = std::get_if<agent_msg::Signal>(&m)) {
+    Worker* w = find(k->id);
+    // A worker that already exited (or never started) has nothing to signal.
+    if (w != nullptr && !w->exited && w->process.valid()) w->process.signal_group(k->sig);
+  } else if (std::holds_alternative<agent_msg::Done>(m)) {
+    done_ = true;
+  } else {
+    fail(std::string("the launcher sent a ") + agent_message_name(m) + " frame, which only the agent sends");
+  }
+}
+
+void Agent::on_stdin_readable() {
+  ssize_t r = ::read(0, buf_.data(), buf_.size());
+  if (r < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (r <= 0) {
+    // The launcher is gone (or closed us on purpose): no orphans.
+    stdin_open_ = false;
+    if (reader_.pending() > 0 && !failed_) agent_error("the launcher's stream ended inside a frame");
+    begin_termination();
+    return;
+  }
+  reader_.feed(buf_.data(), static_cast<std::size_t>(r));
+  try {
+    while (stdin_open_) {
+      auto m = reader_.next();
+      if (!m) break;
+      on_message(std::move(*m));
+    }
+  } catch (const AgentProtocolError& e) {
+    fail(std::string("from the launcher: ") + e.what());
+  }
+}
+
+void Agent::on_signals() {
+  bool child = false;
+  while (const int sig = signals_->wait(std::chrono::milliseconds(0))) {
+    if (sig == SIGCHLD) {
+      child = true;
+    } else {
+      begin_termination();
+    }
+  }
+  if (!child) return;
+  for (auto& w : workers_) {
+    // Look without reaping first: the zombie leader keeps its process-group
+    // id reserved while we kill what is left of the group.
+    if (w->exited || !w->process.valid() || !w->process.exited()) continue;
+    w->wait_status = w->process.kill_group_and_reap();
+    w->exited = true;
+    w->exited_at = Clock::now();
+  }
+}
+
+void Agent::read_pipe(Worker& w, int stream) {
+  UniqueFd& fd = stream == 1 ? w.out : w.err;
+  ssize_t n = ::read(fd.get(), buf_.data(), buf_.size());
+  if (n > 0) {
+    send(agent_msg::Output{w.id, stream, std::string(buf_.data(), static_cast<std::size_t>(n))});
+  } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+    fd.reset();
+  }
+}
+
+void Agent::report_finished() {
+  const auto now = Clock::now();
+  for (auto& wp : workers_) {
+    Worker& w = *wp;
+    if (w.reported || !w.exited) continue;
+    if ((w.out || w.err) && now < w.exited_at + kDrainAfterExit) continue;
+    w.out.reset();
+    w.err.reset();
+    w.reported = true;
+    if (!w.failure_text.empty()) {
+      send(agent_msg::Output{w.id, 2, w.failure_text});
+      send(agent_msg::Exit{w.id, static_cast<std::uint32_t>(w.failure_status), 0});
+    } else {
+      send(agent_msg::Exit{w.id, static_cast<std::uint32_t>(exit_status_of(w.wait_status)),
+                           static_cast<std::uint32_t>(signal_of(w.wait_status))});
+    }
+  }
+}
+
+int Agent::run() {
+  // Signals (and SIGCHLD) arrive on the SignalGuard's signalfd, SIGPIPE is
+  // ignored; workers get a clean mask back.
+  try {
+    signals_.emplace(std::initializer_list<int>{SIGCHLD});
   } catch (const std::exception& e) {
     agent_error(e.what());
-    return kAgentFailure;
+    return kAgentFailureStatus;
   }
-
-  // 3. Supervise: control bytes, EOF, signals, the child's exit.
-  bool stdin_open = true;
-  bool terminating = false;
-  Clock::time_point kill_at = Clock::time_point::max();
-  int exit_code = kAgentFailure;
-
-  auto begin_termination = [&](const char* why) {
-    if (terminating) return;
-    terminating = true;
-    child.signal_group(SIGTERM);
-    kill_at = Clock::now() + grace;
-    (void)why;
-  };
-
   for (;;) {
-    struct pollfd fds[2];
-    int n = 0;
-    fds[n++] = {signals->fd(), POLLIN, 0};
-    if (stdin_open) fds[n++] = {0, POLLIN, 0};
+    report_finished();
+    const bool all_reported =
+        std::all_of(workers_.begin(), workers_.end(), [](const auto& w) { return w->reported; });
+    if (all_reported && (done_ || !stdin_open_ || failed_)) break;
+
+    std::vector<pollfd> fds;
+    std::vector<std::pair<Worker*, int>> who;  // (worker, stream); nullptr: 0 signals, 1 stdin
+    fds.push_back({signals_->fd(), POLLIN, 0});
+    who.emplace_back(nullptr, 0);
+    if (stdin_open_) {
+      fds.push_back({0, POLLIN, 0});
+      who.emplace_back(nullptr, 1);
+    }
+    auto now = Clock::now();
+    Clock::time_point wake = kill_at_;
+    if (!hello_ && stdin_open_) wake = std::min(wake, hello_by_);
+    for (auto& w : workers_) {
+      if (w->out) {
+        fds.push_back({w->out.get(), POLLIN, 0});
+        who.emplace_back(w.get(), 1);
+      }
+      if (w->err) {
+        fds.push_back({w->err.get(), POLLIN, 0});
+        who.emplace_back(w.get(), 2);
+      }
+      if (w->exited && !w->reported) wake = std::min(wake, w->exited_at + kDrainAfterExit);
+    }
     int timeout = -1;
-    if (kill_at != Clock::time_point::max()) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_at - Clock::now()).count();
+    if (wake != Clock::time_point::max()) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count();
       timeout = left < 0 ? 0 : static_cast<int>(left) + 1;
     }
-    int rc = ::poll(fds, n, timeout);
+    int rc = ::poll(fds.data(), fds.size(), timeout);
     if (rc < 0 && errno != EINTR) {
-      agent_error(fmt::format("poll failed: {}", std::strerror(errno)));
-      begin_termination("poll");
+      agent_error(std::string("poll failed: ") + std::strerror(errno));
+      begin_termination();
     }
-    if (kill_at != Clock::time_point::max() && Clock::now() >= kill_at) {
-      child.signal_group(SIGKILL);
-      kill_at = Clock::time_point::max();
-    }
-    if (rc <= 0) continue;
-
-    if (stdin_open && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-      char buf[256];
-      ssize_t r = ::read(0, buf, sizeof buf);
-      if (r > 0) {
-        for (ssize_t i = 0; i < r; ++i) {
-          int sig = control_signal(buf[i]);
-          if (sig != 0) child.signal_group(sig);
-        }
-      } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
-        // The launcher is gone (or closed us on purpose): no orphans.
-        stdin_open = false;
-        begin_termination("stdin closed");
+    now = Clock::now();
+    if (now >= kill_at_) {
+      for (auto& w : workers_) {
+        if (!w->exited && w->process.valid()) w->process.signal_group(SIGKILL);
       }
+      kill_at_ = Clock::time_point::max();
     }
-
-    if (fds[0].revents & POLLIN) {
-      bool child_done = false;
-      while (const int sig = signals->wait(std::chrono::milliseconds(0))) {
-        if (sig == SIGCHLD && !child_done) {
-          // Look without reaping: the zombie leader keeps its process-group
-          // id reserved while we kill what is left of the group.
-          child_done = child.exited();
-        } else {
-          begin_termination("signalled");
+    if (!hello_ && stdin_open_ && now >= hello_by_) {
+      fail("the launcher sent nothing for 60 s");
+      continue;
+    }
+    for (std::size_t i = 0; rc > 0 && i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      auto [w, kind] = who[i];
+      if (w == nullptr) {
+        if (kind == 0) {
+          on_signals();
+        } else if (stdin_open_) {
+          on_stdin_readable();
         }
-      }
-      if (child_done) {
-        // Whatever the worker left in its group goes with it.
-        exit_code = exit_status_of(child.kill_group_and_reap());
-        return exit_code;
+      } else if ((kind == 1 && w->out) || (kind == 2 && w->err)) {
+        read_pipe(*w, kind);
       }
     }
   }
+  return failed_ ? kAgentFailureStatus : 0;
+}
+
+}  // namespace
+
+int agent_main(int argc, char** argv) {
+  (void)argv;
+  if (argc > 1) {
+    agent_error(
+        "takes no arguments: hvdrun starts it and speaks to it over stdin and stdout (docs/design.md, \"The agent\")");
+    return 2;
+  }
+  return Agent().run();
 }
 
 }  // namespace hvd::launcher

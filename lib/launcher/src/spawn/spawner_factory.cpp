@@ -40,7 +40,7 @@ bool DefaultSpawnerFactory::is_local(const std::string& host) {
 std::unique_ptr<Spawner> DefaultSpawnerFactory::make(const std::string& host) {
   if (is_local(host)) {
     LocalSpawnerOptions lo;
-    lo.agent_command = {self_executable(), "--agent"};
+    lo.agent_command = {local_agent_path()};
     lo.kill_grace = options_.kill_grace;
     return make_local_spawner(lo);
   }
@@ -48,11 +48,12 @@ std::unique_ptr<Spawner> DefaultSpawnerFactory::make(const std::string& host) {
       std::find(options_.srun_nodes.begin(), options_.srun_nodes.end(), host) != options_.srun_nodes.end();
   if (options_.launcher == "srun" || allocation_node) {
     // The node's agent through srun: a local process carrying the protocol
-    // (spawn/srun/srun_launch.h). The node runs the same hvdrun path unless
-    // HVDRUN_REMOTE_AGENT names the command there.
+    // (spawn/srun/srun_launch.h), one step per node and launch. The node runs
+    // the same hvdrun-agent path unless HVDRUN_REMOTE_AGENT names the command there.
     LocalSpawnerOptions lo;
+    lo.host = host;
     const char* over = std::getenv("HVDRUN_REMOTE_AGENT");
-    std::vector<std::string> agent = {self_executable(), "--agent"};
+    std::vector<std::string> agent = {local_agent_path()};
     if (over != nullptr && *over != '\0') agent = {"/bin/sh", "-c", "exec " + std::string(over)};  // as over SSH
     lo.agent_command = srun_agent_command(host, agent);
     lo.kill_grace = options_.kill_grace;
@@ -66,7 +67,8 @@ std::unique_ptr<Spawner> DefaultSpawnerFactory::make(const std::string& host) {
   ssh.port = options_.ssh_port;
   ssh.identity_file = options_.ssh_identity_file;
   ssh.strict_host_key_checking = options_.ssh_strict_host_key_checking;
-  ssh.agent_command = {self_executable(), "--agent"};
+  ssh.agent_command = {local_agent_path()};
+  ssh.kill_grace = options_.kill_grace;
   ssh.verbose = options_.verbose;
   ssh.keepalive = options_.ssh_keepalive;
   return make_ssh_spawner(ssh);

@@ -117,8 +117,8 @@ TEST_CASE("choose: --launcher auto starts an allocation's nodes through srun, sr
         "srun, or use --launcher ssh");
 }
 
-TEST_CASE("srun: an agent is one overlapping task on its node, no PMI", "[choose]") {
-  CHECK(srun_agent_command("node2", {"/opt/hvd/bin/hvdrun", "--agent"}) ==
+TEST_CASE("srun: an agent is one overlapping task on its node, no PMI, its frames unbuffered", "[choose]") {
+  CHECK(srun_agent_command("node2", {"/opt/hvd/bin/hvdrun-agent"}) ==
         std::vector<std::string>{"srun", "--overlap", "--nodes=1", "--ntasks=1", "--nodelist=node2", "--mpi=none",
-                                 "--quiet", "--job-name=hvdrun-agent", "/opt/hvd/bin/hvdrun", "--agent"});
+                                 "--quiet", "--unbuffered", "--job-name=hvdrun-agent", "/opt/hvd/bin/hvdrun-agent"});
 }

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <csignal>
 #include <fstream>
@@ -108,7 +109,7 @@ bool none_left(const std::string& token, std::chrono::milliseconds within) {
 
 std::unique_ptr<Spawner> spawner(std::chrono::milliseconds grace = 3000ms) {
   LocalSpawnerOptions o;
-  o.agent_command = {HVD_TEST_AGENT, "--agent"};
+  o.agent_command = {HVD_TEST_AGENT};
   o.kill_grace = grace;
   return make_local_spawner(o);
 }
@@ -301,23 +302,99 @@ TEST_CASE("LocalSpawner: large output arrives complete", "[local_spawner]") {
 TEST_CASE("LocalSpawner: an agent that cannot start is a LaunchError", "[local_spawner]") {
   RecordingSink sink;
   LocalSpawnerOptions o;
-  o.agent_command = {"/nonexistent/hvdrun", "--agent"};
+  o.agent_command = {"/nonexistent/hvdrun-agent"};
   auto sp = make_local_spawner(o);
   CHECK_THROWS_AS(sp->launch({sh(0, "true")}, sink, hvd::Deadline::after(5s)), LaunchError);
   sp->shutdown();
   CHECK(sink.exits() == 0);
 }
 
-TEST_CASE("Agent: garbage on stdin is refused with a one-line error", "[agent]") {
+TEST_CASE("Agent: a malformed frame is refused with a one-line error", "[agent]") {
   RecordingSink sink;
-  // Run the agent with a spec that is not JSON: a worker whose argv is the
-  // agent itself, fed garbage by /bin/sh.
+  // The agent itself as a worker, fed bytes by /bin/sh: the old JSON spec,
+  // an unknown frame type, Done before Hello.
+  const std::map<std::string, std::string> cases = {
+      {"{argv: [true]}", "hvdrun-agent: from the launcher: bad frame length "},
+      {"\\001\\000\\000\\000Z", "hvdrun-agent: from the launcher: bad frame: unknown type 'Z' (0x5a)\n"},
+      {"\\001\\000\\000\\000D", "hvdrun-agent: the launcher's first frame is Done, not Hello\n"},
+  };
   auto sp = spawner();
-  WorkerSpec w = sh(0, std::string("printf '\\005\\000\\000\\000hello' | ") + HVD_TEST_AGENT + " --agent");
-  sp->launch({w}, sink, hvd::Deadline::after(5s));
+  std::vector<WorkerSpec> ws;
+  for (const auto& [bytes, message] : cases) {
+    ws.push_back(sh(static_cast<int>(ws.size()), "printf '" + bytes + "' | " + HVD_TEST_AGENT + " >/dev/null"));
+  }
+  sp->launch(ws, sink, hvd::Deadline::after(5s));
+  REQUIRE(sink.wait(cases.size()));
+  int rank = 0;
+  for (const auto& [bytes, message] : cases) {
+    INFO(bytes);
+    CHECK(sink.exit(rank).status == 125);
+    const std::string err = sink.err(rank);
+    CHECK_THAT(err, Catch::StartsWith(message));
+    CHECK(std::count(err.begin(), err.end(), '\n') == 1);
+    ++rank;
+  }
+}
+
+TEST_CASE("Agent: arguments are refused", "[agent]") {
+  RecordingSink sink;
+  auto sp = spawner();
+  sp->launch({sh(0, std::string(HVD_TEST_AGENT) + " --agent </dev/null")}, sink, hvd::Deadline::after(5s));
   REQUIRE(sink.wait(1));
-  CHECK(sink.exit(0).status == 125);
-  CHECK_THAT(sink.err(0), Catch::StartsWith("hvdrun agent: could not read the worker spec"));
+  CHECK(sink.exit(0).status == 2);
+  CHECK_THAT(sink.err(0), Catch::StartsWith("hvdrun-agent: takes no arguments"));
+}
+
+TEST_CASE("LocalSpawner: one agent starts all of a launch's workers", "[local_spawner]") {
+  RecordingSink sink;
+  auto sp = spawner();
+  std::string token = unique_token();
+  std::vector<WorkerSpec> ws;
+  for (int r = 0; r < 8; ++r) ws.push_back(sh(r, "echo ready; exec sleep 30", token));
+  sp->launch(ws, sink, hvd::Deadline::after(5s));
+  auto until = hvd::Clock::now() + 5s;
+  auto all_ready = [&] {
+    for (int r = 0; r < 8; ++r) {
+      if (sink.out(r).empty()) return false;
+    }
+    return true;
+  };
+  while (!all_ready() && hvd::Clock::now() < until) std::this_thread::sleep_for(5ms);
+  REQUIRE(all_ready());
+  CHECK(our_agents().size() == 1);
+  CHECK(processes_with(token) == 8);
+  sp->shutdown();
+  CHECK(sink.exits() == 8);
+  CHECK(none_left(token, 2s));
+}
+
+TEST_CASE("LocalSpawner: a signal reaches one worker of the agent, not the others", "[local_spawner]") {
+  // Elastic mode stops single workers: Spawner::signal(serial, sig).
+  RecordingSink sink;
+  auto sp = spawner(300ms);
+  std::string token = unique_token();
+  std::vector<WorkerSpec> ws;
+  for (int r = 0; r < 3; ++r) ws.push_back(sh(r, "echo ready; exec sleep 30", token));
+  sp->launch(ws, sink, hvd::Deadline::after(5s));
+  auto until = hvd::Clock::now() + 5s;
+  while ((sink.out(0).empty() || sink.out(1).empty() || sink.out(2).empty()) && hvd::Clock::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  sp->signal(1, SIGTERM);
+  REQUIRE(sink.wait(1, 5s));
+  CHECK(sink.exit(1).status == 128 + SIGTERM);
+  CHECK(sink.exit(1).lost_reason.empty());
+  std::this_thread::sleep_for(100ms);
+  CHECK(sink.exits() == 1);
+  CHECK(processes_with(token) == 2);
+  sp->signal(1, SIGKILL);  // already gone: nothing happens
+  sp->signal(0, SIGUSR1);  // not carried: nothing happens
+  sp->signal(2, SIGKILL);
+  REQUIRE(sink.wait(2, 5s));
+  CHECK(sink.exit(2).status == 128 + SIGKILL);
+  sp->shutdown();
+  CHECK(sink.exit(0).status == 128 + SIGTERM);
+  CHECK(none_left(token, 2s));
 }
 
 TEST_CASE("LocalSpawner: starting workers is fast", "[local_spawner]") {

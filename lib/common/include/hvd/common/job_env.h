@@ -240,13 +240,6 @@ inline constexpr const char* kMasterSecret = "HVD_MASTER_SECRET";
 /// listens on (default 0.0.0.0). Read by the library.
 inline constexpr const char* kMasterBind = "HVD_MASTER_BIND";
 
-// --- hvdrun-internal: between hvdrun and its own agent ---------------------
-
-/// hvdrun's local spawner, for each `hvdrun --agent` it starts (from the
-/// spawner's kill grace). Read by the agent: how long a worker gets between
-/// SIGTERM and SIGKILL, in milliseconds (default 3000).
-inline constexpr const char* kKillGraceMs = "HVDRUN_KILL_GRACE_MS";
-
 // --- The whole list ---------------------------------------------------------
 
 /// The part of the contract a variable belongs to (the sections above).
@@ -344,7 +337,6 @@ inline constexpr Variable kAll[] = {
     {"MASTER_SECRET", kMasterSecret, Group::Mpi},
     {"MASTER_BIND", kMasterBind, Group::Mpi},
 
-    {"KILL_GRACE_MS", kKillGraceMs, Group::Internal},
 };
 
 }  // namespace hvd::job_env

@@ -27,7 +27,6 @@ static_assert(Session::kEagain == LIBSSH2_ERROR_EAGAIN, "kEagain must match libs
 
 namespace {
 
-constexpr std::size_t kMaxFrame = 16u << 20;  // agent.h
 constexpr int kCancelPollMs = 100;  // how often waits look at `cancel`
 
 std::string seconds_text(Clock::duration d) {
@@ -63,20 +62,6 @@ void ensure_libssh2_initialized() {
     int rc = libssh2_init(0);
     if (rc != 0) throw hvd::Error(fmt::format("libssh2_init failed ({})", rc));
   });
-}
-
-std::string encode_spec_frame(const WorkerSpec& spec) {
-  const std::string payload = encode_agent_spec(spec);  // the agent's own encoder (agent.h)
-  if (payload.size() > kMaxFrame) {
-    throw hvd::InvalidArgument(
-        fmt::format("rank {}: the worker's command and environment take {} bytes; the agent accepts at most {}",
-                    spec.slot.rank, payload.size(), kMaxFrame));
-  }
-  std::string frame(4, '\0');
-  auto n = static_cast<uint32_t>(payload.size());
-  for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((n >> (8 * i)) & 0xff);
-  frame += payload;
-  return frame;
 }
 
 std::string describe_connect_errno(int err) {

@@ -8,6 +8,9 @@
 #include "hvd/launcher/spawn/ssh/ssh_spawner.h"
 
 #include "hvd/common/error.h"
+#include "hvd/launcher/spawn/agent.h"
+#include "hvd/launcher/spawn/agent_client.h"
+#include "hvd/launcher/spawn/local_spawner.h"
 #include "hvd/launcher/spawn/ssh/ssh_session.h"
 
 #include <libssh2.h>
@@ -26,6 +29,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -36,16 +40,6 @@ namespace {
 constexpr std::size_t kReadChunk = 32 * 1024;
 constexpr auto kJoinTimeout = std::chrono::milliseconds(5000);
 constexpr int kLostStatus = 255;  // what ssh itself exits with on connection errors
-
-char control_byte(int sig) {
-  switch (sig) {
-    case SIGINT: return 'I';
-    case SIGTERM: return 'T';
-    case SIGHUP: return 'H';
-    case SIGKILL: return 'K';
-    default: return 0;
-  }
-}
 
 int signal_number(const std::string& name) {
   static const std::map<std::string, int> table = {
@@ -95,19 +89,9 @@ std::string local_hostname() {
   return buf.data();
 }
 
-std::string self_exe_path() {
-  std::array<char, PATH_MAX> buf{};
-  ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
-  return n > 0 ? std::string(buf.data(), static_cast<std::size_t>(n)) : std::string("hvdrun");
-}
-
 struct Worker {
   int rank = -1;
-  std::string frame;  // the spec frame, sent once at start
-  LIBSSH2_CHANNEL* channel = nullptr;
-  std::string stdin_pending;  // control bytes not yet written
-  bool eof = false;  // remote sent EOF (all output read)
-  bool done = false;  // on_exit delivered
+  WorkerSpec spec;  // until the agent has it
 };
 
 /// One host: its workers, its session and the thread that owns both.
@@ -117,6 +101,14 @@ struct Host {
   std::unique_ptr<ssh::Session> session;
   UniqueFd wake;  // eventfd: signal()/shutdown() -> I/O thread
   std::thread thread;
+  // The host's one agent: its channel, what it sent, what it still needs.
+  LIBSSH2_CHANNEL* channel = nullptr;
+  std::optional<AgentClient> client;
+  std::string stdin_pending;  // Signal frames not yet written
+  std::string stderr_tail;  // the agent's own stderr, last bytes (errors)
+  std::string early_stdout;  // what the agent said while its workers were being sent
+  bool eof = false;  // the agent's stdout ended
+  bool channel_done = false;  // exit collected, channel closed or lost
 
   // Start phase result, and launch()'s go/abort decision.
   std::mutex mu;
@@ -129,7 +121,7 @@ struct Host {
   bool finished = false;  // thread function returned
 
   // Requests for the I/O thread.
-  std::deque<std::pair<int, char>> controls;  // (rank, byte)
+  std::deque<std::pair<int, int>> controls;  // (rank, signal)
   bool stop = false;
 
   void poke() {
@@ -250,16 +242,17 @@ class HostRunner {
   }
 
   /// The command that starts the agent on this host: the same absolute
-  /// path as here when it exists there, else `hvdrun` from its PATH.
+  /// path as here (hvdrun-agent beside hvdrun) when it exists there, else
+  /// `hvdrun-agent` from its PATH.
   std::string remote_command(ssh::Session& s, Deadline deadline) {
     if (!remote_command_override_.empty()) return remote_command_override_;
     const std::string& program = agent_argv_.front();
     if (program.empty() || program[0] != '/') return ssh::shell_join(agent_argv_);
     // Through sh: the user's login shell may not be a POSIX one (csh, fish).
     const std::string script = fmt::format(
-        "if [ -x {0} ] && [ ! -d {0} ]; then echo hvdrun-probe:same; elif command -v hvdrun >/dev/null 2>&1; then "
-        "echo \"hvdrun-probe:path $(command -v hvdrun)\"; else echo \"hvdrun-probe:none $PATH\"; fi",
-        ssh::shell_quote(program));
+        "if [ -x {0} ] && [ ! -d {0} ]; then echo hvdrun-probe:same; elif command -v {1} >/dev/null 2>&1; then "
+        "echo \"hvdrun-probe:path $(command -v {1})\"; else echo \"hvdrun-probe:none $PATH\"; fi",
+        ssh::shell_quote(program), kAgentProgram);
     const std::string output = run_remote(s, "sh -c " + ssh::shell_quote(script), deadline);
     // The last probe line (shell start-up files may print their own).
     std::string out;
@@ -270,7 +263,7 @@ class HostRunner {
       while (!out.empty() && out.back() == '\r') out.pop_back();
     }
     if (out.empty()) {
-      // The probe did not run as expected (no sh?): start the agent as before.
+      // The probe did not run as expected (no sh?): start the agent as it is.
       spdlog::debug("{}: could not check for {} there (output: '{}'); using it as is", s.host(), program,
                     output.substr(0, 200));
       return ssh::shell_join(agent_argv_);
@@ -282,15 +275,17 @@ class HostRunner {
     if (out.rfind("path ", 0) == 0) {
       std::vector<std::string> argv = agent_argv_;
       argv.front() = out.substr(5);
-      spdlog::warn("{}: {} does not exist there; using hvdrun from its PATH ({})", s.host(), program, argv.front());
+      spdlog::warn("{}: {} does not exist there; using {} from its PATH ({})", s.host(), program, kAgentProgram,
+                   argv.front());
       return ssh::shell_join(argv);
     }
     std::string path = out.rfind("none ", 0) == 0 ? out.substr(5) : out;
     throw LaunchError(s.host(),
-                      fmt::format("{}: hvdrun not found there: {} does not exist and no hvdrun is on the PATH of "
-                                  "non-interactive SSH sessions ({}); install hvdrun at the same path, or on that "
-                                  "PATH, or set HVDRUN_REMOTE_AGENT to the remote command",
-                                  s.peer(), program, path.empty() ? "PATH is empty" : "PATH=" + path));
+                      fmt::format("{}: {} not found there: {} does not exist and no {} is on the PATH of "
+                                  "non-interactive SSH sessions ({}); install hvdrun (with {}) at the same path, or "
+                                  "on that PATH, or set HVDRUN_REMOTE_AGENT to the remote command",
+                                  s.peer(), kAgentProgram, program, kAgentProgram,
+                                  path.empty() ? "PATH is empty" : "PATH=" + path, kAgentProgram));
   }
 
   // ---- start phase (host thread) ------------------------------------------
@@ -334,43 +329,50 @@ class HostRunner {
   }
 
   void start_host(Host& host, Deadline deadline) {
+    std::vector<WorkerSpec> specs;
+    for (auto& w : host.workers) specs.push_back(std::move(w.spec));
+    // Framed before connecting: a worker that cannot be framed starts nothing.
+    const std::string frames = agent_launch_frames(host.name, specs, options_.kill_grace);
     host.session = ssh::Session::open(session_options(host.name), deadline, &cancel_);
     ssh::Session& s = *host.session;
     LIBSSH2_SESSION* raw = s.raw();
     const std::string command = remote_command(s, deadline);
-    spdlog::debug("{}: starting {} worker(s) with: {}", s.peer(), host.workers.size(), command);
-    for (auto& w : host.workers) {
-      LIBSSH2_CHANNEL* ch = nullptr;
-      for (;;) {
-        ch = libssh2_channel_open_session(raw);
-        if (ch != nullptr) break;
-        if (libssh2_session_last_errno(raw) != LIBSSH2_ERROR_EAGAIN) {
-          throw LaunchError(host.name, fmt::format("{}: cannot open an SSH channel for rank {}: {}", s.peer(), w.rank,
-                                                   s.last_error()));
-        }
-        s.wait_socket(deadline, "opening a channel");
+    spdlog::debug("{}: starting {} worker(s) with one agent: {}", s.peer(), host.workers.size(), command);
+    LIBSSH2_CHANNEL* ch = nullptr;
+    for (;;) {
+      ch = libssh2_channel_open_session(raw);
+      if (ch != nullptr) break;
+      if (libssh2_session_last_errno(raw) != LIBSSH2_ERROR_EAGAIN) {
+        throw LaunchError(host.name, fmt::format("{}: cannot open an SSH channel: {}", s.peer(), s.last_error()));
       }
-      w.channel = ch;
-      int rc = s.run(deadline, "starting the remote agent", [&] { return libssh2_channel_exec(ch, command.c_str()); });
-      if (rc != 0) {
-        throw LaunchError(host.name, fmt::format("{}: the server refused to run the agent for rank {}: {}", s.peer(),
-                                                 w.rank, s.last_error()));
-      }
-      std::size_t off = 0;
-      while (off < w.frame.size()) {
-        ssize_t n = 0;
-        s.run(deadline, "sending the worker spec", [&] {
-          n = libssh2_channel_write(ch, w.frame.data() + off, w.frame.size() - off);
-          return n == LIBSSH2_ERROR_EAGAIN ? LIBSSH2_ERROR_EAGAIN : 0;
-        });
-        if (n < 0) {
-          throw LaunchError(host.name, fmt::format("{}: cannot send the worker spec for rank {}: {}", s.peer(), w.rank,
-                                                   s.last_error()));
-        }
+      s.wait_socket(deadline, "opening a channel");
+    }
+    host.channel = ch;
+    int rc = s.run(deadline, "starting the remote agent", [&] { return libssh2_channel_exec(ch, command.c_str()); });
+    if (rc != 0) {
+      throw LaunchError(host.name,
+                        fmt::format("{}: the server refused to run the agent: {}", s.peer(), s.last_error()));
+    }
+    host.client.emplace(host.name, *sink_, specs);
+    std::size_t off = 0;
+    std::vector<char> drain(kReadChunk);
+    while (off < frames.size()) {
+      ssize_t n = libssh2_channel_write(ch, frames.data() + off, frames.size() - off);
+      if (n > 0) {
         off += static_cast<std::size_t>(n);
+        continue;
       }
-      w.frame.clear();
-      w.frame.shrink_to_fit();
+      if (n != LIBSSH2_ERROR_EAGAIN) {
+        throw LaunchError(host.name,
+                          fmt::format("{}: cannot send the workers to the agent: {}", s.peer(), s.last_error()));
+      }
+      // The window may be full because the agent already writes: keep what
+      // it says for the I/O loop, so neither side waits on the other.
+      for (int stream_id : {0, SSH_EXTENDED_DATA_STDERR}) {
+        ssize_t r = libssh2_channel_read_ex(ch, stream_id, drain.data(), drain.size());
+        if (r > 0) (stream_id == 0 ? host.early_stdout : host.stderr_tail).append(drain.data(), static_cast<std::size_t>(r));
+      }
+      s.wait_socket(deadline, "sending the workers to the agent");
     }
   }
 
@@ -380,72 +382,68 @@ class HostRunner {
     ssh::Session& s = *host.session;
     LIBSSH2_SESSION* raw = s.raw();
     std::vector<char> buf(kReadChunk);
+    if (!host.early_stdout.empty()) {
+      std::string early = std::move(host.early_stdout);
+      if (!host.client->on_bytes(early.data(), early.size())) return agent_failed(host);
+    }
 
     for (;;) {
       bool stop = false;
       {
         std::lock_guard<std::mutex> lock(host.mu);
         stop = host.stop;
-        for (auto& [rank, byte] : host.controls) {
-          for (auto& w : host.workers) {
-            if (w.rank == rank && !w.done) w.stdin_pending.push_back(byte);
-          }
+        for (auto& [rank, sig] : host.controls) {
+          if (!host.client->reported(rank)) host.stdin_pending += agent_signal_frame(rank, sig);
         }
         host.controls.clear();
       }
       if (stop) return;
 
-      // Control bytes to the agents' stdin.
-      for (auto& w : host.workers) {
-        if (w.done || w.stdin_pending.empty()) continue;
-        ssize_t n = libssh2_channel_write(w.channel, w.stdin_pending.data(), w.stdin_pending.size());
+      // Signal frames to the agent's stdin (partial writes keep the rest).
+      if (!host.stdin_pending.empty() && !host.eof) {
+        ssize_t n = libssh2_channel_write(host.channel, host.stdin_pending.data(), host.stdin_pending.size());
         if (n > 0) {
-          w.stdin_pending.erase(0, static_cast<std::size_t>(n));
+          host.stdin_pending.erase(0, static_cast<std::size_t>(n));
         } else if (n != LIBSSH2_ERROR_EAGAIN) {
-          if (is_connection_error(static_cast<int>(n))) {
-            return lose_host(host, s.connection_error());
-          }
-          w.stdin_pending.clear();  // the agent is gone; its exit follows
+          if (is_connection_error(static_cast<int>(n))) return lose_host(host, s.connection_error());
+          host.stdin_pending.clear();  // the agent is gone; its exit follows
         }
       }
 
-      // Output, EOF and exits.
+      // Output, exits, the agent's own stderr, its end.
       const uint64_t received_before = s.bytes_received();
-      bool all_done = true;
-      for (auto& w : host.workers) {
-        if (w.done) continue;
-        for (int stream_id : {0, SSH_EXTENDED_DATA_STDERR}) {
-          for (;;) {
-            ssize_t n = libssh2_channel_read_ex(w.channel, stream_id, buf.data(), buf.size());
-            if (n > 0) {
-              sink_->on_output(w.rank, stream_id == 0 ? Stream::Stdout : Stream::Stderr, buf.data(),
-                               static_cast<std::size_t>(n));
-              continue;
+      for (int stream_id : {0, SSH_EXTENDED_DATA_STDERR}) {
+        for (;;) {
+          ssize_t n = libssh2_channel_read_ex(host.channel, stream_id, buf.data(), buf.size());
+          if (n > 0) {
+            if (stream_id == 0) {
+              if (!host.client->on_bytes(buf.data(), static_cast<std::size_t>(n))) return agent_failed(host);
+            } else {
+              keep_stderr(host, buf.data(), static_cast<std::size_t>(n));
             }
-            if (n < 0 && n != LIBSSH2_ERROR_EAGAIN && is_connection_error(static_cast<int>(n))) {
-              return lose_host(host, s.connection_error());
-            }
-            break;
+            continue;
           }
-        }
-        if (!w.eof && libssh2_channel_eof(w.channel) == 1) {
-          w.eof = true;
-          spdlog::debug("rank {}: end of output", w.rank);
-        }
-        if (w.eof) {
-          int rc = libssh2_channel_wait_closed(w.channel);
-          if (rc == 0) {
-            finish_worker(raw, w);
-          } else if (rc != LIBSSH2_ERROR_EAGAIN) {
-            if (is_connection_error(rc)) return lose_host(host, s.connection_error());
-            finish_worker(raw, w);
+          if (n < 0 && n != LIBSSH2_ERROR_EAGAIN && is_connection_error(static_cast<int>(n))) {
+            return lose_host(host, s.connection_error());
           }
+          break;
         }
-        if (!w.done) all_done = false;
       }
-      if (all_done) {
-        spdlog::debug("{}: all workers exited; closing the connection", host.name);
-        return;
+      if (!host.eof && libssh2_channel_eof(host.channel) == 1) {
+        host.eof = true;
+        spdlog::debug("{}: end of the agent's output", host.name);
+      }
+      if (host.eof) {
+        int rc = libssh2_channel_wait_closed(host.channel);
+        if (rc == 0) {
+          finish_agent(raw, host);
+          return;
+        }
+        if (rc != LIBSSH2_ERROR_EAGAIN) {
+          if (is_connection_error(rc)) return lose_host(host, s.connection_error());
+          finish_agent(raw, host);
+          return;
+        }
       }
 
       // Bytes that arrived during the pass may sit in libssh2's queue, not
@@ -466,26 +464,53 @@ class HostRunner {
     }
   }
 
-  void finish_worker(LIBSSH2_SESSION* raw, Worker& w) {
-    WorkerExit ex;
-    ex.rank = w.rank;
+  /// The agent's own stderr: its error lines (or the shell's, when it could
+  /// not start). Kept for the lost reason, and logged at debug.
+  static void keep_stderr(Host& host, const char* data, std::size_t len) {
+    host.stderr_tail.append(data, len);
+    if (host.stderr_tail.size() > 4096) host.stderr_tail.erase(0, host.stderr_tail.size() - 4096);
+  }
+
+  static std::string last_line(const std::string& text) {
+    std::string t = text;
+    while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
+    const auto nl = t.rfind('\n');
+    return nl == std::string::npos ? t : t.substr(nl + 1);
+  }
+
+  /// The agent's stream broke (a frame that does not decode, an Error
+  /// frame): EOF to the agent, which then stops every worker; the workers
+  /// not yet reported are lost with the agent's reason.
+  void agent_failed(Host& host) {
+    libssh2_channel_send_eof(host.channel);
+    host.client->finish(kLostStatus, 0, "");
+    host.channel_done = true;
+  }
+
+  void finish_agent(LIBSSH2_SESSION* raw, Host& host) {
     char* sig_name = nullptr;
     std::size_t sig_len = 0;
-    libssh2_channel_get_exit_signal(w.channel, &sig_name, &sig_len, nullptr, nullptr, nullptr, nullptr);
+    libssh2_channel_get_exit_signal(host.channel, &sig_name, &sig_len, nullptr, nullptr, nullptr, nullptr);
+    int status = kLostStatus;
+    int sig = 0;
+    std::string how;
     if (sig_name != nullptr) {
       std::string name(sig_name, sig_len);
       libssh2_free(raw, sig_name);
-      ex.signal = signal_number(name);
-      ex.status = 128 + (ex.signal != 0 ? ex.signal : 0);
-      if (ex.signal == 0) ex.lost_reason = fmt::format("remote agent killed by unknown signal {}", name);
+      sig = signal_number(name);
+      status = sig != 0 ? 128 + sig : kLostStatus;
+      how = fmt::format("was killed by SIG{}", name);
     } else {
-      ex.status = libssh2_channel_get_exit_status(w.channel);
-      // The agent reports a worker killed by signal N as 128+N (agent.h).
-      if (ex.status > 128 && ex.status < 128 + 32) ex.signal = ex.status - 128;
+      status = libssh2_channel_get_exit_status(host.channel);
+      how = fmt::format("exited with status {}", status);
     }
-    w.done = true;
-    spdlog::debug("rank {}: remote worker finished with status {}", w.rank, ex.status);
-    sink_->on_exit(ex);
+    host.channel_done = true;
+    const std::string err = last_line(host.stderr_tail);
+    spdlog::debug("{}: the agent {}", host.name, how);
+    if (host.client->all_reported()) return;
+    host.client->finish(status, sig,
+                        fmt::format("the hvdrun agent on {} {} before reporting it{}", host.name, how,
+                                    err.empty() ? "" : ": " + err));
   }
 
   /// The connection is gone: every running worker of this host is lost.
@@ -498,39 +523,26 @@ class HostRunner {
     std::string reason = shutting_down
                              ? fmt::format("shut down while the SSH connection to {} failed: {}", host.name, why)
                              : fmt::format("SSH connection to {} lost: {}", host.name, why);
-    bool any = false;
-    for (auto& w : host.workers) {
-      if (w.done) continue;
-      any = true;
-      w.done = true;
-      WorkerExit ex;
-      ex.rank = w.rank;
-      ex.status = kLostStatus;
-      ex.lost_reason = reason;
-      sink_->on_exit(ex);
-    }
+    host.channel_done = true;
+    const bool any = !host.client->all_reported();
+    host.client->finish(kLostStatus, 0, reason);
     // The supervisor reports each lost rank; one host-level line for --verbose.
     if (any && !shutting_down) spdlog::debug("{}", reason);
   }
 
-  /// Closes channels (EOF makes each remote agent kill its worker), reports
-  /// workers that were still running, and disconnects. Bounded in time.
+  /// Closes the channel (EOF makes the remote agent stop its workers),
+  /// reports workers that were still running, and disconnects. Bounded.
   void close_host(Host& host) {
-    if (host.session) {
-      LIBSSH2_SESSION* raw = host.session->raw();
+    if (host.session && host.channel != nullptr && !host.channel_done) {
       const Deadline d = Deadline::after(std::chrono::milliseconds(1000));
-      for (auto& w : host.workers) {
-        if (w.channel == nullptr || w.done) continue;
-        while (libssh2_channel_send_eof(w.channel) == LIBSSH2_ERROR_EAGAIN && !d.expired()) {
-          pollfd p{host.session->fd(), POLLOUT, 0};
-          ::poll(&p, 1, 10);
-        }
-        while (libssh2_channel_close(w.channel) == LIBSSH2_ERROR_EAGAIN && !d.expired()) {
-          pollfd p{host.session->fd(), POLLOUT | POLLIN, 0};
-          ::poll(&p, 1, 10);
-        }
+      while (libssh2_channel_send_eof(host.channel) == LIBSSH2_ERROR_EAGAIN && !d.expired()) {
+        pollfd p{host.session->fd(), POLLOUT, 0};
+        ::poll(&p, 1, 10);
       }
-      (void)raw;
+      while (libssh2_channel_close(host.channel) == LIBSSH2_ERROR_EAGAIN && !d.expired()) {
+        pollfd p{host.session->fd(), POLLOUT | POLLIN, 0};
+        ::poll(&p, 1, 10);
+      }
     }
     // Workers of a started host that never reported an exit.
     bool started;
@@ -538,18 +550,10 @@ class HostRunner {
       std::lock_guard<std::mutex> lock(host.mu);
       started = host.go && host.start_error.empty();
     }
-    if (started) {
-      for (auto& w : host.workers) {
-        if (w.done) continue;
-        w.done = true;
-        WorkerExit ex;
-        ex.rank = w.rank;
-        ex.status = kLostStatus;
-        ex.lost_reason = fmt::format("shut down: hvdrun closed the SSH connection to {}", host.name);
-        sink_->on_exit(ex);
-      }
+    if (started && host.client) {
+      host.client->finish(kLostStatus, 0, fmt::format("shut down: hvdrun closed the SSH connection to {}", host.name));
     }
-    // Channels are freed with the session.
+    // The channel is freed with the session.
     if (host.session) host.session->close("hvdrun: job finished");
     host.session.reset();
   }
@@ -566,7 +570,7 @@ class SshSpawner final : public Spawner {
     } else if (!o.agent_command.empty()) {
       runner_->agent_argv_ = o.agent_command;
     } else {
-      runner_->agent_argv_ = {self_exe_path(), "--agent"};
+      runner_->agent_argv_ = {local_agent_path()};
     }
     const std::vector<std::string> files =
         o.config_files ? *o.config_files : std::vector<std::string>{o.home + "/.ssh/config", "/etc/ssh/ssh_config"};
@@ -608,7 +612,7 @@ class SshSpawner final : public Spawner {
       }
       Worker w;
       w.rank = spec.slot.rank;
-      w.frame = ssh::encode_spec_frame(spec);
+      w.spec = spec;
       hosts_[it->second]->workers.push_back(std::move(w));
       rank_host_[spec.slot.rank] = it->second;
     }
@@ -672,9 +676,8 @@ class SshSpawner final : public Spawner {
   }
 
   void signal(int rank, int sig) override {
-    char byte = control_byte(sig);
-    if (byte == 0) {
-      spdlog::debug("signal {} has no agent control byte; not forwarded to rank {}", sig, rank);
+    if (!agent_can_signal(sig)) {
+      spdlog::debug("signal {} cannot travel to the agent; not forwarded to rank {}", sig, rank);
       return;
     }
     auto it = rank_host_.find(rank);
@@ -682,7 +685,7 @@ class SshSpawner final : public Spawner {
     Host& host = *hosts_[it->second];
     std::lock_guard<std::mutex> lock(host.mu);
     if (host.finished || !host.go) return;
-    host.controls.emplace_back(rank, byte);
+    host.controls.emplace_back(rank, sig);
     host.poke();
   }
 

@@ -1,5 +1,5 @@
 // Unit tests of the SSH spawner's building blocks that need no SSH server:
-// shell quoting (checked by a real /bin/sh), the agent spec frame, TCP
+// shell quoting (checked by a real /bin/sh), TCP
 // connect errors, and how a session fails against servers that are not SSH
 // servers (garbage, silence) -- all on loopback.
 #include "hvd/common/error.h"
@@ -131,30 +131,6 @@ TEST_CASE("ssh: shell_quote survives a real shell", "[ssh]") {
   }
   CHECK(ssh::shell_quote("/usr/bin/hvdrun") == "/usr/bin/hvdrun");
   CHECK(ssh::shell_join({"/opt/my dir/hvdrun", "--agent"}) == "'/opt/my dir/hvdrun' --agent");
-}
-
-TEST_CASE("ssh: the spec frame is a little-endian length plus the agent's JSON", "[ssh]") {
-  WorkerSpec spec;
-  spec.slot.rank = 3;
-  spec.argv = {"python3", "-c", "print('hi')"};
-  spec.env = {{"A.B", "multi\nline"}, {"HVDRUN_SECRET", "s3cret"}};
-  spec.cwd = "/tmp";
-  std::string frame = ssh::encode_spec_frame(spec);
-  REQUIRE(frame.size() > 4);
-  uint32_t len = 0;
-  for (int i = 0; i < 4; ++i) len |= static_cast<uint32_t>(static_cast<unsigned char>(frame[i])) << (8 * i);
-  REQUIRE(len == frame.size() - 4);
-  auto j = nlohmann::json::parse(frame.substr(4));
-  CHECK(j["argv"] == nlohmann::json(spec.argv));
-  CHECK(j["env"]["A.B"] == "multi\nline");
-  CHECK(j["cwd"] == "/tmp");
-}
-
-TEST_CASE("ssh: a spec larger than the agent accepts is refused", "[ssh]") {
-  WorkerSpec spec;
-  spec.argv = {"true"};
-  spec.env["BIG"] = std::string(17u << 20, 'x');
-  CHECK_THROWS_AS(ssh::encode_spec_frame(spec), hvd::InvalidArgument);
 }
 
 TEST_CASE("ssh: connect_tcp: refused port gives one line naming host and cause", "[ssh]") {

@@ -5,7 +5,7 @@
 
 namespace hvd::launcher {
 
-/// hvdrun's main(): an internal mode (`--agent`, the follower protocol),
+/// hvdrun's main(): an internal mode (the follower protocol),
 /// an OCI run or a job; returns the exit code (docs/exit-codes.md). Never
 /// calls exit().
 int hvdrun_main(int argc, char** argv);

@@ -1,8 +1,8 @@
 #pragma once
 /// How hvdrun receives SIGINT/SIGTERM/SIGHUP: the one owner of hvdrun's
 /// signal state. Every job mode (JobServices), an OCI run (MAIN and
-/// WORKER), a platform leader and follower, and the agent (`hvdrun
-/// --agent`, which adds SIGCHLD) read their signals through one.
+/// WORKER), a platform leader and follower, and the agent (`hvdrun-agent`,
+/// which adds SIGCHLD) read their signals through one.
 ///
 /// The signals are blocked in the constructing thread before any other
 /// thread exists (threads inherit the mask) and read from a signalfd by one

@@ -3,10 +3,12 @@
 /// CommandRunner): the Supervisor drives Spawners and never knows whether a
 /// worker is a local child, an SSH channel or a fake in a unit test.
 ///
-/// Every real worker runs under the hvdrun agent (`hvdrun --agent`, see
-/// agent.h), locally over a pipe and remotely over an SSH channel, so that
-/// "the launcher went away" (pipe/channel EOF) always kills the worker's
-/// whole process group: no orphans, even after `kill -9 hvdrun`.
+/// Every real worker runs under an hvdrun agent (`hvdrun-agent`, one per
+/// host and launch, see agent.h), locally over a socket and a pipe and
+/// remotely over one SSH channel, so that "the launcher went away"
+/// (EOF) always kills every worker's whole process group: no orphans, even
+/// after `kill -9 hvdrun`. `rank` below is the worker's id for its agent
+/// (its serial in elastic jobs).
 #include "hvd/common/io.h"
 #include "hvd/launcher/plan/job_plan.h"
 

@@ -39,11 +39,6 @@ void ensure_libssh2_initialized();
 using launcher::shell_join;  // hvd/launcher/shell.h
 using launcher::shell_quote;
 
-/// The bytes the agent expects first on its stdin: a 4-byte little-endian
-/// length followed by encode_agent_spec(spec) (agent.h), i.e. hvd::write_frame
-/// layout written into a channel instead of an fd. Throws
-/// hvd::InvalidArgument when the spec exceeds the agent's 16 MiB frame limit.
-std::string encode_spec_frame(const WorkerSpec& spec);
 
 /// Human words for a connect()/socket errno: "connection refused",
 /// "no route to host", ...

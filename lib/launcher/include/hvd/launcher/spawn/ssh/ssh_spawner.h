@@ -1,10 +1,11 @@
 #pragma once
 /// Starts workers on remote hosts over SSH (libssh2): one SSH session per
-/// host, opened in parallel, carrying one channel per worker. Each channel
-/// runs the remote agent (`<agent_command> ` e.g. "/usr/bin/hvdrun --agent")
-/// and sends it the worker spec on stdin (agent.h), so the environment never
-/// appears on a remote command line. A closed channel or lost connection
-/// makes the remote agent kill its worker.
+/// host, opened in parallel, carrying ONE channel per host. The channel runs
+/// the host's agent (`hvdrun-agent`, agent.h) and speaks the agent protocol
+/// over its stdin and stdout (agent_protocol.h: the workers, their output,
+/// their exits, signals), so the environment never appears on a remote
+/// command line. A closed channel or lost connection makes the remote agent
+/// kill every worker's group.
 ///
 /// Contract details beyond spawner.h (see docs/ssh.md):
 ///  * launch() connects to all hosts in parallel (a thread per host) and
@@ -22,11 +23,12 @@
 ///    workers), and delivers on_exit (status 255, lost_reason "shut down")
 ///    for workers that had not exited yet, from the I/O threads, before it
 ///    returns -- do not hold a lock that on_exit needs while calling it.
-///  * The remote command is `agent_command` shell-quoted (default: this
-///    binary's own path + --agent). When its program is an absolute path
-///    that does not exist on a host, `hvdrun` from that host's PATH is used
-///    instead (one log line says so); with neither, launch() fails naming
-///    both. $HVDRUN_REMOTE_AGENT, when set, is used verbatim instead.
+///  * The remote command is `agent_command` shell-quoted (default:
+///    hvdrun-agent beside this binary, local_agent_path()). When its program
+///    is an absolute path that does not exist on a host, `hvdrun-agent` from
+///    that host's PATH is used instead (one log line says so); with neither,
+///    launch() fails naming both. $HVDRUN_REMOTE_AGENT, when set, is used
+///    verbatim instead.
 ///  * Each host's settings come from the OpenSSH client configuration
 ///    (ssh_config.h: ~/.ssh/config, then /etc/ssh/ssh_config); the options
 ///    below that are set (hvdrun's command-line flags) win over it.
@@ -55,7 +57,10 @@ struct SshSpawnerOptions {
   /// OpenSSH client configuration files, read in order; unset:
   /// <home>/.ssh/config then /etc/ssh/ssh_config. Empty: none.
   std::optional<std::vector<std::string>> config_files;
-  std::vector<std::string> agent_command;  // remote argv prefix for the agent
+  std::vector<std::string> agent_command;  // remote argv of the agent; empty: local_agent_path()
+  /// Sent to each host's agent in its Hello: how long a worker gets between
+  /// SIGTERM and SIGKILL once the agent's stdin closes (--kill-grace-ms).
+  std::chrono::milliseconds kill_grace{3000};
   /// Liveness probe interval (TCP keepalive; ssh::set_liveness_checks): a
   /// vanished host is declared lost after about 4 intervals.
   std::chrono::seconds keepalive{5};

@@ -1,4 +1,4 @@
-// The agent alone, so local-spawner tests need no complete hvdrun binary.
+// hvdrun-agent: one per host and launch; hvdrun starts it (spawn/agent.h).
 #include "hvd/launcher/spawn/agent.h"
 
 int main(int argc, char** argv) { return hvd::launcher::agent_main(argc, argv); }
