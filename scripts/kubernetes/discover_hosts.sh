@@ -11,6 +11,12 @@
 # terminating (no deletionTimestamp), in natural sort order (w-2 before w-10).
 # Nothing else goes to stdout.
 #
+# The pod rules (which pods count, their names and slots) are hvdrun's own:
+# the script lists the pods with kubectl and hands the list to
+# `hvdrun --kubernetes-pod-hosts`, the same code as the built-in
+# --kubernetes-selector source (docs/kubernetes.md). hvdrun is found as
+# --hvdrun PATH, else $HVDRUN, else hvdrun on PATH, else beside this script.
+#
 # Options:
 #   -l, --selector SEL        label selector (required), e.g. app=hvd,role=worker
 #   -n, --namespace NS        namespace (default: kubectl's: the kubeconfig
@@ -25,6 +31,9 @@
 #   --slots-annotation KEY    slots = the value of this pod annotation when
 #                             present (wins over --slots-from-gpu)
 #   --kubectl PATH            kubectl binary [$KUBECTL, else kubectl on PATH]
+#   --hvdrun PATH             hvdrun binary, which applies the pod rules
+#                             [$HVDRUN, else hvdrun on PATH, else beside
+#                             this script]
 #   --kubeconfig FILE         passed to kubectl (default: $KUBECONFIG, else
 #                             ~/.kube/config, else, in a pod, the pod's
 #                             service account: see below)
@@ -43,18 +52,19 @@
 # Exit status: 0 success (also when no pod qualifies: empty output);
 # 1 the API request failed (401, 403, TLS, connection refused, timeout...):
 # kubectl's message is on stderr, and hvdrun keeps its last good host set;
-# 2 usage error (bad option, kubectl missing, a pod without a DNS name).
+# 2 usage error (bad option, kubectl or hvdrun missing, a pod without a DNS
+# name).
 set -uo pipefail
 
 PROG=discover_hosts.sh
 usage() {
   printf '%s: error: %s\n' "$PROG" "$1" >&2
-  echo "usage: $PROG -l SELECTOR [-n NAMESPACE] [--service NAME | --ip] [--slots N] [--slots-from-gpu] [--slots-annotation KEY] [--kubectl PATH] [--kubeconfig FILE] [--request-timeout DUR]" >&2
+  echo "usage: $PROG -l SELECTOR [-n NAMESPACE] [--service NAME | --ip] [--slots N] [--slots-from-gpu] [--slots-annotation KEY] [--kubectl PATH] [--hvdrun PATH] [--kubeconfig FILE] [--request-timeout DUR]" >&2
   exit 2
 }
 
 selector="" namespace="" service="" use_ip=0 slots=1 from_gpu=0 annotation=""
-kubectl=${KUBECTL:-kubectl} kubeconfig="" request_timeout=10s
+kubectl=${KUBECTL:-kubectl} hvdrun=${HVDRUN:-} kubeconfig="" request_timeout=10s
 while (($# > 0)); do
   case $1 in
     -l | --selector) (($# >= 2)) || usage "$1 needs a value"; selector=$2; shift 2 ;;
@@ -70,6 +80,7 @@ while (($# > 0)); do
     --slots-annotation) (($# >= 2)) || usage "$1 needs a value"; annotation=$2; shift 2 ;;
     --slots-annotation=*) annotation=${1#*=}; shift ;;
     --kubectl) (($# >= 2)) || usage "$1 needs a value"; kubectl=$2; shift 2 ;;
+    --hvdrun) (($# >= 2)) || usage "$1 needs a value"; hvdrun=$2; shift 2 ;;
     --kubeconfig) (($# >= 2)) || usage "$1 needs a value"; kubeconfig=$2; shift 2 ;;
     --request-timeout) (($# >= 2)) || usage "$1 needs a value"; request_timeout=$2; shift 2 ;;
     -h | --help) sed -n '2,/^set -uo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
@@ -85,17 +96,18 @@ if [ -n "$service" ] && ! [[ $service =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ ]]; the
   usage "--service '$service' is not a service name"
 fi
 command -v "$kubectl" >/dev/null 2>&1 || usage "kubectl not found ('$kubectl'); install it or pass --kubectl PATH"
-
-# One '|'-separated line per pod; '-' for empty fields.
-tpl='{{range .items}}{{.metadata.name}}|{{with .spec.subdomain}}{{.}}{{else}}-{{end}}|'
-tpl+='{{with .status.podIP}}{{.}}{{else}}-{{end}}|{{with .status.phase}}{{.}}{{else}}-{{end}}|'
-tpl+='{{if .metadata.deletionTimestamp}}terminating{{else}}-{{end}}|'
-tpl+='{{range .status.conditions}}{{if and (eq .type "Ready") (eq .status "True")}}ready{{end}}{{end}}-|'
-tpl+='{{range .spec.containers}}{{with .resources}}{{with .limits}}{{with index . "nvidia.com/gpu"}}{{.}} {{end}}{{end}}{{end}}{{end}}-|'
-if [ -n "$annotation" ]; then
-  tpl+="{{with .metadata.annotations}}{{with index . \"$annotation\"}}{{.}}{{end}}{{end}}"
+if [ -z "$hvdrun" ]; then
+  hvdrun=$(command -v hvdrun 2>/dev/null) || hvdrun=$(dirname -- "$(readlink -f -- "$0")")/hvdrun
 fi
-tpl+='-{{"\n"}}{{end}}'
+command -v "$hvdrun" >/dev/null 2>&1 ||
+  usage "hvdrun not found ('$hvdrun'); it applies the pod rules: install it or pass --hvdrun PATH"
+
+# What hvdrun --kubernetes-pod-hosts needs of the options (pod_list_hosts.h).
+rules=(--prog "$PROG" --slots "$slots")
+((use_ip)) && rules+=(--ip)
+[ -n "$service" ] && rules+=(--service "$service")
+((from_gpu)) && rules+=(--slots-from-gpu)
+[ -n "$annotation" ] && rules+=(--slots-annotation "$annotation")
 
 # kubectl's stderr goes to an unlinked file kept open on fd 4: nothing is
 # left behind even when hvdrun kills this script (its discovery timeout).
@@ -138,7 +150,7 @@ if [ -z "$kubeconfig" ] && [ -z "${KUBECONFIG:-}" ] && ! [ -f "${HOME:-/nonexist
   fi
 fi
 
-args=(get pods -l "$selector" -o "go-template=$tpl" --request-timeout "$request_timeout")
+args=(get pods -l "$selector" -o json --request-timeout "$request_timeout")
 [ -n "$namespace" ] && args+=(-n "$namespace")
 [ -n "$kubeconfig" ] && args+=(--kubeconfig "$kubeconfig")
 
@@ -151,43 +163,10 @@ if ((rc != 0)); then
   exit 1
 fi
 
-lines=()
-while IFS='|' read -r name subdomain ip phase deleting ready gpus annot; do
-  [ -n "$name" ] || continue
-  [ "$phase" = Running ] || continue
-  [ "$deleting" = - ] || continue
-  [ "$ready" = ready- ] || continue
-  n=$slots
-  if ((from_gpu)); then
-    total=0
-    for g in ${gpus%-}; do
-      [[ $g =~ ^[0-9]+$ ]] && total=$((total + g))
-    done
-    ((total > 0)) && n=$total
-  fi
-  annot=${annot%-}
-  if [ -n "$annotation" ] && [ -n "$annot" ]; then
-    if [[ $annot =~ ^[1-9][0-9]*$ ]]; then
-      n=$annot
-    else
-      printf '%s: pod %s: annotation %s=%q is not a positive integer; using %s slots\n' "$PROG" "$name" \
-        "$annotation" "$annot" "$n" >&2
-    fi
-  fi
-  if ((use_ip)); then
-    [ "$ip" != - ] || continue  # Running without an IP yet: not reachable
-    host=$ip
-  elif [ -n "$service" ]; then
-    host="$name.$service"
-  elif [ "$subdomain" != - ]; then
-    host="$name.$subdomain"
-  else
-    printf '%s: error: pod %s has no spec.subdomain (not a StatefulSet pod?); pass --service NAME or --ip\n' \
-      "$PROG" "$name" >&2
-    exit 2
-  fi
-  lines+=("$host:$n")
-done <<<"$out"
-
-((${#lines[@]} == 0)) && exit 0
-printf '%s\n' "${lines[@]}" | sort -V
+# hvdrun prints the hosts (its warnings and errors on stderr, as $PROG's);
+# nothing reaches stdout unless it succeeded.
+hosts=$("$hvdrun" --kubernetes-pod-hosts "${rules[@]}" <<<"$out")
+rc=$?
+((rc == 0)) || exit $((rc == 2 ? 2 : 1))
+[ -n "$hosts" ] || exit 0
+printf '%s\n' "$hosts" | sort -V

@@ -14,6 +14,8 @@
 // vanished without closing its sockets fails the wait even with no deadline.
 #include "hvd/transport/link.h"
 
+#include "hvd/transport/shared_memory_link.h"
+
 #include "hvd/common/error.h"
 
 #include <poll.h>
@@ -49,10 +51,6 @@ void Link::recv(void* data, std::size_t len, Deadline deadline) {
   progress(&t, 1, deadline);
 }
 
-std::size_t Link::try_recv_view(std::size_t, std::size_t, RecvSink, void*) {
-  throw Error("transport: " + describe() + " cannot hand out received bytes in place (supports_recv_view is false)");
-}
-
 void sendrecv(Link& to, const void* send_data, std::size_t send_len, Link& from, void* recv_data, std::size_t recv_len,
               Deadline deadline) {
   Transfer ts[2] = {Transfer::send(to, send_data, send_len), Transfer::recv(from, recv_data, recv_len)};
@@ -86,7 +84,7 @@ inline void cpu_relax() {
 #endif
 }
 
-// Busy polling (Link::busy_poll_hint, shared memory). One sched_yield()
+// Busy polling (SharedMemoryLink::busy_poll_hint). One sched_yield()
 // costs ~0.5 us on the reference VM even when nothing else wants the core,
 // so a spin that yields between checks notices the peer's data up to that
 // late, and a 2-rank 4 KiB allreduce (~1 us) paid it nearly every time.
@@ -127,10 +125,10 @@ bool busy_poll(const Transfer* transfers, std::size_t count, const std::vector<c
       if ((skip && (*skip)[i]) || t.complete()) continue;
       const bool send = t.dir == Transfer::Dir::Send;
       if (send && t.done >= send_limit(t)) continue;
-      // Links that cannot be watched without a system call (TCP: hint 0)
-      // wait for the next pass.
-      if (t.link->busy_poll_hint().count() == 0) continue;
-      if (t.link->may_move(send)) return true;
+      // Links that cannot be watched without a system call (TCP: no
+      // shared memory; a hint of 0) wait for the next pass.
+      if (!t.shm || t.shm->busy_poll_hint().count() == 0) continue;
+      if (t.shm->may_move(send)) return true;
     }
     cpu_relax();
     const auto now = Clock::now();
@@ -143,9 +141,14 @@ bool busy_poll(const Transfer* transfers, std::size_t count, const std::vector<c
   }
 }
 
-}  // namespace
-
-namespace {
+/// One zero-copy receive step of `t` (a Transfer::recv_view).
+std::size_t recv_view(Transfer& t) {
+  if (!t.shm) {
+    throw Error("transport: " + t.link->describe() +
+                " cannot hand out received bytes in place (not a shared-memory link)");
+  }
+  return t.shm->try_recv_view(t.size - t.done, t.sink_align, t.sink, t.sink_ctx);
+}
 
 /// The poll loop. `skip[i]` marks transfers another thread drives; `wake_fd`
 /// (or -1) is polled too and ends the loop early when readable (returns
@@ -194,8 +197,7 @@ bool progress_loop_untagged(Transfer* transfers, std::size_t count, Deadline dea
         t.done += n;
         moved = moved || n > 0;
       } else {
-        std::size_t n = t.sink ? t.link->try_recv_view(t.size - t.done, t.sink_align, t.sink, t.sink_ctx)
-                               : t.link->try_recv(t.data + t.done, t.size - t.done);
+        std::size_t n = t.sink ? recv_view(t) : t.link->try_recv(t.data + t.done, t.size - t.done);
         t.done += n;
         moved = moved || n > 0;
         received = received || n > 0;
@@ -214,7 +216,7 @@ bool progress_loop_untagged(Transfer* transfers, std::size_t count, Deadline dea
     for (std::size_t i = 0; i < count; ++i) {
       const Transfer& t = transfers[i];
       if ((skip && (*skip)[i]) || t.complete()) continue;
-      spin_for = std::max<long>(spin_for, static_cast<long>(t.link->spin_hint().count()));
+      if (t.shm) spin_for = std::max<long>(spin_for, static_cast<long>(t.shm->spin_hint().count()));
     }
     if (spin_for > 0) {
       const auto now = std::chrono::steady_clock::now();
@@ -232,7 +234,7 @@ bool progress_loop_untagged(Transfer* transfers, std::size_t count, Deadline dea
           for (std::size_t i = 0; i < count; ++i) {
             const Transfer& t = transfers[i];
             if ((skip && (*skip)[i]) || t.complete()) continue;
-            busy = std::max(busy, t.link->busy_poll_hint());
+            if (t.shm) busy = std::max(busy, t.shm->busy_poll_hint());
           }
           if (busy.count() > 0 && now >= busy_off_until) {
             if (busy_poll(transfers, count, skip, busy)) continue;
@@ -257,8 +259,9 @@ bool progress_loop_untagged(Transfer* transfers, std::size_t count, Deadline dea
       if ((skip && (*skip)[i]) || t.complete()) continue;
       const bool send = t.dir == Transfer::Dir::Send;
       if (send && t.done >= send_limit(t)) continue;
+      if (!t.shm) continue;
       at = t.link;
-      can_move = !t.link->prepare_wait(send);
+      can_move = !t.shm->prepare_wait(send);
     }
     at = nullptr;
     if (can_move) continue;
@@ -273,8 +276,12 @@ bool progress_loop_untagged(Transfer* transfers, std::size_t count, Deadline dea
       // TCP sends: POLLOUT | POLLRDHUP (a peer that aborted sends FIN, not
       // RST, and a sender blocked on its full buffer would otherwise wait
       // forever); receives POLLIN. Shared memory: POLLIN on its socket.
-      const short ev = t.link->wait_events(t.dir == Transfer::Dir::Send);
-      fds.push_back(pollfd{t.link->wait_fd(t.dir == Transfer::Dir::Send), ev, 0});
+      const bool send = t.dir == Transfer::Dir::Send;
+      if (t.shm) {
+        fds.push_back(pollfd{t.shm->wait_fd(send), POLLIN, 0});
+      } else {
+        fds.push_back(pollfd{t.link->poll_fd(), send ? short(POLLOUT | POLLRDHUP) : short(POLLIN), 0});
+      }
       fd_owner.push_back(i);
     }
     if (wake_fd >= 0) {
@@ -443,7 +450,8 @@ class SendHelper {
 constexpr std::size_t kOffloadBytes = 1u << 20;
 
 /// HVD_TRANSPORT_SEND_THREAD: 0 (off for every link), 1 (on for every
-/// link), unset or anything else: each link decides (Link::offload_sends).
+/// link), unset or anything else: each link decides (SharedMemoryLink::offload_sends;
+/// TCP links always take the helper).
 int offload_setting() {
   static const int value = [] {
     const char* text = std::getenv("HVD_TRANSPORT_SEND_THREAD");
@@ -484,7 +492,7 @@ void progress(Transfer* transfers, std::size_t count, Deadline deadline, const s
       has_recv = has_recv || !t.complete();
     } else if (t.ready == static_cast<std::size_t>(-1)) {
       offload_bytes += t.size - t.done;
-      links_want = links_want && t.link->offload_sends();
+      links_want = links_want && (!t.shm || t.shm->offload_sends());
     }
   }
   const int setting = offload_setting();

@@ -21,13 +21,13 @@ grep -q "CUDA component: OFF" "$build.configure.log" || {
   grep "CUDA component" "$build.configure.log" || true
   exit 1
 }
-cmake --build "$build" -j"$jobs" --target test_controller test_c_api test_cuda_host
+cmake --build "$build" -j"$jobs" --target test_collective_engine test_c_api test_cuda_host
 if ldd "$build"/lib/collective/libhvd_collective.so 2>/dev/null | grep -q libcudart; then
   echo "without_cuda: libhvd_collective links libcudart"
   exit 1
 fi
 unset HOROVOD_RANK HOROVOD_SIZE HOROVOD_LOCAL_RANK HOROVOD_LOCAL_SIZE HOROVOD_CROSS_RANK HOROVOD_CROSS_SIZE
-"$build/tests/unit/controller/test_c_api"
-"$build/tests/unit/controller/test_controller" --warn NoTests "device:*"
+"$build/tests/unit/collective/api/test_c_api"
+"$build/tests/unit/collective/engine/test_collective_engine" --warn NoTests "device:*"
 "$build/tests/unit/cuda/test_cuda_host" --warn NoTests
 echo "without_cuda: OK"

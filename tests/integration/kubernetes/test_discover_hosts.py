@@ -4,6 +4,7 @@ against fake_apiserver.FakeApiServer over HTTPS: which pods qualify, the
 order, slots, --ip, and every API failure being a non-zero exit with the
 error on stderr and nothing on stdout (hvdrun then keeps its last good host
 set). kubectl missing: SKIPPED, exit 77."""
+import json
 import os
 import shutil
 import subprocess
@@ -96,6 +97,46 @@ class DiscoverHostsTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.splitlines(), ["job-0.job:4", "job-1.job:3", "job-2.job:1"])
         self.assertIn("pod job-2: annotation hvdrun.io/slots=many is not a positive integer; using 1 slots", r.stderr)
+
+    def test_same_hosts_as_the_builtin_source(self):
+        """One set of pod rules: the script (kubectl, then hvdrun --kubernetes-pod-hosts)
+        and hvdrun's built-in --kubernetes-selector source find the same hosts
+        with the same slots for the same pods, by IP and by DNS name."""
+        hvdrun = os.environ.get("HVDRUN")
+        if not hvdrun:
+            skip("HVDRUN (the built hvdrun) is not set; run through ctest", cleanup=[self.tmp])
+        self.worker("job-0", ip="198.18.7.2", gpus=2)
+        self.worker("job-1", ip="198.18.7.3", gpus=2, annotations={"hvdrun.io/slots": "3"})
+        self.worker("job-2", ip="198.18.7.4", ready=False, phase="Running")
+        self.worker("job-3", ip="198.18.7.5")
+        self.api.terminate("job-3")
+        self.worker("job-4", ip="198.18.7.6")
+        self.api.set_phase("job-4", "Failed")
+        self.worker("job-5", ip="198.18.7.7", ready=False)  # Pending
+        self.worker("job-10", ip="198.18.7.10")
+        self.worker("job-11", ip="198.18.7.11", labels={"app.kubernetes.io/instance": "other"})
+        env = dict(os.environ, HOME=self.tmp, KUBECONFIG=self.kubeconfig)
+        for k in [k for k in env if k.startswith("KUBERNETES_")]:
+            del env[k]
+        cases = [
+            (["--ip"], ["--kubernetes-host-names", "ip", "--kubernetes-slots", "1"]),
+            ([], ["--kubernetes-host-names", "dns", "--kubernetes-slots", "1"]),
+            (["--slots", "4"], ["--kubernetes-host-names", "dns", "--kubernetes-slots", "4"]),
+            (["--ip", "--slots-from-gpu", "--slots-annotation", "hvdrun.io/slots", "--slots", "2"],
+             ["--kubernetes-host-names", "ip", "--kubernetes-slots", "auto", "--slots-per-host", "2"]),
+        ]
+        for script_args, builtin_args in cases:
+            with self.subTest(script=script_args):
+                script = self.ok(*script_args)
+                p = subprocess.run([hvdrun, "-np", "1", "--kubernetes-selector", SEL, *builtin_args, "--dry-run=json",
+                                    "true"], capture_output=True, text=True, timeout=30, env=env,
+                                   stdin=subprocess.DEVNULL)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                builtin = json.loads(p.stdout)["hosts"]
+                self.assertEqual(len(script), 3, script)
+                self.assertEqual(sorted(script), sorted(builtin))
+        # The slots of the last case: the annotation, else the GPUs, else --slots.
+        self.assertEqual(script, ["198.18.7.2:2", "198.18.7.3:3", "198.18.7.10:2"])
 
     def test_no_pods_is_empty_success(self):
         self.assertEqual(self.ok(), [])

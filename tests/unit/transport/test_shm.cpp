@@ -310,9 +310,31 @@ TEST_CASE("HVD_SHM_REDUCE_IN_RING=0 turns the in-place receive off", "[transport
   auto [a, b] = shm_pair(4096);
   CHECK_FALSE(a->supports_recv_view());
   CHECK_FALSE(b->supports_recv_view());
+}
+
+namespace {
+/// A link that only moves bytes (as TCP): no shared-memory capability.
+class BytesOnlyLink final : public Link {
+ public:
+  int peer() const override { return 1; }
+  std::size_t try_send(const void*, std::size_t) override { return 0; }
+  std::size_t try_recv(void*, std::size_t) override { return 0; }
+  int poll_fd() const override { return -1; }
+  void shutdown() override {}
+  bool is_shutdown() const override { return false; }
+  std::string describe() const override { return "a bytes-only link"; }
+};
+}  // namespace
+
+TEST_CASE("a link without the shared-memory capability refuses in-place receives", "[transport][shm]") {
+  BytesOnlyLink link;
+  CHECK(link.shared_memory() == nullptr);
+  auto [a, b] = shm_pair(64);
+  CHECK(static_cast<Link&>(*a).shared_memory() == a.get());
   Collect c;
-  CHECK_THROWS_AS(Transfer::recv_view(*b, 8, 8, &collect_sink, &c).link->Link::try_recv_view(8, 8, &collect_sink, &c),
-                  Error);
+  Transfer t = Transfer::recv_view(link, 8, 8, &collect_sink, &c);
+  CHECK(t.shm == nullptr);
+  CHECK_THROWS_AS(progress(&t, 1, Deadline::after(1s)), Error);
 }
 
 TEST_CASE("single-copy sends (HVD_SHM_CMA=1) carry large messages both ways through tiny rings",

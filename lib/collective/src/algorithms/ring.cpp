@@ -21,7 +21,7 @@
 // cache when the reduction reads them, and a large chunk never needs a
 // chunk-sized (cache-thrashing) staging buffer.
 //
-// Over a shared-memory link (Link::supports_recv_view) there is no staging
+// Over a shared-memory link (SharedMemoryLink::supports_recv_view) there is no staging
 // at all: the reduction reads the peer's bytes straight out of the shared
 // ring, saving one copy per received byte (the order of the reduction, and
 // so the result, is the same).
@@ -31,6 +31,7 @@
 #include "common.h"
 
 #include "hvd/transport/link.h"
+#include "hvd/transport/shared_memory_link.h"
 
 #include <algorithm>
 
@@ -65,13 +66,14 @@ void ring_reduce_scatter(Comm& comm, char* work, const std::vector<std::size_t>&
   const std::vector<std::size_t> off = offsets_of(chunk_bytes);
   transport::Link& right = comm.link(mod(r + 1, n));
   transport::Link& left = comm.link(mod(r - 1, n));
+  const transport::SharedMemoryLink* left_shm = left.shared_memory();
 
   for (int s = 0; s < n - 1; ++s) {
     const int send_chunk = mod(r - 1 - s, n);
     const int recv_chunk = mod(r - 2 - s, n);
     char* target = work + off[recv_chunk];
     const std::size_t recv_bytes = chunk_bytes[recv_chunk];
-    if (left.supports_recv_view() && es <= 16 && (es & (es - 1)) == 0) {
+    if (left_shm && left_shm->supports_recv_view() && es <= 16 && (es & (es - 1)) == 0) {
       ReduceSink sink{target, 0, es, dtype, op};
       transport::Transfer ts[2] = {transport::Transfer::send(right, work + off[send_chunk], chunk_bytes[send_chunk]),
                                    transport::Transfer::recv_view(left, recv_bytes, es, &reduce_sink, &sink)};
@@ -107,7 +109,8 @@ std::size_t direct_allreduce_limit(Comm& comm) {
     if (p == comm.rank()) continue;
     // A property both ends of a link share (shared memory or not), so
     // every rank picks the same algorithm.
-    if (comm.link(p).send_window() == 0) return kSmallBytes;
+    const transport::SharedMemoryLink* shm = comm.link(p).shared_memory();
+    if (!shm || shm->send_window() == 0) return kSmallBytes;
   }
   return kSmallBytes / static_cast<std::size_t>(n - 1);
 }
@@ -118,7 +121,10 @@ bool pair_allreduce_in_ring(Comm& comm, char* data, std::size_t count, DataType 
   const std::size_t es = dtype_size(dtype);
   const std::size_t bytes = count * es;
   transport::Link& peer = comm.link(1 - comm.rank());
-  if (!peer.supports_recv_view() || bytes > peer.send_window() || es > 16 || (es & (es - 1)) != 0) return false;
+  transport::SharedMemoryLink* shm = peer.shared_memory();
+  if (!shm || !shm->supports_recv_view() || bytes > shm->send_window() || es > 16 || (es & (es - 1)) != 0) {
+    return false;
+  }
   // The whole send fits in the ring, so it completes without the peer (whose
   // earlier receives from us have all completed) and `data` may change after.
   // One try each way before progress()'s loop: the send fits unless the
@@ -128,7 +134,7 @@ bool pair_allreduce_in_ring(Comm& comm, char* data, std::size_t count, DataType 
   const std::size_t sent = peer.try_send(data, bytes);
   if (sent < bytes) peer.send(data + sent, bytes - sent);
   ReduceSink sink{data, 0, es, dtype, op};
-  const std::size_t got = peer.try_recv_view(bytes, es, &reduce_sink, &sink);
+  const std::size_t got = shm->try_recv_view(bytes, es, &reduce_sink, &sink);
   if (got < bytes) {
     transport::Transfer t = transport::Transfer::recv_view(peer, bytes - got, es, &reduce_sink, &sink);
     transport::progress(&t, 1);
@@ -144,6 +150,7 @@ void ring_allgather(Comm& comm, char* buf, const std::vector<std::size_t>& block
   const std::vector<std::size_t> off = offsets_of(block_bytes);
   transport::Link& right = comm.link(mod(r + 1, n));
   transport::Link& left = comm.link(mod(r - 1, n));
+  const transport::SharedMemoryLink* left_shm = left.shared_memory();
   for (int s = 0; s < n - 1; ++s) {
     const int send_block = mod(r - s, n);
     const int recv_block = mod(r - s - 1, n);

@@ -331,9 +331,10 @@ class MeshComm final : public Comm {
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (int p = 0; p < size_; ++p) {
-        if (owned_[p] && owned_[p]->send_window() > 0) {
+        const transport::SharedMemoryLink* shm = owned_[p] ? owned_[p]->shared_memory() : nullptr;
+        if (shm && shm->send_window() > 0) {
           group.push_back(p);
-          busy = std::max(busy, owned_[p]->busy_poll_hint());
+          busy = std::max(busy, shm->busy_poll_hint());
         }
       }
     }

@@ -1,7 +1,7 @@
 #pragma once
 // Which links a communicator forms at init (the rest form at first use),
 // and the set-up limits on an oversubscribed host. Pure functions, unit
-// tested (tests/unit/collective/test_mesh_plan.cpp).
+// tested (tests/unit/collective/bootstrap/test_mesh_plan.cpp).
 #include <chrono>
 #include <vector>
 

@@ -2,7 +2,7 @@
 // The wire half of a negotiation cycle: every rank's RankMessage to every
 // rank (the message format is message.h; what the messages mean is
 // controller.h). Kept apart from the background loop (context.cpp) so that
-// it has tests of its own (tests/unit/controller/test_exchange.cpp).
+// it has tests of its own (tests/unit/collective/engine/test_exchange.cpp).
 #include "engine/message.h"
 
 #include "hvd/collective/comm.h"

@@ -2,6 +2,7 @@
 #include "hvd/launcher/job/modes.h"
 
 #include "hvd/common/error.h"
+#include "hvd/launcher/discovery/kubernetes/pod_list_hosts.h"
 #include "hvd/launcher/job/check_build.h"
 #include "hvd/launcher/job/dry_run_report.h"
 #include "hvd/launcher/job/platform_follower.h"
@@ -82,6 +83,10 @@ std::optional<int> follower_attach_row(int argc, char** argv) {
 }
 std::optional<int> follower_status_row(int argc, char** argv) {
   return when_first_word<platform::follower_status_main>("--follower-status", argc, argv);
+}
+// The pod rules for scripts/kubernetes/discover_hosts.sh: a pod list on stdin, hosts out.
+std::optional<int> kubernetes_pod_hosts_row(int argc, char** argv) {
+  return when_first_word<kube::pod_list_hosts_main>("--kubernetes-pod-hosts", argc, argv);
 }
 
 // ---- job modes --------------------------------------------------------------
@@ -193,6 +198,7 @@ const std::vector<EarlyMode>& early_modes() {
   static const std::vector<EarlyMode> rows = {
       {"follower-attach", follower_attach_row},
       {"follower-status", follower_status_row},
+      {"kubernetes-pod-hosts", kubernetes_pod_hosts_row},
       // OCI Data Science runs (OCI__MODE) add flags of their own: decided before parsing.
       {"oci", run_oci_if_detected},
   };

@@ -119,7 +119,7 @@ std::size_t ShmRing::write(const void* data, std::size_t len) {
   return n;
 }
 
-std::size_t ShmRing::read_view(std::size_t len, std::size_t align, Link::RecvSink sink, void* ctx) {
+std::size_t ShmRing::read_view(std::size_t len, std::size_t align, RecvSink sink, void* ctx) {
   const uint64_t tail = h_->tail.load(std::memory_order_relaxed);
   const uint64_t head = h_->head.load(std::memory_order_acquire);
   const std::size_t avail = static_cast<std::size_t>(head - tail);

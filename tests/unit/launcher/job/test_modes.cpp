@@ -71,7 +71,7 @@ TEST_CASE("modes: the table has one row per mode, in order, with distinct names"
   CHECK(names.size() == all.size());
   std::vector<std::string> early;
   for (const auto& row : early_modes()) early.push_back(row.name);
-  CHECK(early == std::vector<std::string>{"follower-attach", "follower-status", "oci"});
+  CHECK(early == std::vector<std::string>{"follower-attach", "follower-status", "kubernetes-pod-hosts", "oci"});
 }
 
 TEST_CASE("modes: a plain job is static, its hosts from the one host source", "[modes]") {

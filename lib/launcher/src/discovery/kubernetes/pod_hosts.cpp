@@ -22,13 +22,6 @@ std::string text_at(const json& j, const json::json_pointer& p) {
   return v.is_string() ? v.get<std::string>() : "";
 }
 
-/// A positive integer up to a million from text, else 0.
-int positive(const std::string& text) {
-  if (text.empty() || text.size() > 7 || text.find_first_not_of("0123456789") != std::string::npos) return 0;
-  const int n = std::stoi(text);
-  return n >= 1 && n <= 1000000 ? n : 0;
-}
-
 /// Sum of the containers' nvidia.com/gpu limits (quantities are strings, or
 /// numbers in hand-written objects); -1 when one is not a whole count.
 long gpu_limits(const json& pod) {
@@ -45,7 +38,7 @@ long gpu_limits(const json& pod) {
     } else if (v.is_string()) {
       const std::string s = v.get<std::string>();
       if (s == "0") continue;
-      const int n = positive(s);
+      const int n = pod_count(s);
       if (n == 0) return -1;
       sum += n;
     } else {
@@ -66,6 +59,12 @@ bool ready(const json& pod) {
 
 }  // namespace
 
+int pod_count(const std::string& text) {
+  if (text.empty() || text.size() > 7 || text.find_first_not_of("0123456789") != std::string::npos) return 0;
+  const int n = std::stoi(text);
+  return n >= 1 && n <= 1000000 ? n : 0;
+}
+
 PodHost pod_host(const json& pod, const PodHostRules& rules) {
   PodHost out;
   out.pod = text_at(pod, json::json_pointer("/metadata/name"));
@@ -85,8 +84,10 @@ PodHost pod_host(const json& pod, const PodHostRules& rules) {
     name = text_at(pod, json::json_pointer("/status/podIP"));
     if (name.empty()) return not_used("no pod IP yet");
   } else {
-    const std::string subdomain = text_at(pod, json::json_pointer("/spec/subdomain"));
+    const std::string subdomain =
+        rules.service.empty() ? text_at(pod, json::json_pointer("/spec/subdomain")) : rules.service;
     if (subdomain.empty()) {
+      out.no_dns_name = true;
       return not_used(
           "no spec.subdomain, so no DNS name (a StatefulSet pod with a headless service has one; or use "
           "--kubernetes-host-names ip)");
@@ -106,7 +107,7 @@ PodHost pod_host(const json& pod, const PodHostRules& rules) {
     return it->get<std::string>();
   };
   auto from_annotation = [&](const std::string& key, const std::string& value) {
-    slots = positive(value);
+    slots = pod_count(value);
     if (slots == 0) out.why_not = fmt::format("annotation {} '{}' is not a positive integer", key, shown(value));
   };
   switch (rules.slots.mode) {
@@ -125,13 +126,24 @@ PodHost pod_host(const json& pod, const PodHostRules& rules) {
       break;
     }
     case KubernetesSlots::Mode::Auto: {
-      if (const auto value = annotation(kSlotsAnnotation)) {
-        from_annotation(kSlotsAnnotation, *value);
-        break;
+      std::optional<std::string> value;
+      if (!rules.auto_annotation.empty()) value = annotation(rules.auto_annotation);
+      if (value && value->empty() && rules.bad_annotation_falls_back) value.reset();
+      if (value) {
+        from_annotation(rules.auto_annotation, *value);
+        if (slots > 0 || !rules.bad_annotation_falls_back) break;
+        out.why_not.clear();
       }
-      const long gpus = gpu_limits(pod);
-      if (gpus < 0) return not_used("an nvidia.com/gpu limit is not a whole number");
+      long gpus = 0;
+      if (rules.auto_gpus) {
+        gpus = gpu_limits(pod);
+        if (gpus < 0) return not_used("an nvidia.com/gpu limit is not a whole number");
+      }
       slots = gpus > 0 ? static_cast<int>(gpus) : rules.default_slots;
+      if (value) {
+        out.warning = fmt::format("annotation {}={} is not a positive integer; using {} slots", rules.auto_annotation,
+                                  shown(*value), slots);
+      }
       break;
     }
   }

@@ -11,9 +11,11 @@
 /// any number of links concurrently from one thread with poll(2); `send`,
 /// `recv` and `sendrecv` are thin conveniences over it.
 ///
-/// A shared-memory link (shm.h) implements the same interface: its
-/// poll_fd() is the pair's AF_UNIX socket, which the peer writes a wake-up
-/// byte to when it sees this side waiting (prepare_wait).
+/// Link is the byte-moving contract only. A shared-memory link (shm.h)
+/// implements it too (its poll_fd() is the pair's AF_UNIX socket, which the
+/// peer writes a wake-up byte to when it sees this side waiting), and adds
+/// the SharedMemoryLink capability (shared_memory_link.h) that progress()
+/// and the ring algorithms ask for through Link::shared_memory().
 #include "hvd/common/error.h"
 #include "hvd/common/io.h"
 
@@ -25,6 +27,12 @@
 #include <string>
 
 namespace hvd::transport {
+
+class SharedMemoryLink;
+
+/// A zero-copy receive's consumer: `sink(ctx, data, n)` gets `n` received
+/// bytes straight from where the link holds them (SharedMemoryLink::try_recv_view).
+using RecvSink = void (*)(void* ctx, const char* data, std::size_t n);
 
 /// An IoError of one link: peer() is the rank at its other end. progress()
 /// (and so send, recv, sendrecv) throws it for every failure of a link it
@@ -66,34 +74,6 @@ class Link {
   /// Human-readable description for error messages ("rank 3 at 10.0.0.2:4711").
   virtual std::string describe() const = 0;
 
-  /// The descriptor progress() polls while a send (send = true) or a receive
-  /// waits; poll_fd() unless a link keeps one per direction.
-  virtual int wait_fd(bool /*send*/) const { return poll_fd(); }
-  /// The poll(2) events on wait_fd() that mean "try again" for a send
-  /// (send = true) or a receive. TCP: POLLOUT | POLLRDHUP and POLLIN. A
-  /// shared-memory link polls its wake-up socket for POLLIN both ways.
-  virtual short wait_events(bool send) const { return send ? short(POLLOUT | POLLRDHUP) : short(POLLIN); }
-  /// Called by progress() right before it sleeps in poll(2) on this link
-  /// for a send (receive). Returns false when progress is possible now (do
-  /// not sleep). A shared-memory link publishes "I am waiting" here so the
-  /// peer wakes it; it may throw IoError when the peer is gone.
-  virtual bool prepare_wait(bool /*send*/) { return true; }
-  /// How long progress() should retry before sleeping while it waits on
-  /// this link (HVD_TRANSPORT_SPIN_US, when larger, wins). TCP: 0.
-  virtual std::chrono::microseconds spin_hint() const { return std::chrono::microseconds(0); }
-  /// During that spin, how long progress() may watch this link through
-  /// may_move() with the CPU's pause instruction, without a system call,
-  /// between two sched_yield()s (shared memory, when the local ranks do
-  /// not outnumber the cores). TCP: 0 (yield only).
-  virtual std::chrono::nanoseconds busy_poll_hint() const { return std::chrono::nanoseconds(0); }
-  /// A cheap check without a system call or side effect, for that busy
-  /// poll: false only when try_send (send = true) / try_recv would surely
-  /// move nothing now. Default: true (just try).
-  virtual bool may_move(bool /*send*/) const { return true; }
-  /// Whether progress() may hand large sends on this link to its send
-  /// helper thread (HVD_TRANSPORT_SEND_THREAD=0/1 overrides). TCP: yes.
-  virtual bool offload_sends() const { return true; }
-
   /// Silent-peer detection (host down, network cut: no FIN or RST ever
   /// arrives). While progress() waits on this link it calls check_peer()
   /// about every peer_check_interval() (zero: never), which throws
@@ -101,18 +81,13 @@ class Link {
   virtual std::chrono::milliseconds peer_check_interval() const { return std::chrono::milliseconds(0); }
   virtual void check_peer() {}
 
-  /// Zero-copy receive (shared memory): hands up to `len` received bytes to
-  /// `sink(ctx, data, n)` straight from where the link holds them (the
-  /// shared ring) instead of copying them into a buffer first; every `n` is
-  /// a multiple of `align` (a power of two <= 16; `len` must be one too).
-  /// Returns the bytes consumed (0: nothing yet). Only when
-  /// supports_recv_view(); the default throws.
-  using RecvSink = void (*)(void* ctx, const char* data, std::size_t n);
-  virtual bool supports_recv_view() const { return false; }
-  /// Bytes a send can always hand off without the peer reading anything
-  /// (shared memory: the ring's capacity); 0 when unknown (TCP).
-  virtual std::size_t send_window() const { return 0; }
-  virtual std::size_t try_recv_view(std::size_t len, std::size_t align, RecvSink sink, void* ctx);
+  /// What this link offers beyond moving bytes when its peer shares this
+  /// host's memory (shared_memory_link.h: waiting, spinning, busy polling,
+  /// zero-copy receives); null for a link that only moves bytes (TCP).
+  /// Asked where the progress engine and the algorithms need it, never
+  /// per byte: Transfer keeps the answer.
+  virtual SharedMemoryLink* shared_memory() { return nullptr; }
+  const SharedMemoryLink* shared_memory() const { return const_cast<Link*>(this)->shared_memory(); }
 
   /// Blocking conveniences (built on progress()).
   void send(const void* data, std::size_t len, Deadline deadline = Deadline::never());
@@ -133,16 +108,21 @@ struct Transfer {
   /// at SIZE_MAX). A pipeline (chain broadcast) raises it from the progress
   /// callback as data arrives from upstream.
   std::size_t ready = static_cast<std::size_t>(-1);
+  /// The link's shared-memory capability (Link::shared_memory(), asked once
+  /// by the factories below), or null: progress() asks it, not the link,
+  /// how to wait.
+  SharedMemoryLink* shm = nullptr;
   /// Receive only, optional: consume the bytes in place through
-  /// Link::try_recv_view (the link must support it) instead of copying
-  /// them to `data` (which may then be null); `done` still counts them.
-  Link::RecvSink sink = nullptr;
+  /// SharedMemoryLink::try_recv_view (the link must support it) instead of
+  /// copying them to `data` (which may then be null); `done` still counts them.
+  RecvSink sink = nullptr;
   void* sink_ctx = nullptr;
   std::size_t sink_align = 1;
 
   static Transfer send(Link& l, const void* d, std::size_t n) {
     Transfer t;
     t.link = &l;
+    t.shm = l.shared_memory();
     t.dir = Dir::Send;
     t.data = static_cast<char*>(const_cast<void*>(d));
     t.size = n;
@@ -151,14 +131,16 @@ struct Transfer {
   static Transfer recv(Link& l, void* d, std::size_t n) {
     Transfer t;
     t.link = &l;
+    t.shm = l.shared_memory();
     t.dir = Dir::Recv;
     t.data = static_cast<char*>(d);
     t.size = n;
     return t;
   }
-  static Transfer recv_view(Link& l, std::size_t n, std::size_t align, Link::RecvSink sink, void* ctx) {
+  static Transfer recv_view(Link& l, std::size_t n, std::size_t align, RecvSink sink, void* ctx) {
     Transfer t;
     t.link = &l;
+    t.shm = l.shared_memory();
     t.dir = Dir::Recv;
     t.size = n;
     t.sink = sink;
@@ -177,7 +159,7 @@ struct Transfer {
 /// Plain sends totalling >= 1 MiB alongside receives are driven by a helper
 /// thread owned by the calling thread (one per thread, created on first
 /// use), so send and receive copies overlap on two cores;
-/// A link may decline (Link::offload_sends: shared memory when the ranks of
+/// A link may decline (SharedMemoryLink::offload_sends: shared memory when the ranks of
 /// the host leave no spare core); HVD_TRANSPORT_SEND_THREAD=0 disables the
 /// helper, =1 uses it whatever the links say.
 /// Even with Deadline::never() a wait is bounded by the links' silent-peer

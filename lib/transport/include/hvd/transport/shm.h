@@ -45,6 +45,7 @@
 /// are all that is left.
 #include "hvd/common/io.h"
 #include "hvd/transport/link.h"
+#include "hvd/transport/shared_memory_link.h"
 
 #include <sys/types.h>
 
@@ -117,7 +118,7 @@ class ShmRing {
   /// small local copy), then frees them. Only whole `align`-byte units are
   /// taken (`len` must be a multiple of `align`, a power of two <= 16);
   /// returns the bytes taken.
-  std::size_t read_view(std::size_t len, std::size_t align, Link::RecvSink sink, void* ctx);
+  std::size_t read_view(std::size_t len, std::size_t align, RecvSink sink, void* ctx);
   /// Bytes readable now / free space now.
   std::size_t readable() const;
   std::size_t writable() const;
@@ -192,7 +193,7 @@ class ShmSegment {
   ShmRing rings_[2];
 };
 
-class ShmLink final : public Link {
+class ShmLink final : public Link, public SharedMemoryLink {
  public:
   /// `tx`/`rx`: which of the segment's rings this side produces into /
   /// consumes from; `tx_sock`/`rx_sock`: the connected AF_UNIX sockets
@@ -204,6 +205,7 @@ class ShmLink final : public Link {
   int peer() const override { return peer_; }
   std::size_t try_send(const void* data, std::size_t len) override;
   std::size_t try_recv(void* data, std::size_t len) override;
+  SharedMemoryLink* shared_memory() override { return this; }
   /// Zero copy out of the ring (the reduce-scatter reduces straight from
   /// it). Not while single copy (HVD_SHM_CMA) may still deliver data.
   bool supports_recv_view() const override { return view_ok_ && !rx_cma_ok_; }
@@ -211,7 +213,6 @@ class ShmLink final : public Link {
   std::size_t try_recv_view(std::size_t len, std::size_t align, RecvSink sink, void* ctx) override;
   int poll_fd() const override { return rx_sock_.get(); }
   int wait_fd(bool send) const override { return send ? tx_sock_.get() : rx_sock_.get(); }
-  short wait_events(bool /*send*/) const override { return POLLIN; }
   bool prepare_wait(bool send) override;
   std::chrono::microseconds spin_hint() const override { return spin_; }
   /// Busy polling between the spin's yields (set by the caller, default 0).

@@ -3,10 +3,10 @@
 /// dispatcher over it.
 ///
 ///  1. Early modes, before the command line is parsed (early_modes()): the
-///     internal ones chosen by their first word (the platform
-///     follower protocol) and an OCI Data Science run (OCI__MODE), whose
-///     variables add flags of their own. The first row that answers ends
-///     hvdrun.
+///     internal ones chosen by their first word (the platform follower
+///     protocol, `--kubernetes-pod-hosts` for discover_hosts.sh) and an OCI
+///     Data Science run (OCI__MODE), whose variables add flags of their
+///     own. The first row that answers ends hvdrun.
 ///  2. Job modes: the command line is parsed and resolved ONCE into a
 ///     JobDecision (resolve_job: options + host-source choice + launch
 ///     decision); its `mode` picks one row of job_modes(), which reads
@@ -81,7 +81,8 @@ struct EarlyMode {
   const char* name;
   std::optional<int> (*run)(int argc, char** argv);
 };
-/// follower-attach, follower-status, oci: in that order.
+/// follower-attach, follower-status, kubernetes-pod-hosts, oci: in that
+/// order.
 const std::vector<EarlyMode>& early_modes();
 
 /// A job mode: runs a resolved decision to hvdrun's exit code.

@@ -1,16 +1,22 @@
 #pragma once
 /// Pods -> hosts (pure): which pods count, what each is called and how many
-/// slots it offers (docs/kubernetes.md, "Built-in pod discovery").
+/// slots it offers (docs/kubernetes.md, "Built-in pod discovery"). The one
+/// place of these rules: the built-in source (--kubernetes-selector) and
+/// scripts/kubernetes/discover_hosts.sh (through `hvdrun
+/// --kubernetes-pod-hosts`, pod_list_hosts.h) both apply them.
 ///
 /// A pod counts when its phase is Running, its Ready condition is True and
 /// it has no deletionTimestamp (it is not terminating). Its name is its
 /// status.podIP (--kubernetes-host-names ip) or `<spec.hostname or
 /// metadata.name>.<spec.subdomain>` (dns: the StatefulSet name through the
-/// headless service). Slots (--kubernetes-slots): auto = the annotation
-/// hvdrun.io/slots if present, else the sum of the containers'
-/// nvidia.com/gpu limits if > 0, else --slots-per-host or 1; gpu = that sum
-/// (a pod with none is not used); annotation:KEY = that annotation (a pod
-/// without it is not used); N = N.
+/// headless service; `service` replaces the subdomain). Slots
+/// (--kubernetes-slots): auto = the annotation hvdrun.io/slots if present,
+/// else the sum of the containers' nvidia.com/gpu limits if > 0, else
+/// --slots-per-host or 1; gpu = that sum (a pod with none is not used);
+/// annotation:KEY = that annotation (a pod without it is not used); N = N.
+/// The script's auto asks another annotation (or none) and the GPUs only
+/// when told (auto_annotation, auto_gpus), and a bad annotation there falls
+/// back to the next source with a warning instead of leaving the pod out.
 #include <nlohmann/json_fwd.hpp>
 
 #include <map>
@@ -28,6 +34,17 @@ struct PodHostRules {
   KubernetesSlots slots;
   KubernetesHostNames host_names = KubernetesHostNames::Ip;
   int default_slots = 1;  ///< --slots-per-host, else 1 (auto without annotation or GPUs)
+  /// Dns names: `<name>.<service>` for every pod instead of its
+  /// spec.subdomain (empty: the subdomain).
+  std::string service;
+  /// Auto: the annotation asked first (empty: none), and whether the GPU
+  /// limits come next.
+  std::string auto_annotation = kSlotsAnnotation;
+  bool auto_gpus = true;
+  /// Auto: an annotation that is empty counts as absent, and one that is not
+  /// a positive integer falls back to the next source (PodHost::warning)
+  /// instead of leaving the pod out.
+  bool bad_annotation_falls_back = false;
 };
 
 /// One pod as discovery sees it.
@@ -38,12 +55,22 @@ struct PodHost {
   /// "no pod IP yet", "annotation hvdrun.io/slots 'x' is not a positive
   /// integer"); empty when usable.
   std::string why_not;
+  /// Dns names: not used because it has no spec.subdomain (and no service
+  /// was given), so no DNS name.
+  bool no_dns_name = false;
+  /// A usable pod's slots came from a fallback: why ("annotation
+  /// hvdrun.io/slots=many is not a positive integer; using 1 slots").
+  std::string warning;
   HostSpec host;  ///< when usable
   /// "<uid>/<pod IP>/<sum of container restart counts>": changes when the
   /// pod is replaced (a StatefulSet's new pod keeps the name, not the UID)
   /// or its container restarts in place.
   std::string incarnation;
 };
+
+/// A slot count from text (an annotation, a GPU limit, --slots): a positive
+/// integer up to a million, else 0.
+int pod_count(const std::string& text);
 
 /// Reads one pod object (the API's JSON). Never throws: a pod it cannot use
 /// says why.

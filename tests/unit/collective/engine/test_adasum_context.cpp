@@ -1,6 +1,6 @@
 // Adasum through the Context (negotiation, fusion, process sets, submit-time
 // refusals), ranks as threads over one InMemoryStore. The numerics against a
-// tree reference are in tests/unit/collective/test_adasum.cpp; here each
+// tree reference are in tests/unit/collective/algorithms/test_adasum.cpp; here each
 // expected value is the pairwise formula written out.
 #include "hvd/collective/context.h"
 #include "hvd/store/memory_store.h"

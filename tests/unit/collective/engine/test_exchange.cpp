@@ -4,7 +4,7 @@
 #include "engine/message.h"
 #include "engine/negotiation.h"
 
-#include "../collective/comm_world.h"
+#include "comm_world.h"
 
 #include "hvd/common/error.h"
 #include "hvd/store/memory_store.h"
