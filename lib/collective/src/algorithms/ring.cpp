@@ -150,7 +150,6 @@ void ring_allgather(Comm& comm, char* buf, const std::vector<std::size_t>& block
   const std::vector<std::size_t> off = offsets_of(block_bytes);
   transport::Link& right = comm.link(mod(r + 1, n));
   transport::Link& left = comm.link(mod(r - 1, n));
-  const transport::SharedMemoryLink* left_shm = left.shared_memory();
   for (int s = 0; s < n - 1; ++s) {
     const int send_block = mod(r - s, n);
     const int recv_block = mod(r - s - 1, n);

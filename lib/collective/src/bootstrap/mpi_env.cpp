@@ -2,7 +2,7 @@
 // store from hvdrun, HVD_MASTER_* or the MPI plug-in (contracts in mpi_env.h).
 #include "hvd/collective/mpi_env.h"
 
-#include "../../mpi_bootstrap/hvd_mpi_bootstrap.h"
+#include "mpi_bootstrap/hvd_mpi_bootstrap.h"
 #include "hvd/common/env.h"
 #include "hvd/common/error.h"
 #include "hvd/common/job_env.h"

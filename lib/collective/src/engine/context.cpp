@@ -4,7 +4,7 @@
 #include "engine/controller.h"
 #include "device_executor.h"
 #include "engine/fusion.h"
-#include "bootstrap/hierarchy.h"
+#include "engine/hierarchy.h"
 #include "engine/message.h"
 #include "engine/negotiation.h"
 #include "engine/operations.h"

@@ -2,7 +2,7 @@
 
 #include "device_executor.h"
 #include "engine/timeline.h"
-#include "bootstrap/hierarchy.h"
+#include "engine/hierarchy.h"
 
 #include "hvd/collective/algorithms.h"
 #include "hvd/collective/context.h"
@@ -82,10 +82,6 @@ void OpState::finish(std::exception_ptr e) {
 }
 
 namespace {
-
-bool is_floating(DataType t) {
-  return t == DataType::Float16 || t == DataType::BFloat16 || t == DataType::Float32 || t == DataType::Float64;
-}
 
 int64_t row_elements(const std::vector<int64_t>& shape) {
   int64_t n = 1;

@@ -11,7 +11,6 @@
 #include <nlohmann/json.hpp>
 
 #include <future>
-#include <map>
 
 namespace hvd::launcher {
 
@@ -27,31 +26,25 @@ std::string host_summary(const std::vector<HostLaunch>& hosts) {
   return out;
 }
 
-/// One HostLaunch per host, in the order hosts first appear in the plan.
-/// Whether a host is this machine may take a (bounded) name lookup: all are
-/// asked at once.
-std::vector<HostLaunch> launches_by_host(const JobPlan& plan, SpawnerFactory& spawners) {
-  std::map<std::string, std::future<bool>> local;
-  for (const auto& w : plan.workers) {
-    if (!local.count(w.slot.hostname)) {
-      local.emplace(w.slot.hostname, std::async(std::launch::async, [&spawners, host = w.slot.hostname] {
-                      return spawners.is_local(host);
-                    }));
-    }
+/// One HostLaunch per host of the plan, in the plan's order, with the
+/// workers the plan groups on it (JobPlan::host_ranks). Whether a host is
+/// this machine may take a (bounded) name lookup: all are asked at once.
+std::vector<HostLaunch> host_launches(const JobPlan& plan, SpawnerFactory& spawners) {
+  if (plan.host_ranks.size() != plan.hosts.size()) {
+    throw Error("internal: a job plan without its ranks by host (make_plan makes both)");
   }
-  std::vector<HostLaunch> hosts;
-  std::map<std::string, std::size_t> index;
-  for (const auto& w : plan.workers) {
-    auto it = index.find(w.slot.hostname);
-    if (it == index.end()) {
-      it = index.emplace(w.slot.hostname, hosts.size()).first;
-      HostLaunch h;
-      h.host = w.slot.hostname;
-      h.launch_on_caller_thread = local.at(h.host).get();
-      h.spawner = spawners.make(h.host);
-      hosts.push_back(std::move(h));
-    }
-    hosts[it->second].workers.push_back(w);
+  std::vector<std::future<bool>> local;
+  local.reserve(plan.hosts.size());
+  for (const auto& h : plan.hosts) {
+    local.push_back(std::async(std::launch::async, [&spawners, host = h.name] { return spawners.is_local(host); }));
+  }
+  std::vector<HostLaunch> hosts(plan.hosts.size());
+  for (std::size_t i = 0; i < plan.hosts.size(); ++i) {
+    hosts[i].host = plan.hosts[i].name;
+    hosts[i].launch_on_caller_thread = local[i].get();
+    hosts[i].spawner = spawners.make(hosts[i].host);
+    hosts[i].workers.reserve(plan.host_ranks[i].size());
+    for (const int rank : plan.host_ranks[i]) hosts[i].workers.push_back(plan.workers.at(rank));
   }
   return hosts;
 }
@@ -83,7 +76,7 @@ int static_job(JobServices& job, const Options& options, const JobPlan& plan_in)
   }
 
   DefaultSpawnerFactory spawners(spawner_options(options));
-  std::vector<HostLaunch> hosts = launches_by_host(plan, spawners);
+  std::vector<HostLaunch> hosts = host_launches(plan, spawners);
   spdlog::info("{} worker{} on {} host{}: {}", plan.workers.size(), plan.workers.size() == 1 ? "" : "s", hosts.size(),
                hosts.size() == 1 ? "" : "s", host_summary(hosts));
   return job.supervise(std::move(hosts));

@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
 
 #include "hvd/common/error.h"
 #include "hvd/launcher/hosts/hosts.h"
@@ -37,14 +38,14 @@ JobPlan make_plan(const Options& options, const std::vector<HostSpec>& hosts,
 
   JobPlan plan;
   // Only hosts that run a rank are part of the job (spawners connect to
-  // exactly these).
+  // exactly these), in the order given, each with its ranks.
+  std::map<std::string, std::vector<int>> ranks_on;
+  for (const auto& s : slots) ranks_on[s.hostname].push_back(s.rank);
   for (const auto& h : hosts) {
-    for (const auto& s : slots) {
-      if (s.hostname == h.name) {
-        plan.hosts.push_back(h);
-        break;
-      }
-    }
+    auto it = ranks_on.find(h.name);
+    if (it == ranks_on.end()) continue;
+    plan.hosts.push_back(h);
+    plan.host_ranks.push_back(std::move(it->second));
   }
   EnvMap common = build_common_env(launcher_env, options);
   plan.workers.reserve(slots.size());

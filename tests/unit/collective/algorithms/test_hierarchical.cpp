@@ -7,7 +7,7 @@
 // every dtype and the hierarchical result must equal the flat one bit for
 // bit whatever the order of additions.
 #include "algorithms/hierarchical.h"
-#include "bootstrap/hierarchy.h"
+#include "engine/hierarchy.h"
 
 #include "hvd/collective/algorithms.h"
 #include "hvd/collective/comm.h"

@@ -49,6 +49,28 @@ TEST_CASE("plan: make_plan places ranks on the HostSpecs it is given, never on t
   CHECK(invalid_message([&] { make_plan(o, {HostSpec{"x", 1}}, {}, "/"); }) == "-np 3 but only 1 slot on 1 host (x:1)");
 }
 
+TEST_CASE("plan: the plan groups its ranks by host once, index for index with its hosts", "[plan]") {
+  auto o = parse_ok({"-np", "5", "cmd"});
+  auto plan = make_plan(o, {HostSpec{"a", 2}, HostSpec{"unused", 0}, HostSpec{"b", 3}, HostSpec{"c", 4}}, {}, "/");
+  REQUIRE(plan.hosts.size() == 2);  // "unused" has no slot, c gets no rank
+  REQUIRE(plan.host_ranks.size() == plan.hosts.size());
+  CHECK(plan.hosts[0].name == "a");
+  CHECK(plan.host_ranks[0] == std::vector<int>{0, 1});
+  CHECK(plan.hosts[1].name == "b");
+  CHECK(plan.host_ranks[1] == std::vector<int>{2, 3, 4});
+  for (std::size_t i = 0; i < plan.hosts.size(); ++i) {
+    for (const int r : plan.host_ranks[i]) CHECK(plan.workers.at(static_cast<std::size_t>(r)).slot.hostname == plan.hosts[i].name);
+  }
+
+  // mpirun mode past the slots: ranks go round the hosts again, and each
+  // host's list still holds exactly its ranks, ascending.
+  auto o2 = parse_ok({"-np", "5", "cmd"});
+  auto round = make_plan(o2, {HostSpec{"a", 1}, HostSpec{"b", 1}}, {}, "/", SlotCheck::Mpirun);
+  REQUIRE(round.host_ranks.size() == 2);
+  CHECK(round.host_ranks[0] == std::vector<int>{0, 2, 4});
+  CHECK(round.host_ranks[1] == std::vector<int>{1, 3});
+}
+
 TEST_CASE("plan: usage problems surface as one-line InvalidArgument", "[plan]") {
   CHECK(invalid_message([] {
           plan_of(parse_ok({"-np", "5", "-H", "a:2,b:2", "cmd"}), {}, "/");

@@ -31,12 +31,17 @@ struct WorkerSpec {
   std::string label;
 };
 
-/// The whole static job: hosts in the order given and one spec per rank,
-/// ordered by rank. Rendezvous variables (store address, secret) are added
-/// by run_job once the store is listening; they are not part of the plan.
+/// The whole static job: the hosts that run a rank, in the order given, and
+/// one spec per rank, ordered by rank. Rendezvous variables (store address,
+/// secret) are added by run_job once the store is listening; they are not
+/// part of the plan.
 struct JobPlan {
   std::vector<HostSpec> hosts;
   std::vector<WorkerSpec> workers;
+  /// The ranks each of `hosts` runs, ascending, index for index with
+  /// `hosts`: the plan's one grouping of workers by host, made by make_plan
+  /// with the placement; the static job launches host by host from it.
+  std::vector<std::vector<int>> host_ranks;
 };
 
 }  // namespace hvd::launcher

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace hvd::launcher {
 
@@ -16,6 +17,10 @@ using EnvMap = std::map<std::string, std::string>;
 EnvMap current_environment();
 
 struct Environment {
+  Environment() = default;
+  Environment(std::string root_dir, EnvMap variables, std::optional<std::string> host = std::nullopt)
+      : root(std::move(root_dir)), env(std::move(variables)), hostname(std::move(host)) {}
+
   /// Prepended to every absolute path a reader opens through path() (""
   /// on a real machine; a test's fixture directory in tests).
   std::string root;

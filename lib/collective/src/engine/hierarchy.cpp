@@ -1,5 +1,5 @@
 // The executor's choice of hierarchical collectives (hierarchy.h).
-#include "bootstrap/hierarchy.h"
+#include "engine/hierarchy.h"
 
 #include "algorithms/hierarchical.h"
 
