@@ -46,6 +46,7 @@ def main():
     ap.add_argument("--per-node", type=int, default=2)
     ap.add_argument("--mpicc", default="mpicc")
     args = ap.parse_args()
+    args.build = os.path.abspath(args.build)  # salloc runs the command from the cluster's own directory
     hvdrun = os.path.join(args.build, "apps", "hvdrun", "hvdrun")
     hello = os.path.join(args.build, "apps", "examples", "hello_allreduce")
     mpi_hello = os.path.join(tempfile.mkdtemp(prefix="hvd-bench-slurm-"), "bench_mpi_hello")
