@@ -50,18 +50,18 @@ SOURCE_SUFFIXES = (".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh")
 class Rule:
     """One ordering of folders. `roots`: the folders (relative to the
     source dir) whose files are checked, each file's layer being the first
-    path component below its root (None: the root itself is the layer, as
-    for modules). `target`: maps an include's text to the layer it reaches,
-    or None when the include is not this rule's business."""
+    path component below its root. `target`: maps an include's text to the
+    layer it reaches, or None when the include is not this rule's business.
+    `error_prefix`: also keep the one error path in these files."""
 
-    def __init__(self, name, layers, roots, layer_of_file, target, doc):
+    def __init__(self, name, layers, roots, target, doc, error_prefix=False):
         self.name = name
         self.layers = layers
         self.rank = {n: i for i, n in enumerate(layers)}
         self.roots = roots
-        self.layer_of_file = layer_of_file
         self.target = target
         self.doc = doc
+        self.error_prefix = error_prefix
 
 
 def _first_component(relative):
@@ -82,13 +82,13 @@ LAUNCHER = ["process", "hosts", "options", "plan", "discovery", "spawn", "superv
 COLLECTIVE = ["shm", "bootstrap", "algorithms", "engine", "elastic", "api"]
 
 
-def _launcher_target(text, own_dir):
+def _launcher_target(text):
     if not text.startswith("hvd/launcher/"):
         return None
     return _first_component(text[len("hvd/launcher/"):])
 
 
-def _collective_target(text, own_dir):
+def _collective_target(text):
     if text.startswith("hvd/"):
         return None
     first = _first_component(text)
@@ -99,9 +99,9 @@ def _collective_target(text, own_dir):
 
 RULES = [
     Rule("launcher", LAUNCHER, ["lib/launcher/src", "lib/launcher/include/hvd/launcher"],
-         _first_component, _launcher_target, 'docs/design.md, "The launcher\'s layers"'),
+         _launcher_target, 'docs/design.md, "The launcher\'s layers"', error_prefix=True),
     Rule("collective", COLLECTIVE, ["lib/collective/src"],
-         _first_component, _collective_target, 'docs/design.md, "The collective library\'s tree"'),
+         _collective_target, 'docs/design.md, "The collective library\'s tree"'),
 ]
 
 
@@ -156,7 +156,7 @@ def _check_rule(rule, source_dir, problems, unknown):
             continue
         for path in _source_files(base):
             relative = os.path.relpath(path, base)
-            own = rule.layer_of_file(relative)
+            own = _first_component(relative)
             if own is None:
                 continue
             if own not in rule.rank:
@@ -166,7 +166,7 @@ def _check_rule(rule, source_dir, problems, unknown):
             with open(path, encoding="utf-8", errors="replace") as f:
                 for number, line in enumerate(f, 1):
                     code = line.strip()
-                    if (rule.name == "launcher" and ERROR_LITERAL in line and not code.startswith(("//", "*"))
+                    if (rule.error_prefix and ERROR_LITERAL in line and not code.startswith(("//", "*"))
                             and shown != ERROR_PREFIX_HOME):
                         problems.append(
                             f"{shown}:{number}: spells the error prefix {ERROR_LITERAL}...\" itself: report "
@@ -174,7 +174,7 @@ def _check_rule(rule, source_dir, problems, unknown):
                     m = INCLUDE.match(line)
                     if not m:
                         continue
-                    target = rule.target(m.group(1), own)
+                    target = rule.target(m.group(1))
                     if target is None or target == own:
                         continue
                     if target not in rule.rank:

@@ -72,7 +72,7 @@ std::string FailureBoard::report(const std::string& failure) {
   constexpr std::size_t kMaxRecord = 1024;
   std::string record = failure.size() > kMaxRecord ? failure.substr(0, kMaxRecord) + "..." : failure;
   try {
-    std::thread([store = store_, claim = prefix_ + "failure/claim", key = prefix_ + "failure/first",
+    std::thread([store = store_, claim = prefix_ + "failure/claim", key = first_key(prefix_),
                  record = std::move(record), outcome, budget = budget_] {
       std::string first;
       try {
@@ -476,7 +476,7 @@ class MeshComm final : public Comm {
   void throw_if_failure_recorded(const std::string& step) {
     std::optional<store::Bytes> first;
     try {
-      first = store_.try_get(options_.prefix + "failure/first");
+      first = store_.try_get(FailureBoard::first_key(options_.prefix));
     } catch (const std::exception&) {
       return;  // the store did not answer: the deadline still bounds the wait
     }

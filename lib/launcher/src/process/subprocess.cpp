@@ -44,10 +44,6 @@ void warn_status_lost(pid_t pid) {
 #endif
 }
 
-}  // namespace
-
-namespace {
-
 /// execvp's list when PATH is unset (glibc's _CS_PATH).
 constexpr const char* kDefaultSearchPath = "/bin:/usr/bin";
 /// The fallback loop closes at most this many descriptors (the kernel's

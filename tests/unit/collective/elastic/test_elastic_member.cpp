@@ -3,6 +3,7 @@
 // authenticated HttpStoreServer on 127.0.0.1.
 #include "elastic_fixture.h"
 
+#include "hvd/collective/comm.h"
 #include "hvd/collective/context.h"
 #include "hvd/collective/elastic.h"
 #include "hvd/collective/elastic_member.h"
@@ -304,6 +305,12 @@ TEST_CASE("elastic a world that fails with every member alive: each asks to re-f
   r3.get();
   CHECK_FALSE(driver.store().try_get(store::elastic::reset_key(2, "a")));
   CHECK_FALSE(driver.store().try_get(store::elastic::reset_key(2, "b")));
+}
+
+TEST_CASE("elastic the world's failure key is the key its communicator's FailureBoard writes", "[elastic][failure]") {
+  for (uint64_t v : {1u, 7u, 123u}) {
+    CHECK(store::elastic::failure_key(v) == collective::FailureBoard::first_key(store::elastic::comm_prefix(v)));
+  }
 }
 
 TEST_CASE("elastic a world that does not form: its members ask to re-form it", "[elastic][member][failure]") {

@@ -57,6 +57,11 @@ class FailureBoard {
   /// unless a rank recorded one before; returns the recorded one, or
   /// `failure` when the store did not answer within the budget.
   std::string report(const std::string& failure);
+  /// The store key that holds the recorded failure of the communicator
+  /// whose rendezvous prefix is `prefix`: "<prefix>failure/first" (ranks
+  /// waiting at init look there; store::elastic::failure_key names the same
+  /// key for an elastic world).
+  static std::string first_key(const std::string& prefix) { return prefix + "failure/first"; }
 
  private:
   std::shared_ptr<store::Store> store_;
