@@ -30,35 +30,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void put(DataType t, void* p, std::size_t i, double v) {
-  switch (t) {
-    case DataType::UInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
-    case DataType::Int8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
-    case DataType::Int16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); break;
-    case DataType::Int32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
-    case DataType::Int64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
-    case DataType::Float16: static_cast<uint16_t*>(p)[i] = collective::float_to_float16(static_cast<float>(v)); break;
-    case DataType::BFloat16: static_cast<uint16_t*>(p)[i] = collective::float_to_bfloat16(static_cast<float>(v)); break;
-    case DataType::Float32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case DataType::Float64: static_cast<double*>(p)[i] = v; break;
-  }
-}
-
-double load(DataType t, const void* p, std::size_t i) {
-  switch (t) {
-    case DataType::UInt8: return static_cast<const uint8_t*>(p)[i];
-    case DataType::Int8: return static_cast<const int8_t*>(p)[i];
-    case DataType::Int16: return static_cast<const int16_t*>(p)[i];
-    case DataType::Int32: return static_cast<const int32_t*>(p)[i];
-    case DataType::Int64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-    case DataType::Float16: return collective::float16_to_float(static_cast<const uint16_t*>(p)[i]);
-    case DataType::BFloat16: return collective::bfloat16_to_float(static_cast<const uint16_t*>(p)[i]);
-    case DataType::Float32: return static_cast<const float*>(p)[i];
-    case DataType::Float64: return static_cast<const double*>(p)[i];
-  }
-  return 0;
-}
-
 /// Buffers sized once for the largest message and reused for every size.
 struct Buffers {
   std::vector<char> data;
@@ -94,27 +65,27 @@ bool check(Backend& comm, Op op, Buffers& b, std::size_t count, DataType t) {
   bool ok = true;
   switch (op) {
     case Op::Allreduce: {
-      for (std::size_t i = 0; i < count; ++i) put(t, b.data.data(), i, (r % 3) + static_cast<double>(i % 5));
+      for (std::size_t i = 0; i < count; ++i) put_element(t, b.data.data(), i, (r % 3) + static_cast<double>(i % 5));
       execute(comm, op, b, count, t, ReduceOp::Sum);
       double ranks = 0;
       for (int q = 0; q < n; ++q) ranks += q % 3;
-      for (std::size_t i = 0; i < count && ok; ++i) ok = load(t, b.data.data(), i) == ranks + n * double(i % 5);
+      for (std::size_t i = 0; i < count && ok; ++i) ok = get_element(t, b.data.data(), i) == ranks + n * double(i % 5);
       break;
     }
     case Op::Allgather: {
       const std::size_t per = count / n;
-      for (std::size_t i = 0; i < per; ++i) put(t, b.data.data(), i, (r % 7) + static_cast<double>(i % 5));
+      for (std::size_t i = 0; i < per; ++i) put_element(t, b.data.data(), i, (r % 7) + static_cast<double>(i % 5));
       std::memset(b.recv.data(), 0xa5, count * collective::dtype_size(t));
       execute(comm, op, b, count, t, ReduceOp::Sum);
       for (std::size_t i = 0; i < count && ok; ++i) {
-        ok = load(t, b.recv.data(), i) == (static_cast<int>(i / per) % 7) + double((i % per) % 5);
+        ok = get_element(t, b.recv.data(), i) == (static_cast<int>(i / per) % 7) + double((i % per) % 5);
       }
       break;
     }
     case Op::Broadcast: {
-      for (std::size_t i = 0; i < count; ++i) put(t, b.data.data(), i, r == 0 ? 1 + double(i % 11) : 0.0);
+      for (std::size_t i = 0; i < count; ++i) put_element(t, b.data.data(), i, r == 0 ? 1 + double(i % 11) : 0.0);
       execute(comm, op, b, count, t, ReduceOp::Sum);
-      for (std::size_t i = 0; i < count && ok; ++i) ok = load(t, b.data.data(), i) == 1 + double(i % 11);
+      for (std::size_t i = 0; i < count && ok; ++i) ok = get_element(t, b.data.data(), i) == 1 + double(i % 11);
       break;
     }
   }
@@ -173,6 +144,37 @@ std::size_t parse_bytes(const std::string& text) {
     throw InvalidArgument(fmt::format("bad size '{}': unknown suffix '{}' (use K, M or G)", text, suffix));
   }
   return static_cast<std::size_t>(v * mult);
+}
+
+void put_element(DataType t, void* p, std::size_t i, double v) {
+  switch (t) {
+    case DataType::UInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    case DataType::Bool: static_cast<uint8_t*>(p)[i] = v != 0 ? 1 : 0; break;
+    case DataType::Int8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+    case DataType::Int16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); break;
+    case DataType::Int32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DataType::Int64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+    case DataType::Float16: static_cast<uint16_t*>(p)[i] = collective::float_to_float16(static_cast<float>(v)); break;
+    case DataType::BFloat16: static_cast<uint16_t*>(p)[i] = collective::float_to_bfloat16(static_cast<float>(v)); break;
+    case DataType::Float32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DataType::Float64: static_cast<double*>(p)[i] = v; break;
+  }
+}
+
+double get_element(DataType t, const void* p, std::size_t i) {
+  switch (t) {
+    case DataType::UInt8:
+    case DataType::Bool: return static_cast<const uint8_t*>(p)[i];
+    case DataType::Int8: return static_cast<const int8_t*>(p)[i];
+    case DataType::Int16: return static_cast<const int16_t*>(p)[i];
+    case DataType::Int32: return static_cast<const int32_t*>(p)[i];
+    case DataType::Int64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case DataType::Float16: return collective::float16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DataType::BFloat16: return collective::bfloat16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DataType::Float32: return static_cast<const float*>(p)[i];
+    case DataType::Float64: return static_cast<const double*>(p)[i];
+  }
+  return 0;
 }
 
 DataType parse_dtype(const std::string& text) {

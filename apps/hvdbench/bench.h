@@ -80,6 +80,12 @@ std::size_t parse_bytes(const std::string& text);
 /// "float32", "fp16", ... (the names of dtype_name plus common aliases).
 collective::DataType parse_dtype(const std::string& text);
 
+/// Element i of a host buffer of dtype t, written from / read as a double
+/// (the check patterns are small integers, exact in every dtype; Bool
+/// stores v != 0).
+void put_element(collective::DataType t, void* p, std::size_t i, double v);
+double get_element(collective::DataType t, const void* p, std::size_t i);
+
 /// Runs the sweep on every rank (collectively); every rank gets the results.
 std::vector<Result> run(Backend& backend, const BenchOptions& options);
 

@@ -81,35 +81,6 @@ double time_it(collective::Comm& comm, const BenchOptions& o, F&& body) {
   return median(t);
 }
 
-void put(DataType t, void* p, std::size_t i, double v) {
-  switch (t) {
-    case DataType::UInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
-    case DataType::Int8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
-    case DataType::Int16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); break;
-    case DataType::Int32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
-    case DataType::Int64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
-    case DataType::Float16: static_cast<uint16_t*>(p)[i] = collective::float_to_float16(static_cast<float>(v)); break;
-    case DataType::BFloat16: static_cast<uint16_t*>(p)[i] = collective::float_to_bfloat16(static_cast<float>(v)); break;
-    case DataType::Float32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case DataType::Float64: static_cast<double*>(p)[i] = v; break;
-  }
-}
-
-double get(DataType t, const void* p, std::size_t i) {
-  switch (t) {
-    case DataType::UInt8: return static_cast<const uint8_t*>(p)[i];
-    case DataType::Int8: return static_cast<const int8_t*>(p)[i];
-    case DataType::Int16: return static_cast<const int16_t*>(p)[i];
-    case DataType::Int32: return static_cast<const int32_t*>(p)[i];
-    case DataType::Int64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-    case DataType::Float16: return collective::float16_to_float(static_cast<const uint16_t*>(p)[i]);
-    case DataType::BFloat16: return collective::bfloat16_to_float(static_cast<const uint16_t*>(p)[i]);
-    case DataType::Float32: return static_cast<const float*>(p)[i];
-    case DataType::Float64: return static_cast<const double*>(p)[i];
-  }
-  return 0;
-}
-
 }  // namespace
 
 std::vector<CudaResult> run_cuda(collective::Comm& comm, store::Store& store, const CudaRankInfo& info,
@@ -189,7 +160,7 @@ std::vector<CudaResult> run_cuda(collective::Comm& comm, store::Store& store, co
       r.count = std::max<std::size_t>(1, size / es);
       r.bytes = r.count * es;
       // Correctness on a known pattern (closed form), checked on every rank.
-      for (std::size_t i = 0; i < r.count; ++i) put(o.dtype, check_buf.data(), i, (comm.rank() % 3) + double(i % 5));
+      for (std::size_t i = 0; i < r.count; ++i) put_element(o.dtype, check_buf.data(), i, (comm.rank() % 3) + double(i % 5));
       ck(cudaMemcpy(dev, check_buf.data(), r.bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
       // A pageable cudaMemcpy may return before its DMA lands, and `stream`
       // does not wait for the legacy stream.
@@ -202,7 +173,7 @@ std::vector<CudaResult> run_cuda(collective::Comm& comm, store::Store& store, co
       for (int q = 0; q < n; ++q) ranks += q % 3;
       bool ok = true;
       for (std::size_t i = 0; i < r.count && ok; ++i)
-        ok = get(o.dtype, check_buf.data(), i) == ranks + n * double(i % 5);
+        ok = get_element(o.dtype, check_buf.data(), i) == ranks + n * double(i % 5);
       int32_t all_ok = ok ? 1 : 0;
       collective::allreduce(comm, &all_ok, 1, DataType::Int32, ReduceOp::Min);
       r.ok = all_ok == 1;

@@ -377,10 +377,12 @@ uint8_t* DeviceAllreducer::Impl::map_peer(int peer, const IpcHandle& handle, cud
 //  * a rank r > 0 waits on the host for its caller's stream (its input is
 //    written), tells the leader where its buffer is (the IPC handle of the
 //    allocation and the offset, in its mailbox) and publishes Ready;
-//  * the leader waits for every Ready, maps the buffers (cached), reduces
-//    every rank's buffer into its own on its caller's stream (local-rank
-//    order), copies the result into every other rank's buffer, records its
-//    done event and publishes Done;
+//  * the leader waits for every Ready, maps the buffers (cached), and in one
+//    kernel on its caller's stream reduces every rank's buffer (local-rank
+//    order) and writes the result into its own and every other rank's
+//    buffer (each buffer read once and written once: 2n buffers of traffic,
+//    where a reduce then n-1 copies moved 3n-1), records its done event and
+//    publishes Done;
 //  * a rank r > 0 waits for the leader's Done and then, on the host, for
 //    its done event: the result is in its buffer, and it publishes Done.
 // One step per call: seq counts calls.
@@ -420,7 +422,6 @@ void DeviceAllreducer::Impl::run_leader(uint8_t* data, std::size_t count, DataTy
   launch.inputs[0] = data;
   launch.out = data;
   launch.count = count;
-  std::vector<uint8_t*> peers(n(), nullptr);
   for (int p = 1; p < n(); ++p) {
     control->wait_at_least(p, Counter::Ready, step, deadline);
     LeaderRequest req;
@@ -429,14 +430,13 @@ void DeviceAllreducer::Impl::run_leader(uint8_t* data, std::size_t count, DataTy
       throw InvalidArgument(fmt::format("device allreduce: local rank {} passed {} bytes, local rank 0 {}", p,
                                         req.bytes, bytes));
     }
-    peers[p] = map_peer(p, req.handle, stream) + req.offset;
-    launch.inputs[p] = peers[p];
+    uint8_t* peer = map_peer(p, req.handle, stream) + req.offset;
+    launch.inputs[p] = peer;
+    launch.copies[p - 1] = peer;  // in place: the peer's buffer gets the result too
   }
+  launch.num_copies = n() - 1;
   issued = step;
-  detail::launch_reduce(launch, stream);
-  for (int p = 1; p < n(); ++p) {
-    HVD_CUDA_CHECK(cudaMemcpyAsync(peers[p], data, bytes, cudaMemcpyDeviceToDevice, stream));
-  }
+  detail::launch_reduce(launch, stream);  // one pass: every buffer read once, written once
   HVD_CUDA_CHECK(cudaEventRecord(done[0][0], stream));
   control->publish(0, Counter::Done, step);
   seq = step;

@@ -379,7 +379,7 @@ void DeviceExecutor::allreduce(const std::vector<int32_t>& devices, const std::v
   // 2. The reduction.
   JobPath& path = im.path_for(devices, dev);
   const std::size_t count = bytes / esize;
-  if (path.nccl) {
+  if (path.nccl && nccl_reduces(dtype)) {
     // NCCL reduces; scaling and Average's division are our kernel's, so
     // results round like the other paths.
     if (prescale != 1.0) scale_in_place(data, count, dtype, prescale, 1.0, 1, pd.stream);

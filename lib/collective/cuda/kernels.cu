@@ -106,6 +106,8 @@ struct DeviceReduceParams {
   const void* inputs[kMaxReduceInputs];
   int num_inputs;
   void* out;
+  void* copies[kMaxReduceInputs - 1];
+  int num_copies;
   std::size_t count;
   double prescale;
   double postscale;  // floats: already divided by the average divisor
@@ -185,6 +187,7 @@ HVD_HD void reduce_pack(const DeviceReduceParams& p, std::size_t i) {
 #pragma unroll
   for (int k = 0; k < kN; ++k) y.v[k] = K::store(S::post(acc[k], p));
   static_cast<P*>(p.out)[i] = y;
+  for (int c = 0; c < p.num_copies; ++c) static_cast<P*>(p.copies[c])[i] = y;
 }
 
 // Element i of the scalar tail (everything when pointers are misaligned).
@@ -197,7 +200,9 @@ HVD_HD void reduce_one(const DeviceReduceParams& p, std::size_t i) {
   for (int j = 1; j < p.num_inputs; ++j) {
     acc = Op::apply(acc, S::pre(K::load(static_cast<const T*>(p.inputs[j])[i]), p));
   }
-  static_cast<T*>(p.out)[i] = K::store(S::post(acc, p));
+  const T y = K::store(S::post(acc, p));
+  static_cast<T*>(p.out)[i] = y;
+  for (int c = 0; c < p.num_copies; ++c) static_cast<T*>(p.copies[c])[i] = y;
 }
 
 template <class T, class Op>
@@ -223,7 +228,12 @@ void launch_typed(const ReduceLaunch& l, cudaStream_t stream, bool emulate) {
     p.inputs[j] = l.inputs[j];
     aligned = aligned && aligned16(l.inputs[j]);
   }
+  for (int c = 0; c < l.num_copies; ++c) {
+    p.copies[c] = l.copies[c];
+    aligned = aligned && aligned16(l.copies[c]);
+  }
   p.num_inputs = l.num_inputs;
+  p.num_copies = l.num_copies;
   p.out = l.out;
   p.count = l.count;
   p.prescale = l.prescale;
@@ -294,8 +304,13 @@ void run_reduce(const ReduceLaunch& l, cudaStream_t s, bool emulate) {
   if (l.num_inputs < 1 || l.num_inputs > kMaxReduceInputs) {
     throw InvalidArgument(fmt::format("device reduce takes 1 to {} inputs, got {}", kMaxReduceInputs, l.num_inputs));
   }
+  if (l.num_copies < 0 || l.num_copies > kMaxReduceInputs - 1) {
+    throw InvalidArgument(
+        fmt::format("device reduce takes 0 to {} further outputs, got {}", kMaxReduceInputs - 1, l.num_copies));
+  }
   if (l.count == 0) return;
   HVD_ENFORCE(l.out != nullptr, "device reduce output is null{}", "");
+  for (int c = 0; c < l.num_copies; ++c) HVD_ENFORCE(l.copies[c] != nullptr, "device reduce output {} is null", c + 1);
   for (int j = 0; j < l.num_inputs; ++j) HVD_ENFORCE(l.inputs[j] != nullptr, "device reduce input {} is null", j);
   switch (l.dtype) {
     case DataType::UInt8: return launch_op<uint8_t>(l, s, emulate);

@@ -18,6 +18,13 @@ struct ReduceLaunch {
   const void* inputs[kMaxReduceInputs] = {};
   int num_inputs = 0;
   void* out = nullptr;
+  /// Further outputs that get the same result in the same pass (the
+  /// shared-GPU leader writes every local rank's buffer at once: each input
+  /// is read once and each output written once, no copy afterwards). Each
+  /// may alias an input: element i of every input is read before element i
+  /// of any output is written.
+  void* copies[kMaxReduceInputs - 1] = {};
+  int num_copies = 0;
   std::size_t count = 0;
   DataType dtype = DataType::Float32;
   ReduceOp op = ReduceOp::Sum;

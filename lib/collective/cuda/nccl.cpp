@@ -136,6 +136,8 @@ int nccl_dtype(DataType dtype) {
   throw InvalidArgument(fmt::format("NCCL: unsupported dtype {}", static_cast<int>(dtype)));
 }
 
+bool nccl_reduces(DataType dtype) { return dtype != DataType::Int16 && dtype != DataType::Bool; }
+
 int nccl_op(ReduceOp op) {
   // ncclSum 0, ncclProd 1, ncclMax 2, ncclMin 3
   switch (op) {

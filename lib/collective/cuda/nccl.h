@@ -42,6 +42,10 @@ class NcclError : public Error {
 /// NCCL's ncclDataType_t / ncclRedOp_t values for ours (fixed by NCCL's
 /// ABI since 2.10, the first version with bfloat16 and ncclAvg).
 int nccl_dtype(DataType dtype);
+/// Whether NCCL reduces this dtype (it has no 16-bit integer type: an int16
+/// device allreduce on a job whose path is NCCL takes the library's own
+/// path instead; every rank decides the same, as the dtype is negotiated).
+bool nccl_reduces(DataType dtype);
 /// Sum for Sum and Average (Average divides after, with our own kernel, so
 /// integer and scaled averages match the other paths), Min, Max, Prod.
 int nccl_op(ReduceOp op);

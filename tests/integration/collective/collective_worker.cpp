@@ -92,6 +92,8 @@ void put(DataType t, void* p, std::size_t i, double v) {
   switch (t) {
     case DataType::UInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
     case DataType::Int8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+    case DataType::Bool: static_cast<uint8_t*>(p)[i] = v != 0 ? 1 : 0; break;
+    case DataType::Int16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); break;
     case DataType::Int32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
     case DataType::Int64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
     case DataType::Float16: static_cast<uint16_t*>(p)[i] = float_to_half(static_cast<float>(v)); break;
@@ -109,8 +111,10 @@ void put(DataType t, void* p, std::size_t i, double v) {
 
 double get(DataType t, const void* p, std::size_t i) {
   switch (t) {
-    case DataType::UInt8: return static_cast<const uint8_t*>(p)[i];
+    case DataType::UInt8:
+    case DataType::Bool: return static_cast<const uint8_t*>(p)[i];
     case DataType::Int8: return static_cast<const int8_t*>(p)[i];
+    case DataType::Int16: return static_cast<const int16_t*>(p)[i];
     case DataType::Int32: return static_cast<const int32_t*>(p)[i];
     case DataType::Int64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
     case DataType::Float16: return half_to_float(static_cast<const uint16_t*>(p)[i]);
@@ -141,8 +145,9 @@ struct Buffer {
 
 void mode_ops() {
   const int rank = hvd::rank(), size = hvd::size();
-  const DataType dtypes[] = {DataType::UInt8,   DataType::Int8,     DataType::Int32,   DataType::Int64,
-                             DataType::Float16, DataType::BFloat16, DataType::Float32, DataType::Float64};
+  const DataType dtypes[] = {DataType::UInt8,   DataType::Int8,     DataType::Int16,   DataType::Int32,
+                             DataType::Int64,   DataType::Float16,  DataType::BFloat16, DataType::Float32,
+                             DataType::Float64};
   for (DataType t : dtypes) {
     const std::string tn = hvd::collective::dtype_name(t);
     for (std::size_t count : {std::size_t(0), std::size_t(1), std::size_t(1000), std::size_t(100000)}) {

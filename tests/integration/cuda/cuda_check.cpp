@@ -31,6 +31,7 @@
 #include "hvd/common/error.h"
 #include "hvd/store/http_store.h"
 #include "hvd/store/memory_store.h"
+#include "kernels.h"
 #include "nccl.h"
 #include "reference.h"
 
@@ -142,6 +143,66 @@ int run_kernels() {
               if (!err.empty()) {
                 if (++failures <= 20)
                   std::cout << "FAIL reduce (misalign " << misalign << ", alias " << alias << "): " << err << "\n";
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  // One reduce writing every output in the same pass (the shared-GPU
+  // leader's call): in place over every input, or into separate poisoned
+  // outputs, one of them misaligned (the scalar path) or none.
+  for (DataType t : kTypes) {
+    const std::size_t es = dtype_size(t);
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Average, ReduceOp::Max}) {
+      for (int n : {2, 4}) {
+        for (std::size_t count : {std::size_t{7}, std::size_t{65539}, std::size_t{1} << 20}) {
+          for (bool in_place : {true, false}) {
+            if (count >= (std::size_t{1} << 20) && n != 2) continue;
+            const bool misaligned_copy = !in_place && count == 65539;
+            std::vector<Tensor> host;
+            std::vector<std::unique_ptr<DeviceBuffer>> dev;
+            cuda::detail::ReduceLaunch l;
+            std::vector<uint8_t*> outs;
+            const auto guard = poison_bytes(t, kGuard * es);
+            const auto poison = poison_bytes(t, count * es);
+            for (int j = 0; j < n; ++j) {
+              host.push_back(random_tensor(t, op, count, seed++));
+              dev.push_back(std::make_unique<DeviceBuffer>((count + kGuard + 1) * es));
+              CK(cudaMemcpy(dev.back()->data(), host.back().bytes.data(), count * es, cudaMemcpyHostToDevice));
+              l.inputs[j] = dev.back()->data();
+            }
+            for (int j = 0; j < n; ++j) {
+              uint8_t* o = dev[j]->data();
+              if (!in_place) {
+                dev.push_back(std::make_unique<DeviceBuffer>((count + kGuard + 1) * es));
+                o = dev.back()->data() + (misaligned_copy && j == 1 ? es : 0);
+                CK(cudaMemcpy(o, poison.data(), poison.size(), cudaMemcpyHostToDevice));
+              }
+              CK(cudaMemcpy(o + count * es, guard.data(), guard.size(), cudaMemcpyHostToDevice));
+              outs.push_back(o);
+            }
+            l.num_inputs = n;
+            l.out = outs[0];
+            for (int c = 1; c < n; ++c) l.copies[c - 1] = outs[c];
+            l.num_copies = n - 1;
+            l.count = count;
+            l.dtype = t;
+            l.op = op;
+            l.average_divisor = n;
+            cuda::detail::launch_reduce(l, stream);
+            CK(cudaStreamSynchronize(stream));
+            std::vector<const Tensor*> refs;
+            for (auto& h : host) refs.push_back(&h);
+            for (int j = 0; j < n; ++j) {
+              std::vector<uint8_t> got((count + kGuard) * es);
+              CK(cudaMemcpy(got.data(), outs[j], got.size(), cudaMemcpyDeviceToHost));
+              const std::string err = verify(t, op, refs, got.data(), count, 1.0, 1.0, n, guard);
+              ++checks;
+              if (!err.empty() && ++failures <= 20) {
+                std::cout << "FAIL reduce with " << n - 1 << " further outputs (in place " << in_place
+                          << "), output " << j << ": " << err << "\n";
               }
             }
           }

@@ -23,7 +23,9 @@ constexpr std::size_t kGuard = 64;  // poisoned elements checked past the end
 inline std::size_t ref_size(DataType t) {
   switch (t) {
     case DataType::UInt8:
-    case DataType::Int8: return 1;
+    case DataType::Int8:
+    case DataType::Bool: return 1;
+    case DataType::Int16:
     case DataType::Float16:
     case DataType::BFloat16: return 2;
     case DataType::Int32:
@@ -33,18 +35,20 @@ inline std::size_t ref_size(DataType t) {
 }
 
 inline const char* ref_name(DataType t) {
-  static const char* names[] = {"uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64"};
+  static const char* names[] = {"uint8",   "int8",    "int32", "int64", "float16",
+                                "bfloat16", "float32", "float64", "bool", "int16"};
   return names[static_cast<int>(t)];
 }
 
 inline const char* ref_name(ReduceOp op) {
-  static const char* names[] = {"sum", "average", "min", "max", "product"};
+  static const char* names[] = {"sum", "average", "min", "max", "product", "adasum"};
   return names[static_cast<int>(op)];
 }
 
-inline const std::vector<DataType> kTypes = {DataType::UInt8,   DataType::Int8,    DataType::Int32,
-                                             DataType::Int64,   DataType::Float16, DataType::BFloat16,
-                                             DataType::Float32, DataType::Float64};
+/// Every dtype the reduce kernel takes (Bool is data movement only).
+inline const std::vector<DataType> kTypes = {DataType::UInt8,   DataType::Int8,    DataType::Int16,
+                                             DataType::Int32,   DataType::Int64,   DataType::Float16,
+                                             DataType::BFloat16, DataType::Float32, DataType::Float64};
 inline const std::vector<ReduceOp> kOps = {ReduceOp::Sum, ReduceOp::Average, ReduceOp::Min, ReduceOp::Max,
                                            ReduceOp::Product};
 
@@ -62,6 +66,12 @@ inline double load(DataType t, const uint8_t* p) {
   switch (t) {
     case DataType::UInt8: return *p;
     case DataType::Int8: return static_cast<int8_t>(*p);
+    case DataType::Bool: return *p;
+    case DataType::Int16: {
+      int16_t v;
+      std::memcpy(&v, p, 2);
+      return v;
+    }
     case DataType::Int32: {
       int32_t v;
       std::memcpy(&v, p, 4);
@@ -100,6 +110,12 @@ inline void store_value(DataType t, uint8_t* p, double x) {
   switch (t) {
     case DataType::UInt8: *p = static_cast<uint8_t>(x); return;
     case DataType::Int8: *p = static_cast<uint8_t>(static_cast<int8_t>(x)); return;
+    case DataType::Bool: *p = x != 0 ? 1 : 0; return;
+    case DataType::Int16: {
+      int16_t v = static_cast<int16_t>(x);
+      std::memcpy(p, &v, 2);
+      return;
+    }
     case DataType::Int32: {
       int32_t v = static_cast<int32_t>(x);
       std::memcpy(p, &v, 4);
@@ -170,6 +186,7 @@ inline double int_reference(DataType t, ReduceOp op, const std::vector<double>& 
     switch (t) {
       case DataType::UInt8: return wrap_int<uint8_t>(v);
       case DataType::Int8: return wrap_int<int8_t>(v);
+      case DataType::Int16: return wrap_int<int16_t>(v);
       case DataType::Int32: return wrap_int<int32_t>(v);
       default: return static_cast<double>(static_cast<int64_t>(v));
     }
@@ -184,6 +201,7 @@ inline double int_reference(DataType t, ReduceOp op, const std::vector<double>& 
       case ReduceOp::Min: acc = x < acc ? x : acc; break;
       case ReduceOp::Max: acc = acc < x ? x : acc; break;
       case ReduceOp::Product: acc = as_t(acc * x); break;
+      case ReduceOp::Adasum: return std::nan("");  // host tensors only: never a kernel's op
     }
   }
   if (op == ReduceOp::Average && divisor > 1) acc = as_t(std::trunc(acc / divisor));
@@ -245,6 +263,7 @@ inline std::string verify(DataType t, ReduceOp op, const std::vector<const Tenso
             acc *= x;
             mag *= std::fabs(x);
             break;
+          case ReduceOp::Adasum: acc = std::nan(""); break;  // never a kernel's op: fails the check
         }
       }
       ref = acc * post_eff;

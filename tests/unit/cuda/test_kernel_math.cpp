@@ -86,7 +86,7 @@ TEST_CASE("cuda: kernel arithmetic matches the float64 reference for every dtype
       }
     }
   }
-  CHECK(cases == 8 * 5 * 5 * 4 * 4);
+  CHECK(cases == 9 * 5 * 5 * 4 * 4);
 }
 
 TEST_CASE("cuda: kernel arithmetic: integer wrap, truncating average and half rounding", "[cuda][kernel]") {
@@ -239,4 +239,104 @@ TEST_CASE("cuda: kernel arithmetic: integer scaling out of the dtype's range wra
     cuda::detail::emulate_reduce_on_host(l);
     CHECK(verify(DataType::Int8, ReduceOp::Sum, {&x}, out.data(), count, 5.0, 3.0, 1, guard) == "");
   }
+}
+
+namespace {
+
+/// One reduce with further outputs: `in_place` writes the result into every
+/// input (the shared-GPU leader's call: out is input 0, copy c is input
+/// c + 1); otherwise into n separate poisoned buffers. Every output and its
+/// guard are checked against the reference.
+std::string run_copies_case(DataType t, ReduceOp op, int n, std::size_t count, int misalign, int misaligned_copy,
+                            bool in_place, uint64_t seed) {
+  const std::size_t es = ref_size(t);
+  std::vector<Tensor> host;
+  std::vector<std::unique_ptr<HostBuffer>> bufs;
+  std::vector<uint8_t*> outs;
+  ReduceLaunch l;
+  const auto poison = poison_bytes(t, count * es);
+  const auto guard = poison_bytes(t, kGuard * es);
+  for (int j = 0; j < n; ++j) {
+    host.push_back(random_tensor(t, op, count, seed + j));
+    bufs.push_back(std::make_unique<HostBuffer>((count + kGuard + 1) * es));
+    uint8_t* p = bufs.back()->base + misalign * es;
+    std::memcpy(p, host.back().bytes.data(), count * es);
+    l.inputs[j] = p;
+  }
+  for (int j = 0; j < n; ++j) {
+    uint8_t* o = static_cast<uint8_t*>(const_cast<void*>(l.inputs[j]));
+    if (!in_place || j == misaligned_copy) {
+      bufs.push_back(std::make_unique<HostBuffer>((count + kGuard + 1) * es));
+      o = bufs.back()->base + (j == misaligned_copy ? 1 : misalign) * es;
+      std::memcpy(o, poison.data(), poison.size());
+    }
+    std::memcpy(o + count * es, guard.data(), guard.size());
+    outs.push_back(o);
+  }
+  l.num_inputs = n;
+  l.out = outs[0];
+  for (int c = 1; c < n; ++c) l.copies[c - 1] = outs[c];
+  l.num_copies = n - 1;
+  l.count = count;
+  l.dtype = t;
+  l.op = op;
+  l.average_divisor = n;
+  cuda::detail::emulate_reduce_on_host(l);
+  std::vector<const Tensor*> refs;
+  for (auto& h : host) refs.push_back(&h);
+  for (int j = 0; j < n; ++j) {
+    std::string err = verify(t, op, refs, outs[j], count, 1.0, 1.0, n, guard);
+    if (!err.empty()) return "output " + std::to_string(j) + ": " + err;
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("cuda: the reduce kernel writes every further output in the same pass", "[cuda][kernel]") {
+  uint64_t seed = 500000;
+  int cases = 0;
+  for (DataType t : kTypes) {
+    for (ReduceOp op : kOps) {
+      for (int n : {2, 3, 16}) {
+        for (std::size_t count : {std::size_t{1}, std::size_t{33}, std::size_t{1000}}) {
+          // misaligned_copy: one output off by an element (the whole launch
+          // takes the scalar path); -1: none.
+          for (int misaligned_copy : {-1, 1}) {
+            for (bool in_place : {true, false}) {
+              const std::string err = run_copies_case(t, op, n, count, 0, misaligned_copy, in_place, seed);
+              seed += 100;
+              ++cases;
+              INFO(ref_name(t) << " n " << n << " count " << count << " misaligned copy " << misaligned_copy
+                               << " in place " << in_place);
+              REQUIRE(err == "");
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(cases == 9 * 5 * 3 * 3 * 2 * 2);
+}
+
+TEST_CASE("cuda: the reduce kernel refuses a bad number of further outputs or a null one", "[cuda][kernel]") {
+  float a[2] = {1, 2}, b[2] = {3, 4};
+  ReduceLaunch l;
+  l.inputs[0] = a;
+  l.num_inputs = 1;
+  l.out = a;
+  l.count = 2;
+  l.dtype = DataType::Float32;
+  l.num_copies = cuda::detail::kMaxReduceInputs;
+  CHECK_THROWS_WITH(cuda::detail::emulate_reduce_on_host(l),
+                    Catch::Contains("takes 0 to 15 further outputs, got 16"));
+  l.num_copies = -1;
+  CHECK_THROWS_WITH(cuda::detail::emulate_reduce_on_host(l), Catch::Contains("further outputs, got -1"));
+  l.num_copies = 2;
+  l.copies[0] = b;
+  CHECK_THROWS_WITH(cuda::detail::emulate_reduce_on_host(l), Catch::Contains("device reduce output 2 is null"));
+  l.copies[1] = b;
+  cuda::detail::emulate_reduce_on_host(l);  // the same buffer twice is allowed: it gets the result
+  CHECK(b[0] == 1.0f);
+  CHECK(b[1] == 2.0f);
 }

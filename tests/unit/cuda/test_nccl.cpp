@@ -102,6 +102,15 @@ TEST_CASE("cuda: nccl: dtype and op values follow NCCL's ABI") {
   CHECK(nccl_dtype(DataType::BFloat16) == 9);
   // bool is never reduced (check_request refuses it); broadcast moves bytes
   CHECK_THROWS_AS(nccl_dtype(DataType::Bool), hvd::InvalidArgument);
+  // NCCL has no int16: such an allreduce takes the library's own path
+  CHECK_THROWS_AS(nccl_dtype(DataType::Int16), hvd::InvalidArgument);
+  for (DataType t : {DataType::Int8, DataType::UInt8, DataType::Int32, DataType::Int64, DataType::Float16,
+                     DataType::Float32, DataType::Float64, DataType::BFloat16}) {
+    CHECK(nccl_reduces(t));
+    CHECK_NOTHROW(nccl_dtype(t));
+  }
+  CHECK_FALSE(nccl_reduces(DataType::Int16));
+  CHECK_FALSE(nccl_reduces(DataType::Bool));
   CHECK(nccl_op(ReduceOp::Sum) == 0);
   CHECK(nccl_op(ReduceOp::Average) == 0);  // divided afterwards by our kernel
   CHECK(nccl_op(ReduceOp::Product) == 1);

@@ -38,8 +38,9 @@ namespace {
 using hvd_test::Comms;
 using hvd_test::make_world;
 
-const DataType kAllTypes[] = {DataType::UInt8,   DataType::Int8,     DataType::Int32,   DataType::Int64,
-                              DataType::Float16, DataType::BFloat16, DataType::Float32, DataType::Float64};
+const DataType kAllTypes[] = {DataType::UInt8,   DataType::Int8,     DataType::Int16,   DataType::Int32,
+                              DataType::Int64,   DataType::Float16,  DataType::BFloat16, DataType::Float32,
+                              DataType::Float64};
 const ReduceOp kAllOps[] = {ReduceOp::Sum, ReduceOp::Average, ReduceOp::Min, ReduceOp::Max, ReduceOp::Product};
 // 1000 elements take the small (direct) paths, 70001 the ring paths for every dtype.
 // Allgather, broadcast and alltoall move bytes at this layer (the Context
@@ -118,6 +119,7 @@ double load(DataType t, const void* p, std::size_t i) {
   switch (t) {
     case DataType::UInt8: return static_cast<const uint8_t*>(p)[i];
     case DataType::Int8: return static_cast<const int8_t*>(p)[i];
+    case DataType::Int16: return static_cast<const int16_t*>(p)[i];
     case DataType::Int32: return static_cast<const int32_t*>(p)[i];
     case DataType::Int64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
     case DataType::Float16: return detail::half_to_float(static_cast<const uint16_t*>(p)[i]);
@@ -133,6 +135,7 @@ void put(DataType t, void* p, std::size_t i, double v) {
   switch (t) {
     case DataType::UInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
     case DataType::Int8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+    case DataType::Int16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); break;
     case DataType::Int32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
     case DataType::Int64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
     case DataType::Float16: static_cast<uint16_t*>(p)[i] = detail::float_to_half(static_cast<float>(v)); break;
