@@ -80,6 +80,21 @@ def choose_sync_root(commit_counts):
     return max(range(len(commit_counts)), key=lambda r: (commit_counts[r], -r))
 
 
+class _HostMessages:
+    """What Horovod keeps as ``State._host_messages`` (a queue its driver's
+    notifications fill), for code that reads it -- Horovod's own elastic
+    test script waits for ``not state._host_messages.empty()``. Here it is a
+    view, not a queue: non-empty while hvdrun has published a world newer
+    than this worker's (hosts_updated()); check_host_updates() is what acts
+    on it."""
+
+    def empty(self):
+        return not hosts_updated()
+
+    def qsize(self):
+        return 0 if self.empty() else 1
+
+
 class State:
     """User state that survives peer failures and membership changes.
 
@@ -91,11 +106,27 @@ class State:
         self._collectives = collectives
         self._commits = 0
         self._reset_callbacks = []
+        # Horovod's private names, read by code written against Horovod's
+        # State: the pending host notifications (a view, _HostMessages) and
+        # the last notification's time, which Horovod compares timestamps
+        # with. hvdrun's worlds are numbered, so no timestamp is needed and
+        # assigning this one changes nothing.
+        self._host_messages = _HostMessages()
+        self._last_updated_timestamp = 0
 
     @property
     def commits(self):
-        """Commits so far, carried over from the sync root."""
-        return self._commits
+        """Commits so far, carried over from the sync root -- unless the state
+        has an attribute of its own named ``commits`` (Horovod's State has no
+        such counter, so ``ObjectState(..., commits=0)`` is a user attribute
+        there, as in Horovod's own elastic tests): once one is set, this name
+        is that attribute, saved, restored and synced like any other, and the
+        counter stays ``_commits``."""
+        return self.__dict__["commits"] if "commits" in self.__dict__ else self._commits
+
+    @commits.setter
+    def commits(self, value):
+        self.__dict__["commits"] = value
 
     def register_reset_callbacks(self, callbacks):
         """Callables run, in order, after every re-join (e.g. rescale the
@@ -198,12 +229,12 @@ def run_fn(func, reset):
                 if not elastic:
                     raise
                 log.warning("hvdcomm elastic: %s; restoring the last commit (%d) and re-joining",
-                            str(e).splitlines()[0] if str(e) else type(e).__name__, state.commits)
+                            str(e).splitlines()[0] if str(e) else type(e).__name__, state._commits)
                 state.restore()
             except HostsUpdatedInterrupt:
                 if not elastic:
                     raise
-                log.info("hvdcomm elastic: hosts changed at commit %d; re-joining", state.commits)
+                log.info("hvdcomm elastic: hosts changed at commit %d; re-joining", state._commits)
             reset()
             state.on_reset()
 

@@ -124,6 +124,30 @@ s.epoch = 100
 s.restore()
 check(s.epoch == 9, "sync saves what it adopted")
 
+# --- a user attribute named commits (Horovod's State has no counter; its own
+# elastic tests pass ObjectState(..., commits=0) and do state.commits += 1)
+fake = FakeCollectives(0, [0, 3], {1: {"epoch": 4, "commits": 40}})
+s = E.ObjectState(fake, epoch=0, commits=0)
+check(s.commits == 0, "a commits keyword is the user's attribute")
+s.commits += 1
+s.commit()
+s.commits += 5
+check(s.commits == 6 and s._commits == 1, f"user attribute and counter apart: {s.commits} {s._commits}")
+s.restore()
+check(s.commits == 1, f"the user's commits is saved and restored: {s.commits}")
+s.sync()  # member 1 has 3 commits (the counter) > our 1
+check(s.epoch == 4 and s.commits == 40 and s._commits == 3,
+      f"sync chooses by the counter and adopts the user's attribute: {s.epoch} {s.commits} {s._commits}")
+
+# --- Horovod's private State names: _host_messages follows hosts_updated()
+check(s._host_messages.empty() == (not E.hosts_updated()) and s._host_messages.qsize() in (0, 1),
+      "_host_messages is a view of hosts_updated()")
+orig_hosts_updated = E.hosts_updated
+E.hosts_updated = lambda: True
+check(not s._host_messages.empty() and s._host_messages.qsize() == 1, "a newer world: _host_messages not empty")
+E.hosts_updated = orig_hosts_updated
+s._last_updated_timestamp = 0  # Horovod's elastic test script resets it; allowed
+
 # --- run(): outside elastic, errors propagate after one try
 calls = []
 

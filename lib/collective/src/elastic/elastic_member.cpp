@@ -234,6 +234,7 @@ struct ElasticMember::Impl {
     s.cross_size = me.cross_size;
     if (!me.host.empty()) s.hostname = me.host;
     s.comm_prefix = prefix;
+    s.peer_shutdown_is_failure = true;
     s.start_timeout = std::max(std::chrono::milliseconds(1), std::min(s.start_timeout, remaining(deadline)));
     try {
       std::shared_ptr<collective::Context> ctx = collective::Context::create(s, n > 1 ? store : nullptr);

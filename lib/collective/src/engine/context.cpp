@@ -135,6 +135,8 @@ struct Context::Impl {
   bool abort_requested = false;
   std::string abort_reason;
   enum class State { Running, Failed, Stopped } state = State::Running;
+  /// The rank whose shutdown stopped this Context (-1 while running).
+  int stopped_by = -1;
   FailureKind failure_kind = FailureKind::Io;
   std::string failure;
   std::array<uint64_t, 6> noname_counter{};
@@ -223,6 +225,11 @@ struct Context::Impl {
           fmt::format("{}.noname.{}", detail::op_type_name(q.type), noname_counter[static_cast<std::size_t>(q.type)]++);
     }
     if (state == State::Failed) throw_failure();
+    if (state == State::Stopped && stopped_by >= 0 && stopped_by != settings.rank && settings.peer_shutdown_is_failure &&
+        !shutdown_requested) {
+      throw elastic::PeerFailureError(fmt::format("hvd: {} of tensor '{}' submitted after rank {} shut down (left the world)",
+                                                  detail::op_type_name(q.type), q.name, stopped_by));
+    }
     if (state == State::Stopped || shutdown_requested) {
       throw ShutdownError(fmt::format("hvd: {} of tensor '{}' submitted after the job was shut down",
                                       detail::op_type_name(q.type), q.name));
@@ -490,13 +497,20 @@ struct Context::Impl {
     {
       std::lock_guard<std::mutex> lock(mu);
       state = State::Stopped;
+      stopped_by = by_rank;
       for (auto& [name, op] : pending) left.push_back(op);
       pending.clear();
       queue.clear();
     }
+    const bool left_world = settings.peer_shutdown_is_failure && by_rank != settings.rank;
     for (auto& op : left) {
-      op->finish(std::make_exception_ptr(ShutdownError(
-          fmt::format("hvd: rank {} shut down the job before tensor '{}' could run", by_rank, op->request.name))));
+      if (left_world) {
+        op->finish(std::make_exception_ptr(elastic::PeerFailureError(fmt::format(
+            "hvd: rank {} shut down (left the world) before tensor '{}' could run", by_rank, op->request.name))));
+      } else {
+        op->finish(std::make_exception_ptr(ShutdownError(
+            fmt::format("hvd: rank {} shut down the job before tensor '{}' could run", by_rank, op->request.name))));
+      }
     }
   }
 

@@ -140,6 +140,8 @@ struct ElasticDriver::Impl {
   std::map<std::pair<std::string, int>, uint64_t> occupied;  ///< (host, slot) -> serial
   std::map<std::string, std::pair<std::string, int>> placement;  ///< every worker ever: id -> (host, slot)
   std::map<std::string, Exited> exited;
+  /// The first worker that failed (exited non-zero or was lost) unasked.
+  std::string first_failure;
 
   std::map<std::string, Health> health;
   /// The last incarnation discovery reported for each host (when it does).
@@ -385,6 +387,28 @@ struct ElasticDriver::Impl {
     dedupe_reasons();
     maybe_publish(now);
     update_below_min(now);
+    end_if_nothing_can_run(now);
+  }
+
+  /// Horovod's rule: once every host is blacklisted the job fails. Here:
+  /// no worker is left (none running, starting or being stopped) and every
+  /// host discovery lists is blacklisted until the end of the job -- no
+  /// cooldown will bring one back, so waiting out --elastic-timeout would
+  /// only delay the same failure. A host still cooling down or backing off,
+  /// or an empty discovery, keeps the job waiting as before.
+  void end_if_nothing_can_run(ElasticTime now) {
+    if (!active() || !started || !live.empty() || hosts.empty() || first_failure.empty()) return;
+    std::string names;
+    for (const auto& h : hosts) {
+      auto it = health.find(h.name);
+      if (!blacklisted(h.name, now) || it->second.until) return;
+      names += (names.empty() ? "" : ", ") + h.name;
+    }
+    const Exited& first = exited.at(first_failure);
+    finish(first.failure_code(),
+           fmt::format("every host discovery lists is blacklisted until the end of the job ({}) and no worker is "
+                       "left; first failure: {} {}",
+                       names, where(first_failure), first.description));
   }
 
   void dedupe_reasons() {
@@ -397,14 +421,42 @@ struct ElasticDriver::Impl {
 
   /// Starts workers on free usable slots, hosts in discovery order, up to max_np.
   void fill(ElasticTime now) {
+    const std::size_t first_new = actions.size();
     int count = active_count();
     for (const auto& h : hosts) {
-      if (count >= policy.max_np) return;
+      if (count >= policy.max_np) break;
       if (blacklisted(h.name, now) || backing_off(h.name, now)) continue;
       for (int s = 0; s < h.slots && count < policy.max_np; ++s) {
         if (occupied.count({h.name, s})) continue;
         spawn(h.name, s, now);
         ++count;
+      }
+    }
+    if (actions.size() > first_new) plan_spawned_ranks(first_new);
+  }
+
+  /// Fills ElasticAction::planned of the Spawn actions from `first` on: the
+  /// world the new workers are started for is the current world's live
+  /// members in rank order, then every live worker not in it, in start order.
+  void plan_spawned_ranks(std::size_t first) {
+    std::vector<const Worker*> order;
+    std::set<std::string> in_world;
+    for (const auto& m : world.members) {
+      in_world.insert(m.worker_id);
+      const Worker* w = find(m.worker_id);
+      if (w && !w->stopping) order.push_back(w);
+    }
+    for (const auto& [serial, w] : live) {
+      if (!w.stopping && !in_world.count(w.id)) order.push_back(&w);
+    }
+    const std::vector<se::Member> planned = members_in_rank_order(order);
+    for (std::size_t i = first; i < actions.size(); ++i) {
+      ElasticAction& a = actions[i];
+      if (a.kind != ElasticAction::Kind::Spawn) continue;
+      for (const auto& m : planned) {
+        if (m.worker_id != a.worker_id) continue;
+        a.planned = SlotAssignment{m.host, m.rank, m.local_rank, m.local_size, m.cross_rank, m.cross_size};
+        a.planned_size = static_cast<int>(planned.size());
       }
     }
   }
@@ -777,6 +829,7 @@ void ElasticDriver::on_worker_exit(const std::string& worker_id, int status, con
     d.start_finishing(w, now);
     return;
   }
+  if (!e.ok && d.first_failure.empty()) d.first_failure = w.id;
   std::string what = e.ok ? std::string("exited 0 before it joined the job") : e.description;
   if (d.world.version == 0 && !w.ready && (!e.lost || d.usable_slots_except(w.host, now) < d.policy.start_np)) {
     int code = e.failure_code();

@@ -12,6 +12,7 @@
 
 #include "hvd/common/error.h"
 #include "hvd/common/job_env.h"
+#include "hvd/launcher/plan/worker_env.h"
 #include "hvd/launcher/process/status.h"
 #include "hvd/store/elastic_world.h"
 
@@ -506,6 +507,7 @@ class ElasticRunner::Impl {
       spec.slot.local_rank = a->slot;
       spec.argv = options_.command;
       spec.env = common_env_;
+      if (a->planned_size > 0) spec.env = add_slot_env(std::move(spec.env), a->planned, a->planned_size);
       spec.env[job_env::kWorkerId] = a->worker_id;
       spec.env[job_env::kHostname] = host;
       spec.cwd = cwd_;

@@ -184,6 +184,40 @@ TEST_CASE("elastic reset into a larger world: the newcomer gets the survivor's s
   CHECK(b.value[0] == static_cast<int64_t>(kSteps));
 }
 
+TEST_CASE("elastic a peer that shuts down while an operation waits on it is a PeerFailureError, not the job's end",
+          "[elastic][member][failure]") {
+  // A training script that raises on one rank ends its process, and the
+  // library's shutdown at exit stops the communicator on every rank: in an
+  // elastic world that member left, and the others must recover (Horovod's
+  // elastic tests raise on one rank and expect the rest to re-form).
+  FakeDriver driver;
+  driver.publish(1, {"a", "b"});
+  ElasticMember ma(driver.options("a")), mb(driver.options("b"));
+  join_both(ma, mb);
+  int64_t one = 1;
+  auto pending = std::async(std::launch::async, [&] {
+    ma.context().allreduce(collective::AllreduceArgs{"waits_for_b", &one, &one, collective::DataType::Int64, {1},
+                                                     collective::ReduceOp::Sum});
+  });
+  std::this_thread::sleep_for(50ms);
+  mb.context().shutdown();
+  REQUIRE(pending.wait_for(5s) == std::future_status::ready);
+  std::string what;
+  try {
+    pending.get();
+  } catch (const PeerFailureError& e) {
+    what = e.what();
+  }
+  INFO(what);
+  CHECK(what.find("rank 1 shut down (left the world)") != std::string::npos);
+  CHECK(what.find("waits_for_b") != std::string::npos);
+  // An operation submitted afterwards fails the same way.
+  CHECK_THROWS_AS(sum_of_ones(ma.context(), "after"), PeerFailureError);
+  // The member that shut down itself gets ShutdownError, as in a static job.
+  CHECK_THROWS_AS(sum_of_ones(mb.context(), "mine"), collective::ShutdownError);
+  mb.close();
+}
+
 TEST_CASE("elastic a peer failure mid-allreduce throws PeerFailureError fast, then reset into a smaller world",
           "[elastic][run][failure]") {
   FakeDriver driver;

@@ -55,6 +55,14 @@ struct Harness {
           REQUIRE(serial == last_serial + 1);
           last_serial = serial;
           REQUIRE(occupied.count({a.host, a.slot}) == 0);
+          // Its place in the world it is started for (HOROVOD_RANK & co.).
+          REQUIRE(a.planned_size >= 1);
+          REQUIRE(a.planned_size <= policy.max_np);
+          REQUIRE(a.planned.hostname == a.host);
+          REQUIRE(a.planned.rank >= 0);
+          REQUIRE(a.planned.rank < a.planned_size);
+          REQUIRE(a.planned.local_rank < a.planned.local_size);
+          REQUIRE(a.planned.cross_rank < a.planned.cross_size);
           occupied[{a.host, a.slot}] = a.worker_id;
           where[a.worker_id] = {a.host, a.slot};
           live.insert(a.worker_id);
@@ -1228,4 +1236,95 @@ TEST_CASE("elastic driver: re-form requests during the ending or after a signal 
   h.signal(15);
   REQUIRE(h.reform(1, "w1").empty());
   REQUIRE(h.reform(1, "w2").empty());
+}
+
+TEST_CASE("elastic driver: a started worker's planned ranks are its place after the current world's members") {
+  auto p = base_policy();
+  Harness h(p);
+  auto a = h.discover({{"a", 2}, {"b", 1}});
+  auto spawns = of(a, Kind::Spawn);
+  REQUIRE(spawns.size() == 3);
+  // World 1 will be w1, w2 (a), w3 (b): ranks 0..2 of 3, local and cross
+  // ranks by the launcher's placement rule.
+  for (int i = 0; i < 3; ++i) {
+    CHECK(spawns[i]->planned.rank == i);
+    CHECK(spawns[i]->planned_size == 3);
+  }
+  CHECK(spawns[1]->planned.local_rank == 1);
+  CHECK(spawns[1]->planned.local_size == 2);
+  CHECK(spawns[2]->planned.local_rank == 0);
+  CHECK(spawns[2]->planned.cross_rank == 1);
+  CHECK(spawns[2]->planned.cross_size == 2);
+  h.ready_all();
+  REQUIRE(h.d.current_world().version == 1);
+  // A new host: its workers come after the 3 members, as horovodrun gives
+  // a scale-up's workers the ranks after the existing ones.
+  a = h.discover({{"a", 2}, {"b", 1}, {"c", 2}});
+  spawns = of(a, Kind::Spawn);
+  REQUIRE(spawns.size() == 2);
+  CHECK(spawns[0]->planned.rank == 3);
+  CHECK(spawns[1]->planned.rank == 4);
+  CHECK(spawns[0]->planned_size == 5);
+  CHECK(spawns[1]->planned.local_rank == 1);
+  // A member fails: its replacement is planned after the survivors.
+  h.ready_all();
+  REQUIRE(h.d.current_world().size() == 5);
+  a = h.exit("w1", 1);
+  spawns = of(a, Kind::Spawn);
+  REQUIRE(spawns.size() == 1);
+  CHECK(spawns[0]->host == "a");
+  CHECK(spawns[0]->planned.rank == 4);
+  CHECK(spawns[0]->planned_size == 5);
+}
+
+TEST_CASE("elastic driver: every listed host blacklisted for good and no worker left ends the job at once") {
+  auto p = base_policy();
+  p.blacklist_failures = 1;
+  Harness h(p);
+  form(h, {{"a", 1}, {"b", 1}});
+  auto a = h.exit("w1", 3);
+  REQUIRE(has_message(a, Kind::Warn, "host a blacklisted until the end of the job"));
+  REQUIRE(of(a, Kind::Finish).empty());  // b still runs w2
+  a = h.exit("w2", 7);
+  const ElasticAction f = finish_of(a);
+  CHECK(f.code == 3);  // the first failure's status
+  CHECK(f.message.find("every host discovery lists is blacklisted until the end of the job (a, b)") !=
+        std::string::npos);
+  CHECK(f.message.find("first failure: w1 (a slot 0) exited with code 3") != std::string::npos);
+  CHECK(h.d.done());
+}
+
+TEST_CASE("elastic driver: hosts blacklisted with a cooldown, or a host still offered, keep the job waiting") {
+  SECTION("cooldown: the hosts come back") {
+    auto p = base_policy();
+    p.blacklist_failures = 1;
+    p.cooldown_min = 2s;
+    p.cooldown_max = 2s;
+    Harness h(p);
+    form(h, {{"a", 1}});
+    auto a = h.exit("w1", 1);
+    REQUIRE(of(a, Kind::Finish).empty());
+    a = h.advance(3s);  // the cooldown is over: the slot is started again
+    REQUIRE(of(a, Kind::Finish).empty());
+    CHECK(of(a, Kind::Spawn).size() == 1);
+  }
+  SECTION("a host that is not blacklisted: its slot is restarted") {
+    auto p = base_policy();
+    Harness h(p);  // 3 failures blacklist
+    form(h, {{"a", 1}});
+    auto a = h.exit("w1", 1);
+    CHECK(of(a, Kind::Finish).empty());
+    CHECK(of(a, Kind::Spawn).size() == 1);
+  }
+  SECTION("discovery lists a new host after the others were blacklisted: the job goes on there") {
+    auto p = base_policy();
+    p.blacklist_failures = 1;
+    Harness h(p);
+    form(h, {{"a", 1}, {"b", 1}});
+    h.exit("w1", 1);
+    auto a = h.discover({{"a", 1}, {"b", 1}, {"c", 1}});
+    REQUIRE(of(a, Kind::Spawn).size() == 1);
+    a = h.exit("w2", 1);
+    CHECK(of(a, Kind::Finish).empty());  // c's worker is starting
+  }
 }

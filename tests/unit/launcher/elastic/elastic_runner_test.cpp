@@ -49,7 +49,15 @@ struct FakeCluster {
   fakes::FakeSpawnerFactory factory;
   std::mutex mutex;
   std::map<int, Worker> workers;
+  std::map<std::string, std::map<std::string, std::string>> envs;  ///< by worker id
   int launches = 0;
+  std::string env_of(const std::string& id, const std::string& name) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = envs.find(id);
+    if (it == envs.end()) return "<no worker>";
+    auto v = it->second.find(name);
+    return v == it->second.end() ? "<unset>" : v->second;
+  }
 
   void launched(fakes::FakeHost& host) {
     std::vector<WorkerSpec> batch;
@@ -62,6 +70,7 @@ struct FakeCluster {
       const std::string id = w.env.at("HVDRUN_WORKER_ID");
       {
         std::lock_guard<std::mutex> lock(mutex);
+        envs[id] = w.env;
         workers[w.slot.rank] = Worker{id, shared};
         ++launches;
       }
@@ -228,6 +237,18 @@ TEST_CASE("ElasticRunner: a crashed worker is replaced on its slot and the job g
     CHECK(w.members[0].worker_id == w1.members[0].worker_id);  // rank 0 stays rank 0
     CHECK(w.members[1].worker_id != w1.members[1].worker_id);
     CHECK(j.cluster.signals_to(survivor).empty());
+    // HOROVOD_RANK & co.: the place each was started for (horovodrun's
+    // rule); the replacement comes after the survivor.
+    for (int r = 0; r < 2; ++r) {
+      CHECK(j.cluster.env_of(w1.members[r].worker_id, "HOROVOD_RANK") == std::to_string(r));
+      CHECK(j.cluster.env_of(w1.members[r].worker_id, "HOROVOD_SIZE") == "2");
+      CHECK(j.cluster.env_of(w1.members[r].worker_id, "HOROVOD_LOCAL_RANK") == std::to_string(r));
+      CHECK(j.cluster.env_of(w1.members[r].worker_id, "HOROVOD_LOCAL_SIZE") == "2");
+      CHECK(j.cluster.env_of(w1.members[r].worker_id, "HOROVOD_CROSS_SIZE") == "1");
+      CHECK(j.cluster.env_of(w1.members[r].worker_id, "HOROVOD_HOSTNAME") == "hostA");
+    }
+    CHECK(j.cluster.env_of(w.members[1].worker_id, "HOROVOD_RANK") == "1");
+    CHECK(j.cluster.env_of(w.members[1].worker_id, "HOROVOD_SIZE") == "2");
     j.finish(w);
   });
   CHECK(code == exit_code::kOk);

@@ -107,6 +107,13 @@ struct Settings {
   /// in that world (rank 0 logs one warning; ops on its id fail as for an
   /// unknown id) instead of failing the Context; its id stays reserved.
   bool skip_unfit_process_sets = false;
+  /// Elastic worlds: when another rank shuts down (its process ends, e.g.
+  /// after an exception in the training script) while this rank's
+  /// operations wait, they fail with elastic::PeerFailureError -- the member
+  /// left the world, and run() restores the last commit and re-joins the
+  /// world hvdrun publishes without it -- instead of ShutdownError (a job
+  /// that ends, nothing to recover into). Horovod recovers there too.
+  bool peer_shutdown_is_failure = false;
   /// HOROVOD_DYNAMIC_PROCESS_SETS=1: add_process_set/remove_process_set
   /// allowed after creation (else they throw, as Horovod refuses them).
   bool dynamic_process_sets = false;

@@ -74,6 +74,7 @@
 ///    script's reason in the message). Later failures keep the previous host
 ///    set and are logged once per distinct reason.
 #include "hvd/launcher/discovery/discovery.h"
+#include "hvd/launcher/plan/job_plan.h"
 #include "hvd/store/elastic_world.h"
 
 #include <chrono>
@@ -133,6 +134,14 @@ struct ElasticAction {
   std::string worker_id;
   std::string host;
   int slot = 0;
+  /// Spawn: the worker's place in the world it is started for -- the
+  /// current world's members (in rank order), then every started worker not
+  /// yet in a world (in start order), this one included -- and that world's
+  /// size. Its HOROVOD_RANK & co., as horovodrun gives an elastic worker the
+  /// ranks of the assignment it was started for; the world it joins decides
+  /// its real ranks (hvd.rank()).
+  SlotAssignment planned;
+  int planned_size = 0;
   store::elastic::World world;
   int code = 0;
   std::string message;
