@@ -27,8 +27,9 @@ _LOAD_HINT_BY_VALUE = ("Functions of __main__, lambdas and closures travel by va
 
 
 def _rank():
-    """This process's rank: the library's once initialized (elastic jobs
-    learn it only then), else the launcher's (static jobs, mpirun)."""
+    """This process's rank: the library's once initialized (an elastic
+    worker's HOROVOD_RANK is only the rank it was started for), else the
+    launcher's (static jobs, mpirun; elastic: the start rank)."""
     if _core.is_initialized():
         return int(_core.rank())
     for name in (job_env.RANK, job_env.OMPI_RANK, job_env.PMI_RANK, job_env.PMIX_RANK):

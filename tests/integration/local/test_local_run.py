@@ -327,7 +327,12 @@ class LocalRun(unittest.TestCase):
     def test_sigkill_to_hvdrun_leaves_no_workers(self):
         job = Job(["-np", "4", "-H", "localhost:4"] + sh("echo ready; sleep 60 & wait"))
         self.assertEqual(len(job.wait_for_stdout_lines(4)), 4)
+        # A shell prints "ready" before it forks its sleep: wait for all four.
+        deadline = time.monotonic() + 10
         procs = token_processes(job.token, exclude=(job.proc.pid,))
+        while len(procs) < 9 and time.monotonic() < deadline:
+            time.sleep(0.02)
+            procs = token_processes(job.token, exclude=(job.proc.pid,))
         # One agent for the host's four workers (issue 28): 1 + 4 shells + 4 sleeps.
         agents = [pid for pid, _, cmd in procs if os.path.basename(cmd[0]) == b"hvdrun-agent"]
         self.assertEqual(len(agents), 1, procs)

@@ -69,8 +69,9 @@ def print_and_return(text):
 
 
 def library_rank_and_size():
-    """Elastic and mpirun jobs: no HOROVOD_RANK; the rank is the library's
-    once it joined (the task reports under it)."""
+    """The library's rank once it joined (the task reports under it), and
+    HOROVOD_RANK: under mpirun none, in an elastic job the rank the worker
+    was started for."""
     _core.init()
     return _core.rank(), _core.size(), os.environ.get(job_env.RANK)
 

@@ -82,8 +82,12 @@ TEST_CASE("adasum through the context: Horovod's refusals at submit, and a power
     std::vector<int32_t> i(4, 1);
     CHECK_THROWS_WITH(c.allreduce({"i", i.data(), i.data(), DataType::Int32, {4}, ReduceOp::Adasum}),
                       Catch::Contains("float16, float32 and float64"));
-    CHECK_THROWS_WITH(c.reducescatter({"rs", f.data(), DataType::Float32, {3}, ReduceOp::Adasum}),
-                      Catch::Contains("allreduce-only"));
+    ReducescatterArgs rs;
+    rs.name = "rs";
+    rs.input = f.data();
+    rs.shape = {3};
+    rs.op = ReduceOp::Adasum;
+    CHECK_THROWS_WITH(c.reducescatter(rs), Catch::Contains("allreduce-only"));
     // The set {0, 2} has two ranks: Adasum runs there.
     if (r != 1) {
       std::vector<double> v = grad(r, 3);
