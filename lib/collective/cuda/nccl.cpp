@@ -118,7 +118,9 @@ struct NcclLibrary::Api {
   }
 };
 
-int nccl_dtype(DataType dtype) {
+namespace {
+/// NCCL's ncclDataType_t for `dtype`, or -1 when NCCL has none.
+int nccl_dtype_or_none(DataType dtype) {
   // ncclInt8 0, ncclUint8 1, ncclInt32 2, ncclUint32 3, ncclInt64 4,
   // ncclUint64 5, ncclFloat16 6, ncclFloat32 7, ncclFloat64 8, ncclBfloat16 9
   switch (dtype) {
@@ -133,10 +135,17 @@ int nccl_dtype(DataType dtype) {
     case DataType::Bool: break;  // never reduced (check_request refuses it)
     case DataType::Int16: break;  // NCCL has no 16-bit integer type
   }
-  throw InvalidArgument(fmt::format("NCCL: unsupported dtype {}", static_cast<int>(dtype)));
+  return -1;
+}
+}  // namespace
+
+int nccl_dtype(DataType dtype) {
+  const int code = nccl_dtype_or_none(dtype);
+  if (code < 0) throw InvalidArgument(fmt::format("NCCL: unsupported dtype {}", static_cast<int>(dtype)));
+  return code;
 }
 
-bool nccl_reduces(DataType dtype) { return dtype != DataType::Int16 && dtype != DataType::Bool; }
+bool nccl_reduces(DataType dtype) { return nccl_dtype_or_none(dtype) >= 0; }
 
 int nccl_op(ReduceOp op) {
   // ncclSum 0, ncclProd 1, ncclMax 2, ncclMin 3

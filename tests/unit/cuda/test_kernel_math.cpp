@@ -25,12 +25,13 @@ struct HostBuffer {
   uint8_t* base;
 };
 
-std::string run_case(DataType t, ReduceOp op, int n, std::size_t count, int misalign, bool alias, double pre,
-                     double post, uint64_t seed) {
+/// n random inputs of `count` elements at element offset `misalign`, in
+/// buffers appended to `bufs`, set as l.inputs[0..n); returns their host
+/// copies for the reference.
+std::vector<Tensor> fill_inputs(ReduceLaunch& l, std::vector<std::unique_ptr<HostBuffer>>& bufs, DataType t,
+                                ReduceOp op, int n, std::size_t count, int misalign, uint64_t seed) {
   const std::size_t es = ref_size(t);
   std::vector<Tensor> host;
-  std::vector<std::unique_ptr<HostBuffer>> bufs;
-  ReduceLaunch l;
   for (int j = 0; j < n; ++j) {
     host.push_back(random_tensor(t, op, count, seed + j));
     bufs.push_back(std::make_unique<HostBuffer>((count + kGuard + 1) * es));
@@ -38,6 +39,15 @@ std::string run_case(DataType t, ReduceOp op, int n, std::size_t count, int misa
     std::memcpy(p, host.back().bytes.data(), count * es);
     l.inputs[j] = p;
   }
+  return host;
+}
+
+std::string run_case(DataType t, ReduceOp op, int n, std::size_t count, int misalign, bool alias, double pre,
+                     double post, uint64_t seed) {
+  const std::size_t es = ref_size(t);
+  std::vector<std::unique_ptr<HostBuffer>> bufs;
+  ReduceLaunch l;
+  std::vector<Tensor> host = fill_inputs(l, bufs, t, op, n, count, misalign, seed);
   HostBuffer out_buf((count + kGuard + 1) * es);
   uint8_t* out = alias ? static_cast<uint8_t*>(const_cast<void*>(l.inputs[0])) : out_buf.base + misalign * es;
   if (!alias) {
@@ -250,19 +260,12 @@ namespace {
 std::string run_copies_case(DataType t, ReduceOp op, int n, std::size_t count, int misalign, int misaligned_copy,
                             bool in_place, uint64_t seed) {
   const std::size_t es = ref_size(t);
-  std::vector<Tensor> host;
   std::vector<std::unique_ptr<HostBuffer>> bufs;
   std::vector<uint8_t*> outs;
   ReduceLaunch l;
   const auto poison = poison_bytes(t, count * es);
   const auto guard = poison_bytes(t, kGuard * es);
-  for (int j = 0; j < n; ++j) {
-    host.push_back(random_tensor(t, op, count, seed + j));
-    bufs.push_back(std::make_unique<HostBuffer>((count + kGuard + 1) * es));
-    uint8_t* p = bufs.back()->base + misalign * es;
-    std::memcpy(p, host.back().bytes.data(), count * es);
-    l.inputs[j] = p;
-  }
+  std::vector<Tensor> host = fill_inputs(l, bufs, t, op, n, count, misalign, seed);
   for (int j = 0; j < n; ++j) {
     uint8_t* o = static_cast<uint8_t*>(const_cast<void*>(l.inputs[j]));
     if (!in_place || j == misaligned_copy) {

@@ -225,8 +225,7 @@ struct Context::Impl {
           fmt::format("{}.noname.{}", detail::op_type_name(q.type), noname_counter[static_cast<std::size_t>(q.type)]++);
     }
     if (state == State::Failed) throw_failure();
-    if (state == State::Stopped && stopped_by >= 0 && stopped_by != settings.rank && settings.peer_shutdown_is_failure &&
-        !shutdown_requested) {
+    if (state == State::Stopped && !shutdown_requested && left_world(stopped_by)) {
       throw elastic::PeerFailureError(fmt::format("hvd: {} of tensor '{}' submitted after rank {} shut down (left the world)",
                                                   detail::op_type_name(q.type), q.name, stopped_by));
     }
@@ -491,6 +490,12 @@ struct Context::Impl {
     stats.responses = c.responses;
   }
 
+  /// Elastic worlds (Settings::peer_shutdown_is_failure): a stop another
+  /// rank's shutdown caused means that member left the world.
+  bool left_world(int by_rank) const {
+    return settings.peer_shutdown_is_failure && by_rank >= 0 && by_rank != settings.rank;
+  }
+
   /// Every rank agreed to stop: fail what is left.
   void stop(int by_rank) {
     std::vector<std::shared_ptr<OpState>> left;
@@ -502,9 +507,8 @@ struct Context::Impl {
       pending.clear();
       queue.clear();
     }
-    const bool left_world = settings.peer_shutdown_is_failure && by_rank != settings.rank;
     for (auto& op : left) {
-      if (left_world) {
+      if (left_world(by_rank)) {
         op->finish(std::make_exception_ptr(elastic::PeerFailureError(fmt::format(
             "hvd: rank {} shut down (left the world) before tensor '{}' could run", by_rank, op->request.name))));
       } else {
