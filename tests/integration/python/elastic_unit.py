@@ -4,6 +4,7 @@ the run() retry loop (with a fake reset and a faked "elastic" flag), the
 sync-root rule, and ElasticSampler (with faked rank/size for re-partitioning).
 Run with plain python3 (size 1, not elastic)."""
 import sys
+import warnings
 
 try:
     import torch
@@ -327,6 +328,35 @@ check(99 not in a.processed_indices, "state_dict is a copy")
 a.set_epoch(0)
 check(a.processed_indices == set() and list(a) == order, "set_epoch clears processed samples")
 raises(ValueError, lambda: a.record_batch(-1, 2), "bad record_batch arguments")
+
+# Horovod's (v0.28) processed_num: record_batch counts batch_size * size;
+# the processed samples are the first processed_num of the epoch's order
+h = hvd.elastic.ElasticSampler(ds, shuffle=True, seed=3)
+check(h.processed_num == 0 and h.state_dict()["processed_num"] == 0, "processed_num starts at 0")
+list(h)
+h.record_batch(0, 2)
+h.record_batch(1, 2)
+check(h.processed_num == 4 and h.processed_indices == set(order[:4]), "processed_num counts record_batch's samples")
+hsd = h.state_dict()
+h.record_batch(2, 2)
+h.load_state_dict(hsd)  # as TorchState.restore does: a new iteration over the rest
+check(h.processed_num == 4 and list(h) == order[4:], "load_state_dict restores processed_num and the rest")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    h.record_batch(2, 2)  # Horovod's own test: batch_idx 2 after a restore is the next batch
+    h.record_batch(5, 2)
+check(h.processed_indices == set(order[:8]) and h.processed_num == 8,
+      f"record_batch records the next batch whatever batch_idx says: {h.processed_indices}")
+check(len(caught) == 1 and "batch_idx 2 is not the number of batches recorded" in str(caught[0].message),
+      f"one warning for a batch_idx that does not match: {[str(w.message) for w in caught]}")
+g = hvd.elastic.ElasticSampler(ds, shuffle=True, seed=3)
+g.load_state_dict({"epoch": 0, "processed_num": 3})  # Horovod's state_dict: no processed_indices
+check(g.processed_indices == set(order[:3]) and list(g) == order[3:], "Horovod's state_dict loads as its prefix")
+raises(KeyError, lambda: g.load_state_dict({"epoch": 0}), "a state_dict without processed samples is refused")
+g.set_epoch(1)
+check(g.processed_num == 0 and not g.processed_indices, "set_epoch clears processed_num")
+g.record_indices([order[0]])
+check(g.processed_num == 0, "record_indices leaves processed_num alone")
 check(list(hvd.elastic.ElasticSampler([], shuffle=True)) == [], "empty dataset")
 
 # re-partitioning: pretend to be rank r of 3 (size/rank faked for the sampler only)

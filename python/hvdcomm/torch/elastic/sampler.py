@@ -1,6 +1,7 @@
 """ElasticSampler: Horovod's horovod.torch.elastic.ElasticSampler on hvdcomm."""
 import math
 import random
+import warnings
 
 import torch.utils.data
 
@@ -19,12 +20,19 @@ class ElasticSampler(torch.utils.data.Sampler):
     rank/size happens in reset(), which load_state_dict() and set_epoch()
     call (TorchState's sync does, after every re-join).
 
-    ``record_batch(batch_idx, batch_size)`` records batch ``batch_idx`` of
+    ``record_batch(batch_idx, batch_size)`` records the next batch of
     *every* rank's partition (training is synchronous, so when one rank has
-    finished a batch, all have): every rank holds the same processed set
-    and a worker that dies takes nothing with it. Horovod records only the
-    local rank's batch and merges at the next sync. ``record_indices`` stays
-    local, as in Horovod; sync merges it (TorchState)."""
+    finished a batch, all have): the next ``batch_size * size`` samples of
+    the iteration, as Horovod (v0.28) counts them in ``processed_num``, its
+    count of the samples processed this epoch (its processed samples are the
+    first ``processed_num`` of the epoch's order; so are these, with
+    record_batch alone). Every rank holds the same processed set and a
+    worker that dies takes nothing with it. As in Horovod, ``batch_idx`` does
+    not choose the batch: one warning when it is not the number of batches
+    recorded since the iteration began (a reset begins a new one).
+    ``record_indices`` (Horovod's older API) marks given indices, on this
+    rank only; sync merges them (TorchState) and leaves ``processed_num``
+    alone."""
 
     def __init__(self, dataset, shuffle=True, seed=0):
         self.dataset = dataset
@@ -32,6 +40,7 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.seed = seed
         self.epoch = 0
         self.processed_indices = set()
+        self.processed_num = 0
         self.num_replicas = 1
         self.rank = 0
         self.remaining_indices = []
@@ -39,23 +48,34 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.total_size = 0
         self.indices = []
         self._padded = []
+        self._warned_batch_idx = False
         self.reset()
 
     def set_epoch(self, epoch):
         """Starts epoch ``epoch``: a new shuffle and no processed samples."""
         self.epoch = epoch
         self.processed_indices = set()
+        self.processed_num = 0
         self.reset()
 
     def record_batch(self, batch_idx, batch_size):
-        """Marks batch ``batch_idx`` (of ``batch_size`` samples per rank) of the
-        current iteration as processed on every rank."""
+        """Marks the next batch (``batch_size`` samples per rank) of the
+        current iteration as processed on every rank; adds ``batch_size *
+        size`` to ``processed_num``."""
         if batch_idx < 0 or batch_size <= 0:
             raise ValueError(f"hvdcomm ElasticSampler.record_batch: need batch_idx >= 0 and batch_size > 0, "
                              f"got {batch_idx}, {batch_size}")
-        lo, hi = batch_idx * batch_size, (batch_idx + 1) * batch_size
-        for r in range(self._iter_replicas):
-            self.processed_indices.update(self._padded[r::self._iter_replicas][lo:hi])
+        if batch_idx != self._recorded_batches and not self._warned_batch_idx:
+            self._warned_batch_idx = True
+            warnings.warn(f"hvdcomm ElasticSampler.record_batch: batch_idx {batch_idx} is not the number of "
+                          f"batches recorded since the iteration began ({self._recorded_batches}); the next "
+                          "batch is recorded, as Horovod does (batch_idx does not choose it). Warned once",
+                          stacklevel=2)
+        step = batch_size * self._iter_replicas
+        self.processed_indices.update(self._padded[self._cursor:self._cursor + step])
+        self._cursor += step
+        self._recorded_batches += 1
+        self.processed_num += step
 
     def record_indices(self, indices):
         """Marks these dataset indices as processed (this rank only)."""
@@ -67,11 +87,21 @@ class ElasticSampler(torch.utils.data.Sampler):
         return self.indices[start:min(start + batch_size, len(self.indices))]
 
     def state_dict(self):
-        return dict(epoch=self.epoch, processed_indices=set(self.processed_indices))
+        return dict(epoch=self.epoch, processed_num=self.processed_num,
+                    processed_indices=set(self.processed_indices))
 
     def load_state_dict(self, state_dict):
+        """Loads ``state_dict()``'s dict, or Horovod's (``epoch`` and
+        ``processed_num`` only: the processed samples are then the first
+        ``processed_num`` of the epoch's order, as in Horovod)."""
+        num = state_dict.get("processed_num")
+        indices = state_dict.get("processed_indices")
+        if "epoch" not in state_dict or (num is None and indices is None):
+            raise KeyError("hvdcomm ElasticSampler.load_state_dict: needs 'epoch' and 'processed_num' "
+                           f"or 'processed_indices', got keys {sorted(state_dict)}")
         self.epoch = state_dict["epoch"]
-        self.processed_indices = set(state_dict["processed_indices"])
+        self.processed_num = int(num) if num is not None else len(indices)
+        self.processed_indices = set(indices) if indices is not None else set(self._order()[:self.processed_num])
         self.reset()
 
     def reset(self):
@@ -79,13 +109,17 @@ class ElasticSampler(torch.utils.data.Sampler):
         current rank and size."""
         self.num_replicas = size() if is_initialized() else 1
         self.rank = rank() if is_initialized() else 0
-        order = list(range(len(self.dataset)))
-        if self.shuffle:
-            random.Random(self.seed + self.epoch).shuffle(order)
-        self.remaining_indices = [i for i in order if i not in self.processed_indices]
+        self.remaining_indices = [i for i in self._order() if i not in self.processed_indices]
         self.num_samples = int(math.ceil(len(self.remaining_indices) / self.num_replicas))
         self.total_size = self.num_samples * self.num_replicas
         self._prepare()
+
+    def _order(self):
+        """This epoch's order of every index."""
+        order = list(range(len(self.dataset)))
+        if self.shuffle:
+            random.Random(self.seed + self.epoch).shuffle(order)
+        return order
 
     def _prepare(self):
         padded = list(self.remaining_indices)
@@ -93,6 +127,8 @@ class ElasticSampler(torch.utils.data.Sampler):
             padded += self.remaining_indices[:self.total_size - len(padded)]
         self._padded = padded
         self._iter_replicas = self.num_replicas
+        self._cursor = 0  # positions of _padded that record_batch has marked
+        self._recorded_batches = 0
         self.indices = padded[self.rank:self.total_size:self.num_replicas]
 
     def __iter__(self):

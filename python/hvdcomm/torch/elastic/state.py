@@ -89,14 +89,16 @@ class _SamplerHandler(_Handler):
         # Merge what other members recorded this epoch (record_indices is
         # local), from members at the root's epoch only: a newcomer's epoch 0
         # must not leak into the root's epoch.
-        mine = (self.value.epoch, self.value.processed_indices)
+        # processed_num (record_batch's count, the same on every member) is
+        # the root's.
+        mine = (self.value.epoch, self.value.processed_indices, self.value.processed_num)
         everyone = allgather_object(mine, name=f"hvdcomm.elastic.sampler.{name}.gather")
-        epoch = everyone[root][0]
+        epoch, _, num = everyone[root]
         merged = set()
-        for e, processed in everyone:
+        for e, processed, _ in everyone:
             if e == epoch:
                 merged |= processed
-        self.value.load_state_dict(dict(epoch=epoch, processed_indices=merged))
+        self.value.load_state_dict(dict(epoch=epoch, processed_num=num, processed_indices=merged))
 
 
 def _handler_for(value):
