@@ -415,7 +415,14 @@ def _failure(rank, info):
     return f"{where} raised {info.get('type', 'an exception')}" + (f": {message}" if message else "")
 
 
-def _collect(records, rc, tail, num_proc, elastic):
+# Horovod's words for a job that a failed process ended (its gloo_run and
+# mpi_run raise RuntimeErrors starting so); code that catches horovod.run's
+# error may look for them.
+HOROVOD_GLOO_FAILED = "Horovod detected that one or more processes exited with non-zero status, " \
+                      "thus causing the job to be terminated"
+
+
+def _collect(records, rc, tail, num_proc, elastic, use_mpi=False):
     """The return values in rank order, or the RunError to raise."""
     outcomes = {}
     failures = []
@@ -436,7 +443,8 @@ def _collect(records, rc, tail, num_proc, elastic):
     if failures:
         rank, info = failures[0]
         tb = info.get("traceback", "")
-        message = f"horovod.run: {_failure(rank, info)}"
+        lead = f"mpirun failed with exit code {rc}" if use_mpi else HOROVOD_GLOO_FAILED
+        message = f"horovod.run: {lead}: {_failure(rank, info)}"
         if tb:
             message += f"\n\nTraceback of rank {rank}:\n{tb.rstrip()}"
         others = [r for r, _ in failures[1:]]
@@ -518,6 +526,17 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
                         output_filename=output_filename, verbose=verbose, use_gloo=use_gloo, use_mpi=use_mpi,
                         mpi_args=mpi_args, network_interfaces=network_interfaces)
     elastic = host_discovery_script is not None or min_num_proc is not None or max_num_proc is not None
+    return run_with_flags(func, args, kwargs, flags, num_proc=num_proc, elastic=elastic, hosts=hosts,
+                          hostfile=hostfile, host_discovery_script=host_discovery_script,
+                          network_interfaces=network_interfaces, executable=executable, use_mpi=bool(use_mpi))
+
+
+def run_with_flags(func, args, kwargs, flags, num_proc, elastic, hosts=None, hostfile=None,
+                   host_discovery_script=None, network_interfaces=None, executable=None, use_mpi=False):
+    """run()'s job, on hvdrun flags already made (``flags``, as hvdrun_args
+    makes them); the other parameters are those the caller needs besides
+    (where its channel listens, how many results to expect). For callers
+    that map their own parameters to flags (horovod.runner.launch._run)."""
     python = _text("executable", executable) if executable is not None else sys.executable
     if not python:
         raise ValueError("horovod.run: sys.executable is empty; pass executable= (the workers' Python)")
@@ -547,4 +566,4 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
     finally:
         server.close()
     records, _ = server.snapshot()
-    return _collect(records, rc, tail, num_proc, elastic)
+    return _collect(records, rc, tail, num_proc, elastic, use_mpi)
