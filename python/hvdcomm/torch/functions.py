@@ -71,22 +71,32 @@ def _initialize_state(optimizer, model):
     (sparse for SparseAdam, and for SGD on a sparse Embedding of `model`)
     and the wrapped torch optimizer steps once on this rank (never the
     DistributedOptimizer: that would allreduce). So every rank has state of
-    the right structure and the gradients exist afterwards, as with Horovod;
-    weight decay or momentum apply to that zero step as they would there.
-    LBFGS is left out (its step needs a closure): its state is broadcast as is."""
+    the right structure and the gradients exist afterwards, as with Horovod.
+    The step only creates state: every parameter it stepped is put back
+    as it was (a copy in host memory meanwhile). Horovod leaves the step's
+    change -- weight decay moves parameters even with a zero gradient, as
+    ASGD does always -- so a rank joining an elastic job, the one rank whose
+    optimizer had no state, ended with parameters off the others' after they
+    had just been broadcast. LBFGS is left out (its step needs a closure):
+    its state is broadcast as is."""
     sparse = set()
     if model is not None:
         for m in model.modules():
             if isinstance(m, torch.nn.Embedding) and m.sparse:
                 sparse.update(id(p) for p in m.parameters())
+    saved = []
     for group in optimizer.param_groups:
         for p in group["params"]:
             if p.requires_grad:
+                saved.append((p, p.detach().to("cpu", copy=True)))
                 p.grad = torch.zeros_like(p.data)
                 if isinstance(optimizer, torch.optim.SparseAdam) or (
                         isinstance(optimizer, torch.optim.SGD) and id(p) in sparse):
                     p.grad = p.grad.to_sparse()
     optimizer.step()
+    with torch.no_grad():
+        for p, before in saved:
+            p.copy_(before)
 
 
 def broadcast_optimizer_state(optimizer, root_rank, model=None):

@@ -135,6 +135,24 @@ hvd.broadcast_parameters(m.state_dict(), root_rank=0)
 hvd.broadcast_optimizer_state(o, root_rank=0)
 assert m.a.grad is None and m.b.grad is not None and torch.equal(m.b.grad, torch.zeros(4)), (m.a.grad, m.b.grad)
 assert len(o.state_dict()["state"]) == 1, o.state_dict()
+# ... and the step leaves the parameters as they were: an elastic newcomer
+# (the one rank without state) must end with the others' parameters, weight
+# decay (SGD, AdamW) or ASGD's decay notwithstanding.
+for make in (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.5),
+             lambda ps: torch.optim.AdamW(ps, lr=0.1, weight_decay=0.5),
+             lambda ps: torch.optim.ASGD(ps, lr=0.1, lambd=0.5)):
+    m = torch.nn.Linear(3, 2)
+    o = make(m.parameters())  # a torch optimizer: rank 0's step below allreduces nothing
+    if r == 0:  # the members: trained, with state
+        m(torch.rand(4, 3)).sum().backward()
+        o.step()
+    hvd.broadcast_parameters(m.state_dict(), root_rank=0)
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    hvd.broadcast_optimizer_state(o, root_rank=0)
+    after = m.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before), (type(o).__name__, before, after)
+    everyone = hvd.allgather_object({k: v.tolist() for k, v in after.items()})
+    assert all(e == everyone[0] for e in everyone), (type(o).__name__, everyone)
 
 # 12. join: join(device) as Horovod's scripts call it (hvd.local_rank());
 # an op other than allreduce while a rank has joined raises
