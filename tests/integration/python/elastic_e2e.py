@@ -174,6 +174,14 @@ if MODE == "scaledown":
         fail("nobody trained at size 1 after the scale-down", output)
     if any(ln[2] == 2 for ln in after[first1:]):
         fail("back at size 2 after the scale-down", output)
+    # The survivor's communicator is aborted on purpose: a state change,
+    # which hvdcomm.elastic says in one line, not an error or warning of the
+    # library (those were two lines more, at [warning] and [error]).
+    about = [ln for ln in output.splitlines() if "dropped worker(s)" in ln]
+    if not any("hvdcomm elastic: " in ln and "restoring the last commit" in ln for ln in about):
+        fail("no worker line says the scale-down made it restore and re-join", output)
+    if any("] [error] " in ln or "] [warning] " in ln for ln in about):
+        fail(f"a planned scale-down logged as a failure: {about}", output)
 else:
     newcomers = [ln for ln in after if ln[2] == 2 and ln[4] not in (victim, *survivors)]
     if not newcomers:

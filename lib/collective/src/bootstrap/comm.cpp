@@ -271,7 +271,9 @@ class MeshComm final : public Comm {
       if (!aborted_.load()) {
         reason_ = reason;
         aborted_.store(true);
-        spdlog::warn("rank {}: communicator aborted: {}", rank_, reason);
+        // Debug only: the caller says why at the level it deserves
+        // (Context: an error for a failure, info for a requested abort).
+        spdlog::debug("rank {}: communicator aborted: {}", rank_, reason);
       }
       for (auto& l : owned_) {
         if (l) l->shutdown();

@@ -522,9 +522,11 @@ struct Context::Impl {
   void fail(FailureKind kind, const std::string& what) noexcept {
     try {
       std::string reason;
+      bool requested = false;
       {
         std::lock_guard<std::mutex> lock(mu);
-        reason = abort_requested ? "aborted: " + abort_reason : what;
+        requested = abort_requested;
+        reason = requested ? "aborted: " + abort_reason : what;
       }
       std::string message = fmt::format("hvd: rank {} lost its communicator: {}", settings.rank, reason);
       try {
@@ -541,7 +543,10 @@ struct Context::Impl {
         pending.clear();
         queue.clear();
       }
-      spdlog::error("{}: {}; failing {} pending operation(s)", tag(), message, left.size());
+      // A requested abort (an elastic world dropping a member) is a planned
+      // state change, not a failure: one info line.
+      spdlog::log(requested ? spdlog::level::info : spdlog::level::err, "{}: {}; failing {} pending operation(s)",
+                  tag(), message, left.size());
       std::exception_ptr e = failure_ptr();
       for (auto& op : left) op->finish(e);
     } catch (...) {
