@@ -21,6 +21,7 @@ line.
 """
 import os
 import sys
+import warnings
 
 from hvdcomm import runner as _runner
 
@@ -189,6 +190,9 @@ def run_args(args):
                          "or args.run_func")
     if isinstance(command, str):
         raise ValueError(f"horovod.runner.launch: command must be a list of words, got the string {command!r}")
+    if getattr(args, "executable", None) is not None:
+        warnings.warn(f"horovod.runner.launch: executable={args.executable!r} is ignored: it is the workers' "
+                      "Python for run_func, and a command names its own program", stacklevel=2)
     # As horovod.run: output copied to sys.stdout/sys.stderr, Ctrl-C passed on.
     rc, tail = _runner._run_hvdrun([_runner.find_hvdrun()] + flags + ["--"] + [str(w) for w in command],
                                    dict(os.environ))

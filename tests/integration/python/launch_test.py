@@ -24,6 +24,7 @@ import pickle
 import subprocess
 import sys
 import tempfile
+import warnings
 
 import horovod.runner
 import horovod.runner.launch
@@ -179,6 +180,13 @@ def main():
     a = horovod.runner._HorovodArgs()
     a.num_proc, a.command = 2, [sys.executable, "-c", "import os; print('rank', os.environ['HOROVOD_RANK'])"]
     check(horovod.runner.launch._run(a) is None, "a command: None")
+    a.executable = sys.executable
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        horovod.runner.launch._run(a)
+    check(any("executable=" in str(w.message) and "ignored" in str(w.message) for w in caught),
+          f"executable with a command: one warning: {[str(w.message) for w in caught]}")
+    a.executable = None
     a.command = [sys.executable, "-c", "import os, sys; sys.exit(3 if os.environ['HOROVOD_RANK'] == '1' else 0)"]
     err = raises(RuntimeError, horovod.runner.launch._run, a)
     check(runner.HOROVOD_GLOO_FAILED in str(err) and "status 3" in str(err) and "rank 1 on localhost: exited "
