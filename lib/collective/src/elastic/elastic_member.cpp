@@ -146,8 +146,12 @@ struct ElasticMember::Impl {
       w.newer = true;
       w.newer_final = next->final;
       w.next_world = next;
-      spdlog::info("elastic worker {}: world {} published ({} members{}{})", w.worker_id, next->version,
-                   next->members.size(), next->final ? ", final" : "", next->reason.empty() ? "" : ": " + next->reason);
+      // A worker not yet in a world (base 0: a newcomer) that the world does
+      // not list is only catching up with worlds that predate it: debug,
+      // not a state change of its own.
+      spdlog::log(w.base > 0 || next->find(w.worker_id) ? spdlog::level::info : spdlog::level::debug,
+                  "elastic worker {}: world {} published ({} members{}{})", w.worker_id, next->version,
+                  next->members.size(), next->final ? ", final" : "", next->reason.empty() ? "" : ": " + next->reason);
       w.abort_if_departed_locked(*next);
     }
   }
