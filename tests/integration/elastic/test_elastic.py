@@ -264,13 +264,17 @@ class Elastic(unittest.TestCase):
         self.assertGreater(s3["step"], 3)
 
     def test_scale_down_3_2(self):
-        j = self.job("localhost:3\n", ["-np", "3", "--min-np", "2"], steps=50, step_ms=40)
+        j = self.job("localhost:3\n", ["-np", "3", "--min-np", "2", "--verbose"], steps=50, step_ms=40)
         j.wait_for_step(3, 3)
         j.set_hosts("localhost:2\n")
         j.wait_for_step(2)
         res = j.finish()
         self.assert_success(j, 50, res)
         self.assertIn("left", res[2])
+        # --verbose: a line when the removed worker is stopped, one when it has
+        stopping = re.search(r"stopping (w\d+) \(SIGTERM, then SIGKILL after \d+ ms\)", res[2])
+        self.assertIsNotNone(stopping, res[2])
+        self.assertIn(f"{stopping.group(1)} stopped (", res[2])
 
     def test_kill9_mid_allreduce_restarts_slot(self):
         # An 8 MiB allreduce on top of the model's each step

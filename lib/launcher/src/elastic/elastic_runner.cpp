@@ -297,6 +297,10 @@ class ElasticRunner::Impl {
         auto it = live_.find(e.worker_id);
         if (it == live_.end()) break;  // a duplicate report (launch failure raced an exit)
         store_->unwatch(it->second.ready_watch);
+        if (it->second.stopping) {
+          spdlog::debug("{} stopped ({})", e.worker_id,
+                        e.lost_reason.empty() ? describe_status(e.status, 0) : "lost: " + e.lost_reason);
+        }
         live_.erase(it);
         for (auto k = kill_at_.begin(); k != kill_at_.end();) {
           k = k->second == e.worker_id ? kill_at_.erase(k) : std::next(k);
@@ -585,6 +589,7 @@ class ElasticRunner::Impl {
     if (it == live_.end()) return;
     if (it->second.stopping) return;
     it->second.stopping = true;
+    spdlog::debug("stopping {} (SIGTERM, then SIGKILL after {} ms)", id, options_.kill_grace.count());
     signal_worker(id, SIGTERM);
     kill_at_.emplace(ElasticClock::now() + options_.kill_grace, id);
   }
