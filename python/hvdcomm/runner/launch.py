@@ -122,7 +122,7 @@ def hvdrun_flags(args):
     """The hvdrun flags for a HorovodArgs (or any object with its
     attributes), without what to run. When neither hosts, hostfile nor
     host_discovery_script is set, ``--hosts localhost:<num_proc>`` (Horovod's
-    default). Raises ValueError naming any attribute HorovodArgs does not
+    default; without num_proc, hvdrun says it is required). Raises ValueError naming any attribute HorovodArgs does not
     have, or a value that cannot be a flag."""
     given = vars(args)
     unknown = sorted(k for k, v in given.items() if k not in ATTRIBUTES and not k.startswith("_"))
@@ -156,9 +156,8 @@ def hvdrun_flags(args):
             raise ValueError(f"horovod.runner.launch: cooldown_range must be (min_seconds, max_seconds), "
                              f"got {cooldown!r}")
         out += ["--blacklist-cooldown-range", str(cooldown[0]), str(cooldown[1])]
-    if all(_unset(get(n)) for n in ("hosts", "hostfile", "host_discovery_script")):
-        np = get("num_proc")
-        out.append(f"--hosts=localhost:{np if not _unset(np) else 1}")
+    if all(_unset(get(n)) for n in ("hosts", "hostfile", "host_discovery_script")) and not _unset(get("num_proc")):
+        out.append(f"--hosts=localhost:{get('num_proc')}")
     return out
 
 

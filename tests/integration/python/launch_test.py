@@ -87,6 +87,9 @@ def main():
     a.cycle_time_ms = (None,)  # Horovod's own default for it (a trailing comma)
     a.cache_capacity = (None,)
     check(launch.hvdrun_flags(a) == ["--num-proc=1", "--hosts=localhost:1"], "(None,) is unset")
+    a.num_proc = None
+    check(launch.hvdrun_flags(a) == [], "no num_proc: no flag, and no default host (hvdrun says -np is required)")
+    a.num_proc = 1
 
     with tempfile.TemporaryDirectory(prefix="hvd-launch-") as d:
         ident = os.path.join(d, "id")
