@@ -276,6 +276,30 @@ class Elastic(unittest.TestCase):
         self.assertIsNotNone(stopping, res[2])
         self.assertIn(f"{stopping.group(1)} stopped (", res[2])
 
+    def test_rapid_resizes_never_stall(self):
+        # Discovery toggles 2 <-> 1 slots every 0.5 s: worlds are published
+        # while the previous one is still forming (a newcomer stopped before
+        # it connected). No formation may wait out the start timeout (30 s,
+        # "did not form"), hvdrun's descriptors stay flat, and the result is
+        # the undisturbed run's.
+        steps = 600
+        j = self.job("localhost:2\n", ["-np", "2", "--min-np", "1", "--max-np", "2"], steps=steps, step_ms=15)
+        j.wait_for_step(2, 3)
+        fds_before = len(os.listdir("/proc/%d/fd" % j.proc.pid))
+        started = time.monotonic()
+        for i in range(24):
+            j.set_hosts("localhost:1\n" if i % 2 == 0 else "localhost:2\n")
+            time.sleep(0.5)
+            if j.proc.poll() is not None:
+                break
+        fds_after = len(os.listdir("/proc/%d/fd" % j.proc.pid)) if j.proc.poll() is None else fds_before
+        res = j.finish(timeout=80)
+        self.assert_success(j, steps, res)
+        self.assertNotIn("did not form", res[2])
+        self.assertGreater(len({s["version"] for s in j.steps()}), 6, "the toggles re-formed the job")
+        self.assertLessEqual(fds_after, fds_before + 2, "hvdrun's descriptors grew with re-formations")
+        self.assertLess(time.monotonic() - started, 70)
+
     def test_kill9_mid_allreduce_restarts_slot(self):
         # An 8 MiB allreduce on top of the model's each step
         # (HVD_TRAINER_BALLAST_KB, its values unused) keeps the workers

@@ -57,6 +57,12 @@ namespace hvd::collective {
 FailureBoard::FailureBoard(std::shared_ptr<store::Store> store, std::string prefix, std::chrono::milliseconds budget)
     : store_(std::move(store)), prefix_(std::move(prefix)), budget_(budget) {}
 
+bool FailureBoard::record(store::Store& store, const std::string& prefix, const std::string& failure) {
+  if (store.add(prefix + "failure/claim", 1) != 1) return false;
+  store.set_string(first_key(prefix), failure);
+  return true;
+}
+
 std::string FailureBoard::report(const std::string& failure) {
   // The store calls run on a thread of their own, so that a store that is
   // slow, gone, or busy with another thread's long poll (one connection per
@@ -72,15 +78,13 @@ std::string FailureBoard::report(const std::string& failure) {
   constexpr std::size_t kMaxRecord = 1024;
   std::string record = failure.size() > kMaxRecord ? failure.substr(0, kMaxRecord) + "..." : failure;
   try {
-    std::thread([store = store_, claim = prefix_ + "failure/claim", key = first_key(prefix_),
-                 record = std::move(record), outcome, budget = budget_] {
+    std::thread([store = store_, prefix = prefix_, record = std::move(record), outcome, budget = budget_] {
       std::string first;
       try {
-        if (store->add(claim, 1) == 1) {
-          store->set_string(key, record);
+        if (FailureBoard::record(*store, prefix, record)) {
           first = record;
         } else {
-          first = store->get_string(key, budget);  // the first claimant is writing it
+          first = store->get_string(first_key(prefix), budget);  // the first claimant is writing it
         }
       } catch (...) {
         // No answer: the caller reports what it saw itself.

@@ -79,18 +79,27 @@ struct WatchState {
   std::weak_ptr<collective::Context> context;
   std::string worker_id;
 
-  /// Called with mu held, after `newer` or `context` changed.
-  void abort_if_departed_locked(const selastic::World& next) {
-    if (!newer || newer_final) return;
-    auto ctx = context.lock();
-    if (!ctx) return;
+  /// With mu held: why `next` ends world `base` -- the members of `base`
+  /// it drops ("world 3 dropped worker(s) b (reason)") -- or "" when it
+  /// drops none (or is final: training goes on to its end).
+  std::string departure_locked(const selastic::World& next) const {
+    if (newer_final) return "";
     std::string gone;
     for (const auto& id : members) {
       if (!next.find(id)) gone += (gone.empty() ? "" : ", ") + id;
     }
-    if (gone.empty()) return;
-    ctx->abort(fmt::format("world {} dropped worker(s) {} ({})", next.version, gone,
-                           next.reason.empty() ? "no reason given" : next.reason));
+    if (gone.empty()) return "";
+    return fmt::format("world {} dropped worker(s) {} ({})", next.version, gone,
+                       next.reason.empty() ? "no reason given" : next.reason);
+  }
+
+  /// Called with mu held, after `newer` or `context` changed.
+  void abort_if_departed_locked(const selastic::World& next) {
+    if (!newer) return;
+    auto ctx = context.lock();
+    if (!ctx) return;
+    const std::string why = departure_locked(next);
+    if (!why.empty()) ctx->abort(why);
   }
   std::optional<selastic::World> next_world;
 };
@@ -140,19 +149,40 @@ struct ElasticMember::Impl {
         w.cv.wait_for(lock, slice, [&] { return w.stop; });
         continue;
       }
-      std::lock_guard<std::mutex> lock(w.mu);
-      if (w.stop) return;
-      if (target != w.base + 1) continue;  // retargeted while polling
-      w.newer = true;
-      w.newer_final = next->final;
-      w.next_world = next;
-      // A worker not yet in a world (base 0: a newcomer) that the world does
-      // not list is only catching up with worlds that predate it: debug,
-      // not a state change of its own.
-      spdlog::log(w.base > 0 || next->find(w.worker_id) ? spdlog::level::info : spdlog::level::debug,
-                  "elastic worker {}: world {} published ({} members{}{})", w.worker_id, next->version,
-                  next->members.size(), next->final ? ", final" : "", next->reason.empty() ? "" : ": " + next->reason);
-      w.abort_if_departed_locked(*next);
+      std::string forming_fails;  // why world `target - 1`, still forming, cannot form
+      {
+        std::lock_guard<std::mutex> lock(w.mu);
+        if (w.stop) return;
+        if (target != w.base + 1) continue;  // retargeted while polling
+        w.newer = true;
+        w.newer_final = next->final;
+        w.next_world = next;
+        // A worker not yet in a world (base 0: a newcomer) that the world does
+        // not list is only catching up with worlds that predate it: debug,
+        // not a state change of its own.
+        spdlog::log(w.base > 0 || next->find(w.worker_id) ? spdlog::level::info : spdlog::level::debug,
+                    "elastic worker {}: world {} published ({} members{}{})", w.worker_id, next->version,
+                    next->members.size(), next->final ? ", final" : "",
+                    next->reason.empty() ? "" : ": " + next->reason);
+        w.abort_if_departed_locked(*next);
+        // A world whose communicator is still forming (no context yet) that
+        // the next one drops a member of will never form: the dropped member
+        // is being stopped, and the others would wait for it until their
+        // start timeout.
+        if (!w.context.lock()) forming_fails = w.departure_locked(*next);
+      }
+      if (!forming_fails.empty()) {
+        // Recorded as the forming communicator's first failure: its members
+        // waiting at init look there every 250 ms and give up.
+        try {
+          collective::FailureBoard::record(
+              st, selastic::comm_prefix(target - 1),
+              forming_fails + ", while world " + std::to_string(target - 1) + " was forming");
+        } catch (const std::exception& e) {
+          spdlog::debug("elastic watcher of {}: could not tell world {} that it cannot form: {}", w.worker_id,
+                        target - 1, e.what());
+        }
+      }
     }
   }
 
@@ -247,12 +277,22 @@ struct ElasticMember::Impl {
       world = w;
       return Rendezvous::Formed;
     } catch (const IoError& e) {
-      spdlog::warn("{}: world {} did not form: {}", tag(), w.version, e.what());
-      ask_to_reform(w.version, fmt::format("did not form: {}", e.what()));
+      return not_formed(w, e.what());
     } catch (const TimeoutError& e) {
-      spdlog::warn("{}: world {} did not form: {}", tag(), w.version, e.what());
-      ask_to_reform(w.version, fmt::format("did not form: {}", e.what()));
+      return not_formed(w, e.what());
     }
+  }
+
+  /// World `w` did not form (`why`). Superseded meanwhile (a newer world
+  /// exists: it dropped a member, so this one could not form): a state
+  /// change, said at info; else a warning, and hvdrun is asked to re-form.
+  Rendezvous not_formed(const selastic::World& w, const std::string& why) {
+    if (newer_seen()) {
+      spdlog::info("{}: world {} superseded while forming ({}); moving on", tag(), w.version, why);
+      return Rendezvous::Abandoned;
+    }
+    spdlog::warn("{}: world {} did not form: {}", tag(), w.version, why);
+    ask_to_reform(w.version, fmt::format("did not form: {}", why));
     return Rendezvous::Failed;
   }
 

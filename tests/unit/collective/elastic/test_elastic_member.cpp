@@ -410,6 +410,37 @@ TEST_CASE("elastic a newer world published during rendezvous is taken instead", 
   CHECK(b.context().size() == 2);
 }
 
+TEST_CASE("elastic a world that drops a member while its communicator forms is left at once, not at the timeout",
+          "[elastic][member]") {
+  FakeDriver driver;
+  driver.publish(1, {"a", "b"});
+  // b "arrives" at world 1's barrier and is then stopped before it connects
+  // (hvdrun stops a worker the next world drops): a's barrier completes and
+  // a waits at init for rank 1 to connect -- until its start timeout (10 s
+  // here, 30 s by default) before this fix.
+  CHECK(driver.store().add(store::elastic::comm_prefix(1) + "arrived", 1) == 1);
+  ElasticMember a(driver.options("a"));
+  auto ja = std::async(std::launch::async, [&] { a.join(); });
+  REQUIRE(eventually([&] { return driver.store().try_get(store::elastic::formed_key(1)).has_value(); }));
+  CHECK(ja.wait_for(300ms) == std::future_status::timeout);  // waiting for b to connect
+  const auto t0 = Clock::now();
+  driver.publish(2, {"a"}, false, "host localhost now offers 1 slot");
+  REQUIRE(ja.wait_for(5s) == std::future_status::ready);
+  ja.get();
+  INFO("moved on after " << seconds_since(t0) << " s");
+  CHECK(seconds_since(t0) < 2.0);
+  CHECK(a.version() == 2);
+  CHECK(a.context().size() == 1);
+  // Recorded as world 1's first failure, saying why; a did not ask hvdrun to
+  // re-form world 1 (a newer world was there to join).
+  const auto first = driver.store().try_get(store::elastic::failure_key(1));
+  REQUIRE(first.has_value());
+  const std::string text(first->begin(), first->end());
+  INFO(text);
+  CHECK(text.find("world 2 dropped worker(s) b (host localhost now offers 1 slot), while world 1 was forming") == 0);
+  CHECK_FALSE(driver.store().try_get(store::elastic::reset_key(1, "a")));
+}
+
 TEST_CASE("elastic a final world ends membership: reset and late joiners get WorkerRemovedError", "[elastic][member]") {
   FakeDriver driver;
   driver.publish(1, {"a"});

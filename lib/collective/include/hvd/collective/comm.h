@@ -57,6 +57,12 @@ class FailureBoard {
   /// unless a rank recorded one before; returns the recorded one, or
   /// `failure` when the store did not answer within the budget.
   std::string report(const std::string& failure);
+  /// Records `failure` for the communicator of rendezvous `prefix` unless a
+  /// rank recorded one before, synchronously (report() without its thread
+  /// and budget, for a caller that may block: the elastic watcher telling
+  /// the members of a world still forming that it cannot form). Returns
+  /// whether this call recorded it. Throws what the store throws.
+  static bool record(store::Store& store, const std::string& prefix, const std::string& failure);
   /// The store key that holds the recorded failure of the communicator
   /// whose rendezvous prefix is `prefix`: "<prefix>failure/first" (ranks
   /// waiting at init look there; store::elastic::failure_key names the same
