@@ -24,6 +24,10 @@ std::string reset_key(uint64_t version, const std::string& worker_id) {
 
 std::string failure_key(uint64_t version) { return comm_prefix(version) + "failure/first"; }
 
+std::string drain_failed_key(const std::string& worker_id) { return "elastic/drain-failed/" + worker_id; }
+
+std::string left_key(const std::string& worker_id) { return "elastic/left/" + worker_id; }
+
 const Member* World::find(const std::string& worker_id) const {
   for (const auto& m : members) {
     if (m.worker_id == worker_id) return &m;
@@ -47,6 +51,7 @@ std::string encode_world(const World& world) {
                        {"cross_size", m.cross_size}});
   }
   j["members"] = std::move(members);
+  if (!world.draining.empty()) j["draining"] = world.draining;
   return j.dump();
 }
 
@@ -73,6 +78,16 @@ World decode_world(const std::string& text) {
       }
       if (!ids.insert(m.worker_id).second) throw InvalidArgument("worker id " + m.worker_id + " listed twice");
       w.members.push_back(std::move(m));
+    }
+    if (j.contains("draining")) {
+      std::set<std::string> draining;
+      for (const auto& jd : j.at("draining")) {
+        std::string id = jd.get<std::string>();
+        if (id.empty()) throw InvalidArgument("a draining worker has an empty id");
+        if (ids.count(id)) throw InvalidArgument("worker " + id + " is both a member and draining");
+        if (!draining.insert(id).second) throw InvalidArgument("draining worker " + id + " listed twice");
+        w.draining.push_back(std::move(id));
+      }
     }
   } catch (const nlohmann::json::exception& e) {
     throw InvalidArgument(fmt::format("malformed elastic world: {}", e.what()));

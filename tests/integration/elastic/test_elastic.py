@@ -264,17 +264,68 @@ class Elastic(unittest.TestCase):
         self.assertGreater(s3["step"], 3)
 
     def test_scale_down_3_2(self):
+        # Horovod's scale-down: the worker of the dropped slot drains. It
+        # trains on with the others to the next commit, where every member
+        # raises HostsUpdatedInterrupt; the survivors go on with their live
+        # state (no abort, no rollback) and it leaves (WorkerRemovedError:
+        # the trainer exits 0). hvdrun never signals it.
         j = self.job("localhost:3\n", ["-np", "3", "--min-np", "2", "--verbose"], steps=50, step_ms=40)
         j.wait_for_step(3, 3)
         j.set_hosts("localhost:2\n")
         j.wait_for_step(2)
         res = j.finish()
         self.assert_success(j, 50, res)
-        self.assertIn("left", res[2])
+        self.assertRegex(res[2], r"left: w3 \(localhost slot 2\) \(draining\)")
+        self.assertIn("w3 on localhost slot 2 left the job (drained)", res[2])
+        self.assertNotIn("restoring commit", res[2])
+        self.assertNotIn("lost its communicator", res[2])
+        self.assertNotIn("stopping w3", res[2])
+        # w3 trained at size 3 up to the commit where the others went to size 2.
+        w3 = [s for s in j.steps() if s["worker"] == 3]
+        first2 = min(s["step"] for s in j.steps() if s["size"] == 2)
+        self.assertEqual(max(s["step"] for s in w3), first2 - 1)
+
+    def test_scale_down_without_drain(self):
+        # --elastic-drain-timeout 0: the dropped worker is stopped at once
+        # (SIGTERM) and the survivors go back to their last commit.
+        j = self.job("localhost:3\n", ["-np", "3", "--min-np", "2", "--verbose", "--elastic-drain-timeout", "0"],
+                     steps=50, step_ms=40)
+        j.wait_for_step(3, 3)
+        j.set_hosts("localhost:2\n")
+        j.wait_for_step(2)
+        res = j.finish()
+        self.assert_success(j, 50, res)
+        self.assertRegex(res[2], r"left: w3 \(localhost slot 2\);")
         # --verbose: a line when the removed worker is stopped, one when it has
         stopping = re.search(r"stopping (w\d+) \(SIGTERM, then SIGKILL after \d+ ms\)", res[2])
         self.assertIsNotNone(stopping, res[2])
         self.assertIn(f"{stopping.group(1)} stopped (", res[2])
+        self.assertNotIn("(drained)", res[2])
+
+    def test_drain_timeout_stops_a_worker_that_does_not_commit(self):
+        # Steps of 2.5 s, drain timeout 1 s: the dropped worker cannot reach
+        # a commit in time. hvdrun stops it and tells the others
+        # (elastic/drain-failed/w3), who go back to their last commit; the
+        # result is still the undisturbed run's.
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
+        events = os.path.join(d, "events.jsonl")
+        j = self.job("localhost:3\n", ["-np", "3", "--min-np", "2", "--verbose", "--elastic-drain-timeout", "1",
+                                        "--events-file", events], steps=5, step_ms=2500)
+        j.wait_for_step(3, 1)
+        j.set_hosts("localhost:2\n")
+        res = j.finish(timeout=60)
+        self.assert_success(j, 5, res)
+        self.assertIn("w3 on localhost slot 2 did not leave within --elastic-drain-timeout 1 s", res[2])
+        self.assertIn("restoring commit", res[2])
+        self.assertNotIn("(drained)", res[2])
+        with open(events) as f:
+            ev = [json.loads(line) for line in f]
+        worlds = [e["world"] for e in ev if e["event"] == "world"]
+        self.assertEqual(worlds[1]["draining"], ["w3"])
+        failed = [e for e in ev if e["event"] == "drain_failed"]
+        self.assertEqual([e["worker"] for e in failed], ["w3"])
+        self.assertIn("stopped by hvdrun while draining", failed[0]["message"])
 
     def test_rapid_resizes_never_stall(self):
         # Discovery toggles 2 <-> 1 slots every 0.5 s: worlds are published

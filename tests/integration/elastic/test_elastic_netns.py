@@ -5,8 +5,10 @@ reaches the hosts over SSH; the trainer runs in the namespaces and meets
 through hvdrun's store on the bridge address.
 
 Cases (one CTest entry each):
-  remove_host  the hosts file loses a host: its worker is stopped and the
-               job goes on at the smaller size, with the fault-free result;
+  remove_host  the hosts file loses a host: its worker (over SSH) drains --
+               trains on to the next commit, then leaves with exit 0 -- and
+               the job goes on at the smaller size from that commit (no
+               rollback), with the fault-free result;
   cut_host     a host's link goes down mid-training: its worker is lost,
                the host backs off (a lost worker never counts towards the
                blacklist: issue 32), survivors go on; the link comes back
@@ -66,6 +68,8 @@ def case_remove_host(hosts):
     finals = set(j.final_checksums(out))
     check(finals == {te.reference_checksum(60)}, f"wrong result {finals}", out)
     check("left" in err, "the removal was not logged", err)
+    check(re.search(r"w2 on \S+ slot 0 left the job \(drained\)", err), "the removed host's worker did not drain", err)
+    check("restoring commit" not in err, "the survivor was rolled back", err)
     left = hosts.wait_no_leftovers(8)
     check(not left, "processes left in the namespaces", left)
 

@@ -11,6 +11,8 @@ TEST_CASE("elastic keys are stable and versioned", "[elastic_world]") {
   CHECK(ready_key("w7") == "elastic/ready/w7");
   CHECK(comm_prefix(12) == "elastic/gen12/");
   CHECK(std::string(kVersionKey) == "elastic/version");
+  CHECK(drain_failed_key("w4") == "elastic/drain-failed/w4");
+  CHECK(left_key("w4") == "elastic/left/w4");
 }
 
 TEST_CASE("a world survives an encode/decode round trip", "[elastic_world]") {
@@ -28,8 +30,12 @@ TEST_CASE("a world survives an encode/decode round trip", "[elastic_world]") {
   REQUIRE(back.find("w3") != nullptr);
   CHECK(back.find("w3")->rank == 1);
   CHECK(back.find("w2") == nullptr);
+  CHECK(back.draining.empty());
+  CHECK(encode_world(w).find("draining") == std::string::npos);  // older readers see the same JSON
   w.final = true;
   CHECK(decode_world(encode_world(w)).final);
+  w.draining = {"w2", "w5"};
+  CHECK(decode_world(encode_world(w)).draining == std::vector<std::string>{"w2", "w5"});
 }
 
 TEST_CASE("malformed worlds are refused with a reason", "[elastic_world]") {
@@ -45,4 +51,12 @@ TEST_CASE("malformed worlds are refused with a reason", "[elastic_world]") {
       {"id":"w1","host":"a","rank":1,"local_rank":0,"local_size":1,"cross_rank":0,"cross_size":1}]})"),
                     Catch::Contains("listed twice"));
   CHECK_THROWS_AS(decode_world(R"({"version":"x","members":[]})"), hvd::InvalidArgument);
+  const std::string one_member =
+      R"({"version":2,"members":[{"id":"w1","host":"a","rank":0,"local_rank":0,"local_size":1,"cross_rank":0,)"
+      R"("cross_size":1}],"draining":)";
+  CHECK(decode_world(one_member + R"(["w2"]})").draining == std::vector<std::string>{"w2"});
+  CHECK_THROWS_WITH(decode_world(one_member + R"(["w1"]})"), Catch::Contains("both a member and draining"));
+  CHECK_THROWS_WITH(decode_world(one_member + R"(["w2","w2"]})"), Catch::Contains("listed twice"));
+  CHECK_THROWS_WITH(decode_world(one_member + R"([""]})"), Catch::Contains("empty id"));
+  CHECK_THROWS_AS(decode_world(one_member + R"([3]})"), hvd::InvalidArgument);
 }

@@ -68,39 +68,60 @@ struct WatchState {
   std::mutex mu;
   std::condition_variable cv;
   bool stop = false;
-  /// The watcher waits for world `base + 1`.
+  /// The watcher waits for world `base + 1`, then for each later one
+  /// (`seen + 1`) until one drops a member of `base` or is final.
   uint64_t base = 0;
   /// World base+1 has been seen (it may be final).
   bool newer = false;
   bool newer_final = false;
-  /// Members of world `base` (to tell whether base+1 dropped one).
+  /// The newest world seen (base+1 or later) and whether one of the worlds
+  /// seen dropped a member of `base` outright (or a draining one failed):
+  /// `base` is over and there is nothing more to watch for.
+  uint64_t seen = 0;
+  bool departed = false;
+  std::string departed_why;
+  /// Members of world `base` (to tell whether a newer world dropped one).
   std::set<std::string> members;
-  /// The Context of world `base` once formed; aborted when base+1 drops a member.
+  /// Members of `base` that the newest world seen lists as draining: they
+  /// train on to the next commit, unless hvdrun writes drain_failed_key.
+  std::set<std::string> draining;
+  /// The Context of world `base` once formed; aborted when a newer world drops a member.
   std::weak_ptr<collective::Context> context;
   std::string worker_id;
 
-  /// With mu held: why `next` ends world `base` -- the members of `base`
-  /// it drops ("world 3 dropped worker(s) b (reason)") -- or "" when it
-  /// drops none (or is final: training goes on to its end).
+  /// With mu held: why `next` ends world `base` -- the members of `base` it
+  /// drops outright ("world 3 dropped worker(s) b (reason)"), not those it
+  /// lists as draining -- or "" when it drops none (or is final: training
+  /// goes on to its end).
   std::string departure_locked(const selastic::World& next) const {
     if (newer_final) return "";
     std::string gone;
     for (const auto& id : members) {
-      if (!next.find(id)) gone += (gone.empty() ? "" : ", ") + id;
+      if (next.find(id)) continue;
+      if (std::find(next.draining.begin(), next.draining.end(), id) != next.draining.end()) continue;
+      gone += (gone.empty() ? "" : ", ") + id;
     }
     if (gone.empty()) return "";
     return fmt::format("world {} dropped worker(s) {} ({})", next.version, gone,
                        next.reason.empty() ? "no reason given" : next.reason);
   }
 
-  /// Called with mu held, after `newer` or `context` changed.
-  void abort_if_departed_locked(const selastic::World& next) {
-    if (!newer) return;
-    auto ctx = context.lock();
-    if (!ctx) return;
-    const std::string why = departure_locked(next);
-    if (!why.empty()) ctx->abort(why);
+  /// With mu held: world `base` is over because of `why`. Aborts its
+  /// Context; while it is still forming (no Context yet) returns `why`, for
+  /// the caller to record as the forming communicator's first failure
+  /// outside the lock; "" otherwise.
+  std::string end_base_locked(const std::string& why) {
+    departed = true;
+    departed_why = why;
+    if (auto ctx = context.lock()) {
+      ctx->abort(why);
+      return "";
+    }
+    return why;
   }
+
+  /// With mu held: whether the watcher waits for another world.
+  bool watching_locked() const { return !newer || (!departed && !newer_final); }
   std::optional<selastic::World> next_world;
 };
 
@@ -125,16 +146,60 @@ struct ElasticMember::Impl {
     watcher = std::thread([w = watch, own, slice = options.watch_slice] { watch_loop(*w, *own, slice); });
   }
 
+  /// Records `why` as the first failure of world `version`'s communicator,
+  /// which is still forming: its members waiting at init look there every
+  /// 250 ms and give up.
+  static void record_forming_failure(WatchState& w, store::Store& st, uint64_t version, const std::string& why) {
+    try {
+      collective::FailureBoard::record(st, selastic::comm_prefix(version),
+                                       why + ", while world " + std::to_string(version) + " was forming");
+    } catch (const std::exception& e) {
+      spdlog::debug("elastic watcher of {}: could not tell world {} that it cannot form: {}", w.worker_id, version,
+                    e.what());
+    }
+  }
+
+  /// Once per slice while members of `base` drain: did hvdrun say one of
+  /// them failed or was stopped before it left (drain_failed_key)? Then
+  /// `base` is over: a peer that vanished without a TCP reset must not hang
+  /// the others.
+  static void check_draining(WatchState& w, store::Store& st, uint64_t base, const std::vector<std::string>& ids) {
+    for (const auto& id : ids) {
+      std::optional<store::Bytes> failed;
+      try {
+        failed = st.try_get(selastic::drain_failed_key(id));
+      } catch (const std::exception&) {
+        return;  // the world poll reports an unreachable store
+      }
+      if (!failed) continue;
+      std::string forming;
+      {
+        std::lock_guard<std::mutex> lock(w.mu);
+        if (w.stop || w.base != base || w.departed) return;
+        spdlog::info("elastic worker {}: draining worker {} did not leave at a commit: {}", w.worker_id, id,
+                     text_of(*failed));
+        forming = w.end_base_locked(fmt::format("draining worker {} did not leave at a commit ({})", id,
+                                                text_of(*failed)));
+      }
+      if (!forming.empty()) record_forming_failure(w, st, base, forming);
+      return;
+    }
+  }
+
   static void watch_loop(WatchState& w, store::Store& st, std::chrono::milliseconds slice) {
     std::string last_error;
     for (;;) {
-      uint64_t target = 0;
+      uint64_t target = 0, base = 0;
+      std::vector<std::string> draining;
       {
         std::unique_lock<std::mutex> lock(w.mu);
-        w.cv.wait(lock, [&] { return w.stop || !w.newer; });
+        w.cv.wait(lock, [&] { return w.stop || w.watching_locked(); });
         if (w.stop) return;
-        target = w.base + 1;
+        base = w.base;
+        target = w.newer ? w.seen + 1 : w.base + 1;
+        draining.assign(w.draining.begin(), w.draining.end());
       }
+      if (!draining.empty()) check_draining(w, st, base, draining);
       std::optional<selastic::World> next;
       try {
         next = selastic::decode_world(text_of(st.get(selastic::world_key(target), slice)));
@@ -149,14 +214,19 @@ struct ElasticMember::Impl {
         w.cv.wait_for(lock, slice, [&] { return w.stop; });
         continue;
       }
-      std::string forming_fails;  // why world `target - 1`, still forming, cannot form
+      std::string forming_fails;  // why world `base`, still forming, cannot form
       {
         std::lock_guard<std::mutex> lock(w.mu);
         if (w.stop) return;
-        if (target != w.base + 1) continue;  // retargeted while polling
+        if (w.base != base || target != (w.newer ? w.seen + 1 : w.base + 1)) continue;  // retargeted while polling
         w.newer = true;
-        w.newer_final = next->final;
+        w.newer_final = w.newer_final || next->final;
+        w.seen = target;
         w.next_world = next;
+        w.draining.clear();
+        for (const auto& id : next->draining) {
+          if (w.members.count(id)) w.draining.insert(id);
+        }
         // A worker not yet in a world (base 0: a newcomer) that the world does
         // not list is only catching up with worlds that predate it: debug,
         // not a state change of its own.
@@ -164,25 +234,14 @@ struct ElasticMember::Impl {
                     "elastic worker {}: world {} published ({} members{}{})", w.worker_id, next->version,
                     next->members.size(), next->final ? ", final" : "",
                     next->reason.empty() ? "" : ": " + next->reason);
-        w.abort_if_departed_locked(*next);
-        // A world whose communicator is still forming (no context yet) that
-        // the next one drops a member of will never form: the dropped member
-        // is being stopped, and the others would wait for it until their
-        // start timeout.
-        if (!w.context.lock()) forming_fails = w.departure_locked(*next);
+        // A newer world that drops a member of `base` outright ends it: a
+        // formed Context is aborted; one still forming (no context yet) will
+        // never form -- the dropped member is being stopped, and the others
+        // would wait for it until their start timeout.
+        const std::string why = w.departure_locked(*next);
+        if (!why.empty()) forming_fails = w.end_base_locked(why);
       }
-      if (!forming_fails.empty()) {
-        // Recorded as the forming communicator's first failure: its members
-        // waiting at init look there every 250 ms and give up.
-        try {
-          collective::FailureBoard::record(
-              st, selastic::comm_prefix(target - 1),
-              forming_fails + ", while world " + std::to_string(target - 1) + " was forming");
-        } catch (const std::exception& e) {
-          spdlog::debug("elastic watcher of {}: could not tell world {} that it cannot form: {}", w.worker_id,
-                        target - 1, e.what());
-        }
-      }
+      if (!forming_fails.empty()) record_forming_failure(w, st, base, forming_fails);
     }
   }
 
@@ -202,6 +261,10 @@ struct ElasticMember::Impl {
       watch->base = w.version;
       watch->newer = false;
       watch->newer_final = false;
+      watch->seen = 0;
+      watch->departed = false;
+      watch->departed_why.clear();
+      watch->draining.clear();
       watch->next_world.reset();
       watch->members = ids_of(w);
       watch->context.reset();
@@ -333,6 +396,11 @@ struct ElasticMember::Impl {
       const selastic::Member* me = w.find(options.worker_id);
       if (!me) {
         if (ever_member) {
+          try {  // tells hvdrun this worker left at a commit (store::elastic::left_key)
+            store->set_string(selastic::left_key(options.worker_id), std::to_string(w.version));
+          } catch (const std::exception& e) {
+            spdlog::debug("{}: could not tell hvdrun that it left: {}", tag(), e.what());
+          }
           throw WorkerRemovedError(fmt::format("elastic: {} was removed from the job in world {}{}{}", tag(), w.version,
                                                w.reason.empty() ? "" : ": ", w.reason));
         }
@@ -350,7 +418,8 @@ struct ElasticMember::Impl {
           ever_member = true;
           std::lock_guard<std::mutex> lock(watch->mu);
           watch->context = context;
-          if (watch->next_world) watch->abort_if_departed_locked(*watch->next_world);
+          // Ended while its communicator formed (the forming failure came too late).
+          if (watch->departed) context->abort(watch->departed_why);
           spdlog::info("{}: joined world {} as rank {} of {} in {:.3f} s", tag(), w.version, mine.rank, w.size(),
                        std::chrono::duration<double>(Clock::now() - started).count());
           return;

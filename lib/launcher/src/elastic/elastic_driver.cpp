@@ -102,6 +102,14 @@ struct ElasticDriver::Impl {
     bool ready = false;
     /// Stop was sent; its exit is expected and not a failure.
     bool stopping = false;
+    /// Its host was dropped: out of the world, training on to its next
+    /// commit, where it leaves. Its exit is expected and not a failure.
+    bool draining = false;
+    ElasticTime drain_until{};
+    /// It wrote left_key: it knows it is out of the job.
+    bool left = false;
+    /// Out of the job's worlds: being stopped or draining.
+    bool leaving() const { return stopping || draining; }
     /// Started on a host with failures in the current window: the first
     /// world does not wait for it.
     bool retry = false;
@@ -263,7 +271,7 @@ struct ElasticDriver::Impl {
 
   int active_count() const {
     int n = 0;
-    for (const auto& [s, w] : live) n += w.stopping ? 0 : 1;
+    for (const auto& [s, w] : live) n += w.leaving() ? 0 : 1;
     return n;
   }
 
@@ -288,11 +296,35 @@ struct ElasticDriver::Impl {
   void stop(Worker& w) {
     if (w.stopping) return;
     w.stopping = true;
+    if (w.draining) drain_failed(w, "stopped by hvdrun while draining");
     ElasticAction a = action(ElasticAction::Kind::Stop);
     a.worker_id = w.id;
     a.host = w.host;
     a.slot = w.slot;
     emit(std::move(a));
+  }
+
+  /// The members of a world that still lists draining `w` must not wait for
+  /// it: DrainFailed (the runner writes drain_failed_key).
+  void drain_failed(const Worker& w, std::string why) {
+    ElasticAction a = action(ElasticAction::Kind::DrainFailed);
+    a.worker_id = w.id;
+    a.host = w.host;
+    a.slot = w.slot;
+    a.message = std::move(why);
+    emit(std::move(a));
+  }
+
+  /// Takes `w` (its host dropped: `why`) out of the worlds: drains it when it
+  /// has trained in a formed world and draining is on, else stops it.
+  void remove(Worker& w, std::string why, ElasticTime now) {
+    pending_reasons.push_back(std::move(why));
+    if (policy.drain_timeout.count() > 0 && joined_ids.count(w.id) && world.find(w.id)) {
+      w.draining = true;
+      w.drain_until = now + policy.drain_timeout;
+      return;
+    }
+    stop(w);
   }
 
   void stop_all() {
@@ -356,16 +388,14 @@ struct ElasticDriver::Impl {
   /// updates the elastic-timeout clock. Called after every event.
   void reconcile(ElasticTime now) {
     if (!active()) return;
-    // Hosts gone or shrunk: stop their (excess) workers.
+    // Hosts gone or shrunk: drain or stop their (excess) workers.
     for (auto& [s, w] : live) {
-      if (w.stopping) continue;
+      if (w.leaving()) continue;
       const HostSpec* h = listed(w.host);
       if (!h) {
-        pending_reasons.push_back(fmt::format("host {} no longer listed by discovery", w.host));
-        stop(w);
+        remove(w, fmt::format("host {} no longer listed by discovery", w.host), now);
       } else if (w.slot >= h->slots) {
-        pending_reasons.push_back(fmt::format("host {} now offers {}", w.host, plural(h->slots, "slot")));
-        stop(w);
+        remove(w, fmt::format("host {} now offers {}", w.host, plural(h->slots, "slot")), now);
       }
     }
     if (!started) {
@@ -386,6 +416,14 @@ struct ElasticDriver::Impl {
     if (started) fill(now);
     dedupe_reasons();
     maybe_publish(now);
+    // A drain needs a world without the worker to go to; none could be
+    // published (below min_np): the members wait in reset() anyway.
+    for (auto& [s, w] : live) {
+      if (w.draining && !w.stopping && world.find(w.id)) {
+        w.draining = false;  // still a member: nothing to tell the others
+        stop(w);
+      }
+    }
     update_below_min(now);
     end_if_nothing_can_run(now);
   }
@@ -444,10 +482,10 @@ struct ElasticDriver::Impl {
     for (const auto& m : world.members) {
       in_world.insert(m.worker_id);
       const Worker* w = find(m.worker_id);
-      if (w && !w->stopping) order.push_back(w);
+      if (w && !w->leaving()) order.push_back(w);
     }
     for (const auto& [serial, w] : live) {
-      if (!w.stopping && !in_world.count(w.id)) order.push_back(&w);
+      if (!w.leaving() && !in_world.count(w.id)) order.push_back(&w);
     }
     const std::vector<se::Member> planned = members_in_rank_order(order);
     for (std::size_t i = first; i < actions.size(); ++i) {
@@ -478,7 +516,7 @@ struct ElasticDriver::Impl {
     bool removals = false;
     for (const auto& m : world.members) {
       const Worker* w = find(m.worker_id);
-      if (w && !w->stopping) {
+      if (w && !w->leaving()) {
         survivors.push_back(w);
       } else {
         removals = true;
@@ -489,7 +527,7 @@ struct ElasticDriver::Impl {
     std::vector<const Worker*> newcomers;
     bool all_ready = true;
     for (const auto& [s, w] : live) {
-      if (w.stopping) continue;
+      if (w.leaving()) continue;
       if (!w.ready) {
         if (!(world.version == 0 && w.retry)) all_ready = false;
         continue;
@@ -518,12 +556,17 @@ struct ElasticDriver::Impl {
     next.version = world.version + 1;
     next.members = members_in_rank_order(in_rank_order);
     next.reason = reason_text(!newcomers.empty());
+    for (const auto& [s, w] : live) {
+      if (w.draining && !w.stopping) next.draining.push_back(w.id);
+    }
     if (next.version > 1) ++resets;
 
     std::string joined, left;
     for (const Worker* w : newcomers) joined += (joined.empty() ? "" : ", ") + where(w->id);
     for (const auto& m : world.members) {
-      if (!next.find(m.worker_id)) left += (left.empty() ? "" : ", ") + where(m.worker_id);
+      if (next.find(m.worker_id)) continue;
+      const bool drains = std::find(next.draining.begin(), next.draining.end(), m.worker_id) != next.draining.end();
+      left += (left.empty() ? "" : ", ") + where(m.worker_id) + (drains ? " (draining)" : "");
     }
     log(fmt::format("world {}: size {} -> {}, joined {}; left: {}; reason: {}", next.version, world.size(), next.size(),
                     joined.empty() ? "-" : joined, left.empty() ? "-" : left, next.reason));
@@ -553,7 +596,7 @@ struct ElasticDriver::Impl {
     if (reform_at || world.version == 0) return;
     for (const auto& m : world.members) {
       const Worker* w = find(m.worker_id);
-      if (w && !w->stopping && !reform_asked.count(m.worker_id)) return;  // still training, or not yet told
+      if (w && !w->leaving() && !reform_asked.count(m.worker_id)) return;  // still training, or not yet told
     }
     if (now - world_published >= policy.failed_world_stable) quick_failures = 0;
     milliseconds wait{0};
@@ -652,7 +695,7 @@ struct ElasticDriver::Impl {
     if (world.version > 0) {
       for (const auto& m : world.members) {
         const Worker* w = find(m.worker_id);
-        if (w && w->stopping) continue;  // the driver removed it; its exit says nothing
+        if (w && w->leaving()) continue;  // the driver removed it; its exit says nothing
         if (any_formed && !joined_ids.count(m.worker_id) && m.worker_id != trigger.id) {
           // Admitted to a world that never formed: still in its join, waiting
           // for members that are done. It trained nothing; stopped below.
@@ -664,7 +707,7 @@ struct ElasticDriver::Impl {
     } else {
       finishing_members.push_back(trigger.id);
       for (const auto& [s, w] : live) {
-        if (!w.stopping && w.id != trigger.id) finishing_members.push_back(w.id);
+        if (!w.leaving() && w.id != trigger.id) finishing_members.push_back(w.id);
       }
     }
     for (const auto& id : finishing_members) {
@@ -783,7 +826,7 @@ void ElasticDriver::on_discovery(const DiscoveryResult& result, ElasticTime now)
 void ElasticDriver::on_worker_ready(const std::string& worker_id, ElasticTime now) {
   Impl& d = *impl_;
   Impl::Worker* w = d.find(worker_id);
-  if (!w || w->stopping || w->ready) return;
+  if (!w || w->leaving() || w->ready) return;
   w->ready = true;
   if (!d.active()) return;
   if (auto h = d.health.find(w->host); h != d.health.end() && h->second.losses > 0) {
@@ -821,6 +864,17 @@ void ElasticDriver::on_worker_exit(const std::string& worker_id, int status, con
     return;
   }
   if (w.stopping) {  // the driver asked for this exit
+    d.reconcile(now);
+    return;
+  }
+  if (w.draining) {  // it left at a commit (Horovod's removed worker), or failed doing so
+    if (e.ok || w.left) {
+      d.log(fmt::format("{} left the job (drained{})", d.on_host(w), e.ok ? "" : "; " + e.description));
+    } else {
+      d.log(fmt::format("{} {} while draining; the members still with it give up that world", d.on_host(w),
+                        e.description));
+      d.drain_failed(w, fmt::format("{} {} while draining", d.on_host(w), e.description));
+    }
     d.reconcile(now);
     return;
   }
@@ -882,6 +936,10 @@ void ElasticDriver::on_signal(int sig, ElasticTime /*now*/) {
   if (d.live.empty()) d.finish(128 + sig, d.signal_message());
 }
 
+void ElasticDriver::on_worker_left(const std::string& worker_id, ElasticTime /*now*/) {
+  if (Impl::Worker* w = impl_->find(worker_id)) w->left = true;
+}
+
 void ElasticDriver::on_world_formed(uint64_t version, ElasticTime /*now*/) {
   Impl& d = *impl_;
   auto it = d.unformed.find(version);
@@ -895,7 +953,7 @@ void ElasticDriver::on_reform_request(uint64_t version, const std::string& worke
   Impl& d = *impl_;
   if (!d.active() || version != d.world.version || !d.world.find(worker_id)) return;
   const Impl::Worker* w = d.find(worker_id);
-  if (!w || w->stopping) return;
+  if (!w || w->leaving()) return;
   if (!d.reform_asked.insert(worker_id).second) return;
   if (d.reform_why.empty()) d.reform_why = why.empty() ? fmt::format("{} asked to re-form", worker_id) : why;
   d.check_reform(now);
@@ -924,9 +982,17 @@ void ElasticDriver::tick(ElasticTime now) {
     }
   }
 
+  // Drained workers that did not leave in time.
+  for (auto& [s, w] : d.live) {
+    if (!w.draining || w.stopping || w.drain_until > now) continue;
+    d.warn(fmt::format("{} did not leave within --elastic-drain-timeout {} of its host's removal; stopping it",
+                       d.on_host(w), seconds_text(d.policy.drain_timeout)));
+    d.stop(w);
+  }
+
   // Workers that never became ready.
   for (auto& [s, w] : d.live) {
-    if (w.stopping || w.ready || w.started + d.policy.ready_timeout > now) continue;
+    if (w.leaving() || w.ready || w.started + d.policy.ready_timeout > now) continue;
     std::string what =
         fmt::format("{} did not become ready within {}", d.on_host(w), seconds_text(d.policy.ready_timeout));
     if (d.world.version == 0 && d.usable_slots_except(w.host, now) < d.policy.start_np) {
@@ -979,7 +1045,8 @@ std::optional<ElasticTime> ElasticDriver::next_deadline() const {
   if (d.reform_at) consider(*d.reform_at);
   if (d.below_since) consider(*d.below_since + d.policy.elastic_timeout);
   for (const auto& [s, w] : d.live) {
-    if (!w.stopping && !w.ready) consider(w.started + d.policy.ready_timeout);
+    if (!w.leaving() && !w.ready) consider(w.started + d.policy.ready_timeout);
+    if (w.draining && !w.stopping) consider(w.drain_until);
   }
   for (const auto& [host, h] : d.health) {
     if (h.blacklisted && h.until) consider(*h.until);

@@ -51,6 +51,7 @@ ElasticPolicy elastic_policy(const Options& options) {
   p.blacklist_failures = e.blacklist_failures;
   p.failure_window = e.blacklist_window;
   p.ready_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options.start_timeout);
+  p.drain_timeout = e.drain_timeout;
   return p;
 }
 
@@ -286,7 +287,11 @@ class ElasticRunner::Impl {
   void dispatch(const ElasticEvent& e) {
     auto now = ElasticClock::now();
     switch (e.kind) {
-      case ElasticEvent::Kind::Discovery: driver_->on_discovery(usable(std::move(e.discovery)), now); break;
+      case ElasticEvent::Kind::Discovery:
+        // Which workers trained decides whether a dropped host's workers drain.
+        report_formed_worlds(now);
+        driver_->on_discovery(usable(std::move(e.discovery)), now);
+        break;
       case ElasticEvent::Kind::Ready:
         if (live_.count(e.worker_id)) {
           if (events_) events_->emit("worker_ready", {{"worker", e.worker_id}});
@@ -313,6 +318,7 @@ class ElasticRunner::Impl {
                                         {"lost", !e.lost_reason.empty()}});
         }
         report_formed_worlds(now);
+        if (store_->try_get(selastic::left_key(e.worker_id))) driver_->on_worker_left(e.worker_id, now);
         driver_->on_worker_exit(e.worker_id, e.status, e.lost_reason, now);
         break;
       }
@@ -360,6 +366,13 @@ class ElasticRunner::Impl {
         case ElasticAction::Kind::Publish:
           if (events_) events_->emit("world", {{"world", EventValue::raw(selastic::encode_world(a.world))}});
           publish(a.world);
+          break;
+        case ElasticAction::Kind::DrainFailed:
+          if (events_) {
+            events_->emit("drain_failed",
+                          {{"worker", a.worker_id}, {"host", a.host}, {"slot", a.slot}, {"message", a.message}});
+          }
+          store_->set_string(selastic::drain_failed_key(a.worker_id), a.message);
           break;
         case ElasticAction::Kind::Log:
           if (events_) events_->emit("log", {{"level", "info"}, {"message", a.message}});

@@ -715,6 +715,16 @@ std::vector<Flag> build_table() {
           .config("elastic.blacklist_window")
           .elastic_only()
           .example("90"));
+  add(value({"--elastic-drain-timeout"}, "SECONDS",
+            "Longest a worker of a host discovery dropped trains on to its next commit before it is stopped "
+            "(default 60; 0: stop it at once and roll the others back to their last commit)",
+            elastic(&ElasticOptions::drain_timeout),
+            [](ValueReader& in) { return std::chrono::milliseconds(in.whole_seconds(0, kMaxCount)); })
+          .group(elastic_group)
+          .addition()
+          .config("elastic.drain_timeout")
+          .elastic_only()
+          .example("120"));
 
   // Built-in Kubernetes pod discovery (docs/kubernetes.md): a selector turns
   // elastic mode on, with the pods as hosts.

@@ -441,6 +441,87 @@ TEST_CASE("elastic a world that drops a member while its communicator forms is l
   CHECK_FALSE(driver.store().try_get(store::elastic::reset_key(1, "a")));
 }
 
+TEST_CASE("elastic a world that lists a dropped member as draining does not abort: everyone trains on to the commit",
+          "[elastic][member][drain]") {
+  FakeDriver driver;
+  driver.publish(1, {"a", "b"});
+  ElasticMember a(driver.options("a")), b(driver.options("b"));
+  join_both(a, b);
+  driver.publish(2, {"a"}, false, "host of b no longer listed by discovery", {"b"});
+  REQUIRE(eventually([&] { return a.hosts_updated() && b.hosts_updated(); }, 3s));
+  // Several watch slices later the communicator still works, b included: a
+  // scale-down by discovery is Horovod's, no abort and no rollback.
+  std::this_thread::sleep_for(700ms);
+  CHECK_FALSE(a.context().failed());
+  CHECK_FALSE(b.context().failed());
+  auto sb = std::async(std::launch::async, [&] { return sum_of_ones(b.context(), "after"); });
+  CHECK(sum_of_ones(a.context(), "after") == 2);
+  CHECK(sb.get() == 2);
+  // At the commit both raise HostsUpdatedInterrupt; a goes on alone, b leaves.
+  auto cb = std::async(std::launch::async, [&] { check_host_updates(b); });
+  CHECK_THROWS_AS(check_host_updates(a), HostsUpdatedInterrupt);
+  CHECK_THROWS_AS(cb.get(), HostsUpdatedInterrupt);
+  CHECK_FALSE(driver.store().try_get(store::elastic::left_key("b")));
+  CHECK_THROWS_AS(b.reset(), WorkerRemovedError);
+  // It told hvdrun it left at a commit (so its exit status does not matter).
+  const auto left = driver.store().try_get(store::elastic::left_key("b"));
+  REQUIRE(left.has_value());
+  CHECK(std::string(left->begin(), left->end()) == "2");
+  a.reset();
+  CHECK(a.version() == 2);
+  CHECK(a.context().size() == 1);
+}
+
+TEST_CASE("elastic a draining member that hvdrun says failed ends the world at once", "[elastic][member][drain]") {
+  FakeDriver driver;
+  driver.publish(1, {"a", "b"});
+  ElasticMember a(driver.options("a")), b(driver.options("b"));
+  join_both(a, b);
+  // b stays alive but never takes part (it vanished without a TCP reset).
+  int64_t x = 1;
+  collective::Handle h = a.context().allreduce_async(
+      collective::AllreduceArgs{"stuck", &x, &x, collective::DataType::Int64, {1}, collective::ReduceOp::Sum});
+  driver.publish(2, {"a"}, false, "host of b no longer listed by discovery", {"b"});
+  REQUIRE(eventually([&] { return a.hosts_updated(); }, 3s));
+  CHECK_FALSE(h.wait_for(600ms));  // draining: not aborted
+
+  SECTION("drain_failed_key") {
+    const auto t0 = Clock::now();
+    driver.store().set_string(store::elastic::drain_failed_key("b"), "w2 on b slot 0 lost: connection dropped");
+    CHECK_THROWS_WITH(h.wait(), Catch::Contains("draining worker b did not leave at a commit (w2 on b slot 0 lost"));
+    INFO("aborted after " << seconds_since(t0) << " s");
+    CHECK(seconds_since(t0) < 1.0);
+  }
+  SECTION("a later world that drops it outright") {
+    const auto t0 = Clock::now();
+    driver.publish(3, {"a"}, false, "w2 stopped");
+    CHECK_THROWS_WITH(h.wait(), Catch::Contains("world 3 dropped worker(s) b"));
+    CHECK(seconds_since(t0) < 1.0);
+  }
+  CHECK_THROWS_AS(h.wait(), PeerFailureError);
+  a.reset();
+  CHECK(a.context().size() == 1);
+  CHECK_THROWS_AS(b.reset(), WorkerRemovedError);
+}
+
+TEST_CASE("elastic a later world that drops a member outright is seen while a scale-up waits for the commit",
+          "[elastic][member]") {
+  FakeDriver driver;
+  driver.publish(1, {"a", "b"});
+  ElasticMember a(driver.options("a")), b(driver.options("b"));
+  join_both(a, b);
+  int64_t x = 1;
+  collective::Handle h = a.context().allreduce_async(
+      collective::AllreduceArgs{"stuck", &x, &x, collective::DataType::Int64, {1}, collective::ReduceOp::Sum});
+  driver.publish(2, {"a", "b", "c"}, false, "scale-up");
+  REQUIRE(eventually([&] { return a.hosts_updated(); }, 3s));
+  CHECK_FALSE(h.wait_for(400ms));
+  const auto t0 = Clock::now();
+  driver.publish(3, {"a", "c"}, false, "host of b unreachable");
+  CHECK_THROWS_AS(h.wait(), PeerFailureError);
+  CHECK(seconds_since(t0) < 1.0);
+}
+
 TEST_CASE("elastic a final world ends membership: reset and late joiners get WorkerRemovedError", "[elastic][member]") {
   FakeDriver driver;
   driver.publish(1, {"a"});

@@ -6,6 +6,7 @@
 #include "hvd/launcher/plan/placement.h"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -69,6 +70,10 @@ struct Harness {
           break;
         }
         case Kind::Stop: REQUIRE(live.count(a.worker_id) == 1); break;
+        case Kind::DrainFailed:
+          REQUIRE(live.count(a.worker_id) + exited_ids.count(a.worker_id) == 1);
+          REQUIRE_FALSE(a.message.empty());
+          break;
         case Kind::Publish:
           REQUIRE(a.world.version == last_version + 1);
           last_version = a.world.version;
@@ -79,6 +84,10 @@ struct Harness {
           for (int r = 0; r < a.world.size(); ++r) {
             REQUIRE(a.world.members[r].rank == r);
             REQUIRE(live.count(a.world.members[r].worker_id) == 1);
+          }
+          for (const auto& id : a.world.draining) {
+            REQUIRE(live.count(id) == 1);
+            REQUIRE(a.world.find(id) == nullptr);
           }
           break;
         case Kind::Log:
@@ -126,6 +135,7 @@ struct Harness {
   }
   std::vector<ElasticAction> exit(const std::string& id, int status, const std::string& lost = "") {
     REQUIRE(live.erase(id) == 1);
+    exited_ids.insert(id);  // a draining worker may be reported failed after its exit
     occupied.erase(where.at(id));
     d.on_worker_exit(id, status, lost, now);
     return take();
@@ -170,6 +180,7 @@ struct Harness {
     return out;
   }
   std::set<std::string> readied;
+  std::set<std::string> exited_ids;
 };
 
 ElasticPolicy base_policy() {
@@ -392,6 +403,137 @@ TEST_CASE("elastic driver: a host gone from discovery has its workers stopped an
   REQUIRE_FALSE(h.d.is_blacklisted("b", h.now));
   // The host returns: its slots are filled again with new workers.
   REQUIRE(ids(h.discover({{"a", 1}, {"b", 2}}), Kind::Spawn) == Strings{"w4", "w5"});
+}
+
+TEST_CASE("elastic driver: workers of a dropped host that trained drain to their next commit (no rollback)") {
+  Harness h(base_policy());
+  form(h, {{"a", 1}, {"b", 2}});
+  h.formed(1);
+  auto a = h.discover({{"a", 1}});
+  // Not stopped: out of the world, listed as draining, so the others train on
+  // to their next commit instead of aborting.
+  REQUIRE(of(a, Kind::Stop).empty());
+  REQUIRE(of(a, Kind::DrainFailed).empty());
+  World w = published(a);
+  REQUIRE(members(w) == Strings{"w1"});
+  REQUIRE(w.draining == Strings{"w2", "w3"});
+  REQUIRE(w.reason.find("host b no longer listed by discovery") != std::string::npos);
+  REQUIRE(has_message(a, Kind::Log, "left: w2 (b slot 0) (draining), w3 (b slot 1) (draining)"));
+  REQUIRE(h.d.live_workers() == Strings{"w1", "w2", "w3"});
+
+  SECTION("they leave at the commit: any exit is expected, nothing restarts, the job goes on") {
+    a = h.exit("w2", 0);
+    REQUIRE(has_message(a, Kind::Log, "w2 on b slot 0 left the job (drained)"));
+    REQUIRE(of(a, Kind::Publish).empty());
+    REQUIRE(of(a, Kind::Warn).empty());
+    REQUIRE(of(a, Kind::DrainFailed).empty());
+    // A non-zero exit while draining is no failure either, but the members
+    // still with it are told to give up -- unless the worker said it left
+    // (a script that lets WorkerRemovedError end it, as Horovod's do).
+    SECTION("exit 1 after it said it left") {
+      h.d.on_worker_left("w3", h.now);
+      a = h.exit("w3", 1);
+      REQUIRE(of(a, Kind::DrainFailed).empty());
+      REQUIRE(has_message(a, Kind::Log, "w3 on b slot 1 left the job (drained; exited with code 1)"));
+    }
+    SECTION("exit 1 without it") {
+      a = h.exit("w3", 1);
+      REQUIRE(ids(a, Kind::DrainFailed) == Strings{"w3"});
+      REQUIRE(has_message(a, Kind::Log, "w3 on b slot 1 exited with code 1 while draining"));
+    }
+    REQUIRE(of(a, Kind::Publish).empty());
+    REQUIRE(of(a, Kind::Spawn).empty());
+    REQUIRE_FALSE(h.d.is_blacklisted("b", h.now));
+    REQUIRE(h.d.resets() == 1);
+    REQUIRE(h.d.current_world().version == 2);
+    const ElasticAction f = finish_of(h.exit("w1", 0));
+    REQUIRE(f.code == 0);
+    REQUIRE(h.d.done());
+  }
+  SECTION("a later world still lists a worker that has not left yet") {
+    a = h.discover({{"a", 1}, {"c", 1}});
+    REQUIRE(ids(a, Kind::Spawn) == Strings{"w4"});
+    w = published(h.ready_all());
+    REQUIRE(members(w) == Strings{"w1", "w4"});
+    REQUIRE(w.draining == Strings{"w2", "w3"});
+    h.exit("w2", 0);
+    h.exit("w3", 0);
+    h.discover({{"a", 1}, {"c", 1}, {"d", 1}});
+    w = published(h.ready_all());
+    REQUIRE(w.draining.empty());
+  }
+  SECTION("the host is listed again while they drain: their slots wait for their exit") {
+    REQUIRE(of(h.discover({{"a", 1}, {"b", 2}}), Kind::Spawn).empty());
+    REQUIRE(ids(h.exit("w2", 0), Kind::Spawn) == Strings{"w4"});
+  }
+  SECTION("one that overstays --elastic-drain-timeout is stopped and the others told") {
+    REQUIRE(h.d.next_deadline() == h.now + 60s);
+    REQUIRE(of(h.advance(59s), Kind::Stop).empty());
+    a = h.advance(1s);
+    REQUIRE(ids(a, Kind::Stop) == Strings{"w2", "w3"});
+    REQUIRE(ids(a, Kind::DrainFailed) == Strings{"w2", "w3"});
+    REQUIRE(has_message(a, Kind::Warn, "w2 on b slot 0 did not leave within --elastic-drain-timeout 60 s"));
+    REQUIRE(h.exit("w2", 143).empty());  // asked for
+    REQUIRE(h.exit("w3", 143).empty());
+    REQUIRE(of(h.advance(60s), Kind::Stop).empty());
+  }
+  SECTION("one that is lost while draining: the others are told at once, the host is not backed off") {
+    a = h.exit("w2", 0, "connection dropped");
+    REQUIRE(ids(a, Kind::DrainFailed) == Strings{"w2"});
+    REQUIRE(of(a, Kind::Warn).empty());
+    REQUIRE(ids(h.discover({{"a", 1}, {"b", 1}}), Kind::Spawn) == Strings{"w4"});
+  }
+  SECTION("a signal stops them with everyone else") {
+    a = h.signal(SIGTERM);
+    REQUIRE(ids(a, Kind::Stop) == Strings{"w1", "w2", "w3"});
+  }
+}
+
+TEST_CASE("elastic driver: a dropped host's workers stop at once when they never trained, when draining is off, "
+          "or when no world can go on without them") {
+  SECTION("never in a formed world") {
+    Harness h(base_policy());
+    form(h, {{"a", 1}, {"b", 1}});  // world 1 published, not formed
+    auto a = h.discover({{"a", 1}});
+    REQUIRE(ids(a, Kind::Stop) == Strings{"w2"});
+    REQUIRE(published(a).draining.empty());
+    REQUIRE(of(a, Kind::DrainFailed).empty());
+  }
+  SECTION("--elastic-drain-timeout 0") {
+    auto p = base_policy();
+    p.drain_timeout = 0ms;
+    Harness h(p);
+    form(h, {{"a", 1}, {"b", 1}});
+    h.formed(1);
+    auto a = h.discover({{"a", 1}});
+    REQUIRE(ids(a, Kind::Stop) == Strings{"w2"});
+    REQUIRE(published(a).draining.empty());
+  }
+  SECTION("below --min-np: no world to go to") {
+    auto p = base_policy();
+    p.min_np = 2;
+    p.start_np = 2;
+    Harness h(p);
+    form(h, {{"a", 1}, {"b", 1}});
+    h.formed(1);
+    auto a = h.discover({{"a", 1}});
+    REQUIRE(ids(a, Kind::Stop) == Strings{"w2"});
+    REQUIRE(of(a, Kind::Publish).empty());
+    REQUIRE(of(a, Kind::DrainFailed).empty());  // still a member: nothing to tell
+    REQUIRE(h.exit("w2", 143).empty());
+  }
+  SECTION("a newcomer not yet admitted") {
+    Harness h(base_policy());
+    form(h, {{"a", 1}});
+    h.discover({{"a", 1}, {"b", 1}});
+    h.ready_all();
+    h.formed(2);
+    auto a = h.discover({{"a", 1}, {"b", 1}, {"c", 1}});
+    REQUIRE(ids(a, Kind::Spawn) == Strings{"w3"});
+    a = h.discover({{"a", 1}, {"b", 1}});
+    REQUIRE(ids(a, Kind::Stop) == Strings{"w3"});
+    REQUIRE(of(a, Kind::Publish).empty());
+  }
 }
 
 TEST_CASE("elastic driver: a failed worker leaves the world at once and its slot restarts with a new id") {

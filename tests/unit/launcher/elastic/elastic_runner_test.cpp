@@ -255,22 +255,78 @@ TEST_CASE("ElasticRunner: a crashed worker is replaced on its slot and the job g
   CHECK(job.cluster.launches == 3);
 }
 
-TEST_CASE("ElasticRunner: a host that leaves discovery has its workers stopped", "[elastic_runner]") {
+TEST_CASE("ElasticRunner: a host that leaves discovery has its trained workers drain", "[elastic_runner]") {
   Job job(2, 1);
   ScriptedHostSource hosts({{"hostA", 1}, {"hostB", 1}});
   int code = job.run(hosts, [&hosts](Job& j) {
     se::World w1 = j.wait_world(1);
-    CHECK(hosts_of(w1) == std::vector<std::string>{"hostA", "hostB"});
     if (j.cluster.alive_on("hostB").empty()) return j.abort();
     const int on_b = j.cluster.alive_on("hostB").at(0);
+    const std::string id = "w" + std::to_string(on_b);
+    // The world formed (the trainer thread writes "formed"): hostB's worker
+    // has trained, so it drains instead of being signalled.
+    while (!j.store.try_get(se::formed_key(1))) std::this_thread::sleep_for(5ms);
     hosts.set_hosts({{"hostA", 1}});
     se::World w2 = j.wait_world(2);
     CHECK(hosts_of(w2) == std::vector<std::string>{"hostA"});
-    CHECK(j.cluster.signals_to(on_b) == std::vector<int>{SIGTERM});
-    CHECK(j.cluster.alive_on("hostB").empty());
+    CHECK(w2.draining == std::vector<std::string>{id});
+    std::this_thread::sleep_for(300ms);  // more than the kill grace
+    CHECK(j.cluster.signals_to(on_b).empty());
+    CHECK(j.cluster.alive_on("hostB").size() == 1);
+    // It leaves at its commit: its re-join writes left_key, and a non-zero
+    // exit then is no failure (no restart, no new world, nothing written).
+    j.store.set_string(se::left_key(id), "2");
+    j.cluster.exit(on_b, 1);
+    std::this_thread::sleep_for(200ms);
+    CHECK(latest(j.store) == 2);
+    CHECK_FALSE(j.store.try_get(se::drain_failed_key(id)));
     j.finish(w2);
   });
   CHECK(code == exit_code::kOk);
+}
+
+TEST_CASE("ElasticRunner: a draining worker that fails gets drain_failed_key; drain timeout 0 stops at once",
+          "[elastic_runner]") {
+  SECTION("fails while draining") {
+    Job job(2, 1);
+    ScriptedHostSource hosts({{"hostA", 1}, {"hostB", 1}});
+    int code = job.run(hosts, [&hosts](Job& j) {
+      j.wait_world(1);
+      if (j.cluster.alive_on("hostB").empty()) return j.abort();
+      const int on_b = j.cluster.alive_on("hostB").at(0);
+      while (!j.store.try_get(se::formed_key(1))) std::this_thread::sleep_for(5ms);
+      hosts.set_hosts({{"hostA", 1}});
+      se::World w2 = j.wait_world(2);
+      j.cluster.exit(on_b, 137);
+      const std::string key = se::drain_failed_key("w" + std::to_string(on_b));
+      for (int i = 0; i < 200 && !j.store.try_get(key); ++i) std::this_thread::sleep_for(5ms);
+      auto text = j.store.try_get(key);
+      CHECK(text.has_value());
+      if (text) CHECK(std::string(text->begin(), text->end()).find("killed by SIGKILL") != std::string::npos);
+      j.finish(w2);
+    });
+    CHECK(code == exit_code::kOk);
+  }
+  SECTION("--elastic-drain-timeout 0") {
+    Job job(2, 1);
+    job.options.elastic.drain_timeout = 0ms;
+    ScriptedHostSource hosts({{"hostA", 1}, {"hostB", 1}});
+    int code = job.run(hosts, [&hosts](Job& j) {
+      se::World w1 = j.wait_world(1);
+      CHECK(hosts_of(w1) == std::vector<std::string>{"hostA", "hostB"});
+      if (j.cluster.alive_on("hostB").empty()) return j.abort();
+      const int on_b = j.cluster.alive_on("hostB").at(0);
+      while (!j.store.try_get(se::formed_key(1))) std::this_thread::sleep_for(5ms);
+      hosts.set_hosts({{"hostA", 1}});
+      se::World w2 = j.wait_world(2);
+      CHECK(hosts_of(w2) == std::vector<std::string>{"hostA"});
+      CHECK(w2.draining.empty());
+      CHECK(j.cluster.signals_to(on_b) == std::vector<int>{SIGTERM});
+      CHECK(j.cluster.alive_on("hostB").empty());
+      j.finish(w2);
+    });
+    CHECK(code == exit_code::kOk);
+  }
 }
 
 TEST_CASE("ElasticRunner: more re-formations than --reset-limit end the job with exit 5", "[elastic_runner]") {

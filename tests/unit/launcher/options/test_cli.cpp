@@ -203,6 +203,8 @@ TEST_CASE("cli: elastic flags fill ElasticOptions", "[cli][elastic]") {
                      "2",
                      "--blacklist-window",
                      "30.5",
+                     "--elastic-drain-timeout",
+                     "120",
                      "python",
                      "train.py",
                      "--min-np",
@@ -220,6 +222,7 @@ TEST_CASE("cli: elastic flags fill ElasticOptions", "[cli][elastic]") {
   CHECK(e.discovery_timeout == std::chrono::milliseconds(3000));
   CHECK(e.blacklist_failures == 2);
   CHECK(e.blacklist_window == std::chrono::milliseconds(30500));
+  CHECK(e.drain_timeout == std::chrono::milliseconds(120000));
   // The worker's own flags are untouched.
   CHECK(o.command == std::vector<std::string>{"python", "train.py", "--min-np", "9"});
   // horovodrun's long aliases.
@@ -244,6 +247,14 @@ TEST_CASE("cli: elastic defaults, -np defaults to --min-np", "[cli][elastic]") {
   CHECK(e.discovery_timeout == std::chrono::milliseconds(10000));
   CHECK(e.blacklist_failures == 3);
   CHECK(e.blacklist_window == std::chrono::milliseconds(60000));
+  CHECK(e.drain_timeout == std::chrono::milliseconds(60000));
+  // 0 is allowed (stop at once); fractions and negatives are not.
+  CHECK(parse_ok({"--host-discovery-script", script.path(), "--elastic-drain-timeout", "0", "-np", "2", "cmd"})
+            .elastic.drain_timeout == std::chrono::milliseconds(0));
+  CHECK(parse({"--host-discovery-script", script.path(), "--elastic-drain-timeout", "-1", "-np", "2", "cmd"})
+            .exit_code == exit_code::kUsage);
+  CHECK(parse({"--host-discovery-script", script.path(), "--elastic-drain-timeout", "1.5", "-np", "2", "cmd"})
+            .exit_code == exit_code::kUsage);
   auto m = parse_ok({"--host-discovery-script", script.path(), "--min-np", "3", "cmd"});
   CHECK(m.num_proc == std::optional<int>(3));
   // A shell command (with spaces) is not checked for existence; a command
@@ -293,6 +304,7 @@ TEST_CASE("cli: elastic flags without --host-discovery-script or --min-np are us
       {"--discovery-timeout", "5"},
       {"--blacklist-failures", "2"},
       {"--blacklist-window", "30"},
+      {"--elastic-drain-timeout", "30"},
   };
   for (const auto& f : flags) {
     std::vector<std::string> args = f;

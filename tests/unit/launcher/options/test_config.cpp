@@ -139,7 +139,8 @@ TEST_CASE("config: the elastic section, with flag names or horovodrun's dest nam
   auto v = parse_config_text(
       "elastic:\n  min_np: 2\n  max_np: 8\n  slots_per_host: 4\n  host_discovery_script: ./d.sh\n"
       "  elastic_timeout: 120\n  reset_limit: 3\n  blacklist_cooldown_range: [5, 50]\n"
-      "  discovery_interval: 0.5\n  discovery_timeout: 4\n  blacklist_failures: 5\n  blacklist_window: 90\n",
+      "  discovery_interval: 0.5\n  discovery_timeout: 4\n  blacklist_failures: 5\n  blacklist_window: 90\n"
+      "  drain_timeout: 15\n",
       "c.yaml");
   const ElasticOptions& e = v.options.elastic;
   CHECK(v.elastic_given());
@@ -154,6 +155,7 @@ TEST_CASE("config: the elastic section, with flag names or horovodrun's dest nam
   CHECK(e.discovery_timeout == std::chrono::milliseconds(4000));
   CHECK(e.blacklist_failures == 5);
   CHECK(e.blacklist_window == std::chrono::milliseconds(90000));
+  CHECK(e.drain_timeout == std::chrono::milliseconds(15000));
   auto d = parse_config_text("elastic:\n  min_num_proc: 1\n  max_num_proc: 3\n  slots: 2\n  cooldown_range: [1, 2]\n",
                              "c.yaml");
   CHECK(d.options.elastic.min_np == std::optional<int>(1));

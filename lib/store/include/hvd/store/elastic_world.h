@@ -19,6 +19,13 @@
 ///    communicator failed, or v did not form) writes reset_key(v, id);
 ///    when every live member of v did, hvdrun publishes v + 1 with them.
 ///  * A world with `final` set ends the job: no member re-forms after it.
+///  * A world's `draining` list names workers it no longer lists that are
+///    still running and leave at their next commit (a host discovery no
+///    longer lists: Horovod's scale-down, no rollback). A member of an older
+///    world does not treat their absence as a failure; it raises
+///    HostsUpdatedInterrupt at its next commit like for a scale-up. If one
+///    of them fails or overstays hvdrun's drain timeout before then, hvdrun
+///    writes drain_failed_key(id) and the members abort that world at once.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -57,6 +64,19 @@ std::string reset_key(uint64_t version, const std::string& worker_id);
 /// when it re-forms a failed world.
 std::string failure_key(uint64_t version);
 
+/// "elastic/drain-failed/<worker_id>": written by hvdrun when a draining
+/// worker (World::draining) failed or was stopped before it left at a
+/// commit. Its value is one line: what happened. Members of a world that
+/// still lists it abort that world's communicator.
+std::string drain_failed_key(const std::string& worker_id);
+
+/// "elastic/left/<worker_id>": written by a worker once it learned that the
+/// newest world no longer lists it (just before its reset() throws
+/// WorkerRemovedError). Its value is the version of that world. hvdrun
+/// reads it when the worker exits: a draining worker that wrote it left at
+/// a commit, whatever its exit status (a script may let the error end it).
+std::string left_key(const std::string& worker_id);
+
 /// One worker's place in a world. hvdrun computes the local and cross ranks
 /// with the placement rule static jobs use (horovodrun's; the launcher's
 /// plan/placement.h); this contract only carries them.
@@ -83,6 +103,9 @@ struct World {
   std::string reason;
   /// The job is ending; members must not wait for another version.
   bool final = false;
+  /// Workers not listed in this world that are still running and leave at
+  /// their next commit (see the header comment). Never a member's id.
+  std::vector<std::string> draining;
 
   int size() const { return static_cast<int>(members.size()); }
   /// The member with this id, or null.
@@ -94,7 +117,8 @@ std::string encode_world(const World& world);
 
 /// Parses encode_world's output. Throws hvd::InvalidArgument with a one-line
 /// reason on malformed input (bad JSON, missing fields, ranks that are not
-/// exactly 0..size-1 in order, duplicate worker ids).
+/// exactly 0..size-1 in order, duplicate worker ids, a draining id that is
+/// empty, repeated or a member's).
 World decode_world(const std::string& text);
 
 }  // namespace hvd::store::elastic

@@ -19,8 +19,19 @@
 ///    rank order (so the old rank 0, if alive, stays rank 0), then newcomers
 ///    in start order. Local/cross ranks follow place_ranks (plan/placement.h),
 ///    the rule static jobs use, with ranks = positions in that list.
-///  * Host gone from discovery (or its slot count lowered): its (excess)
-///    workers are stopped and a world without them is published.
+///  * Host gone from discovery (or its slot count lowered): a world without
+///    its (excess) workers is published at once. Those that were members of
+///    a world that formed drain, as in Horovod: they are not stopped but
+///    listed in the world's `draining`, so the others do not abort the
+///    current communicator; everyone trains on to the next commit, where
+///    HostsUpdatedInterrupt takes the survivors to the new world with their
+///    live state (no rollback) and the drained workers leave (their exit,
+///    whatever its status, is not a failure). A drained worker still running
+///    after `drain_timeout` is stopped, and one that fails or is lost before
+///    it left gets an abort action (DrainFailed), so the others give up the
+///    world at once instead of hanging on a vanished peer. Workers that never
+///    trained (never in a formed world), drain_timeout 0, and removals that
+///    cannot publish a world (below min_np) stop at once, as before.
 ///  * New host / more slots: workers are started on free slots up to max_np.
 ///  * A worker that fails (non-zero exit, signal, lost) leaves the world at
 ///    once (a world without it is published) and its slot is restarted
@@ -118,6 +129,9 @@ struct ElasticPolicy {
   std::chrono::milliseconds failed_world_backoff{1000};
   std::chrono::milliseconds failed_world_backoff_max{30000};
   std::chrono::milliseconds failed_world_stable{30000};
+  /// Longest a worker of a host discovery dropped may train on to its next
+  /// commit before it is stopped (--elastic-drain-timeout); 0: stop at once.
+  std::chrono::milliseconds drain_timeout{60000};
 };
 
 /// What the runner must do, in order.
@@ -129,6 +143,10 @@ struct ElasticAction {
     Log,  ///< one line for spdlog::info (`message`)
     Warn,  ///< one line for spdlog::warn (`message`)
     Finish,  ///< the job is over: exit code `code`, error `message` (may be empty)
+    /// Draining worker `worker_id` failed, was lost or is being stopped
+    /// before it left at a commit: write store::elastic::drain_failed_key
+    /// with `message`, so members still in a world with it abort that world.
+    DrainFailed,
   };
   Kind kind;
   std::string worker_id;
@@ -159,6 +177,10 @@ class ElasticDriver {
   /// worker was lost rather than seen exiting.
   void on_worker_exit(const std::string& worker_id, int status, const std::string& lost_reason, ElasticTime now);
   void on_signal(int sig, ElasticTime now);
+  /// Worker `worker_id` learned that it is no longer in the job (it wrote
+  /// store::elastic::left_key): reported just before its exit. A draining
+  /// worker that did so left at a commit, whatever its exit status.
+  void on_worker_left(const std::string& worker_id, ElasticTime now);
   /// World `version` formed: its arrival barrier completed (the library
   /// wrote comm_prefix(version) + "formed"), so each of its members has
   /// joined the job. Unknown or already reported versions are ignored.

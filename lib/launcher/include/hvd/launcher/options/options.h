@@ -87,6 +87,7 @@ struct ElasticOptions {
   std::chrono::milliseconds discovery_timeout{10000};  // --discovery-timeout
   int blacklist_failures = 3;  // --blacklist-failures
   std::chrono::milliseconds blacklist_window{60000};  // --blacklist-window
+  std::chrono::milliseconds drain_timeout{60000};  // --elastic-drain-timeout (0: stop at once)
   /// --kubernetes-selector & co: hosts from Kubernetes pods instead of a script.
   KubernetesOptions kubernetes;
 };
