@@ -35,6 +35,14 @@
 #   HVD_SSHD                sshd binary                        [/usr/sbin/sshd]
 #   HVD_SSHD_PRIVSEP_DIR    sshd's privilege separation dir    [/run/sshd]
 #   HVD_SSHD_LISTEN_ADDRESS worker: address to listen on        [all]
+#   HVD_DRAIN_TIMEOUT       worker: after SIGTERM, seconds to wait for the
+#                           container's other processes (hvdrun's SSH
+#                           sessions and their workers) to end, when this
+#                           script is the container's init (PID 1): an
+#                           elastic hvdrun lets the worker of a terminating
+#                           pod train on to its next commit and leave (the
+#                           chart sets it from worker.drainSeconds); 0 = do
+#                           not wait                            [0]
 #   HVD_SSH_HOME            driver: home whose .ssh/ gets the key, config
 #                           and known_hosts                     [$HOME]
 #   HVD_HOSTFILE            driver: hosts to wait for (horovodrun hostfile:
@@ -111,6 +119,8 @@ public_of() {  # public_of PRIVATE_KEY_FILE
 # ---------------------------------------------------------------- worker ---
 worker() {
   check_port
+  local drain=${HVD_DRAIN_TIMEOUT:-0}
+  is_uint "$drain" || die 2 "HVD_DRAIN_TIMEOUT='$drain' is not a whole number of seconds"
   [ -x "$SSHD" ] || die 2 "sshd not found at $SSHD (HVD_SSHD); is openssh-server installed?"
   mkdir -p -- "$SSHD_DIR" "$PRIVSEP_DIR" || die 2 "cannot create $SSHD_DIR or $PRIVSEP_DIR"
   chmod 700 "$SSHD_DIR"
@@ -216,9 +226,54 @@ worker() {
   done
   if ((stopping)); then
     log "worker stopping: sshd ended after SIGTERM"
+    drain_sessions "$drain"
     exit 0
   fi
   die 3 "sshd (pid $sshd_pid) died with status $status; the worker ends so that Kubernetes restarts it"
+}
+
+# count_others: OTHERS = the live processes of the container besides this
+# script (zombies not counted). Builtins only: counting forks nothing.
+count_others() {
+  local d pid line st
+  OTHERS=0
+  for d in /proc/[0-9]*; do
+    pid=${d#/proc/}
+    [ "$pid" = "$$" ] && continue
+    read -r line 2>/dev/null <"$d/stat" || continue
+    st=${line##*) }
+    [ "${st%% *}" = Z ] && continue
+    OTHERS=$((OTHERS + 1))
+  done
+}
+
+# drain_sessions SECONDS: after SIGTERM (sshd's listener is gone, its
+# sessions are not), as the container's init, wait up to SECONDS for the
+# container's other processes to end. The pod is terminating, so an elastic
+# hvdrun no longer lists it and lets its worker train on to the next commit,
+# where the worker leaves and hvdrun's session ends: deleting the pod or
+# draining its node loses no training. Whatever still runs at the end goes
+# with the container.
+drain_sessions() {
+  local limit=$1
+  ((limit > 0)) || return 0
+  if (($$ != 1)); then
+    log "worker stopping: not the container's init (pid $$), so not waiting for sessions (HVD_DRAIN_TIMEOUT)"
+    return 0
+  fi
+  count_others
+  ((OTHERS > 0)) || return 0
+  log "worker stopping: waiting up to $limit s (HVD_DRAIN_TIMEOUT) for $OTHERS process(es) of hvdrun's sessions; an elastic job lets its worker leave at the next commit"
+  local deadline=$((SECONDS + limit))
+  while ((SECONDS < deadline)); do
+    sleep 0.2
+    count_others
+    if ((OTHERS == 0)); then
+      log "worker stopping: its sessions ended"
+      return 0
+    fi
+  done
+  log "worker stopping: $OTHERS process(es) still running after HVD_DRAIN_TIMEOUT=$limit s; they end with the container"
 }
 
 # probe_ssh HOST PORT TIMEOUT: 0 when an SSH server answers with its banner.

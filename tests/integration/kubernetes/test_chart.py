@@ -271,8 +271,30 @@ class ChartTest(unittest.TestCase):
         dep = by_kind(docs_of(render()), "Deployment")[0]
         self.assertEqual(dep["spec"]["template"]["spec"]["containers"][0]["args"], ["driver"])
 
+    def test_worker_drain_seconds(self):
+        # A terminating worker pod waits for hvdrun's sessions (its drained
+        # worker leaving at a commit) up to worker.drainSeconds; its grace
+        # period leaves 30 s more, and hvdrun's drain ends 15 s earlier.
+        def pod_and_command(*sets):
+            docs = docs_of(render(*[a for s in sets for a in ("--set", s)]))
+            spec = by_kind(docs, "StatefulSet")[0]["spec"]["template"]["spec"]
+            env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+            cmd = by_kind(docs, "ConfigMap")[0]["data"]["elastic-command"]
+            return spec["terminationGracePeriodSeconds"], env["HVD_DRAIN_TIMEOUT"], cmd
+
+        grace, drain, cmd = pod_and_command("elastic.enabled=true")
+        self.assertEqual((grace, drain), (105, "75"))
+        self.assertNotIn("--elastic-drain-timeout", cmd)  # hvdrun's default, 60
+        grace, drain, cmd = pod_and_command("elastic.enabled=true", "worker.drainSeconds=300")
+        self.assertEqual((grace, drain), (330, "300"))
+        self.assertIn(" --elastic-drain-timeout 285", cmd)
+        grace, drain, cmd = pod_and_command("elastic.enabled=true", "worker.drainSeconds=0")
+        self.assertEqual((grace, drain), (30, "0"))
+        self.assertIn(" --elastic-drain-timeout 0", cmd)
+
     def test_bad_values_are_refused(self):
         for setting, text in (("worker.replicas=0", "worker.replicas"), ("ssh.port=70000", "ssh.port"),
+                              ("worker.drainSeconds=-1", "drainSeconds"),
                               ("elastic.discovery=kubectl", "elastic.discovery"),
                               ("ssh.privateKey=abc", "privateKey")):
             with self.subTest(setting=setting):

@@ -34,7 +34,12 @@ Cases (one CTest entry each):
                            result equals an undisturbed run's;
   elastic_pod_recreated_same_name
                            the same with the pod deleted (SIGTERM, grace) and
-                           recreated under the same name (new UID);
+                           recreated under the same name (new UID), with
+                           elastic.minNp=1; the deleted pod's worker drains (hvdrun drops the
+                           terminating pod, the entrypoint keeps the pod up
+                           until hvdrun's session ends): it leaves at the next
+                           commit, nobody rolls back, the pod exits 0 long
+                           before its grace period;
   batch_job_driver         the driver as a batch Job (driver.command): it
                            waits for the workers, runs hvdrun, exits 0;
   sigterm_every_pod        SIGTERM to every pod: each exits within its grace
@@ -133,6 +138,7 @@ class Cluster:
         self.token = token
         self.tag = uuid.uuid4().hex[:8]
         self.pods = {}
+        self.deleted_logs = {}  # pod name -> its container's log when it was deleted
         self.lock = threading.Lock()
         self.stop_probing = threading.Event()
         self.prober = threading.Thread(target=self._probe_loop, daemon=True)
@@ -325,6 +331,7 @@ class Cluster:
         t0 = time.monotonic()
         podman("stop", "-t", str(grace), pod.container, timeout=grace + 60)
         took = time.monotonic() - t0
+        self.deleted_logs[pod.name] = self.logs(pod)
         podman("rm", "-f", pod.container)
         with self.lock:
             del self.pods[pod.name]
@@ -482,10 +489,10 @@ class ContainerTest(unittest.TestCase):
         self.assertIsNotNone(m, r.stdout + r.stderr)
         return m
 
-    def elastic_with_fault(self, fault):
+    def elastic_with_fault(self, fault, *sets):
         files = {"/root/train_elastic.py": TRAIN_ELASTIC.replace(
             "sys.argv[1:]", "['--step-sleep', '0.25'] + sys.argv[1:]")}
-        c = self.start(files=files)
+        c = self.start(*sets, files=files)
         driver = self.start_driver(files=files)
         c.wait_ready(*[w.name for w in self.workers], driver.name)
         self.wait_driver_ready(driver)
@@ -537,7 +544,16 @@ class ContainerTest(unittest.TestCase):
         self.assertRegex(out, r"is back|replaced or restarted")
 
     def test_elastic_pod_recreated_same_name(self):
-        self.elastic_with_fault("recreate")
+        # --min-np 1 (elastic.minNp): the job can go on without the pod, so
+        # its worker drains (with the chart's default, min-np = replicas, it
+        # is stopped at once: there is no smaller world to go on in).
+        out = self.elastic_with_fault("recreate", "elastic.minNp=1")
+        victim = self.workers[1].name
+        logs = self.cluster.deleted_logs[victim]
+        self.assertRegex(out, r"w2 on \S+ slot 0 left the job \(drained", out + "\n---- pod log ----\n" + logs)
+        self.assertNotIn("restoring the last commit", out)
+        self.assertIn("waiting up to 75 s (HVD_DRAIN_TIMEOUT)", logs)
+        self.assertIn("worker stopping: its sessions ended", logs)
 
     def test_batch_job_driver(self):
         files = {"/root/train.py": open(TRAIN).read()}

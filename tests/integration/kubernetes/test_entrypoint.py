@@ -299,6 +299,74 @@ class EntrypointTest(unittest.TestCase):
         self.assertNotEqual(ready.split("host key ")[1].split()[0], fps[0])
         self.assertEqual(self.stop(w)[0], 0)
 
+    def start_worker_as_init(self, **extra):
+        """The worker as a container's init: PID 1 of a new PID namespace
+        (unshare), in the worker's network namespace. Returns (unshare's
+        Popen, the entrypoint's pid as seen here)."""
+        p = subprocess.Popen(["ip", "netns", "exec", self.hosts.namespaces[0], "unshare", "--pid", "--fork",
+                              "--mount-proc", "--kill-child", ENTRYPOINT, "worker"],
+                             env=self.env(**extra), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        self.procs.append(p)
+        self.wait_ready(p)
+        kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+        self.assertEqual(len(kids), 1, kids)
+        return p, int(kids[0])
+
+    def test_worker_as_init_waits_for_sessions_after_sigterm(self):
+        # A terminating pod whose worker an elastic hvdrun drains: after
+        # SIGTERM the listener goes, but the entrypoint (PID 1) keeps the
+        # container up until the running session ends, bounded by
+        # HVD_DRAIN_TIMEOUT.
+        if not shutil.which("unshare"):
+            self.skipTest("no unshare")
+        self.write_hostfile([self.addr])
+        p, init = self.start_worker_as_init(HVD_DRAIN_TIMEOUT=20)
+        d = self.driver("true", HVD_WAIT_TIMEOUT=10)
+        self.assertEqual(d.returncode, 0, d.stderr)
+        key = os.path.join(self.tmp, "home", ".ssh", "id_ecdsa")
+        session = subprocess.Popen(["ssh", "-F", "/dev/null", "-p", str(PORT), "-o", "BatchMode=yes", "-o",
+                                    "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes", "-o",
+                                    f"UserKnownHostsFile={os.path.join(self.tmp, 'home', '.ssh', 'known_hosts')}",
+                                    "-i", key, "-l", "root", self.addr, "sleep 3; echo session-done"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   stdin=subprocess.DEVNULL)
+        time.sleep(1.0)  # the session runs
+        t0 = time.monotonic()
+        os.kill(init, signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+        took = time.monotonic() - t0
+        s_out, s_err = session.communicate(timeout=10)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertEqual((session.returncode, s_out.strip()), (0, "session-done"), s_err)
+        self.assertIn("waiting up to 20 s (HVD_DRAIN_TIMEOUT)", err)
+        self.assertIn("worker stopping: its sessions ended", err)
+        self.assertGreater(took, 1.0)  # it waited for the session ...
+        self.assertLess(took, 10.0)  # ... not for the timeout
+        # A session that outlives HVD_DRAIN_TIMEOUT ends with the container.
+        p, init = self.start_worker_as_init(HVD_DRAIN_TIMEOUT=1)
+        session = subprocess.Popen(["ssh", "-F", "/dev/null", "-p", str(PORT), "-o", "BatchMode=yes", "-o",
+                                    "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes", "-o",
+                                    f"UserKnownHostsFile={os.path.join(self.tmp, 'home', '.ssh', 'known_hosts')}",
+                                    "-i", key, "-l", "root", self.addr, "sleep 60"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   stdin=subprocess.DEVNULL)
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        os.kill(init, signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertLess(time.monotonic() - t0, 8.0)
+        self.assertIn("still running after HVD_DRAIN_TIMEOUT=1 s", err)
+        session.communicate(timeout=20)
+        self.assertNotEqual(session.returncode, 0)
+        # Not the container's init (as in the other tests): no waiting.
+        w = self.start_worker(HVD_DRAIN_TIMEOUT=20)
+        self.wait_ready(w)
+        rc, err = self.stop(w)
+        self.assertEqual(rc, 0, err)
+        self.assertNotIn("waiting up to", err)
+
     def test_worker_configuration_errors(self):
         empty = os.path.join(self.tmp, "empty")
         os.makedirs(empty)
@@ -311,6 +379,10 @@ class EntrypointTest(unittest.TestCase):
         out, err = w.communicate(timeout=10)
         self.assertEqual(w.returncode, 2)
         self.assertIn("HVD_SSH_PORT='70000'", err)
+        w = self.start_worker(HVD_DRAIN_TIMEOUT="1m")
+        out, err = w.communicate(timeout=10)
+        self.assertEqual(w.returncode, 2)
+        self.assertIn("HVD_DRAIN_TIMEOUT='1m' is not a whole number of seconds", err)
         r = subprocess.run([ENTRYPOINT, "wrker"], capture_output=True, text=True, env=self.env())
         self.assertEqual(r.returncode, 2)
         self.assertIn("unknown role 'wrker'", r.stderr)

@@ -95,6 +95,8 @@ hvdrun -np {{ include "hvdrun.np" . }} --min-np {{ include "hvdrun.minNp" . }} -
 {{- else }} --kubernetes-selector {{ include "hvdrun.workerSelector" . }} --kubernetes-namespace {{ .Release.Namespace }} --kubernetes-slots {{ include "hvdrun.slots" . }} --kubernetes-host-names dns
 {{- end }}
 {{- with .Values.elastic.blacklistCooldownRange }} --blacklist-cooldown-range {{ index . 0 }} {{ index . 1 }}{{ end }}
+{{- /* hvdrun's drain ends 15 s before the pods stop waiting (75 -> 60, its default) */}}
+{{- if ne (int .Values.worker.drainSeconds) 75 }} --elastic-drain-timeout {{ max 0 (sub (int .Values.worker.drainSeconds) 15) }}{{ end }}
 {{- include "hvdrun.portFlag" . }}
 {{- end -}}
 

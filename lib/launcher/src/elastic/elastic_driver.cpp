@@ -596,7 +596,10 @@ struct ElasticDriver::Impl {
     if (reform_at || world.version == 0) return;
     for (const auto& m : world.members) {
       const Worker* w = find(m.worker_id);
-      if (w && !w->leaving() && !reform_asked.count(m.worker_id)) return;  // still training, or not yet told
+      // A member gone or being removed explains the failure: the world is
+      // replaced without it as soon as --min-np allows (maybe_publish).
+      if (!w || w->leaving()) return;
+      if (!reform_asked.count(m.worker_id)) return;  // still training, or not yet told
     }
     if (now - world_published >= policy.failed_world_stable) quick_failures = 0;
     milliseconds wait{0};

@@ -520,7 +520,14 @@ TEST_CASE("elastic driver: a dropped host's workers stop at once when they never
     REQUIRE(ids(a, Kind::Stop) == Strings{"w2"});
     REQUIRE(of(a, Kind::Publish).empty());
     REQUIRE(of(a, Kind::DrainFailed).empty());  // still a member: nothing to tell
+    // The survivor's communicator broke with w2: its re-form request is no
+    // "failed with every member alive" (w2 is being stopped), and nothing
+    // is published below --min-np.
+    a = h.reform(1, "w1", "rank 1 failed");
+    REQUIRE(of(a, Kind::Warn).empty());
+    REQUIRE(of(a, Kind::Publish).empty());
     REQUIRE(h.exit("w2", 143).empty());
+    REQUIRE(of(h.advance(5s), Kind::Warn).empty());
   }
   SECTION("a newcomer not yet admitted") {
     Harness h(base_policy());
