@@ -15,6 +15,14 @@ measures, from the moment of the event, when workers print steps again:
            localhost, so no SSH is involved):
              train  = the new worker's first step, measured from the moment
                       hvdrun logged the discovery run that listed the host
+  scaledown  the hosts file drops the second slot of localhost:2, with
+           the dropped worker draining (the default) and with
+           --elastic-drain-timeout 0 (stopped at once, the survivor rolls
+           back):
+             size1  = the survivor's first step at size 1, measured from the
+                      moment hvdrun logged the discovery run without the slot
+           (the trainer commits every step, so the rollback costs no step
+           here; with rarer commits it redoes up to one commit interval)
   python   (--python) the same kill -9 with examples/python/elastic_mnist.py
            (PyTorch, commit every step): resume = the survivor's first step
            at size 1, back2 = a new process stepping at size 2
@@ -40,7 +48,9 @@ import time
 import uuid
 
 PY_STEP_RE = re.compile(r"^\[(\d+)\]<stdout>:epoch \d+ batch (\d+) size (\d+) rank (\d+) pid (\d+)")
-STEP_RE = re.compile(r"^\[(\d+)\]<stdout>:step (\d+) size (\d+) rank (\d+) version (\d+) checksum")
+# The prefix is the rank in the current world; the trainer names its worker
+# (HVDRUN_WORKER_ID) at the end of the line: steps are keyed by worker serial.
+STEP_RE = re.compile(r"^\[\d+\]<stdout>:step (\d+) size (\d+) rank (\d+) version (\d+) checksum \S+ worker w(\d+)")
 
 
 class Job:
@@ -57,7 +67,7 @@ class Job:
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                      env=env, text=True, bufsize=1, start_new_session=True)
         self.step_re = step_re or STEP_RE
-        self.steps = []  # (t, worker, step, size, rank, version or pid)
+        self.steps = []  # (t, worker serial, step, size, rank, version) or, PyTorch: (t, prefix, batch, size, rank, pid)
         self.err = []  # (t, line)
         self.cv = threading.Condition()
         for stream, fn in ((self.proc.stdout, self._out), (self.proc.stderr, self._err)):
@@ -79,7 +89,10 @@ class Job:
     def _out(self, t, line):
         m = self.step_re.match(line)
         if m:
-            self.steps.append((t,) + tuple(int(x) for x in m.groups()))
+            g = [int(x) for x in m.groups()]
+            if self.step_re is STEP_RE:  # (worker serial, step, size, rank, version)
+                g = [g[4]] + g[:4]
+            self.steps.append((t,) + tuple(g))
 
     def _err(self, t, line):
         self.err.append((t, line))
@@ -154,7 +167,8 @@ def bench_kill9(a, step_ms):
 
 
 def bench_newhost(a, step_ms):
-    j = Job(a.hvdrun, a.trainer, "localhost:1\n", ["-np", "1", "--min-np", "1"], step_ms, 1.0)
+    # --log-level info: hvdrun logs its discovery runs (quiet by default).
+    j = Job(a.hvdrun, a.trainer, "localhost:1\n", ["-np", "1", "--min-np", "1", "--log-level", "info"], step_ms, 1.0)
     try:
         j.wait(lambda: any(s[2] >= 10 for s in j.steps), 30, "step 10")
         with j.cv:
@@ -170,6 +184,25 @@ def bench_newhost(a, step_ms):
         j.stop()
 
 
+def bench_scaledown(a, step_ms, drain):
+    args = ["-np", "2", "--min-np", "1", "--log-level", "info"] + ([] if drain else ["--elastic-drain-timeout", "0"])
+    j = Job(a.hvdrun, a.trainer, "localhost:2\n", args, step_ms, 0.2)
+    try:
+        j.wait(lambda: len({s[1] for s in j.steps if s[2] >= 20}) == 2, 30, "2 workers at step 20")
+        with j.cv:
+            v0 = j.version()
+            n_err = len(j.err)
+        j.set_hosts("localhost:1\n")
+        t_disc = j.wait(lambda: next((t for t, l in j.err[n_err:] if "discovery: localhost:1 " in l), None), 10,
+                        "the discovery run without the slot")
+        t1 = j.wait(lambda: first_after(j, t_disc, v0, lambda s: s[1] == 1 and s[3] == 1), 10, "the survivor at size 1")
+        if drain and not any("(draining)" in l for _, l in j.err[n_err:]):
+            raise RuntimeError("bench_elastic: the dropped worker did not drain")
+        return t1 - t_disc
+    finally:
+        j.stop()
+
+
 def bench_python_kill9(a):
     cmd = ["env", "PYTHONPATH=" + os.path.join(a.build, "python"), "/usr/bin/python3", a.mnist, "--epochs", "1000",
            "--commit-every", "1", "--step-sleep", "0.005"]
@@ -180,7 +213,7 @@ def bench_python_kill9(a):
         old_pids = {s[5] for s in j.steps}
         t0 = time.monotonic()
         os.kill(pid, signal.SIGKILL)
-        resume = j.wait(lambda: next((s[0] for s in j.steps if s[0] > t0 and s[1] == 1 and s[3] == 1), None), 10,
+        resume = j.wait(lambda: next((s[0] for s in j.steps if s[0] > t0 and s[3] == 1), None), 10,
                         "the survivor at size 1")
         back = j.wait(lambda: next((s[0] for s in j.steps if s[0] > t0 and s[5] not in old_pids and s[3] == 2),
                                    None), 30, "a new process at size 2")
@@ -252,7 +285,10 @@ def main():
             sys.exit("bench_elastic: %s not built (cmake --build %s)" % (f, a.build))
     print("bench_elastic: %d cores, %d repeats, step sleep %d ms" % (os.cpu_count(), a.repeat, a.step_ms))
     resume, back, disc, write = [], [], [], []
+    down = {True: [], False: []}
     for _ in range(a.repeat):
+        for drain in (True, False):
+            down[drain].append(bench_scaledown(a, a.step_ms, drain))
         r, b = bench_kill9(a, a.step_ms)
         resume.append(r)
         back.append(b)
@@ -262,7 +298,9 @@ def main():
     rows = [stats_row("kill -9 of 1 of 2: survivor resumes", resume, "< 100"),
             stats_row("kill -9 of 1 of 2: back at 2 workers", back, "< 1000"),
             stats_row("new host: training after its discovery run", disc, "< 1500"),
-            stats_row("new host: training after the hosts file changed (1 s interval)", write, "-")]
+            stats_row("new host: training after the hosts file changed (1 s interval)", write, "-"),
+            stats_row("scale-down 2 -> 1, drained: survivor at size 1 after the discovery run", down[True], "-"),
+            stats_row("scale-down 2 -> 1, --elastic-drain-timeout 0: survivor at size 1", down[False], "-")]
     if a.python:
         presume, pback = [], []
         for _ in range(a.repeat):
