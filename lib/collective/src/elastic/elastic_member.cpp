@@ -85,6 +85,9 @@ struct WatchState {
   /// Members of `base` that the newest world seen lists as draining: they
   /// train on to the next commit, unless hvdrun writes drain_failed_key.
   std::set<std::string> draining;
+  /// kDrainFailuresKey's text when `draining`'s keys were last read (none:
+  /// read them at the next slice).
+  std::optional<std::string> drain_mark;
   /// The Context of world `base` once formed; aborted when a newer world drops a member.
   std::weak_ptr<collective::Context> context;
   std::string worker_id;
@@ -164,6 +167,17 @@ struct ElasticMember::Impl {
   /// `base` is over: a peer that vanished without a TCP reset must not hang
   /// the others.
   static void check_draining(WatchState& w, store::Store& st, uint64_t base, const std::vector<std::string>& ids) {
+    std::string mark;
+    try {
+      auto counter = st.try_get(selastic::kDrainFailuresKey);
+      mark = counter ? text_of(*counter) : "";
+    } catch (const std::exception&) {
+      return;  // the world poll reports an unreachable store
+    }
+    {
+      std::lock_guard<std::mutex> lock(w.mu);
+      if (w.stop || w.base != base || w.departed || w.drain_mark == mark) return;
+    }
     for (const auto& id : ids) {
       std::optional<store::Bytes> failed;
       try {
@@ -184,6 +198,8 @@ struct ElasticMember::Impl {
       if (!forming.empty()) record_forming_failure(w, st, base, forming);
       return;
     }
+    std::lock_guard<std::mutex> lock(w.mu);
+    if (w.base == base) w.drain_mark = mark;
   }
 
   static void watch_loop(WatchState& w, store::Store& st, std::chrono::milliseconds slice) {
@@ -223,10 +239,12 @@ struct ElasticMember::Impl {
         w.newer_final = w.newer_final || next->final;
         w.seen = target;
         w.next_world = next;
-        w.draining.clear();
+        std::set<std::string> draining;
         for (const auto& id : next->draining) {
-          if (w.members.count(id)) w.draining.insert(id);
+          if (w.members.count(id)) draining.insert(id);
         }
+        if (draining != w.draining) w.drain_mark.reset();  // new ids: read their keys
+        w.draining = std::move(draining);
         // A worker not yet in a world (base 0: a newcomer) that the world does
         // not list is only catching up with worlds that predate it: debug,
         // not a state change of its own.
@@ -265,6 +283,7 @@ struct ElasticMember::Impl {
       watch->departed = false;
       watch->departed_why.clear();
       watch->draining.clear();
+      watch->drain_mark.reset();
       watch->next_world.reset();
       watch->members = ids_of(w);
       watch->context.reset();

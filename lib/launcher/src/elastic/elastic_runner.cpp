@@ -373,6 +373,7 @@ class ElasticRunner::Impl {
                           {{"worker", a.worker_id}, {"host", a.host}, {"slot", a.slot}, {"message", a.message}});
           }
           store_->set_string(selastic::drain_failed_key(a.worker_id), a.message);
+          store_->add(selastic::kDrainFailuresKey, 1);
           break;
         case ElasticAction::Kind::Log:
           if (events_) events_->emit("log", {{"level", "info"}, {"message", a.message}});

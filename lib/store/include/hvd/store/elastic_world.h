@@ -70,6 +70,11 @@ std::string failure_key(uint64_t version);
 /// still lists it abort that world's communicator.
 std::string drain_failed_key(const std::string& worker_id);
 
+/// A counter hvdrun adds 1 to right after each drain_failed_key it writes,
+/// so members watching draining workers read one key per watch slice, and
+/// their ids' keys only when it changed.
+inline constexpr const char* kDrainFailuresKey = "elastic/drain-failures";
+
 /// "elastic/left/<worker_id>": written by a worker once it learned that the
 /// newest world no longer lists it (just before its reset() throws
 /// WorkerRemovedError). Its value is the version of that world. hvdrun
