@@ -51,7 +51,11 @@ class HostsUpdatedInterrupt : public Error {
 /// The job is over for this worker: the newest world no longer lists it (it
 /// was removed), or a world marked `final` was published (the protocol
 /// allows it; today's hvdrun never publishes one, see docs/elastic.md). The
-/// worker should exit 0... or not at all: hvdrun stops removed workers itself.
+/// worker should exit (0, by convention): a worker of a host discovery
+/// dropped drains to its next commit and gets this from the reset that
+/// follows, having told hvdrun it left (store::elastic::left_key), so any
+/// exit status is a departure; hvdrun stops it if it is still running after
+/// --elastic-drain-timeout.
 class WorkerRemovedError : public Error {
  public:
   using Error::Error;
@@ -69,7 +73,10 @@ uint64_t world_version();
 /// A `final` world does not count (the job is ending: training goes on to
 /// its end; a later reset() throws WorkerRemovedError). A newer world that
 /// drops a member of the current one also aborts the current Context, so
-/// operations waiting on that member fail with PeerFailureError at once.
+/// operations waiting on that member fail with PeerFailureError at once --
+/// unless it lists that member as draining (World::draining: it trains on
+/// to the next commit), in which case only hvdrun's drain_failed_key for it
+/// aborts the Context.
 bool hosts_updated();
 
 /// Leaves the current communicator and joins the newest world: shuts the

@@ -9,8 +9,8 @@
 /// Joining world v (docs/elastic.md, "Library side"):
 ///  1. the newest world >= the wanted version that lists this worker is
 ///     taken (a world without it: wait for the next one, or, once this
-///     worker has been a member, WorkerRemovedError; a `final` world:
-///     WorkerRemovedError);
+///     worker has been a member, write left_key and throw
+///     WorkerRemovedError; a `final` world: WorkerRemovedError);
 ///  2. an arrival barrier under comm_prefix(v): every member adds 1 to
 ///     "<prefix>arrived"; the one that reaches size writes "<prefix>formed".
 ///     While waiting, a member that learns of a newer world cancels the
@@ -24,11 +24,15 @@
 ///
 /// The watcher (its own store connection: an HttpStoreClient serialises its
 /// requests, so a long-poll must not block the joining thread) long-polls
-/// world_key(v + 1). When it appears, hosts_updated() turns true; if that
-/// world lacks a member of the current one (a worker failed or was
-/// removed), the current Context is aborted at once, so operations blocked
+/// world_key(v + 1), then each later one. When one appears,
+/// hosts_updated() turns true; if a newer world lacks a member of the
+/// current one (a worker failed or was removed) and does not list it as
+/// draining, the current Context is aborted at once, so operations blocked
 /// on a peer that vanished without a TCP reset (a cut link) fail with
-/// PeerFailureError instead of hanging.
+/// PeerFailureError instead of hanging. A draining member (its host was
+/// dropped; it trains on to the next commit) aborts the Context only when
+/// hvdrun writes its drain_failed_key (read when kDrainFailuresKey changes,
+/// once per watch slice).
 #include "hvd/collective/context.h"
 #include "hvd/collective/elastic.h"
 #include "hvd/store/elastic_world.h"
