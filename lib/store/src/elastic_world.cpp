@@ -52,6 +52,7 @@ std::string encode_world(const World& world) {
   }
   j["members"] = std::move(members);
   if (!world.draining.empty()) j["draining"] = world.draining;
+  if (world.hold) j["hold"] = true;
   return j.dump();
 }
 
@@ -62,6 +63,7 @@ World decode_world(const std::string& text) {
     w.version = j.at("version").get<uint64_t>();
     w.reason = j.value("reason", std::string());
     w.final = j.value("final", false);
+    w.hold = j.value("hold", false);
     std::set<std::string> ids;
     for (const auto& jm : j.at("members")) {
       Member m;

@@ -302,6 +302,25 @@ class Elastic(unittest.TestCase):
         self.assertIn(f"{stopping.group(1)} stopped (", res[2])
         self.assertNotIn("(drained)", res[2])
 
+    def test_scale_down_below_min_np_holds_without_rollback(self):
+        # -np 2 --min-np 2 loses a slot: no world of 1 may train, so hvdrun
+        # publishes a world that holds. The dropped worker drains and leaves
+        # at the commit; the survivor waits with its live state (no
+        # rollback, as in Horovod's rendezvous) and goes on when the slot is
+        # back, in a world of 2 with a new worker.
+        j = self.job("localhost:2\n", ["-np", "2", "--min-np", "2", "--verbose"], steps=60, step_ms=30)
+        j.wait_for_step(2, 3)
+        j.set_hosts("localhost:1\n")
+        j.wait_for(lambda: "left the job (drained)" in j.text(j.err), 20, "the dropped worker to leave")
+        j.set_hosts("localhost:2\n")
+        res = j.finish(timeout=60)
+        self.assert_success(j, 60, res)
+        self.assertIn("world 2 holds: size 2 -> 1, below --min-np 2; left: w2 (localhost slot 1) (draining)", res[2])
+        self.assertNotIn("restoring commit", res[2])
+        self.assertNotIn("lost its communicator", res[2])
+        self.assertEqual({s["size"] for s in j.steps()}, {2})
+        self.assertTrue([s for s in j.steps() if s["worker"] == 3], "the new worker never trained")
+
     def test_drain_timeout_stops_a_worker_that_does_not_commit(self):
         # Steps of 2.5 s, drain timeout 1 s: the dropped worker cannot reach
         # a commit in time. hvdrun stops it and tells the others
@@ -530,7 +549,8 @@ class Elastic(unittest.TestCase):
         self.assertEqual(code, 5, err)
         self.assertRegex(err, r"hvdrun: error: only 1 usable worker for 2 s, fewer than --min-np 2 "
                               r"\(--elastic-timeout\)")
-        self.assertNotIn("size 2 -> 1", err)
+        self.assertNotRegex(err, r"world \d+: size 2 -> 1")  # no world of 1 trains
+        self.assertRegex(err, r"world 2 holds: size 2 -> 1, below --min-np 2")  # w2 drained, w1 waited
         self.assertEqual({s["size"] for s in j.steps()}, {2})
         self.assertGreaterEqual(elapsed, 2)
         self.assertLess(elapsed, 15)

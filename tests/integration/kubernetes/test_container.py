@@ -34,12 +34,14 @@ Cases (one CTest entry each):
                            result equals an undisturbed run's;
   elastic_pod_recreated_same_name
                            the same with the pod deleted (SIGTERM, grace) and
-                           recreated under the same name (new UID), with
-                           elastic.minNp=1; the deleted pod's worker drains (hvdrun drops the
+                           recreated under the same name (new UID); the
+                           deleted pod's worker drains (hvdrun drops the
                            terminating pod, the entrypoint keeps the pod up
                            until hvdrun's session ends): it leaves at the next
-                           commit, nobody rolls back, the pod exits 0 long
-                           before its grace period;
+                           commit, the survivor waits there (a world that
+                           holds: the chart's --min-np is the pod count), nobody
+                           rolls back, the pod exits 0 long before its grace
+                           period;
   batch_job_driver         the driver as a batch Job (driver.command): it
                            waits for the workers, runs hvdrun, exits 0;
   sigterm_every_pod        SIGTERM to every pod: each exits within its grace
@@ -544,11 +546,12 @@ class ContainerTest(unittest.TestCase):
         self.assertRegex(out, r"is back|replaced or restarted")
 
     def test_elastic_pod_recreated_same_name(self):
-        # --min-np 1 (elastic.minNp): the job can go on without the pod, so
-        # its worker drains (with the chart's default, min-np = replicas, it
-        # is stopped at once: there is no smaller world to go on in).
-        out = self.elastic_with_fault("recreate", "elastic.minNp=1")
+        # The chart's line (min-np = replicas): the deleted pod's worker
+        # drains, and the survivor waits at that commit, in a world that
+        # holds, for the pod's replacement -- no rollback.
+        out = self.elastic_with_fault("recreate")
         victim = self.workers[1].name
+        self.assertRegex(out, r"world 2 holds: size 2 -> 1, below --min-np 2")
         logs = self.cluster.deleted_logs[victim]
         self.assertRegex(out, r"w2 on \S+ slot 0 left the job \(drained", out + "\n---- pod log ----\n" + logs)
         self.assertNotIn("restoring the last commit", out)

@@ -36,6 +36,10 @@ TEST_CASE("a world survives an encode/decode round trip", "[elastic_world]") {
   CHECK(decode_world(encode_world(w)).final);
   w.draining = {"w2", "w5"};
   CHECK(decode_world(encode_world(w)).draining == std::vector<std::string>{"w2", "w5"});
+  CHECK_FALSE(decode_world(encode_world(w)).hold);
+  CHECK(encode_world(w).find("hold") == std::string::npos);
+  w.hold = true;
+  CHECK(decode_world(encode_world(w)).hold);
 }
 
 TEST_CASE("malformed worlds are refused with a reason", "[elastic_world]") {

@@ -426,6 +426,12 @@ struct ElasticMember::Impl {
         wanted = candidate + 1;  // not admitted yet
         continue;
       }
+      if (w.hold) {  // never formed: wait for the next world, keeping the live state
+        spdlog::info("{}: world {} holds ({}); waiting for the next one", tag(), w.version,
+                     w.reason.empty() ? "no reason given" : w.reason);
+        wanted = candidate + 1;
+        continue;
+      }
       if (store->try_get(selastic::world_key(candidate + 1))) {
         wanted = candidate + 1;  // already superseded
         continue;

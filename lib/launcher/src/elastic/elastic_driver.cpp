@@ -416,14 +416,7 @@ struct ElasticDriver::Impl {
     if (started) fill(now);
     dedupe_reasons();
     maybe_publish(now);
-    // A drain needs a world without the worker to go to; none could be
-    // published (below min_np): the members wait in reset() anyway.
-    for (auto& [s, w] : live) {
-      if (w.draining && !w.stopping && world.find(w.id)) {
-        w.draining = false;  // still a member: nothing to tell the others
-        stop(w);
-      }
-    }
+    publish_hold_if_draining(now);
     update_below_min(now);
     end_if_nothing_can_run(now);
   }
@@ -580,6 +573,49 @@ struct ElasticDriver::Impl {
     }
     pending_reasons.clear();
     admit_at.reset();
+    reform_asked.clear();
+    reform_why.clear();
+    reform_at.reset();
+    world_published = now;
+    ElasticAction a = action(ElasticAction::Kind::Publish);
+    a.world = world;
+    emit(std::move(a));
+  }
+
+  /// Workers drain but no world could be published without them (fewer
+  /// than min_np would remain): publish a world that holds -- the members
+  /// without them, never formed -- so everyone raises HostsUpdatedInterrupt
+  /// at the next commit, the drained workers leave, and the others wait in
+  /// reset() with their live state for the next world (Horovod's members
+  /// wait in its rendezvous the same way). The elastic-timeout clock runs.
+  void publish_hold_if_draining(ElasticTime now) {
+    if (!active() || world.version == 0) return;
+    bool drains = false;
+    for (const auto& [s, w] : live) drains = drains || (w.draining && !w.stopping && world.find(w.id));
+    if (!drains) return;
+    std::vector<const Worker*> staying;
+    for (const auto& m : world.members) {
+      const Worker* w = find(m.worker_id);
+      if (w && !w->leaving()) staying.push_back(w);
+    }
+    se::World next;
+    next.version = world.version + 1;
+    next.members = members_in_rank_order(staying);
+    next.hold = true;
+    for (const auto& [s, w] : live) {
+      if (w.draining && !w.stopping) next.draining.push_back(w.id);
+    }
+    next.reason = reason_text(false) + fmt::format("; fewer than --min-np {} remain: holding", policy.min_np);
+    std::string left;
+    for (const auto& m : world.members) {
+      if (!next.find(m.worker_id)) left += (left.empty() ? "" : ", ") + where(m.worker_id) + " (draining)";
+    }
+    log(fmt::format("world {} holds: size {} -> {}, below --min-np {}; left: {}; the others wait for a world of {} "
+                    "(reason: {})",
+                    next.version, world.size(), next.size(), policy.min_np, left.empty() ? "-" : left,
+                    policy.min_np, next.reason));
+    world = next;
+    pending_reasons.clear();
     reform_asked.clear();
     reform_why.clear();
     reform_at.reset();

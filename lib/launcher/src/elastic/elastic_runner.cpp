@@ -415,14 +415,17 @@ class ElasticRunner::Impl {
   }
 
   void publish(const selastic::World& world) {
-    // From now on the members' lines carry their rank in this world.
-    for (const auto& m : world.members) output_.set_label(serial_of(m.worker_id), std::to_string(m.rank));
+    // From now on the members' lines carry their rank in this world (a world
+    // that holds is never formed: its ranks are nobody's).
+    if (!world.hold) {
+      for (const auto& m : world.members) output_.set_label(serial_of(m.worker_id), std::to_string(m.rank));
+    }
     auto& store = *store_;
     // Members of the new world may ask to re-form it (reset_key); those of
     // older worlds no longer matter.
     for (auto id : reform_watches_) store.unwatch(id);
     reform_watches_.clear();
-    if (!world.final && world.size() > 1) {
+    if (!world.final && !world.hold && world.size() > 1) {
       for (const auto& m : world.members) {
         EventQueue* queue = &queue_;
         auto post = [queue, id = m.worker_id, v = world.version] {

@@ -49,9 +49,11 @@ class FakeDriver {
   /// Publishes world `version` with `ids` in rank order, all on one host
   /// (so local rank = rank and there is one cross rank).
   void publish(uint64_t version, const std::vector<std::string>& ids, bool final = false,
-               const std::string& reason = "test", const std::vector<std::string>& draining = {}) {
+               const std::string& reason = "test", const std::vector<std::string>& draining = {},
+               bool hold = false) {
     store::elastic::World w;
     w.draining = draining;
+    w.hold = hold;
     w.version = version;
     const int size = static_cast<int>(ids.size());
     for (int rank = 0; rank < size; ++rank) {

@@ -472,6 +472,34 @@ TEST_CASE("elastic a world that lists a dropped member as draining does not abor
   CHECK(a.context().size() == 1);
 }
 
+TEST_CASE("elastic a world that holds: the drained member leaves, the others wait for the next world",
+          "[elastic][member][drain]") {
+  FakeDriver driver;
+  driver.publish(1, {"a", "b"});
+  ElasticMember a(driver.options("a")), b(driver.options("b"));
+  join_both(a, b);
+  driver.publish(2, {"a"}, false, "host of b no longer listed by discovery; fewer than --min-np 2 remain: holding",
+                 {"b"}, true);
+  REQUIRE(eventually([&] { return a.hosts_updated() && b.hosts_updated(); }, 3s));
+  std::this_thread::sleep_for(400ms);
+  CHECK_FALSE(a.context().failed());  // trains on to the commit
+  auto cb = std::async(std::launch::async, [&] { check_host_updates(b); });
+  CHECK_THROWS_AS(check_host_updates(a), HostsUpdatedInterrupt);
+  CHECK_THROWS_AS(cb.get(), HostsUpdatedInterrupt);
+  CHECK_THROWS_AS(b.reset(), WorkerRemovedError);
+  // a waits in reset() (world 2 is never formed) until world 3 comes.
+  auto ra = std::async(std::launch::async, [&] { a.reset(); });
+  CHECK(ra.wait_for(500ms) == std::future_status::timeout);
+  driver.publish(3, {"a", "c"}, false, "scale-up");
+  ElasticMember c(driver.options("c"));
+  c.join();
+  REQUIRE(ra.wait_for(10s) == std::future_status::ready);
+  ra.get();
+  CHECK(a.version() == 3);
+  CHECK(a.context().size() == 2);
+  CHECK_FALSE(driver.store().try_get(store::elastic::formed_key(2)));
+}
+
 TEST_CASE("elastic a draining member that hvdrun says failed ends the world at once", "[elastic][member][drain]") {
   FakeDriver driver;
   driver.publish(1, {"a", "b"});

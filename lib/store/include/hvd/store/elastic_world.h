@@ -19,6 +19,11 @@
 ///    communicator failed, or v did not form) writes reset_key(v, id);
 ///    when every live member of v did, hvdrun publishes v + 1 with them.
 ///  * A world with `final` set ends the job: no member re-forms after it.
+///  * A world with `hold` set is never formed: hvdrun publishes one when
+///    workers must drain but too few would remain for a world (--min-np).
+///    Members raise HostsUpdatedInterrupt at their next commit as for any
+///    newer world, then wait (keeping their live state) for the next world
+///    that lists them; a drained worker finds itself not listed and leaves.
 ///  * A world's `draining` list names workers it no longer lists that are
 ///    still running and leave at their next commit (a host discovery no
 ///    longer lists: Horovod's scale-down, no rollback). A member of an older
@@ -111,6 +116,8 @@ struct World {
   /// Workers not listed in this world that are still running and leave at
   /// their next commit (see the header comment). Never a member's id.
   std::vector<std::string> draining;
+  /// Never formed: members wait for the next world (see the header comment).
+  bool hold = false;
 
   int size() const { return static_cast<int>(members.size()); }
   /// The member with this id, or null.

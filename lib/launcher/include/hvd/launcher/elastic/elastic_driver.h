@@ -29,9 +29,12 @@
 ///    whatever its status, is not a failure). A drained worker still running
 ///    after `drain_timeout` is stopped, and one that fails or is lost before
 ///    it left gets an abort action (DrainFailed), so the others give up the
-///    world at once instead of hanging on a vanished peer. Workers that never
-///    trained (never in a formed world), drain_timeout 0, and removals that
-///    cannot publish a world (below min_np) stop at once, as before.
+///    world at once instead of hanging on a vanished peer. When fewer than
+///    min_np would remain, the published world `hold`s: it is never formed,
+///    the drained workers leave at the commit and the others wait with their
+///    live state for the next world (Horovod's rendezvous waits the same
+///    way). Workers that never trained (never in a formed world) and
+///    drain_timeout 0 stop at once, as before.
 ///  * New host / more slots: workers are started on free slots up to max_np.
 ///  * A worker that fails (non-zero exit, signal, lost) leaves the world at
 ///    once (a world without it is published) and its slot is restarted
