@@ -152,6 +152,14 @@ class EntrypointTest(unittest.TestCase):
         cmd += ["-l", "root", host or self.addr, *args]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
 
+    def ssh_background(self, key, command):
+        """A login session running `command`, left running (Popen)."""
+        return subprocess.Popen(["ssh", "-F", "/dev/null", "-p", str(PORT), "-o", "BatchMode=yes", "-o",
+                                 "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes", "-o",
+                                 f"UserKnownHostsFile={os.path.join(self.tmp, 'home', '.ssh', 'known_hosts')}",
+                                 "-i", key, "-l", "root", self.addr, command],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+
     def sshd_pid(self):
         with open(os.path.join(self.tmp, "sshd", "sshd.pid")) as f:
             return int(f.read().strip())
@@ -325,12 +333,7 @@ class EntrypointTest(unittest.TestCase):
         d = self.driver("true", HVD_WAIT_TIMEOUT=10)
         self.assertEqual(d.returncode, 0, d.stderr)
         key = os.path.join(self.tmp, "home", ".ssh", "id_ecdsa")
-        session = subprocess.Popen(["ssh", "-F", "/dev/null", "-p", str(PORT), "-o", "BatchMode=yes", "-o",
-                                    "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes", "-o",
-                                    f"UserKnownHostsFile={os.path.join(self.tmp, 'home', '.ssh', 'known_hosts')}",
-                                    "-i", key, "-l", "root", self.addr, "sleep 3; echo session-done"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   stdin=subprocess.DEVNULL)
+        session = self.ssh_background(key, "sleep 3; echo session-done")
         time.sleep(1.0)  # the session runs
         t0 = time.monotonic()
         os.kill(init, signal.SIGTERM)
@@ -345,12 +348,7 @@ class EntrypointTest(unittest.TestCase):
         self.assertLess(took, 10.0)  # ... not for the timeout
         # A session that outlives HVD_DRAIN_TIMEOUT ends with the container.
         p, init = self.start_worker_as_init(HVD_DRAIN_TIMEOUT=1)
-        session = subprocess.Popen(["ssh", "-F", "/dev/null", "-p", str(PORT), "-o", "BatchMode=yes", "-o",
-                                    "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes", "-o",
-                                    f"UserKnownHostsFile={os.path.join(self.tmp, 'home', '.ssh', 'known_hosts')}",
-                                    "-i", key, "-l", "root", self.addr, "sleep 60"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   stdin=subprocess.DEVNULL)
+        session = self.ssh_background(key, "sleep 60")
         time.sleep(1.0)
         t0 = time.monotonic()
         os.kill(init, signal.SIGTERM)

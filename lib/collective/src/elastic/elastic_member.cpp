@@ -125,7 +125,6 @@ struct WatchState {
 
   /// With mu held: whether the watcher waits for another world.
   bool watching_locked() const { return !newer || (!departed && !newer_final); }
-  std::optional<selastic::World> next_world;
 };
 
 struct ElasticMember::Impl {
@@ -238,7 +237,6 @@ struct ElasticMember::Impl {
         w.newer = true;
         w.newer_final = w.newer_final || next->final;
         w.seen = target;
-        w.next_world = next;
         std::set<std::string> draining;
         for (const auto& id : next->draining) {
           if (w.members.count(id)) draining.insert(id);
@@ -284,7 +282,6 @@ struct ElasticMember::Impl {
       watch->departed_why.clear();
       watch->draining.clear();
       watch->drain_mark.reset();
-      watch->next_world.reset();
       watch->members = ids_of(w);
       watch->context.reset();
     }

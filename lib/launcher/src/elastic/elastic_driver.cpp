@@ -545,34 +545,52 @@ struct ElasticDriver::Impl {
 
     std::vector<const Worker*> in_rank_order = survivors;
     in_rank_order.insert(in_rank_order.end(), newcomers.begin(), newcomers.end());
+    se::World next = next_world(in_rank_order, reason_text(!newcomers.empty()));
+    if (next.version > 1) ++resets;
+
+    std::string joined;
+    for (const Worker* w : newcomers) joined += (joined.empty() ? "" : ", ") + where(w->id);
+    log(fmt::format("world {}: size {} -> {}, joined {}; left: {}; reason: {}", next.version, world.size(), next.size(),
+                    joined.empty() ? "-" : joined, left_text(next), next.reason));
+    std::vector<std::string> member_ids;
+    for (const auto& m : next.members) member_ids.push_back(m.worker_id);
+    if (next.size() == 1) {
+      formed(next.version, member_ids);  // no barrier to wait for
+    } else {
+      unformed[next.version] = std::move(member_ids);
+    }
+    admit_at.reset();
+    publish(std::move(next), now);
+  }
+
+  /// The world after the current one: `members` in rank order, every live
+  /// draining worker listed as such.
+  se::World next_world(const std::vector<const Worker*>& members, std::string reason) const {
     se::World next;
     next.version = world.version + 1;
-    next.members = members_in_rank_order(in_rank_order);
-    next.reason = reason_text(!newcomers.empty());
+    next.members = members_in_rank_order(members);
+    next.reason = std::move(reason);
     for (const auto& [s, w] : live) {
       if (w.draining && !w.stopping) next.draining.push_back(w.id);
     }
-    if (next.version > 1) ++resets;
+    return next;
+  }
 
-    std::string joined, left;
-    for (const Worker* w : newcomers) joined += (joined.empty() ? "" : ", ") + where(w->id);
+  /// The current world's members that `next` does not list, for the log.
+  std::string left_text(const se::World& next) const {
+    std::string left;
     for (const auto& m : world.members) {
       if (next.find(m.worker_id)) continue;
       const bool drains = std::find(next.draining.begin(), next.draining.end(), m.worker_id) != next.draining.end();
       left += (left.empty() ? "" : ", ") + where(m.worker_id) + (drains ? " (draining)" : "");
     }
-    log(fmt::format("world {}: size {} -> {}, joined {}; left: {}; reason: {}", next.version, world.size(), next.size(),
-                    joined.empty() ? "-" : joined, left.empty() ? "-" : left, next.reason));
-    world = next;
-    std::vector<std::string> member_ids;
-    for (const auto& m : world.members) member_ids.push_back(m.worker_id);
-    if (world.size() == 1) {
-      formed(world.version, member_ids);  // no barrier to wait for
-    } else {
-      unformed[world.version] = std::move(member_ids);
-    }
+    return left.empty() ? "-" : left;
+  }
+
+  /// Makes `next` the current world and tells the runner to write it.
+  void publish(se::World next, ElasticTime now) {
+    world = std::move(next);
     pending_reasons.clear();
-    admit_at.reset();
     reform_asked.clear();
     reform_why.clear();
     reform_at.reset();
@@ -598,31 +616,14 @@ struct ElasticDriver::Impl {
       const Worker* w = find(m.worker_id);
       if (w && !w->leaving()) staying.push_back(w);
     }
-    se::World next;
-    next.version = world.version + 1;
-    next.members = members_in_rank_order(staying);
+    se::World next = next_world(
+        staying, reason_text(false) + fmt::format("; fewer than --min-np {} remain: holding", policy.min_np));
     next.hold = true;
-    for (const auto& [s, w] : live) {
-      if (w.draining && !w.stopping) next.draining.push_back(w.id);
-    }
-    next.reason = reason_text(false) + fmt::format("; fewer than --min-np {} remain: holding", policy.min_np);
-    std::string left;
-    for (const auto& m : world.members) {
-      if (!next.find(m.worker_id)) left += (left.empty() ? "" : ", ") + where(m.worker_id) + " (draining)";
-    }
     log(fmt::format("world {} holds: size {} -> {}, below --min-np {}; left: {}; the others wait for a world of {} "
                     "(reason: {})",
-                    next.version, world.size(), next.size(), policy.min_np, left.empty() ? "-" : left,
-                    policy.min_np, next.reason));
-    world = next;
-    pending_reasons.clear();
-    reform_asked.clear();
-    reform_why.clear();
-    reform_at.reset();
-    world_published = now;
-    ElasticAction a = action(ElasticAction::Kind::Publish);
-    a.world = world;
-    emit(std::move(a));
+                    next.version, world.size(), next.size(), policy.min_np, left_text(next), policy.min_np,
+                    next.reason));
+    publish(std::move(next), now);
   }
 
   /// Once every live member of the newest world asked to re-form it,

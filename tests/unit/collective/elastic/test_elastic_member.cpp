@@ -44,6 +44,12 @@ int64_t sum_of_ones(collective::Context& ctx, const std::string& name) {
   return one;
 }
 
+/// An allreduce that cannot complete while the other member never takes part.
+collective::Handle stuck_allreduce(collective::Context& ctx, int64_t& x) {
+  return ctx.allreduce_async(
+      collective::AllreduceArgs{"stuck", &x, &x, collective::DataType::Int64, {1}, collective::ReduceOp::Sum});
+}
+
 /// Both members join world 1 together (each blocks until the other came).
 void join_both(ElasticMember& first, ElasticMember& second) {
   auto joined = std::async(std::launch::async, [&] { second.join(); });
@@ -276,8 +282,7 @@ TEST_CASE("elastic a world that drops a silent peer aborts the blocked operation
   join_both(a, b);
   // b stays alive but never takes part: a's allreduce cannot complete.
   int64_t x = 1;
-  collective::Handle h = a.context().allreduce_async(
-      collective::AllreduceArgs{"stuck", &x, &x, collective::DataType::Int64, {1}, collective::ReduceOp::Sum});
+  collective::Handle h = stuck_allreduce(a.context(), x);
   CHECK_FALSE(h.wait_for(200ms));
   const auto t0 = Clock::now();
   driver.publish(2, {"a"}, false, "host of b unreachable");
@@ -507,8 +512,7 @@ TEST_CASE("elastic a draining member that hvdrun says failed ends the world at o
   join_both(a, b);
   // b stays alive but never takes part (it vanished without a TCP reset).
   int64_t x = 1;
-  collective::Handle h = a.context().allreduce_async(
-      collective::AllreduceArgs{"stuck", &x, &x, collective::DataType::Int64, {1}, collective::ReduceOp::Sum});
+  collective::Handle h = stuck_allreduce(a.context(), x);
   driver.publish(2, {"a"}, false, "host of b no longer listed by discovery", {"b"});
   REQUIRE(eventually([&] { return a.hosts_updated(); }, 3s));
   CHECK_FALSE(h.wait_for(600ms));  // draining: not aborted
@@ -541,8 +545,7 @@ TEST_CASE("elastic a later world that drops a member outright is seen while a sc
   ElasticMember a(driver.options("a")), b(driver.options("b"));
   join_both(a, b);
   int64_t x = 1;
-  collective::Handle h = a.context().allreduce_async(
-      collective::AllreduceArgs{"stuck", &x, &x, collective::DataType::Int64, {1}, collective::ReduceOp::Sum});
+  collective::Handle h = stuck_allreduce(a.context(), x);
   driver.publish(2, {"a", "b", "c"}, false, "scale-up");
   REQUIRE(eventually([&] { return a.hosts_updated(); }, 3s));
   CHECK_FALSE(h.wait_for(400ms));
