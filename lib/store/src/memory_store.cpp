@@ -2,6 +2,8 @@
 
 #include "store_detail.h"
 
+#include "hvd/common/error.h"
+
 namespace hvd::store {
 
 std::vector<std::function<void()>> InMemoryStore::take_watchers_locked(const std::string& key) {
@@ -67,6 +69,21 @@ int64_t InMemoryStore::add(const std::string& key, int64_t delta) {
 bool InMemoryStore::erase(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
   return data_.erase(key) > 0;
+}
+
+std::size_t InMemoryStore::erase_prefix(const std::string& prefix) {
+  if (prefix.empty()) throw InvalidArgument("InMemoryStore::erase_prefix: the prefix must not be empty");
+  std::lock_guard<std::mutex> lock(mu_);
+  std::size_t erased = 0;
+  for (auto it = data_.begin(); it != data_.end();) {
+    if (it->first.compare(0, prefix.size(), prefix) == 0) {
+      it = data_.erase(it);
+      ++erased;
+    } else {
+      ++it;
+    }
+  }
+  return erased;
 }
 
 void InMemoryStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {

@@ -353,7 +353,11 @@ class Elastic(unittest.TestCase):
         # "did not form"), hvdrun's descriptors stay flat, and the result is
         # the undisturbed run's.
         steps = 600
-        j = self.job("localhost:2\n", ["-np", "2", "--min-np", "1", "--max-np", "2"], steps=steps, step_ms=15)
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
+        events = os.path.join(d, "events.jsonl")
+        j = self.job("localhost:2\n", ["-np", "2", "--min-np", "1", "--max-np", "2", "--events-file", events],
+                     steps=steps, step_ms=15)
         j.wait_for_step(2, 3)
         fds_before = len(os.listdir("/proc/%d/fd" % j.proc.pid))
         started = time.monotonic()
@@ -369,6 +373,17 @@ class Elastic(unittest.TestCase):
         self.assertGreater(len({s["version"] for s in j.steps()}), 6, "the toggles re-formed the job")
         self.assertLessEqual(fds_after, fds_before + 2, "hvdrun's descriptors grew with re-formations")
         self.assertLess(time.monotonic() - started, 70)
+        # The store does not grow with re-formations: hvdrun erases the keys
+        # of worlds no live worker uses (and of departed workers).
+        with open(events) as f:
+            ev = [json.loads(line) for line in f]
+        worlds = [e["world"]["version"] for e in ev if e["event"] == "world"]
+        pruned = [e for e in ev if e["event"] == "store_pruned"]
+        print("store after each pruning:", [(e["worlds_below"], e["keys"]) for e in pruned])
+        self.assertGreater(len(pruned), 4, pruned)
+        self.assertGreaterEqual(pruned[-1]["worlds_below"], max(worlds) - 2, (worlds, pruned[-1]))
+        self.assertLessEqual(max(e["keys"] for e in pruned[len(pruned) // 2:]), max(e["keys"] for e in pruned[:3]) + 5,
+                             "the store grew with re-formations")
 
     def test_kill9_mid_allreduce_restarts_slot(self):
         # An 8 MiB allreduce on top of the model's each step

@@ -297,6 +297,30 @@ TEST_CASE("InMemoryStore watchers fire once, outside the lock, and can be cancel
   CHECK(fired == 1);
 }
 
+TEST_CASE("InMemoryStore::erase_prefix drops exactly the keys under a prefix", "[store]") {
+  InMemoryStore mem;
+  for (const char* k : {"elastic/gen1/a", "elastic/gen1/rank_0/addr", "elastic/gen10/a", "elastic/gen1", "elastic/world/1",
+                        "x/elastic/gen1/a"}) {
+    mem.set_string(k, "v");
+  }
+  CHECK(mem.erase_prefix("elastic/gen1/") == 2);
+  CHECK(mem.size() == 4);
+  CHECK_FALSE(mem.try_get("elastic/gen1/a"));
+  CHECK(mem.try_get("elastic/gen10/a"));  // another generation: "gen1/" is not its prefix
+  CHECK(mem.try_get("elastic/gen1"));
+  CHECK(mem.try_get("x/elastic/gen1/a"));
+  CHECK(mem.erase_prefix("elastic/gen1/") == 0);
+  CHECK_THROWS_AS(mem.erase_prefix(""), hvd::InvalidArgument);
+  // A waiter for an erased key waits for it to be written again.
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    mem.set_string("elastic/gen10/a", "again");
+  });
+  CHECK(mem.erase_prefix("elastic/gen10/") == 1);
+  CHECK(mem.get_string("elastic/gen10/a", std::chrono::seconds(5)) == "again");
+  writer.join();
+}
+
 TEST_CASE("FileStore add is atomic across processes and readers never see torn values", "[store]") {
   TempDir dir;
   const FileStoreOptions opts{dir.path(), Ms(5)};

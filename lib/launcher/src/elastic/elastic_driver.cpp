@@ -113,6 +113,10 @@ struct ElasticDriver::Impl {
     /// Started on a host with failures in the current window: the first
     /// world does not wait for it.
     bool retry = false;
+    /// The oldest world whose keys it may still read or write: the newest
+    /// world listing it that formed, else the first world that listed it;
+    /// 0 while no world has (oldest_world_in_use).
+    uint64_t oldest_world = 0;
   };
   struct Exited {
     int status = 0;
@@ -590,6 +594,10 @@ struct ElasticDriver::Impl {
   /// Makes `next` the current world and tells the runner to write it.
   void publish(se::World next, ElasticTime now) {
     world = std::move(next);
+    for (const auto& m : world.members) {
+      Worker* w = find(m.worker_id);
+      if (w && w->oldest_world == 0) w->oldest_world = world.version;
+    }
     pending_reasons.clear();
     reform_asked.clear();
     reform_why.clear();
@@ -660,6 +668,10 @@ struct ElasticDriver::Impl {
   /// older world can matter any more.
   void formed(uint64_t version, const std::vector<std::string>& member_ids) {
     joined_ids.insert(member_ids.begin(), member_ids.end());
+    for (const auto& id : member_ids) {
+      Worker* w = find(id);
+      if (w) w->oldest_world = std::max(w->oldest_world, version);
+    }
     any_formed = true;
     unformed.erase(unformed.begin(), unformed.upper_bound(version));
   }
@@ -1103,6 +1115,15 @@ int ElasticDriver::resets() const { return impl_->resets; }
 
 bool ElasticDriver::is_blacklisted(const std::string& host, ElasticTime now) const {
   return impl_->blacklisted(host, now);
+}
+
+uint64_t ElasticDriver::oldest_world_in_use() const {
+  const Impl& d = *impl_;
+  uint64_t oldest = d.world.version;
+  for (const auto& [s, w] : d.live) {
+    if (w.oldest_world != 0) oldest = std::min(oldest, w.oldest_world);
+  }
+  return oldest;
 }
 
 std::vector<std::string> ElasticDriver::live_workers() const {

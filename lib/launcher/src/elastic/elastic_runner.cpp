@@ -262,6 +262,7 @@ class ElasticRunner::Impl {
   int loop() {
     for (;;) {
       carry_out(driver_->take_actions());
+      prune_store();
       if (driver_->done()) break;
       auto now = ElasticClock::now();
       std::optional<ElasticTime> until = driver_->next_deadline();
@@ -307,6 +308,7 @@ class ElasticRunner::Impl {
                         e.lost_reason.empty() ? describe_status(e.status, 0) : "lost: " + e.lost_reason);
         }
         live_.erase(it);
+        departed_.insert(e.worker_id);
         for (auto k = kill_at_.begin(); k != kill_at_.end();) {
           k = k->second == e.worker_id ? kill_at_.erase(k) : std::next(k);
         }
@@ -445,7 +447,55 @@ class ElasticRunner::Impl {
     }
     store.set_string(selastic::world_key(world.version), selastic::encode_world(world));
     store.set_string(selastic::kVersionKey, std::to_string(world.version));
+    std::vector<std::string>& ids = mentioned_[world.version];
+    for (const auto& m : world.members) ids.push_back(m.worker_id);
+    ids.insert(ids.end(), world.draining.begin(), world.draining.end());
     spdlog::debug("published world {} ({} members)", world.version, world.members.size());
+  }
+
+  /// Erases what no live worker can read any more, so that a job that
+  /// re-forms for a week keeps a store of constant size: the keys of every
+  /// world older than the oldest one a live worker may still use (its
+  /// world_key and everything under its comm_prefix: addresses, barriers,
+  /// failures, process sets), and the per-worker keys (ready, left,
+  /// drain-failed) of departed workers that no remaining world names.
+  /// Runs on the event loop after the driver's actions were carried out,
+  /// so every exit it counts was handled (left_key read) before.
+  void prune_store() {
+    const uint64_t oldest = driver_->oldest_world_in_use();
+    std::size_t erased = 0;
+    uint64_t worlds = 0;
+    for (; pruned_below_ < oldest; ++pruned_below_, ++worlds) {
+      erased += store_->erase(selastic::world_key(pruned_below_)) ? 1 : 0;
+      erased += store_->erase_prefix(selastic::comm_prefix(pruned_below_));
+      mentioned_.erase(pruned_below_);
+    }
+    std::size_t workers = 0;
+    for (auto it = departed_.begin(); it != departed_.end();) {
+      bool named = false;
+      for (const auto& [version, ids] : mentioned_) {
+        named = named || std::find(ids.begin(), ids.end(), *it) != ids.end();
+      }
+      if (named) {
+        ++it;
+        continue;
+      }
+      for (const auto& key : {selastic::ready_key(*it), selastic::left_key(*it), selastic::drain_failed_key(*it)}) {
+        erased += store_->erase(key) ? 1 : 0;
+      }
+      ++workers;
+      it = departed_.erase(it);
+    }
+    if (worlds == 0 && workers == 0) return;
+    const std::size_t left = store_->size();
+    spdlog::debug("store: erased {} keys of {} and {}; {} keys remain", erased,
+                  worlds == 0 ? std::string("no world")
+                              : fmt::format("worlds {}-{}", pruned_below_ - worlds, pruned_below_ - 1),
+                  workers == 1 ? std::string("1 departed worker") : fmt::format("{} departed workers", workers), left);
+    if (events_) {
+      events_->emit("store_pruned",
+                    {{"worlds_below", pruned_below_}, {"workers", workers}, {"erased", erased}, {"keys", left}});
+    }
   }
 
   /// Drops remote hosts when the store only listens on loopback (every host
@@ -658,6 +708,12 @@ class ElasticRunner::Impl {
   std::vector<std::unique_ptr<Batch>> batches_;
   std::map<std::string, LiveWorker> live_;
   std::vector<store::InMemoryStore::WatchId> reform_watches_;  ///< reset_key of the newest world's members
+  /// prune_store: worlds below this have had their keys erased.
+  uint64_t pruned_below_ = 1;
+  /// Published worlds not yet pruned -> the workers they name (members and
+  /// draining), and workers that exited whose own keys are not yet erased.
+  std::map<uint64_t, std::vector<std::string>> mentioned_;
+  std::set<std::string> departed_;
   std::multimap<ElasticTime, std::string> kill_at_;
   bool signalled_ = false;
   bool finished_ = false;

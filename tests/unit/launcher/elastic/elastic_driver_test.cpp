@@ -494,6 +494,46 @@ TEST_CASE("elastic driver: workers of a dropped host that trained drain to their
   }
 }
 
+TEST_CASE("elastic driver: the oldest world in use follows the slowest live worker") {
+  Harness h(base_policy());
+  REQUIRE(h.d.oldest_world_in_use() == 0);
+  form(h, {{"a", 1}, {"b", 2}});
+  REQUIRE(h.d.oldest_world_in_use() == 1);
+  h.formed(1);
+  // b's workers drain in world 1 while w1 goes on alone in world 2 (one
+  // member: formed when published).
+  REQUIRE(published(h.discover({{"a", 1}})).draining == Strings{"w2", "w3"});
+  REQUIRE(h.d.oldest_world_in_use() == 1);
+  h.exit("w2", 0);
+  REQUIRE(h.d.oldest_world_in_use() == 1);
+  h.exit("w3", 0);
+  REQUIRE(h.d.oldest_world_in_use() == 2);
+  // A newcomer's first world has not formed: w1 may still be in world 2.
+  REQUIRE(ids(h.discover({{"a", 1}, {"c", 1}}), Kind::Spawn) == Strings{"w4"});
+  REQUIRE(h.d.oldest_world_in_use() == 2);  // w4 is in no world yet
+  REQUIRE(members(published(h.ready_all())) == Strings{"w1", "w4"});
+  REQUIRE(h.d.oldest_world_in_use() == 2);
+  h.formed(3);
+  REQUIRE(h.d.oldest_world_in_use() == 3);
+  // w4 crashes: world 4 is w1 alone (formed at once); its replacement is in
+  // no world yet.
+  auto a = h.exit("w4", 1);
+  REQUIRE(members(published(a)) == Strings{"w1"});
+  REQUIRE(ids(a, Kind::Spawn) == Strings{"w5"});
+  REQUIRE(h.d.oldest_world_in_use() == 4);
+  // The replacement is listed in world 5, which then fails to form and is
+  // superseded by world 6 before either is reported formed: w5 may still be
+  // forming world 5, w1 is in world 4.
+  h.ready_all();
+  REQUIRE(h.d.current_world().version == 5);
+  h.reform(5, "w1");
+  a = h.reform(5, "w5");
+  REQUIRE(h.d.current_world().version == 6);
+  REQUIRE(h.d.oldest_world_in_use() == 4);
+  h.formed(6);
+  REQUIRE(h.d.oldest_world_in_use() == 6);
+}
+
 TEST_CASE("elastic driver: a drain below --min-np publishes a world that holds, then the next full one") {
   auto p = base_policy();
   p.min_np = 2;
@@ -1269,6 +1309,7 @@ TEST_CASE("elastic driver: random event storms keep the invariants and never spi
     };
     INFO("seed " << seed);
     h.discover(random_hosts());
+    uint64_t oldest_in_use = 0;
     for (int step = 0; step < 300 && !h.d.done(); ++step) {
       std::vector<std::string> live(h.live.begin(), h.live.end());
       switch (rng() % 8) {
@@ -1303,6 +1344,10 @@ TEST_CASE("elastic driver: random event storms keep the invariants and never spi
       }
       // Never more live members than max_np.
       REQUIRE(h.d.current_world().size() <= p.max_np);
+      // The runner erases every world below it once: it never goes back.
+      REQUIRE(h.d.oldest_world_in_use() >= oldest_in_use);
+      REQUIRE(h.d.oldest_world_in_use() <= h.d.current_world().version);
+      oldest_in_use = h.d.oldest_world_in_use();
     }
     // Whatever state it is in, a signal ends it once everyone has exited.
     h.signal(15);

@@ -255,6 +255,46 @@ TEST_CASE("ElasticRunner: a crashed worker is replaced on its slot and the job g
   CHECK(job.cluster.launches == 3);
 }
 
+TEST_CASE("ElasticRunner: the keys of worlds no live worker uses and of departed workers are erased",
+          "[elastic_runner]") {
+  // A job that re-forms for a week must not grow its store: after a crash
+  // and the replacement's world formed, nothing of worlds 1 and 2 is left.
+  Job job(2, 1);
+  ScriptedHostSource hosts({{"hostA", 2}});
+  int code = job.run(hosts, [](Job& j) {
+    se::World w1 = j.wait_world(1);
+    CHECK(w1.size() == 2);
+    if (w1.size() != 2) return j.abort();
+    const std::string victim = w1.members[1].worker_id;
+    // What the library writes under a world's prefix (addresses, barriers,
+    // a process set's keys), and a departing worker's own key.
+    for (const char* k : {"rank_0/addr", "rank_1/addr", "arrived", "pset1.2/rank_0/addr"}) {
+      j.store.set_string(se::comm_prefix(1) + k, "x");
+    }
+    j.store.set_string(se::left_key(victim), "1");
+    j.cluster.exit(j.cluster.serial_of(victim), 1);
+    se::World w = j.wait_world(3);
+    CHECK(w.size() == 2);
+    auto gone = [&] {
+      return !j.store.try_get(se::world_key(1)) && !j.store.try_get(se::world_key(2)) &&
+             !j.store.try_get(se::ready_key(victim)) && !j.store.try_get(se::left_key(victim));
+    };
+    for (int i = 0; i < 400 && !gone(); ++i) std::this_thread::sleep_for(5ms);
+    CHECK(gone());
+    for (const char* k : {"rank_0/addr", "rank_1/addr", "arrived", "pset1.2/rank_0/addr", "formed"}) {
+      CHECK_FALSE(j.store.try_get(se::comm_prefix(1) + k));
+    }
+    CHECK_FALSE(j.store.try_get(se::formed_key(2)));
+    // The newest world, its members' keys and the version stay.
+    CHECK(j.store.try_get(se::world_key(3)));
+    CHECK(j.store.try_get(se::formed_key(3)));
+    CHECK(latest(j.store) == 3);
+    for (const auto& m : w.members) CHECK(j.store.try_get(se::ready_key(m.worker_id)));
+    j.finish(w);
+  });
+  CHECK(code == exit_code::kOk);
+}
+
 TEST_CASE("ElasticRunner: a host that leaves discovery has its trained workers drain", "[elastic_runner]") {
   Job job(2, 1);
   ScriptedHostSource hosts({{"hostA", 1}, {"hostB", 1}});

@@ -6,7 +6,9 @@
 ///
 ///  * hvdrun publishes world versions 1, 2, 3, ... in order. Version v is the
 ///    JSON value of world_key(v) (written first) and then "elastic/version"
-///    is set to v (decimal). A key world_key(v) never changes once written.
+///    is set to v (decimal). A key world_key(v) never changes once written;
+///    hvdrun erases it, and everything under comm_prefix(v), once no live
+///    worker can use world v any more (ElasticDriver::oldest_world_in_use).
 ///  * A worker process is identified by HVDRUN_WORKER_ID (stable for the
 ///    process's life; a restarted slot gets a new id). A freshly started
 ///    worker sets ready_key(id) once it can take part, then waits for the

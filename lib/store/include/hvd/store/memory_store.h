@@ -32,6 +32,12 @@ class InMemoryStore : public Store {
   bool erase(const std::string& key) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
 
+  /// Removes every key that starts with `prefix` (not empty); returns how
+  /// many there were. The store's owner uses it to drop a finished
+  /// generation's keys ("elastic/gen3/"); it is not part of the wire
+  /// protocol. Linear in the number of keys.
+  std::size_t erase_prefix(const std::string& prefix);
+
   /// Number of keys (for tests and diagnostics).
   std::size_t size() const;
 

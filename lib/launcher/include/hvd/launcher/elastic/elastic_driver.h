@@ -207,6 +207,15 @@ class ElasticDriver {
   std::vector<uint64_t> unformed_worlds() const;
   /// When tick() next has something to do (none: only events matter).
   std::optional<ElasticTime> next_deadline() const;
+  /// The oldest published world a live worker may still use: the keys of
+  /// every older world (world_key, comm_prefix) can be erased. For each
+  /// live worker, the newest world listing it that was reported formed
+  /// (it arrived there, so it reads no older one), else the first world
+  /// that listed it (it may still be forming that one, or be about to see
+  /// that a later one superseded it); workers no world listed yet read only
+  /// the newest. The newest world's version when no live worker holds an
+  /// older one; 0 before the first.
+  uint64_t oldest_world_in_use() const;
   /// True once a Finish action has been produced and every started worker
   /// has exited (the runner may stop then).
   bool done() const;
