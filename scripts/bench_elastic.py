@@ -36,6 +36,7 @@ relay, and up to one HVD_TRAINER_STEP_MS of sleep. Every job is stopped
 with SIGINT afterwards and no process is left behind.
 """
 import argparse
+import json
 import os
 import re
 import signal
@@ -54,13 +55,14 @@ STEP_RE = re.compile(r"^\[\d+\]<stdout>:step (\d+) size (\d+) rank (\d+) version
 
 
 class Job:
-    def __init__(self, hvdrun, trainer, hosts, args, step_ms, interval, step_re=None):
+    def __init__(self, hvdrun, trainer, hosts, args, step_ms, interval, step_re=None, env_extra=None):
         self.dir = tempfile.mkdtemp(prefix="hvd-bench-elastic-")
         self.hosts = os.path.join(self.dir, "hosts")
         self.set_hosts(hosts)
         self.token = uuid.uuid4().hex
         env = dict(os.environ, HVD_TEST_TOKEN=self.token, HVD_TRAINER_STEPS="100000000",
                    HVD_TRAINER_STEP_MS=str(step_ms))
+        env.update(env_extra or {})
         trainer = trainer if isinstance(trainer, list) else [trainer]
         cmd = [hvdrun, "--host-discovery-script", "cat " + self.hosts, "--discovery-interval", str(interval)] + \
             args + trainer
@@ -184,23 +186,78 @@ def bench_newhost(a, step_ms):
         j.stop()
 
 
-def bench_scaledown(a, step_ms, drain):
+def bench_scaledown(a, step_ms, drain, commit_every=1):
+    """Returns (seconds from the discovery run to the survivor's first step
+    at size 1, steps the survivor trained twice)."""
     args = ["-np", "2", "--min-np", "1", "--log-level", "info"] + ([] if drain else ["--elastic-drain-timeout", "0"])
-    j = Job(a.hvdrun, a.trainer, "localhost:2\n", args, step_ms, 0.2)
+    j = Job(a.hvdrun, a.trainer, "localhost:2\n", args, step_ms, 0.2,
+            env_extra={"HVD_TRAINER_COMMIT_EVERY": str(commit_every)})
     try:
-        j.wait(lambda: len({s[1] for s in j.steps if s[2] >= 20}) == 2, 30, "2 workers at step 20")
+        # Off a commit boundary, so that a rollback has something to redo.
+        j.wait(lambda: len({s[1] for s in j.steps if s[2] >= 20 + commit_every // 2}) == 2, 30, "2 workers at step 20+")
         with j.cv:
             v0 = j.version()
             n_err = len(j.err)
         j.set_hosts("localhost:1\n")
         t_disc = j.wait(lambda: next((t for t, l in j.err[n_err:] if "discovery: localhost:1 " in l), None), 10,
                         "the discovery run without the slot")
-        t1 = j.wait(lambda: first_after(j, t_disc, v0, lambda s: s[1] == 1 and s[3] == 1), 10, "the survivor at size 1")
+        t1 = j.wait(lambda: first_after(j, t_disc, v0, lambda s: s[1] == 1 and s[3] == 1), 30, "the survivor at size 1")
         if drain and not any("(draining)" in l for _, l in j.err[n_err:]):
             raise RuntimeError("bench_elastic: the dropped worker did not drain")
-        return t1 - t_disc
+        with j.cv:
+            mine = [x for x in j.steps if x[1] == 1]
+        first1 = next(x[2] for x in mine if x[0] >= t1 and x[3] == 1)
+        last2 = max(x[2] for x in mine if x[0] < t1)
+        return t1 - t_disc, max(0, last2 - first1 + 1)
     finally:
         j.stop()
+
+
+def proc_stats(pid):
+    """hvdrun's resident memory (KiB), threads and open descriptors."""
+    with open("/proc/%d/status" % pid) as f:
+        status = f.read()
+    rss = int(status.split("VmRSS:")[1].split()[0])
+    return rss, len(os.listdir("/proc/%d/task" % pid)), len(os.listdir("/proc/%d/fd" % pid))
+
+
+def bench_soak(a, cycles, step_ms):
+    """One job shrunk 2 -> 1 and grown back `cycles` times; hvdrun's RSS,
+    threads, descriptors and store keys (its store_pruned events) at five
+    points. Returns table rows."""
+    events = tempfile.mktemp(prefix="hvd-bench-soak-", suffix=".jsonl")
+    j = Job(a.hvdrun, a.trainer, "localhost:2\n", ["-np", "2", "--min-np", "1", "--events-file", events], step_ms,
+            0.1)
+    rows = []
+    try:
+        j.wait(lambda: len({s[1] for s in j.steps if s[2] >= 10}) == 2, 30, "2 workers at step 10")
+        checkpoints = sorted({0, cycles // 4, cycles // 2, 3 * cycles // 4, cycles})
+        t_start = time.monotonic()
+        for c in range(cycles + 1):
+            if c in checkpoints:
+                time.sleep(0.3)  # the last store_pruned event is written
+                rss, threads, fds = proc_stats(j.proc.pid)
+                keys = None
+                with open(events) as f:
+                    for line in f:
+                        if '"store_pruned"' in line:
+                            keys = json.loads(line)["keys"]
+                rows.append([str(c), str(j.version()), str(rss), str(threads), str(fds),
+                             "-" if keys is None else str(keys), "%.0f" % (time.monotonic() - t_start)])
+            if c == cycles:
+                break
+            for hosts, size in (("localhost:1\n", 1), ("localhost:2\n", 2)):
+                with j.cv:
+                    v0 = j.version()
+                t0 = time.monotonic()
+                j.set_hosts(hosts)
+                j.wait(lambda: [x for x in j.steps if x[0] > t0 and x[5] > v0 and x[3] == size
+                                and (size == 1 or x[1] != 1)], 60, "size %d again (cycle %d)" % (size, c))
+    finally:
+        j.stop()
+        if os.path.exists(events):
+            os.unlink(events)
+    return rows
 
 
 def bench_python_kill9(a):
@@ -276,6 +333,10 @@ def main():
     p.add_argument("--big", type=int, default=64, help="workers on one host for the big case (0: skip)")
     p.add_argument("--step-ms", type=int, default=5, help="sleep after each training step (ms)")
     p.add_argument("--python", action="store_true", help="also run the PyTorch kill -9 case (elastic_mnist.py)")
+    p.add_argument("--commit-every", type=int, default=20,
+                   help="the scale-down cases again with a commit every this many steps (0: skip)")
+    p.add_argument("--soak", type=int, default=0, metavar="CYCLES",
+                   help="also shrink 2 -> 1 and grow back CYCLES times in one job, showing hvdrun's memory")
     a = p.parse_args()
     a.hvdrun = os.path.join(a.build, "apps", "hvdrun", "hvdrun")
     a.trainer = os.path.join(a.build, "apps", "examples", "elastic_trainer")
@@ -286,39 +347,56 @@ def main():
     print("bench_elastic: %d cores, %d repeats, step sleep %d ms" % (os.cpu_count(), a.repeat, a.step_ms))
     resume, back, disc, write = [], [], [], []
     down = {True: [], False: []}
+    rare = {True: [], False: []}
     for _ in range(a.repeat):
         for drain in (True, False):
-            down[drain].append(bench_scaledown(a, a.step_ms, drain))
+            down[drain].append(bench_scaledown(a, a.step_ms, drain)[0])
+            if a.commit_every > 1:
+                rare[drain].append(bench_scaledown(a, a.step_ms, drain, a.commit_every))
         r, b = bench_kill9(a, a.step_ms)
         resume.append(r)
         back.append(b)
         d, w = bench_newhost(a, a.step_ms)
         disc.append(d)
         write.append(w)
-    rows = [stats_row("kill -9 of 1 of 2: survivor resumes", resume, "< 100"),
-            stats_row("kill -9 of 1 of 2: back at 2 workers", back, "< 1000"),
-            stats_row("new host: training after its discovery run", disc, "< 1500"),
-            stats_row("new host: training after the hosts file changed (1 s interval)", write, "-"),
-            stats_row("scale-down 2 -> 1, drained: survivor at size 1 after the discovery run", down[True], "-"),
-            stats_row("scale-down 2 -> 1, --elastic-drain-timeout 0: survivor at size 1", down[False], "-")]
-    if a.python:
-        presume, pback = [], []
-        for _ in range(a.repeat):
-            r, b = bench_python_kill9(a)
-            presume.append(r)
-            pback.append(b)
-        rows.append(stats_row("PyTorch kill -9 of 1 of 2: survivor at size 1", presume, "< 100"))
-        rows.append(stats_row("PyTorch kill -9 of 1 of 2: new process training at size 2", pback, "< 1000"))
-    if a.big:
-        reform, full = [], []
-        for _ in range(max(1, a.repeat // 2)):
-            r, f = bench_big(a, a.big, max(a.step_ms, 20))
-            reform.append(r)
-            full.append(f)
-        rows.append(stats_row("%d workers, kill -9 of one: survivors re-formed" % a.big, reform, "-"))
-        rows.append(stats_row("%d workers, kill -9 of one: all %d training again" % (a.big, a.big), full, "< 2000"))
-    table("elastic recovery (ms, from the event to the first step line)",
-          ["case", "median", "min", "max", "target"], rows)
+    if a.repeat > 0:
+        rows = [stats_row("kill -9 of 1 of 2: survivor resumes", resume, "< 100"),
+                stats_row("kill -9 of 1 of 2: back at 2 workers", back, "< 1000"),
+                stats_row("new host: training after its discovery run", disc, "< 1500"),
+                stats_row("new host: training after the hosts file changed (1 s interval)", write, "-"),
+                stats_row("scale-down 2 -> 1, drained: survivor at size 1 after the discovery run", down[True], "-"),
+                stats_row("scale-down 2 -> 1, --elastic-drain-timeout 0: survivor at size 1", down[False], "-")]
+        if a.python:
+            presume, pback = [], []
+            for _ in range(a.repeat):
+                r, b = bench_python_kill9(a)
+                presume.append(r)
+                pback.append(b)
+            rows.append(stats_row("PyTorch kill -9 of 1 of 2: survivor at size 1", presume, "< 100"))
+            rows.append(stats_row("PyTorch kill -9 of 1 of 2: new process training at size 2", pback, "< 1000"))
+        if a.big:
+            reform, full = [], []
+            for _ in range(max(1, a.repeat // 2)):
+                r, f = bench_big(a, a.big, max(a.step_ms, 20))
+                reform.append(r)
+                full.append(f)
+            rows.append(stats_row("%d workers, kill -9 of one: survivors re-formed" % a.big, reform, "-"))
+            rows.append(stats_row("%d workers, kill -9 of one: all %d training again" % (a.big, a.big), full, "< 2000"))
+        table("elastic recovery (ms, from the event to the first step line)",
+              ["case", "median", "min", "max", "target"], rows)
+    if a.commit_every > 1 and a.repeat > 0:
+        rows = []
+        for drain, name in ((True, "drained (default)"), (False, "--elastic-drain-timeout 0 (rollback)")):
+            ts = [t * 1000 for t, _ in rare[drain]]
+            redo = [r for _, r in rare[drain]]
+            rows.append([name, "%.0f" % statistics.median(ts), "%.0f" % min(ts), "%.0f" % max(ts),
+                         "%g" % statistics.median(redo), "%d" % max(redo)])
+        table("scale-down 2 -> 1 with a commit every %d steps (%d ms sleep per step): ms from the discovery run to the "
+              "survivor's first step at size 1, and steps the survivor trained twice" % (a.commit_every, a.step_ms),
+              ["case", "median ms", "min", "max", "steps redone (median)", "max"], rows)
+    if a.soak:
+        table("soak: one job shrunk 2 -> 1 and grown back %d times (hvdrun's process)" % a.soak,
+              ["cycles", "world", "RSS KiB", "threads", "fds", "store keys", "s"], bench_soak(a, a.soak, a.step_ms))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,10 @@
 // step whose values are not used, so that with HVD_TRAINER_STEP_MS=0 a
 // worker spends nearly all its time inside a collective (a kill -9 lands
 // mid-allreduce); HVD_TRAINER_END_MS (default 0) pauses after the final line
-// before exiting, as a job saving its model would. Output, one line per step
+// before exiting, as a job saving its model would; HVD_TRAINER_COMMIT_EVERY
+// (default 1) commits every that many steps (and after the last), as a loop
+// that checkpoints every N batches does: a rollback then redoes up to N-1
+// steps, and a host update is noticed at the next commit. Output, one line per step
 // (a step redone after a failure prints again):
 //   step <k> size <n> rank <r> version <v> checksum <x>
 // and at the end:
@@ -80,6 +83,8 @@ int main() {
     const int64_t step_ms = positive_env("HVD_TRAINER_STEP_MS", 50);
     const int64_t ballast_kb = positive_env("HVD_TRAINER_BALLAST_KB", 0);
     const int64_t end_ms = positive_env("HVD_TRAINER_END_MS", 0);
+    const int64_t commit_every = positive_env("HVD_TRAINER_COMMIT_EVERY", 1);
+    if (commit_every < 1) throw hvd::InvalidArgument("HVD_TRAINER_COMMIT_EVERY must be >= 1");
     // Which worker process this is ("w3"), for logs: the line prefix is the rank.
     const std::string worker_id = hvd::env::get_or(hvd::job_env::kWorkerId, "-");
     hvd::init();
@@ -107,7 +112,7 @@ int main() {
                     worker_id.c_str());
         std::fflush(stdout);
         if (step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
-        s.commit();
+        if (step[0] % commit_every == 0 || step[0] == steps) s.commit();
       }
     });
     std::printf("final checksum %016" PRIx64 " steps %" PRId64 "\n", checksum(params, step[0]), step[0]);

@@ -213,6 +213,7 @@ class ElasticRunner::Impl {
         events_(deps_.events),
         store_(&deps_.store),
         sink_(deps_.output, queue_) {}
+  ~Impl() { stop_reaper(); }
 
   void interrupt(int sig) {
     ElasticEvent e;
@@ -303,12 +304,15 @@ class ElasticRunner::Impl {
         auto it = live_.find(e.worker_id);
         if (it == live_.end()) break;  // a duplicate report (launch failure raced an exit)
         store_->unwatch(it->second.ready_watch);
+        Batch* batch = it->second.batch;
         if (it->second.stopping) {
           spdlog::debug("{} stopped ({})", e.worker_id,
                         e.lost_reason.empty() ? describe_status(e.status, 0) : "lost: " + e.lost_reason);
         }
         live_.erase(it);
         departed_.insert(e.worker_id);
+        output_.forget(serial_of(e.worker_id));
+        retire_if_done(batch);
         for (auto k = kill_at_.begin(); k != kill_at_.end();) {
           k = k->second == e.worker_id ? kill_at_.erase(k) : std::next(k);
         }
@@ -670,7 +674,54 @@ class ElasticRunner::Impl {
     }
   }
 
+  /// A batch whose workers have all exited is handed to the reaper thread,
+  /// which joins its launch thread and shuts its spawner down (bounded, but
+  /// up to seconds for an SSH host that went away: never on this loop), so
+  /// a job that restarts workers for a week does not keep one spawner,
+  /// finished reader thread and stack per batch.
+  void retire_if_done(Batch* batch) {
+    for (const auto& [id, w] : live_) {
+      if (w.batch == batch) return;
+    }
+    auto it = std::find_if(batches_.begin(), batches_.end(), [&](const auto& b) { return b.get() == batch; });
+    if (it == batches_.end()) return;
+    std::unique_ptr<Batch> done = std::move(*it);
+    batches_.erase(it);
+    std::lock_guard<std::mutex> lock(reaper_mu_);
+    retired_.push_back(std::move(done));
+    if (!reaper_.joinable()) {
+      reaper_ = std::thread([this] { reap(); });
+    }
+    reaper_cv_.notify_one();
+  }
+
+  void reap() {
+    std::unique_lock<std::mutex> lock(reaper_mu_);
+    for (;;) {
+      reaper_cv_.wait(lock, [&] { return reaper_stop_ || !retired_.empty(); });
+      if (retired_.empty()) return;  // stopping, nothing left
+      std::unique_ptr<Batch> b = std::move(retired_.front());
+      retired_.pop_front();
+      lock.unlock();
+      if (b->launcher.joinable()) b->launcher.join();
+      b->spawner->shutdown();
+      b.reset();
+      lock.lock();
+    }
+  }
+
+  /// Lets the reaper finish what it was given, then joins it. Idempotent.
+  void stop_reaper() {
+    {
+      std::lock_guard<std::mutex> lock(reaper_mu_);
+      reaper_stop_ = true;
+      reaper_cv_.notify_one();
+    }
+    if (reaper_.joinable()) reaper_.join();
+  }
+
   void teardown() {
+    stop_reaper();
     for (auto& [id, w] : live_) store_->unwatch(w.ready_watch);
     for (auto id : reform_watches_) store_->unwatch(id);
     reform_watches_.clear();
@@ -705,7 +756,13 @@ class ElasticRunner::Impl {
   std::optional<std::string> driver_addr_;  ///< what workers reach the store on; unset until hosts appear
   bool loopback_only_ = false;  ///< driver_addr_ is 127.0.0.1
   std::set<std::string> unreachable_warned_;  ///< remote hosts ignored because of that
-  std::vector<std::unique_ptr<Batch>> batches_;
+  std::vector<std::unique_ptr<Batch>> batches_;  ///< with a live worker (or still launching)
+  /// retire_if_done: batches whose workers all exited, for the reaper thread.
+  std::mutex reaper_mu_;
+  std::condition_variable reaper_cv_;
+  std::deque<std::unique_ptr<Batch>> retired_;
+  bool reaper_stop_ = false;
+  std::thread reaper_;
   std::map<std::string, LiveWorker> live_;
   std::vector<store::InMemoryStore::WatchId> reform_watches_;  ///< reset_key of the newest world's members
   /// prune_store: worlds below this have had their keys erased.

@@ -430,6 +430,16 @@ void OutputRouter::finish(int rank) {
   for (auto& w : writers_) w->wait_drained(deadline, true);
 }
 
+void OutputRouter::forget(int rank) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = ranks_.find(rank);
+  if (it != ranks_.end()) {
+    if (!it->second->finished) return;  // its output may still come
+    ranks_.erase(it);
+  }
+  labels_.erase(rank);
+}
+
 std::vector<std::string> OutputRouter::stderr_tail(int rank) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = ranks_.find(rank);

@@ -295,6 +295,36 @@ TEST_CASE("ElasticRunner: the keys of worlds no live worker uses and of departed
   CHECK(code == exit_code::kOk);
 }
 
+TEST_CASE("ElasticRunner: a launch whose workers all exited has its spawner shut down while the job runs",
+          "[elastic_runner]") {
+  // One spawner per host and launch: B's worker crashes, its spawner is shut
+  // down (on the reaper thread) while A's and the replacement's keep running.
+  Job job(2, 1);
+  ScriptedHostSource hosts({{"hostA", 1}, {"hostB", 1}});
+  int code = job.run(hosts, [](Job& j) {
+    se::World w1 = j.wait_world(1);
+    if (j.cluster.alive_on("hostB").empty()) return j.abort();
+    const int on_b = j.cluster.alive_on("hostB").at(0);
+    auto b = j.cluster.host_of(on_b);
+    auto a = j.cluster.host_of(j.cluster.alive_on("hostA").at(0));
+    auto shutdowns = [](fakes::FakeHost& h) {
+      std::lock_guard<std::mutex> lock(h.mutex);
+      return h.shutdowns;
+    };
+    CHECK(shutdowns(*b) == 0);
+    j.cluster.exit(on_b, 1);
+    se::World w = j.wait_world(2);
+    while (w.size() < 2 && w.version < 10) w = j.wait_world(w.version + 1);
+    CHECK(w.size() == 2);
+    for (int i = 0; i < 400 && shutdowns(*b) == 0; ++i) std::this_thread::sleep_for(5ms);
+    CHECK(shutdowns(*b) == 1);
+    CHECK(shutdowns(*a) == 0);
+    CHECK(j.cluster.alive_on("hostB").size() == 1);  // the replacement, on a spawner of its own
+    j.finish(w);
+  });
+  CHECK(code == exit_code::kOk);
+}
+
 TEST_CASE("ElasticRunner: a host that leaves discovery has its trained workers drain", "[elastic_runner]") {
   Job job(2, 1);
   ScriptedHostSource hosts({{"hostA", 1}, {"hostB", 1}});

@@ -205,6 +205,32 @@ TEST_CASE("OutputRouter keeps the last stderr lines of each rank", "[output]") {
   CHECK(tail[2] == "Traceback (partial");
 }
 
+TEST_CASE("OutputRouter forgets a finished rank: its tail and label, never a rank still writing", "[output]") {
+  Files f;
+  {
+    OutputOptions o = f.options(2);
+    o.stderr_tail_lines = 3;
+    OutputRouter r(o);
+    r.set_label(7, "w7");
+    std::string partial = "Traceback (partial";
+    r.write(7, Stream::Stderr, partial.data(), partial.size());
+    r.forget(7);  // not finished: its output may still come
+    REQUIRE(r.stderr_tail(7).size() == 1);
+    std::string rest = " end)\n";
+    r.write(7, Stream::Stderr, rest.data(), rest.size());
+    r.finish(7);
+    r.forget(7);
+    CHECK(r.stderr_tail(7).empty());
+    r.forget(7);  // idempotent
+    r.set_label(8, "w8");
+    r.forget(8);  // never wrote: its label goes
+    std::string line = "late\n";
+    r.write(8, Stream::Stdout, line.data(), line.size());
+  }
+  CHECK(f.err() == "[w7]<stderr>:Traceback (partial end)\n");
+  CHECK(f.out() == "[8]<stdout>:late\n");
+}
+
 TEST_CASE("OutputRouter writes raw per-rank files in horovodrun's layout", "[output]") {
   Files f;
   TempDir outdir;

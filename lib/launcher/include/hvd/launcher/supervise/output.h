@@ -127,6 +127,12 @@ class OutputRouter {
   /// The rank's streams have ended: flush partial lines (with a newline
   /// added) and close its files. Idempotent.
   void finish(int rank);
+  /// Drops everything kept for a finished rank (its buffers, stderr tail and
+  /// label), so that a job starting workers for a week keeps a router of
+  /// constant size. For keys that are never reused (elastic workers'
+  /// serials); stderr_tail(rank) is empty afterwards. A rank that wrote and
+  /// is not finished yet keeps its state.
+  void forget(int rank);
   /// The last `stderr_tail_lines` stderr lines of `rank`, oldest first,
   /// without terminators (a partial last line included).
   std::vector<std::string> stderr_tail(int rank) const;
