@@ -2,6 +2,7 @@
 """Elastic-mode recovery benchmarks (issue 5 targets), printed as tables.
 
     python3 scripts/bench_elastic.py [--build build] [--repeat 5] [--big 64]
+                                     [--commit-every 20] [--soak CYCLES] [--python]
 
 Runs real hvdrun elastic jobs on this host with the bundled
 apps/examples/elastic_trainer (1024-parameter model, one int64 allreduce
@@ -23,6 +24,13 @@ measures, from the moment of the event, when workers print steps again:
                       moment hvdrun logged the discovery run without the slot
            (the trainer commits every step, so the rollback costs no step
            here; with rarer commits it redoes up to one commit interval)
+  rare commits  (--commit-every N, default 20; 0 skips) the scale-down
+           cases again with HVD_TRAINER_COMMIT_EVERY=N, the slot dropped
+           between two commits: size1 as above, and the steps the survivor
+           trained twice (a rollback redoes up to N-1; a drain none)
+  soak     (--soak CYCLES) one job shrunk 2 -> 1 and grown back CYCLES
+           times: hvdrun's RSS, threads and descriptors, and the store's
+           key count (its store_pruned events), at five points
   python   (--python) the same kill -9 with examples/python/elastic_mnist.py
            (PyTorch, commit every step): resume = the survivor's first step
            at size 1, back2 = a new process stepping at size 2
