@@ -272,9 +272,9 @@ def crowd_size(wanted):
 
 class Fault(unittest.TestCase):
     START_TIMEOUT = 15
-    # The workers wait this long before hvd::init, so the crowd is in place
-    # when they rendezvous.
-    INIT_DELAY = 1.5
+    # Longest the workers of a store flood wait for the crowd to be in place
+    # before hvd::init.
+    CROWD_WAIT = 10
 
     def tearDown(self):
         left = []
@@ -293,23 +293,37 @@ class Fault(unittest.TestCase):
 
     def store_flood(self, connections, preexec_fn=None, bad_requests=False):
         connections = crowd_size(connections)
-        worker = "sleep %s; exec %s ops" % (self.INIT_DELAY, WORKER)
+        # The workers rendezvous only once the crowd is in place (a file the
+        # test creates; at most CROWD_WAIT s): a fixed delay lost the race
+        # on a loaded machine, the job ending before the crowd was there.
+        go = tempfile.mktemp(prefix="hvd-flood-go-")
+        self.addCleanup(lambda: os.path.exists(go) and os.unlink(go))
+        worker = "i=0; while [ ! -e %s ] && [ $i -lt %d ]; do sleep 0.05; i=$((i+1)); done; exec %s ops" % (
+            go, int(self.CROWD_WAIT / 0.05), WORKER)
         job = Job(["-np", "2", "--start-timeout", str(self.START_TIMEOUT), "sh", "-c", worker], preexec_fn=preexec_fn)
         self._token = job.token
         try:
             m = job.wait_for(STORE_RE.pattern)
             host, port = m.group(1), int(m.group(2))
             with Crowd(host, port, connections, bad_requests) as crowd:
-                rc, took = job.finish(timeout=self.INIT_DELAY + self.START_TIMEOUT + 20)
+                deadline = time.monotonic() + self.CROWD_WAIT
+                while crowd.peak < connections * 9 // 10 and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                in_place = time.monotonic() - job.started
+                open(go, "w").close()
+                t_go = time.monotonic()
+                rc, _ = job.finish(timeout=self.CROWD_WAIT + self.START_TIMEOUT + 20)
+                took = time.monotonic() - t_go
                 peak, replaced = crowd.peak, crowd.replaced
             text = job.text()
-            print("store flood: %d connections held (peak %d, %d replaced after the store closed them), "
-                  "job finished in %.1f s, exit %d" % (connections, peak, replaced, took, rc))
+            print("store flood: %d connections held (peak %d, %d replaced after the store closed them; in place "
+                  "%.1f s after the start), job finished %.1f s after the workers went, exit %d" %
+                  (connections, peak, replaced, in_place, took, rc))
             self.assertEqual(rc, 0, text)
             self.assertGreaterEqual(peak, connections * 9 // 10, "the crowd was not in place\n" + text)
-            # init within --start-timeout: the job (which waits INIT_DELAY, then
-            # inits, then runs a few collectives) ends well before the limit.
-            self.assertLess(took, self.INIT_DELAY + self.START_TIMEOUT, text)
+            # init within --start-timeout: the job (which inits once the
+            # crowd is in place, then runs a few collectives) ends well before.
+            self.assertLess(took, self.START_TIMEOUT, text)
             self.assertNotIn("Too many open files", text)
             outs = [l for _, l in job.out]
             self.assertEqual(sum("ops ok" in l for l in outs), 2, text)
