@@ -2,7 +2,8 @@
 """Elastic-mode recovery benchmarks (issue 5 targets), printed as tables.
 
     python3 scripts/bench_elastic.py [--build build] [--repeat 5] [--big 64]
-                                     [--commit-every 20] [--soak CYCLES] [--python]
+                                     [--commit-every 20] [--soak CYCLES]
+                                     [--soak-python CYCLES] [--python]
 
 Runs real hvdrun elastic jobs on this host with the bundled
 apps/examples/elastic_trainer (1024-parameter model, one int64 allreduce
@@ -30,7 +31,9 @@ measures, from the moment of the event, when workers print steps again:
            trained twice (a rollback redoes up to N-1; a drain none)
   soak     (--soak CYCLES) one job shrunk 2 -> 1 and grown back CYCLES
            times: hvdrun's RSS, threads and descriptors, and the store's
-           key count (its store_pruned events), at five points
+           key count (its store_pruned events); the surviving worker w1's
+           RSS, threads, descriptors and memory mappings; at five points
+           (--soak-python CYCLES: the same with elastic_mnist.py)
   python   (--python) the same kill -9 with examples/python/elastic_mnist.py
            (PyTorch, commit every step): resume = the survivor's first step
            at size 1, back2 = a new process stepping at size 2
@@ -222,36 +225,53 @@ def bench_scaledown(a, step_ms, drain, commit_every=1):
 
 
 def proc_stats(pid):
-    """hvdrun's resident memory (KiB), threads and open descriptors."""
+    """A process's resident memory (KiB), threads, open descriptors and
+    memory mappings (shared-memory rings are memfd mappings)."""
     with open("/proc/%d/status" % pid) as f:
         status = f.read()
     rss = int(status.split("VmRSS:")[1].split()[0])
-    return rss, len(os.listdir("/proc/%d/task" % pid)), len(os.listdir("/proc/%d/fd" % pid))
+    with open("/proc/%d/maps" % pid) as f:
+        maps = sum(1 for _ in f)
+    return rss, len(os.listdir("/proc/%d/task" % pid)), len(os.listdir("/proc/%d/fd" % pid)), maps
 
 
-def bench_soak(a, cycles, step_ms):
+def bench_soak(a, cycles, step_ms, python=False):
     """One job shrunk 2 -> 1 and grown back `cycles` times; hvdrun's RSS,
-    threads, descriptors and store keys (its store_pruned events) at five
-    points. Returns table rows."""
+    threads, descriptors and store keys (its store_pruned events), and the
+    same for the worker that survives every cycle (w1, re-formed twice per
+    cycle), at five points. Returns table rows."""
     events = tempfile.mktemp(prefix="hvd-bench-soak-", suffix=".jsonl")
-    j = Job(a.hvdrun, a.trainer, "localhost:2\n", ["-np", "2", "--min-np", "1", "--events-file", events], step_ms,
-            0.1)
+    args = ["-np", "2", "--min-np", "1", "--events-file", events]
+    if python:  # elastic_mnist.py: (t, prefix, batch, size, rank, pid) per commit
+        cmd = ["env", "PYTHONPATH=" + os.path.join(a.build, "python"), "/usr/bin/python3", a.mnist, "--epochs",
+               "1000000", "--commit-every", "1", "--step-sleep", "%g" % (step_ms / 1000.0)]
+        j = Job(a.hvdrun, cmd, "localhost:2\n", args, 0, 0.1, PY_STEP_RE)
+    else:
+        j = Job(a.hvdrun, a.trainer, "localhost:2\n", args, step_ms, 0.1)
     rows = []
     try:
-        j.wait(lambda: len({s[1] for s in j.steps if s[2] >= 10}) == 2, 30, "2 workers at step 10")
+        j.wait(lambda: len({s[1] for s in j.steps if s[2] >= 10}) == 2, 60, "2 workers at step 10")
+        w1 = j.worker_pid("w1")
         checkpoints = sorted({0, cycles // 4, cycles // 2, 3 * cycles // 4, cycles})
         t_start = time.monotonic()
         for c in range(cycles + 1):
             if c in checkpoints:
                 time.sleep(0.3)  # the last store_pruned event is written
-                rss, threads, fds = proc_stats(j.proc.pid)
+                rss, threads, fds, _ = proc_stats(j.proc.pid)
+                w_rss, w_threads, w_fds, w_maps = proc_stats(w1)
                 keys = None
                 with open(events) as f:
                     for line in f:
                         if '"store_pruned"' in line:
                             keys = json.loads(line)["keys"]
-                rows.append([str(c), str(j.version()), str(rss), str(threads), str(fds),
-                             "-" if keys is None else str(keys), "%.0f" % (time.monotonic() - t_start)])
+                world = "-"
+                with open(events) as f:
+                    for line in f:
+                        if '"event":"world"' in line.replace(" ", ""):
+                            world = str(json.loads(line)["world"]["version"])
+                rows.append([str(c), world, str(rss), str(threads), str(fds),
+                             "-" if keys is None else str(keys), str(w_rss), str(w_threads), str(w_fds), str(w_maps),
+                             "%.0f" % (time.monotonic() - t_start)])
             if c == cycles:
                 break
             for hosts, size in (("localhost:1\n", 1), ("localhost:2\n", 2)):
@@ -259,8 +279,12 @@ def bench_soak(a, cycles, step_ms):
                     v0 = j.version()
                 t0 = time.monotonic()
                 j.set_hosts(hosts)
-                j.wait(lambda: [x for x in j.steps if x[0] > t0 and x[5] > v0 and x[3] == size
-                                and (size == 1 or x[1] != 1)], 60, "size %d again (cycle %d)" % (size, c))
+                if python:  # size 1: any line at size 1; size 2: the new process's
+                    j.wait(lambda: [x for x in j.steps if x[0] > t0 and x[3] == size and (size == 1 or x[5] != w1)],
+                           60, "size %d again (cycle %d)" % (size, c))
+                else:
+                    j.wait(lambda: [x for x in j.steps if x[0] > t0 and x[5] > v0 and x[3] == size
+                                    and (size == 1 or x[1] != 1)], 60, "size %d again (cycle %d)" % (size, c))
     finally:
         j.stop()
         if os.path.exists(events):
@@ -345,6 +369,8 @@ def main():
                    help="the scale-down cases again with a commit every this many steps (0: skip)")
     p.add_argument("--soak", type=int, default=0, metavar="CYCLES",
                    help="also shrink 2 -> 1 and grow back CYCLES times in one job, showing hvdrun's memory")
+    p.add_argument("--soak-python", type=int, default=0, metavar="CYCLES",
+                   help="the same soak with examples/python/elastic_mnist.py (PyTorch) as the worker")
     a = p.parse_args()
     a.hvdrun = os.path.join(a.build, "apps", "hvdrun", "hvdrun")
     a.trainer = os.path.join(a.build, "apps", "examples", "elastic_trainer")
@@ -404,7 +430,13 @@ def main():
               ["case", "median ms", "min", "max", "steps redone (median)", "max"], rows)
     if a.soak:
         table("soak: one job shrunk 2 -> 1 and grown back %d times (hvdrun's process)" % a.soak,
-              ["cycles", "world", "RSS KiB", "threads", "fds", "store keys", "s"], bench_soak(a, a.soak, a.step_ms))
+              ["cycles", "world", "hvdrun RSS KiB", "threads", "fds", "store keys", "w1 RSS KiB", "w1 threads",
+               "w1 fds", "w1 maps", "s"], bench_soak(a, a.soak, a.step_ms))
+    if a.soak_python:
+        table("soak, PyTorch worker (elastic_mnist.py, commit every step): shrunk 2 -> 1 and grown back %d times"
+              % a.soak_python,
+              ["cycles", "world", "hvdrun RSS KiB", "threads", "fds", "store keys", "w1 RSS KiB", "w1 threads",
+               "w1 fds", "w1 maps", "s"], bench_soak(a, a.soak_python, a.step_ms, python=True))
 
 
 if __name__ == "__main__":
