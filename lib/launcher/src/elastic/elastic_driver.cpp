@@ -606,6 +606,7 @@ struct ElasticDriver::Impl {
     ElasticAction a = action(ElasticAction::Kind::Publish);
     a.world = world;
     emit(std::move(a));
+    forget_departed();
   }
 
   /// Workers drain but no world could be published without them (fewer
@@ -662,6 +663,27 @@ struct ElasticDriver::Impl {
                      wait.count() == 0 ? std::string("now")
                                        : fmt::format("in {} ({} quick failures in a row)", seconds_text(wait),
                                                      quick_failures)));
+  }
+
+  /// Drops what is kept of exited workers that no rule can ask about any
+  /// more (not in the newest world, not the job's first failure), so that
+  /// a job re-forming for a week keeps a driver of constant size; their
+  /// names in later messages fall back to their ids.
+  void forget_departed() {
+    auto needed = [&](const std::string& id) {
+      return find(id) || world.find(id) || id == first_failure ||
+             std::find(world.draining.begin(), world.draining.end(), id) != world.draining.end() ||
+             std::find(finishing_members.begin(), finishing_members.end(), id) != finishing_members.end();
+    };
+    for (auto it = exited.begin(); it != exited.end();) {
+      if (needed(it->first)) {
+        ++it;
+        continue;
+      }
+      placement.erase(it->first);
+      joined_ids.erase(it->first);
+      it = exited.erase(it);
+    }
   }
 
   /// World `version` with these members formed: they all joined, and no
@@ -1115,6 +1137,10 @@ int ElasticDriver::resets() const { return impl_->resets; }
 
 bool ElasticDriver::is_blacklisted(const std::string& host, ElasticTime now) const {
   return impl_->blacklisted(host, now);
+}
+
+std::size_t ElasticDriver::history_size() const {
+  return impl_->placement.size() + impl_->exited.size() + impl_->joined_ids.size();
 }
 
 uint64_t ElasticDriver::oldest_world_in_use() const {

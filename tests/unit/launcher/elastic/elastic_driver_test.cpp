@@ -534,6 +534,30 @@ TEST_CASE("elastic driver: the oldest world in use follows the slowest live work
   REQUIRE(h.d.oldest_world_in_use() == 6);
 }
 
+TEST_CASE("elastic driver: what is kept of exited workers stays bounded over many re-formations") {
+  Harness h(base_policy());
+  form(h, {{"a", 2}});
+  h.formed(1);
+  const std::size_t at_start = h.d.history_size();
+  std::string victim = "w2";
+  for (int cycle = 0; cycle < 200; ++cycle) {
+    auto a = h.exit(victim, 1);  // crashes; its slot restarts
+    REQUIRE(ids(a, Kind::Spawn).size() == 1);
+    const std::string next = ids(a, Kind::Spawn)[0];
+    h.ready_all();
+    h.formed(h.d.current_world().version);
+    REQUIRE(members(h.d.current_world()) == Strings{"w1", next});
+    victim = next;
+    h.advance(61s);  // outside the failure window: no blacklisting
+  }
+  // The first failure and the newest world's members are kept, nothing more.
+  REQUIRE(h.d.history_size() <= at_start + 3);
+  // The job still ends by its rules.
+  REQUIRE(of(h.exit("w1", 0), Kind::Finish).empty());
+  const ElasticAction f = finish_of(h.exit(victim, 0));
+  REQUIRE(f.code == 0);
+}
+
 TEST_CASE("elastic driver: a drain below --min-np publishes a world that holds, then the next full one") {
   auto p = base_policy();
   p.min_np = 2;

@@ -226,6 +226,11 @@ class ElasticDriver {
   bool is_blacklisted(const std::string& host, ElasticTime now) const;
   /// Workers started and not yet exited.
   std::vector<std::string> live_workers() const;
+  /// Entries kept about workers (live or exited: their place, exit, and
+  /// whether they trained). What is kept of an exited worker is dropped at
+  /// the next publication once no rule can need it (not in the newest
+  /// world, not the first failure), so this stays bounded over re-formations.
+  std::size_t history_size() const;
 
  private:
   struct Impl;
