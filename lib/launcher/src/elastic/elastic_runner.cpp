@@ -704,7 +704,7 @@ class ElasticRunner::Impl {
       retired_.pop_front();
       lock.unlock();
       if (b->launcher.joinable()) b->launcher.join();
-      b->spawner->shutdown();
+      if (b->spawner) b->spawner->shutdown();
       b.reset();
       lock.lock();
     }
