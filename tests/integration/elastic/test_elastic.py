@@ -436,6 +436,38 @@ class Elastic(unittest.TestCase):
         self.assertIn({"event": "worker_start", "worker": "w3", "host": "localhost", "slot": 1},
                       [{k: v for k, v in e.items() if k != "time"} for e in ev])
 
+    def test_kill9_between_rare_commits_redoes_the_steps_since_the_commit(self):
+        # A loop that commits every 20 steps (HVD_TRAINER_COMMIT_EVERY): a
+        # kill -9 between two commits sends the survivor back to the last
+        # one, so it trains those steps again -- more than the one step the
+        # other tests' every-step commits leave to redo -- and still ends
+        # with the undisturbed checksum.
+        steps, every = 200, 20
+        j = self.job("localhost:2\n", ["-np", "2", "--min-np", "1"], steps=steps, step_ms=20,
+                     extra_env={"HVD_TRAINER_COMMIT_EVERY": str(every)})
+        # Between two commits, 15 steps (300 ms) before the next one.
+        j.wait_for(lambda: [s for s in j.steps() if s["worker"] == 1 and s["step"] >= every and s["step"] % every == 5],
+                   30, "worker 1 five steps past a commit")
+        pid = worker_pid(j.token, "w2")
+        self.assertIsNotNone(pid)
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        j.wait_for(lambda: [s for s in j.steps() if s["t"] > killed_at and s["worker"] == 1 and s["size"] == 1] or
+                   [s for s in j.steps() if s["t"] > killed_at and s["worker"] >= 3], 20, "the survivor re-formed")
+        res = j.finish()
+        self.assert_success(j, steps, res)
+        w1 = [s for s in j.steps() if s["worker"] == 1]
+        before = [s["step"] for s in w1 if s["t"] <= killed_at]
+        after = [s for s in w1 if s["t"] > killed_at]
+        last_before = max(before)
+        # The first step after the restore is the one after the last commit.
+        resumed = next(s["step"] for s in after if s["version"] > 1)
+        self.assertEqual((resumed - 1) % every, 0, "resumed at %d, not just after a commit" % resumed)
+        self.assertLess(resumed, last_before, "the survivor redid nothing: resumed at %d, had reached %d"
+                        % (resumed, last_before))
+        self.assertGreaterEqual(resumed, last_before - every, (resumed, last_before))
+        self.assertRegex(res[2], r"\[0\]<stderr>:.*restoring commit \d+ and re-forming")
+
     def test_newcomer_admitted_after_last_commit_job_succeeds(self):
         # The end-of-job race: worker 1 has committed its last step and is
         # still saving (HVD_TRAINER_END_MS) when discovery offers a second
