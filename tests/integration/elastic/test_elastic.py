@@ -285,6 +285,33 @@ class Elastic(unittest.TestCase):
         first2 = min(s["step"] for s in j.steps() if s["size"] == 2)
         self.assertEqual(max(s["step"] for s in w3), first2 - 1)
 
+    def test_scale_down_drains_to_the_next_rare_commit(self):
+        # Commits every 20 steps: the dropped worker trains on at size 3
+        # until the next commit (not just one step), leaves exactly there,
+        # and the survivors continue from the step after it -- no step
+        # trained twice, the undisturbed checksum.
+        every = 20
+        j = self.job("localhost:3\n", ["-np", "3", "--min-np", "2", "--verbose"], steps=100, step_ms=20,
+                     extra_env={"HVD_TRAINER_COMMIT_EVERY": str(every)})
+        j.wait_for(lambda: [s for s in j.steps() if s["size"] == 3 and s["step"] >= every and s["step"] % every == 3],
+                   30, "three steps past a commit at size 3")
+        dropped_at = time.monotonic()
+        j.set_hosts("localhost:2\n")
+        j.wait_for_step(2)
+        res = j.finish()
+        self.assert_success(j, 100, res)
+        self.assertIn("w3 on localhost slot 2 left the job (drained)", res[2])
+        self.assertNotIn("restoring commit", res[2])
+        w3_last = max(s["step"] for s in j.steps() if s["worker"] == 3)
+        first2 = min(s["step"] for s in j.steps() if s["size"] == 2)
+        self.assertEqual(w3_last % every, 0, "w3 left at step %d, not at a commit" % w3_last)
+        self.assertEqual(first2, w3_last + 1)
+        # It trained on after the host was dropped, at size 3.
+        self.assertTrue([s for s in j.steps() if s["worker"] == 3 and s["t"] > dropped_at], "w3 stopped at once")
+        for worker in (1, 2):
+            mine = [s["step"] for s in j.steps() if s["worker"] == worker]
+            self.assertEqual(mine, sorted(set(mine)), "worker %d trained a step twice" % worker)
+
     def test_scale_down_without_drain(self):
         # --elastic-drain-timeout 0: the dropped worker is stopped at once
         # (SIGTERM) and the survivors go back to their last commit.
