@@ -114,8 +114,8 @@ struct ElasticDriver::Impl {
     /// world does not wait for it.
     bool retry = false;
     /// The oldest world whose keys it may still read or write: the newest
-    /// world listing it that formed, else the first world that listed it;
-    /// 0 while no world has (oldest_world_in_use).
+    /// world listing it whose barrier completed, else the first world that
+    /// listed it; 0 while no world has (oldest_world_in_use).
     uint64_t oldest_world = 0;
   };
   struct Exited {
@@ -559,7 +559,7 @@ struct ElasticDriver::Impl {
     std::vector<std::string> member_ids;
     for (const auto& m : next.members) member_ids.push_back(m.worker_id);
     if (next.size() == 1) {
-      formed(next.version, member_ids);  // no barrier to wait for
+      formed(next.version, member_ids, /*arrived=*/false);  // no barrier to wait for
     } else {
       unformed[next.version] = std::move(member_ids);
     }
@@ -687,12 +687,15 @@ struct ElasticDriver::Impl {
   }
 
   /// World `version` with these members formed: they all joined, and no
-  /// older world can matter any more.
-  void formed(uint64_t version, const std::vector<std::string>& member_ids) {
+  /// older world can matter any more. `arrived`: its barrier completed, so
+  /// its members have left every older world; a world of one member (no
+  /// barrier, formed when published) says nothing of where its member is --
+  /// it may still be cancelling an older world's barrier, writing there.
+  void formed(uint64_t version, const std::vector<std::string>& member_ids, bool arrived = true) {
     joined_ids.insert(member_ids.begin(), member_ids.end());
     for (const auto& id : member_ids) {
       Worker* w = find(id);
-      if (w) w->oldest_world = std::max(w->oldest_world, version);
+      if (w && arrived) w->oldest_world = std::max(w->oldest_world, version);
     }
     any_formed = true;
     unformed.erase(unformed.begin(), unformed.upper_bound(version));

@@ -210,11 +210,12 @@ class ElasticDriver {
   /// The oldest published world a live worker may still use: the keys of
   /// every older world (world_key, comm_prefix) can be erased. For each
   /// live worker, the newest world listing it that was reported formed
-  /// (it arrived there, so it reads no older one), else the first world
-  /// that listed it (it may still be forming that one, or be about to see
-  /// that a later one superseded it); workers no world listed yet read only
-  /// the newest. The newest world's version when no live worker holds an
-  /// older one; 0 before the first.
+  /// (its barrier completed: it arrived there, so it reads and writes no
+  /// older one; a world of one member has no barrier and does not count),
+  /// else the first world that listed it (it may still be forming that
+  /// one, or be about to see that a later one superseded it); workers no
+  /// world listed yet read only the newest. The newest world's version when
+  /// no live worker holds an older one; 0 before the first.
   uint64_t oldest_world_in_use() const;
   /// True once a Finish action has been produced and every started worker
   /// has exited (the runner may stop then).
