@@ -191,6 +191,12 @@ class ElasticJob:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def read_events(path):
+    """The objects of an --events-file, in order."""
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
 class Elastic(unittest.TestCase):
     def setUp(self):
         self.jobs = []
@@ -208,6 +214,12 @@ class Elastic(unittest.TestCase):
         j = ElasticJob(*a, **kw)
         self.jobs.append(j)
         return j
+
+    def events_path(self):
+        """A path for --events-file in a directory removed after the test."""
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
+        return os.path.join(d, "events.jsonl")
 
     def assert_success(self, j, steps, code_out_err):
         code, out, err = code_out_err
@@ -353,9 +365,7 @@ class Elastic(unittest.TestCase):
         # a commit in time. hvdrun stops it and tells the others
         # (elastic/drain-failed/w3), who go back to their last commit; the
         # result is still the undisturbed run's.
-        d = tempfile.mkdtemp()
-        self.addCleanup(shutil.rmtree, d, True)
-        events = os.path.join(d, "events.jsonl")
+        events = self.events_path()
         j = self.job("localhost:3\n", ["-np", "3", "--min-np", "2", "--verbose", "--elastic-drain-timeout", "1",
                                         "--events-file", events], steps=5, step_ms=2500)
         j.wait_for_step(3, 1)
@@ -365,8 +375,7 @@ class Elastic(unittest.TestCase):
         self.assertIn("w3 on localhost slot 2 did not leave within --elastic-drain-timeout 1 s", res[2])
         self.assertIn("restoring commit", res[2])
         self.assertNotIn("(drained)", res[2])
-        with open(events) as f:
-            ev = [json.loads(line) for line in f]
+        ev = read_events(events)
         worlds = [e["world"] for e in ev if e["event"] == "world"]
         self.assertEqual(worlds[1]["draining"], ["w3"])
         failed = [e for e in ev if e["event"] == "drain_failed"]
@@ -380,9 +389,7 @@ class Elastic(unittest.TestCase):
         # "did not form"), hvdrun's descriptors stay flat, and the result is
         # the undisturbed run's.
         steps = 600
-        d = tempfile.mkdtemp()
-        self.addCleanup(shutil.rmtree, d, True)
-        events = os.path.join(d, "events.jsonl")
+        events = self.events_path()
         j = self.job("localhost:2\n", ["-np", "2", "--min-np", "1", "--max-np", "2", "--events-file", events],
                      steps=steps, step_ms=15)
         j.wait_for_step(2, 3)
@@ -402,8 +409,7 @@ class Elastic(unittest.TestCase):
         self.assertLess(time.monotonic() - started, 70)
         # The store does not grow with re-formations: hvdrun erases the keys
         # of worlds no live worker uses (and of departed workers).
-        with open(events) as f:
-            ev = [json.loads(line) for line in f]
+        ev = read_events(events)
         worlds = [e["world"]["version"] for e in ev if e["event"] == "world"]
         pruned = [e for e in ev if e["event"] == "store_pruned"]
         print("store after each pruning:", [(e["worlds_below"], e["keys"]) for e in pruned])
@@ -419,9 +425,7 @@ class Elastic(unittest.TestCase):
         # main thread is blocked in one. The step sleep is short, not 0: the
         # survivor trains alone at size 1 (no collective cost) until the
         # restarted slot joins, and must not finish all steps before that.
-        d = tempfile.mkdtemp()
-        self.addCleanup(shutil.rmtree, d, True)
-        events = os.path.join(d, "events.jsonl")
+        events = self.events_path()
         steps = 300
         j = self.job("localhost:2\n", ["-np", "2", "--min-np", "1", "--events-file", events], steps=steps,
                      step_ms=10, extra_env={"HVD_TRAINER_BALLAST_KB": "8192"})
@@ -449,8 +453,7 @@ class Elastic(unittest.TestCase):
         after = [s["step"] for s in j.steps() if s["t"] > killed_at]
         self.assertGreaterEqual(min(after), before["step"])
         # --events-file tells the same story in JSON
-        with open(events) as f:
-            ev = [json.loads(line) for line in f]
+        ev = read_events(events)
         kinds = [e["event"] for e in ev]
         self.assertEqual((kinds[0], kinds[-1], ev[-1]["code"]), ("job_start", "job_end", 0))
         w2_exit = [e for e in ev if e["event"] == "worker_exit" and e["worker"] == "w2"]
