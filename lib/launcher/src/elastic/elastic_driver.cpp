@@ -686,6 +686,40 @@ struct ElasticDriver::Impl {
     }
   }
 
+  /// Drops what is kept about hosts discovery no longer lists, where
+  /// forgetting it changes no later decision, so that a job whose hosts
+  /// come and go under fresh names (a Deployment's pods) keeps a bounded
+  /// record. Health: no worker runs there, the host was never blacklisted
+  /// (a blacklisting lasts, and doubles the next cooldown, when the name
+  /// comes back), no back-off after a loss is pending (a host listed again
+  /// within it is reported back), and its failures are older than the
+  /// failure window or it was lost (listing it again forgets a lost host's
+  /// failures anyway). The
+  /// incarnation: no worker runs there and no health record is left (a new
+  /// incarnation would only stop workers there and forget that record).
+  void forget_absent_hosts(ElasticTime now) {
+    std::set<std::string> busy;
+    for (const auto& [s, w] : live) busy.insert(w.host);
+    auto absent = [&](const std::string& host) { return !listed(host) && !busy.count(host); };
+    for (auto it = health.begin(); it != health.end();) {
+      const Health& h = it->second;
+      const bool aged = h.failures.empty() || h.failures.back() + policy.failure_window < now;
+      const bool backing_off = h.retry_at && *h.retry_at > now;
+      if (absent(it->first) && !h.blacklisted && h.times_blacklisted == 0 && !backing_off && (aged || h.losses > 0)) {
+        it = health.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto it = incarnations.begin(); it != incarnations.end();) {
+      if (absent(it->first) && !health.count(it->first)) {
+        it = incarnations.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
   /// World `version` with these members formed: they all joined, and no
   /// older world can matter any more. `arrived`: its barrier completed, so
   /// its members have left every older world; a world of one member (no
@@ -897,6 +931,7 @@ void ElasticDriver::on_discovery(const DiscoveryResult& result, ElasticTime now)
   }
   d.have_hosts = true;
   d.hosts = result.hosts;
+  d.forget_absent_hosts(now);
   d.reconcile(now);
 }
 
@@ -1145,6 +1180,8 @@ bool ElasticDriver::is_blacklisted(const std::string& host, ElasticTime now) con
 std::size_t ElasticDriver::history_size() const {
   return impl_->placement.size() + impl_->exited.size() + impl_->joined_ids.size();
 }
+
+std::size_t ElasticDriver::host_records() const { return impl_->health.size() + impl_->incarnations.size(); }
 
 uint64_t ElasticDriver::oldest_world_in_use() const {
   const Impl& d = *impl_;

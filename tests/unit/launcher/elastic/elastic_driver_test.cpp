@@ -558,6 +558,85 @@ TEST_CASE("elastic driver: what is kept of exited workers stays bounded over man
   REQUIRE(f.code == 0);
 }
 
+TEST_CASE("elastic driver: what is kept of hosts discovery no longer lists stays bounded") {
+  auto p = base_policy();
+  p.blacklist_failures = 2;
+  Harness h(p);
+  // Pods under fresh names (a Deployment): each one's worker crashes once,
+  // then the pod is replaced by another.
+  auto pods = [](const std::string& pod) {
+    return std::vector<std::tuple<std::string, int, std::string>>{{"a", 1, "uid-a"}, {pod, 1, "uid-" + pod}};
+  };
+  auto on = [&](const std::string& host) {
+    Strings out;
+    for (const auto& [slot, id] : h.occupied) {
+      if (slot.first == host) out.push_back(id);
+    }
+    return out;
+  };
+  h.discover_pods(pods("p0"));
+  h.ready_all();
+  h.formed(h.d.current_world().version);
+  const std::size_t at_start = h.d.host_records();  // a's and p0's incarnations
+  REQUIRE(at_start == 2);
+  for (int i = 0; i < 200; ++i) {
+    const std::string pod = "p" + std::to_string(i);
+    REQUIRE(on(pod).size() == 1);
+    REQUIRE(ids(h.exit(on(pod)[0], 1), Kind::Spawn).size() == 1);  // restarted there
+    h.discover_pods(pods("p" + std::to_string(i + 1)));
+    for (const auto& id : on(pod)) h.exit(id, 143);  // stopped with its pod
+    h.ready_all();
+    h.advance(50ms);
+    h.formed(h.d.current_world().version);
+    REQUIRE(h.d.current_world().size() == 2);
+    h.advance(61s);  // the failure leaves the window
+  }
+  // a and p200, and p199 (its worker was still there at the last look).
+  REQUIRE(h.d.host_records() <= at_start + 2);
+
+  SECTION("a host that leaves within the failure window keeps its failures") {
+    REQUIRE(on("p200").size() == 1);
+    h.exit(on("p200")[0], 1);  // one failure of two
+    h.discover_pods({{"a", 1, "uid-a"}});
+    for (const auto& id : on("p200")) h.exit(id, 143);
+    h.discover_pods({{"a", 1, "uid-a"}});  // gone, and no worker there
+    h.advance(10s);
+    auto a = h.discover_pods(pods("p200"));  // the same pod is listed again
+    REQUIRE(ids(a, Kind::Spawn).size() == 1);
+    h.ready_all();
+    a = h.exit(on("p200")[0], 1);
+    REQUIRE(has_message(a, Kind::Warn, "host p200 blacklisted until the end of the job after 2 failures"));
+    // A blacklisted host is remembered after it leaves, and stays out.
+    h.discover_pods({{"a", 1, "uid-a"}});
+    h.advance(61s);
+    h.discover_pods({{"a", 1, "uid-a"}});
+    REQUIRE(h.d.is_blacklisted("p200", h.now));
+    REQUIRE(of(h.discover_pods(pods("p200")), Kind::Spawn).empty());
+  }
+  SECTION("a host whose failures left the window is forgotten once gone, and comes back fresh") {
+    h.exit(on("p200")[0], 1);
+    h.discover_pods({{"a", 1, "uid-a"}});
+    for (const auto& id : on("p200")) h.exit(id, 143);
+    h.advance(61s);
+    h.discover_pods({{"a", 1, "uid-a"}});
+    REQUIRE(h.d.host_records() == 1);  // a's incarnation only
+    h.discover_pods(pods("p200"));
+    h.ready_all();
+    auto a = h.exit(on("p200")[0], 1);  // one failure of two again
+    REQUIRE_FALSE(has_message(a, Kind::Warn, "blacklisted"));
+    REQUIRE_FALSE(h.d.is_blacklisted("p200", h.now));
+  }
+  SECTION("a lost host that never comes back is forgotten once its back-off is over") {
+    auto a = h.exit(on("p200")[0], 255, "connection to p200 closed by remote host");
+    REQUIRE(has_message(a, Kind::Warn, "restarting the slot in"));
+    h.discover_pods({{"a", 1, "uid-a"}});
+    REQUIRE(h.d.host_records() >= 3);  // p200's back-off is pending: a return is reported
+    h.advance(31s);
+    h.discover_pods({{"a", 1, "uid-a"}});
+    REQUIRE(h.d.host_records() == 1);
+  }
+}
+
 TEST_CASE("elastic driver: a drain below --min-np publishes a world that holds, then the next full one") {
   auto p = base_policy();
   p.min_np = 2;

@@ -232,6 +232,12 @@ class ElasticDriver {
   /// the next publication once no rule can need it (not in the newest
   /// world, not the first failure), so this stays bounded over re-formations.
   std::size_t history_size() const;
+  /// Entries kept about hosts (health: failures, losses, blacklisting; the
+  /// last incarnation discovery reported). A host discovery no longer lists
+  /// loses its entries once forgetting them changes nothing (no worker
+  /// there, never blacklisted, failures out of the window); a blacklisted
+  /// host's entry stays for the rest of the job, as its blacklisting does.
+  std::size_t host_records() const;
 
  private:
   struct Impl;
