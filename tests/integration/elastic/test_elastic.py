@@ -324,6 +324,34 @@ class Elastic(unittest.TestCase):
             mine = [s["step"] for s in j.steps() if s["worker"] == worker]
             self.assertEqual(mine, sorted(set(mine)), "worker %d trained a step twice" % worker)
 
+    def test_every_trained_host_replaced_at_once_keeps_the_progress(self):
+        # Discovery swaps localhost for 127.0.0.1 in one step (a node pool
+        # replaced): no worker that stays has trained. w1 keeps training as
+        # a member until the newcomers formed a world with it (they sync its
+        # state), then drains; training goes on from where it was instead of
+        # starting over from the newcomers' initial state.
+        steps = 300
+        j = self.job("localhost:2\n", ["-np", "2", "--min-np", "1"], steps=steps, step_ms=10)
+        before = j.wait_for(lambda: [s for s in j.steps() if s["step"] >= 60], 30, "step 60")
+        j.set_hosts("127.0.0.1:2\n")
+        res = j.finish()
+        self.assert_success(j, steps, res)
+        self.assertIn("w1 on localhost slot 0 keeps training although host localhost no longer listed", res[2])
+        self.assertIn("w1 on localhost slot 0 handed the job's state over to the workers that stay", res[2])
+        self.assertRegex(res[2], r"w1 on localhost slot 0 left the job \(drained\)")
+        ss = j.steps()
+        newcomers = [s for s in ss if s["worker"] >= 3]
+        self.assertTrue(newcomers)
+        # Their first world is w1's (the handover), and it starts at most one
+        # step below what w1 and w2 had reached before it.
+        first = min(s["version"] for s in newcomers)
+        self.assertIn(1, {s["worker"] for s in ss if s["version"] == first})
+        reached = max(s["step"] for s in ss if s["worker"] in (1, 2) and s["version"] < first)
+        self.assertGreaterEqual(reached, before[0]["step"])
+        self.assertGreaterEqual(min(s["step"] for s in newcomers), reached - 1, "the newcomers started over")
+        # The last steps are the newcomers' alone.
+        self.assertEqual({s["worker"] for s in ss if s["step"] == steps}, {3, 4})
+
     def test_scale_down_without_drain(self):
         # --elastic-drain-timeout 0: the dropped worker is stopped at once
         # (SIGTERM) and the survivors go back to their last commit.

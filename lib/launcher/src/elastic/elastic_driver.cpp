@@ -54,6 +54,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <limits>
 
 namespace hvd::launcher {
 
@@ -106,6 +107,11 @@ struct ElasticDriver::Impl {
     /// commit, where it leaves. Its exit is expected and not a failure.
     bool draining = false;
     ElasticTime drain_until{};
+    /// Its host was dropped, but it is the last worker holding the trained
+    /// state that is not leaving: it stays a member until a world with a
+    /// newcomer has formed (the newcomer synced the state), then drains.
+    bool keeper = false;
+    ElasticTime keeper_until{};
     /// It wrote left_key: it knows it is out of the job.
     bool left = false;
     /// Out of the job's worlds: being stopped or draining.
@@ -392,15 +398,35 @@ struct ElasticDriver::Impl {
   /// updates the elastic-timeout clock. Called after every event.
   void reconcile(ElasticTime now) {
     if (!active()) return;
-    // Hosts gone or shrunk: drain or stop their (excess) workers.
+    // Hosts gone or shrunk: drain or stop their (excess) workers, but keep
+    // one that holds the trained state when nobody staying does.
+    std::vector<std::pair<Worker*, std::string>> gone;
     for (auto& [s, w] : live) {
       if (w.leaving()) continue;
       const HostSpec* h = listed(w.host);
       if (!h) {
-        remove(w, fmt::format("host {} no longer listed by discovery", w.host), now);
+        gone.emplace_back(&w, fmt::format("host {} no longer listed by discovery", w.host));
       } else if (w.slot >= h->slots) {
-        remove(w, fmt::format("host {} now offers {}", w.host, plural(h->slots, "slot")), now);
+        gone.emplace_back(&w, fmt::format("host {} now offers {}", w.host, plural(h->slots, "slot")));
+      } else if (w.keeper) {
+        w.keeper = false;  // its host is back: an ordinary member again
+        log(fmt::format("{}: its host is listed again; it stays", on_host(w)));
       }
+    }
+    const Worker* keeper = choose_keeper(gone, now);
+    for (auto& [w, why] : gone) {
+      if (w == keeper) continue;
+      if (w->keeper) {
+        w->keeper = false;
+        if (w->keeper_until <= now) {
+          warn(fmt::format("{} kept the job's trained state for --elastic-drain-timeout {} after its host's removal "
+                           "and no newcomer took it over; it leaves now, and the workers after it start from their own initial state",
+                           on_host(*w), seconds_text(policy.drain_timeout)));
+        } else {
+          log(fmt::format("{} handed the job's state over to the workers that stay; it leaves", on_host(*w)));
+        }
+      }
+      remove(*w, std::move(why), now);
     }
     if (!started) {
       int free = usable_free_slots(now);
@@ -423,6 +449,45 @@ struct ElasticDriver::Impl {
     publish_hold_if_draining(now);
     update_below_min(now);
     end_if_nothing_can_run(now);
+  }
+
+  /// Workers whose host was dropped (`gone`) normally drain or stop. When
+  /// none of the workers that stay has trained (joined a formed world) but
+  /// one of the dropped ones has, the job's committed state lives only in
+  /// dropped workers: letting them all go would start the next world from
+  /// the newcomers' initial state. One of them -- the keeper, the one with
+  /// the lowest rank in the current world -- then stays a member until a
+  /// world with a newcomer has formed (State::sync gives the newcomers the
+  /// state of the member with the most commits), or for at most
+  /// --elastic-drain-timeout; then it drains as the others did. Returns the
+  /// keeper, or nullptr.
+  Worker* choose_keeper(const std::vector<std::pair<Worker*, std::string>>& gone, ElasticTime now) {
+    if (gone.empty() || policy.drain_timeout.count() == 0) return nullptr;
+    auto is_gone = [&](const Worker& w) {
+      return std::any_of(gone.begin(), gone.end(), [&](const auto& g) { return g.first == &w; });
+    };
+    for (const auto& [s, w] : live) {
+      if (!w.leaving() && !is_gone(w) && joined_ids.count(w.id)) return nullptr;  // someone staying has it
+    }
+    Worker* best = nullptr;
+    for (const auto& [w, why] : gone) {
+      if (w->keeper) return w->keeper_until > now ? w : nullptr;  // one keeper, once
+    }
+    int best_rank = std::numeric_limits<int>::max();
+    for (const auto& [w, why] : gone) {
+      const se::Member* m = world.find(w->id);
+      if (!m || !joined_ids.count(w->id) || m->rank >= best_rank) continue;
+      best = w;
+      best_rank = m->rank;
+    }
+    if (!best) return nullptr;
+    best->keeper = true;
+    best->keeper_until = now + policy.drain_timeout;
+    pending_reasons.push_back(gone.front().second);
+    log(fmt::format("{} keeps training although {}: no worker staying holds the job's trained state; it stays "
+                    "until a newcomer has it (at most --elastic-drain-timeout {})",
+                    on_host(*best), gone.front().second, seconds_text(policy.drain_timeout)));
+    return best;
   }
 
   /// Horovod's rule: once every host is blacklisted the job fails. Here:
@@ -458,6 +523,13 @@ struct ElasticDriver::Impl {
   void fill(ElasticTime now) {
     const std::size_t first_new = actions.size();
     int count = active_count();
+    // A keeper alone never keeps its successor out (a world of max_np + 1
+    // for one commit interval, with --max-np 1).
+    if (count >= policy.max_np && count == 1 && std::any_of(live.begin(), live.end(), [](const auto& kv) {
+          return kv.second.keeper && !kv.second.leaving();
+        })) {
+      count = policy.max_np - 1;
+    }
     for (const auto& h : hosts) {
       if (count >= policy.max_np) break;
       if (blacklisted(h.name, now) || backing_off(h.name, now)) continue;
@@ -1052,12 +1124,19 @@ void ElasticDriver::on_worker_left(const std::string& worker_id, ElasticTime /*n
   if (Impl::Worker* w = impl_->find(worker_id)) w->left = true;
 }
 
-void ElasticDriver::on_world_formed(uint64_t version, ElasticTime /*now*/) {
+void ElasticDriver::on_world_formed(uint64_t version, ElasticTime now) {
   Impl& d = *impl_;
   auto it = d.unformed.find(version);
   if (it == d.unformed.end()) return;
   const std::vector<std::string> member_ids = it->second;
   d.formed(version, member_ids);
+  // A keeper's newcomers now hold the state: it may leave.
+  for (const auto& [s, w] : d.live) {
+    if (w.keeper && !w.leaving()) {
+      d.reconcile(now);
+      break;
+    }
+  }
 }
 
 void ElasticDriver::on_reform_request(uint64_t version, const std::string& worker_id, const std::string& why,
@@ -1159,6 +1238,7 @@ std::optional<ElasticTime> ElasticDriver::next_deadline() const {
   for (const auto& [s, w] : d.live) {
     if (!w.leaving() && !w.ready) consider(w.started + d.policy.ready_timeout);
     if (w.draining && !w.stopping) consider(w.drain_until);
+    if (w.keeper && !w.leaving()) consider(w.keeper_until);
   }
   for (const auto& [host, h] : d.health) {
     if (h.blacklisted && h.until) consider(*h.until);

@@ -717,7 +717,8 @@ std::vector<Flag> build_table() {
           .example("90"));
   add(value({"--elastic-drain-timeout"}, "SECONDS",
             "Longest a worker of a host discovery dropped trains on to its next commit before it is stopped "
-            "(default 60; 0: stop it at once and roll the others back to their last commit)",
+            "(default 60; 0: stop it at once and roll the others back to their last commit). Also the longest "
+            "the last worker holding the trained state stays after its host was dropped, until newcomers have it",
             elastic(&ElasticOptions::drain_timeout),
             [](ValueReader& in) { return std::chrono::milliseconds(in.whole_seconds(0, kMaxCount)); })
           .group(elastic_group)

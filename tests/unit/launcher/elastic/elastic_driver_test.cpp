@@ -58,7 +58,7 @@ struct Harness {
           REQUIRE(occupied.count({a.host, a.slot}) == 0);
           // Its place in the world it is started for (HOROVOD_RANK & co.).
           REQUIRE(a.planned_size >= 1);
-          REQUIRE(a.planned_size <= policy.max_np);
+          REQUIRE(a.planned_size <= std::max(policy.max_np, 2));  // a keeper with --max-np 1 (below)
           REQUIRE(a.planned.hostname == a.host);
           REQUIRE(a.planned.rank >= 0);
           REQUIRE(a.planned.rank < a.planned_size);
@@ -83,7 +83,9 @@ struct Harness {
           } else {
             REQUIRE(a.world.size() >= policy.min_np);
           }
-          REQUIRE(a.world.size() <= policy.max_np);
+          // A keeper (one worker holding the trained state whose host was
+          // dropped) and its one successor, with --max-np 1.
+          REQUIRE(a.world.size() <= std::max(policy.max_np, 2));
           REQUIRE_FALSE(a.world.reason.empty());
           REQUIRE_FALSE(a.world.final);
           for (int r = 0; r < a.world.size(); ++r) {
@@ -556,6 +558,109 @@ TEST_CASE("elastic driver: what is kept of exited workers stays bounded over man
   REQUIRE(of(h.exit("w1", 0), Kind::Finish).empty());
   const ElasticAction f = finish_of(h.exit(victim, 0));
   REQUIRE(f.code == 0);
+}
+
+TEST_CASE("elastic driver: every host that holds the trained state dropped at once: one worker keeps it for the newcomers") {
+  Harness h(base_policy());  // drain_timeout 60 s
+  form(h, {{"a", 2}});
+  h.formed(1);
+  // Discovery swaps the hosts (a node pool replaced): nobody that stays has
+  // trained, so w1 (rank 0) stays a member while w2 drains.
+  auto a = h.discover({{"b", 2}});
+  REQUIRE(has_message(a, Kind::Log, "w1 on a slot 0 keeps training although host a no longer listed by discovery: "
+                                    "no worker staying holds the job's trained state"));
+  REQUIRE(ids(a, Kind::Spawn) == Strings{"w3", "w4"});
+  REQUIRE(of(a, Kind::Stop).empty());
+  World w = published(a);
+  REQUIRE(members(w) == Strings{"w1"});
+  REQUIRE(w.draining == Strings{"w2"});
+  REQUIRE(has_message(h.exit("w2", 0), Kind::Log, "w2 on a slot 1 left the job (drained)"));
+  REQUIRE(h.d.next_deadline().has_value());
+  REQUIRE(*h.d.next_deadline() <= h.now + 60s);
+
+  SECTION("the newcomers join it, and once that world formed it drains") {
+    w = published(h.ready_all());
+    REQUIRE(members(w) == Strings{"w1", "w3", "w4"});  // rank 0 holds the state
+    REQUIRE(w.members[0].rank == 0);
+    a = h.formed(w.version);
+    REQUIRE(has_message(a, Kind::Log, "w1 on a slot 0 handed the job's state over to the workers that stay; it leaves"));
+    w = published(a);
+    REQUIRE(members(w) == Strings{"w3", "w4"});
+    REQUIRE(w.draining == Strings{"w1"});
+    REQUIRE(of(a, Kind::Stop).empty());
+    a = h.exit("w1", 0);
+    REQUIRE(has_message(a, Kind::Log, "w1 on a slot 0 left the job (drained)"));
+    REQUIRE(of(a, Kind::Spawn).empty());
+    REQUIRE(of(h.exit("w3", 0), Kind::Finish).empty());
+    REQUIRE(finish_of(h.exit("w4", 0)).code == 0);
+  }
+  SECTION("a world with it that never forms does not release it") {
+    w = published(h.ready_all());
+    REQUIRE(members(w) == Strings{"w1", "w3", "w4"});
+    a = h.advance(10s);
+    REQUIRE(of(a, Kind::Publish).empty());
+    REQUIRE(h.d.current_world().find("w1") != nullptr);
+  }
+  SECTION("no newcomer takes it over within the drain timeout: it drains, one warning") {
+    a = h.advance(60s);
+    REQUIRE(has_message(a, Kind::Warn, "w1 on a slot 0 kept the job's trained state for --elastic-drain-timeout 60 s "
+                                       "after its host's removal and no newcomer took it over"));
+    // It is now an ordinary draining worker (the world holds until the
+    // newcomers are ready), and is not chosen again.
+    REQUIRE(h.d.current_world().find("w1") == nullptr);
+    REQUIRE_FALSE(has_message(h.advance(1s), Kind::Log, "keeps training"));
+  }
+  SECTION("its host is listed again: an ordinary member") {
+    a = h.discover({{"a", 2}, {"b", 2}});
+    REQUIRE(has_message(a, Kind::Log, "w1 on a slot 0: its host is listed again; it stays"));
+    REQUIRE(ids(a, Kind::Spawn) == Strings{"w5"});  // a slot 1, freed by w2
+    w = published(h.ready_all());
+    REQUIRE(members(w) == Strings{"w1", "w3", "w4", "w5"});
+    a = h.formed(w.version);
+    REQUIRE(of(a, Kind::Publish).empty());  // nothing to hand over
+  }
+}
+
+TEST_CASE("elastic driver: no keeper when someone staying holds the state, or without draining") {
+  SECTION("a trained worker stays on another host") {
+    Harness h(base_policy());
+    form(h, {{"a", 1}, {"b", 1}});
+    h.formed(1);
+    auto a = h.discover({{"b", 1}, {"c", 1}});
+    REQUIRE_FALSE(has_message(a, Kind::Log, "keeps training"));
+    REQUIRE(published(a).draining == Strings{"w1"});
+  }
+  SECTION("--elastic-drain-timeout 0: stopped at once, as before") {
+    auto p = base_policy();
+    p.drain_timeout = 0ms;
+    Harness h(p);
+    form(h, {{"a", 1}});
+    h.formed(1);
+    auto a = h.discover({{"b", 1}});
+    REQUIRE(ids(a, Kind::Stop) == Strings{"w1"});
+    REQUIRE_FALSE(has_message(a, Kind::Log, "keeps training"));
+  }
+  SECTION("nobody has trained yet (world 1 never formed): stopped") {
+    Harness h(base_policy());
+    form(h, {{"a", 2}});
+    auto a = h.discover({{"b", 2}});
+    REQUIRE(ids(a, Kind::Stop) == Strings{"w1", "w2"});
+  }
+}
+
+TEST_CASE("elastic driver: with --max-np 1 a keeper lets its one successor start") {
+  auto p = base_policy();
+  p.max_np = 1;
+  Harness h(p);
+  form(h, {{"a", 1}});
+  h.formed(1);
+  auto a = h.discover({{"b", 1}});
+  REQUIRE(ids(a, Kind::Spawn) == Strings{"w2"});
+  World w = published(h.ready_all());
+  REQUIRE(members(w) == Strings{"w1", "w2"});  // max-np + 1, for one commit interval
+  w = published(h.formed(w.version));
+  REQUIRE(members(w) == Strings{"w2"});
+  REQUIRE(w.draining == Strings{"w1"});
 }
 
 TEST_CASE("elastic driver: what is kept of hosts discovery no longer lists stays bounded") {

@@ -35,6 +35,11 @@
 ///    live state for the next world (Horovod's rendezvous waits the same
 ///    way). Workers that never trained (never in a formed world) and
 ///    drain_timeout 0 stop at once, as before.
+///  * The keeper: when every worker that has trained is on a dropped host,
+///    the one with the lowest rank stays a member (the others drain) until a
+///    world with newcomers has formed -- they sync its state -- or for at
+///    most drain_timeout; then it drains too. Training goes on from the
+///    job's state instead of the newcomers' initial one.
 ///  * New host / more slots: workers are started on free slots up to max_np.
 ///  * A worker that fails (non-zero exit, signal, lost) leaves the world at
 ///    once (a world without it is published) and its slot is restarted

@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Elastic mode under random faults: the real hvdrun and the deterministic
+trainer (apps/examples/elastic_trainer.cpp) while a seeded random schedule
+changes the discovered hosts (two local host names, 0-3 slots each), kill
+-9s workers (while another one lives), kill -9s a host's agent (its workers
+are lost at once, as when a machine dies; while another host has one), and stops a worker for up to a second (SIGSTOP, then
+SIGCONT: a slow or paused process). Every property is checked on the whole
+run, whatever the schedule did:
+
+  * the job ends with exit 0 and every worker's final checksum is the
+    undisturbed run's (nothing committed is lost, nothing is applied twice);
+  * training never goes back more than the one step a commit-every-step
+    loop can redo: the first step of every world is at least the highest
+    step any earlier world reached, minus one;
+  * it never stops making progress for longer than STALL_S while at least
+    one slot is offered;
+  * nothing is left behind (no process of the job outlives hvdrun);
+  * hvdrun's store stays small (the --events-file's store_pruned counts).
+
+Run longer, or replay a failing schedule, with
+  HVD_CHAOS_SECONDS=600 HVD_CHAOS_SEED=1234 HVDRUN=... TRAINER=... \\
+    python3 test_elastic_chaos.py
+(the seed is printed first; a failure names it).
+"""
+import os
+import random
+import signal
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_elastic import ElasticJob, read_events, reference_checksum, worker_pid  # noqa: E402
+from procs import token_processes  # noqa: E402
+
+SECONDS = float(os.environ.get("HVD_CHAOS_SECONDS", "40"))
+SEED = int(os.environ.get("HVD_CHAOS_SEED", str(random.SystemRandom().randrange(1 << 30))))
+STALL_S = 25.0
+HOSTS = ("localhost", "127.0.0.1")
+
+
+def agent_pids(token):
+    return [pid for pid, _, cmd in token_processes(token) if os.path.basename(cmd[0]) == b"hvdrun-agent"]
+
+
+def live_worker_ids(token):
+    ids = []
+    for _, env, cmd in token_processes(token):
+        if os.path.basename(cmd[0]) == b"hvdrun-agent":
+            continue
+        for e in env:
+            if e.startswith(b"HVDRUN_WORKER_ID="):
+                ids.append(e.split(b"=", 1)[1].decode())
+    return ids
+
+
+class ElasticChaos(unittest.TestCase):
+    def test_random_faults_and_resizes(self):
+        rng = random.Random(SEED)
+        print("chaos seed %d, %.0f s" % (SEED, SECONDS), flush=True)
+        steps = 3000
+        d = os.environ.get("TMPDIR", "/tmp")
+        events = os.path.join(d, "hvd-chaos-%d-%d.jsonl" % (os.getpid(), SEED))
+        self.addCleanup(lambda: os.path.exists(events) and os.unlink(events))
+        slots = {"localhost": 2, "127.0.0.1": 1}
+
+        def hosts_text():
+            return "".join("%s:%d\n" % (h, n) for h, n in slots.items() if n > 0)
+
+        j = ElasticJob(hosts_text(), ["-np", "2", "--min-np", "1", "--max-np", "5", "--events-file", events,
+                                      "--blacklist-failures", "1000"],
+                       steps=steps, step_ms=10)
+        self.addCleanup(j.kill)
+        log = []
+
+        def note(what):
+            log.append("%.2f %s" % (time.monotonic() - j.started, what))
+
+        def context():
+            # The whole run goes to a file next to the events file, kept.
+            full = os.path.join(d, "hvd-chaos-%d.log" % SEED)
+            with open(full, "w") as f:
+                f.write("schedule:\n%s\nstdout:\n%s\nstderr:\n%s\n" % ("\n".join(log), j.text(j.out), j.text(j.err)))
+            return "seed %d (the whole run: %s)\nschedule:\n%s\nstdout tail:\n%s\nstderr tail:\n%s" % (
+                SEED, full, "\n".join(log[-40:]), j.text(j.out)[-3000:], j.text(j.err)[-5000:])
+
+        j.wait_for(lambda: [s for s in j.steps() if s["step"] >= 2], 30, "training")
+        stopped = {}  # pid -> time to continue
+        last_progress = (time.monotonic(), -1)
+        end = time.monotonic() + SECONDS
+        try:
+            while time.monotonic() < end and j.proc.poll() is None:
+                time.sleep(rng.uniform(0.05, 0.6))
+                now = time.monotonic()
+                for pid, until in list(stopped.items()):
+                    if until <= now:
+                        try:
+                            os.kill(pid, signal.SIGCONT)
+                        except OSError:
+                            pass
+                        del stopped[pid]
+                # progress watchdog
+                ss = j.steps()
+                top = max((s["step"] for s in ss), default=-1)
+                if top > last_progress[1]:
+                    last_progress = (now, top)
+                self.assertLess(now - last_progress[0], STALL_S, "no progress for %.0f s\n%s" % (STALL_S, context()))
+                if top >= steps * 0.85:
+                    note("near the end (step %d): calm" % top)
+                    break
+                r = rng.random()
+                if r < 0.35:
+                    h = rng.choice(HOSTS)
+                    slots[h] = rng.randint(0, 3)
+                    if sum(slots.values()) == 0:
+                        slots[rng.choice(HOSTS)] = 1
+                    j.set_hosts(hosts_text())
+                    note("hosts " + hosts_text().replace("\n", " "))
+                elif r < 0.60:
+                    # A worker dies; one at least is left holding the state.
+                    ids = live_worker_ids(j.token)
+                    if len(ids) >= 2:
+                        wid = rng.choice(ids)
+                        pid = worker_pid(j.token, wid)
+                        if pid:
+                            os.kill(pid, signal.SIGKILL)
+                            stopped.pop(pid, None)
+                            note("kill -9 %s (pid %d)" % (wid, pid))
+                elif r < 0.70:
+                    # A host's agent dies with its workers; another host has some.
+                    agents = agent_pids(j.token)
+                    if len(agents) >= 2:
+                        pid = rng.choice(agents)
+                        os.kill(pid, signal.SIGKILL)
+                        note("kill -9 agent pid %d" % pid)
+                elif r < 0.90:
+                    ids = live_worker_ids(j.token)
+                    if ids:
+                        wid = rng.choice(ids)
+                        pid = worker_pid(j.token, wid)
+                        if pid and pid not in stopped:
+                            os.kill(pid, signal.SIGSTOP)
+                            stopped[pid] = now + rng.uniform(0.1, 1.0)
+                            note("SIGSTOP %s (pid %d)" % (wid, pid))
+                # else: quiet
+        finally:
+            for pid in stopped:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except OSError:
+                    pass
+        # Calm: a stable set of hosts until the end.
+        slots = {"localhost": 2, "127.0.0.1": 1}
+        j.set_hosts(hosts_text())
+        note("calm: " + hosts_text().replace("\n", " "))
+        code, out, err = j.finish(timeout=240)
+        self.assertEqual(code, 0, context())
+        finals = j.final_checksums(out)
+        self.assertTrue(finals, context())
+        self.assertEqual(set(finals), {reference_checksum(steps)}, context())
+        self.assertEqual(j.leftovers(), [], context())
+
+        # No world starts earlier than one step below what earlier worlds
+        # reached -- unless every worker that held the state had died (a
+        # world of newcomers only: the state lived in their memory), which
+        # then starts from the first step.
+        by_version = {}
+        for s in j.steps():
+            by_version.setdefault(s["version"], []).append(s)
+        reached, seen, fresh_starts = -1, set(), 0
+        for v in sorted(by_version):
+            first = min(s["step"] for s in by_version[v])
+            workers = {s["worker"] for s in by_version[v]}
+            if workers & seen:
+                self.assertGreaterEqual(first, reached - 1, "world %d started at step %d after step %d was reached\n%s"
+                                        % (v, first, reached, context()))
+            else:
+                self.assertEqual(first, 1, "world %d of newcomers only started at step %d\n%s" % (v, first, context()))
+                if seen:
+                    fresh_starts += 1
+                    print("world %d: newcomers %s start over (step %d was reached)" % (v, sorted(workers), reached))
+                reached = -1
+            reached = max(reached, max(s["step"] for s in by_version[v]))
+            seen |= workers
+        self.assertGreater(len(by_version), 3, "the schedule re-formed the job only %d times\n%s"
+                           % (len(by_version), context()))
+
+        ev = read_events(events)
+        pruned = [e["keys"] for e in ev if e["event"] == "store_pruned"]
+        if pruned:
+            self.assertLess(max(pruned), 200, "the store grew: %s\n%s" % (pruned[-10:], context()))
+        print("chaos seed %d: %d worlds with steps (%d started over: every state holder had died), %d events in the "
+              "schedule, store keys at most %s, %.1f s" % (SEED, len(by_version), fresh_starts, len(log),
+                                                           max(pruned) if pruned else "-", time.monotonic() - j.started))
+
+
+if __name__ == "__main__":
+    unittest.main()
