@@ -330,15 +330,49 @@ class LocalRun(unittest.TestCase):
         # A shell prints "ready" before it forks its sleep: wait for all four.
         deadline = time.monotonic() + 10
         procs = token_processes(job.token, exclude=(job.proc.pid,))
-        while len(procs) < 9 and time.monotonic() < deadline:
+        while len(procs) < 10 and time.monotonic() < deadline:
             time.sleep(0.02)
             procs = token_processes(job.token, exclude=(job.proc.pid,))
-        # One agent for the host's four workers (issue 28): 1 + 4 shells + 4 sleeps.
+        # One agent for the host's four workers (issue 28), and its guard:
+        # 1 + 1 + 4 shells + 4 sleeps.
         agents = [pid for pid, _, cmd in procs if os.path.basename(cmd[0]) == b"hvdrun-agent"]
         self.assertEqual(len(agents), 1, procs)
-        self.assertEqual(len(procs), 9, procs)
+        guards = [pid for pid, _, cmd in procs if cmd[0] == b"hvdrun-agent-guard"]
+        self.assertEqual(len(guards), 1, procs)
+        self.assertEqual(len(procs), 10, procs)
         job.proc.kill()
         job.finish(timeout=10)
+        self.assertNoLeftovers(job)
+
+    def test_killed_agent_is_named_by_its_host(self):
+        # Two local host names, one agent each: the agent of 127.0.0.1 dies
+        # (kill -9, as the out-of-memory killer would). hvdrun names that
+        # host -- not "localhost" -- stops the other one and leaves nothing.
+        job = Job(["-np", "2", "-H", "localhost:1,127.0.0.1:1"] + sh("echo ready; sleep 60 & wait"))
+        self.assertEqual(len(job.wait_for_stdout_lines(2)), 2)
+        victim = None
+        deadline = time.monotonic() + 10
+        while victim is None and time.monotonic() < deadline:
+            for pid, env, cmd in token_processes(job.token, exclude=(job.proc.pid,)):
+                if os.path.basename(cmd[0]) != b"hvdrun-agent":
+                    continue
+                # The agent's worker (its child) is rank 1, on 127.0.0.1.
+                for child in os.listdir("/proc"):
+                    try:
+                        with open("/proc/%s/stat" % child) as f:
+                            ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                        with open("/proc/%s/environ" % child, "rb") as f:
+                            if ppid == pid and b"HOROVOD_RANK=1" in f.read().split(b"\0"):
+                                victim = pid
+                    except (OSError, ValueError, IndexError):
+                        continue
+            time.sleep(0.02)
+        self.assertIsNotNone(victim, "no agent with rank 1's worker")
+        os.kill(victim, signal.SIGKILL)
+        code, out, err = job.finish(timeout=20)
+        self.assertNotEqual(code, 0, err)
+        self.assertIn("the hvdrun agent on 127.0.0.1 was killed by SIGKILL", err)
+        self.assertNotIn("agent on localhost", err)
         self.assertNoLeftovers(job)
 
     # ---------------------------------------------------------------- usage

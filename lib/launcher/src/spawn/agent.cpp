@@ -14,6 +14,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,6 +45,80 @@ void agent_error(const std::string& message) {
   std::string line = "hvdrun-agent: " + message + "\n";
   ssize_t ignored = ::write(2, line.data(), line.size());
   (void)ignored;
+}
+
+/// The guard: a small process the agent starts first (the agent binary
+/// again, argv[0] "hvdrun-agent-guard"), in a session of its own, that
+/// outlives an agent killed abruptly (kill -9, the out-of-memory killer)
+/// and then kills what is left of its workers' process groups. The agent's
+/// PR_SET_PDEATHSIG reaches each worker's leader only; a process the
+/// worker started (a data loader, a shell's background job) would
+/// otherwise live on, orphaned. The agent tells it, over a pipe whose end
+/// only the agent holds, "+PGID" for each worker started, "-PGID" once a
+/// worker's group is killed and reaped, and "bye" when it ends normally;
+/// end of file without "bye" means the agent died.
+constexpr const char* kGuardArgv0 = "hvdrun-agent-guard";
+constexpr const char* kGuardFlag = "--guard-workers";
+constexpr int kGuardFd = 3;
+
+int guard_main() {
+  ::setsid();  // out of the agent's process group and session
+  ::signal(SIGHUP, SIG_IGN);
+  ::signal(SIGINT, SIG_IGN);
+  ::signal(SIGPIPE, SIG_IGN);
+  std::set<pid_t> groups;
+  std::string pending;
+  char buf[512];
+  for (;;) {
+    const ssize_t n = ::read(kGuardFd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    pending.append(buf, static_cast<std::size_t>(n));
+    std::size_t nl;
+    while ((nl = pending.find('\n')) != std::string::npos) {
+      const std::string line = pending.substr(0, nl);
+      pending.erase(0, nl + 1);
+      if (line == "bye") return 0;
+      if (line.size() < 2 || (line[0] != '+' && line[0] != '-')) continue;
+      char* end = nullptr;
+      const long g = std::strtol(line.c_str() + 1, &end, 10);
+      if (end == nullptr || *end != '\0' || g <= 1) continue;
+      if (line[0] == '+') {
+        groups.insert(static_cast<pid_t>(g));
+      } else {
+        groups.erase(static_cast<pid_t>(g));
+      }
+    }
+  }
+  // The agent is gone without saying goodbye: nothing of its workers may stay.
+  for (pid_t g : groups) ::kill(-g, SIGKILL);
+  return 0;
+}
+
+/// Starts the guard; returns the write end of its pipe (invalid when it
+/// could not start: the agent then works as before, without it).
+UniqueFd start_guard(pid_t& pid) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return UniqueFd();
+  UniqueFd rd(p[0]), wr(p[1]);
+  pid = ::fork();
+  if (pid < 0) return UniqueFd();
+  if (pid == 0) {
+    // Only the pipe's read end stays: holding the agent's stdout or stderr
+    // would keep hvdrun from seeing the agent's end.
+    if (::dup2(rd.get(), kGuardFd) < 0) ::_exit(127);
+    const int null = ::open("/dev/null", O_RDWR);
+    if (null < 0) ::_exit(127);
+    for (int fd = 0; fd < 3; ++fd) ::dup2(null, fd);
+    ::close_range(kGuardFd + 1, ~0U, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the agent's signalfd mask
+    char* argv[] = {const_cast<char*>(kGuardArgv0), const_cast<char*>(kGuardFlag), nullptr};
+    ::execv("/proc/self/exe", argv);
+    ::_exit(127);
+  }
+  return wr;
 }
 
 struct Worker {
@@ -74,7 +150,11 @@ class Agent {
   void fail(const std::string& message);
   Worker* find(std::uint32_t id);
 
+  void tell_guard(char what, pid_t group);
+
   std::optional<SignalGuard> signals_;
+  UniqueFd guard_;
+  pid_t guard_pid_ = -1;
   AgentFrameReader reader_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::chrono::milliseconds grace_{3000};
@@ -99,6 +179,12 @@ void Agent::send(const AgentMessage& m) {
     stdout_open_ = false;
     begin_termination();
   }
+}
+
+void Agent::tell_guard(char what, pid_t group) {
+  if (!guard_) return;
+  const std::string line = what + std::to_string(group) + "\n";
+  if (::write(guard_.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) guard_.reset();
 }
 
 Worker* Agent::find(std::uint32_t id) {
@@ -185,6 +271,7 @@ void Agent::spawn(agent_msg::Spawn s) {
     worker.exited_at = Clock::now();
     return;
   }
+  tell_guard('+', worker.process.pid());
   set_nonblocking(out0.get(), true);
   set_nonblocking(err0.get(), true);
   worker.out = std::move(out0);
@@ -257,7 +344,9 @@ void Agent::on_signals() {
     // Look without reaping first: the zombie leader keeps its process-group
     // id reserved while we kill what is left of the group.
     if (w->exited || !w->process.valid() || !w->process.exited()) continue;
+    const pid_t group = w->process.pid();
     w->wait_status = w->process.kill_group_and_reap();
+    tell_guard('-', group);
     w->exited = true;
     w->exited_at = Clock::now();
   }
@@ -301,6 +390,7 @@ int Agent::run() {
     agent_error(e.what());
     return kAgentFailureStatus;
   }
+  guard_ = start_guard(guard_pid_);
   for (;;) {
     report_finished();
     const bool all_reported =
@@ -364,13 +454,20 @@ int Agent::run() {
       }
     }
   }
+  if (guard_) {
+    const char bye[] = "bye\n";
+    ssize_t ignored = ::write(guard_.get(), bye, sizeof bye - 1);
+    (void)ignored;
+  }
+  guard_.reset();
+  if (guard_pid_ > 0) ::waitpid(guard_pid_, nullptr, 0);  // it ends at "bye" or at end of file
   return failed_ ? kAgentFailureStatus : 0;
 }
 
 }  // namespace
 
 int agent_main(int argc, char** argv) {
-  (void)argv;
+  if (argc == 2 && std::strcmp(argv[1], kGuardFlag) == 0) return guard_main();
   if (argc > 1) {
     agent_error(
         "takes no arguments: hvdrun starts it and speaks to it over stdin and stdout (docs/design.md, \"The agent\")");

@@ -40,6 +40,7 @@ bool DefaultSpawnerFactory::is_local(const std::string& host) {
 std::unique_ptr<Spawner> DefaultSpawnerFactory::make(const std::string& host) {
   if (is_local(host)) {
     LocalSpawnerOptions lo;
+    lo.host = host;  // messages name the host as the job does (127.0.0.1, this machine's name)
     lo.agent_command = {local_agent_path()};
     lo.kill_grace = options_.kill_grace;
     return make_local_spawner(lo);

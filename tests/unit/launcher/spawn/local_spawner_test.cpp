@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
 #include <csignal>
 #include <fstream>
@@ -287,6 +288,83 @@ TEST_CASE("Agent: a worker does not outlive its agent, whether it is terminated 
     CHECK(sink.exit(0).status == 128 + sig);
     CHECK(none_left(token, 2s));
     sp->shutdown();
+  }
+}
+
+/// The guard process of agent `agent` (argv[0] "hvdrun-agent-guard"), or 0.
+pid_t guard_of(pid_t agent) {
+  pid_t found = 0;
+  DIR* d = ::opendir("/proc");
+  while (dirent* e = d ? ::readdir(d) : nullptr) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    std::ifstream cmd(std::string("/proc/") + e->d_name + "/cmdline");
+    std::string argv0;
+    std::getline(cmd, argv0, '\0');
+    if (ppid == agent && state != 'Z' && argv0 == "hvdrun-agent-guard") found = std::atoi(e->d_name);
+  }
+  if (d) ::closedir(d);
+  return found;
+}
+
+/// guard_of, waiting up to 2 s (the guard is forked, then execs itself).
+pid_t wait_guard(pid_t agent) {
+  auto until = hvd::Clock::now() + 2s;
+  pid_t g = 0;
+  while ((g = guard_of(agent)) == 0 && hvd::Clock::now() < until) std::this_thread::sleep_for(5ms);
+  return g;
+}
+
+bool gone_within(pid_t pid, std::chrono::milliseconds limit) {
+  auto until = hvd::Clock::now() + limit;
+  while (hvd::Clock::now() < until) {
+    if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return false;
+}
+
+TEST_CASE("Agent: what a worker started does not outlive a killed agent; its guard ends with the agent", "[agent]") {
+  // The worker's shell starts a background sleep in its group, then waits.
+  // The parent-death signal takes the shell down when the agent is killed;
+  // the agent's guard kills the rest of the group.
+  SECTION("kill -9 of the agent") {
+    RecordingSink sink;
+    auto sp = spawner();
+    std::string token = unique_token();
+    sp->launch({sh(0, "sleep 30 & echo ready; wait", token)}, sink, hvd::Deadline::after(5s));
+    auto until = hvd::Clock::now() + 5s;
+    while (sink.out(0).empty() && hvd::Clock::now() < until) std::this_thread::sleep_for(5ms);
+    auto agents = our_agents();
+    REQUIRE(agents.size() == 1);
+    const pid_t guard = wait_guard(agents[0]);
+    REQUIRE(guard > 0);
+    ::kill(agents[0], SIGKILL);
+    REQUIRE(sink.wait(1, 5s));
+    CHECK(none_left(token, 2s));
+    CHECK(gone_within(guard, 2s));
+    sp->shutdown();
+  }
+  SECTION("a normal end: the guard ends too, killing nothing") {
+    RecordingSink sink;
+    auto sp = spawner();
+    sp->launch({sh(0, "echo ready; sleep 0.5")}, sink, hvd::Deadline::after(5s));
+    auto agents = our_agents();
+    REQUIRE(agents.size() == 1);
+    const pid_t guard = wait_guard(agents[0]);
+    REQUIRE(guard > 0);
+    REQUIRE(sink.wait(1, 5s));
+    CHECK(sink.exit(0).status == 0);
+    sp->shutdown();
+    CHECK(gone_within(guard, 2s));
   }
 }
 
