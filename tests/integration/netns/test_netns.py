@@ -210,6 +210,31 @@ def case_sigkill(hosts):
     print("sigkill: ok")
 
 
+def case_agent_killed(hosts):
+    """kill -9 of one host's agent over SSH (as the out-of-memory killer
+    would): hvdrun names that host, stops the other one, and nothing is left
+    on either -- not even what the workers started in their process groups
+    (the agent's guard kills those)."""
+    a, b = hosts.addrs
+    proc = start_hvdrun(hosts, ["-np", "4", "-H", f"{a}:2,{b}:2", "sh", "-c", "sleep 62 & wait"])
+    try:
+        wait_workers(hosts, r"^sleep 62", 2)
+        guards = [c for _, c in hosts.processes(1) if c.startswith("hvdrun-agent-guard")]
+        check(len(guards) == 1, "namespace 1: want one agent guard", hosts.processes(1))
+        agents = [p for p, c in hosts.processes(1) if os.path.basename(c.split()[0]) == "hvdrun-agent"]
+        check(len(agents) == 1, "namespace 1: want one hvdrun-agent", hosts.processes(1))
+        os.kill(agents[0], signal.SIGKILL)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    check(proc.returncode == 3, f"hvdrun exited {proc.returncode}, want 3", err)
+    check(f"the hvdrun agent on {b} " in err, f"the error does not name host {b}", err)
+    assert_no_leftovers(hosts, 6, "after kill -9 of an agent")
+    print("agent_killed: ok")
+
+
 def case_unreachable(hosts):
     a = hosts.addrs[0]
     bad = hosts.unreachable

@@ -84,6 +84,9 @@ std::string hosts_text(const std::vector<HostSpec>& hosts) {
 }
 
 constexpr std::size_t kMaxLoggedDiscoveryReasons = 64;
+/// How long a host with a record (health, incarnation) may be unlisted by
+/// discovery before the record is dropped (at least the failure window).
+constexpr std::chrono::milliseconds kForgetAbsentAfter{60000};
 
 ElasticAction action(ElasticAction::Kind kind) {
   ElasticAction a;
@@ -164,6 +167,8 @@ struct ElasticDriver::Impl {
   std::map<std::string, Health> health;
   /// The last incarnation discovery reported for each host (when it does).
   std::map<std::string, std::string> incarnations;
+  /// Since when each host with a record above has not been listed.
+  std::map<std::string, ElasticTime> absent_since;
 
   bool started = false;  ///< the initial start happened (start_np slots were offered)
   int last_waiting_slots = -1;
@@ -758,37 +763,41 @@ struct ElasticDriver::Impl {
     }
   }
 
-  /// Drops what is kept about hosts discovery no longer lists, where
-  /// forgetting it changes no later decision, so that a job whose hosts
-  /// come and go under fresh names (a Deployment's pods) keeps a bounded
-  /// record. Health: no worker runs there, the host was never blacklisted
-  /// (a blacklisting lasts, and doubles the next cooldown, when the name
-  /// comes back), no back-off after a loss is pending (a host listed again
-  /// within it is reported back), and its failures are older than the
-  /// failure window or it was lost (listing it again forgets a lost host's
-  /// failures anyway). The
-  /// incarnation: no worker runs there and no health record is left (a new
-  /// incarnation would only stop workers there and forget that record).
+  /// Drops what is kept about hosts discovery no longer lists, so that a
+  /// job whose hosts come and go under fresh names (a Deployment's pods)
+  /// keeps a bounded record. A host's health record and its last
+  /// incarnation go once it has been unlisted for kForgetAbsentAfter (at
+  /// least the failure window: its failures are out of it by then), no
+  /// worker runs there, and it was never blacklisted (a blacklisting lasts,
+  /// and doubles the next cooldown, when the name comes back). A host that
+  /// comes back before that is still reported back ("host b is back ...",
+  /// "replaced or restarted") and keeps its failures.
   void forget_absent_hosts(ElasticTime now) {
+    const auto keep_for = std::max(policy.failure_window, kForgetAbsentAfter);
     std::set<std::string> busy;
     for (const auto& [s, w] : live) busy.insert(w.host);
-    auto absent = [&](const std::string& host) { return !listed(host) && !busy.count(host); };
+    std::set<std::string> recorded;
+    for (const auto& [name, h] : health) recorded.insert(name);
+    for (const auto& [name, inc] : incarnations) recorded.insert(name);
+    for (auto it = absent_since.begin(); it != absent_since.end();) {
+      it = recorded.count(it->first) && !listed(it->first) ? std::next(it) : absent_since.erase(it);
+    }
+    for (const auto& name : recorded) {
+      if (!listed(name)) absent_since.emplace(name, now);
+    }
+    auto forgettable = [&](const std::string& host) {
+      auto a = absent_since.find(host);
+      return a != absent_since.end() && !busy.count(host) && a->second + keep_for <= now;
+    };
     for (auto it = health.begin(); it != health.end();) {
       const Health& h = it->second;
-      const bool aged = h.failures.empty() || h.failures.back() + policy.failure_window < now;
-      const bool backing_off = h.retry_at && *h.retry_at > now;
-      if (absent(it->first) && !h.blacklisted && h.times_blacklisted == 0 && !backing_off && (aged || h.losses > 0)) {
-        it = health.erase(it);
-      } else {
-        ++it;
-      }
+      it = forgettable(it->first) && !h.blacklisted && h.times_blacklisted == 0 ? health.erase(it) : std::next(it);
     }
     for (auto it = incarnations.begin(); it != incarnations.end();) {
-      if (absent(it->first) && !health.count(it->first)) {
-        it = incarnations.erase(it);
-      } else {
-        ++it;
-      }
+      it = forgettable(it->first) && !health.count(it->first) ? incarnations.erase(it) : std::next(it);
+    }
+    for (auto it = absent_since.begin(); it != absent_since.end();) {
+      it = health.count(it->first) || incarnations.count(it->first) ? std::next(it) : absent_since.erase(it);
     }
   }
 
@@ -1261,7 +1270,9 @@ std::size_t ElasticDriver::history_size() const {
   return impl_->placement.size() + impl_->exited.size() + impl_->joined_ids.size();
 }
 
-std::size_t ElasticDriver::host_records() const { return impl_->health.size() + impl_->incarnations.size(); }
+std::size_t ElasticDriver::host_records() const {
+  return impl_->health.size() + impl_->incarnations.size() + impl_->absent_since.size();
+}
 
 uint64_t ElasticDriver::oldest_world_in_use() const {
   const Impl& d = *impl_;

@@ -696,8 +696,9 @@ TEST_CASE("elastic driver: what is kept of hosts discovery no longer lists stays
     REQUIRE(h.d.current_world().size() == 2);
     h.advance(61s);  // the failure leaves the window
   }
-  // a and p200, and p199 (its worker was still there at the last look).
-  REQUIRE(h.d.host_records() <= at_start + 2);
+  // a and p200, and p199 (its health, incarnation and since when it is
+  // unlisted: it left at the last look).
+  REQUIRE(h.d.host_records() <= at_start + 3);
 
   SECTION("a host that leaves within the failure window keeps its failures") {
     REQUIRE(on("p200").size() == 1);
@@ -735,8 +736,14 @@ TEST_CASE("elastic driver: what is kept of hosts discovery no longer lists stays
     auto a = h.exit(on("p200")[0], 255, "connection to p200 closed by remote host");
     REQUIRE(has_message(a, Kind::Warn, "restarting the slot in"));
     h.discover_pods({{"a", 1, "uid-a"}});
-    REQUIRE(h.d.host_records() >= 3);  // p200's back-off is pending: a return is reported
-    h.advance(31s);
+    REQUIRE(h.d.host_records() >= 3);  // p200 is remembered a while: a return is reported
+    h.advance(59s);
+    REQUIRE(has_message(h.discover_pods(pods("p200")), Kind::Log, "host p200 is back"));
+    h.ready_all();
+    REQUIRE(on("p200").size() == 1);
+    h.exit(on("p200")[0], 255, "connection to p200 closed by remote host");
+    h.discover_pods({{"a", 1, "uid-a"}});
+    h.advance(61s);
     h.discover_pods({{"a", 1, "uid-a"}});
     REQUIRE(h.d.host_records() == 1);
   }
