@@ -332,7 +332,7 @@ bool gone_within(pid_t pid, std::chrono::milliseconds limit) {
   return false;
 }
 
-TEST_CASE("Agent: what a worker started does not outlive a killed agent; its guard ends with the agent", "[agent]") {
+TEST_CASE("Agent: what a worker started does not outlive a killed agent, and its guard ends with the agent", "[agent]") {
   // The worker's shell starts a background sleep in its group, then waits.
   // The parent-death signal takes the shell down when the agent is killed;
   // the agent's guard kills the rest of the group.
