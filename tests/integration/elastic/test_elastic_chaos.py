@@ -76,13 +76,20 @@ class ElasticChaos(unittest.TestCase):
         def note(what):
             log.append("%.2f %s" % (time.monotonic() - j.started, what))
 
+        full = os.path.join(d, "hvd-chaos-%d.log" % SEED)
+
         def context():
-            # The whole run goes to a file next to the events file, kept.
-            full = os.path.join(d, "hvd-chaos-%d.log" % SEED)
+            """The failure message (built only when a check fails): the seed,
+            the end of the schedule and of the output; the whole run goes to
+            a file next to the events file, which is kept."""
             with open(full, "w") as f:
                 f.write("schedule:\n%s\nstdout:\n%s\nstderr:\n%s\n" % ("\n".join(log), j.text(j.out), j.text(j.err)))
             return "seed %d (the whole run: %s)\nschedule:\n%s\nstdout tail:\n%s\nstderr tail:\n%s" % (
                 SEED, full, "\n".join(log[-40:]), j.text(j.out)[-3000:], j.text(j.err)[-5000:])
+
+        def check(ok, what):
+            if not ok:
+                self.fail("%s\n%s" % (what, context()))
 
         j.wait_for(lambda: [s for s in j.steps() if s["step"] >= 2], 30, "training")
         stopped = {}  # pid -> time to continue
@@ -104,7 +111,7 @@ class ElasticChaos(unittest.TestCase):
                 top = max((s["step"] for s in ss), default=-1)
                 if top > last_progress[1]:
                     last_progress = (now, top)
-                self.assertLess(now - last_progress[0], STALL_S, "no progress for %.0f s\n%s" % (STALL_S, context()))
+                check(now - last_progress[0] < STALL_S, "no progress for %.0f s" % STALL_S)
                 if top >= steps * 0.85:
                     note("near the end (step %d): calm" % top)
                     break
@@ -154,11 +161,13 @@ class ElasticChaos(unittest.TestCase):
         j.set_hosts(hosts_text())
         note("calm: " + hosts_text().replace("\n", " "))
         code, out, err = j.finish(timeout=240)
-        self.assertEqual(code, 0, context())
+        check(code == 0, "hvdrun exited %s" % code)
         finals = j.final_checksums(out)
-        self.assertTrue(finals, context())
-        self.assertEqual(set(finals), {reference_checksum(steps)}, context())
-        self.assertEqual(j.leftovers(), [], context())
+        check(finals, "no final checksum")
+        want = reference_checksum(steps)
+        check(set(finals) == {want}, "final checksums %s, want %s" % (set(finals), want))
+        left = j.leftovers()
+        check(left == [], "left behind: %s" % left)
 
         # No world starts earlier than one step below what earlier worlds
         # reached -- unless every worker that held the state had died (a
@@ -172,23 +181,21 @@ class ElasticChaos(unittest.TestCase):
             first = min(s["step"] for s in by_version[v])
             workers = {s["worker"] for s in by_version[v]}
             if workers & seen:
-                self.assertGreaterEqual(first, reached - 1, "world %d started at step %d after step %d was reached\n%s"
-                                        % (v, first, reached, context()))
+                check(first >= reached - 1, "world %d started at step %d after step %d was reached" % (v, first, reached))
             else:
-                self.assertEqual(first, 1, "world %d of newcomers only started at step %d\n%s" % (v, first, context()))
+                check(first == 1, "world %d of newcomers only started at step %d" % (v, first))
                 if seen:
                     fresh_starts += 1
                     print("world %d: newcomers %s start over (step %d was reached)" % (v, sorted(workers), reached))
                 reached = -1
             reached = max(reached, max(s["step"] for s in by_version[v]))
             seen |= workers
-        self.assertGreater(len(by_version), 3, "the schedule re-formed the job only %d times\n%s"
-                           % (len(by_version), context()))
+        check(len(by_version) > 3, "the schedule re-formed the job only %d times" % len(by_version))
 
         ev = read_events(events)
         pruned = [e["keys"] for e in ev if e["event"] == "store_pruned"]
         if pruned:
-            self.assertLess(max(pruned), 200, "the store grew: %s\n%s" % (pruned[-10:], context()))
+            check(max(pruned) < 200, "the store grew: %s" % pruned[-10:])
         print("chaos seed %d: %d worlds with steps (%d started over: every state holder had died), %d events in the "
               "schedule, store keys at most %s, %.1f s" % (SEED, len(by_version), fresh_starts, len(log),
                                                            max(pruned) if pruned else "-", time.monotonic() - j.started))
