@@ -208,7 +208,7 @@ int SpawnError::exit_status() const {
 
 Subprocess Subprocess::spawn(const SpawnOptions& options) {
   if (options.argv.empty()) throw InvalidArgument("cannot start a process: empty command");
-  const std::string& program = options.argv[0];
+  const std::string& program = options.program.empty() ? options.argv[0] : options.program;
   if (program.empty()) {
     throw SpawnError(SpawnError::Stage::Exec, ENOENT, "cannot start a process: empty program name");
   }

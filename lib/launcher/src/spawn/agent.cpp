@@ -14,13 +14,13 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -59,9 +59,9 @@ void agent_error(const std::string& message) {
 /// end of file without "bye" means the agent died.
 constexpr const char* kGuardArgv0 = "hvdrun-agent-guard";
 constexpr const char* kGuardFlag = "--guard-workers";
-constexpr int kGuardFd = 3;
 
-int guard_main() {
+/// The guard's loop: `fd` is the read end of the agent's pipe.
+int guard_main(int fd) {
   ::setsid();  // out of the agent's process group and session
   ::signal(SIGHUP, SIG_IGN);
   ::signal(SIGINT, SIG_IGN);
@@ -70,7 +70,7 @@ int guard_main() {
   std::string pending;
   char buf[512];
   for (;;) {
-    const ssize_t n = ::read(kGuardFd, buf, sizeof buf);
+    const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     pending.append(buf, static_cast<std::size_t>(n));
@@ -95,28 +95,28 @@ int guard_main() {
   return 0;
 }
 
-/// Starts the guard; returns the write end of its pipe (invalid when it
-/// could not start: the agent then works as before, without it).
-UniqueFd start_guard(pid_t& pid) {
+/// Starts the guard (this binary again, through Subprocess: descriptors
+/// and signal mask as for a worker, stdin, stdout and stderr on /dev/null
+/// so it never holds the agent's stdout or stderr open past the agent's
+/// end, and not a process-group leader, so its setsid() succeeds). Returns
+/// the write end of its pipe; invalid when it could not start (the agent
+/// then works as before, without it).
+UniqueFd start_guard(Subprocess& guard) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) return UniqueFd();
   UniqueFd rd(p[0]), wr(p[1]);
-  pid = ::fork();
-  if (pid < 0) return UniqueFd();
-  if (pid == 0) {
-    // Only the pipe's read end stays: holding the agent's stdout or stderr
-    // would keep hvdrun from seeing the agent's end.
-    if (::dup2(rd.get(), kGuardFd) < 0) ::_exit(127);
-    const int null = ::open("/dev/null", O_RDWR);
-    if (null < 0) ::_exit(127);
-    for (int fd = 0; fd < 3; ++fd) ::dup2(null, fd);
-    ::close_range(kGuardFd + 1, ~0U, 0);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the agent's signalfd mask
-    char* argv[] = {const_cast<char*>(kGuardArgv0), const_cast<char*>(kGuardFlag), nullptr};
-    ::execv("/proc/self/exe", argv);
-    ::_exit(127);
+  SpawnOptions options;
+  options.program = "/proc/self/exe";
+  options.argv = {kGuardArgv0, kGuardFlag, std::to_string(rd.get())};
+  options.new_process_group = false;
+  options.stdout_fd = ChildFd::dev_null();
+  options.stderr_fd = ChildFd::dev_null();
+  options.keep_fds = {rd.get()};
+  try {
+    guard = Subprocess::spawn(options);
+  } catch (const std::exception& e) {
+    agent_error(std::string("cannot start the guard of its workers: ") + e.what());
+    return UniqueFd();
   }
   return wr;
 }
@@ -154,7 +154,7 @@ class Agent {
 
   std::optional<SignalGuard> signals_;
   UniqueFd guard_;
-  pid_t guard_pid_ = -1;
+  Subprocess guard_process_;
   AgentFrameReader reader_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::chrono::milliseconds grace_{3000};
@@ -390,7 +390,7 @@ int Agent::run() {
     agent_error(e.what());
     return kAgentFailureStatus;
   }
-  guard_ = start_guard(guard_pid_);
+  guard_ = start_guard(guard_process_);
   for (;;) {
     report_finished();
     const bool all_reported =
@@ -460,14 +460,14 @@ int Agent::run() {
     (void)ignored;
   }
   guard_.reset();
-  if (guard_pid_ > 0) ::waitpid(guard_pid_, nullptr, 0);  // it ends at "bye" or at end of file
+  if (guard_process_.valid()) guard_process_.reap();  // it ends at "bye" or at end of file
   return failed_ ? kAgentFailureStatus : 0;
 }
 
 }  // namespace
 
 int agent_main(int argc, char** argv) {
-  if (argc == 2 && std::strcmp(argv[1], kGuardFlag) == 0) return guard_main();
+  if (argc == 3 && std::strcmp(argv[1], kGuardFlag) == 0) return guard_main(std::atoi(argv[2]));
   if (argc > 1) {
     agent_error(
         "takes no arguments: hvdrun starts it and speaks to it over stdin and stdout (docs/design.md, \"The agent\")");

@@ -281,6 +281,24 @@ TEST_CASE("Subprocess: stdout and stderr go to the pipes given", "[subprocess]")
   CHECK(exit_status_of(child.reap()) == 0);
 }
 
+TEST_CASE("Subprocess: program runs a file other than argv[0], which is only the name shown", "[subprocess]") {
+  Pipe out;
+  SpawnOptions options;
+  options.program = "/bin/sh";
+  options.argv = {"shown-name", "-c", "echo $0; tr '\\0' ' ' </proc/$$/cmdline"};
+  options.stdout_fd = ChildFd::from(out.write.get());
+  Subprocess child = Subprocess::spawn(options);
+  out.write.reset();
+  CHECK(read_all(out.read.get()) == "shown-name\nshown-name -c echo $0; tr '\\0' ' ' </proc/$$/cmdline ");
+  CHECK(exit_status_of(child.reap()) == 0);
+  // A missing program is reported by its own name.
+  options.program = "/nonexistent/dir/prog";
+  options.stdout_fd = ChildFd::inherit();
+  SpawnError e = spawn_error([&] { Subprocess::spawn(options); });
+  CHECK(e.exit_status() == 127);
+  CHECK(std::string(e.what()).find("/nonexistent/dir/prog") != std::string::npos);
+}
+
 TEST_CASE("Subprocess: standard descriptors can be swapped", "[subprocess]") {
   // Our own 1 and 2 become pipes for a moment; the child gets them crossed.
   // Sources below 3 must not overwrite each other in the child.

@@ -246,8 +246,8 @@ TEST_CASE("LocalSpawner: an agent whose launcher vanishes kills its worker", "[l
   CHECK(none_left(token, 2s));
 }
 
-/// PIDs of our own children running the test agent.
-std::vector<pid_t> our_agents() {
+/// PIDs of the live children of `parent` whose argv[0] is `argv0`.
+std::vector<pid_t> children_running(pid_t parent, const std::string& argv0) {
   std::vector<pid_t> out;
   DIR* d = ::opendir("/proc");
   while (dirent* e = d ? ::readdir(d) : nullptr) {
@@ -262,13 +262,16 @@ std::vector<pid_t> our_agents() {
     pid_t ppid = 0;
     rest >> state >> ppid;
     std::ifstream cmd(std::string("/proc/") + e->d_name + "/cmdline");
-    std::string argv0;
-    std::getline(cmd, argv0, '\0');
-    if (ppid == ::getpid() && state != 'Z' && argv0 == HVD_TEST_AGENT) out.push_back(std::atoi(e->d_name));
+    std::string first;
+    std::getline(cmd, first, '\0');
+    if (ppid == parent && state != 'Z' && first == argv0) out.push_back(std::atoi(e->d_name));
   }
   if (d) ::closedir(d);
   return out;
 }
+
+/// PIDs of our own children running the test agent.
+std::vector<pid_t> our_agents() { return children_running(::getpid(), HVD_TEST_AGENT); }
 
 TEST_CASE("Agent: a worker does not outlive its agent, whether it is terminated or killed", "[agent]") {
   // SIGTERM: the agent stops its worker and reports 143; SIGKILL: the
@@ -293,40 +296,29 @@ TEST_CASE("Agent: a worker does not outlive its agent, whether it is terminated 
 
 /// The guard process of agent `agent` (argv[0] "hvdrun-agent-guard"), or 0.
 pid_t guard_of(pid_t agent) {
-  pid_t found = 0;
-  DIR* d = ::opendir("/proc");
-  while (dirent* e = d ? ::readdir(d) : nullptr) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
-    std::string line;
-    std::getline(stat, line);
-    auto close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    char state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    std::ifstream cmd(std::string("/proc/") + e->d_name + "/cmdline");
-    std::string argv0;
-    std::getline(cmd, argv0, '\0');
-    if (ppid == agent && state != 'Z' && argv0 == "hvdrun-agent-guard") found = std::atoi(e->d_name);
-  }
-  if (d) ::closedir(d);
-  return found;
+  auto found = children_running(agent, "hvdrun-agent-guard");
+  return found.empty() ? 0 : found[0];
 }
 
-/// guard_of, waiting up to 2 s (the guard is forked, then execs itself).
+/// guard_of, waiting up to 5 s (the guard is forked, then execs itself).
 pid_t wait_guard(pid_t agent) {
-  auto until = hvd::Clock::now() + 2s;
+  auto until = hvd::Clock::now() + 5s;
   pid_t g = 0;
   while ((g = guard_of(agent)) == 0 && hvd::Clock::now() < until) std::this_thread::sleep_for(5ms);
   return g;
 }
 
+/// Whether `pid` has exited within `limit` (a zombie not yet reaped by
+/// whoever inherited it counts as exited).
 bool gone_within(pid_t pid, std::chrono::milliseconds limit) {
   auto until = hvd::Clock::now() + limit;
   while (hvd::Clock::now() < until) {
     if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto close = line.rfind(')');
+    if (close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z') return true;
     std::this_thread::sleep_for(5ms);
   }
   return false;
@@ -350,7 +342,7 @@ TEST_CASE("Agent: what a worker started does not outlive a killed agent, and its
     ::kill(agents[0], SIGKILL);
     REQUIRE(sink.wait(1, 5s));
     CHECK(none_left(token, 2s));
-    CHECK(gone_within(guard, 2s));
+    CHECK(gone_within(guard, 5s));
     sp->shutdown();
   }
   SECTION("a normal end: the guard ends too, killing nothing") {
@@ -364,7 +356,7 @@ TEST_CASE("Agent: what a worker started does not outlive a killed agent, and its
     REQUIRE(sink.wait(1, 5s));
     CHECK(sink.exit(0).status == 0);
     sp->shutdown();
-    CHECK(gone_within(guard, 2s));
+    CHECK(gone_within(guard, 5s));
   }
 }
 

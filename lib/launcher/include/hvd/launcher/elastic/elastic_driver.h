@@ -238,10 +238,10 @@ class ElasticDriver {
   /// world, not the first failure), so this stays bounded over re-formations.
   std::size_t history_size() const;
   /// Entries kept about hosts (health: failures, losses, blacklisting; the
-  /// last incarnation discovery reported). A host discovery no longer lists
-  /// loses its entries once forgetting them changes nothing (no worker
-  /// there, never blacklisted, failures out of the window); a blacklisted
-  /// host's entry stays for the rest of the job, as its blacklisting does.
+  /// last incarnation discovery reported; since when an unlisted one is
+  /// away). A host's entries go once discovery has not listed it for 60 s
+  /// (or the failure window, if longer) and no worker runs there; a
+  /// blacklisted host's health entry stays for the rest of the job.
   std::size_t host_records() const;
 
  private:

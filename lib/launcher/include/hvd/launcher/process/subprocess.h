@@ -41,6 +41,10 @@ struct SpawnOptions {
   /// argv[0] is the program: a path (contains '/') or a name searched in
   /// `search_path`. Must not be empty (InvalidArgument).
   std::vector<std::string> argv;
+  /// The file to execute when it is not argv[0] (execve's path; argv[0] is
+  /// then only the name the process shows, as a login shell's "-sh"). A
+  /// path or a name searched as argv[0] would be. Empty: argv[0].
+  std::string program;
   /// The child's environment as NAME=value strings; nullopt: this process's.
   std::optional<std::vector<std::string>> env;
   /// PATH searched for a program name without '/': nullopt means the PATH of
