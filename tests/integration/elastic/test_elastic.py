@@ -352,6 +352,38 @@ class Elastic(unittest.TestCase):
         # The last steps are the newcomers' alone.
         self.assertEqual({s["worker"] for s in ss if s["step"] == steps}, {3, 4})
 
+    def test_last_staying_holder_killed_while_others_drain_keeps_the_progress(self):
+        # 127.0.0.1 is dropped (w2 drains, training on to the next commit,
+        # 20 steps away), then w1 -- the one trained worker that stays -- is
+        # killed before that commit. w2's world fails; it goes back to its
+        # last commit and, instead of leaving, waits: hvdrun calls it back as
+        # a member, w1's restarted slot syncs from it, and training goes on
+        # from that commit instead of starting over.
+        every = 20
+        steps = 200
+        j = self.job("localhost:1\n127.0.0.1:1\n", ["-np", "2", "--min-np", "1", "--verbose"], steps=steps,
+                     step_ms=50, extra_env={"HVD_TRAINER_COMMIT_EVERY": str(every)})
+        j.wait_for(lambda: [s for s in j.steps() if s["size"] == 2 and s["step"] >= every and s["step"] % every == 2],
+                   30, "two steps past a commit at size 2")
+        j.set_hosts("localhost:1\n")
+        j.wait_for(lambda: "(draining)" in j.text(j.err), 20, "w2 to drain")
+        pid = worker_pid(j.token, "w1")
+        self.assertIsNotNone(pid)
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        res = j.finish(timeout=90)
+        self.assert_success(j, steps, res)
+        self.assertIn("w2 on 127.0.0.1 slot 0 is called back from draining", res[2])
+        self.assertIn("w2 on 127.0.0.1 slot 0 handed the job's state over to the workers that stay", res[2])
+        ss = j.steps()
+        committed = max(s["step"] for s in ss if s["t"] < killed_at and s["step"] % every == 0)
+        later = [s for s in ss if s["worker"] >= 3]
+        self.assertTrue(later, "w1's slot was not restarted")
+        self.assertGreater(min(s["step"] for s in later), committed, "the newcomers started over")
+        # w2 trained again after the kill, from its last commit.
+        self.assertGreater(min(s["step"] for s in ss if s["worker"] == 2 and s["t"] > killed_at), committed)
+        self.assertEqual({s["worker"] for s in ss if s["step"] == steps}, {max(s["worker"] for s in later)})
+
     def test_scale_down_without_drain(self):
         # --elastic-drain-timeout 0: the dropped worker is stopped at once
         # (SIGTERM) and the survivors go back to their last commit.

@@ -135,6 +135,13 @@ struct ElasticMember::Impl {
   /// Read by hosts_updated() from any thread.
   std::atomic<bool> ever_member{false};
   bool closed = false;
+  /// Set by reset() when the current world's communicator had failed (not a
+  /// commit's HostsUpdatedInterrupt): a draining member then does not leave
+  /// while it may be the last holder of the trained state (wait_or_leave).
+  bool stranded = false;
+  /// Worlds newer than the stranded base that formed without a member of it.
+  std::set<uint64_t> formed_without_holder;
+  bool stranded_said = false;
   std::shared_ptr<WatchState> watch = std::make_shared<WatchState>();
   std::thread watcher;
   mutable std::mutex mu;  // guards context and world for readers on other threads
@@ -351,6 +358,15 @@ struct ElasticMember::Impl {
     s.start_timeout = std::max(std::chrono::milliseconds(1), std::min(s.start_timeout, remaining(deadline)));
     try {
       std::shared_ptr<collective::Context> ctx = collective::Context::create(s, n > 1 ? store : nullptr);
+      if (n == 1) {
+        // No barrier wrote it: a draining worker stranded by a failure
+        // (wait_or_leave) reads it to know this member holds the state.
+        try {
+          store->set_string(selastic::formed_key(w.version), "1");
+        } catch (const std::exception& e) {
+          spdlog::debug("{}: could not mark world {} formed: {}", tag(), w.version, e.what());
+        }
+      }
       std::lock_guard<std::mutex> lock(mu);
       context = std::move(ctx);
       world = w;
@@ -388,6 +404,70 @@ struct ElasticMember::Impl {
     }
   }
 
+  /// Tells hvdrun this worker left the job (left_key: the version of world
+  /// `w`, the newest, which does not list it) and throws WorkerRemovedError.
+  [[noreturn]] void leave(const selastic::World& w, const std::string& why) {
+    try {
+      store->set_string(selastic::left_key(options.worker_id), std::to_string(w.version));
+    } catch (const std::exception& e) {
+      spdlog::debug("{}: could not tell hvdrun that it left: {}", tag(), e.what());
+    }
+    throw WorkerRemovedError(fmt::format("elastic: {} was removed from the job in world {}{}{}", tag(), w.version,
+                                         why.empty() ? "" : ": ", why));
+  }
+
+  /// Whether a world newer than `world` (the last one this worker was a
+  /// member of) has formed with another of `world`'s members in it: that
+  /// member holds the trained state (State::sync gives it to the others),
+  /// so this one is not needed to keep it.
+  bool state_held_elsewhere(uint64_t newest) {
+    const std::set<std::string> base = ids_of(world);
+    for (uint64_t v = world.version + 1; v <= newest; ++v) {
+      if (formed_without_holder.count(v)) continue;
+      auto text = store->try_get(selastic::world_key(v));
+      if (!text || !store->try_get(selastic::formed_key(v))) continue;
+      const selastic::World later = selastic::decode_world(text_of(*text));
+      for (const auto& m : later.members) {
+        if (m.worker_id != options.worker_id && base.count(m.worker_id)) return true;
+      }
+      formed_without_holder.insert(v);
+    }
+    return false;
+  }
+
+  /// World `w` (the newest) does not list this worker, which has been a
+  /// member. It leaves (left_key, WorkerRemovedError) -- unless its world
+  /// failed while it was draining (`stranded`: a peer died before the commit
+  /// it was training to) and no other holder of the trained state is known
+  /// to be in a formed world yet: then it may be the last one, and hvdrun
+  /// calls it back as a member when nobody else holds the state. It then
+  /// waits (one slice; returns) for a newer world, and leaves once a formed
+  /// world holds another member of its last one, once `w` no longer lists
+  /// it as draining, or at `deadline`.
+  void wait_or_leave(const selastic::World& w, Clock::time_point deadline) {
+    const bool drains = std::find(w.draining.begin(), w.draining.end(), options.worker_id) != w.draining.end();
+    if (!stranded || !drains) leave(w, w.reason);
+    if (state_held_elsewhere(w.version)) {
+      spdlog::info("{}: another member of world {} holds the trained state in a newer world; it leaves", tag(),
+                   world.version);
+      leave(w, w.reason);
+    }
+    if (!stranded_said) {
+      stranded_said = true;
+      spdlog::info("{}: world {} failed while this worker was draining; it waits to leave until another holder of "
+                   "the trained state is in a formed world, in case hvdrun calls it back",
+                   tag(), world.version);
+    }
+    try {
+      store->wait({selastic::world_key(w.version + 1)}, std::min(options.watch_slice, remaining(deadline)));
+    } catch (const TimeoutError&) {
+    }
+    if (Clock::now() >= deadline) {
+      leave(w, fmt::format("no other holder of the trained state formed a world within HOROVOD_ELASTIC_TIMEOUT ({} s)",
+                           options.timeout.count() / 1000.0));
+    }
+  }
+
   /// Joins the newest world with a version >= `wanted` that lists us.
   void join_from(uint64_t wanted) {
     const auto deadline = Clock::now() + options.timeout;
@@ -412,13 +492,9 @@ struct ElasticMember::Impl {
       const selastic::Member* me = w.find(options.worker_id);
       if (!me) {
         if (ever_member) {
-          try {  // tells hvdrun this worker left at a commit (store::elastic::left_key)
-            store->set_string(selastic::left_key(options.worker_id), std::to_string(w.version));
-          } catch (const std::exception& e) {
-            spdlog::debug("{}: could not tell hvdrun that it left: {}", tag(), e.what());
-          }
-          throw WorkerRemovedError(fmt::format("elastic: {} was removed from the job in world {}{}{}", tag(), w.version,
-                                               w.reason.empty() ? "" : ": ", w.reason));
+          wait_or_leave(w, deadline);  // returns only to look again
+          wanted = candidate;
+          continue;
         }
         wanted = candidate + 1;  // not admitted yet
         continue;
@@ -438,6 +514,9 @@ struct ElasticMember::Impl {
       switch (rendezvous(w, mine, deadline)) {
         case Rendezvous::Formed: {
           ever_member = true;
+          stranded = false;
+          stranded_said = false;
+          formed_without_holder.clear();
           std::lock_guard<std::mutex> lock(watch->mu);
           watch->context = context;
           // Ended while its communicator formed (the forming failure came too late).
@@ -492,6 +571,10 @@ void ElasticMember::reset() {
   if (!d.ever_member) {
     join();
     return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    d.stranded = d.context && d.context->failed();
   }
   d.shutdown_context();
   if (!d.newer_seen()) {

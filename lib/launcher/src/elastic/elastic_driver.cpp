@@ -115,6 +115,10 @@ struct ElasticDriver::Impl {
     /// newcomer has formed (the newcomer synced the state), then drains.
     bool keeper = false;
     ElasticTime keeper_until{};
+    /// Called back from draining (recall_drainer).
+    bool recalled = false;
+    /// It has been a keeper: never chosen again (its time ran out).
+    bool was_keeper = false;
     /// It wrote left_key: it knows it is out of the job.
     bool left = false;
     /// Out of the job's worlds: being stopped or draining.
@@ -403,6 +407,7 @@ struct ElasticDriver::Impl {
   /// updates the elastic-timeout clock. Called after every event.
   void reconcile(ElasticTime now) {
     if (!active()) return;
+    recall_drainer(now);
     // Hosts gone or shrunk: drain or stop their (excess) workers, but keep
     // one that holds the trained state when nobody staying does.
     std::vector<std::pair<Worker*, std::string>> gone;
@@ -487,12 +492,43 @@ struct ElasticDriver::Impl {
     }
     if (!best) return nullptr;
     best->keeper = true;
+    best->was_keeper = true;
     best->keeper_until = now + policy.drain_timeout;
     pending_reasons.push_back(gone.front().second);
     log(fmt::format("{} keeps training although {}: no worker staying holds the job's trained state; it stays "
                     "until a newcomer has it (at most --elastic-drain-timeout {})",
                     on_host(*best), gone.front().second, seconds_text(policy.drain_timeout)));
     return best;
+  }
+
+  /// A worker draining from a dropped host still holds the trained state
+  /// (it trains on to its next commit, or, when its world failed before
+  /// that commit, waits -- the library's ElasticMember::wait_or_leave). When
+  /// nobody that is not leaving holds the state any more -- the last
+  /// trained worker that stayed failed or was stopped before any newcomer
+  /// synced from it -- letting the drainers go would start the next world
+  /// from the newcomers' initial state. The draining worker started first
+  /// is then called back: a keeper (choose_keeper), a member of the next
+  /// world until a world with a newcomer has formed, for at most
+  /// --elastic-drain-timeout. If it left before it saw that world, its exit
+  /// is a departure, not the job's end (on_worker_exit).
+  void recall_drainer(ElasticTime now) {
+    if (policy.drain_timeout.count() == 0 || world.version == 0) return;
+    Worker* best = nullptr;
+    for (auto& [s, w] : live) {
+      if (!w.leaving() && joined_ids.count(w.id)) return;  // someone not leaving holds it (a keeper too)
+      if (!best && w.draining && !w.stopping && !w.left && !w.was_keeper && joined_ids.count(w.id)) best = &w;
+    }
+    if (!best) return;
+    best->draining = false;
+    best->recalled = true;
+    best->was_keeper = true;
+    best->keeper = true;
+    best->keeper_until = now + policy.drain_timeout;
+    pending_reasons.push_back(fmt::format("{} called back", on_host(*best)));
+    log(fmt::format("{} is called back from draining: no other worker holds the job's trained state any more; it "
+                    "stays until a newcomer has it (at most --elastic-drain-timeout {})",
+                    on_host(*best), seconds_text(policy.drain_timeout)));
   }
 
   /// Horovod's rule: once every host is blacklisted the job fails. Here:
@@ -1068,6 +1104,14 @@ void ElasticDriver::on_worker_exit(const std::string& worker_id, int status, con
                         e.description));
       d.drain_failed(w, fmt::format("{} {} while draining", d.on_host(w), e.description));
     }
+    d.reconcile(now);
+    return;
+  }
+  if (w.recalled && w.left) {
+    // Called back from draining (recall_drainer), but it had already left
+    // at the world before: a departure, not the job's end.
+    d.log(fmt::format("{} had left the job before it was called back ({})", d.on_host(w), e.description));
+    d.pending_reasons.push_back(fmt::format("{} left", d.on_host(w)));
     d.reconcile(now);
     return;
   }

@@ -538,6 +538,61 @@ TEST_CASE("elastic a draining member that hvdrun says failed ends the world at o
   CHECK_THROWS_AS(b.reset(), WorkerRemovedError);
 }
 
+TEST_CASE("elastic a draining member whose world fails before the commit waits, and called back it joins with its state",
+          "[elastic][member][drain]") {
+  FakeDriver driver;
+  driver.publish(1, {"a", "b"});
+  ElasticMember a(driver.options("a")), b(driver.options("b"));
+  join_both(a, b);
+  driver.publish(2, {"a"}, false, "host of b no longer listed by discovery", {"b"});
+  REQUIRE(eventually([&] { return a.hosts_updated() && b.hosts_updated(); }, 3s));
+  // a, the one holder that stays, dies before the commit: b's world fails
+  // (its links break; a shutdown would be a clean stop, not a death).
+  int64_t x = 1;
+  collective::Handle h = stuck_allreduce(b.context(), x);
+  a.context().abort("killed");
+  CHECK_THROWS_AS(h.wait(), PeerFailureError);
+  REQUIRE(b.context().failed());
+  auto rb = std::async(std::launch::async, [&] { b.reset(); });
+  // World 2 lists b as draining, but nobody else holds the state: it waits.
+  CHECK(rb.wait_for(800ms) == std::future_status::timeout);
+  CHECK_FALSE(driver.store().try_get(store::elastic::left_key("b")));
+  // hvdrun calls it back into a world with a newcomer.
+  driver.publish(3, {"b", "c"}, false, "w2 on b slot 0 called back");
+  ElasticMember c(driver.options("c"));
+  auto jc = std::async(std::launch::async, [&] { c.join(); });
+  REQUIRE(rb.wait_for(10s) == std::future_status::ready);
+  rb.get();
+  jc.get();
+  CHECK(b.version() == 3);
+  CHECK(b.context().rank() == 0);
+  CHECK(b.context().size() == 2);
+  CHECK_FALSE(driver.store().try_get(store::elastic::left_key("b")));
+}
+
+TEST_CASE("elastic a draining member whose world failed leaves once another holder is in a formed world",
+          "[elastic][member][drain]") {
+  FakeDriver driver;
+  driver.publish(1, {"a", "b"});
+  ElasticMember a(driver.options("a")), b(driver.options("b"));
+  join_both(a, b);
+  driver.publish(2, {"a"}, false, "host of b no longer listed by discovery", {"b"});
+  REQUIRE(eventually([&] { return a.hosts_updated() && b.hosts_updated(); }, 3s));
+  // The world fails before the commit, everyone alive (a link cut).
+  b.context().abort("link cut");
+  REQUIRE(eventually([&] { return a.context().failed(); }, 3s));
+  auto rb = std::async(std::launch::async, [&] { b.reset(); });
+  CHECK(rb.wait_for(800ms) == std::future_status::timeout);
+  // a goes on in world 2 (one member): the state is safe, b leaves.
+  a.reset();
+  CHECK(a.version() == 2);
+  REQUIRE(rb.wait_for(5s) == std::future_status::ready);
+  CHECK_THROWS_AS(rb.get(), WorkerRemovedError);
+  const auto left = driver.store().try_get(store::elastic::left_key("b"));
+  REQUIRE(left.has_value());
+  CHECK(std::string(left->begin(), left->end()) == "2");
+}
+
 TEST_CASE("elastic a later world that drops a member outright is seen while a scale-up waits for the commit",
           "[elastic][member]") {
   FakeDriver driver;

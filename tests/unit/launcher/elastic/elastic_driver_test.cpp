@@ -663,6 +663,90 @@ TEST_CASE("elastic driver: with --max-np 1 a keeper lets its one successor start
   REQUIRE(w.draining == Strings{"w1"});
 }
 
+TEST_CASE("elastic driver: the last trained worker that stayed fails while others drain: one drainer is called back") {
+  Harness h(base_policy());  // drain_timeout 60 s
+  form(h, {{"a", 1}, {"b", 2}});
+  h.formed(1);
+  // b is dropped, c listed: w2 and w3 drain while w1 (the one holder that
+  // stays) trains on; the newcomer w4 is not in a formed world yet.
+  auto a = h.discover({{"a", 1}, {"c", 1}});
+  REQUIRE(ids(a, Kind::Spawn) == Strings{"w4"});
+  World w = published(a);
+  REQUIRE(members(w) == Strings{"w1"});
+  REQUIRE(w.draining == Strings{"w2", "w3"});
+
+  SECTION("w1 crashes before the commit: w2 becomes a member again, keeps the state until a newcomer has it") {
+    a = h.exit("w1", 1);
+    REQUIRE(has_message(a, Kind::Log, "w2 on b slot 0 is called back from draining: no other worker holds the job's "
+                                      "trained state any more; it stays until a newcomer has it (at most "
+                                      "--elastic-drain-timeout 60 s)"));
+    REQUIRE(ids(a, Kind::Spawn) == Strings{"w5"});  // w1's slot restarts
+    REQUIRE(of(a, Kind::Stop).empty());
+    w = published(a);
+    REQUIRE(members(w) == Strings{"w2"});
+    REQUIRE(w.draining == Strings{"w3"});  // the other drainer still leaves
+    REQUIRE(has_message(h.exit("w3", 0), Kind::Log, "w3 on b slot 1 left the job (drained)"));
+    w = published(h.ready_all());
+    REQUIRE(members(w) == Strings{"w2", "w4", "w5"});
+    a = h.formed(w.version);
+    REQUIRE(has_message(a, Kind::Log, "w2 on b slot 0 handed the job's state over to the workers that stay; it leaves"));
+    w = published(a);
+    REQUIRE(members(w) == Strings{"w4", "w5"});
+    REQUIRE(w.draining == Strings{"w2"});
+    REQUIRE(has_message(h.exit("w2", 0), Kind::Log, "w2 on b slot 0 left the job (drained)"));
+    REQUIRE(of(h.exit("w4", 0), Kind::Finish).empty());
+    REQUIRE(finish_of(h.exit("w5", 0)).code == 0);
+  }
+  SECTION("the called-back worker had already left: a departure, not the job's end") {
+    h.exit("w1", 1);
+    REQUIRE(members(h.d.current_world()) == Strings{"w2"});
+    h.d.on_worker_left("w2", h.now);
+    a = h.exit("w2", 0);
+    REQUIRE(has_message(a, Kind::Log, "w2 on b slot 0 had left the job before it was called back (exited successfully)"));
+    REQUIRE(of(a, Kind::Finish).empty());
+    // w3 is called back in its place.
+    REQUIRE(has_message(a, Kind::Log, "w3 on b slot 1 is called back from draining"));
+    REQUIRE(members(published(a)) == Strings{"w3"});
+  }
+  SECTION("no newcomer takes it over within the drain timeout: it drains, one warning") {
+    h.exit("w1", 1);
+    a = h.advance(60s);
+    REQUIRE(has_message(a, Kind::Warn, "w2 on b slot 0 kept the job's trained state for --elastic-drain-timeout 60 s"));
+    REQUIRE(h.d.current_world().find("w2") == nullptr);
+    // Called back once: not again.
+    REQUIRE_FALSE(has_message(h.advance(1s), Kind::Log, "called back"));
+  }
+  SECTION("a newcomer already holds the state: nobody is called back") {
+    w = published(h.ready_all());
+    REQUIRE(members(w) == Strings{"w1", "w4"});
+    h.formed(w.version);
+    a = h.exit("w1", 1);
+    REQUIRE_FALSE(has_message(a, Kind::Log, "called back"));
+    REQUIRE(members(published(a)) == Strings{"w4"});
+  }
+  SECTION("without draining (--elastic-drain-timeout 0) nothing drains, so nothing is called back") {
+    auto p = base_policy();
+    p.drain_timeout = 0ms;
+    Harness h0(p);
+    form(h0, {{"a", 1}, {"b", 1}});
+    h0.formed(1);
+    REQUIRE(ids(h0.discover({{"a", 1}}), Kind::Stop) == Strings{"w2"});
+    REQUIRE_FALSE(has_message(h0.exit("w1", 1), Kind::Log, "called back"));
+  }
+}
+
+TEST_CASE("elastic driver: a trained worker that stays on another host keeps the drainers leaving") {
+  Harness h(base_policy());
+  form(h, {{"a", 2}, {"b", 1}});
+  h.formed(1);
+  REQUIRE(published(h.discover({{"a", 2}})).draining == Strings{"w3"});
+  auto a = h.exit("w1", 1);  // w2 still holds the state
+  REQUIRE_FALSE(has_message(a, Kind::Log, "called back"));
+  World w = published(a);
+  REQUIRE(members(w) == Strings{"w2"});
+  REQUIRE(w.draining == Strings{"w3"});
+}
+
 TEST_CASE("elastic driver: what is kept of hosts discovery no longer lists stays bounded") {
   auto p = base_policy();
   p.blacklist_failures = 2;

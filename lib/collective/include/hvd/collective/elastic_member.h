@@ -10,7 +10,10 @@
 ///  1. the newest world >= the wanted version that lists this worker is
 ///     taken (a world without it: wait for the next one, or, once this
 ///     worker has been a member, write left_key and throw
-///     WorkerRemovedError; a `final` world: WorkerRemovedError);
+///     WorkerRemovedError -- except for a draining member whose world
+///     failed before its commit, which waits until hvdrun calls it back or
+///     another holder of the state is in a formed world, see
+///     store/elastic_world.h; a `final` world: WorkerRemovedError);
 ///  2. an arrival barrier under comm_prefix(v): every member adds 1 to
 ///     "<prefix>arrived"; the one that reaches size writes "<prefix>formed".
 ///     While waiting, a member that learns of a newer world cancels the

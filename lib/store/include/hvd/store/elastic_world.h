@@ -33,6 +33,11 @@
 ///    HostsUpdatedInterrupt at its next commit like for a scale-up. If one
 ///    of them fails or overstays hvdrun's drain timeout before then, hvdrun
 ///    writes drain_failed_key(id) and the members abort that world at once.
+///    A draining worker whose own world failed before that commit (a peer
+///    died) does not leave at once: it waits until a newer world lists it
+///    as a member (hvdrun called it back: nobody else holds the trained
+///    state), stops listing it as draining, or has formed with another
+///    member of its last world (formed_key) -- then it leaves.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -52,8 +57,10 @@ std::string ready_key(const std::string& worker_id);
 std::string comm_prefix(uint64_t version);
 
 /// comm_prefix(v) + "formed": written by the last member of world v to
-/// arrive, once every member did (the library's join barrier); hvdrun reads
-/// it to know which worlds formed.
+/// arrive, once every member did (the library's join barrier), or by the
+/// one member of a world of one once its Context exists; hvdrun reads it to
+/// know which worlds formed, a stranded draining worker to know that
+/// another holder of the trained state is in a newer world.
 std::string formed_key(uint64_t version);
 
 /// comm_prefix(v) + "reset/<worker_id>": written by a member of world v that

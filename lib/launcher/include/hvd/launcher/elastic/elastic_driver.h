@@ -39,7 +39,13 @@
 ///    the one with the lowest rank stays a member (the others drain) until a
 ///    world with newcomers has formed -- they sync its state -- or for at
 ///    most drain_timeout; then it drains too. Training goes on from the
-///    job's state instead of the newcomers' initial one.
+///    job's state instead of the newcomers' initial one. When nobody that is
+///    not leaving holds the state any more while trained workers drain (the
+///    last holder that stayed failed before their commit), the drainer
+///    started first is called back as the keeper (it waits for that: the
+///    library's stranded drain). Its exit with left_key written means it
+///    left before the call reached it: a departure. A worker is a keeper
+///    at most once.
 ///  * New host / more slots: workers are started on free slots up to max_np.
 ///  * A worker that fails (non-zero exit, signal, lost) leaves the world at
 ///    once (a world without it is published) and its slot is restarted
