@@ -2,7 +2,7 @@
 """Elastic-mode recovery benchmarks (issue 5 targets), printed as tables.
 
     python3 scripts/bench_elastic.py [--build build] [--repeat 5] [--big 64]
-                                     [--commit-every 20] [--soak CYCLES]
+                                     [--commit-every 20] [--handover N] [--soak CYCLES]
                                      [--soak-python CYCLES] [--python]
 
 Runs real hvdrun elastic jobs on this host with the bundled
@@ -29,6 +29,14 @@ measures, from the moment of the event, when workers print steps again:
            cases again with HVD_TRAINER_COMMIT_EVERY=N, the slot dropped
            between two commits: size1 as above, and the steps the survivor
            trained twice (a rollback redoes up to N-1; a drain none)
+  handover (--handover N) the keeper's handover: localhost:2 replaced by
+           127.0.0.1:2 in one step (ms from the discovery run to a
+           newcomer's first step and to the newcomers alone, steps trained
+           again); and a drainer called back: 127.0.0.1 dropped, then w1
+           killed before w2's commit (50 ms steps, a commit every
+           --commit-every steps): ms from the kill to w2's and to the
+           restarted slot's first step, steps trained again (those since
+           the last commit; all of them had the newcomers started over)
   soak     (--soak CYCLES) one job shrunk 2 -> 1 and grown back CYCLES
            times: hvdrun's RSS, threads and descriptors, and the store's
            key count (its store_pruned events); the surviving worker w1's
@@ -224,6 +232,62 @@ def bench_scaledown(a, step_ms, drain, commit_every=1):
         j.stop()
 
 
+def bench_swap(a, step_ms):
+    """Discovery replaces localhost:2 by 127.0.0.1:2 in one step (every host
+    holding the trained state dropped at once; the keeper hands over).
+    Returns (s from the discovery run to a newcomer's first step, s to the
+    newcomers' first step alone, steps the newcomers trained again)."""
+    j = Job(a.hvdrun, a.trainer, "localhost:2\n", ["-np", "2", "--min-np", "1", "--log-level", "info"], step_ms, 0.2)
+    try:
+        j.wait(lambda: len({s[1] for s in j.steps if s[2] >= 20}) == 2, 30, "2 workers at step 20")
+        with j.cv:
+            n_err = len(j.err)
+        j.set_hosts("127.0.0.1:2\n")
+        t_disc = j.wait(lambda: next((t for t, l in j.err[n_err:] if "discovery: 127.0.0.1:2 " in l), None), 10,
+                        "the discovery run with the new host")
+        t_new = j.wait(lambda: next((s[0] for s in j.steps if s[0] > t_disc and s[1] >= 3), None), 30,
+                       "a newcomer's first step")
+        t_alone = j.wait(lambda: next((s[0] for s in j.steps if s[0] > t_disc and s[1] >= 3 and s[3] == 2), None), 30,
+                         "the newcomers alone")
+        with j.cv:
+            reached = max(s[2] for s in j.steps if s[1] <= 2 and s[0] < t_new)
+            first_new = min(s[2] for s in j.steps if s[1] >= 3)
+        return t_new - t_disc, t_alone - t_disc, max(0, reached - first_new + 1)
+    finally:
+        j.stop()
+
+
+def bench_recall(a, commit_every):
+    """127.0.0.1 is dropped (w2 drains to a commit up to commit_every steps
+    away), then w1, the one trained worker that stays, gets SIGKILL before
+    that commit. Returns (called back?, s from the kill to the called-back
+    drainer's first step, s to the restarted slot's first step, steps
+    trained again: the ones since the last commit, or everything if the
+    newcomers started over)."""
+    step_ms = 50  # a drain window of about a second: the kill lands in it
+    j = Job(a.hvdrun, a.trainer, "localhost:1\n127.0.0.1:1\n", ["-np", "2", "--min-np", "1", "--log-level", "info"],
+            step_ms, 0.2, env_extra={"HVD_TRAINER_COMMIT_EVERY": str(commit_every)})
+    try:
+        j.wait(lambda: len({s[1] for s in j.steps if s[2] >= commit_every + 2 and s[2] % commit_every == 2}) == 2,
+               30, "2 workers just past a commit")
+        with j.cv:
+            n_err = len(j.err)
+        j.set_hosts("localhost:1\n")
+        j.wait(lambda: any("(draining)" in l for _, l in j.err[n_err:]), 10, "w2 to drain")
+        os.kill(j.worker_pid("w1"), signal.SIGKILL)
+        t0 = time.monotonic()
+        t_new = j.wait(lambda: next((s[0] for s in j.steps if s[0] > t0 and s[1] >= 3), None), 30,
+                       "the restarted slot's first step")
+        with j.cv:
+            recalled = any("is called back from draining" in l for _, l in j.err[n_err:])
+            t_back = next((s[0] for s in j.steps if s[0] > t0 and s[1] == 2), None)
+            reached = max(s[2] for s in j.steps if s[0] < t0)
+            first_after = min(s[2] for s in j.steps if s[0] > t0)
+        return recalled, (t_back - t0) if t_back else None, t_new - t0, max(0, reached - first_after + 1)
+    finally:
+        j.stop()
+
+
 def proc_stats(pid):
     """A process's resident memory (KiB), threads, open descriptors and
     memory mappings (shared-memory rings are memfd mappings)."""
@@ -367,6 +431,9 @@ def main():
     p.add_argument("--python", action="store_true", help="also run the PyTorch kill -9 case (elastic_mnist.py)")
     p.add_argument("--commit-every", type=int, default=20,
                    help="the scale-down cases again with a commit every this many steps (0: skip)")
+    p.add_argument("--handover", type=int, default=0, metavar="N",
+                   help="also run the keeper's handover (every trained host replaced) and a drainer called back "
+                        "(the last holder killed while another worker drains) N times each")
     p.add_argument("--soak", type=int, default=0, metavar="CYCLES",
                    help="also shrink 2 -> 1 and grow back CYCLES times in one job, showing hvdrun's memory")
     p.add_argument("--soak-python", type=int, default=0, metavar="CYCLES",
@@ -428,6 +495,21 @@ def main():
         table("scale-down 2 -> 1 with a commit every %d steps (%d ms sleep per step): ms from the discovery run to the "
               "survivor's first step at size 1, and steps the survivor trained twice" % (a.commit_every, a.step_ms),
               ["case", "median ms", "min", "max", "steps redone (median)", "max"], rows)
+    if a.handover:
+        swap = [bench_swap(a, a.step_ms) for _ in range(a.handover)]
+        every = a.commit_every if a.commit_every > 1 else 20
+        recall = [bench_recall(a, every) for _ in range(a.handover)]
+        ms = lambda xs: "%.0f (%.0f-%.0f)" % (statistics.median(xs) * 1000, min(xs) * 1000, max(xs) * 1000)
+        back = [r[1] for r in recall if r[1] is not None]
+        table("state handover (ms: median (min-max); steps trained again: median, max)",
+              ["case", "runs", "first step after", "newcomers alone / restarted slot", "steps again", "max"],
+              [["every trained host replaced at once (keeper), %d ms steps, commit every step" % a.step_ms,
+                "%d" % len(swap), "newcomer: " + ms([x[0] for x in swap]), ms([x[1] for x in swap]),
+                "%g" % statistics.median([x[2] for x in swap]), "%d" % max(x[2] for x in swap)],
+               ["last holder killed while w2 drains (called back in %d of %d), 50 ms steps, commit every %d"
+                % (sum(1 for r in recall if r[0]), len(recall), every), "%d" % len(recall),
+                ("w2: " + ms(back)) if back else "-", ms([r[2] for r in recall]),
+                "%g" % statistics.median([r[3] for r in recall]), "%d" % max(r[3] for r in recall)]])
     if a.soak:
         table("soak: one job shrunk 2 -> 1 and grown back %d times (hvdrun's process)" % a.soak,
               ["cycles", "world", "hvdrun RSS KiB", "threads", "fds", "store keys", "w1 RSS KiB", "w1 threads",
