@@ -229,6 +229,30 @@ class MpiRun(unittest.TestCase):
         self.assertEqual(rc, 3, err)
         self.assertIn("mpirun not found on PATH; install Open MPI or drop --mpi", err)
 
+    def test_hvdrun_mpi_events_file(self):
+        # --events-file under --mpi (docs/cli.md): job_start with the MPI
+        # implementation, the one mpirun process as "rank 0", job_end with
+        # the job's code -- a failing rank's.
+        import json
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "events.jsonl")
+            argv = self.launcher_argv("hvdrun", 2, ["--fail-rank", "1", "--code", "5"])
+            rc, out, err = self.run_cmd(argv[:1] + ["--events-file", path] + argv[1:])
+            self.assertEqual(rc, 5, err)
+            with open(path) as f:
+                ev = [json.loads(line) for line in f]
+        names = [e["event"] for e in ev]
+        self.assertEqual(names[0], "job_start")
+        self.assertEqual(ev[0]["mode"], "mpi")
+        self.assertEqual(ev[0]["np"], 2)
+        self.assertEqual(ev[0]["mpi_implementation"], "Open MPI")
+        self.assertIn("workers_started", names)
+        self.assertEqual(next(e for e in ev if e["event"] == "workers_started")["ranks"], [0])
+        self.assertEqual(names[-1], "job_end")
+        self.assertEqual(ev[-1]["code"], 5)
+        self.assertEqual(processes_with_token(self.token), [])
+
     def test_hvdrun_mpi_np2(self):
         self.launched_job("hvdrun", 2)
 
