@@ -1,7 +1,7 @@
 """End-to-end elastic test of examples/python/elastic_mnist.py under
 `hvdrun --host-discovery-script` on localhost.
 
-    elastic_e2e.py HVDRUN PYTHON PYTHONPATH {kill|scaleup|scaledown}
+    elastic_e2e.py HVDRUN PYTHON PYTHONPATH {kill|scaleup|scaledown|recall}
 
 kill:    hosts file "localhost:2", -np 2; once rank 1 has committed a few
          times, kill -9 it (pid from its printed line). The survivor must go
@@ -12,6 +12,14 @@ scaledown: hosts file "localhost:2", -np 2; after a few commits rewrite it
          to "localhost:1": one worker drains (trains on to the next commit,
          then leaves), the other trains on at size 1 from that commit, with no
          rollback and no error or warning line.
+recall:  hosts file "localhost:1" and "127.0.0.1:1", -np 2, --verbose; after a
+         few commits drop 127.0.0.1 (its worker drains to the next commit)
+         and, once hvdrun logged the drain, kill -9 the worker on localhost
+         (the one trained worker that stays). The drainer goes back to its
+         last commit and waits; hvdrun calls it back, the restarted slot
+         syncs from it: the new process's first step follows what was
+         committed (nobody starts over), and the drainer hands over and
+         leaves.
 
 All modes: hvdrun exits 0; every process prints consecutive commit steps (it
 never goes back before its own last commit and never skips one); the
@@ -32,8 +40,8 @@ import threading
 import time
 
 HVDRUN, PY, PYTHONPATH, MODE = sys.argv[1:5]
-if MODE not in ("kill", "scaleup", "scaledown"):
-    sys.exit(f"usage: elastic_e2e.py HVDRUN PYTHON PYTHONPATH kill|scaleup|scaledown (not '{MODE}')")
+if MODE not in ("kill", "scaleup", "scaledown", "recall"):
+    sys.exit(f"usage: elastic_e2e.py HVDRUN PYTHON PYTHONPATH kill|scaleup|scaledown|recall (not '{MODE}')")
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "..", "..", "examples", "python", "elastic_mnist.py")
 SAMPLES, GLOBAL_BATCH, COMMIT_EVERY, EPOCHS = 192, 32, 2, 4
@@ -85,14 +93,15 @@ atexit.register(lambda: ref.poll() is None and ref.kill())
 
 hosts = os.path.join(tmp, "hosts")
 with open(hosts, "w") as f:
-    f.write("localhost:1\n" if MODE == "scaleup" else "localhost:2\n")
+    f.write({"scaleup": "localhost:1\n", "recall": "localhost:1\n127.0.0.1:1\n"}.get(MODE, "localhost:2\n"))
 discover = os.path.join(tmp, "discover.sh")
 with open(discover, "w") as f:
     f.write(f"#!/bin/sh\ncat {hosts}\n")
 os.chmod(discover, 0o755)
 
 np_start = 1 if MODE == "scaleup" else 2
-cmd = [HVDRUN, "-np", str(np_start), "--min-np", "1", "--max-np", "2", "--host-discovery-script", discover,
+cmd = [HVDRUN, "-np", str(np_start), "--min-np", "1", "--max-np", "2", "--host-discovery-script", discover] + \
+    (["--verbose", "--discovery-interval", "0.2"] if MODE == "recall" else []) + [
        PY, "-X", f"pycache_prefix={marker}", EXAMPLE] + TRAIN_ARGS + ["--step-sleep", "0.3"]
 t_job = time.monotonic()
 proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -102,6 +111,8 @@ reader = threading.Thread(target=lambda: out.extend(iter(proc.stdout.readline, "
 reader.start()
 acted_at = None  # number of commit lines printed when the kill / hosts change happened
 victim = None
+dropped = False  # recall: 127.0.0.1 dropped, waiting for hvdrun's drain line
+killed_at_step = None  # recall: the highest step printed before the kill
 
 
 def rewrite_hosts(text):
@@ -130,6 +141,15 @@ try:
                 if len([ln for ln in lines if ln[2] == 1]) >= 1:
                     acted_at = len(lines)
                     rewrite_hosts("localhost:2\n")
+            elif MODE == "recall":
+                if not dropped and len([ln for ln in lines if ln[3] == 1]) >= 2:
+                    rewrite_hosts("localhost:1\n")
+                    dropped = True
+                elif dropped and "(draining)" in "".join(list(out)):
+                    victim = [ln for ln in lines if ln[3] == 0 and ln[2] == 2][-1][4]
+                    killed_at_step = max(ln[1] for ln in lines)
+                    acted_at = len(lines)
+                    os.kill(victim, signal.SIGKILL)
             elif len([ln for ln in lines if ln[3] == 1]) >= 2:
                 acted_at = len(lines)
                 rewrite_hosts("localhost:1\n")
@@ -167,10 +187,28 @@ for pid, steps in by_pid.items():
 survivors = [pid for pid in by_pid if pid != victim and by_pid[pid][0] == COMMIT_EVERY]
 if not survivors:
     fail("no process trained from the first commit", output)
-if not any(by_pid[pid][-1] == TOTAL_STEPS for pid in survivors):
+if MODE != "recall" and not any(by_pid[pid][-1] == TOTAL_STEPS for pid in survivors):
     fail(f"no process trained from the first commit to the last ({TOTAL_STEPS})", output)
 after = lines[acted_at:]
-if MODE == "scaledown":
+if MODE == "recall":
+    if "is called back from draining" not in output:
+        fail("hvdrun did not call the draining worker back", output)
+    drainer = survivors[0]
+    new = [pid for pid in by_pid if pid not in (victim, drainer)]
+    if not new:
+        fail("the killed worker's slot was not restarted", output)
+    # The new process synced the committed state: its first step follows
+    # what was committed before the kill (at most one commit interval
+    # redone), it does not start over at the first commit.
+    first_new = min(by_pid[pid][0] for pid in new)
+    if first_new <= COMMIT_EVERY or first_new < killed_at_step:
+        fail(f"the restarted slot started at step {first_new}: the job's state (step {killed_at_step} printed "
+             f"before the kill) was lost", output)
+    if not any(by_pid[pid][-1] == TOTAL_STEPS for pid in new):
+        fail(f"no new process trained to the last step ({TOTAL_STEPS})", output)
+    if not re.search(r"elastic_mnist: leaving: .*removed from the job", output):
+        fail("the called-back worker did not hand over and leave", output)
+elif MODE == "scaledown":
     first1 = next((i for i, ln in enumerate(after) if ln[2] == 1), None)
     if first1 is None:
         fail("nobody trained at size 1 after the scale-down", output)
