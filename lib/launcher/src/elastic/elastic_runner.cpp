@@ -76,6 +76,9 @@ struct ElasticEvent {
   int status = 0;
   std::string lost_reason;
   int sig = 0;
+  /// When it was posted (EventQueue::post): timers that fell due before it
+  /// are handled before it (ElasticRunner's loop).
+  ElasticTime at{};
 };
 
 class EventQueue {
@@ -83,6 +86,7 @@ class EventQueue {
   void post(ElasticEvent e) {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      e.at = ElasticClock::now();
       events_.push_back(std::move(e));
     }
     cv_.notify_one();
@@ -272,10 +276,17 @@ class ElasticRunner::Impl {
         if (!until || first_kill < *until) until = first_kill;
       }
       if (finished_ && (!until || *until > now + kFinishPoll)) until = now + kFinishPoll;
-      for (auto& e : queue_.wait(until)) dispatch(e);
+      for (auto& e : queue_.wait(until)) {
+        // In the order things happened: a deadline that fell due before
+        // this event was posted is handled first, however late the loop
+        // woke (a worker's ready timeout before the lost launch its
+        // connection timeout reports a moment later).
+        if (e.at > last_tick_) tick(e.at);
+        dispatch(e);
+      }
       now = ElasticClock::now();
       escalate_kills(now);
-      driver_->tick(now);
+      tick(now);
       if (finished_ && now > finish_deadline_) {
         spdlog::warn("workers did not exit within {} ms of the end; giving up on them",
                      std::chrono::duration_cast<std::chrono::milliseconds>(kFinishWait).count());
@@ -665,6 +676,13 @@ class ElasticRunner::Impl {
     kill_at_.emplace(ElasticClock::now() + options_.kill_grace, id);
   }
 
+  /// The driver's timers up to `now` (never back in time).
+  void tick(ElasticTime now) {
+    if (now < last_tick_) return;
+    last_tick_ = now;
+    driver_->tick(now);
+  }
+
   void escalate_kills(ElasticTime now) {
     while (!kill_at_.empty() && kill_at_.begin()->first <= now) {
       std::string id = kill_at_.begin()->second;
@@ -776,6 +794,8 @@ class ElasticRunner::Impl {
   bool finished_ = false;
   int finish_code_ = exit_code::kInternal;
   ElasticTime finish_deadline_{};
+  /// The time of the driver's last tick (tick()).
+  ElasticTime last_tick_{};
 };
 
 ElasticRunner::ElasticRunner(ElasticRunnerOptions options, ElasticRunnerDeps deps)
