@@ -117,8 +117,9 @@ struct ElasticDriver::Impl {
     ElasticTime keeper_until{};
     /// Called back from draining (recall_drainer).
     bool recalled = false;
-    /// It has been a keeper: never chosen again (its time ran out).
-    bool was_keeper = false;
+    /// Its time as a keeper ran out with no newcomer taking the state over:
+    /// it is not called back again (recall_drainer).
+    bool keeper_expired = false;
     /// It wrote left_key: it knows it is out of the job.
     bool left = false;
     /// Out of the job's worlds: being stopped or draining.
@@ -429,6 +430,7 @@ struct ElasticDriver::Impl {
       if (w->keeper) {
         w->keeper = false;
         if (w->keeper_until <= now) {
+          w->keeper_expired = true;
           warn(fmt::format("{} kept the job's trained state for --elastic-drain-timeout {} after its host's removal "
                            "and no newcomer took it over; it leaves now, and the workers after it start from their own initial state",
                            on_host(*w), seconds_text(policy.drain_timeout)));
@@ -492,7 +494,6 @@ struct ElasticDriver::Impl {
     }
     if (!best) return nullptr;
     best->keeper = true;
-    best->was_keeper = true;
     best->keeper_until = now + policy.drain_timeout;
     pending_reasons.push_back(gone.front().second);
     log(fmt::format("{} keeps training although {}: no worker staying holds the job's trained state; it stays "
@@ -517,12 +518,11 @@ struct ElasticDriver::Impl {
     Worker* best = nullptr;
     for (auto& [s, w] : live) {
       if (!w.leaving() && joined_ids.count(w.id)) return;  // someone not leaving holds it (a keeper too)
-      if (!best && w.draining && !w.stopping && !w.left && !w.was_keeper && joined_ids.count(w.id)) best = &w;
+      if (!best && w.draining && !w.stopping && !w.left && !w.keeper_expired && joined_ids.count(w.id)) best = &w;
     }
     if (!best) return;
     best->draining = false;
     best->recalled = true;
-    best->was_keeper = true;
     best->keeper = true;
     best->keeper_until = now + policy.drain_timeout;
     pending_reasons.push_back(fmt::format("{} called back", on_host(*best)));

@@ -697,6 +697,18 @@ TEST_CASE("elastic driver: the last trained worker that stayed fails while other
     REQUIRE(of(h.exit("w4", 0), Kind::Finish).empty());
     REQUIRE(finish_of(h.exit("w5", 0)).code == 0);
   }
+  SECTION("it handed over, then every newcomer dies before it left: called back again") {
+    h.exit("w1", 1);
+    h.exit("w3", 0);
+    w = published(h.ready_all());
+    REQUIRE(members(w) == Strings{"w2", "w4", "w5"});
+    w = published(h.formed(w.version));
+    REQUIRE(w.draining == Strings{"w2"});
+    h.exit("w4", 1);
+    a = h.exit("w5", 1);
+    REQUIRE(has_message(a, Kind::Log, "w2 on b slot 0 is called back from draining"));
+    REQUIRE(h.d.current_world().find("w2") != nullptr);
+  }
   SECTION("the called-back worker had already left: a departure, not the job's end") {
     h.exit("w1", 1);
     REQUIRE(members(h.d.current_world()) == Strings{"w2"});
