@@ -19,10 +19,12 @@ run, whatever the schedule did:
 Run longer, or replay a failing schedule, with
   HVD_CHAOS_SECONDS=600 HVD_CHAOS_SEED=1234 HVDRUN=... TRAINER=... \\
     python3 test_elastic_chaos.py
-(the seed is printed first; a failure names it).
+(the seed is printed first; a failure names it and writes the whole run to
+$TMPDIR/hvd-chaos-<seed>.log; HVD_CHAOS_LOG=1 writes it after a pass too).
 """
 import os
 import random
+import re
 import signal
 import sys
 import time
@@ -178,6 +180,9 @@ class ElasticChaos(unittest.TestCase):
         by_version = {}
         for s in j.steps():
             by_version.setdefault(s["version"], []).append(s)
+        ev = read_events(events)
+        published = {e["world"]["version"]: e["world"] for e in ev if e["event"] == "world"}
+        err_text = j.text(j.err)
         reached, seen, fresh_starts = -1, set(), 0
         for v in sorted(by_version):
             first = min(s["step"] for s in by_version[v])
@@ -186,6 +191,16 @@ class ElasticChaos(unittest.TestCase):
                 check(first >= reached - 1, "world %d started at step %d after step %d was reached" % (v, first, reached))
             else:
                 check(first == 1, "world %d of newcomers only started at step %d" % (v, first))
+                # A start over is only right when no worker that trained is
+                # still running: one still draining must have been called
+                # back (it holds the state), unless its keeper time ran out.
+                trained_drainers = [d for d in published.get(v, {}).get("draining", [])
+                                    if d.startswith("w") and int(d[1:]) in seen]
+                expired = [d for d in trained_drainers
+                           if re.search(r"\b%s on \S+ slot \d+ kept the job's trained state" % d, err_text)]
+                check(sorted(trained_drainers) == sorted(expired),
+                      "world %d of newcomers started over while %s, which had trained, still drained"
+                      % (v, sorted(set(trained_drainers) - set(expired))))
                 if seen:
                     fresh_starts += 1
                     print("world %d: newcomers %s start over (step %d was reached)" % (v, sorted(workers), reached))
@@ -194,13 +209,15 @@ class ElasticChaos(unittest.TestCase):
             seen |= workers
         check(len(by_version) > 3, "the schedule re-formed the job only %d times" % len(by_version))
 
-        ev = read_events(events)
         pruned = [e["keys"] for e in ev if e["event"] == "store_pruned"]
         if pruned:
             check(max(pruned) < 200, "the store grew: %s" % pruned[-10:])
         print("chaos seed %d: %d worlds with steps (%d started over: every state holder had died), %d events in the "
               "schedule, store keys at most %s, %.1f s" % (SEED, len(by_version), fresh_starts, len(log),
                                                            max(pruned) if pruned else "-", time.monotonic() - j.started))
+        if os.environ.get("HVD_CHAOS_LOG"):
+            context()
+            print("the whole run: %s" % full)
 
 
 if __name__ == "__main__":
