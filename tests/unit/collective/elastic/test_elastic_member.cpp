@@ -57,6 +57,13 @@ void join_both(ElasticMember& first, ElasticMember& second) {
   joined.get();
 }
 
+/// b's host was dropped by discovery: world 2 keeps a and lists b as
+/// draining (it trains on to the next commit); both members saw world 2.
+void drop_b_draining(FakeDriver& driver, ElasticMember& a, ElasticMember& b) {
+  driver.publish(2, {"a"}, false, "host of b no longer listed by discovery", {"b"});
+  REQUIRE(eventually([&] { return a.hosts_updated() && b.hosts_updated(); }, 3s));
+}
+
 /// A tiny trainer: `value` counts the steps taken; each step allreduces
 /// Average(1) (= 1 at any size) into it and commits.
 struct Counter {
@@ -452,8 +459,7 @@ TEST_CASE("elastic a world that lists a dropped member as draining does not abor
   driver.publish(1, {"a", "b"});
   ElasticMember a(driver.options("a")), b(driver.options("b"));
   join_both(a, b);
-  driver.publish(2, {"a"}, false, "host of b no longer listed by discovery", {"b"});
-  REQUIRE(eventually([&] { return a.hosts_updated() && b.hosts_updated(); }, 3s));
+  drop_b_draining(driver, a, b);
   // Several watch slices later the communicator still works, b included: a
   // scale-down by discovery is Horovod's, no abort and no rollback.
   std::this_thread::sleep_for(700ms);
@@ -544,8 +550,7 @@ TEST_CASE("elastic a draining member whose world fails before the commit waits, 
   driver.publish(1, {"a", "b"});
   ElasticMember a(driver.options("a")), b(driver.options("b"));
   join_both(a, b);
-  driver.publish(2, {"a"}, false, "host of b no longer listed by discovery", {"b"});
-  REQUIRE(eventually([&] { return a.hosts_updated() && b.hosts_updated(); }, 3s));
+  drop_b_draining(driver, a, b);
   // a, the one holder that stays, dies before the commit: b's world fails
   // (its links break; a shutdown would be a clean stop, not a death).
   int64_t x = 1;
@@ -576,8 +581,7 @@ TEST_CASE("elastic a draining member whose world failed leaves once another hold
   driver.publish(1, {"a", "b"});
   ElasticMember a(driver.options("a")), b(driver.options("b"));
   join_both(a, b);
-  driver.publish(2, {"a"}, false, "host of b no longer listed by discovery", {"b"});
-  REQUIRE(eventually([&] { return a.hosts_updated() && b.hosts_updated(); }, 3s));
+  drop_b_draining(driver, a, b);
   // The world fails before the commit, everyone alive (a link cut).
   b.context().abort("link cut");
   REQUIRE(eventually([&] { return a.context().failed(); }, 3s));
