@@ -20,7 +20,12 @@
 // before exiting, as a job saving its model would; HVD_TRAINER_COMMIT_EVERY
 // (default 1) commits every that many steps (and after the last), as a loop
 // that checkpoints every N batches does: a rollback then redoes up to N-1
-// steps, and a host update is noticed at the next commit. Output, one line per step
+// steps, and a host update is noticed at the next commit; HVD_TRAINER_SYNC_MS
+// (default 0) pauses that long inside every State::sync of a world of two or
+// more, between agreeing on the root and copying its state (announced on
+// stderr: "elastic_trainer: w3 syncing in world 2 from rank 0"), so a test
+// can fail a world while a newcomer has joined it but not yet synced.
+// Output, one line per step
 // (a step redone after a failure prints again):
 //   step <k> size <n> rank <r> version <v> checksum <x>
 // and at the end:
@@ -69,6 +74,28 @@ void gradient(const std::vector<float>& params, int64_t step, std::vector<int64_
   }
 }
 
+/// BufferState whose sync pauses before copying the root's state
+/// (HVD_TRAINER_SYNC_MS).
+class PausingState : public hvd::elastic::BufferState {
+ public:
+  PausingState(int64_t pause_ms, std::string worker_id) : pause_ms_(pause_ms), worker_id_(std::move(worker_id)) {}
+
+ protected:
+  void sync_from(int root) override {
+    if (pause_ms_ > 0) {
+      std::fprintf(stderr, "elastic_trainer: %s syncing in world %" PRIu64 " from rank %d\n", worker_id_.c_str(),
+                   hvd::elastic::world_version(), root);
+      std::fflush(stderr);
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms_));
+    }
+    BufferState::sync_from(root);
+  }
+
+ private:
+  int64_t pause_ms_;
+  std::string worker_id_;
+};
+
 int64_t positive_env(const char* name, int64_t fallback) {
   const int64_t v = hvd::env::get_int_or(name, fallback);
   if (v < 0) throw hvd::InvalidArgument(std::string(name) + " must be >= 0");
@@ -84,6 +111,7 @@ int main() {
     const int64_t ballast_kb = positive_env("HVD_TRAINER_BALLAST_KB", 0);
     const int64_t end_ms = positive_env("HVD_TRAINER_END_MS", 0);
     const int64_t commit_every = positive_env("HVD_TRAINER_COMMIT_EVERY", 1);
+    const int64_t sync_ms = positive_env("HVD_TRAINER_SYNC_MS", 0);
     if (commit_every < 1) throw hvd::InvalidArgument("HVD_TRAINER_COMMIT_EVERY must be >= 1");
     // Which worker process this is ("w3"), for logs: the line prefix is the rank.
     const std::string worker_id = hvd::env::get_or(hvd::job_env::kWorkerId, "-");
@@ -95,7 +123,7 @@ int main() {
     std::vector<int64_t> grad(kParams);
     std::vector<float> ballast(static_cast<std::size_t>(ballast_kb) * 1024 / sizeof(float));
 
-    hvd::elastic::BufferState state;
+    PausingState state(sync_ms, worker_id);
     state.add("params", params);
     state.add("step", step);
 

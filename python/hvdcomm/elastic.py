@@ -165,6 +165,10 @@ class State:
         self._sync_from(root)
         self._commits = int(counts[root])
         self.save()
+        if enabled():
+            # hvdrun now counts this worker as holding the state it synced
+            # (docs/elastic.md, "Who holds the state").
+            _core.elastic_state_synced()
 
     def save(self):
         raise NotImplementedError

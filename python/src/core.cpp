@@ -206,6 +206,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("hosts_updated", &hvd::elastic::hosts_updated);
   // Blocks until this worker is in a newer world (HOROVOD_ELASTIC_TIMEOUT);
   // the GIL is released, but Ctrl-C does not cut it short.
+  // State.sync completed: hvdrun counts this worker as holding the state.
+  m.def("elastic_state_synced", &hvd::elastic::state_synced);
   m.def("elastic_reset", [] {
     py::gil_scoped_release nogil;
     hvd::elastic::reset();

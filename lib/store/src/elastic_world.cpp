@@ -28,6 +28,8 @@ std::string drain_failed_key(const std::string& worker_id) { return "elastic/dra
 
 std::string left_key(const std::string& worker_id) { return "elastic/left/" + worker_id; }
 
+std::string synced_key(const std::string& worker_id) { return "elastic/synced/" + worker_id; }
+
 const Member* World::find(const std::string& worker_id) const {
   for (const auto& m : members) {
     if (m.worker_id == worker_id) return &m;
@@ -53,6 +55,7 @@ std::string encode_world(const World& world) {
   j["members"] = std::move(members);
   if (!world.draining.empty()) j["draining"] = world.draining;
   if (world.hold) j["hold"] = true;
+  if (!world.holders.empty()) j["holders"] = world.holders;
   return j.dump();
 }
 
@@ -89,6 +92,15 @@ World decode_world(const std::string& text) {
         if (ids.count(id)) throw InvalidArgument("worker " + id + " is both a member and draining");
         if (!draining.insert(id).second) throw InvalidArgument("draining worker " + id + " listed twice");
         w.draining.push_back(std::move(id));
+      }
+    }
+    if (j.contains("holders")) {
+      std::set<std::string> holders;
+      for (const auto& jh : j.at("holders")) {
+        std::string id = jh.get<std::string>();
+        if (!ids.count(id)) throw InvalidArgument("holder " + id + " is not a member");
+        if (!holders.insert(id).second) throw InvalidArgument("holder " + id + " listed twice");
+        w.holders.push_back(std::move(id));
       }
     }
   } catch (const nlohmann::json::exception& e) {

@@ -384,6 +384,37 @@ class Elastic(unittest.TestCase):
         self.assertGreater(min(s["step"] for s in ss if s["worker"] == 2 and s["t"] > killed_at), committed)
         self.assertEqual({s["worker"] for s in ss if s["step"] == steps}, {max(s["worker"] for s in later)})
 
+    def test_newcomer_that_never_synced_does_not_count_as_holding_the_state(self):
+        # A newcomer (w3 on 127.0.0.1) is admitted; its world forms (the
+        # arrival barrier completes) and the members start State::sync, which
+        # the trainer slows down (HVD_TRAINER_SYNC_MS). While w3 has joined but
+        # not synced, localhost -- where every trained worker runs -- is
+        # dropped, and w2 is killed, so that world fails before w3 received the
+        # state. w3 must not count as holding the trained state: w1 stays as
+        # the keeper, w3 syncs from it, and training goes on after the last
+        # commit instead of starting over from step 1.
+        every = 20
+        steps = 160
+        j = self.job("localhost:2\n", ["-np", "2", "--min-np", "1", "--verbose"], steps=steps, step_ms=50,
+                     extra_env={"HVD_TRAINER_COMMIT_EVERY": str(every), "HVD_TRAINER_SYNC_MS": "3000"})
+        j.wait_for(lambda: [s for s in j.steps() if s["step"] >= every + 2], 40, "two steps past the first commit")
+        j.set_hosts("localhost:2\n127.0.0.1:1\n")
+        j.wait_for(lambda: "w3 syncing in world 2" in j.text(j.err), 30, "the newcomer w3 to start its sync")
+        committed = max(s["step"] for s in j.steps() if s["step"] % every == 0)
+        j.set_hosts("127.0.0.1:1\n")
+        j.wait_for(lambda: re.search(r"world 3\b", j.text(j.err)), 10, "the world without localhost")
+        pid = worker_pid(j.token, "w2")
+        self.assertIsNotNone(pid)
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        res = j.finish(timeout=120)
+        self.assert_success(j, steps, res)
+        self.assertIn("w1 on localhost slot 0 keeps training although", res[2])
+        ss = j.steps()
+        later = [s for s in ss if s["worker"] == 3 and s["t"] > killed_at]
+        self.assertTrue(later, "w3 never trained")
+        self.assertGreater(min(s["step"] for s in later), committed, "w3 started over:\n" + res[2][-3000:])
+
     def test_scale_down_without_drain(self):
         # --elastic-drain-timeout 0: the dropped worker is stopped at once
         # (SIGTERM) and the survivors go back to their last commit.

@@ -179,18 +179,41 @@ class ElasticChaos(unittest.TestCase):
         # No world starts earlier than one step below what earlier worlds
         # reached -- unless every worker that held the state had died (a
         # world of newcomers only: the state lived in their memory), which
-        # then starts from the first step.
+        # then starts from the first step, or hvdrun called a drainer back
+        # because the last holder died: training then resumes from that
+        # drainer's last commit (what the dead holder trained alone since
+        # is gone with it).
         by_version = {}
         for s in j.steps():
             by_version.setdefault(s["version"], []).append(s)
         ev = read_events(events)
         published = {e["world"]["version"]: e["world"] for e in ev if e["event"] == "world"}
+        recalled = {}  # worker -> the world whose reason called it back
+        for v in sorted(published):
+            for w in re.findall(r"\bw(\d+) on \S+ slot \d+ called back", published[v].get("reason", "")):
+                recalled.setdefault(int(w), v)
         err_text = j.text(j.err)
         reached, seen, fresh_starts = -1, set(), 0
+        last_step = {}  # worker -> the highest step it printed so far
         for v in sorted(by_version):
             first = min(s["step"] for s in by_version[v])
             workers = {s["worker"] for s in by_version[v]}
-            if workers & seen:
+            # A member that trained before may have died right after the
+            # newcomers synced from it, printing no step in this world.
+            members = {int(m["id"][1:]) for m in published.get(v, {}).get("members", [])
+                       if m["id"].startswith("w")}
+            back = [w for w in (workers | members) if recalled.get(w, v + 1) <= v and w in last_step]
+            if back:
+                resumed = max(last_step[w] for w in back)
+                check(first >= resumed - 1, "world %d started at step %d, but the called-back %s had reached step %d"
+                      % (v, first, sorted(back), resumed))
+                if first < reached - 1:
+                    print("world %d: resumed at step %d from the called-back %s (step %d had been reached)"
+                          % (v, first, sorted(back), reached))
+                for w in back:
+                    recalled.pop(w)
+                reached = -1
+            elif (workers | members) & seen:
                 check(first >= reached - 1, "world %d started at step %d after step %d was reached" % (v, first, reached))
             else:
                 check(first == 1, "world %d of newcomers only started at step %d" % (v, first))
@@ -215,6 +238,8 @@ class ElasticChaos(unittest.TestCase):
                     print("world %d: newcomers %s start over (step %d was reached)" % (v, sorted(workers), reached))
                 reached = -1
             reached = max(reached, max(s["step"] for s in by_version[v]))
+            for s_ in by_version[v]:
+                last_step[s_["worker"]] = max(last_step.get(s_["worker"], 0), s_["step"])
             seen |= workers
         check(len(by_version) > 3, "the schedule re-formed the job only %d times" % len(by_version))
 

@@ -181,6 +181,9 @@ raises(hvd.HostsUpdatedInterrupt, lambda: interrupted(st), "outside elastic Host
 # --- run(): the elastic retry loop with a fake reset
 real_enabled, real_hosts_updated = E.enabled, E.hosts_updated
 E.enabled = lambda: True  # pretend; hosts_updated() stays False so commit does not interrupt
+real_state_synced = E._core.elastic_state_synced
+synced_reports = []
+E._core.elastic_state_synced = lambda: synced_reports.append(1)  # hvdrun's synced_key, faked
 log = []
 resets = []
 fake = FakeCollectives(0, [0], {})
@@ -213,6 +216,7 @@ check(log == ["start step=0", "reset", "cb1", "cb2",  # failure: restored to com
 check(len(resets) == 2, "reset once per recovery")
 syncs = [c for c in fake.calls if c[0] == "allgather_int"]
 check(len(syncs) == 3, f"sync after every (re-)join, never skipped: {len(syncs)}")
+check(len(synced_reports) == 3, f"every finished sync tells hvdrun this worker holds the state: {synced_reports}")
 
 
 def removed():
@@ -249,6 +253,11 @@ e = raises(hvd.HostsUpdatedInterrupt, st2.commit, "commit raises HostsUpdatedInt
 check(("any_true", "hvdcomm.elastic.check_host_updates") in fake.calls, "check_host_updates is a collective")
 check(st2.commits == before + 1 and "hosts changed" in str(e), "the commit before the interrupt is kept")
 E.enabled, E.hosts_updated = real_enabled, real_hosts_updated
+synced_reports.clear()
+st2.sync()
+check(not synced_reports, "outside an elastic job a sync reports nothing")
+E._core.elastic_state_synced = real_state_synced
+E._core.elastic_state_synced()  # the real one: a no-op outside an elastic job
 
 # --- TorchState: model, optimizer (with momentum), sampler and extra attributes
 torch.manual_seed(0)

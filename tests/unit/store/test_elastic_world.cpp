@@ -13,6 +13,7 @@ TEST_CASE("elastic keys are stable and versioned", "[elastic_world]") {
   CHECK(std::string(kVersionKey) == "elastic/version");
   CHECK(drain_failed_key("w4") == "elastic/drain-failed/w4");
   CHECK(left_key("w4") == "elastic/left/w4");
+  CHECK(synced_key("w4") == "elastic/synced/w4");
 }
 
 TEST_CASE("a world survives an encode/decode round trip", "[elastic_world]") {
@@ -40,6 +41,10 @@ TEST_CASE("a world survives an encode/decode round trip", "[elastic_world]") {
   CHECK(encode_world(w).find("hold") == std::string::npos);
   w.hold = true;
   CHECK(decode_world(encode_world(w)).hold);
+  CHECK(encode_world(w).find("holders") == std::string::npos);
+  CHECK(decode_world(encode_world(w)).holders.empty());
+  w.holders = {"w3"};
+  CHECK(decode_world(encode_world(w)).holders == std::vector<std::string>{"w3"});
 }
 
 TEST_CASE("malformed worlds are refused with a reason", "[elastic_world]") {
@@ -63,4 +68,8 @@ TEST_CASE("malformed worlds are refused with a reason", "[elastic_world]") {
   CHECK_THROWS_WITH(decode_world(one_member + R"(["w2","w2"]})"), Catch::Contains("listed twice"));
   CHECK_THROWS_WITH(decode_world(one_member + R"([""]})"), Catch::Contains("empty id"));
   CHECK_THROWS_AS(decode_world(one_member + R"([3]})"), hvd::InvalidArgument);
+  const std::string holders = one_member + R"([],"holders":)";
+  CHECK(decode_world(holders + R"(["w1"]})").holders == std::vector<std::string>{"w1"});
+  CHECK_THROWS_WITH(decode_world(holders + R"(["w2"]})"), Catch::Contains("holder w2 is not a member"));
+  CHECK_THROWS_WITH(decode_world(holders + R"(["w1","w1"]})"), Catch::Contains("holder w1 listed twice"));
 }

@@ -447,4 +447,8 @@ int hvd_elastic_reset(void) {
   return guarded([] { hvd::elastic::reset(); });
 }
 
+int hvd_elastic_state_synced(void) {
+  return guarded([] { hvd::elastic::state_synced(); });
+}
+
 }  // extern "C"

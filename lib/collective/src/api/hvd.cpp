@@ -180,6 +180,9 @@ class ProcessMembership final : public Membership {
   bool elastic() const override { return process_member() != nullptr; }
   bool hosts_updated() const override { return elastic::hosts_updated(); }
   void reset() override { elastic::reset(); }
+  void synced() override {
+    if (auto m = process_member()) m->synced();
+  }
 };
 
 }  // namespace
@@ -197,6 +200,10 @@ uint64_t world_version() {
 bool hosts_updated() {
   auto m = process_member();
   return m && m->hosts_updated();
+}
+
+void state_synced() {
+  if (auto m = process_member()) m->synced();
 }
 
 void reset() {

@@ -139,7 +139,11 @@ struct ElasticMember::Impl {
   /// commit's HostsUpdatedInterrupt): a draining member then does not leave
   /// while it may be the last holder of the trained state (wait_or_leave).
   bool stranded = false;
-  /// Worlds newer than the stranded base that formed without a member of it.
+  /// Set by synced(): this worker completed a State::sync, so it may hold
+  /// the trained state. One that never did has nothing worth keeping and
+  /// never waits as a stranded drainer.
+  std::atomic<bool> synced_ever{false};
+  /// Worlds newer than the stranded base that formed listing no other holder.
   std::set<uint64_t> formed_without_holder;
   bool stranded_said = false;
   std::shared_ptr<WatchState> watch = std::make_shared<WatchState>();
@@ -417,18 +421,20 @@ struct ElasticMember::Impl {
   }
 
   /// Whether a world newer than `world` (the last one this worker was a
-  /// member of) has formed with another of `world`'s members in it: that
-  /// member holds the trained state (State::sync gives it to the others),
-  /// so this one is not needed to keep it.
+  /// member of) has formed listing another worker among its `holders`:
+  /// hvdrun knew that worker to hold the trained state, and the formation
+  /// shows it outlived this worker's failed world (State::sync gives the
+  /// state to the others), so this one is not needed to keep it. A member
+  /// that formed a world but never synced (a newcomer whose world failed
+  /// during the sync) is not listed there.
   bool state_held_elsewhere(uint64_t newest) {
-    const std::set<std::string> base = ids_of(world);
     for (uint64_t v = world.version + 1; v <= newest; ++v) {
       if (formed_without_holder.count(v)) continue;
       auto text = store->try_get(selastic::world_key(v));
       if (!text || !store->try_get(selastic::formed_key(v))) continue;
       const selastic::World later = selastic::decode_world(text_of(*text));
-      for (const auto& m : later.members) {
-        if (m.worker_id != options.worker_id && base.count(m.worker_id)) return true;
+      for (const auto& id : later.holders) {
+        if (id != options.worker_id) return true;
       }
       formed_without_holder.insert(v);
     }
@@ -438,18 +444,19 @@ struct ElasticMember::Impl {
   /// World `w` (the newest) does not list this worker, which has been a
   /// member. It leaves (left_key, WorkerRemovedError) -- unless its world
   /// failed while it was draining (`stranded`: a peer died before the commit
-  /// it was training to) and no other holder of the trained state is known
-  /// to be in a formed world yet: then it may be the last one, and hvdrun
+  /// it was training to), it has synced (it may hold the trained state) and
+  /// no other holder of the state is known to be in a formed world yet:
+  /// then it may be the last one, and hvdrun
   /// calls it back as a member when nobody else holds the state. It then
   /// waits (one slice; returns) for a newer world, and leaves once a formed
   /// world holds another member of its last one, once `w` no longer lists
   /// it as draining, or at `deadline`.
   void wait_or_leave(const selastic::World& w, Clock::time_point deadline) {
     const bool drains = std::find(w.draining.begin(), w.draining.end(), options.worker_id) != w.draining.end();
-    if (!stranded || !drains) leave(w, w.reason);
+    if (!stranded || !drains || !synced_ever) leave(w, w.reason);
     if (state_held_elsewhere(w.version)) {
-      spdlog::info("{}: another member of world {} holds the trained state in a newer world; it leaves", tag(),
-                   world.version);
+      spdlog::info("{}: a world newer than world {} formed with another holder of the trained state; it leaves",
+                   tag(), world.version);
       leave(w, w.reason);
     }
     if (!stranded_said) {
@@ -631,6 +638,20 @@ store::elastic::World ElasticMember::world() const {
 }
 
 const std::string& ElasticMember::worker_id() const { return impl_->options.worker_id; }
+
+void ElasticMember::synced() {
+  Impl& d = *impl_;
+  d.synced_ever = true;
+  const uint64_t v = version();
+  if (v == 0 || d.closed) return;
+  try {
+    d.store->set_string(selastic::synced_key(d.options.worker_id), std::to_string(v));
+  } catch (const std::exception& e) {
+    // hvdrun then counts this worker as not holding the state: it keeps a
+    // holder longer than needed, never too short.
+    spdlog::debug("{}: could not tell hvdrun that it synced in world {}: {}", d.tag(), v, e.what());
+  }
+}
 
 MemberOptions member_options_from_env() {
   MemberOptions o;

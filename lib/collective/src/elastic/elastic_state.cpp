@@ -74,6 +74,9 @@ void State::sync() {
                   root, commits_);
   }
   save();
+  // This member now holds what the sync gave it (hvdrun decides whether
+  // that is the job's trained state: store/elastic_world.h, synced_key).
+  if (membership().elastic()) membership().synced();
 }
 
 void State::register_reset_callbacks(std::vector<std::function<void()>> callbacks) {

@@ -204,6 +204,12 @@ struct ElasticDriver::Impl {
   /// Workers that were members of a world that formed.
   std::set<std::string> joined_ids;
   bool any_formed = false;
+  /// Workers that hold the job's trained state (on_worker_synced).
+  std::set<std::string> holders;
+  /// Published worlds whose sync gives the trained state: they listed a
+  /// holder, or no running worker held it. The newest kSyncWorlds only.
+  std::map<uint64_t, bool> sync_gives_state;
+  static constexpr std::size_t kSyncWorlds = 64;
 
   bool signalled = false;
   int signal = 0;
@@ -479,7 +485,7 @@ struct ElasticDriver::Impl {
       return std::any_of(gone.begin(), gone.end(), [&](const auto& g) { return g.first == &w; });
     };
     for (const auto& [s, w] : live) {
-      if (!w.leaving() && !is_gone(w) && joined_ids.count(w.id)) return nullptr;  // someone staying has it
+      if (!w.leaving() && !is_gone(w) && holders.count(w.id)) return nullptr;  // someone staying has it
     }
     Worker* best = nullptr;
     for (const auto& [w, why] : gone) {
@@ -488,7 +494,7 @@ struct ElasticDriver::Impl {
     int best_rank = std::numeric_limits<int>::max();
     for (const auto& [w, why] : gone) {
       const se::Member* m = world.find(w->id);
-      if (!m || !joined_ids.count(w->id) || m->rank >= best_rank) continue;
+      if (!m || !holders.count(w->id) || m->rank >= best_rank) continue;
       best = w;
       best_rank = m->rank;
     }
@@ -517,8 +523,8 @@ struct ElasticDriver::Impl {
     if (policy.drain_timeout.count() == 0 || world.version == 0) return;
     Worker* best = nullptr;
     for (auto& [s, w] : live) {
-      if (!w.leaving() && joined_ids.count(w.id)) return;  // someone not leaving holds it (a keeper too)
-      if (!best && w.draining && !w.stopping && !w.left && !w.keeper_expired && joined_ids.count(w.id)) best = &w;
+      if (!w.leaving() && holders.count(w.id)) return;  // someone not leaving holds it (a keeper too)
+      if (!best && w.draining && !w.stopping && !w.left && !w.keeper_expired && holders.count(w.id)) best = &w;
     }
     if (!best) return;
     best->draining = false;
@@ -707,9 +713,16 @@ struct ElasticDriver::Impl {
   /// Makes `next` the current world and tells the runner to write it.
   void publish(se::World next, ElasticTime now) {
     world = std::move(next);
+    bool held = false;  // by a running worker, member or not
     for (const auto& m : world.members) {
       Worker* w = find(m.worker_id);
       if (w && w->oldest_world == 0) w->oldest_world = world.version;
+      if (w && holders.count(w->id)) world.holders.push_back(w->id);
+    }
+    for (const auto& [s, w] : live) held = held || holders.count(w.id) > 0;
+    if (!world.hold) {
+      sync_gives_state[world.version] = !world.holders.empty() || !held;
+      while (sync_gives_state.size() > kSyncWorlds) sync_gives_state.erase(sync_gives_state.begin());
     }
     pending_reasons.clear();
     reform_asked.clear();
@@ -795,6 +808,7 @@ struct ElasticDriver::Impl {
       }
       placement.erase(it->first);
       joined_ids.erase(it->first);
+      holders.erase(it->first);
       it = exited.erase(it);
     }
   }
@@ -1072,6 +1086,7 @@ void ElasticDriver::on_worker_exit(const std::string& worker_id, int status, con
   if (!found) return;  // unknown or already reported
   Impl::Worker w = *found;
   d.occupied.erase({w.host, w.slot});
+  d.holders.erase(w.id);  // an exited process holds nothing
   d.live.erase(w.serial);
   Impl::Exited e;
   e.status = status;
@@ -1177,19 +1192,37 @@ void ElasticDriver::on_worker_left(const std::string& worker_id, ElasticTime /*n
   if (Impl::Worker* w = impl_->find(worker_id)) w->left = true;
 }
 
-void ElasticDriver::on_world_formed(uint64_t version, ElasticTime now) {
+void ElasticDriver::on_world_formed(uint64_t version, ElasticTime /*now*/) {
+  // A keeper hands over once a successor synced (on_worker_synced), not here.
   Impl& d = *impl_;
   auto it = d.unformed.find(version);
   if (it == d.unformed.end()) return;
   const std::vector<std::string> member_ids = it->second;
   d.formed(version, member_ids);
-  // A keeper's newcomers now hold the state: it may leave.
-  for (const auto& [s, w] : d.live) {
-    if (w.keeper && !w.leaving()) {
+}
+
+void ElasticDriver::on_worker_synced(const std::string& worker_id, uint64_t version, ElasticTime now) {
+  Impl& d = *impl_;
+  Impl::Worker* w = d.find(worker_id);
+  if (!w || w->stopping || d.holders.count(worker_id)) return;
+  auto it = d.sync_gives_state.find(version);
+  if (it == d.sync_gives_state.end() || !it->second) return;
+  d.holders.insert(worker_id);
+  // A keeper's successor now holds the state: the keeper may leave.
+  for (const auto& [s, other] : d.live) {
+    if (other.keeper && !other.leaving()) {
       d.reconcile(now);
       break;
     }
   }
+}
+
+std::vector<std::string> ElasticDriver::workers_not_holding() const {
+  std::vector<std::string> out;
+  for (const auto& [s, w] : impl_->live) {
+    if (!w.stopping && !impl_->holders.count(w.id)) out.push_back(w.id);
+  }
+  return out;
 }
 
 void ElasticDriver::on_reform_request(uint64_t version, const std::string& worker_id, const std::string& why,
@@ -1311,7 +1344,7 @@ bool ElasticDriver::is_blacklisted(const std::string& host, ElasticTime now) con
 }
 
 std::size_t ElasticDriver::history_size() const {
-  return impl_->placement.size() + impl_->exited.size() + impl_->joined_ids.size();
+  return impl_->placement.size() + impl_->exited.size() + impl_->joined_ids.size() + impl_->holders.size();
 }
 
 std::size_t ElasticDriver::host_records() const {

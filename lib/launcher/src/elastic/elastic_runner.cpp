@@ -10,6 +10,7 @@
 #include "hvd/launcher/elastic/elastic_runner.h"
 #include "hvd/launcher/process/report.h"
 
+#include "hvd/common/env.h"
 #include "hvd/common/error.h"
 #include "hvd/common/job_env.h"
 #include "hvd/launcher/plan/worker_env.h"
@@ -299,6 +300,9 @@ class ElasticRunner::Impl {
 
   void dispatch(const ElasticEvent& e) {
     auto now = ElasticClock::now();
+    // Who holds the trained state decides keepers, call-backs and what each
+    // world lists (a few lookups in the in-process store).
+    report_synced_workers(now);
     switch (e.kind) {
       case ElasticEvent::Kind::Discovery:
         // Which workers trained decides whether a dropped host's workers drain.
@@ -431,6 +435,24 @@ class ElasticRunner::Impl {
     }
   }
 
+  /// Tells the driver which workers completed a State::sync, and in which
+  /// world (synced_key): who holds the job's trained state. Before every
+  /// event and timer, so a worker's report is never older than the
+  /// decision it bears on.
+  void report_synced_workers(ElasticTime now) {
+    for (const std::string& id : driver_->workers_not_holding()) {
+      auto text = store_->try_get(selastic::synced_key(id));
+      if (!text) continue;
+      auto version = env::parse_int(std::string(text->begin(), text->end()));
+      if (!version || *version <= 0) {
+        spdlog::debug("{} wrote '{}' as the world it synced in; ignored",
+                      id, std::string(text->begin(), text->end()));
+        continue;
+      }
+      driver_->on_worker_synced(id, static_cast<uint64_t>(*version), now);
+    }
+  }
+
   void publish(const selastic::World& world) {
     // From now on the members' lines carry their rank in this world (a world
     // that holds is never formed: its ranks are nobody's).
@@ -473,7 +495,7 @@ class ElasticRunner::Impl {
   /// world older than the oldest one a live worker may still use (its
   /// world_key and everything under its comm_prefix: addresses, barriers,
   /// failures, process sets), and the per-worker keys (ready, left,
-  /// drain-failed) of departed workers that no remaining world names.
+  /// drain-failed, synced) of departed workers that no remaining world names.
   /// Runs on the event loop after the driver's actions were carried out,
   /// so every exit it counts was handled (left_key read) before.
   void prune_store() {
@@ -495,7 +517,8 @@ class ElasticRunner::Impl {
         ++it;
         continue;
       }
-      for (const auto& key : {selastic::ready_key(*it), selastic::left_key(*it), selastic::drain_failed_key(*it)}) {
+      for (const auto& key : {selastic::ready_key(*it), selastic::left_key(*it), selastic::drain_failed_key(*it),
+                              selastic::synced_key(*it)}) {
         erased += store_->erase(key) ? 1 : 0;
       }
       ++workers;
@@ -680,6 +703,7 @@ class ElasticRunner::Impl {
   void tick(ElasticTime now) {
     if (now < last_tick_) return;
     last_tick_ = now;
+    report_synced_workers(now);
     driver_->tick(now);
   }
 

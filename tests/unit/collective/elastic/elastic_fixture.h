@@ -47,13 +47,15 @@ class FakeDriver {
   store::InMemoryStore& store() { return server_.store(); }
 
   /// Publishes world `version` with `ids` in rank order, all on one host
-  /// (so local rank = rank and there is one cross rank).
+  /// (so local rank = rank and there is one cross rank); `holders`: the
+  /// members hvdrun knows to hold the trained state (World::holders).
   void publish(uint64_t version, const std::vector<std::string>& ids, bool final = false,
                const std::string& reason = "test", const std::vector<std::string>& draining = {},
-               bool hold = false) {
+               bool hold = false, const std::vector<std::string>& holders = {}) {
     store::elastic::World w;
     w.draining = draining;
     w.hold = hold;
+    w.holders = holders;
     w.version = version;
     const int size = static_cast<int>(ids.size());
     for (int rank = 0; rank < size; ++rank) {

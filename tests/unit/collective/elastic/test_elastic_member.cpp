@@ -25,6 +25,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+std::string text(const std::optional<store::Bytes>& b) { return b ? std::string(b->begin(), b->end()) : "<absent>"; }
+
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 template <typename Pred>
@@ -57,10 +59,11 @@ void join_both(ElasticMember& first, ElasticMember& second) {
   joined.get();
 }
 
-/// b's host was dropped by discovery: world 2 keeps a and lists b as
-/// draining (it trains on to the next commit); both members saw world 2.
+/// b's host was dropped by discovery: world 2 keeps a (a holder of the
+/// trained state) and lists b as draining (it trains on to the next
+/// commit); both members saw world 2.
 void drop_b_draining(FakeDriver& driver, ElasticMember& a, ElasticMember& b) {
-  driver.publish(2, {"a"}, false, "host of b no longer listed by discovery", {"b"});
+  driver.publish(2, {"a"}, false, "host of b no longer listed by discovery", {"b"}, false, {"a"});
   REQUIRE(eventually([&] { return a.hosts_updated() && b.hosts_updated(); }, 3s));
 }
 
@@ -550,6 +553,9 @@ TEST_CASE("elastic a draining member whose world fails before the commit waits, 
   driver.publish(1, {"a", "b"});
   ElasticMember a(driver.options("a")), b(driver.options("b"));
   join_both(a, b);
+  a.synced();  // as State::sync does: both hold the state
+  b.synced();
+  CHECK(text(driver.store().try_get(store::elastic::synced_key("b"))) == "1");
   drop_b_draining(driver, a, b);
   // a, the one holder that stays, dies before the commit: b's world fails
   // (its links break; a shutdown would be a clean stop, not a death).
@@ -563,7 +569,7 @@ TEST_CASE("elastic a draining member whose world fails before the commit waits, 
   CHECK(rb.wait_for(800ms) == std::future_status::timeout);
   CHECK_FALSE(driver.store().try_get(store::elastic::left_key("b")));
   // hvdrun calls it back into a world with a newcomer.
-  driver.publish(3, {"b", "c"}, false, "w2 on b slot 0 called back");
+  driver.publish(3, {"b", "c"}, false, "w2 on b slot 0 called back", {}, false, {"b"});
   ElasticMember c(driver.options("c"));
   auto jc = std::async(std::launch::async, [&] { c.join(); });
   REQUIRE(rb.wait_for(10s) == std::future_status::ready);
@@ -581,6 +587,8 @@ TEST_CASE("elastic a draining member whose world failed leaves once another hold
   driver.publish(1, {"a", "b"});
   ElasticMember a(driver.options("a")), b(driver.options("b"));
   join_both(a, b);
+  a.synced();
+  b.synced();
   drop_b_draining(driver, a, b);
   // The world fails before the commit, everyone alive (a link cut).
   b.context().abort("link cut");
@@ -595,6 +603,74 @@ TEST_CASE("elastic a draining member whose world failed leaves once another hold
   const auto left = driver.store().try_get(store::elastic::left_key("b"));
   REQUIRE(left.has_value());
   CHECK(std::string(left->begin(), left->end()) == "2");
+}
+
+TEST_CASE("elastic a draining member that never synced leaves at once even when its world failed",
+          "[elastic][member][drain]") {
+  // A program without a State (and no hvd_elastic_state_synced) holds
+  // nothing hvdrun knows of: it is never called back, so it must not wait.
+  FakeDriver driver;
+  driver.publish(1, {"a", "b"});
+  ElasticMember a(driver.options("a")), b(driver.options("b"));
+  join_both(a, b);
+  drop_b_draining(driver, a, b);
+  a.context().abort("killed");
+  REQUIRE(eventually([&] { return b.context().failed(); }, 3s));
+  const auto t0 = Clock::now();
+  CHECK_THROWS_AS(b.reset(), WorkerRemovedError);
+  CHECK(seconds_since(t0) < 1.0);
+  CHECK(driver.store().try_get(store::elastic::left_key("b")).has_value());
+  CHECK_FALSE(driver.store().try_get(store::elastic::synced_key("b")));
+}
+
+TEST_CASE("elastic a stranded drainer does not leave for a formed world whose members never synced",
+          "[elastic][member][drain]") {
+  // The chaos test's lost run: newcomer c joins world 2 with the trained a
+  // and b; the world forms (its barrier completes) but fails before c's
+  // sync. hvdrun drops a's and b's host: world 3 is c alone, listing no
+  // holder. It forms, and c is a member of a's and b's last world -- yet it
+  // holds only its initial state, so they must wait for hvdrun's call.
+  FakeDriver driver;
+  driver.publish(1, {"a", "b"});
+  ElasticMember a(driver.options("a")), b(driver.options("b")), c(driver.options("c"));
+  join_both(a, b);
+  a.synced();
+  b.synced();
+  driver.publish(2, {"a", "b", "c"}, false, "scale-up", {}, false, {"a", "b"});
+  {
+    auto ja = std::async(std::launch::async, [&] { a.reset(); });
+    auto jb = std::async(std::launch::async, [&] { b.reset(); });
+    c.join();
+    ja.get();
+    jb.get();
+  }
+  REQUIRE(driver.store().try_get(store::elastic::formed_key(2)));
+  a.synced();  // a and b finished their part of the sync; c's never did
+  b.synced();
+  driver.publish(3, {"c"}, false, "host of a and b no longer listed by discovery", {"a", "b"});
+  REQUIRE(eventually([&] { return a.hosts_updated() && b.hosts_updated() && c.hosts_updated(); }, 3s));
+  a.context().abort("killed during the sync");
+  REQUIRE(eventually([&] { return b.context().failed() && c.context().failed(); }, 3s));
+  c.reset();
+  CHECK(c.version() == 3);
+  REQUIRE(driver.store().try_get(store::elastic::formed_key(3)));
+  auto ra = std::async(std::launch::async, [&] { a.reset(); });
+  auto rb = std::async(std::launch::async, [&] { b.reset(); });
+  CHECK(rb.wait_for(800ms) == std::future_status::timeout);
+  CHECK(ra.wait_for(10ms) == std::future_status::timeout);
+  CHECK_FALSE(driver.store().try_get(store::elastic::left_key("a")));
+  CHECK_FALSE(driver.store().try_get(store::elastic::left_key("b")));
+  // hvdrun calls a back (the drainer started first); c syncs from it, and
+  // once that world formed listing a as a holder, b leaves.
+  driver.publish(4, {"a", "c"}, false, "w1 called back", {"b"}, false, {"a"});
+  auto rc = std::async(std::launch::async, [&] { c.reset(); });
+  REQUIRE(ra.wait_for(10s) == std::future_status::ready);
+  ra.get();
+  rc.get();
+  CHECK(a.version() == 4);
+  REQUIRE(rb.wait_for(5s) == std::future_status::ready);
+  CHECK_THROWS_AS(rb.get(), WorkerRemovedError);
+  CHECK(text(driver.store().try_get(store::elastic::left_key("b"))) == "4");
 }
 
 TEST_CASE("elastic a later world that drops a member outright is seen while a scale-up waits for the commit",

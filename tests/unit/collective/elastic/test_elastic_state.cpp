@@ -34,8 +34,10 @@ class FakeMembership final : public Membership {
   bool elastic() const override { return elastic_; }
   bool hosts_updated() const override { return updated_; }
   void reset() override { throw std::logic_error("FakeMembership cannot reset"); }
+  void synced() override { ++synced_; }
 
   bool elastic_ = true;
+  std::atomic<int> synced_{0};
   std::atomic<bool> updated_{false};
 
  private:
@@ -142,7 +144,9 @@ TEST_CASE("elastic sync takes the state of the rank with the most commits, lowes
     for (int i = 0; i < commits[r]; ++i) s.commit();
     ms[r]->elastic_ = true;
     weights[r][0] = -1.0f;  // uncommitted change: sync sends the live state
+    REQUIRE(ms[r]->synced_ == 0);
     s.sync();
+    CHECK(ms[r]->synced_ == 1);  // told hvdrun: it holds the state now
     adopted[r] = s.commits();
     // sync saved: a restore keeps the synced state.
     weights[r][1] = 99.0f;
@@ -200,6 +204,7 @@ TEST_CASE("elastic C ABI outside an elastic job", "[elastic][c_api]") {
   CHECK(hvd_elastic_world_version() == 0);
   CHECK(hvd_elastic_reset() == HVD_ERR_INVALID);
   CHECK(std::string(hvd_last_error()).find("not an elastic job") != std::string::npos);
+  CHECK(hvd_elastic_state_synced() == HVD_OK);  // nothing to tell
   CHECK(HVD_ERR_PEER_FAILURE != HVD_ERR_IO);
 }
 
@@ -252,6 +257,12 @@ TEST_CASE("elastic hvd::init in an elastic job joins the published world, reset 
   float x = 2.0f;
   CHECK(hvd_allreduce("after_reset", &x, &x, 1, HVD_FLOAT32, HVD_SUM) == HVD_OK);
   CHECK(x == 2.0f);
+  // A program with its own state reports its broadcast: hvdrun reads the world.
+  CHECK_FALSE(driver.store().try_get(store::elastic::synced_key("solo")));
+  CHECK(hvd_elastic_state_synced() == HVD_OK);
+  const auto synced = driver.store().try_get(store::elastic::synced_key("solo"));
+  REQUIRE(synced.has_value());
+  CHECK(std::string(synced->begin(), synced->end()) == "3");
 
   driver.publish(4, {"someone_else"}, false, "solo's host left");
   CHECK(hvd_elastic_reset() == HVD_ERR_REMOVED);

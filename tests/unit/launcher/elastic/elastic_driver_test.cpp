@@ -77,6 +77,8 @@ struct Harness {
         case Kind::Publish:
           REQUIRE(a.world.version == last_version + 1);
           last_version = a.world.version;
+          published[a.world.version] = a.world;
+          for (const auto& id : a.world.holders) REQUIRE(a.world.find(id) != nullptr);
           if (a.world.hold) {  // workers drain and too few remain: never formed
             REQUIRE(a.world.size() < policy.min_np);
             REQUIRE_FALSE(a.world.draining.empty());
@@ -147,9 +149,25 @@ struct Harness {
     d.on_worker_exit(id, status, lost, now);
     return take();
   }
-  /// The runner saw world `v`'s "formed" key.
+  /// The runner saw world `v`'s "formed" key, then every live member's
+  /// synced_key for `v` (a trainer syncs right after its world formed).
   std::vector<ElasticAction> formed(uint64_t v) {
+    auto out = formed_unsynced(v);
+    for (const auto& m : published.at(v).members) {
+      if (!live.count(m.worker_id)) continue;
+      auto a = synced(m.worker_id, v);
+      out.insert(out.end(), a.begin(), a.end());
+    }
+    return out;
+  }
+  /// Only world `v`'s "formed" key: its barrier completed, nobody synced yet.
+  std::vector<ElasticAction> formed_unsynced(uint64_t v) {
     d.on_world_formed(v, now);
+    return take();
+  }
+  /// Worker `id` wrote synced_key = v (its State::sync completed in world v).
+  std::vector<ElasticAction> synced(const std::string& id, uint64_t v) {
+    d.on_worker_synced(id, v, now);
     return take();
   }
   /// Worker `id` wrote reset_key(v) ("re-form world v").
@@ -188,6 +206,7 @@ struct Harness {
   }
   std::set<std::string> readied;
   std::set<std::string> exited_ids;
+  std::map<uint64_t, World> published;
 };
 
 ElasticPolicy base_policy() {
@@ -757,6 +776,92 @@ TEST_CASE("elastic driver: a trained worker that stays on another host keeps the
   World w = published(a);
   REQUIRE(members(w) == Strings{"w2"});
   REQUIRE(w.draining == Strings{"w3"});
+}
+
+TEST_CASE("elastic driver: a newcomer whose world formed but whose sync never finished holds nothing") {
+  // The chaos test's lost run: a newcomer's world formed (its arrival
+  // barrier completed), then failed during State::sync; when the trained
+  // workers' host is dropped, the newcomer must not count as the holder.
+  Harness h(base_policy());  // drain_timeout 60 s
+  form(h, {{"a", 2}});
+  h.formed(1);
+  REQUIRE(ids(h.discover({{"a", 2}, {"b", 1}}), Kind::Spawn) == Strings{"w3"});
+  World w = published(h.ready_all());
+  REQUIRE(members(w) == Strings{"w1", "w2", "w3"});
+  REQUIRE(w.holders == Strings{"w1", "w2"});
+  REQUIRE(h.formed_unsynced(w.version).empty());
+  REQUIRE(h.d.workers_not_holding() == Strings{"w3"});
+  auto a = h.discover({{"b", 1}});
+  REQUIRE(has_message(a, Kind::Log, "w1 on a slot 0 keeps training although host a no longer listed by discovery"));
+  w = published(a);
+  REQUIRE(members(w) == Strings{"w1", "w3"});
+  REQUIRE(w.draining == Strings{"w2"});
+  REQUIRE(w.holders == Strings{"w1"});
+
+  SECTION("w3's sync of world 2 did finish: w1 hands over") {
+    a = h.synced("w3", 2);
+    REQUIRE(has_message(a, Kind::Log, "w1 on a slot 0 handed the job's state over to the workers that stay"));
+    w = published(a);
+    REQUIRE(members(w) == Strings{"w3"});
+    REQUIRE(w.draining == Strings{"w1", "w2"});
+    REQUIRE(w.holders == Strings{"w3"});
+  }
+  SECTION("w2 dies, failing world 2 before w3 synced: w1 stays until w3 synced in the world with it") {
+    a = h.exit("w2", 137);
+    REQUIRE(ids(a, Kind::DrainFailed) == Strings{"w2"});
+    REQUIRE_FALSE(has_message(a, Kind::Log, "handed"));
+    REQUIRE(h.d.current_world().find("w1") != nullptr);
+    a = h.formed_unsynced(w.version);
+    REQUIRE(of(a, Kind::Publish).empty());
+    a = h.synced("w3", w.version);
+    REQUIRE(has_message(a, Kind::Log, "w1 on a slot 0 handed the job's state over to the workers that stay"));
+    REQUIRE(members(published(a)) == Strings{"w3"});
+  }
+}
+
+TEST_CASE("elastic driver: a sync in a world that lists no holder while one runs gives nothing") {
+  // The keeper's time runs out before its newcomer synced (their world
+  // formed, the sync never finished): the world of the newcomer alone lists
+  // no holder while w1 still drains, so syncing there gives w2 only its own
+  // initial state. Once no holder is left, the next sync starts the job's
+  // state afresh.
+  Harness h(base_policy());  // drain_timeout 60 s
+  form(h, {{"a", 1}});
+  h.formed(1);
+  REQUIRE(h.d.workers_not_holding().empty());
+  auto a = h.discover({{"b", 1}});
+  REQUIRE(has_message(a, Kind::Log, "w1 on a slot 0 keeps training although"));
+  REQUIRE(ids(a, Kind::Spawn) == Strings{"w2"});
+  World w = published(h.ready_all());
+  REQUIRE(members(w) == Strings{"w1", "w2"});
+  h.formed_unsynced(w.version);
+  a = h.advance(60s);
+  REQUIRE(has_message(a, Kind::Warn, "kept the job's trained state for --elastic-drain-timeout 60 s"));
+  w = published(a);
+  REQUIRE(members(w) == Strings{"w2"});
+  REQUIRE(w.draining == Strings{"w1"});
+  REQUIRE(w.holders.empty());
+  h.formed(w.version);  // w2 synced, with itself
+  REQUIRE(h.d.workers_not_holding() == Strings{"w2"});
+  REQUIRE_FALSE(has_message(h.advance(1s), Kind::Log, "called back"));  // its time ran out
+  REQUIRE(has_message(h.exit("w1", 0), Kind::Log, "w1 on a slot 0 left the job (drained)"));
+  // Nobody holds the trained state now: the next world's sync is the start.
+  REQUIRE(ids(h.discover({{"b", 2}}), Kind::Spawn) == Strings{"w3"});
+  w = published(h.ready_all());
+  REQUIRE(members(w) == Strings{"w2", "w3"});
+  REQUIRE(w.holders.empty());
+  h.formed(w.version);
+  REQUIRE(h.d.workers_not_holding().empty());
+}
+
+TEST_CASE("elastic driver: synced reports for unknown workers, old or unpublished worlds are ignored") {
+  Harness h(base_policy());
+  form(h, {{"a", 2}});
+  REQUIRE(h.synced("w9", 1).empty());
+  REQUIRE(h.synced("w1", 7).empty());  // never published
+  REQUIRE(h.d.workers_not_holding() == Strings{"w1", "w2"});
+  h.synced("w1", 1);
+  REQUIRE(h.d.workers_not_holding() == Strings{"w2"});
 }
 
 TEST_CASE("elastic driver: what is kept of hosts discovery no longer lists stays bounded") {

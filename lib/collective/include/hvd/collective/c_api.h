@@ -232,6 +232,12 @@ int hvd_elastic_check_host_updates(void);
  * ending; HVD_ERR_TIMEOUT after HOROVOD_ELASTIC_TIMEOUT; HVD_ERR_INVALID
  * outside an elastic job. */
 int hvd_elastic_reset(void);
+/* Tells hvdrun that this process holds the state of its current world:
+ * call it after the broadcast of your state that follows every
+ * hvd_elastic_reset() (and the first join). hvdrun then counts this worker
+ * as holding the job's trained state when hosts are dropped (a keeper, a
+ * call-back: docs/elastic.md). HVD_OK; a no-op outside an elastic job. */
+int hvd_elastic_state_synced(void);
 
 #ifdef __cplusplus
 }

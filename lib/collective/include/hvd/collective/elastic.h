@@ -88,6 +88,14 @@ bool hosts_updated();
 /// hvd::TimeoutError, or hvd::InvalidArgument when not elastic.
 void reset();
 
+/// Tells hvdrun that this process now holds the state of its current world
+/// (it completed the broadcast that follows a (re-)join). State::sync calls
+/// it; a program that keeps its own state instead of a State calls it after
+/// its own broadcast, so that hvdrun keeps a holder of the trained state
+/// when hosts are dropped (docs/elastic.md, "Who holds the state"). No-op
+/// when not elastic.
+void state_synced();
+
 /// Where State and run() find their communicator and membership: the
 /// process-wide one (process_membership(), backed by hvd::init()) unless a
 /// State is pointed elsewhere with State::set_membership. The seam exists so
@@ -103,6 +111,10 @@ class Membership {
   /// See hosts_updated() / reset() above.
   virtual bool hosts_updated() const = 0;
   virtual void reset() = 0;
+  /// State::sync completed in the current world: tells hvdrun this member
+  /// now holds the state the sync gave it (store/elastic_world.h,
+  /// synced_key). No-op by default and outside an elastic job.
+  virtual void synced() {}
 };
 
 /// The process-wide membership: hvd::context(), enabled(), hosts_updated(),

@@ -10,9 +10,9 @@
 ///  1. the newest world >= the wanted version that lists this worker is
 ///     taken (a world without it: wait for the next one, or, once this
 ///     worker has been a member, write left_key and throw
-///     WorkerRemovedError -- except for a draining member whose world
-///     failed before its commit, which waits until hvdrun calls it back or
-///     another holder of the state is in a formed world, see
+///     WorkerRemovedError -- except for a draining member that synced and
+///     whose world failed before its commit, which waits until hvdrun calls
+///     it back or another holder of the state is in a formed world, see
 ///     store/elastic_world.h; a `final` world: WorkerRemovedError);
 ///  2. an arrival barrier under comm_prefix(v): every member adds 1 to
 ///     "<prefix>arrived"; the one that reaches size writes "<prefix>formed".
@@ -98,6 +98,11 @@ class ElasticMember final : public Membership {
   std::shared_ptr<collective::Context> shared_context() const;
   bool elastic() const override { return true; }
   bool hosts_updated() const override;
+  /// Writes synced_key(worker_id) = the current world's version (best
+  /// effort): State::sync completed, so this worker holds the state the
+  /// world's sync gave it. A draining member that never synced leaves at
+  /// once even when its world failed (it has nothing worth keeping).
+  void synced() override;
   /// The world this member belongs to (version 0 before the first join).
   uint64_t version() const;
   store::elastic::World world() const;

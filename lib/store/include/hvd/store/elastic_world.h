@@ -36,8 +36,18 @@
 ///    A draining worker whose own world failed before that commit (a peer
 ///    died) does not leave at once: it waits until a newer world lists it
 ///    as a member (hvdrun called it back: nobody else holds the trained
-///    state), stops listing it as draining, or has formed with another
-///    member of its last world (formed_key) -- then it leaves.
+///    state), stops listing it as draining, or has formed (formed_key)
+///    listing another worker among its `holders` -- then it leaves. (A
+///    worker that never completed a State::sync holds nothing worth
+///    keeping and leaves at once.)
+///  * "Holding the trained state" is decided by hvdrun from synced_key: a
+///    member that completed State::sync in world v writes v there; it holds
+///    the job's trained state when world v listed a worker that did (its
+///    `holders`), or when no running worker did (the job's first world, or
+///    after every holder was lost: the members' own state is all there
+///    is). An arrival barrier that completed (formed_key) is not enough: a
+///    newcomer whose world failed during the sync has only its initial
+///    state.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -96,6 +106,12 @@ inline constexpr const char* kDrainFailuresKey = "elastic/drain-failures";
 /// a commit, whatever its exit status (a script may let the error end it).
 std::string left_key(const std::string& worker_id);
 
+/// "elastic/synced/<worker_id>": written by a worker each time it completed
+/// State::sync (or, for programs without a State, hvd_elastic_state_synced)
+/// in a world; its value is that world's version (decimal). hvdrun reads it
+/// to know who holds the job's trained state (the header comment).
+std::string synced_key(const std::string& worker_id);
+
 /// One worker's place in a world. hvdrun computes the local and cross ranks
 /// with the placement rule static jobs use (horovodrun's; the launcher's
 /// plan/placement.h); this contract only carries them.
@@ -127,6 +143,9 @@ struct World {
   std::vector<std::string> draining;
   /// Never formed: members wait for the next world (see the header comment).
   bool hold = false;
+  /// Members hvdrun knew, when it published this world, to hold the job's
+  /// trained state (synced_key), in rank order. Each is a member.
+  std::vector<std::string> holders;
 
   int size() const { return static_cast<int>(members.size()); }
   /// The member with this id, or null.
@@ -139,7 +158,8 @@ std::string encode_world(const World& world);
 /// Parses encode_world's output. Throws hvd::InvalidArgument with a one-line
 /// reason on malformed input (bad JSON, missing fields, ranks that are not
 /// exactly 0..size-1 in order, duplicate worker ids, a draining id that is
-/// empty, repeated or a member's).
+/// empty, repeated or a member's, a holder that is not a member or is
+/// repeated).
 World decode_world(const std::string& text);
 
 }  // namespace hvd::store::elastic

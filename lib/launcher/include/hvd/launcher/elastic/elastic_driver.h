@@ -35,10 +35,17 @@
 ///    live state for the next world (Horovod's rendezvous waits the same
 ///    way). Workers that never trained (never in a formed world) and
 ///    drain_timeout 0 stop at once, as before.
-///  * The keeper: when every worker that has trained is on a dropped host,
-///    the one with the lowest rank stays a member (the others drain) until a
-///    world with newcomers has formed -- they sync its state -- or for at
-///    most drain_timeout; then it drains too. Training goes on from the
+///  * Holding the trained state (store/elastic_world.h): a worker holds it
+///    once it reported a completed State::sync (on_worker_synced) in a
+///    world that listed a holder, or in a world published while no running
+///    worker held it (the job's first world; after a total loss). A world
+///    whose barrier completed is not enough: a newcomer whose world failed
+///    during the sync has only its initial state. Each published world
+///    lists its holders (World::holders).
+///  * The keeper: when every worker that holds the state is on a dropped
+///    host, the one with the lowest rank stays a member (the others drain)
+///    until a newcomer has synced from it, or for at most drain_timeout;
+///    then it drains too. Training goes on from the
 ///    job's state instead of the newcomers' initial one. When nobody that is
 ///    not leaving holds the state any more while trained workers drain (the
 ///    last holder that stayed failed before their commit), the drainer
@@ -200,6 +207,12 @@ class ElasticDriver {
   /// joined the job. Unknown or already reported versions are ignored.
   /// Worlds of one member need no barrier and count as formed when published.
   void on_world_formed(uint64_t version, ElasticTime now);
+  /// Worker `worker_id` completed State::sync in world `version` (it wrote
+  /// store::elastic::synced_key). It holds the job's trained state from now
+  /// on if that world listed a holder or was published while no running
+  /// worker held the state; a keeper whose successors now hold it hands
+  /// over. Unknown workers and versions are ignored.
+  void on_worker_synced(const std::string& worker_id, uint64_t version, ElasticTime now);
   /// Member `worker_id` of world `version` left it and asks to re-form
   /// (store::elastic::reset_key); `why` is one line (the world's first
   /// failure when its ranks recorded one). Ignored unless `version` is the
@@ -216,6 +229,10 @@ class ElasticDriver {
   /// member that trained in a world wrote its "formed" key before it could
   /// exit, so the ending rules never miss it.
   std::vector<uint64_t> unformed_worlds() const;
+  /// Live workers, not being stopped, that are not known to hold the
+  /// trained state: the runner reads their synced_key and reports it
+  /// (on_worker_synced) before each discovery and exit.
+  std::vector<std::string> workers_not_holding() const;
   /// When tick() next has something to do (none: only events matter).
   std::optional<ElasticTime> next_deadline() const;
   /// The oldest published world a live worker may still use: the keys of
