@@ -165,10 +165,6 @@ class State:
         self._sync_from(root)
         self._commits = int(counts[root])
         self.save()
-        if enabled():
-            # hvdrun now counts this worker as holding the state it synced
-            # (docs/elastic.md, "Who holds the state").
-            _core.elastic_state_synced()
 
     def save(self):
         raise NotImplementedError
@@ -211,8 +207,9 @@ class ObjectState(State):
 
 
 def run_fn(func, reset):
-    """Horovod's run wrapper: ``wrapper(state, *args)`` syncs the state and
-    calls ``func(state, *args)``. In an elastic job, on PeerFailureError (the
+    """Horovod's run wrapper: ``wrapper(state, *args)`` syncs the state,
+    tells hvdrun that this worker holds it (an elastic job only), and calls
+    ``func(state, *args)``. In an elastic job, on PeerFailureError (the
     HorovodInternalError of a peer that died or a dropped link) it restores
     the last commit, re-joins (``reset()``), runs the reset callbacks and
     tries again; on HostsUpdatedInterrupt it re-joins keeping the live state
@@ -228,6 +225,12 @@ def run_fn(func, reset):
         while True:
             try:
                 state.sync()
+                if elastic:
+                    # hvdrun now counts this worker as holding the state it
+                    # synced (docs/elastic.md, rule 5, "Who holds the state").
+                    # Here, not in State.sync: Horovod-style subclasses
+                    # override sync() itself.
+                    _core.elastic_state_synced()
                 return func(state, *args, **kwargs)
             except PeerFailureError as e:
                 if not elastic:

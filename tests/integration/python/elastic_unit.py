@@ -219,6 +219,20 @@ check(len(syncs) == 3, f"sync after every (re-)join, never skipped: {len(syncs)}
 check(len(synced_reports) == 3, f"every finished sync tells hvdrun this worker holds the state: {synced_reports}")
 
 
+class OwnSync(E.ObjectState):
+    """Horovod's way: a subclass that overrides sync() itself."""
+
+    def sync(self):
+        log.append("own sync")
+
+
+synced_reports.clear()
+log.clear()
+script[:] = ["ok"]
+E.run_fn(body, lambda: None)(OwnSync(fake, step=0))
+check(log[0] == "own sync" and len(synced_reports) == 1, f"an overridden sync() is reported too: {log} {synced_reports}")
+
+
 def removed():
     raise hvd.WorkerRemovedError("worker removed from the job")
 
@@ -254,8 +268,9 @@ check(("any_true", "hvdcomm.elastic.check_host_updates") in fake.calls, "check_h
 check(st2.commits == before + 1 and "hosts changed" in str(e), "the commit before the interrupt is kept")
 E.enabled, E.hosts_updated = real_enabled, real_hosts_updated
 synced_reports.clear()
-st2.sync()
-check(not synced_reports, "outside an elastic job a sync reports nothing")
+script[:] = ["ok"]
+E.run_fn(body, lambda: None)(E.ObjectState(fake, step=0))
+check(not synced_reports, "outside an elastic job run() reports nothing")
 E._core.elastic_state_synced = real_state_synced
 E._core.elastic_state_synced()  # the real one: a no-op outside an elastic job
 
