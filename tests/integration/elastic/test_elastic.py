@@ -327,7 +327,7 @@ class Elastic(unittest.TestCase):
     def test_every_trained_host_replaced_at_once_keeps_the_progress(self):
         # Discovery swaps localhost for 127.0.0.1 in one step (a node pool
         # replaced): no worker that stays has trained. w1 keeps training as
-        # a member until the newcomers formed a world with it (they sync its
+        # a member until the newcomers synced in a world with it (they take its
         # state), then drains; training goes on from where it was instead of
         # starting over from the newcomers' initial state.
         steps = 300

@@ -446,11 +446,11 @@ struct ElasticMember::Impl {
   /// failed while it was draining (`stranded`: a peer died before the commit
   /// it was training to), it has synced (it may hold the trained state) and
   /// no other holder of the state is known to be in a formed world yet:
-  /// then it may be the last one, and hvdrun
-  /// calls it back as a member when nobody else holds the state. It then
-  /// waits (one slice; returns) for a newer world, and leaves once a formed
-  /// world holds another member of its last one, once `w` no longer lists
-  /// it as draining, or at `deadline`.
+  /// then it may be the last one, and hvdrun calls it back as a member when
+  /// nobody else holds the state. It then waits (one slice; returns) for a
+  /// newer world, and leaves once a formed world lists another holder
+  /// (state_held_elsewhere), once `w` no longer lists it as draining, or at
+  /// `deadline`.
   void wait_or_leave(const selastic::World& w, Clock::time_point deadline) {
     const bool drains = std::find(w.draining.begin(), w.draining.end(), options.worker_id) != w.draining.end();
     if (!stranded || !drains || !synced_ever) leave(w, w.reason);

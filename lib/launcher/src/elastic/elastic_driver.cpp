@@ -111,8 +111,8 @@ struct ElasticDriver::Impl {
     bool draining = false;
     ElasticTime drain_until{};
     /// Its host was dropped, but it is the last worker holding the trained
-    /// state that is not leaving: it stays a member until a world with a
-    /// newcomer has formed (the newcomer synced the state), then drains.
+    /// state that is not leaving: it stays a member until a newcomer
+    /// reported its sync in a world with it (on_worker_synced), then drains.
     bool keeper = false;
     ElasticTime keeper_until{};
     /// Called back from draining (recall_drainer).
@@ -206,6 +206,8 @@ struct ElasticDriver::Impl {
   bool any_formed = false;
   /// Workers that hold the job's trained state (on_worker_synced).
   std::set<std::string> holders;
+  /// Live workers' last reported sync (world version), holders or not.
+  std::map<std::string, uint64_t> synced_in;
   /// Published worlds whose sync gives the trained state: they listed a
   /// holder, or no running worker held it. The newest kSyncWorlds only.
   std::map<uint64_t, bool> sync_gives_state;
@@ -470,12 +472,12 @@ struct ElasticDriver::Impl {
   }
 
   /// Workers whose host was dropped (`gone`) normally drain or stop. When
-  /// none of the workers that stay has trained (joined a formed world) but
-  /// one of the dropped ones has, the job's committed state lives only in
+  /// none of the workers that stay holds the trained state (`holders`) but
+  /// one of the dropped ones does, the job's committed state lives only in
   /// dropped workers: letting them all go would start the next world from
   /// the newcomers' initial state. One of them -- the keeper, the one with
   /// the lowest rank in the current world -- then stays a member until a
-  /// world with a newcomer has formed (State::sync gives the newcomers the
+  /// newcomer synced in a world with it (State::sync gives the newcomers the
   /// state of the member with the most commits), or for at most
   /// --elastic-drain-timeout; then it drains as the others did. Returns the
   /// keeper, or nullptr.
@@ -516,7 +518,7 @@ struct ElasticDriver::Impl {
   /// synced from it -- letting the drainers go would start the next world
   /// from the newcomers' initial state. The draining worker started first
   /// is then called back: a keeper (choose_keeper), a member of the next
-  /// world until a world with a newcomer has formed, for at most
+  /// worlds until a newcomer synced from it, for at most
   /// --elastic-drain-timeout. If it left before it saw that world, its exit
   /// is a departure, not the job's end (on_worker_exit).
   void recall_drainer(ElasticTime now) {
@@ -708,6 +710,22 @@ struct ElasticDriver::Impl {
       left += (left.empty() ? "" : ", ") + where(m.worker_id) + (drains ? " (draining)" : "");
     }
     return left.empty() ? "-" : left;
+  }
+
+  /// `id` exited: it holds nothing any more. When it was the last running
+  /// holder, the job's state is now whatever the workers that synced since
+  /// trained (a world published while no holder ran, e.g. after a keeper's
+  /// time ran out): they become the holders, so a keeper or a call-back
+  /// protects that progress too. A worker that never synced is not one.
+  void lose_holder(const std::string& id) {
+    synced_in.erase(id);
+    if (!holders.erase(id)) return;
+    for (const auto& [s, w] : live) {
+      if (holders.count(w.id)) return;
+    }
+    for (const auto& [s, w] : live) {
+      if (!w.stopping && synced_in.count(w.id)) holders.insert(w.id);
+    }
   }
 
   /// Makes `next` the current world and tells the runner to write it.
@@ -1086,8 +1104,8 @@ void ElasticDriver::on_worker_exit(const std::string& worker_id, int status, con
   if (!found) return;  // unknown or already reported
   Impl::Worker w = *found;
   d.occupied.erase({w.host, w.slot});
-  d.holders.erase(w.id);  // an exited process holds nothing
   d.live.erase(w.serial);
+  d.lose_holder(w.id);
   Impl::Exited e;
   e.status = status;
   e.ok = status == 0 && lost_reason.empty();
@@ -1205,6 +1223,8 @@ void ElasticDriver::on_worker_synced(const std::string& worker_id, uint64_t vers
   Impl& d = *impl_;
   Impl::Worker* w = d.find(worker_id);
   if (!w || w->stopping || d.holders.count(worker_id)) return;
+  uint64_t& last = d.synced_in[worker_id];
+  last = std::max(last, version);
   auto it = d.sync_gives_state.find(version);
   if (it == d.sync_gives_state.end() || !it->second) return;
   d.holders.insert(worker_id);

@@ -845,13 +845,31 @@ TEST_CASE("elastic driver: a sync in a world that lists no holder while one runs
   REQUIRE(h.d.workers_not_holding() == Strings{"w2"});
   REQUIRE_FALSE(has_message(h.advance(1s), Kind::Log, "called back"));  // its time ran out
   REQUIRE(has_message(h.exit("w1", 0), Kind::Log, "w1 on a slot 0 left the job (drained)"));
-  // Nobody holds the trained state now: the next world's sync is the start.
-  REQUIRE(ids(h.discover({{"b", 2}}), Kind::Spawn) == Strings{"w3"});
-  w = published(h.ready_all());
-  REQUIRE(members(w) == Strings{"w2", "w3"});
-  REQUIRE(w.holders.empty());
-  h.formed(w.version);
+  // w1 was the last holder: the job's state is now what w2 trained since.
   REQUIRE(h.d.workers_not_holding().empty());
+  SECTION("the next world lists it as the holder, and the newcomer's sync gives the state") {
+    REQUIRE(ids(h.discover({{"b", 2}}), Kind::Spawn) == Strings{"w3"});
+    w = published(h.ready_all());
+    REQUIRE(members(w) == Strings{"w2", "w3"});
+    REQUIRE(w.holders == Strings{"w2"});
+    h.formed(w.version);
+    REQUIRE(h.d.workers_not_holding().empty());
+  }
+  SECTION("its host dropped, it is kept for the newcomers") {
+    auto a2 = h.discover({{"c", 1}});
+    REQUIRE(has_message(a2, Kind::Log, "w2 on b slot 0 keeps training although host b no longer listed"));
+  }
+}
+
+TEST_CASE("elastic driver: a worker that never synced is not made a holder when the last one exits") {
+  Harness h(base_policy());
+  form(h, {{"a", 1}});
+  h.formed(1);
+  REQUIRE(ids(h.discover({{"a", 1}, {"b", 1}}), Kind::Spawn) == Strings{"w2"});
+  World w = published(h.ready_all());
+  h.formed_unsynced(w.version);
+  h.exit("w1", 137);  // the one holder dies before w2 synced: the state is gone
+  REQUIRE(h.d.workers_not_holding() == Strings{"w2", "w3"});  // w3: w1's slot restarted
 }
 
 TEST_CASE("elastic driver: synced reports for unknown workers, old or unpublished worlds are ignored") {

@@ -41,7 +41,9 @@
 ///    worker held it (the job's first world; after a total loss). A world
 ///    whose barrier completed is not enough: a newcomer whose world failed
 ///    during the sync has only its initial state. Each published world
-///    lists its holders (World::holders).
+///    lists its holders (World::holders). When the last running holder
+///    exits, the workers that synced since (in a world without one) hold
+///    what the job has left.
 ///  * The keeper: when every worker that holds the state is on a dropped
 ///    host, the one with the lowest rank stays a member (the others drain)
 ///    until a newcomer has synced from it, or for at most drain_timeout;
@@ -231,7 +233,7 @@ class ElasticDriver {
   std::vector<uint64_t> unformed_worlds() const;
   /// Live workers, not being stopped, that are not known to hold the
   /// trained state: the runner reads their synced_key and reports it
-  /// (on_worker_synced) before each discovery and exit.
+  /// (on_worker_synced) before every event and timer it hands over.
   std::vector<std::string> workers_not_holding() const;
   /// When tick() next has something to do (none: only events matter).
   std::optional<ElasticTime> next_deadline() const;
