@@ -438,7 +438,7 @@ struct ElasticDriver::Impl {
       if (w->keeper) {
         w->keeper = false;
         if (w->keeper_until <= now) {
-          w->keeper_expired = true;
+          give_up_state(*w);
           warn(fmt::format("{} kept the job's trained state for --elastic-drain-timeout {} after its host's removal "
                            "and no newcomer took it over; it leaves now, and the workers after it start from their own initial state",
                            on_host(*w), seconds_text(policy.drain_timeout)));
@@ -725,6 +725,22 @@ struct ElasticDriver::Impl {
     }
     for (const auto& [s, w] : live) {
       if (!w.stopping && synced_in.count(w.id)) holders.insert(w.id);
+    }
+  }
+
+  /// `keeper`'s --elastic-drain-timeout ran out with no newcomer taking the
+  /// state over: the job lets that state go. The keeper and the other
+  /// drainers holding it (the same state) are holders no more and are never
+  /// called back, so no worker of a removed host is held longer than the
+  /// timeout; the next world's sync (no holder runs) starts the state anew.
+  void give_up_state(Worker& keeper) {
+    std::vector<std::string> stale{keeper.id};
+    for (auto& [s, w] : live) {
+      if (&w != &keeper && w.draining && holders.count(w.id)) stale.push_back(w.id);
+    }
+    for (const auto& id : stale) {
+      find(id)->keeper_expired = true;
+      lose_holder(id);
     }
   }
 

@@ -820,45 +820,94 @@ TEST_CASE("elastic driver: a newcomer whose world formed but whose sync never fi
 }
 
 TEST_CASE("elastic driver: a sync in a world that lists no holder while one runs gives nothing") {
-  // The keeper's time runs out before its newcomer synced (their world
-  // formed, the sync never finished): the world of the newcomer alone lists
-  // no holder while w1 still drains, so syncing there gives w2 only its own
-  // initial state. Once no holder is left, the next sync starts the job's
-  // state afresh.
+  // w2 drains from the dropped host b and has already left (left_key) when
+  // w1, the holder that stayed, dies: w2 cannot be called back. The
+  // restarted slot's world lists no holder while w2 still runs, so syncing
+  // there gives w3 only its own initial state -- until w2 exits: then no
+  // holder runs, and what w3 trained since is all the job has.
   Harness h(base_policy());  // drain_timeout 60 s
-  form(h, {{"a", 1}});
+  form(h, {{"a", 1}, {"b", 1}});
   h.formed(1);
   REQUIRE(h.d.workers_not_holding().empty());
-  auto a = h.discover({{"b", 1}});
-  REQUIRE(has_message(a, Kind::Log, "w1 on a slot 0 keeps training although"));
-  REQUIRE(ids(a, Kind::Spawn) == Strings{"w2"});
+  REQUIRE(published(h.discover({{"a", 1}})).draining == Strings{"w2"});
+  h.d.on_worker_left("w2", h.now);
+  auto a = h.exit("w1", 137);
+  REQUIRE_FALSE(has_message(a, Kind::Log, "called back"));
+  REQUIRE(ids(a, Kind::Spawn) == Strings{"w3"});
   World w = published(h.ready_all());
-  REQUIRE(members(w) == Strings{"w1", "w2"});
-  h.formed_unsynced(w.version);
-  a = h.advance(60s);
-  REQUIRE(has_message(a, Kind::Warn, "kept the job's trained state for --elastic-drain-timeout 60 s"));
-  w = published(a);
-  REQUIRE(members(w) == Strings{"w2"});
-  REQUIRE(w.draining == Strings{"w1"});
+  REQUIRE(members(w) == Strings{"w3"});
+  REQUIRE(w.draining == Strings{"w2"});
   REQUIRE(w.holders.empty());
-  h.formed(w.version);  // w2 synced, with itself
-  REQUIRE(h.d.workers_not_holding() == Strings{"w2"});
-  REQUIRE_FALSE(has_message(h.advance(1s), Kind::Log, "called back"));  // its time ran out
-  REQUIRE(has_message(h.exit("w1", 0), Kind::Log, "w1 on a slot 0 left the job (drained)"));
-  // w1 was the last holder: the job's state is now what w2 trained since.
+  h.formed(w.version);  // w3 synced, with itself
+  REQUIRE(h.d.workers_not_holding() == Strings{"w3"});
+  REQUIRE(has_message(h.exit("w2", 0), Kind::Log, "w2 on b slot 0 left the job (drained)"));
+  // w2 was the last holder: the job's state is now what w3 trained since.
   REQUIRE(h.d.workers_not_holding().empty());
   SECTION("the next world lists it as the holder, and the newcomer's sync gives the state") {
-    REQUIRE(ids(h.discover({{"b", 2}}), Kind::Spawn) == Strings{"w3"});
+    REQUIRE(ids(h.discover({{"a", 2}}), Kind::Spawn) == Strings{"w4"});
     w = published(h.ready_all());
-    REQUIRE(members(w) == Strings{"w2", "w3"});
-    REQUIRE(w.holders == Strings{"w2"});
+    REQUIRE(members(w) == Strings{"w3", "w4"});
+    REQUIRE(w.holders == Strings{"w3"});
     h.formed(w.version);
     REQUIRE(h.d.workers_not_holding().empty());
   }
   SECTION("its host dropped, it is kept for the newcomers") {
     auto a2 = h.discover({{"c", 1}});
-    REQUIRE(has_message(a2, Kind::Log, "w2 on b slot 0 keeps training although host b no longer listed"));
+    REQUIRE(has_message(a2, Kind::Log, "w3 on a slot 0 keeps training although host a no longer listed"));
   }
+}
+
+TEST_CASE("elastic driver: a keeper's time runs out: the newcomers' own sync makes them the holders") {
+  // Every trained host is dropped at once: w1 keeps the state, w2 drains.
+  // The newcomers' world forms but never syncs; after
+  // --elastic-drain-timeout the job lets the state go, and the newcomers'
+  // own sync starts the state anew.
+  Harness h(base_policy());  // drain_timeout 60 s
+  form(h, {{"a", 2}});
+  h.formed(1);
+  auto a = h.discover({{"b", 2}});
+  REQUIRE(has_message(a, Kind::Log, "w1 on a slot 0 keeps training although"));
+  REQUIRE(published(a).draining == Strings{"w2"});
+  World w = published(h.ready_all());
+  REQUIRE(members(w) == Strings{"w1", "w3", "w4"});
+  h.formed_unsynced(w.version);
+  h.advance(59s);
+  h.exit("w2", 0);  // drained
+  a = h.advance(1s);
+  REQUIRE(has_message(a, Kind::Warn, "w1 on a slot 0 kept the job's trained state"));
+  w = published(a);
+  REQUIRE(members(w) == Strings{"w3", "w4"});
+  REQUIRE(w.holders.empty());
+  h.formed(w.version);
+  // The newcomers hold the (new) state at once, not only once w1 has left.
+  REQUIRE(h.d.workers_not_holding() == Strings{"w1"});
+}
+
+TEST_CASE("elastic driver: a keeper's time and a drainer's run out together: nobody is called back") {
+  // (A drainer dropped with the keeper reaches its drain timeout with it;
+  // a later one cannot hold the state while a keeper is needed.)
+  auto p = base_policy();
+  p.drain_timeout = 60s;
+  Harness h(p);
+  form(h, {{"a", 2}});
+  h.formed(1);
+  auto a = h.discover({{"b", 2}});
+  REQUIRE(published(a).draining == Strings{"w2"});
+  World w = published(h.ready_all());
+  h.formed_unsynced(w.version);
+  a = h.advance(60s);  // w1's time and w2's drain run out together
+  REQUIRE(has_message(a, Kind::Warn, "w1 on a slot 0 kept the job's trained state"));
+  REQUIRE(ids(a, Kind::Stop) == Strings{"w2"});
+  REQUIRE_FALSE(has_message(a, Kind::Log, "called back"));
+  w = published(a);
+  REQUIRE(members(w) == Strings{"w3", "w4"});
+  REQUIRE(w.holders.empty());
+  h.formed(w.version);
+  // The newcomers hold the state now; a drainer still running is no keeper.
+  auto ids_left = h.d.workers_not_holding();
+  REQUIRE(std::find(ids_left.begin(), ids_left.end(), "w3") == ids_left.end());
+  REQUIRE(std::find(ids_left.begin(), ids_left.end(), "w4") == ids_left.end());
+  REQUIRE_FALSE(has_message(h.advance(1s), Kind::Log, "called back"));
 }
 
 TEST_CASE("elastic driver: a worker that never synced is not made a holder when the last one exits") {

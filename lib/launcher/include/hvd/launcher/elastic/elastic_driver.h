@@ -54,7 +54,9 @@
 ///    started first is called back as the keeper (it waits for that: the
 ///    library's stranded drain). Its exit with left_key written means it
 ///    left before the call reached it: a departure. A keeper whose time
-///    ran out with no newcomer taking over is not called back again.
+///    ran out with no newcomer taking over is not called back again: the
+///    job lets that state go (it and the drainers holding it are holders
+///    no more), and the next world's sync starts the state anew.
 ///  * New host / more slots: workers are started on free slots up to max_np.
 ///  * A worker that fails (non-zero exit, signal, lost) leaves the world at
 ///    once (a world without it is published) and its slot is restarted
