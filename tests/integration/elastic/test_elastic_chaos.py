@@ -21,7 +21,8 @@ Run longer, or replay a failing schedule, with
     python3 test_elastic_chaos.py
 (the seed is printed first; a failure names it and writes the whole run to
 $TMPDIR/hvd-chaos-<seed>.log; HVD_CHAOS_LOG=1 writes it after a pass too;
-HVD_CHAOS_STRICT=1 also fails a start over while a trained worker drains).
+a start over while a trained worker still drains fails the run too, unless
+HVD_CHAOS_STRICT=0).
 """
 import os
 import random
@@ -219,20 +220,24 @@ class ElasticChaos(unittest.TestCase):
                 check(first == 1, "world %d of newcomers only started at step %d" % (v, first))
                 # A start over is only right when no worker that trained is
                 # still running: one still draining must have been called
-                # back (it holds the state), unless its keeper time ran out.
+                # back (it holds the state) -- unless its keeper time ran
+                # out, or it had already left (it wrote left_key and was
+                # exiting when the last holder died: too late to call back).
                 trained_drainers = [d for d in published.get(v, {}).get("draining", [])
                                     if d.startswith("w") and int(d[1:]) in seen]
-                expired = [d for d in trained_drainers
-                           if re.search(r"\b%s on \S+ slot \d+ kept the job's trained state" % d, err_text)]
-                # Off by default: one 120 s run (seed 2024) found such a
-                # world, cause not yet known (docs/elastic.md, Limits).
-                if os.environ.get("HVD_CHAOS_STRICT"):
-                    check(sorted(trained_drainers) == sorted(expired),
+                excused = [d for d in trained_drainers
+                           if re.search(r"\b%s on \S+ slot \d+ kept the job's trained state" % d, err_text)
+                           or re.search(r"elastic worker %s was removed from the job" % d, err_text)]
+                # On by default since holders are counted by a finished sync
+                # (it found a newcomer that never synced taken for one);
+                # HVD_CHAOS_STRICT=0 only prints such a world.
+                if os.environ.get("HVD_CHAOS_STRICT", "1") != "0":
+                    check(sorted(trained_drainers) == sorted(excused),
                           "world %d of newcomers started over while %s, which had trained, still drained"
-                          % (v, sorted(set(trained_drainers) - set(expired))))
-                elif sorted(trained_drainers) != sorted(expired):
-                    print("world %d of newcomers started over while %s, which had trained, still drained "
-                          "(HVD_CHAOS_STRICT=1 fails the run on this)" % (v, sorted(set(trained_drainers) - set(expired))))
+                          % (v, sorted(set(trained_drainers) - set(excused))))
+                elif sorted(trained_drainers) != sorted(excused):
+                    print("world %d of newcomers started over while %s, which had trained, still drained"
+                          % (v, sorted(set(trained_drainers) - set(excused))))
                 if seen:
                     fresh_starts += 1
                     print("world %d: newcomers %s start over (step %d was reached)" % (v, sorted(workers), reached))
