@@ -35,6 +35,9 @@ def main():
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--double", action="store_true", help="train in float64")
     ap.add_argument("--step-sleep", type=float, default=0.0, help="seconds to sleep per step (tests)")
+    ap.add_argument("--sync-sleep", type=float, default=0.0,
+                    help="seconds to pause before each state sync in a world of 2 or more (tests: a world that "
+                         "fails after it formed, before a newcomer synced)")
     args = ap.parse_args()
     if args.samples % args.global_batch:
         ap.error("--samples must be a multiple of --global-batch")
@@ -52,6 +55,17 @@ def main():
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(), op=hvd.Sum)
     sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=7)
     state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, step=0)
+    if args.sync_sleep:
+        plain_sync = state.sync
+
+        def sync():
+            if hvd.size() > 1:
+                print(f"elastic_mnist: {os.environ.get('HVDRUN_WORKER_ID', '-')} syncing in world "
+                      f"{hvd.elastic.world_version()}", flush=True)
+                time.sleep(args.sync_sleep)
+            plain_sync()
+
+        state.sync = sync
     state.register_reset_callbacks([lambda: print(f"reset: rank {hvd.rank()} size {hvd.size()} "
                                                   f"step {state.step}", flush=True)])
 

@@ -1,7 +1,7 @@
 """End-to-end elastic test of examples/python/elastic_mnist.py under
 `hvdrun --host-discovery-script` on localhost.
 
-    elastic_e2e.py HVDRUN PYTHON PYTHONPATH {kill|scaleup|scaledown|recall}
+    elastic_e2e.py HVDRUN PYTHON PYTHONPATH {kill|scaleup|scaledown|recall|unsynced}
 
 kill:    hosts file "localhost:2", -np 2; once rank 1 has committed a few
          times, kill -9 it (pid from its printed line). The survivor must go
@@ -20,6 +20,14 @@ recall:  hosts file "localhost:1" and "127.0.0.1:1", -np 2, --verbose; after a
          syncs from it: the new process's first step follows what was
          committed (nobody starts over), and the drainer hands over and
          leaves.
+unsynced: hosts file "localhost:2", -np 2, --verbose, the trainer pausing 3 s
+         before each sync of a world of 2 or more (--sync-sleep); after a few
+         commits 127.0.0.1:1 is added, and once its newcomer is pausing in
+         its first sync (its world formed), localhost is dropped and the
+         worker of rank 1 is killed, so that world fails before the newcomer
+         synced. The newcomer must not count as holding the state: rank 0
+         keeps it ("keeps training although"), the newcomer syncs from it
+         and trains on from the committed step, and rank 0 hands over.
 
 All modes: hvdrun exits 0; every process prints consecutive commit steps (it
 never goes back before its own last commit and never skips one); the
@@ -40,18 +48,20 @@ import threading
 import time
 
 HVDRUN, PY, PYTHONPATH, MODE = sys.argv[1:5]
-if MODE not in ("kill", "scaleup", "scaledown", "recall"):
-    sys.exit(f"usage: elastic_e2e.py HVDRUN PYTHON PYTHONPATH kill|scaleup|scaledown|recall (not '{MODE}')")
+if MODE not in ("kill", "scaleup", "scaledown", "recall", "unsynced"):
+    sys.exit(f"usage: elastic_e2e.py HVDRUN PYTHON PYTHONPATH kill|scaleup|scaledown|recall|unsynced (not '{MODE}')")
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "..", "..", "examples", "python", "elastic_mnist.py")
 SAMPLES, GLOBAL_BATCH, COMMIT_EVERY, EPOCHS = 192, 32, 2, 4
+if MODE == "unsynced":  # sizes 1, 2 and 3 must divide the global batch
+    GLOBAL_BATCH, EPOCHS = 48, 8
 TOTAL_STEPS = EPOCHS * SAMPLES // GLOBAL_BATCH
 TRAIN_ARGS = ["--double", "--epochs", str(EPOCHS), "--samples", str(SAMPLES), "--global-batch", str(GLOBAL_BATCH),
               "--commit-every", str(COMMIT_EVERY)]
 LINE = re.compile(r"epoch (\d+) batch (\d+) size (\d+) rank (\d+) pid (\d+)")
 FINAL = re.compile(r"final step (\d+) checksum (\S+)")
 START = time.monotonic()
-DEADLINE = START + 50
+DEADLINE = START + (80 if MODE == "unsynced" else 50)
 
 
 def skip(why):
@@ -100,9 +110,11 @@ with open(discover, "w") as f:
 os.chmod(discover, 0o755)
 
 np_start = 1 if MODE == "scaleup" else 2
-cmd = [HVDRUN, "-np", str(np_start), "--min-np", "1", "--max-np", "2", "--host-discovery-script", discover] + \
-    (["--verbose", "--discovery-interval", "0.2"] if MODE == "recall" else []) + [
-       PY, "-X", f"pycache_prefix={marker}", EXAMPLE] + TRAIN_ARGS + ["--step-sleep", "0.3"]
+cmd = [HVDRUN, "-np", str(np_start), "--min-np", "1", "--max-np", "3" if MODE == "unsynced" else "2",
+       "--host-discovery-script", discover] + \
+    (["--verbose", "--discovery-interval", "0.2"] if MODE in ("recall", "unsynced") else []) + [
+       PY, "-X", f"pycache_prefix={marker}", EXAMPLE] + TRAIN_ARGS + ["--step-sleep", "0.3"] + \
+    (["--sync-sleep", "3"] if MODE == "unsynced" else [])
 t_job = time.monotonic()
 proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                         start_new_session=True)
@@ -113,6 +125,7 @@ acted_at = None  # number of commit lines printed when the kill / hosts change h
 victim = None
 dropped = False  # recall: 127.0.0.1 dropped, waiting for hvdrun's drain line
 killed_at_step = None  # recall: the highest step printed before the kill
+added = False  # unsynced: 127.0.0.1 added, waiting for its newcomer's sync
 
 
 def rewrite_hosts(text):
@@ -147,6 +160,20 @@ try:
                     dropped = True
                 elif dropped and "(draining)" in "".join(list(out)):
                     victim = [ln for ln in lines if ln[3] == 0 and ln[2] == 2][-1][4]
+                    killed_at_step = max(ln[1] for ln in lines)
+                    acted_at = len(lines)
+                    os.kill(victim, signal.SIGKILL)
+            elif MODE == "unsynced":
+                if not added and len([ln for ln in lines if ln[3] == 1]) >= 2:
+                    rewrite_hosts("localhost:2\n127.0.0.1:1\n")
+                    added = True
+                elif added and "elastic_mnist: w3 syncing in world" in "".join(list(out)):
+                    rewrite_hosts("127.0.0.1:1\n")
+                    text = "".join(list(out))
+                    while not re.search(r"world \d+: size 3 -> 2", text) and time.monotonic() < DEADLINE:
+                        time.sleep(0.02)
+                        text = "".join(list(out))
+                    victim = [ln for ln in lines if ln[3] == 1 and ln[2] == 2][-1][4]
                     killed_at_step = max(ln[1] for ln in lines)
                     acted_at = len(lines)
                     os.kill(victim, signal.SIGKILL)
@@ -187,7 +214,7 @@ for pid, steps in by_pid.items():
 survivors = [pid for pid in by_pid if pid != victim and by_pid[pid][0] == COMMIT_EVERY]
 if not survivors:
     fail("no process trained from the first commit", output)
-if MODE != "recall" and not any(by_pid[pid][-1] == TOTAL_STEPS for pid in survivors):
+if MODE not in ("recall", "unsynced") and not any(by_pid[pid][-1] == TOTAL_STEPS for pid in survivors):
     fail(f"no process trained from the first commit to the last ({TOTAL_STEPS})", output)
 after = lines[acted_at:]
 if MODE == "recall":
@@ -208,6 +235,22 @@ if MODE == "recall":
         fail(f"no new process trained to the last step ({TOTAL_STEPS})", output)
     if not re.search(r"elastic_mnist: leaving: .*removed from the job", output):
         fail("the called-back worker did not hand over and leave", output)
+elif MODE == "unsynced":
+    if not re.search(r"w1 on localhost slot 0 keeps training although host localhost no longer listed", output):
+        fail("rank 0 was not kept: the newcomer that never synced was taken for a holder", output)
+    if "w1 on localhost slot 0 handed the job's state over" not in output:
+        fail("the keeper did not hand over once the newcomer synced", output)
+    new = [pid for pid in by_pid if pid not in (victim, *survivors)]
+    if not new:
+        fail("the newcomer never trained", output)
+    # It synced the committed state: its first step follows what was
+    # committed before the kill; it does not start over at the first commit.
+    first_new = min(by_pid[pid][0] for pid in new)
+    if first_new <= COMMIT_EVERY or first_new < killed_at_step:
+        fail(f"the newcomer started at step {first_new}: the job's state (step {killed_at_step} printed before "
+             f"the kill) was lost", output)
+    if not any(by_pid[pid][-1] == TOTAL_STEPS for pid in new):
+        fail(f"the newcomer did not train to the last step ({TOTAL_STEPS})", output)
 elif MODE == "scaledown":
     first1 = next((i for i, ln in enumerate(after) if ln[2] == 1), None)
     if first1 is None:
