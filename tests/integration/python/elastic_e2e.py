@@ -217,6 +217,21 @@ if not survivors:
 if MODE not in ("recall", "unsynced") and not any(by_pid[pid][-1] == TOTAL_STEPS for pid in survivors):
     fail(f"no process trained from the first commit to the last ({TOTAL_STEPS})", output)
 after = lines[acted_at:]
+
+
+def check_took_the_state(new, who):
+    """The processes `new` synced the committed state: their first step
+    follows what was committed before the kill (at most one commit interval
+    redone) instead of starting over at the first commit, and they trained
+    to the last step."""
+    first_new = min(by_pid[pid][0] for pid in new)
+    if first_new <= COMMIT_EVERY or first_new < killed_at_step:
+        fail(f"{who} started at step {first_new}: the job's state (step {killed_at_step} printed before the kill) "
+             f"was lost", output)
+    if not any(by_pid[pid][-1] == TOTAL_STEPS for pid in new):
+        fail(f"{who} did not train to the last step ({TOTAL_STEPS})", output)
+
+
 if MODE == "recall":
     if "is called back from draining" not in output:
         fail("hvdrun did not call the draining worker back", output)
@@ -224,15 +239,7 @@ if MODE == "recall":
     new = [pid for pid in by_pid if pid not in (victim, drainer)]
     if not new:
         fail("the killed worker's slot was not restarted", output)
-    # The new process synced the committed state: its first step follows
-    # what was committed before the kill (at most one commit interval
-    # redone), it does not start over at the first commit.
-    first_new = min(by_pid[pid][0] for pid in new)
-    if first_new <= COMMIT_EVERY or first_new < killed_at_step:
-        fail(f"the restarted slot started at step {first_new}: the job's state (step {killed_at_step} printed "
-             f"before the kill) was lost", output)
-    if not any(by_pid[pid][-1] == TOTAL_STEPS for pid in new):
-        fail(f"no new process trained to the last step ({TOTAL_STEPS})", output)
+    check_took_the_state(new, "the restarted slot")
     if not re.search(r"elastic_mnist: leaving: .*removed from the job", output):
         fail("the called-back worker did not hand over and leave", output)
 elif MODE == "unsynced":
@@ -243,14 +250,7 @@ elif MODE == "unsynced":
     new = [pid for pid in by_pid if pid not in (victim, *survivors)]
     if not new:
         fail("the newcomer never trained", output)
-    # It synced the committed state: its first step follows what was
-    # committed before the kill; it does not start over at the first commit.
-    first_new = min(by_pid[pid][0] for pid in new)
-    if first_new <= COMMIT_EVERY or first_new < killed_at_step:
-        fail(f"the newcomer started at step {first_new}: the job's state (step {killed_at_step} printed before "
-             f"the kill) was lost", output)
-    if not any(by_pid[pid][-1] == TOTAL_STEPS for pid in new):
-        fail(f"the newcomer did not train to the last step ({TOTAL_STEPS})", output)
+    check_took_the_state(new, "the newcomer")
 elif MODE == "scaledown":
     first1 = next((i for i, ln in enumerate(after) if ln[2] == 1), None)
     if first1 is None:

@@ -842,7 +842,6 @@ struct ElasticDriver::Impl {
       }
       placement.erase(it->first);
       joined_ids.erase(it->first);
-      holders.erase(it->first);
       it = exited.erase(it);
     }
   }
