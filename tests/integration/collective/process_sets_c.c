@@ -3,7 +3,8 @@
  * {0,2} and {1,2} from hvd_init_process_sets: an allreduce on {0,2} whose
  * result (4) differs from the global one (6), rank 1 refused on it, a
  * broadcast on {1,2} from global rank 2, a barrier on each set; then after
- * a re-init with HOROVOD_DYNAMIC_PROCESS_SETS=1, add / use / remove.
+ * a re-init with HOROVOD_DYNAMIC_PROCESS_SETS=1, add / use / remove. Also
+ * hvd_join beside an allreduce, a barrier and a refused broadcast.
  * Prints "rank R: process_sets ok" and exits 0, else exits 1. */
 #define _POSIX_C_SOURCE 200112L
 #include "hvd/collective/c_api.h"
@@ -79,6 +80,29 @@ int main(void) {
     }
   }
   EXPECT(sum_on(HVD_GLOBAL_PROCESS_SET, me + 1) == 6);
+  /* Join: rank 2 has no more data. The others' allreduce gets zeros from
+   * it, their barrier completes with it taking part, a broadcast fails on
+   * both with HVD_ERR_JOINED; every rank learns the same last joiner. */
+  {
+    int last = -1;
+    if (me == 2) {
+      EXPECT(hvd_join(&last) == HVD_OK);
+    } else {
+      int32_t b[2] = {me, me};
+      EXPECT(sum_on(HVD_GLOBAL_PROCESS_SET, me + 1) == 3); /* 1 + 2 + 0 */
+      EXPECT(hvd_barrier_async(NULL, &h) == HVD_OK);
+      EXPECT(hvd_wait(h) == HVD_OK);
+      hvd_release(h);
+      EXPECT(hvd_broadcast_async("jb", b, b, 2, HVD_INT32, 0, &h) == HVD_OK);
+      EXPECT(hvd_wait(h) == HVD_ERR_JOINED);
+      EXPECT(strstr(hvd_last_error(), "rank 2 has joined") != NULL);
+      hvd_release(h);
+      EXPECT(b[0] == me && b[1] == me); /* nothing touched */
+      EXPECT(hvd_join(&last) == HVD_OK);
+    }
+    EXPECT(last == 0 || last == 1); /* rank 2 joined first */
+    EXPECT(sum_on(HVD_GLOBAL_PROCESS_SET, last) == 3 * last);
+  }
   /* Without HOROVOD_DYNAMIC_PROCESS_SETS: refused, as Horovod. */
   EXPECT(hvd_add_process_set(ranks, 2) == HVD_ERR_INVALID);
   EXPECT(strstr(hvd_last_error(), "HOROVOD_DYNAMIC_PROCESS_SETS=1") != NULL);

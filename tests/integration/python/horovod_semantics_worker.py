@@ -155,13 +155,16 @@ for make in (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0
     assert all(e == everyone[0] for e in everyone), (type(o).__name__, everyone)
 
 # 12. join: join(device) as Horovod's scripts call it (hvd.local_rank());
-# an op other than allreduce while a rank has joined raises
+# a barrier completes while a rank has joined (the joined rank takes part,
+# as in Horovod), an allreduce gets zeros from it, and any other op raises
 # HorovodInternalError; the joined rank is not left waiting, also when
 # unnamed ops ran on some ranks only (their automatic names start over).
 for first in range(n):
     if r == first:
         ret = hvd.join(hvd.local_rank())
     else:
+        hvd.barrier()
+        assert hvd.allreduce(torch.ones(3), op=hvd.Sum).tolist() == [n - 1.0] * 3
         e = raises(hvd.HorovodInternalError, lambda: hvd.allgather(torch.ones(2)), "allgather while joined",
                    not_exc=ValueError)
         assert "joined" in str(e), e

@@ -34,6 +34,8 @@ int guarded(F&& f) {
     return HVD_OK;
   } catch (const hvd::collective::MismatchError& e) {
     return set_error(HVD_ERR_MISMATCH, e.what());
+  } catch (const hvd::collective::JoinedError& e) {
+    return set_error(HVD_ERR_JOINED, e.what());
   } catch (const hvd::collective::NotInitializedError& e) {
     return set_error(HVD_ERR_NOT_INITIALIZED, e.what());
   } catch (const hvd::collective::ShutdownError& e) {

@@ -215,14 +215,19 @@ Controller::Outcome Controller::process(const std::vector<RankMessage>& messages
         std::any_of(it->second.requests.begin(), it->second.requests.end(), [](const Request& q) { return q.joined; });
     Response resp = validate(std::move(it->second.requests));
     table_.erase(it);
-    if (resp.ok() && made_up && (resp.type != OpType::Allreduce || resp.tensors[0][0].device >= 0)) {
+    // As Horovod: host allreduces (joined ranks add zeros) and barriers
+    // (joined ranks take part) run; anything else fails on every rank.
+    const bool joined_can_run =
+        (resp.type == OpType::Allreduce && resp.tensors[0][0].device < 0) || resp.type == OpType::Barrier;
+    if (resp.ok() && made_up && !joined_can_run) {
       std::vector<int> who;
       for (std::size_t r = 0; r < resp.tensors[0].size(); ++r) {
         if (resp.tensors[0][r].joined) who.push_back(static_cast<int>(r));
       }
       resp.error = ResponseError::Joined;
       resp.message = fmt::format(
-          "tensor '{}': rank{} {} {} joined (join()); until every rank joins, only allreduce of host buffers can run",
+          "tensor '{}': rank{} {} {} joined (join()); until every rank joins, only allreduce of host buffers and "
+          "barrier can run",
           name, who.size() == 1 ? "" : "s", join_ranks(who), who.size() == 1 ? "has" : "have");
     }
     if (resp.ok() && resp.type == OpType::Join) {

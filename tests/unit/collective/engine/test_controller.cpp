@@ -141,14 +141,21 @@ TEST_CASE("join: a joined rank contributes zeros to the others' allreduces, and 
     std::vector<double> a(3, 3.0);
     c.allreduce(AllreduceArgs{"avg", a.data(), a.data(), DataType::Float64, {3}, ReduceOp::Average});
     CHECK(a == std::vector<double>(3, 2.0));  // (3 + 3 + 0) / 3, as Horovod
+    // A barrier completes, the joined rank taking part (Horovod's joined
+    // rank runs the barrier from inside join()).
+    c.barrier();
     if (r == 1) {
       // Other collectives fail on every active rank while a rank has joined,
       // with JoinedError (an internal error, as Horovod's; not InvalidArgument).
-      CHECK_THROWS_AS(c.barrier(), JoinedError);
+      std::vector<uint8_t> b(4, 1);
+      CHECK_THROWS_AS(c.broadcast({"b", b.data(), b.data(), DataType::UInt8, {4}, 0}), JoinedError);
+      CHECK(b == std::vector<uint8_t>(4, 1));  // nothing touched
       last[r] = c.join();
       return;
     }
-    CHECK_THROWS_WITH(c.barrier(), Catch::Contains("rank 2 has joined"));
+    std::vector<uint8_t> b(4, 0);
+    CHECK_THROWS_WITH(c.broadcast({"b", b.data(), b.data(), DataType::UInt8, {4}, 0}),
+                      Catch::Contains("rank 2 has joined"));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // rank 1 joins first
     std::vector<int64_t> alone(4, 7);
     c.allreduce(AllreduceArgs{"alone", alone.data(), alone.data(), DataType::Int64, {4}, ReduceOp::Sum});

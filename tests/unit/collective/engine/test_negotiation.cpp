@@ -243,7 +243,22 @@ TEST_CASE("controller: join - joined ranks complete the others' allreduces with 
   }
   // A made-up response is never cached: the next g travels in full again.
   CHECK(ctl[0].cache().size() == 0);
-  // Anything but an allreduce fails on every rank while a rank has joined.
+  // A barrier completes too, with a made-up request for the joined rank
+  // (which takes part from inside its join), as in Horovod.
+  Request bar;
+  bar.name = "barrier.1";
+  bar.type = OpType::Barrier;
+  bar.dtype = DataType::UInt8;
+  bar.shape = {0};
+  out = cycle(ctl, {{bar}, {bar}, {}});
+  for (auto& o : out) {
+    REQUIRE(o.responses.size() == 1);
+    REQUIRE(o.responses[0].ok());
+    CHECK(o.responses[0].type == OpType::Barrier);
+    CHECK(o.responses[0].tensors[0][2].joined);
+  }
+  // Anything else but an allreduce of host buffers fails on every rank while
+  // a rank has joined.
   Request b;
   b.name = "bcast";
   b.type = OpType::Broadcast;
@@ -253,7 +268,7 @@ TEST_CASE("controller: join - joined ranks complete the others' allreduces with 
     REQUIRE(o.responses.size() == 1);
     CHECK(o.responses[0].error == ResponseError::Joined);
     CHECK(o.responses[0].message ==
-          "tensor 'bcast': rank 2 has joined (join()); until every rank joins, only allreduce of host buffers can run");
+          "tensor 'bcast': rank 2 has joined (join()); until every rank joins, only allreduce of host buffers and barrier can run");
   }
   // Rank 0 joins, then rank 1: the join completes last in its cycle, after
   // rank 1's own allreduce, and names rank 1 as the last to join.

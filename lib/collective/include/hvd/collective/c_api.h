@@ -36,6 +36,9 @@ extern "C" {
 #define HVD_ERR_PEER_FAILURE (-8)
 #define HVD_ERR_HOSTS_UPDATED (-9) /* a new world was published: hvd_elastic_reset() */
 #define HVD_ERR_REMOVED (-10) /* this worker is no longer in the job (or it ended) */
+/* An op other than an allreduce of host buffers or a barrier while some rank
+ * has joined (hvd_join); it fails on every rank, as Horovod's. */
+#define HVD_ERR_JOINED (-11)
 
 /* Data types. */
 #define HVD_UINT8 0
@@ -96,7 +99,9 @@ int hvd_reducescatter_async(const char* name, const void* in, int ndim, const in
 /* name may be NULL. */
 int hvd_barrier_async(const char* name, hvd_handle_t* out_handle);
 /* Horovod's join: this rank has no more data; until every rank joined,
- * allreduces the other ranks submit run with zeros from this one. Blocks
+ * allreduces of host buffers the other ranks submit run with zeros from this
+ * one, their barriers with this one taking part, and any other op fails on
+ * every rank with HVD_ERR_JOINED. Blocks
  * until every rank joined; *last_rank (may be NULL) receives the rank that
  * joined last. */
 int hvd_join(int* last_rank);

@@ -312,8 +312,9 @@ class Context {
 
   /// Horovod's join: this rank has no more data. Until every rank has
   /// joined, allreduces that all other ranks submit complete with zeros
-  /// from the joined ranks (Average still divides by size()); any other
-  /// operation then fails with InvalidArgument on every rank. Completes once
+  /// from the joined ranks (Average still divides by size()), barriers
+  /// complete with the joined ranks taking part, and any other operation
+  /// fails with JoinedError on every rank, as in Horovod. Completes once
   /// every rank joined; returns the rank that joined last (join_async's
   /// handle: output() is that rank as an int32).
   int join();

@@ -21,8 +21,9 @@ class MismatchError : public InvalidArgument {
 };
 
 /// Some rank has joined (join()) and the operation is not one a joined rank
-/// can take part in (only allreduce of host buffers can run until every rank
-/// joined). Like Horovod's error there, an internal error, not a bad argument.
+/// can take part in (only allreduce of host buffers and barrier can run until
+/// every rank joined). Like Horovod's error there, an internal error, not a
+/// bad argument.
 class JoinedError : public Error {
  public:
   using Error::Error;
