@@ -17,8 +17,9 @@
 #   3. scripts/bench_compare.py --device cuda: hvdbench --device cuda for 2
 #      ranks sharing the GPU, 4 KiB to 256 MiB, against torch.distributed's
 #      Gloo on CUDA tensors in the same run;
-#   then a diagnostic: a small device operation + synchronize, alone and
-#      as 2 and 4 processes at once on the GPU;
+#   then two diagnostics: a small device operation + synchronize, alone and
+#      as 2 and 4 processes at once on the GPU; the reduce kernel's
+#      bandwidth in one process (cuda_check --reduce-bandwidth, about 10 s);
 #   4. the targets: every test green, 256 MiB bus bandwidth against the copy
 #      rate, faster than Gloo at every size, 4 KiB under 50 us.
 # Writes RESULTS_DIR/device_results.md (tables and the test summary) and
@@ -171,6 +172,17 @@ say '```'
     echo "$np processes at once:"
     timeout 90 hvdrun -np "$np" -H "localhost:$np" cuda_check --sync-loop 2>&1 | grep sync-loop
   done; } | tee -a "$RES"
+say '```'
+say ""
+
+# --- a diagnostic: the reduce kernel's own bandwidth (one process) ----------
+# What HVD_CUDA_SHARED_GPU=leader can reach at most, per packs-per-thread
+# choice (ReduceLaunch::unroll), against the copy rate: the numbers that
+# decide the kernel's default.
+say "## The reduce kernel alone (cuda_check --reduce-bandwidth: the leader's launch, one process)"
+say ""
+say '```'
+timeout 90 cuda_check --reduce-bandwidth 2>&1 | grep reduce-bandwidth | tee -a "$RES"
 say '```'
 say ""
 

@@ -205,11 +205,73 @@ HVD_HD void reduce_one(const DeviceReduceParams& p, std::size_t i) {
   for (int c = 0; c < p.num_copies; ++c) static_cast<T*>(p.copies[c])[i] = y;
 }
 
+// Packs first, first + stride, ..., first + (U-1) * stride (those below
+// vec_count): the loads of one input for all U packs are issued before any
+// is used, so a thread has U loads in flight instead of one. Each pack's
+// inputs are all read before its outputs are written (aliasing as
+// reduce_pack); the arithmetic is reduce_pack's, in the same order.
+template <class T, class Op, int U>
+HVD_HD void reduce_packs(const DeviceReduceParams& p, std::size_t first, std::size_t stride, std::size_t vec_count) {
+  using K = Codec<T>;
+  using A = typename K::Acc;
+  using S = Scaler<T>;
+  using P = Pack<T>;
+  constexpr int kN = P::kN;
+  std::size_t idx[U];
+  bool ok[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    idx[u] = first + static_cast<std::size_t>(u) * stride;
+    ok[u] = idx[u] < vec_count;
+  }
+  A acc[U][kN];
+  P x[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (ok[u]) x[u] = static_cast<const P*>(p.inputs[0])[idx[u]];
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+#pragma unroll
+    for (int k = 0; k < kN; ++k) acc[u][k] = ok[u] ? S::pre(K::load(x[u].v[k]), p) : A{};
+  }
+  for (int j = 1; j < p.num_inputs; ++j) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (ok[u]) x[u] = static_cast<const P*>(p.inputs[j])[idx[u]];
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (!ok[u]) continue;
+#pragma unroll
+      for (int k = 0; k < kN; ++k) acc[u][k] = Op::apply(acc[u][k], S::pre(K::load(x[u].v[k]), p));
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (!ok[u]) continue;
+    P y;
+#pragma unroll
+    for (int k = 0; k < kN; ++k) y.v[k] = K::store(S::post(acc[u][k], p));
+    static_cast<P*>(p.out)[idx[u]] = y;
+    for (int c = 0; c < p.num_copies; ++c) static_cast<P*>(p.copies[c])[idx[u]] = y;
+  }
+}
+
 template <class T, class Op>
 __global__ void reduce_kernel(DeviceReduceParams p, std::size_t vec_count) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   const std::size_t tid = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   for (std::size_t i = tid; i < vec_count; i += stride) reduce_pack<T, Op>(p, i);
+  for (std::size_t i = vec_count * Pack<T>::kN + tid; i < p.count; i += stride) reduce_one<T, Op>(p, i);
+}
+
+// reduce_kernel with U packs per thread per pass (ReduceLaunch::unroll).
+template <class T, class Op, int U>
+__global__ void reduce_kernel_unrolled(DeviceReduceParams p, std::size_t vec_count) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  const std::size_t tid = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (std::size_t i = tid; i < vec_count; i += stride * U) reduce_packs<T, Op, U>(p, i, stride, vec_count);
   for (std::size_t i = vec_count * Pack<T>::kN + tid; i < p.count; i += stride) reduce_one<T, Op>(p, i);
 }
 
@@ -248,13 +310,31 @@ void launch_typed(const ReduceLaunch& l, cudaStream_t stream, bool emulate) {
   p.scale_in = l.prescale != 1.0;
   p.scale_out = p.postscale != 1.0;
   const std::size_t vec = aligned ? l.count / Pack<T>::kN : 0;
-  const std::size_t work = vec + (l.count - vec * Pack<T>::kN);
+  const std::size_t tail = l.count - vec * Pack<T>::kN;
+  const int unroll = l.unroll;
+  if (unroll != 1 && unroll != 2 && unroll != 4) {
+    throw InvalidArgument(fmt::format("reduce: unroll must be 1, 2 or 4, not {}", unroll));
+  }
   if (emulate) {
-    for (std::size_t i = 0; i < vec; ++i) reduce_pack<T, Op>(p, i);
+    // One thread of a grid of one: stride 1, the same element functions.
+    if (unroll == 1) {
+      for (std::size_t i = 0; i < vec; ++i) reduce_pack<T, Op>(p, i);
+    } else {
+      for (std::size_t i = 0; i < vec; i += static_cast<std::size_t>(unroll)) {
+        if (unroll == 2) reduce_packs<T, Op, 2>(p, i, 1, vec);
+        if (unroll == 4) reduce_packs<T, Op, 4>(p, i, 1, vec);
+      }
+    }
     for (std::size_t i = vec * Pack<T>::kN; i < l.count; ++i) reduce_one<T, Op>(p, i);
     return;
   }
-  reduce_kernel<T, Op><<<blocks_for(work), kThreads, 0, stream>>>(p, vec);
+  const unsigned blocks =
+      blocks_for((vec + static_cast<std::size_t>(unroll) - 1) / static_cast<std::size_t>(unroll) + tail);
+  switch (unroll) {
+    case 1: reduce_kernel<T, Op><<<blocks, kThreads, 0, stream>>>(p, vec); break;
+    case 2: reduce_kernel_unrolled<T, Op, 2><<<blocks, kThreads, 0, stream>>>(p, vec); break;
+    default: reduce_kernel_unrolled<T, Op, 4><<<blocks, kThreads, 0, stream>>>(p, vec); break;
+  }
   check(cudaGetLastError(), "launch of reduce_kernel");
 }
 
@@ -322,7 +402,8 @@ void run_reduce(const ReduceLaunch& l, cudaStream_t s, bool emulate) {
     case DataType::BFloat16: return launch_op<BHalf>(l, s, emulate);
     case DataType::Float32: return launch_op<float>(l, s, emulate);
     case DataType::Float64: return launch_op<double>(l, s, emulate);
-    case DataType::Bool: throw InvalidArgument("bool tensors cannot be reduced (only moved: allgather, broadcast, alltoall)");
+    case DataType::Bool:
+      throw InvalidArgument("bool tensors cannot be reduced (only moved: allgather, broadcast, alltoall)");
   }
   throw InvalidArgument(fmt::format("unknown data type {}", static_cast<int>(l.dtype)));
 }

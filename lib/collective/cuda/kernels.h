@@ -33,6 +33,12 @@ struct ReduceLaunch {
   /// Average divides by this (the job size, which may exceed num_inputs
   /// when this is one stage of a larger reduction); 1 otherwise.
   int average_divisor = 1;
+  /// 16-byte packs each thread handles per pass of its grid-stride loop, 1,
+  /// 2 or 4 (else InvalidArgument): with more, a thread has that many loads
+  /// of every input in flight at once. Same results whatever the value.
+  /// 1 everywhere in the library; `cuda_check --reduce-bandwidth` measures
+  /// the others on a GPU (docs/cuda.md).
+  int unroll = 1;
 };
 
 /// Enqueues the reduction on `stream`; CudaError on a launch failure.

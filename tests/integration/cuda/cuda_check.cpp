@@ -20,6 +20,12 @@
 //   cuda_check --psets       under hvdrun -np 3: device allreduce, broadcast
 //                            and allgather on the process sets {0,2} and
 //                            {1,2}; rank 1 refused on {0,2}
+//   cuda_check --sync-loop   a 4 KiB device operation + synchronize, timed
+//                            (run several at once to see time slicing)
+//   cuda_check --reduce-bandwidth
+//                            one process: the reduce kernel's bandwidth in
+//                            the shared-GPU leader's shape (2 and 4 buffers,
+//                            1/2/4 packs per thread) against cudaMemcpy D2D
 // Inputs are random and never zero; outputs (and guard elements past the
 // end) are poisoned before every check; NaN never passes.
 #include "hvd/collective/algorithms.h"
@@ -152,57 +158,61 @@ int run_kernels() {
   }
   // One reduce writing every output in the same pass (the shared-GPU
   // leader's call): in place over every input, or into separate poisoned
-  // outputs, one of them misaligned (the scalar path) or none.
-  for (DataType t : kTypes) {
-    const std::size_t es = dtype_size(t);
-    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Average, ReduceOp::Max}) {
-      for (int n : {2, 4}) {
-        for (std::size_t count : {std::size_t{7}, std::size_t{65539}, std::size_t{1} << 20}) {
-          for (bool in_place : {true, false}) {
-            if (count >= (std::size_t{1} << 20) && n != 2) continue;
-            const bool misaligned_copy = !in_place && count == 65539;
-            std::vector<Tensor> host;
-            std::vector<std::unique_ptr<DeviceBuffer>> dev;
-            cuda::detail::ReduceLaunch l;
-            std::vector<uint8_t*> outs;
-            const auto guard = poison_bytes(t, kGuard * es);
-            const auto poison = poison_bytes(t, count * es);
-            for (int j = 0; j < n; ++j) {
-              host.push_back(random_tensor(t, op, count, seed++));
-              dev.push_back(std::make_unique<DeviceBuffer>((count + kGuard + 1) * es));
-              CK(cudaMemcpy(dev.back()->data(), host.back().bytes.data(), count * es, cudaMemcpyHostToDevice));
-              l.inputs[j] = dev.back()->data();
-            }
-            for (int j = 0; j < n; ++j) {
-              uint8_t* o = dev[j]->data();
-              if (!in_place) {
+  // outputs, one of them misaligned (the scalar path) or none; with 1, 2
+  // and 4 packs per thread per pass (ReduceLaunch::unroll).
+  for (int unroll : {1, 2, 4}) {
+    for (DataType t : kTypes) {
+      const std::size_t es = dtype_size(t);
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Average, ReduceOp::Max}) {
+        for (int n : {2, 4}) {
+          for (std::size_t count : {std::size_t{7}, std::size_t{65539}, std::size_t{1} << 20}) {
+            for (bool in_place : {true, false}) {
+              if (count >= (std::size_t{1} << 20) && (n != 2 || unroll == 2)) continue;
+              const bool misaligned_copy = !in_place && count == 65539;
+              std::vector<Tensor> host;
+              std::vector<std::unique_ptr<DeviceBuffer>> dev;
+              cuda::detail::ReduceLaunch l;
+              std::vector<uint8_t*> outs;
+              const auto guard = poison_bytes(t, kGuard * es);
+              const auto poison = poison_bytes(t, count * es);
+              for (int j = 0; j < n; ++j) {
+                host.push_back(random_tensor(t, op, count, seed++));
                 dev.push_back(std::make_unique<DeviceBuffer>((count + kGuard + 1) * es));
-                o = dev.back()->data() + (misaligned_copy && j == 1 ? es : 0);
-                CK(cudaMemcpy(o, poison.data(), poison.size(), cudaMemcpyHostToDevice));
+                CK(cudaMemcpy(dev.back()->data(), host.back().bytes.data(), count * es, cudaMemcpyHostToDevice));
+                l.inputs[j] = dev.back()->data();
               }
-              CK(cudaMemcpy(o + count * es, guard.data(), guard.size(), cudaMemcpyHostToDevice));
-              outs.push_back(o);
-            }
-            l.num_inputs = n;
-            l.out = outs[0];
-            for (int c = 1; c < n; ++c) l.copies[c - 1] = outs[c];
-            l.num_copies = n - 1;
-            l.count = count;
-            l.dtype = t;
-            l.op = op;
-            l.average_divisor = n;
-            cuda::detail::launch_reduce(l, stream);
-            CK(cudaStreamSynchronize(stream));
-            std::vector<const Tensor*> refs;
-            for (auto& h : host) refs.push_back(&h);
-            for (int j = 0; j < n; ++j) {
-              std::vector<uint8_t> got((count + kGuard) * es);
-              CK(cudaMemcpy(got.data(), outs[j], got.size(), cudaMemcpyDeviceToHost));
-              const std::string err = verify(t, op, refs, got.data(), count, 1.0, 1.0, n, guard);
-              ++checks;
-              if (!err.empty() && ++failures <= 20) {
-                std::cout << "FAIL reduce with " << n - 1 << " further outputs (in place " << in_place
-                          << "), output " << j << ": " << err << "\n";
+              for (int j = 0; j < n; ++j) {
+                uint8_t* o = dev[j]->data();
+                if (!in_place) {
+                  dev.push_back(std::make_unique<DeviceBuffer>((count + kGuard + 1) * es));
+                  o = dev.back()->data() + (misaligned_copy && j == 1 ? es : 0);
+                  CK(cudaMemcpy(o, poison.data(), poison.size(), cudaMemcpyHostToDevice));
+                }
+                CK(cudaMemcpy(o + count * es, guard.data(), guard.size(), cudaMemcpyHostToDevice));
+                outs.push_back(o);
+              }
+              l.num_inputs = n;
+              l.out = outs[0];
+              for (int c = 1; c < n; ++c) l.copies[c - 1] = outs[c];
+              l.num_copies = n - 1;
+              l.count = count;
+              l.dtype = t;
+              l.op = op;
+              l.average_divisor = n;
+              l.unroll = unroll;
+              cuda::detail::launch_reduce(l, stream);
+              CK(cudaStreamSynchronize(stream));
+              std::vector<const Tensor*> refs;
+              for (auto& h : host) refs.push_back(&h);
+              for (int j = 0; j < n; ++j) {
+                std::vector<uint8_t> got((count + kGuard) * es);
+                CK(cudaMemcpy(got.data(), outs[j], got.size(), cudaMemcpyDeviceToHost));
+                const std::string err = verify(t, op, refs, got.data(), count, 1.0, 1.0, n, guard);
+                ++checks;
+                if (!err.empty() && ++failures <= 20) {
+                  std::cout << "FAIL reduce with " << n - 1 << " further outputs (in place " << in_place << ", unroll "
+                            << unroll << "), output " << j << ": " << err << "\n";
+                }
               }
             }
           }
@@ -883,7 +893,83 @@ int run_sync_loop() {
                 us.back());
   };
   measure("4 KiB cudaMemsetAsync", [&] { CK(cudaMemsetAsync(a.ptr, 1, 4096, stream)); });
-  measure("4 KiB D2D cudaMemcpyAsync", [&] { CK(cudaMemcpyAsync(b.ptr, a.ptr, 4096, cudaMemcpyDeviceToDevice, stream)); });
+  measure("4 KiB D2D cudaMemcpyAsync",
+          [&] { CK(cudaMemcpyAsync(b.ptr, a.ptr, 4096, cudaMemcpyDeviceToDevice, stream)); });
+  CK(cudaStreamDestroy(stream));
+  return 0;
+}
+
+// The reduce kernel's memory bandwidth in one process (no time slicing):
+// the shared-GPU leader's launch for 2 ranks (in place over 2 buffers: 2
+// reads and 2 writes of the size) and for 4, with 1, 2 and 4 packs per
+// thread, against cudaMemcpy device to device in the same run. The leader
+// allreduce of 2 ranks cannot beat its kernel: "busbw / copy" here is the
+// most `HVD_CUDA_SHARED_GPU=leader` can reach (issue 31's target: 50 %).
+int run_reduce_bandwidth() {
+  if (int rc = probe(); rc != 0) return rc;
+  CK(cudaSetDevice(0));
+  cudaStream_t stream;
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  auto median_us = [&](int iters, auto&& op) {
+    for (int i = 0; i < 3; ++i) op();  // warm-up
+    std::vector<double> us;
+    for (int i = 0; i < iters; ++i) {
+      CK(cudaEventRecord(e0, stream));
+      op();
+      CK(cudaEventRecord(e1, stream));
+      CK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      us.push_back(1000.0 * ms);
+    }
+    std::sort(us.begin(), us.end());
+    return us[us.size() / 2];
+  };
+  std::printf("reduce-bandwidth: median of 20 launches each; copy = cudaMemcpyAsync D2D (bytes copied per s)\n");
+  for (std::size_t bytes : {std::size_t{64} << 20, std::size_t{256} << 20}) {
+    std::vector<std::unique_ptr<DeviceBuffer>> bufs;
+    for (int j = 0; j < 4; ++j) {
+      bufs.push_back(std::make_unique<DeviceBuffer>(bytes));
+      CK(cudaMemset(bufs.back()->ptr, 0, bytes));  // zeros: sums stay finite
+    }
+    const double copy_us = median_us(
+        20, [&] { CK(cudaMemcpyAsync(bufs[1]->ptr, bufs[0]->ptr, bytes, cudaMemcpyDeviceToDevice, stream)); });
+    const double copy_gbps = static_cast<double>(bytes) / copy_us / 1e3;
+    std::printf("reduce-bandwidth %4zu MiB: copy %.1f us = %.1f GB/s\n", bytes >> 20, copy_us, copy_gbps);
+    for (DataType t : {DataType::Float32, DataType::BFloat16}) {
+      for (int n : {2, 4}) {
+        for (int unroll : {1, 2, 4}) {
+          cuda::detail::ReduceLaunch l;
+          for (int j = 0; j < n; ++j) l.inputs[j] = bufs[static_cast<std::size_t>(j)]->ptr;
+          l.num_inputs = n;
+          l.out = bufs[0]->ptr;
+          for (int c = 1; c < n; ++c) l.copies[c - 1] = bufs[static_cast<std::size_t>(c)]->ptr;
+          l.num_copies = n - 1;
+          l.count = bytes / dtype_size(t);
+          l.dtype = t;
+          l.op = ReduceOp::Sum;
+          l.average_divisor = n;
+          l.unroll = unroll;
+          const double us = median_us(20, [&] { cuda::detail::launch_reduce(l, stream); });
+          // busbw as nccl-tests: size / time x 2(n-1)/n; the traffic is
+          // 2n x size (every buffer read once and written once).
+          const double algbw = static_cast<double>(bytes) / us / 1e3;
+          const double busbw = algbw * 2.0 * (n - 1) / n;
+          const double traffic = 2.0 * n * static_cast<double>(bytes) / us / 1e3;
+          std::printf(
+              "reduce-bandwidth %4zu MiB %-8s %d buffers unroll %d: %8.1f us, traffic %7.1f GB/s (%5.1f %% of the "
+              "copy's %.1f), busbw %7.1f GB/s = %5.1f %% of the copy rate\n",
+              bytes >> 20, t == DataType::Float32 ? "float32" : "bfloat16", n, unroll, us, traffic,
+              100.0 * traffic / (2 * copy_gbps), 2 * copy_gbps, busbw, 100.0 * busbw / copy_gbps);
+        }
+      }
+    }
+  }
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
   CK(cudaStreamDestroy(stream));
   return 0;
 }
@@ -900,8 +986,9 @@ int main(int argc, char** argv) {
     if (mode == "--psets") return run_psets();
     if (mode == "--nccl") return run_nccl();
     if (mode == "--sync-loop") return run_sync_loop();
-    std::cerr << "usage: cuda_check --probe | --kernels | --nccl | --allreduce | --hvd | --psets (the last three "
-                 "under hvdrun)\n";
+    if (mode == "--reduce-bandwidth") return run_reduce_bandwidth();
+    std::cerr << "usage: cuda_check --probe | --kernels | --nccl | --sync-loop | --reduce-bandwidth | --allreduce | "
+                 "--hvd | --psets (the last three under hvdrun)\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "cuda_check: " << e.what() << std::endl;

@@ -43,7 +43,7 @@ std::vector<Tensor> fill_inputs(ReduceLaunch& l, std::vector<std::unique_ptr<Hos
 }
 
 std::string run_case(DataType t, ReduceOp op, int n, std::size_t count, int misalign, bool alias, double pre,
-                     double post, uint64_t seed) {
+                     double post, uint64_t seed, int unroll = 1) {
   const std::size_t es = ref_size(t);
   std::vector<std::unique_ptr<HostBuffer>> bufs;
   ReduceLaunch l;
@@ -64,6 +64,7 @@ std::string run_case(DataType t, ReduceOp op, int n, std::size_t count, int misa
   l.prescale = pre;
   l.postscale = post;
   l.average_divisor = n;
+  l.unroll = unroll;
   cuda::detail::emulate_reduce_on_host(l);
   std::vector<const Tensor*> refs;
   for (auto& h : host) refs.push_back(&h);
@@ -258,7 +259,7 @@ namespace {
 /// c + 1); otherwise into n separate poisoned buffers. Every output and its
 /// guard are checked against the reference.
 std::string run_copies_case(DataType t, ReduceOp op, int n, std::size_t count, int misalign, int misaligned_copy,
-                            bool in_place, uint64_t seed) {
+                            bool in_place, uint64_t seed, int unroll = 1) {
   const std::size_t es = ref_size(t);
   std::vector<std::unique_ptr<HostBuffer>> bufs;
   std::vector<uint8_t*> outs;
@@ -284,6 +285,7 @@ std::string run_copies_case(DataType t, ReduceOp op, int n, std::size_t count, i
   l.dtype = t;
   l.op = op;
   l.average_divisor = n;
+  l.unroll = unroll;
   cuda::detail::emulate_reduce_on_host(l);
   std::vector<const Tensor*> refs;
   for (auto& h : host) refs.push_back(&h);
@@ -322,6 +324,55 @@ TEST_CASE("cuda: the reduce kernel writes every further output in the same pass"
   CHECK(cases == 9 * 5 * 3 * 3 * 2 * 2);
 }
 
+TEST_CASE("cuda: the unrolled reduce (2 and 4 packs per thread) gives the same results", "[cuda][kernel]") {
+  // ReduceLaunch::unroll: the packs one pass of a thread handles, the last
+  // pass partly past the vector body when the pack count is not a multiple
+  // (33 and 1003 elements), then the scalar tail; with further outputs in
+  // place (the shared-GPU leader's call) and into separate buffers.
+  uint64_t seed = 900000;
+  int cases = 0;
+  for (int unroll : {2, 4}) {
+    for (DataType t : kTypes) {
+      for (ReduceOp op : kOps) {
+        for (int n : {1, 2, 3, 16}) {
+          for (std::size_t count : {std::size_t{1}, std::size_t{33}, std::size_t{1003}}) {
+            for (int misalign : {0, 1}) {
+              const bool scaled = count == 1003 && misalign == 0;
+              const double pre = scaled ? (is_float(t) ? 0.5 : 2.0) : 1.0;
+              const double post = scaled && is_float(t) ? 0.25 : 1.0;
+              const std::string err = run_case(t, op, n, count, misalign, false, pre, post, seed, unroll);
+              seed += 100;
+              ++cases;
+              INFO(ref_name(t) << " unroll " << unroll << " n " << n << " count " << count << " misalign " << misalign);
+              REQUIRE(err == "");
+            }
+            if (n == 1) continue;
+            for (bool in_place : {true, false}) {
+              const std::string err = run_copies_case(t, op, n, count, 0, -1, in_place, seed, unroll);
+              seed += 100;
+              ++cases;
+              INFO(ref_name(t) << " unroll " << unroll << " n " << n << " count " << count << " copies, in place "
+                               << in_place);
+              REQUIRE(err == "");
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(cases == 2 * 9 * 5 * (4 * 3 * 2 + 3 * 3 * 2));
+  float a[4] = {1, 2, 3, 4};
+  ReduceLaunch l;
+  l.inputs[0] = a;
+  l.num_inputs = 1;
+  l.out = a;
+  l.count = 4;
+  for (int bad : {0, 3, 8, -1}) {
+    l.unroll = bad;
+    CHECK_THROWS_WITH(cuda::detail::emulate_reduce_on_host(l), Catch::Contains("unroll must be 1, 2 or 4"));
+  }
+}
+
 TEST_CASE("cuda: the reduce kernel refuses a bad number of further outputs or a null one", "[cuda][kernel]") {
   float a[2] = {1, 2}, b[2] = {3, 4};
   ReduceLaunch l;
@@ -331,8 +382,7 @@ TEST_CASE("cuda: the reduce kernel refuses a bad number of further outputs or a 
   l.count = 2;
   l.dtype = DataType::Float32;
   l.num_copies = cuda::detail::kMaxReduceInputs;
-  CHECK_THROWS_WITH(cuda::detail::emulate_reduce_on_host(l),
-                    Catch::Contains("takes 0 to 15 further outputs, got 16"));
+  CHECK_THROWS_WITH(cuda::detail::emulate_reduce_on_host(l), Catch::Contains("takes 0 to 15 further outputs, got 16"));
   l.num_copies = -1;
   CHECK_THROWS_WITH(cuda::detail::emulate_reduce_on_host(l), Catch::Contains("further outputs, got -1"));
   l.num_copies = 2;
