@@ -2,20 +2,31 @@
 
 #include "hvd/common/error.h"
 
+#include <fcntl.h>
 #include <glob.h>
 #include <pwd.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
+
+extern char** environ;
 
 namespace hvd::launcher::ssh {
 
@@ -220,7 +231,160 @@ bool truthy(const std::string& v, bool* out) {
   return false;
 }
 
+/// A Match pattern list (comma-separated, `!` negates): false when a negated
+/// pattern matches, else true when a plain one does (OpenSSH's
+/// match_pattern_list). Host names compare case-insensitively, user names
+/// exactly.
+bool match_list(const std::string& value, const std::string& list, bool ignore_case) {
+  const std::string v = ignore_case ? lower(value) : value;
+  bool matched = false;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const bool neg = !item.empty() && item[0] == '!';
+    std::string pat = neg ? item.substr(1) : item;
+    if (ignore_case) pat = lower(pat);
+    if (pat.empty()) continue;
+    if (wild_match(v.c_str(), pat.c_str())) {
+      if (neg) return false;
+      matched = true;
+    }
+  }
+  return matched;
+}
+
+constexpr auto kMatchExecTimeout = std::chrono::seconds(10);
+
+/// `Match exec`: runs `command` with the user's shell ($SHELL, else /bin/sh)
+/// as `shell -c command`, stdin and stdout on /dev/null, stderr inherited
+/// (as OpenSSH). True when it exits 0. At most kMatchExecTimeout, then its
+/// process group is killed (false, with `problem` set). Each distinct
+/// command runs once per process: hosts resolved again reuse the answer.
+bool run_match_exec(const std::string& command, std::string* problem) {
+  static std::mutex mu;
+  static std::map<std::string, std::pair<bool, std::string>> cache;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache.find(command); it != cache.end()) {
+      *problem = it->second.second;
+      return it->second.first;
+    }
+  }
+  const char* sh = std::getenv("SHELL");
+  const std::string shell = sh != nullptr && *sh != '\0' ? sh : "/bin/sh";
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setpgroup(&attr, 0);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  std::string arg0 = shell, arg1 = "-c", arg2 = command;
+  char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, shell.c_str(), &fa, &attr, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  bool ok = false;
+  std::string why;
+  if (rc != 0) {
+    why = fmt::format("could not be run ({}: {})", shell, std::strerror(rc));
+  } else {
+    const auto deadline = std::chrono::steady_clock::now() + kMatchExecTimeout;
+    int status = 0;
+    for (;;) {
+      const pid_t w = ::waitpid(pid, &status, WNOHANG);
+      if (w == pid) {
+        ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        break;
+      }
+      if (w < 0 && errno != EINTR) {
+        why = fmt::format("could not be waited for ({})", std::strerror(errno));
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        ::kill(-pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        why = fmt::format("did not finish within {} s (killed)", kMatchExecTimeout.count());
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  cache.emplace(command, std::make_pair(ok, why));
+  *problem = why;
+  return ok;
+}
+
+/// One `Match` line. nullptr with `unsupported` set for a criterion hvdrun
+/// cannot evaluate (the block is then skipped with a warning); throws
+/// hvd::InvalidArgument ("file:line: ...") for a malformed line, which
+/// OpenSSH refuses too.
+std::shared_ptr<const MatchBlock> parse_match(const std::vector<std::string>& args, const std::string& file, int line,
+                                              std::string* unsupported) {
+  auto b = std::make_shared<MatchBlock>();
+  b->file = file;
+  b->line = line;
+  b->text = fmt::format("{}", fmt::join(args, " "));
+  auto bad = [&](const std::string& what) { return InvalidArgument(fmt::format("{}:{}: Match: {}", file, line, what)); };
+  if (args.empty()) throw bad("needs at least one criterion (all, host, originalhost, user, localuser, exec, final)");
+  bool saw_all = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    MatchBlock::Criterion c;
+    std::string w = args[i];
+    c.negate = !w.empty() && w[0] == '!';
+    if (c.negate) w = w.substr(1);
+    const std::string k = lower(w);
+    if (k == "all") {
+      c.kind = MatchBlock::Kind::All;
+      saw_all = true;
+    } else if (k == "canonical") {
+      c.kind = MatchBlock::Kind::Canonical;
+    } else if (k == "final") {
+      c.kind = MatchBlock::Kind::Final;
+    } else if (k == "exec" || k == "host" || k == "originalhost" || k == "user" || k == "localuser") {
+      c.kind = k == "exec"           ? MatchBlock::Kind::Exec
+               : k == "host"         ? MatchBlock::Kind::Host
+               : k == "originalhost" ? MatchBlock::Kind::OriginalHost
+               : k == "user"         ? MatchBlock::Kind::User
+                                     : MatchBlock::Kind::LocalUser;
+      if (i + 1 >= args.size() || args[i + 1].empty()) throw bad(fmt::format("'{}' needs an argument", w));
+      c.arg = args[++i];
+    } else if (k == "localnetwork" || k == "tagged" || k == "version" || k == "sessiontype" || k == "command") {
+      *unsupported = fmt::format("the criterion '{}' is not supported by hvdrun", w);
+      return nullptr;
+    } else {
+      *unsupported = fmt::format("'{}' is not a Match criterion hvdrun knows", w);
+      return nullptr;
+    }
+    b->criteria.push_back(std::move(c));
+  }
+  if (saw_all) {
+    // OpenSSH: `all` stands alone, or after `canonical` / `final`.
+    for (const auto& c : b->criteria) {
+      if (c.kind != MatchBlock::Kind::All && c.kind != MatchBlock::Kind::Canonical &&
+          c.kind != MatchBlock::Kind::Final) {
+        throw bad("'all' cannot be combined with other criteria (but canonical or final)");
+      }
+    }
+  }
+  return b;
+}
+
 }  // namespace
+
+bool MatchBlock::uses_final() const {
+  return std::any_of(criteria.begin(), criteria.end(), [](const Criterion& c) { return c.kind == Kind::Final; });
+}
+
+std::string MatchBlock::where() const { return fmt::format("{}:{}", file, line); }
 
 const char* policy_name(HostKeyPolicy policy) {
   switch (policy) {
@@ -333,7 +497,7 @@ SshConfig SshConfig::load(const std::vector<std::string>& files, const std::stri
   for (const auto& f : files) {
     std::ifstream in(f);
     if (!in) continue;  // a missing file is the normal case
-    config.read_file(f, home, dirname_of(f), {}, 0, warnings);
+    config.read_file(f, home, dirname_of(f), Scope{}, 0, warnings);
   }
   return config;
 }
@@ -341,13 +505,12 @@ SshConfig SshConfig::load(const std::vector<std::string>& files, const std::stri
 SshConfig SshConfig::parse(const std::string& text, const std::string& name, const std::string& home,
                            const std::string& include_dir, std::vector<std::string>* warnings) {
   SshConfig config;
-  config.read_text(text, name, home, include_dir, {}, 0, warnings);
+  config.read_text(text, name, home, include_dir, Scope{}, 0, warnings);
   return config;
 }
 
 void SshConfig::read_file(const std::string& path, const std::string& home, const std::string& include_dir,
-                          const std::vector<std::vector<std::string>>& outer, int depth,
-                          std::vector<std::string>* warnings) {
+                          const Scope& outer, int depth, std::vector<std::string>* warnings) {
   std::ifstream in(path);
   if (!in) {
     if (warnings) warnings->push_back(fmt::format("{}: cannot read the file; skipped", path));
@@ -359,10 +522,10 @@ void SshConfig::read_file(const std::string& path, const std::string& home, cons
 }
 
 void SshConfig::read_text(const std::string& text, const std::string& name, const std::string& home,
-                          const std::string& include_dir, const std::vector<std::vector<std::string>>& outer, int depth,
+                          const std::string& include_dir, const Scope& outer, int depth,
                           std::vector<std::string>* warnings) {
-  std::vector<std::vector<std::string>> conditions = outer;
-  bool in_match = false;
+  Scope scope = outer;
+  bool in_match = false;  // under a Match hvdrun cannot evaluate: skipped
   std::vector<std::string> ignore_unknown;
   std::istringstream in(text);
   std::string line;
@@ -383,16 +546,22 @@ void SshConfig::read_text(const std::string& text, const std::string& name, cons
     std::vector<std::string> args(words.begin() + 1, words.end());
     if (kw == "host") {
       if (args.empty()) throw InvalidArgument(fmt::format("{}:{}: Host needs at least one pattern", name, lineno));
-      conditions = outer;
-      conditions.push_back(args);
+      scope = outer;
+      scope.hosts.push_back(args);
       in_match = false;
       continue;
     }
     if (kw == "match") {
-      warn(fmt::format("'Match {}' is not supported by hvdrun; the block up to the next Host or Match line is skipped",
-                       fmt::join(args, " ")));
-      conditions = outer;
-      in_match = true;
+      scope = outer;
+      std::string unsupported;
+      auto block = parse_match(args, name, lineno, &unsupported);
+      in_match = block == nullptr;
+      if (in_match) {
+        warn(fmt::format("'Match {}': {}; the block up to the next Host or Match line is skipped",
+                         fmt::join(args, " "), unsupported));
+      } else {
+        scope.matches.push_back(std::move(block));
+      }
       continue;
     }
     if (kw == "include") {
@@ -413,7 +582,7 @@ void SshConfig::read_text(const std::string& text, const std::string& name, cons
         ::globfree(&g);
         for (const auto& m : matches) {  // glob() sorts them, as OpenSSH reads them
           if (is_dir(m)) continue;
-          read_file(m, home, include_dir, conditions, depth + 1, warnings);
+          read_file(m, home, include_dir, scope, depth + 1, warnings);
         }
       }
       continue;
@@ -443,13 +612,26 @@ void SshConfig::read_text(const std::string& text, const std::string& name, cons
     e.args = std::move(args);
     e.file = name;
     e.line = lineno;
-    e.conditions = conditions;
+    e.conditions = scope.hosts;
+    e.matches = scope.matches;
     e.in_match_block = in_match;
     entries_.push_back(std::move(e));
   }
 }
 
 HostConfig SshConfig::resolve(const std::string& alias, const TokenValues& tokens) const {
+  return resolve_impl(alias, tokens, false);
+}
+
+std::string SshConfig::resolve_hostname(const std::string& alias, const TokenValues& tokens) const {
+  try {
+    return resolve_impl(alias, tokens, true).hostname.value_or(alias);
+  } catch (const std::exception&) {
+    return alias;  // e.g. HostName itself with an unknown token
+  }
+}
+
+HostConfig SshConfig::resolve_impl(const std::string& alias, const TokenValues& tokens, bool lenient) const {
   HostConfig out;
   out.alias = alias;
   std::set<std::string> seen;  // keywords whose first value was taken
@@ -460,37 +642,34 @@ HostConfig SshConfig::resolve(const std::string& alias, const TokenValues& token
     if (e.args.empty()) throw InvalidArgument(fmt::format("{}: {} needs a value", e.where(), e.keyword_as_written));
     return e.args[0];
   };
-  for (const ConfigEntry& e : entries_) {
-    if (e.in_match_block) continue;
-    bool applies = std::all_of(e.conditions.begin(), e.conditions.end(),
-                               [&](const std::vector<std::string>& c) { return match_host_line(alias, c); });
-    if (!applies) continue;
+  std::set<const ConfigEntry*> identity_seen;  // a final pass must not add a key twice
+  auto visit = [&](const ConfigEntry& e) {
     if (e.keyword == "identityfile") {
       need_arg(e);
-      identity_entries.push_back(&e);
-      continue;
+      if (identity_seen.insert(&e).second) identity_entries.push_back(&e);
+      return;
     }
-    if (!seen.insert(e.keyword).second) continue;  // the first value obtained wins
+    if (!seen.insert(e.keyword).second) return;  // the first value obtained wins
     const std::string& kw = e.keyword;
     if (auto it = unsupported_keywords().find(kw); it != unsupported_keywords().end()) {
       const std::string v = e.args.empty() ? "" : lower(e.args[0]);
       if (v == "none" || (kw == "pubkeyauthentication" && (v == "yes" || v == "true"))) {
         out.ignored.push_back(fmt::format("{}: {} {} ignored (nothing to do)", e.where(), e.keyword_as_written, v));
-        continue;
+        return;
       }
       const bool user_file = !tokens.home.empty() && e.file.rfind(tokens.home + "/", 0) == 0;
       if (is_algorithm_policy(kw) && !user_file) {
         out.ignored.push_back(fmt::format("{}: {} ignored (a system-wide algorithm policy; {})", e.where(),
                                           e.keyword_as_written, it->second));
-        continue;
+        return;
       }
       out.unsupported.push_back(
           fmt::format("{}: {} is not supported by hvdrun ({}); ignored", e.where(), e.keyword_as_written, it->second));
-      continue;
+      return;
     }
     if (auto it = cosmetic_keywords().find(kw); it != cosmetic_keywords().end()) {
       out.ignored.push_back(fmt::format("{}: {} ignored ({})", e.where(), e.keyword_as_written, it->second));
-      continue;
+      return;
     }
     if (kw == "hostname") {
       need_arg(e);
@@ -525,6 +704,85 @@ HostConfig SshConfig::resolve(const std::string& alias, const TokenValues& token
       need_arg(e);
       known_hosts_entry = &e;
     }
+  };
+  // Match criteria see what the lines before them set (OpenSSH evaluates a
+  // Match line when it reaches it): the HostName and User obtained so far.
+  TokenValues mt = tokens;
+  mt.alias = alias;
+  auto eval = [&](const MatchBlock& b, bool final_pass) {
+    mt.host = alias;
+    if (hostname_entry != nullptr) {
+      try {
+        TokenValues ht = mt;
+        mt.host = expand_tokens(hostname_entry->args[0], ht);
+      } catch (const InvalidArgument& ex) {
+        throw InvalidArgument(fmt::format("{}: HostName {}", hostname_entry->where(), ex.what()));
+      }
+    }
+    mt.remote_user = tokens.user_from_flag ? tokens.remote_user : out.user ? *out.user : tokens.local_user;
+    if (out.port && !tokens.port_from_flag) mt.port = *out.port;
+    for (const MatchBlock::Criterion& c : b.criteria) {
+      bool r = false;
+      switch (c.kind) {
+        case MatchBlock::Kind::All: r = true; break;
+        case MatchBlock::Kind::Canonical: r = false; break;  // hvdrun never canonicalizes host names
+        case MatchBlock::Kind::Final: r = final_pass; break;
+        case MatchBlock::Kind::Host: r = match_list(mt.host, c.arg, true); break;
+        case MatchBlock::Kind::OriginalHost: r = match_list(alias, c.arg, true); break;
+        case MatchBlock::Kind::User: r = match_list(mt.remote_user, c.arg, false); break;
+        case MatchBlock::Kind::LocalUser: r = match_list(tokens.local_user, c.arg, false); break;
+        case MatchBlock::Kind::Exec: {
+          std::string cmd;
+          try {
+            cmd = expand_tokens(c.arg, mt);
+          } catch (const InvalidArgument& ex) {
+            throw InvalidArgument(fmt::format("{}: Match exec {}", b.where(), ex.what()));
+          }
+          std::string problem;
+          r = run_match_exec(cmd, &problem);
+          if (!problem.empty()) {
+            out.unsupported.push_back(
+                fmt::format("{}: Match exec '{}' {}; the block does not apply", b.where(), cmd, problem));
+          }
+          break;
+        }
+      }
+      if (c.negate) r = !r;
+      if (!r) return false;  // as OpenSSH, a later exec is not run once the line failed
+    }
+    return true;
+  };
+  bool final_pass_wanted = false;
+  for (const ConfigEntry& e : entries_) {
+    for (const auto& m : e.matches) final_pass_wanted = final_pass_wanted || m->uses_final();
+  }
+  for (int pass = 0; pass < (final_pass_wanted ? 2 : 1); ++pass) {
+    std::map<const MatchBlock*, bool> evaluated;  // once per Match line and pass
+    for (const ConfigEntry& e : entries_) {
+      if (e.in_match_block) continue;
+      bool applies = std::all_of(e.conditions.begin(), e.conditions.end(),
+                                 [&](const std::vector<std::string>& c) { return match_host_line(alias, c); });
+      for (std::size_t i = 0; applies && i < e.matches.size(); ++i) {
+        const MatchBlock* m = e.matches[i].get();
+        auto it = evaluated.find(m);
+        if (it == evaluated.end()) {
+          bool r = false;
+          try {
+            r = eval(*m, pass == 1);
+          } catch (const InvalidArgument&) {
+            if (!lenient) throw;
+          }
+          it = evaluated.emplace(m, r).first;
+        }
+        applies = it->second;
+      }
+      if (!applies) continue;
+      try {
+        visit(e);
+      } catch (const InvalidArgument&) {
+        if (!lenient) throw;
+      }
+    }
   }
 
   // Tokens: HostName sees %h = the alias; the others see the final values.
@@ -539,7 +797,7 @@ HostConfig SshConfig::resolve(const std::string& alias, const TokenValues& token
     }
     t.host = *out.hostname;
   }
-  if (out.user) t.remote_user = *out.user;
+  if (out.user && !tokens.user_from_flag) t.remote_user = *out.user;
   if (out.port && !tokens.port_from_flag) t.port = *out.port;
   for (const ConfigEntry* e : identity_entries) {
     for (const auto& a : e->args) {
@@ -584,19 +842,12 @@ std::string configured_hostname(const std::string& alias) {
   const std::string home = default_home();
   try {
     SshConfig config = SshConfig::load({home + "/.ssh/config", "/etc/ssh/ssh_config"}, home, nullptr);
-    // Only HostName: another key's bad value is the spawner's to report.
-    for (const ConfigEntry& e : config.entries()) {
-      if (e.keyword != "hostname" || e.in_match_block || e.args.empty()) continue;
-      bool applies = std::all_of(e.conditions.begin(), e.conditions.end(),
-                                 [&](const std::vector<std::string>& c) { return match_host_line(alias, c); });
-      if (!applies) continue;
-      TokenValues t;
-      t.home = home;
-      t.host = alias;
-      t.alias = alias;
-      return expand_tokens(e.args[0], t);
-    }
-    return alias;
+    TokenValues t;
+    t.home = home;
+    t.local_user = default_user();
+    // The spawner resolves the host the same way (Match blocks included); a
+    // bad value of another keyword is the spawner's to report.
+    return config.resolve_hostname(alias, t);
   } catch (const std::exception&) {
     return alias;
   }

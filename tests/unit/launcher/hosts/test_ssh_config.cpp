@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -222,23 +223,173 @@ TEST_CASE("ssh_config: keywords are case-insensitive, '=' works, comments", "[ss
   CHECK(h.identities_only == true);
 }
 
-TEST_CASE("ssh_config: Match blocks: one warning with file:line, block skipped", "[ssh][config]") {
+TEST_CASE("ssh_config: Match host matches the HostName so far, originalhost the alias", "[ssh][config]") {
+  std::vector<std::string> warnings;
+  auto cfg = parse(
+      "Host a\n"
+      "  HostName 10.0.0.1\n"
+      "Match host a\n"  // a's HostName is 10.0.0.1 by now: no match
+      "  Port 9999\n"
+      "Match host 10.0.0.*,!10.0.0.7\n"
+      "  User by-address\n"
+      "Match originalhost A\n"  // host names compare case-insensitively
+      "  Port 2201\n"
+      "  User by-alias\n"
+      "Match !originalhost a host b\n"  // b has no HostName: the alias is the host
+      "  Port 2202\n"
+      "Host *\n"
+      "  User everyone\n",
+      &warnings);
+  CHECK(warnings.empty());
+  HostConfig a = cfg.resolve("a", tokens());
+  CHECK(a.hostname == "10.0.0.1");
+  CHECK(a.port == 2201);
+  CHECK(a.user == "by-address");  // the first value obtained wins
+  HostConfig b = cfg.resolve("b", tokens());
+  CHECK(b.port == 2202);
+  CHECK(b.user == "everyone");
+}
+
+TEST_CASE("ssh_config: Match user sees the User so far, localuser the local one, all applies", "[ssh][config]") {
+  auto cfg = parse(
+      "Host gpu*\n"
+      "  User trainer\n"
+      "Match user trainer\n"
+      "  IdentityFile ~/.ssh/trainer_key\n"
+      "Match user Trainer\n"  // user names compare exactly
+      "  Port 9999\n"
+      "Match localuser alice,bob\n"
+      "  IdentitiesOnly yes\n"
+      "Match user alice\n"  // no User for other hosts: the local user
+      "  Port 2200\n"
+      "Match all\n"
+      "  StrictHostKeyChecking accept-new\n");
+  HostConfig g = cfg.resolve("gpu1", tokens());
+  CHECK(g.user == "trainer");
+  CHECK(g.identity_files == std::vector<std::string>{"/home/alice/.ssh/trainer_key"});
+  CHECK_FALSE(g.port.has_value());
+  CHECK(g.identities_only == true);
+  CHECK(g.host_key_policy == HostKeyPolicy::AcceptNew);
+  HostConfig o = cfg.resolve("other", tokens());
+  CHECK(o.port == 2200);
+  CHECK(o.identity_files.empty());
+  TokenValues carol = tokens();
+  carol.local_user = "carol";
+  CHECK_FALSE(cfg.resolve("other", carol).identities_only.has_value());
+  // hvdrun's own user flag wins over User, and Match user sees it.
+  TokenValues flag = tokens();
+  flag.remote_user = "Trainer";
+  flag.user_from_flag = true;
+  HostConfig f = cfg.resolve("gpu1", flag);
+  CHECK(f.port == 9999);
+  CHECK(f.identity_files.empty());
+}
+
+TEST_CASE("ssh_config: Match exec runs the command with tokens expanded, exit 0 matches", "[ssh][config]") {
+  TempDir dir;
+  const std::string flag = (dir.path / "flag-node1").string();
+  std::ofstream(flag) << "x";
+  const std::string count = (dir.path / "runs").string();
+  auto cfg = parse(
+      "Match exec \"test -f " + dir.path.string() + "/flag-%n\"\n"
+      "  Port 2222\n"
+      "Match originalhost never exec \"echo ran >> " + count + "\"\n"  // not run: the line already failed
+      "  Port 1\n"
+      "Match exec \"echo out; exit 3\"\n"  // stdout goes to /dev/null
+      "  User nobody\n");
+  CHECK(cfg.resolve("node1", tokens()).port == 2222);
+  CHECK_FALSE(cfg.resolve("node2", tokens()).port.has_value());
+  CHECK_FALSE(cfg.resolve("node1", tokens()).user.has_value());
+  CHECK_FALSE(fs::exists(count));
+  // An unknown token in the command: the line is named.
+  auto bad = parse("Match exec \"true %k\"\n  Port 1\n");
+  CHECK_THROWS_WITH(bad.resolve("x", tokens()), Catch::Contains("config:1: Match exec") && Catch::Contains("%k"));
+}
+
+TEST_CASE("ssh_config: Match exec that hangs is killed after 10 s and does not apply", "[ssh][config]") {
+  auto cfg = parse("Match exec \"sleep 60; true\"\n  Port 2222\n");
+  const auto t0 = std::chrono::steady_clock::now();
+  HostConfig h = cfg.resolve("n", tokens());
+  const auto took = std::chrono::steady_clock::now() - t0;
+  CHECK_FALSE(h.port.has_value());
+  REQUIRE(h.unsupported.size() == 1);
+  CHECK_THAT(h.unsupported[0], Catch::Contains("config:1: Match exec 'sleep 60; true' did not finish within 10 s"));
+  CHECK(took < std::chrono::seconds(15));
+}
+
+TEST_CASE("ssh_config: Match final applies in a second pass, after every other line", "[ssh][config]") {
+  auto cfg = parse(
+      "Match final\n"
+      "  User late\n"
+      "  Port 2300\n"
+      "  IdentityFile ~/.ssh/final_key\n"
+      "Match canonical\n"  // hvdrun never canonicalizes: never matches
+      "  Port 1\n"
+      "Host a\n"
+      "  User early\n"
+      "  IdentityFile ~/.ssh/a_key\n"
+      "Match !final\n"
+      "  IdentityFile ~/.ssh/first_pass_key\n");
+  HostConfig a = cfg.resolve("a", tokens());
+  CHECK(a.user == "early");  // set in the first pass
+  CHECK(a.port == 2300);
+  CHECK(a.identity_files == std::vector<std::string>{"/home/alice/.ssh/a_key", "/home/alice/.ssh/first_pass_key",
+                                                     "/home/alice/.ssh/final_key"});
+}
+
+TEST_CASE("ssh_config: Match criteria hvdrun cannot evaluate warn once and skip the block, bad lines fail",
+          "[ssh][config]") {
   std::vector<std::string> warnings;
   auto cfg = parse(
       "Host a\n"
       "  Port 2201\n"
-      "Match host a exec \"true\"\n"
+      "Match localnetwork 10.0.0.0/8\n"
       "  User from-match\n"
       "  Port 9999\n"
+      "Match frobnicate x\n"
+      "  User nobody\n"
       "Host *\n"
       "  User everyone\n",
       &warnings);
-  REQUIRE(warnings.size() == 1);
+  REQUIRE(warnings.size() == 2);
   CHECK(warnings[0].rfind("/home/alice/.ssh/config:3: ", 0) == 0);
-  CHECK_THAT(warnings[0], Catch::Contains("Match") && Catch::Contains("not supported") && Catch::Contains("skipped"));
+  CHECK_THAT(warnings[0], Catch::Contains("'localnetwork' is not supported") && Catch::Contains("skipped"));
+  CHECK(warnings[1].rfind("/home/alice/.ssh/config:6: ", 0) == 0);
+  CHECK_THAT(warnings[1], Catch::Contains("'frobnicate' is not a Match criterion"));
   HostConfig h = cfg.resolve("a", tokens());
   CHECK(h.port == 2201);
   CHECK(h.user == "everyone");
+  // Malformed lines: refused with file:line, as OpenSSH refuses them.
+  CHECK_THROWS_WITH(parse("Match host\n"), Catch::Contains("config:1: Match: 'host' needs an argument"));
+  CHECK_THROWS_WITH(parse("Match\n"), Catch::Contains("config:1: Match: needs at least one criterion"));
+  CHECK_THROWS_WITH(parse("Match all host a\n"), Catch::Contains("'all' cannot be combined"));
+  CHECK_NOTHROW(parse("Match final all\n  Port 2\n"));
+}
+
+TEST_CASE("ssh_config: resolve_hostname passes over values hvdrun cannot use", "[ssh][config]") {
+  // The driver address is chosen by routing to the HostName before any
+  // connection: a bad Port is the spawner's to report, not a reason to
+  // route to the alias.
+  auto cfg = parse(
+      "Match originalhost n1\n"
+      "  Port not-a-port\n"
+      "  HostName 10.1.1.1\n"
+      "Match exec \"true %k\"\n"
+      "  HostName 10.9.9.9\n");
+  CHECK_THROWS_WITH(cfg.resolve("n1", tokens()), Catch::Contains("config:2: Port 'not-a-port'"));
+  CHECK(cfg.resolve_hostname("n1", tokens()) == "10.1.1.1");
+  CHECK(cfg.resolve_hostname("n2", tokens()) == "n2");  // the bad exec line does not apply
+}
+
+TEST_CASE("ssh_config: Match inside an Included file holds together with the including Host", "[ssh][config]") {
+  TempDir dir;
+  dir.write("conf.d/cluster", "Match originalhost gpu*\n  Port 2222\nHost *\n  User cluster\n");
+  auto cfg = SshConfig::parse("Host gpu1 cpu1\n  Include conf.d/*\n", "/x/config", "/home/alice",
+                              dir.path.string(), nullptr);
+  CHECK(cfg.resolve("gpu1", tokens()).port == 2222);
+  CHECK(cfg.resolve("gpu1", tokens()).user == "cluster");
+  CHECK_FALSE(cfg.resolve("cpu1", tokens()).port.has_value());
+  CHECK_FALSE(cfg.resolve("gpu2", tokens()).user.has_value());  // the including Host does not match
 }
 
 TEST_CASE("ssh_config: unsupported keywords warn per applying key - cosmetic ones are listed", "[ssh][config]") {

@@ -156,6 +156,7 @@ class HostRunner {
     tokens.home = options_.home;
     tokens.local_user = ssh::default_user();
     tokens.remote_user = options_.user.value_or(tokens.local_user);
+    tokens.user_from_flag = options_.user.has_value();
     tokens.local_host = local_hostname();
     tokens.port = options_.port.value_or(22);
     tokens.port_from_flag = options_.port.has_value();

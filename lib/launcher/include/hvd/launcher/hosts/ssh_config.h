@@ -15,14 +15,21 @@
 ///  * `Include` (glob patterns; relative paths are under ~/.ssh for the user
 ///    file and /etc/ssh for the system file) reads files in place, inside
 ///    the current `Host` block's condition;
-///  * `Match` blocks are not supported: one warning naming file:line, and the
-///    block is skipped;
+///  * `Match` blocks with the criteria `all`, `host`, `originalhost`,
+///    `user`, `localuser`, `exec`, `canonical` and `final` (each may be
+///    negated with `!`), evaluated as OpenSSH does when the line is reached:
+///    `host` against the HostName obtained so far (else the alias), `user`
+///    against the User so far (else the local user), `exec` runs the command
+///    (tokens expanded) with the user's shell, a `final` block in a second
+///    pass; other criteria (`localnetwork`, `tagged`, ...) give one warning
+///    naming file:line and the block is skipped;
 ///  * keywords are case-insensitive, `Keyword=value` works, arguments may be
 ///    double-quoted.
 /// Keywords that would change how the connection is made but that hvdrun
 /// does not implement (ProxyJump, ProxyCommand, ...) give one warning each
 /// when they apply to a host; cosmetic ones (ForwardX11, LogLevel, ...) are
 /// listed under --verbose.
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -67,12 +74,29 @@ struct TokenValues {
   std::string alias;  // %n: the host name as given
   int port = 22;  // %p
   bool port_from_flag = false;  // true: `port` wins over the config's Port for %p
+  bool user_from_flag = false;  // true: `remote_user` wins over the config's User (Match user, %r)
   std::string local_host;  // %l
 };
 
 /// Replaces %%, %d, %u, %h, %r, %n, %p, %l, %i. Throws hvd::InvalidArgument
 /// naming the token for an unknown or truncated one.
 std::string expand_tokens(const std::string& text, const TokenValues& values);
+
+/// One `Match` line's criteria (all must hold).
+struct MatchBlock {
+  enum class Kind { All, Canonical, Final, Exec, Host, OriginalHost, User, LocalUser };
+  struct Criterion {
+    Kind kind = Kind::All;
+    bool negate = false;
+    std::string arg;  // pattern list (comma-separated) or exec command
+  };
+  std::vector<Criterion> criteria;
+  std::string text;  // the line's arguments, for messages
+  std::string file;
+  int line = 0;
+  bool uses_final() const;
+  std::string where() const;
+};
 
 /// One keyword line, with the `Host` conditions it sits under.
 struct ConfigEntry {
@@ -84,6 +108,9 @@ struct ConfigEntry {
   /// Every `Host` line (outer file's block, then the included file's block)
   /// that must match; empty: applies to every host.
   std::vector<std::vector<std::string>> conditions;
+  /// Every `Match` line (an outer file's block, then an included file's)
+  /// that must hold too.
+  std::vector<std::shared_ptr<const MatchBlock>> matches;
   bool in_match_block = false;  // under an unsupported `Match`: never applies
   /// "file:line"
   std::string where() const;
@@ -112,10 +139,11 @@ class SshConfig {
  public:
   /// Reads the files in order; a missing file is skipped (a missing
   /// explicit Include file too, as OpenSSH does). `home` expands `~`.
-  /// Problems that do not stop the file from being used (a `Match` block,
-  /// an unreadable Include, an unknown keyword) are appended to `warnings`,
-  /// each one line starting with "file:line: ". Throws hvd::InvalidArgument
-  /// ("file:line: ...") for a line that cannot be parsed.
+  /// Problems that do not stop the file from being used (an unsupported
+  /// `Match` criterion, an unreadable Include, an unknown keyword) are
+  /// appended to `warnings`, each one line starting with "file:line: ".
+  /// Throws hvd::InvalidArgument ("file:line: ...") for a line that cannot
+  /// be parsed (a `Match` criterion without its argument included).
   static SshConfig load(const std::vector<std::string>& files, const std::string& home,
                         std::vector<std::string>* warnings);
   /// Parses `text` as if it were the file `name` (relative Includes are
@@ -128,15 +156,25 @@ class SshConfig {
   /// hvd::InvalidArgument ("file:line: Port 'x' is not a port number") for
   /// an invalid value of a keyword hvdrun implements.
   HostConfig resolve(const std::string& alias, const TokenValues& tokens) const;
+  /// The HostName `resolve` would give (else `alias`), never throwing: a
+  /// line whose value hvdrun cannot use is passed over (the spawner reports
+  /// it when it connects).
+  std::string resolve_hostname(const std::string& alias, const TokenValues& tokens) const;
 
   const std::vector<ConfigEntry>& entries() const { return entries_; }
 
  private:
+  /// The conditions lines inherit from the file that includes theirs.
+  struct Scope {
+    std::vector<std::vector<std::string>> hosts;
+    std::vector<std::shared_ptr<const MatchBlock>> matches;
+  };
   void read_file(const std::string& path, const std::string& home, const std::string& include_dir,
-                 const std::vector<std::vector<std::string>>& outer, int depth, std::vector<std::string>* warnings);
+                 const Scope& outer, int depth, std::vector<std::string>* warnings);
   void read_text(const std::string& text, const std::string& name, const std::string& home,
-                 const std::string& include_dir, const std::vector<std::vector<std::string>>& outer, int depth,
-                 std::vector<std::string>* warnings);
+                 const std::string& include_dir, const Scope& outer, int depth, std::vector<std::string>* warnings);
+
+  HostConfig resolve_impl(const std::string& alias, const TokenValues& tokens, bool lenient) const;
 
   std::vector<ConfigEntry> entries_;
 };
