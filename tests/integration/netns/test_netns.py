@@ -416,7 +416,8 @@ def case_output_volume(hosts):
 
 
 def case_agent_and_default_keys(hosts):
-    """Without -i: ssh-agent first, then ~/.ssh/id_ed25519."""
+    """Without -i: ssh-agent first ($SSH_AUTH_SOCK, or ~/.ssh/config's
+    IdentityAgent; `IdentityAgent none`: no agent), then ~/.ssh/id_ed25519."""
     a = hosts.addrs[0]
     sock = os.path.join(hosts.tmp, "agent.sock")
     agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -430,6 +431,24 @@ def case_agent_and_default_keys(hosts):
         p, _ = run_hvdrun(hosts, ["-np", "1", "-H", f"{a}:1", "echo", "via-agent"], key="",
                           env=env_for(hosts, SSH_AUTH_SOCK=sock))
         check(p.returncode == 0 and "via-agent" in p.stdout, f"agent auth: exited {p.returncode}", p.stderr)
+        # ~/.ssh/config IdentityAgent: that socket without $SSH_AUTH_SOCK;
+        # `none` keeps a working $SSH_AUTH_SOCK from being asked.
+        cfg = os.path.join(hosts.home, ".ssh", "config")
+        os.makedirs(os.path.dirname(cfg), mode=0o700, exist_ok=True)
+        try:
+            with open(cfg, "w") as f:
+                f.write(f"Host {a}\n    IdentityAgent {sock}\n")
+            p, _ = run_hvdrun(hosts, ["-np", "1", "-H", f"{a}:1", "echo", "via-identity-agent"], key="")
+            check(p.returncode == 0 and "via-identity-agent" in p.stdout,
+                  f"IdentityAgent: exited {p.returncode}", p.stderr)
+            with open(cfg, "w") as f:
+                f.write(f"Host {a}\n    IdentityAgent none\n")
+            p, _ = run_hvdrun(hosts, ["-np", "1", "-H", f"{a}:1", "true"], key="",
+                              env=env_for(hosts, SSH_AUTH_SOCK=sock))
+            check(p.returncode == 3 and "authentication failed" in p.stderr and "tried no keys" in p.stderr,
+                  f"IdentityAgent none: exited {p.returncode}", p.stderr)
+        finally:
+            os.unlink(cfg)
     finally:
         agent.kill()
         agent.wait()

@@ -48,7 +48,6 @@ const std::map<std::string, const char*>& unsupported_keywords() {
       {"proxyusefdpass", "hvdrun connects directly"},
       {"hostkeyalias", "the host key is looked up under the HostName"},
       {"certificatefile", "no certificate authentication"},
-      {"identityagent", "hvdrun uses $SSH_AUTH_SOCK"},
       {"addressfamily", "every address of the host is tried"},
       {"bindaddress", "the kernel chooses the source address"},
       {"bindinterface", "the kernel chooses the source address"},
@@ -180,6 +179,7 @@ bool is_implemented(const std::string& kw) {
                                              "user",
                                              "identityfile",
                                              "identitiesonly",
+                                             "identityagent",
                                              "stricthostkeychecking",
                                              "userknownhostsfile"};
   return keys.count(kw) != 0;
@@ -638,6 +638,7 @@ HostConfig SshConfig::resolve_impl(const std::string& alias, const TokenValues& 
   std::vector<const ConfigEntry*> identity_entries;
   const ConfigEntry* known_hosts_entry = nullptr;
   const ConfigEntry* hostname_entry = nullptr;
+  const ConfigEntry* agent_entry = nullptr;
   auto need_arg = [](const ConfigEntry& e) -> const std::string& {
     if (e.args.empty()) throw InvalidArgument(fmt::format("{}: {} needs a value", e.where(), e.keyword_as_written));
     return e.args[0];
@@ -703,6 +704,9 @@ HostConfig SshConfig::resolve_impl(const std::string& alias, const TokenValues& 
     } else if (kw == "userknownhostsfile") {
       need_arg(e);
       known_hosts_entry = &e;
+    } else if (kw == "identityagent") {
+      need_arg(e);
+      agent_entry = &e;
     }
   };
   // Match criteria see what the lines before them set (OpenSSH evaluates a
@@ -805,6 +809,23 @@ HostConfig SshConfig::resolve_impl(const std::string& alias, const TokenValues& 
         out.identity_files.push_back(expand_tilde(expand_tokens(a, t), t.home));
       } catch (const InvalidArgument& ex) {
         throw InvalidArgument(fmt::format("{}: IdentityFile {}", e->where(), ex.what()));
+      }
+    }
+  }
+  if (agent_entry != nullptr) {
+    // OpenSSH: none (no agent), SSH_AUTH_SOCK (the variable, as without
+    // the line), $NAME (that variable), else a path with ~ and % tokens.
+    const std::string& v = agent_entry->args[0];
+    if (lower(v) == "none") {
+      out.identity_agent = "";
+    } else if (v == "SSH_AUTH_SOCK" || (v.size() > 1 && v[0] == '$')) {
+      const char* env = std::getenv(v[0] == '$' ? v.c_str() + 1 : v.c_str());
+      out.identity_agent = env != nullptr ? env : "";
+    } else {
+      try {
+        out.identity_agent = expand_tilde(expand_tokens(v, t), t.home);
+      } catch (const InvalidArgument& ex) {
+        throw InvalidArgument(fmt::format("{}: IdentityAgent {}", agent_entry->where(), ex.what()));
       }
     }
   }

@@ -366,6 +366,32 @@ TEST_CASE("ssh_config: Match criteria hvdrun cannot evaluate warn once and skip 
   CHECK_NOTHROW(parse("Match final all\n  Port 2\n"));
 }
 
+TEST_CASE("ssh_config: IdentityAgent - a socket path, $VAR, SSH_AUTH_SOCK, none", "[ssh][config]") {
+  ::setenv("HVD_TEST_AGENT_SOCK", "/run/agent.sock", 1);
+  ::setenv("SSH_AUTH_SOCK", "/tmp/default.sock", 1);
+  auto cfg = parse(
+      "Host pw\n"
+      "  IdentityAgent ~/.1password/agent-%r.sock\n"
+      "Host var\n"
+      "  IdentityAgent $HVD_TEST_AGENT_SOCK\n"
+      "Host env\n"
+      "  IdentityAgent SSH_AUTH_SOCK\n"
+      "Host off\n"
+      "  IdentityAgent none\n"
+      "Host *\n"
+      "  User bob\n"
+      "  IdentityAgent /never/used\n");
+  CHECK(cfg.resolve("pw", tokens()).identity_agent == "/home/alice/.1password/agent-bob.sock");
+  CHECK(cfg.resolve("var", tokens()).identity_agent == "/run/agent.sock");
+  CHECK(cfg.resolve("env", tokens()).identity_agent == "/tmp/default.sock");
+  CHECK(cfg.resolve("off", tokens()).identity_agent == "");
+  CHECK(cfg.resolve("other", tokens()).identity_agent == "/never/used");
+  CHECK_FALSE(parse("Host x\n").resolve("x", tokens()).identity_agent.has_value());
+  CHECK(cfg.resolve("pw", tokens()).unsupported.empty());
+  ::unsetenv("HVD_TEST_AGENT_SOCK");
+  ::unsetenv("SSH_AUTH_SOCK");
+}
+
 TEST_CASE("ssh_config: resolve_hostname passes over values hvdrun cannot use", "[ssh][config]") {
   // The driver address is chosen by routing to the HostName before any
   // connection: a bad Port is the spawner's to report, not a reason to

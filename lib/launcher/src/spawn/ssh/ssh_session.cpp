@@ -256,9 +256,10 @@ bool Session::try_key_file(const std::string& path, Deadline deadline, std::stri
   return false;
 }
 
-bool Session::try_agent(Deadline deadline, std::string* note) {
+bool Session::try_agent(const std::string& socket_path, Deadline deadline, std::string* note) {
   LIBSSH2_AGENT* agent = libssh2_agent_init(session_);
   if (agent == nullptr) return false;
+  libssh2_agent_set_identity_path(agent, socket_path.c_str());
   struct Guard {
     LIBSSH2_AGENT* a;
     bool connected = false;
@@ -319,11 +320,14 @@ void Session::authenticate(Deadline deadline) {
     if (try_key_file(path, deadline, &note)) return;
     tried.push_back(tilde_path(path, options_.home) + note);
   } else {
-    const char* sock = std::getenv("SSH_AUTH_SOCK");
-    if (sock != nullptr && *sock != '\0' && !options_.identities_only) {
+    // The agent: IdentityAgent's socket ("" for none), else $SSH_AUTH_SOCK.
+    const char* env_sock = std::getenv("SSH_AUTH_SOCK");
+    const std::string sock = options_.identity_agent ? *options_.identity_agent : env_sock ? env_sock : "";
+    if (!sock.empty() && !options_.identities_only) {
       std::string note;
-      if (try_agent(deadline, &note)) return;
-      tried.push_back("ssh-agent" + note);
+      if (try_agent(sock, deadline, &note)) return;
+      tried.push_back((options_.identity_agent ? "ssh-agent at " + tilde_path(sock, options_.home) : "ssh-agent") +
+                      note);
     }
     std::vector<std::string> keys = options_.identity_files;
     const bool from_config = !keys.empty();

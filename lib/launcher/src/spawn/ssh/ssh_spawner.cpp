@@ -180,6 +180,7 @@ class HostRunner {
     so.identity_file = options_.identity_file;
     so.identity_files = hc.identity_files;
     so.identities_only = hc.identities_only.value_or(false);
+    so.identity_agent = hc.identity_agent;
     so.home = options_.home;
     if (!options_.known_hosts_file.empty()) {
       so.known_hosts_files = {options_.known_hosts_file};

@@ -1,8 +1,9 @@
 #pragma once
 /// OpenSSH client configuration (ssh_config(5)) for the keys that decide how
 /// hvdrun connects to a host: `Host` blocks, `Include`, `HostName`, `Port`,
-/// `User`, `IdentityFile`, `IdentitiesOnly`, `StrictHostKeyChecking` and
-/// `UserKnownHostsFile` (docs/ssh.md has the full story).
+/// `User`, `IdentityFile`, `IdentitiesOnly`, `IdentityAgent`,
+/// `StrictHostKeyChecking` and `UserKnownHostsFile` (docs/ssh.md has the
+/// full story).
 ///
 /// OpenSSH's rules are kept:
 ///  * files are read in order (~/.ssh/config, then /etc/ssh/ssh_config) and,
@@ -124,6 +125,9 @@ struct HostConfig {
   std::optional<std::string> user;
   std::vector<std::string> identity_files;  // expanded, in order
   std::optional<bool> identities_only;
+  /// IdentityAgent: the agent socket to use ("" for none: no agent); unset:
+  /// $SSH_AUTH_SOCK.
+  std::optional<std::string> identity_agent;
   std::optional<HostKeyPolicy> host_key_policy;
   std::string host_key_policy_where;  // "file:line" of the StrictHostKeyChecking that won
   std::vector<std::string> known_hosts_files;  // UserKnownHostsFile, expanded

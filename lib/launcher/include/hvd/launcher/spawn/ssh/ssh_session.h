@@ -69,11 +69,14 @@ struct SessionOptions {
   std::string hostname;
   int port = 22;
   std::string user;
-  /// -i: the only key tried when set. Otherwise ssh-agent ($SSH_AUTH_SOCK,
-  /// unless `identities_only`) and then `identity_files` (ssh_config
-  /// IdentityFile, those that exist) or, when there are none,
-  /// ~/.ssh/id_ed25519, id_ecdsa, id_rsa (those that exist).
+  /// -i: the only key tried when set. Otherwise ssh-agent (`identity_agent`,
+  /// else $SSH_AUTH_SOCK; unless `identities_only`) and then
+  /// `identity_files` (ssh_config IdentityFile, those that exist) or, when
+  /// there are none, ~/.ssh/id_ed25519, id_ecdsa, id_rsa (those that exist).
   std::optional<std::string> identity_file;
+  /// ssh_config IdentityAgent: the agent's socket (expanded), or "" for
+  /// `none` (no agent); unset: $SSH_AUTH_SOCK.
+  std::optional<std::string> identity_agent;
   std::vector<std::string> identity_files;
   bool identities_only = false;
   std::string home;  // for ~/.ssh defaults and messages
@@ -144,7 +147,7 @@ class Session {
   void handshake(Deadline deadline);
   void authenticate(Deadline deadline);
   bool try_key_file(const std::string& path, Deadline deadline, std::string* note);
-  bool try_agent(Deadline deadline, std::string* note);
+  bool try_agent(const std::string& socket_path, Deadline deadline, std::string* note);
   [[noreturn]] void fail(const std::string& what) const;
 
   SessionOptions options_;
