@@ -333,7 +333,9 @@ std::shared_ptr<const MatchBlock> parse_match(const std::vector<std::string>& ar
   b->file = file;
   b->line = line;
   b->text = fmt::format("{}", fmt::join(args, " "));
-  auto bad = [&](const std::string& what) { return InvalidArgument(fmt::format("{}:{}: Match: {}", file, line, what)); };
+  auto bad = [&](const std::string& what) {
+    return InvalidArgument(fmt::format("{}:{}: Match: {}", file, line, what));
+  };
   if (args.empty()) throw bad("needs at least one criterion (all, host, originalhost, user, localuser, exec, final)");
   bool saw_all = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -557,8 +559,8 @@ void SshConfig::read_text(const std::string& text, const std::string& name, cons
       auto block = parse_match(args, name, lineno, &unsupported);
       in_match = block == nullptr;
       if (in_match) {
-        warn(fmt::format("'Match {}': {}; the block up to the next Host or Match line is skipped",
-                         fmt::join(args, " "), unsupported));
+        warn(fmt::format("'Match {}': {}; the block up to the next Host or Match line is skipped", fmt::join(args, " "),
+                         unsupported));
       } else {
         scope.matches.push_back(std::move(block));
       }

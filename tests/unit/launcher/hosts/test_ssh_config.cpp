@@ -290,13 +290,15 @@ TEST_CASE("ssh_config: Match exec runs the command with tokens expanded, exit 0 
   const std::string flag = (dir.path / "flag-node1").string();
   std::ofstream(flag) << "x";
   const std::string count = (dir.path / "runs").string();
-  auto cfg = parse(
-      "Match exec \"test -f " + dir.path.string() + "/flag-%n\"\n"
-      "  Port 2222\n"
-      "Match originalhost never exec \"echo ran >> " + count + "\"\n"  // not run: the line already failed
-      "  Port 1\n"
-      "Match exec \"echo out; exit 3\"\n"  // stdout goes to /dev/null
-      "  User nobody\n");
+  auto cfg = parse("Match exec \"test -f " + dir.path.string() +
+                   "/flag-%n\"\n"
+                   "  Port 2222\n"
+                   "Match originalhost never exec \"echo ran >> " +
+                   count +
+                   "\"\n"  // not run: the line already failed
+                   "  Port 1\n"
+                   "Match exec \"echo out; exit 3\"\n"  // stdout goes to /dev/null
+                   "  User nobody\n");
   CHECK(cfg.resolve("node1", tokens()).port == 2222);
   CHECK_FALSE(cfg.resolve("node2", tokens()).port.has_value());
   CHECK_FALSE(cfg.resolve("node1", tokens()).user.has_value());
@@ -410,8 +412,8 @@ TEST_CASE("ssh_config: resolve_hostname passes over values hvdrun cannot use", "
 TEST_CASE("ssh_config: Match inside an Included file holds together with the including Host", "[ssh][config]") {
   TempDir dir;
   dir.write("conf.d/cluster", "Match originalhost gpu*\n  Port 2222\nHost *\n  User cluster\n");
-  auto cfg = SshConfig::parse("Host gpu1 cpu1\n  Include conf.d/*\n", "/x/config", "/home/alice",
-                              dir.path.string(), nullptr);
+  auto cfg =
+      SshConfig::parse("Host gpu1 cpu1\n  Include conf.d/*\n", "/x/config", "/home/alice", dir.path.string(), nullptr);
   CHECK(cfg.resolve("gpu1", tokens()).port == 2222);
   CHECK(cfg.resolve("gpu1", tokens()).user == "cluster");
   CHECK_FALSE(cfg.resolve("cpu1", tokens()).port.has_value());

@@ -173,8 +173,8 @@ class SshConfig {
     std::vector<std::vector<std::string>> hosts;
     std::vector<std::shared_ptr<const MatchBlock>> matches;
   };
-  void read_file(const std::string& path, const std::string& home, const std::string& include_dir,
-                 const Scope& outer, int depth, std::vector<std::string>* warnings);
+  void read_file(const std::string& path, const std::string& home, const std::string& include_dir, const Scope& outer,
+                 int depth, std::vector<std::string>* warnings);
   void read_text(const std::string& text, const std::string& name, const std::string& home,
                  const std::string& include_dir, const Scope& outer, int depth, std::vector<std::string>* warnings);
 

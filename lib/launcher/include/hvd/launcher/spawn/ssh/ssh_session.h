@@ -13,9 +13,9 @@
 /// Every failure to reach or use a host is a LaunchError whose message is one
 /// line that starts with the host name as the user wrote it.
 #include "hvd/common/io.h"
+#include "hvd/launcher/hosts/ssh_config.h"
 #include "hvd/launcher/plan/job_plan.h"
 #include "hvd/launcher/spawn/spawner.h"
-#include "hvd/launcher/hosts/ssh_config.h"
 
 #include <atomic>
 #include <chrono>
@@ -38,7 +38,6 @@ void ensure_libssh2_initialized();
 
 using launcher::shell_join;  // hvd/launcher/shell.h
 using launcher::shell_quote;
-
 
 /// Human words for a connect()/socket errno: "connection refused",
 /// "no route to host", ...
