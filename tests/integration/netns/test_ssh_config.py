@@ -14,7 +14,9 @@ Cases:
                     listed under --verbose only; a bad Port fails with
                     file:line.
   match_blocks      Match originalhost / host / exec / final / all
-                    decide HostName, Port, key, User and host key policy;
+                    decide HostName, HostKeyAlias, Port, key, User and
+                    host key policy (the alias's ssh-keyscan hint, run as
+                    printed, makes a strict run work);
                     the exec's flag file removed: its block no longer
                     applies (port 22, no key: exit 3).
   host_key_policies StrictHostKeyChecking accept-new (unknown host recorded,
@@ -170,6 +172,7 @@ def case_match_blocks(hosts):
         "    HostName {a}\n"
         "Match originalhost worker-1\n"
         "    HostName {b}\n"
+        "    HostKeyAlias pod-b\n"
         "Match host {a},{b} exec \"test -f %d/.ssh/ok-%n\"\n"
         "    Port 2222\n"
         "    IdentityFile ~/.ssh/k8s_key\n"
@@ -185,7 +188,8 @@ def case_match_blocks(hosts):
           "ranks did not run on the Match blocks' HostName addresses", p.stdout)
     check("Match" not in p.stderr, "a Match block was reported", p.stderr)
     known = known_hosts(hosts)
-    check(f"[{a}]:2222 " in known and f"[{b}]:2222 " in known, "host keys not recorded under port 2222", known)
+    check(f"[{a}]:2222 " in known and "[pod-b]:2222 " in known, "host keys not recorded under port 2222", known)
+    check(f"[{b}]:" not in known, "worker-1's key recorded under its address, not its HostKeyAlias", known)
     # The exec's flag gone for worker-1: its block does not apply (port 22).
     os.unlink(os.path.join(ssh_dir, "ok-worker-1"))
     p2, took = run_hvdrun(hosts, ["-np", "1", "-H", "worker-1:1", "true"], env=env)
@@ -194,8 +198,21 @@ def case_match_blocks(hosts):
     # and no key: the block's IdentityFile did not apply either.
     check("SSH authentication failed for user root" in p2.stderr, "not refused for want of the block's key",
           p2.stderr)
-    check(re.search(r"^%s ssh-ed25519 " % re.escape(b), known_hosts(hosts), re.M),
-          "worker-1's host key not recorded for port 22", known_hosts(hosts))
+    check(re.search(r"^pod-b ssh-ed25519 ", known_hosts(hosts), re.M),
+          "worker-1's host key not recorded under pod-b for port 22", known_hosts(hosts))
+    # StrictHostKeyChecking yes and a HostKeyAlias not recorded yet: refused
+    # with an ssh-keyscan line that records the key under the alias; run
+    # as printed, it makes the next run work.
+    open(os.path.join(ssh_dir, "ok-worker-1"), "w").close()
+    with open(os.path.join(ssh_dir, "config"), "a") as f:
+        f.write("Match originalhost worker-0\n    HostKeyAlias pod-a\n")
+    p3, _ = run_hvdrun(hosts, ["--ssh-strict-host-key-checking", "-np", "1", "-H", "worker-0:1", "true"], env=env)
+    hint = re.search(r"add it with: (ssh-keyscan .*)$", p3.stderr, re.M)
+    check(p3.returncode == 3 and hint and "[pod-a]:2222" in hint.group(1), "no ssh-keyscan hint for the alias",
+          p3.stderr)
+    subprocess.run(hint.group(1).replace("~", hosts.home), shell=True, check=True, stderr=subprocess.DEVNULL)
+    p4, _ = run_hvdrun(hosts, ["--ssh-strict-host-key-checking", "-np", "1", "-H", "worker-0:1", "true"], env=env)
+    check(p4.returncode == 0, f"after the hint: exited {p4.returncode}", p4.stderr, known_hosts(hosts))
     check(took < 15, f"took {took:.1f} s", p2.stderr)
     print(f"match_blocks: exec-gated block applied per alias; without its flag: {error_lines(p2.stderr)[-1:]}")
 

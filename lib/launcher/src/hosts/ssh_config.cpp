@@ -46,7 +46,6 @@ const std::map<std::string, const char*>& unsupported_keywords() {
       {"proxyjump", "hvdrun connects directly"},
       {"proxycommand", "hvdrun connects directly"},
       {"proxyusefdpass", "hvdrun connects directly"},
-      {"hostkeyalias", "the host key is looked up under the HostName"},
       {"certificatefile", "no certificate authentication"},
       {"addressfamily", "every address of the host is tried"},
       {"bindaddress", "the kernel chooses the source address"},
@@ -180,6 +179,7 @@ bool is_implemented(const std::string& kw) {
                                              "identityfile",
                                              "identitiesonly",
                                              "identityagent",
+                                             "hostkeyalias",
                                              "stricthostkeychecking",
                                              "userknownhostsfile"};
   return keys.count(kw) != 0;
@@ -709,6 +709,8 @@ HostConfig SshConfig::resolve_impl(const std::string& alias, const TokenValues& 
     } else if (kw == "identityagent") {
       need_arg(e);
       agent_entry = &e;
+    } else if (kw == "hostkeyalias") {
+      out.host_key_alias = lower(need_arg(e));  // as OpenSSH: lower case, no tokens
     }
   };
   // Match criteria see what the lines before them set (OpenSSH evaluates a

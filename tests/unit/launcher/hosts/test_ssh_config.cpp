@@ -394,6 +394,14 @@ TEST_CASE("ssh_config: IdentityAgent - a socket path, $VAR, SSH_AUTH_SOCK, none"
   ::unsetenv("SSH_AUTH_SOCK");
 }
 
+TEST_CASE("ssh_config: HostKeyAlias is taken as written, in lower case", "[ssh][config]") {
+  auto cfg = parse("Host pod-*\n  HostKeyAlias Worker-%h\n  HostName 10.0.0.9\n");
+  HostConfig h = cfg.resolve("pod-1", tokens());
+  CHECK(h.host_key_alias == "worker-%h");  // as OpenSSH: lower-cased, no tokens expanded
+  CHECK(h.unsupported.empty());
+  CHECK_FALSE(cfg.resolve("other", tokens()).host_key_alias.has_value());
+}
+
 TEST_CASE("ssh_config: resolve_hostname passes over values hvdrun cannot use", "[ssh][config]") {
   // The driver address is chosen by routing to the HostName before any
   // connection: a bad Port is the spawner's to report, not a reason to

@@ -194,11 +194,16 @@ void verify_host_key(LIBSSH2_SESSION* session, const HostKeyCheck& check) {
   }
   const std::string& target = files.front();
   if (check.policy == HostKeyPolicy::Yes) {
+    // Under a HostKeyAlias the scanned line names the address: rename it.
+    const std::string scan =
+        check.address.empty() || check.address == name
+            ? fmt::format("ssh-keyscan -p {} {}", check.port, name)
+            : fmt::format("ssh-keyscan -p {} {} | sed 's/^[^ ]*/{}/'", check.port, check.address, recorded_name);
     throw LaunchError(host,
                       fmt::format("{}: REFUSED: the {} host key ({}) of {} is not in {} and StrictHostKeyChecking is "
-                                  "yes ({}); add it with: ssh-keyscan -p {} {} >> {}",
+                                  "yes ({}); add it with: {} >> {}",
                                   host, type.name, fingerprint, recorded_name, join_files(files), check.policy_source,
-                                  check.port, name, target == "/dev/null" ? "~/.ssh/known_hosts" : target));
+                                  scan, target == "/dev/null" ? "~/.ssh/known_hosts" : target));
   }
   if (type.knownhost_bits == LIBSSH2_KNOWNHOST_KEY_UNKNOWN) {
     throw LaunchError(host, fmt::format("{}: host key of an unknown type; cannot record it in {}", host, target));

@@ -174,7 +174,8 @@ std::unique_ptr<Session> Session::open(const SessionOptions& options, Deadline d
   s->handshake(deadline);
   HostKeyCheck check;
   check.host = options.host;
-  check.known_name = target;
+  check.known_name = options.host_key_alias.empty() ? target : options.host_key_alias;
+  check.address = target;
   check.port = options.port;
   check.known_hosts_files = options.known_hosts_files;
   check.policy = options.host_key_policy;

@@ -181,6 +181,7 @@ class HostRunner {
     so.identity_files = hc.identity_files;
     so.identities_only = hc.identities_only.value_or(false);
     so.identity_agent = hc.identity_agent;
+    so.host_key_alias = hc.host_key_alias.value_or("");
     so.home = options_.home;
     if (!options_.known_hosts_file.empty()) {
       so.known_hosts_files = {options_.known_hosts_file};

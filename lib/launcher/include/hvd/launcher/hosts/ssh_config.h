@@ -2,8 +2,8 @@
 /// OpenSSH client configuration (ssh_config(5)) for the keys that decide how
 /// hvdrun connects to a host: `Host` blocks, `Include`, `HostName`, `Port`,
 /// `User`, `IdentityFile`, `IdentitiesOnly`, `IdentityAgent`,
-/// `StrictHostKeyChecking` and `UserKnownHostsFile` (docs/ssh.md has the
-/// full story).
+/// `StrictHostKeyChecking`, `UserKnownHostsFile` and `HostKeyAlias`
+/// (docs/ssh.md has the full story).
 ///
 /// OpenSSH's rules are kept:
 ///  * files are read in order (~/.ssh/config, then /etc/ssh/ssh_config) and,
@@ -128,6 +128,9 @@ struct HostConfig {
   /// IdentityAgent: the agent socket to use ("" for none: no agent); unset:
   /// $SSH_AUTH_SOCK.
   std::optional<std::string> identity_agent;
+  /// HostKeyAlias: the name host keys are looked up and recorded under
+  /// (with the port, as for a HostName); unset: the HostName, else the alias.
+  std::optional<std::string> host_key_alias;
   std::optional<HostKeyPolicy> host_key_policy;
   std::string host_key_policy_where;  // "file:line" of the StrictHostKeyChecking that won
   std::vector<std::string> known_hosts_files;  // UserKnownHostsFile, expanded

@@ -29,6 +29,10 @@ struct HostKeyCheck {
   /// The name the key is recorded under: the HostName hvdrun connects to
   /// (as OpenSSH does); empty: `host`.
   std::string known_name;
+  /// The name or address connected to, when known_name is something else
+  /// (ssh_config HostKeyAlias): the ssh-keyscan hint scans it and renames
+  /// the line.
+  std::string address;
   int port = 22;  // non-22 ports are recorded as "[host]:port"
   std::vector<std::string> known_hosts_files;  // first: where new keys go
   HostKeyPolicy policy = HostKeyPolicy::AcceptNew;

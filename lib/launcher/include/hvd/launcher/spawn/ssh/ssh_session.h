@@ -76,6 +76,8 @@ struct SessionOptions {
   /// ssh_config IdentityAgent: the agent's socket (expanded), or "" for
   /// `none` (no agent); unset: $SSH_AUTH_SOCK.
   std::optional<std::string> identity_agent;
+  /// ssh_config HostKeyAlias: the known_hosts name instead of `hostname`.
+  std::string host_key_alias;
   std::vector<std::string> identity_files;
   bool identities_only = false;
   std::string home;  // for ~/.ssh defaults and messages
