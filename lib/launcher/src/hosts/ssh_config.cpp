@@ -750,7 +750,7 @@ HostConfig SshConfig::resolve_impl(const std::string& alias, const TokenValues& 
           r = run_match_exec(cmd, &problem);
           if (!problem.empty()) {
             out.unsupported.push_back(
-                fmt::format("{}: Match exec '{}' {}; the block does not apply", b.where(), cmd, problem));
+                fmt::format("{}: Match exec '{}' {}; taken as a failed command", b.where(), cmd, problem));
           }
           break;
         }
