@@ -32,7 +32,8 @@ Cases:
                     143 within 1 s, static and elastic modes.
   unreachable_address
                     the unreachable-host message carries the address and port,
-                    as docs/ssh.md shows.
+                    as docs/ssh.md shows; ssh_config ConnectTimeout ends the
+                    attempt after its time, well before --start-timeout.
 
 Without root or `ip netns` every case prints "SKIPPED: needs root and ip
 netns" and exits 77.
@@ -428,6 +429,15 @@ def case_unreachable_address(hosts):
                rf"\({re.escape(bad)}:22\)$"
         check(re.match(want, errs[0]), f"{host}: the line does not match docs/ssh.md's form {want}", errs[0])
         check(took < 4.5, f"{host}: took {took:.1f} s with --start-timeout 2")
+    # ssh_config ConnectTimeout: the address fails after 1 s, well before
+    # --start-timeout (and before the ARP failure's "no route to host").
+    write_config(hosts, f"Host node3\n    HostName {bad}\n    ConnectTimeout 1\n")
+    p, took = run_hvdrun(hosts, ["-i", hosts.key, "-np", "1", "-H", "node3:1", "--start-timeout", "20", "true"])
+    errs = error_lines(p.stderr)
+    check(p.returncode == 3 and len(errs) == 1, f"node3: exited {p.returncode}, want 3 and one error", p.stderr)
+    check(re.match(rf"^hvdrun: error: node3: connection timed out after 1 s \({re.escape(bad)}:22\)$", errs[0]),
+          "ConnectTimeout 1 did not end the connection after 1 s", errs[0])
+    check(took < 3.5, f"node3: took {took:.1f} s with ConnectTimeout 1")
     print(f"unreachable_address: ok: {errs[0]}")
 
 

@@ -50,7 +50,6 @@ const std::map<std::string, const char*>& unsupported_keywords() {
       {"addressfamily", "every address of the host is tried"},
       {"bindaddress", "the kernel chooses the source address"},
       {"bindinterface", "the kernel chooses the source address"},
-      {"connecttimeout", "--start-timeout bounds the connection"},
       {"connectionattempts", "one attempt per address, within --start-timeout"},
       {"ciphers", "libssh2's defaults are used"},
       {"kexalgorithms", "libssh2's defaults are used"},
@@ -180,6 +179,7 @@ bool is_implemented(const std::string& kw) {
                                              "identitiesonly",
                                              "identityagent",
                                              "hostkeyalias",
+                                             "connecttimeout",
                                              "stricthostkeychecking",
                                              "userknownhostsfile"};
   return keys.count(kw) != 0;
@@ -381,6 +381,37 @@ std::shared_ptr<const MatchBlock> parse_match(const std::vector<std::string>& ar
 }
 
 }  // namespace
+
+std::optional<std::chrono::seconds> parse_config_time(const std::string& text) {
+  // OpenSSH's convtime: NUMBER[UNIT]... with s, m, h, d, w (either case);
+  // a bare number is seconds.
+  if (text.empty()) return std::nullopt;
+  long long total = 0;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    if (!std::isdigit(static_cast<unsigned char>(text[i]))) return std::nullopt;
+    long long n = 0;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
+      n = n * 10 + (text[i++] - '0');
+      if (n > 100000000LL) return std::nullopt;
+    }
+    long long mult = 1;
+    if (i < text.size()) {
+      switch (std::tolower(static_cast<unsigned char>(text[i]))) {
+        case 's': mult = 1; break;
+        case 'm': mult = 60; break;
+        case 'h': mult = 3600; break;
+        case 'd': mult = 86400; break;
+        case 'w': mult = 604800; break;
+        default: return std::nullopt;
+      }
+      ++i;
+    }
+    total += n * mult;
+    if (total > 100000000LL) return std::nullopt;
+  }
+  return std::chrono::seconds(total);
+}
 
 bool MatchBlock::uses_final() const {
   return std::any_of(criteria.begin(), criteria.end(), [](const Criterion& c) { return c.kind == Kind::Final; });
@@ -709,6 +740,15 @@ HostConfig SshConfig::resolve_impl(const std::string& alias, const TokenValues& 
     } else if (kw == "identityagent") {
       need_arg(e);
       agent_entry = &e;
+    } else if (kw == "connecttimeout") {
+      const std::string& v = need_arg(e);
+      const auto secs = parse_config_time(v);
+      if (!secs) {
+        throw InvalidArgument(
+            fmt::format("{}: ConnectTimeout '{}' is not a time (seconds, or e.g. 30s, 1m30s)", e.where(), v));
+      }
+      out.connect_timeout = *secs;
+      out.connect_timeout_where = e.where();
     } else if (kw == "hostkeyalias") {
       out.host_key_alias = lower(need_arg(e));  // as OpenSSH: lower case, no tokens
     }

@@ -394,6 +394,26 @@ TEST_CASE("ssh_config: IdentityAgent - a socket path, $VAR, SSH_AUTH_SOCK, none"
   ::unsetenv("SSH_AUTH_SOCK");
 }
 
+TEST_CASE("ssh_config: ConnectTimeout takes OpenSSH's times", "[ssh][config]") {
+  CHECK(parse_config_time("10") == std::chrono::seconds(10));
+  CHECK(parse_config_time("10s") == std::chrono::seconds(10));
+  CHECK(parse_config_time("1m30s") == std::chrono::seconds(90));
+  CHECK(parse_config_time("2H") == std::chrono::seconds(7200));
+  CHECK(parse_config_time("1w1d") == std::chrono::seconds(8 * 86400));
+  CHECK(parse_config_time("0") == std::chrono::seconds(0));
+  for (const char* bad : {"", "s", "-1", "1x", "1.5", "99999999999"}) {
+    INFO(bad);
+    CHECK_FALSE(parse_config_time(bad).has_value());
+  }
+  auto cfg = parse("Host slow\n  ConnectTimeout 1m\nHost bad\n  ConnectTimeout soon\n");
+  HostConfig h = cfg.resolve("slow", tokens());
+  CHECK(h.connect_timeout == std::chrono::seconds(60));
+  CHECK(h.connect_timeout_where == "/home/alice/.ssh/config:2");
+  CHECK(h.unsupported.empty());
+  CHECK_FALSE(cfg.resolve("other", tokens()).connect_timeout.has_value());
+  CHECK_THROWS_WITH(cfg.resolve("bad", tokens()), Catch::Contains("config:4: ConnectTimeout 'soon' is not a time"));
+}
+
 TEST_CASE("ssh_config: HostKeyAlias is taken as written, in lower case", "[ssh][config]") {
   auto cfg = parse("Host pod-*\n  HostKeyAlias Worker-%h\n  HostName 10.0.0.9\n");
   HostConfig h = cfg.resolve("pod-1", tokens());

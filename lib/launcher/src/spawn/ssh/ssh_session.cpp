@@ -168,10 +168,17 @@ std::unique_ptr<Session> Session::open(const SessionOptions& options, Deadline d
   ensure_libssh2_initialized();
   std::unique_ptr<Session> s(new Session(options, cancel));
   const std::string& target = options.hostname.empty() ? options.host : options.hostname;
-  s->fd_ = connect_tcp(target, options.port, deadline, cancel, &s->peer_, &s->location_, options.host);
+  // ssh_config ConnectTimeout bounds the connection and the handshake, as
+  // OpenSSH's does; the caller's deadline still holds.
+  Deadline connect_deadline = deadline;
+  if (options.connect_timeout.count() > 0) {
+    const Deadline ct = Deadline::after(options.connect_timeout);
+    if (ct.at() < deadline.at()) connect_deadline = ct;
+  }
+  s->fd_ = connect_tcp(target, options.port, connect_deadline, cancel, &s->peer_, &s->location_, options.host);
   set_liveness_checks(s->fd_.get(), options.keepalive);
   spdlog::debug("{}: TCP connected", s->peer_);
-  s->handshake(deadline);
+  s->handshake(connect_deadline);
   HostKeyCheck check;
   check.host = options.host;
   check.known_name = options.host_key_alias.empty() ? target : options.host_key_alias;

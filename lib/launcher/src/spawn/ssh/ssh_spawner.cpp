@@ -182,6 +182,7 @@ class HostRunner {
     so.identities_only = hc.identities_only.value_or(false);
     so.identity_agent = hc.identity_agent;
     so.host_key_alias = hc.host_key_alias.value_or("");
+    so.connect_timeout = hc.connect_timeout.value_or(std::chrono::seconds(0));
     so.home = options_.home;
     if (!options_.known_hosts_file.empty()) {
       so.known_hosts_files = {options_.known_hosts_file};
@@ -373,7 +374,8 @@ class HostRunner {
       // it says for the I/O loop, so neither side waits on the other.
       for (int stream_id : {0, SSH_EXTENDED_DATA_STDERR}) {
         ssize_t r = libssh2_channel_read_ex(ch, stream_id, drain.data(), drain.size());
-        if (r > 0) (stream_id == 0 ? host.early_stdout : host.stderr_tail).append(drain.data(), static_cast<std::size_t>(r));
+        if (r > 0)
+          (stream_id == 0 ? host.early_stdout : host.stderr_tail).append(drain.data(), static_cast<std::size_t>(r));
       }
       s.wait_socket(deadline, "sending the workers to the agent");
     }
@@ -511,9 +513,9 @@ class HostRunner {
     const std::string err = last_line(host.stderr_tail);
     spdlog::debug("{}: the agent {}", host.name, how);
     if (host.client->all_reported()) return;
-    host.client->finish(status, sig,
-                        fmt::format("the hvdrun agent on {} {} before reporting it{}", host.name, how,
-                                    err.empty() ? "" : ": " + err));
+    host.client->finish(
+        status, sig,
+        fmt::format("the hvdrun agent on {} {} before reporting it{}", host.name, how, err.empty() ? "" : ": " + err));
   }
 
   /// The connection is gone: every running worker of this host is lost.

@@ -2,8 +2,8 @@
 /// OpenSSH client configuration (ssh_config(5)) for the keys that decide how
 /// hvdrun connects to a host: `Host` blocks, `Include`, `HostName`, `Port`,
 /// `User`, `IdentityFile`, `IdentitiesOnly`, `IdentityAgent`,
-/// `StrictHostKeyChecking`, `UserKnownHostsFile` and `HostKeyAlias`
-/// (docs/ssh.md has the full story).
+/// `StrictHostKeyChecking`, `UserKnownHostsFile`, `HostKeyAlias` and
+/// `ConnectTimeout` (docs/ssh.md has the full story).
 ///
 /// OpenSSH's rules are kept:
 ///  * files are read in order (~/.ssh/config, then /etc/ssh/ssh_config) and,
@@ -30,6 +30,7 @@
 /// does not implement (ProxyJump, ProxyCommand, ...) give one warning each
 /// when they apply to a host; cosmetic ones (ForwardX11, LogLevel, ...) are
 /// listed under --verbose.
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,6 +60,9 @@ bool match_host_line(const std::string& host, const std::vector<std::string>& pa
 /// an empty vector. Throws hvd::InvalidArgument on an unterminated quote.
 std::vector<std::string> split_config_line(const std::string& line);
 
+/// An ssh_config time (OpenSSH's convtime): "30", "30s", "1m30s", "2h";
+/// nullopt if invalid.
+std::optional<std::chrono::seconds> parse_config_time(const std::string& text);
 /// Expands `~/` and `~` (to `home`) at the start of a path.
 std::string expand_tilde(const std::string& path, const std::string& home);
 
@@ -131,6 +135,10 @@ struct HostConfig {
   /// HostKeyAlias: the name host keys are looked up and recorded under
   /// (with the port, as for a HostName); unset: the HostName, else the alias.
   std::optional<std::string> host_key_alias;
+  /// ConnectTimeout: bounds the TCP connection and the SSH handshake (0: no
+  /// bound of its own); --start-timeout bounds them in any case.
+  std::optional<std::chrono::seconds> connect_timeout;
+  std::string connect_timeout_where;  // "file:line", for messages
   std::optional<HostKeyPolicy> host_key_policy;
   std::string host_key_policy_where;  // "file:line" of the StrictHostKeyChecking that won
   std::vector<std::string> known_hosts_files;  // UserKnownHostsFile, expanded

@@ -78,6 +78,9 @@ struct SessionOptions {
   std::optional<std::string> identity_agent;
   /// ssh_config HostKeyAlias: the known_hosts name instead of `hostname`.
   std::string host_key_alias;
+  /// ssh_config ConnectTimeout (0: none): the TCP connection and the SSH
+  /// handshake end by then, or by open()'s deadline if that comes first.
+  std::chrono::seconds connect_timeout{0};
   std::vector<std::string> identity_files;
   bool identities_only = false;
   std::string home;  // for ~/.ssh defaults and messages
