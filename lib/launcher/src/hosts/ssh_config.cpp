@@ -332,7 +332,6 @@ std::shared_ptr<const MatchBlock> parse_match(const std::vector<std::string>& ar
   auto b = std::make_shared<MatchBlock>();
   b->file = file;
   b->line = line;
-  b->text = fmt::format("{}", fmt::join(args, " "));
   auto bad = [&](const std::string& what) {
     return InvalidArgument(fmt::format("{}:{}: Match: {}", file, line, what));
   };

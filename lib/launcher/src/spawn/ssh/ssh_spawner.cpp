@@ -203,6 +203,10 @@ class HostRunner {
       spdlog::debug("{}: ssh_config: connecting to {}:{} as {}", host, so.hostname.empty() ? host : so.hostname,
                     so.port, so.user);
     }
+    if (so.connect_timeout.count() > 0) {
+      spdlog::debug("{}: ssh_config: ConnectTimeout {} s ({})", host, so.connect_timeout.count(),
+                    ssh::tilde_path(hc.connect_timeout_where, options_.home));
+    }
     return so;
   }
 

@@ -96,7 +96,6 @@ struct MatchBlock {
     std::string arg;  // pattern list (comma-separated) or exec command
   };
   std::vector<Criterion> criteria;
-  std::string text;  // the line's arguments, for messages
   std::string file;
   int line = 0;
   bool uses_final() const;
@@ -138,7 +137,7 @@ struct HostConfig {
   /// ConnectTimeout: bounds the TCP connection and the SSH handshake (0: no
   /// bound of its own); --start-timeout bounds them in any case.
   std::optional<std::chrono::seconds> connect_timeout;
-  std::string connect_timeout_where;  // "file:line", for messages
+  std::string connect_timeout_where;  // "file:line" (the spawner logs it under --verbose)
   std::optional<HostKeyPolicy> host_key_policy;
   std::string host_key_policy_where;  // "file:line" of the StrictHostKeyChecking that won
   std::vector<std::string> known_hosts_files;  // UserKnownHostsFile, expanded
