@@ -9,8 +9,8 @@ Cases:
   config_alias      ~/.ssh/config Host patterns map aliases to netns
                     addresses with HostName, Port, User, IdentityFile; a Match
                     block hvdrun cannot evaluate (localnetwork) warns once
-                    with file:line and is skipped; ProxyCommand and
-                    ProxyJump warn once per config line; ForwardX11 is
+                    with file:line and is skipped; AddressFamily and
+                    CertificateFile warn once per config line; ForwardX11 is
                     listed under --verbose only; a bad Port fails with
                     file:line.
   match_blocks      Match originalhost / host / exec / final / all
@@ -107,12 +107,12 @@ def case_config_alias(hosts):
         "    User root\n"
         "    IdentityFile ~/.ssh/k8s_key\n"
         "    StrictHostKeyChecking accept-new\n"
-        "    ProxyJump bastion.example\n"
+        "    CertificateFile ~/.ssh/k8s_key-cert.pub\n"
         "Host worker-0\n"
         "    HostName {a}\n"
         "Host worker-1\n"
         "    HostName {b}\n"
-        "    ProxyCommand nc %h %p\n"
+        "    AddressFamily inet\n"
         "Match localnetwork 10.0.0.0/8\n"
         "    Port 1\n"
         "Host *\n"
@@ -130,17 +130,18 @@ def case_config_alias(hosts):
         check(f"[{h}]:2222 ssh-ed25519 " in known, f"[{h}]:2222 not recorded", known)
     check("worker-" not in known, "the alias was recorded instead of the HostName", known)
     # One warning for the Match block hvdrun cannot evaluate (localnetwork),
-    # naming file:line, its block skipped (Port 1 would fail); one for ProxyCommand
+    # naming file:line, its block skipped (Port 1 would fail); one for AddressFamily
     # (it applies to worker-1 only); the cosmetic ForwardX11 only under --verbose.
     match = [l for l in p.stderr.splitlines() if "Match" in l and "not supported" in l]
     check(len(match) == 1 and "~/.ssh/config:13:" in match[0] and "skipped" in match[0],
           "want one Match warning naming ~/.ssh/config:13", p.stderr)
-    proxy = [l for l in p.stderr.splitlines() if "ProxyCommand" in l]
-    check(len(proxy) == 1 and "not supported" in proxy[0] and "~/.ssh/config:12:" in proxy[0]
-          and "worker-1" in proxy[0], "want one ProxyCommand warning", p.stderr)
-    # ProxyJump applies to both hosts: still one line.
-    jump = [l for l in p.stderr.splitlines() if "ProxyJump" in l]
-    check(len(jump) == 1 and "~/.ssh/config:7:" in jump[0], "want one ProxyJump warning for two hosts", p.stderr)
+    family = [l for l in p.stderr.splitlines() if "AddressFamily" in l]
+    check(len(family) == 1 and "not supported" in family[0] and "~/.ssh/config:12:" in family[0]
+          and "worker-1" in family[0], "want one AddressFamily warning", p.stderr)
+    # CertificateFile applies to both hosts: still one line.
+    cert = [l for l in p.stderr.splitlines() if "CertificateFile" in l]
+    check(len(cert) == 1 and "~/.ssh/config:7:" in cert[0], "want one CertificateFile warning for two hosts",
+          p.stderr)
     check(any("ForwardX11 ignored" in l for l in p.stderr.splitlines()), "ForwardX11 not listed under --verbose",
           p.stderr)
     # Without --verbose, the cosmetic key is not mentioned.

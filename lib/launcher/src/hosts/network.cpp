@@ -144,9 +144,25 @@ std::string choose_driver_address(const std::vector<std::string>& interfaces, co
         fmt::format("--network-interface {}: no such interface with an address on this host (available: {})", asked,
                     available.empty() ? "none" : available));
   }
+  // An ~/.ssh/config alias is routed to by its HostName. A host reached
+  // through a ProxyJump or ProxyCommand may have no route from here: the
+  // next host decides, and when none can, the user must name the interface.
+  std::vector<std::string> proxied;
   for (const auto& h : hosts) {
-    // An ~/.ssh/config alias is routed to by its HostName.
-    if (!is_local_host(h.name)) return route_source_address(ssh::configured_hostname(h.name));
+    if (is_local_host(h.name)) continue;
+    const ssh::ConfiguredRoute route = ssh::configured_route(h.name);
+    if (route.proxy.empty()) return route_source_address(route.hostname);
+    try {
+      return route_source_address(route.hostname);
+    } catch (const IoError& e) {
+      proxied.push_back(fmt::format("{} (through {}): {}", h.name, route.proxy, e.what()));
+    }
+  }
+  if (!proxied.empty()) {
+    throw InvalidArgument(
+        fmt::format("no route from here to the hosts, which are reached through a proxy ({}); name the interface the "
+                    "workers reach this machine on with --network-interface",
+                    fmt::join(proxied, "; ")));
   }
   return "127.0.0.1";
 }

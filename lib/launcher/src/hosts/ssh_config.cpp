@@ -43,9 +43,7 @@ std::string lower(std::string s) {
 /// does not implement: a warning when they apply to a host.
 const std::map<std::string, const char*>& unsupported_keywords() {
   static const std::map<std::string, const char*> table = {
-      {"proxyjump", "hvdrun connects directly"},
-      {"proxycommand", "hvdrun connects directly"},
-      {"proxyusefdpass", "hvdrun connects directly"},
+      {"proxyusefdpass", "a ProxyCommand's stdin and stdout carry the connection"},
       {"certificatefile", "no certificate authentication"},
       {"addressfamily", "every address of the host is tried"},
       {"bindaddress", "the kernel chooses the source address"},
@@ -180,6 +178,8 @@ bool is_implemented(const std::string& kw) {
                                              "identityagent",
                                              "hostkeyalias",
                                              "connecttimeout",
+                                             "proxyjump",
+                                             "proxycommand",
                                              "stricthostkeychecking",
                                              "userknownhostsfile"};
   return keys.count(kw) != 0;
@@ -488,6 +488,106 @@ std::vector<std::string> split_config_line(const std::string& line) {
   return out;
 }
 
+static std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  for (;;) {
+    const auto at = s.find(sep, start);
+    out.push_back(s.substr(start, at == std::string::npos ? std::string::npos : at - start));
+    if (at == std::string::npos) return out;
+    start = at + 1;
+  }
+}
+
+std::string config_line_rest(const std::string& line) {
+  std::size_t i = 0;
+  const std::size_t n = line.size();
+  auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+  while (i < n && space(line[i])) ++i;
+  while (i < n && !space(line[i]) && line[i] != '=') ++i;
+  while (i < n && space(line[i])) ++i;
+  if (i < n && line[i] == '=') {
+    ++i;
+    while (i < n && space(line[i])) ++i;
+  }
+  std::size_t end = n;
+  while (end > i && space(line[end - 1])) --end;
+  return line.substr(i, end - i);
+}
+
+std::optional<JumpHost> parse_jump_host(const std::string& text, std::string* why) {
+  JumpHost j;
+  j.text = text;
+  std::string s = text;
+  const bool uri = s.rfind("ssh://", 0) == 0;
+  if (uri) {
+    s = s.substr(6);
+    if (!s.empty() && s.back() == '/') s.pop_back();
+  }
+  if (const auto at = s.rfind('@'); at != std::string::npos) {
+    j.user = s.substr(0, at);
+    s = s.substr(at + 1);
+    if (j.user.empty()) {
+      *why = "an empty user name before '@'";
+      return std::nullopt;
+    }
+  }
+  std::string port;
+  if (!s.empty() && s[0] == '[') {
+    const auto close = s.find(']');
+    if (close == std::string::npos) {
+      *why = "'[' without ']'";
+      return std::nullopt;
+    }
+    j.host = s.substr(1, close - 1);
+    const std::string tail = s.substr(close + 1);
+    if (!tail.empty()) {
+      if (tail[0] != ':') {
+        *why = "text after ']' that is not ':port'";
+        return std::nullopt;
+      }
+      port = tail.substr(1);
+      if (port.empty()) {
+        *why = "':' without a port";
+        return std::nullopt;
+      }
+    }
+  } else if (const auto colon = s.find(':'); colon != std::string::npos) {
+    if (s.find(':', colon + 1) != std::string::npos) {
+      *why = "an IPv6 address needs brackets ([addr]:port)";
+      return std::nullopt;
+    }
+    j.host = s.substr(0, colon);
+    port = s.substr(colon + 1);
+    if (port.empty()) {
+      *why = "':' without a port";
+      return std::nullopt;
+    }
+  } else {
+    j.host = s;
+  }
+  if (j.host.empty()) {
+    *why = "no host";
+    return std::nullopt;
+  }
+  for (char c : j.host + j.user) {
+    if (std::isspace(static_cast<unsigned char>(c)) || c == '/' || c == '\'' || c == '"' || c == ',') {
+      *why = "a host or user name cannot hold spaces, quotes, '/' or ','";
+      return std::nullopt;
+    }
+  }
+  if (!port.empty()) {
+    bool ok = port.size() <= 5 &&
+              std::all_of(port.begin(), port.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+    if (ok) j.port = std::stoi(port);
+    if (!ok || j.port < 1 || j.port > 65535) {
+      *why = fmt::format("'{}' is not a port number (1-65535)", port);
+      return std::nullopt;
+    }
+  }
+  return j;
+}
+
 std::string expand_tilde(const std::string& path, const std::string& home) {
   if (path == "~") return home;
   if (path.rfind("~/", 0) == 0) return home + path.substr(1);
@@ -642,6 +742,7 @@ void SshConfig::read_text(const std::string& text, const std::string& name, cons
     e.keyword = kw;
     e.keyword_as_written = words[0];
     e.args = std::move(args);
+    e.rest = config_line_rest(line);
     e.file = name;
     e.line = lineno;
     e.conditions = scope.hosts;
@@ -671,6 +772,7 @@ HostConfig SshConfig::resolve_impl(const std::string& alias, const TokenValues& 
   const ConfigEntry* known_hosts_entry = nullptr;
   const ConfigEntry* hostname_entry = nullptr;
   const ConfigEntry* agent_entry = nullptr;
+  const ConfigEntry* proxy_command_entry = nullptr;
   auto need_arg = [](const ConfigEntry& e) -> const std::string& {
     if (e.args.empty()) throw InvalidArgument(fmt::format("{}: {} needs a value", e.where(), e.keyword_as_written));
     return e.args[0];
@@ -682,8 +784,11 @@ HostConfig SshConfig::resolve_impl(const std::string& alias, const TokenValues& 
       if (identity_seen.insert(&e).second) identity_entries.push_back(&e);
       return;
     }
-    if (!seen.insert(e.keyword).second) return;  // the first value obtained wins
     const std::string& kw = e.keyword;
+    // The first value obtained wins; ProxyJump and ProxyCommand share one
+    // slot (OpenSSH: whichever comes first stops the other).
+    const bool proxy_kw = kw == "proxyjump" || kw == "proxycommand";
+    if (!seen.insert(proxy_kw ? std::string("proxy*") : kw).second) return;
     if (auto it = unsupported_keywords().find(kw); it != unsupported_keywords().end()) {
       const std::string v = e.args.empty() ? "" : lower(e.args[0]);
       if (v == "none" || (kw == "pubkeyauthentication" && (v == "yes" || v == "true"))) {
@@ -750,6 +855,25 @@ HostConfig SshConfig::resolve_impl(const std::string& alias, const TokenValues& 
       out.connect_timeout_where = e.where();
     } else if (kw == "hostkeyalias") {
       out.host_key_alias = lower(need_arg(e));  // as OpenSSH: lower case, no tokens
+    } else if (kw == "proxycommand") {
+      need_arg(e);
+      if (e.args.size() == 1 && lower(e.args[0]) == "none") return;  // a direct connection
+      proxy_command_entry = &e;
+      out.proxy_where = e.where();
+    } else if (kw == "proxyjump") {
+      const std::string& v = need_arg(e);
+      if (e.args.size() > 1) {
+        throw InvalidArgument(
+            fmt::format("{}: ProxyJump takes one comma-separated list, not {} words", e.where(), e.args.size()));
+      }
+      if (lower(v) == "none") return;
+      for (const std::string& hop : split(v, ',')) {
+        std::string why;
+        auto j = parse_jump_host(hop, &why);
+        if (!j) throw InvalidArgument(fmt::format("{}: ProxyJump '{}': {}", e.where(), hop, why));
+        out.proxy_jump.push_back(*j);
+      }
+      out.proxy_where = e.where();
     }
   };
   // Match criteria see what the lines before them set (OpenSSH evaluates a
@@ -883,6 +1007,15 @@ HostConfig SshConfig::resolve_impl(const std::string& alias, const TokenValues& 
     }
     if (out.known_hosts_files.empty()) out.known_hosts_files.push_back("/dev/null");
   }
+  if (proxy_command_entry != nullptr) {
+    // The rest of the line as written is the command (quotes included), as
+    // OpenSSH takes it.
+    try {
+      out.proxy_command = expand_tokens(proxy_command_entry->rest, t);
+    } catch (const InvalidArgument& ex) {
+      throw InvalidArgument(fmt::format("{}: ProxyCommand {}", proxy_command_entry->where(), ex.what()));
+    }
+  }
   return out;
 }
 
@@ -900,6 +1033,27 @@ std::string default_home() {
     return pw->pw_dir;
   }
   return "/";
+}
+
+ConfiguredRoute configured_route(const std::string& alias) {
+  const std::string home = default_home();
+  ConfiguredRoute r{alias, ""};
+  try {
+    SshConfig config = SshConfig::load({home + "/.ssh/config", "/etc/ssh/ssh_config"}, home, nullptr);
+    TokenValues t;
+    t.home = home;
+    t.local_user = default_user();
+    r.hostname = config.resolve_hostname(alias, t);
+    try {
+      HostConfig hc = config.resolve(alias, t);
+      if (hc.proxy_command) r.proxy = "ProxyCommand";
+      if (!hc.proxy_jump.empty()) r.proxy = "ProxyJump " + hc.proxy_jump.back().text;
+    } catch (const std::exception&) {
+      // a bad value elsewhere: the spawner reports it when it connects
+    }
+  } catch (const std::exception&) {
+  }
+  return r;
 }
 
 std::string configured_hostname(const std::string& alias) {

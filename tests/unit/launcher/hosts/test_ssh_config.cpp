@@ -451,11 +451,11 @@ TEST_CASE("ssh_config: Match inside an Included file holds together with the inc
 TEST_CASE("ssh_config: unsupported keywords warn per applying key - cosmetic ones are listed", "[ssh][config]") {
   std::vector<std::string> warnings;
   auto cfg = parse(
-      "Host bastioned\n"
-      "  ProxyJump jump.example\n"
-      "  ProxyCommand ssh -W %h:%p jump\n"
+      "Host certified\n"
+      "  CertificateFile ~/.ssh/id_ed25519-cert.pub\n"
+      "  AddressFamily inet\n"
       "Host direct\n"
-      "  ProxyJump none\n"
+      "  CertificateFile none\n"
       "Host *\n"
       "  ForwardX11 yes\n"
       "  SendEnv LANG LC_*\n"
@@ -466,16 +466,87 @@ TEST_CASE("ssh_config: unsupported keywords warn per applying key - cosmetic one
   // Unknown keywords are reported while reading.
   REQUIRE(warnings.size() == 1);
   CHECK_THAT(warnings[0], Catch::StartsWith("/home/alice/.ssh/config:11: ") && Catch::Contains("FrobnicateHosts"));
-  HostConfig b = cfg.resolve("bastioned", tokens());
+  HostConfig b = cfg.resolve("certified", tokens());
   REQUIRE(b.unsupported.size() == 2);
-  CHECK_THAT(b.unsupported[0], Catch::StartsWith("/home/alice/.ssh/config:2: ProxyJump is not supported"));
-  CHECK_THAT(b.unsupported[1], Catch::StartsWith("/home/alice/.ssh/config:3: ProxyCommand is not supported"));
+  CHECK_THAT(b.unsupported[0], Catch::StartsWith("/home/alice/.ssh/config:2: CertificateFile is not supported"));
+  CHECK_THAT(b.unsupported[1], Catch::StartsWith("/home/alice/.ssh/config:3: AddressFamily is not supported"));
   CHECK(b.ignored.size() == 4);
   HostConfig d = cfg.resolve("direct", tokens());
-  CHECK(d.unsupported.empty());  // "ProxyJump none" asks for nothing
+  CHECK(d.unsupported.empty());  // "CertificateFile none" asks for nothing
   HostConfig o = cfg.resolve("other", tokens());
   CHECK(o.unsupported.empty());
   CHECK(o.ignored.size() == 4);
+}
+
+TEST_CASE("ssh_config: ProxyJump hops - user, host, port, ssh:// and IPv6 forms", "[ssh][config]") {
+  std::string why;
+  auto j = parse_jump_host("bastion", &why);
+  REQUIRE(j);
+  CHECK((j->user.empty() && j->host == "bastion" && j->port == 0));
+  j = parse_jump_host("ops@bastion.example:2200", &why);
+  REQUIRE(j);
+  CHECK((j->user == "ops" && j->host == "bastion.example" && j->port == 2200));
+  j = parse_jump_host("ssh://ops@[2001:db8::1]:22", &why);
+  REQUIRE(j);
+  CHECK((j->user == "ops" && j->host == "2001:db8::1" && j->port == 22));
+  j = parse_jump_host("[2001:db8::2]", &why);
+  REQUIRE(j);
+  CHECK((j->host == "2001:db8::2" && j->port == 0));
+  j = parse_jump_host("a@b@host", &why);  // the last '@' separates, as OpenSSH
+  REQUIRE(j);
+  CHECK((j->user == "a@b" && j->host == "host"));
+  for (const char* bad : {"", "@host", "host:", "host:0", "host:65536", "host:22x", "2001:db8::1", "[::1", "[::1]x",
+                          "us er@host", "ssh://"}) {
+    INFO(bad);
+    CHECK_FALSE(parse_jump_host(bad, &why));
+    CHECK_FALSE(why.empty());
+  }
+}
+
+TEST_CASE("ssh_config: ProxyJump resolves to hops, outermost first, and competes with ProxyCommand", "[ssh][config]") {
+  auto cfg = parse(
+      "Host inner-*\n"
+      "  ProxyJump ops@gate1,gate2:2222\n"
+      "  ProxyCommand nc %h %p\n"
+      "Host cmd-*\n"
+      "  ProxyCommand ssh -W %h:%p -l %r \"jump host\" # %n\n"
+      "  ProxyJump ignored\n"
+      "  HostName 10.0.0.%n\n"
+      "Host none-*\n"
+      "  ProxyJump none\n"
+      "Host *\n"
+      "  ProxyJump default-gate\n"
+      "  User bob\n");
+  HostConfig a = cfg.resolve("inner-1", tokens());
+  REQUIRE(a.proxy_jump.size() == 2);
+  CHECK((a.proxy_jump[0].user == "ops" && a.proxy_jump[0].host == "gate1" && a.proxy_jump[0].port == 0));
+  CHECK((a.proxy_jump[1].user.empty() && a.proxy_jump[1].host == "gate2" && a.proxy_jump[1].port == 2222));
+  CHECK_FALSE(a.proxy_command);  // ProxyJump came first
+  CHECK(a.proxy_where == "/home/alice/.ssh/config:2");
+  CHECK(a.unsupported.empty());
+  // The command is the rest of the line as written, tokens expanded with the
+  // final HostName and User.
+  HostConfig c = cfg.resolve("cmd-7", tokens());
+  REQUIRE(c.proxy_command);
+  CHECK(*c.proxy_command == "ssh -W 10.0.0.cmd-7:22 -l bob \"jump host\" # cmd-7");
+  CHECK(c.proxy_jump.empty());
+  // none: a direct connection, and later lines do not bring a proxy back.
+  HostConfig n = cfg.resolve("none-1", tokens());
+  CHECK((n.proxy_jump.empty() && !n.proxy_command));
+  HostConfig d = cfg.resolve("other", tokens());
+  REQUIRE(d.proxy_jump.size() == 1);
+  CHECK(d.proxy_jump[0].host == "default-gate");
+}
+
+TEST_CASE("ssh_config: ProxyJump and ProxyCommand errors name file:line", "[ssh][config]") {
+  CHECK_THROWS_WITH(parse("Host x\n  ProxyJump gate1,:22\n").resolve("x", tokens()),
+                    Catch::Contains("config:2: ProxyJump ':22': no host"));
+  CHECK_THROWS_WITH(parse("Host x\n  ProxyJump gate1 gate2\n").resolve("x", tokens()),
+                    Catch::Contains("config:2: ProxyJump takes one comma-separated list"));
+  CHECK_THROWS_WITH(parse("Host x\n  ProxyCommand nc %h %q\n").resolve("x", tokens()),
+                    Catch::Contains("config:2: ProxyCommand") && Catch::Contains("%q"));
+  CHECK_THROWS_WITH(parse("Host x\n  ProxyCommand\n").resolve("x", tokens()),
+                    Catch::Contains("config:2: ProxyCommand needs a value"));
 }
 
 TEST_CASE("ssh_config: IgnoreUnknown silences the named unknown keywords", "[ssh][config]") {

@@ -127,6 +127,12 @@ std::string join_files(const std::vector<std::string>& files) {
 }  // namespace
 
 void verify_host_key(LIBSSH2_SESSION* session, const HostKeyCheck& check) {
+  // One check at a time in this process: hosts connect in parallel, and two
+  // connections to one new host (a jump host every worker goes through) must
+  // record its key once -- the second check reads the file after the first
+  // wrote it.
+  static std::mutex check_mu;
+  std::lock_guard<std::mutex> check_lock(check_mu);
   const std::string& host = check.host;
   const std::string& name = check.known_name.empty() ? check.host : check.known_name;
   std::vector<std::string> files = check.known_hosts_files;
@@ -195,15 +201,23 @@ void verify_host_key(LIBSSH2_SESSION* session, const HostKeyCheck& check) {
   const std::string& target = files.front();
   if (check.policy == HostKeyPolicy::Yes) {
     // Under a HostKeyAlias the scanned line names the address: rename it.
-    const std::string scan =
-        check.address.empty() || check.address == name
-            ? fmt::format("ssh-keyscan -p {} {}", check.port, name)
-            : fmt::format("ssh-keyscan -p {} {} | sed 's/^[^ ]*/{}/'", check.port, check.address, recorded_name);
-    throw LaunchError(host,
-                      fmt::format("{}: REFUSED: the {} host key ({}) of {} is not in {} and StrictHostKeyChecking is "
-                                  "yes ({}); add it with: {} >> {}",
-                                  host, type.name, fingerprint, recorded_name, join_files(files), check.policy_source,
-                                  scan, target == "/dev/null" ? "~/.ssh/known_hosts" : target));
+    const std::string file = target == "/dev/null" ? "~/.ssh/known_hosts" : target;
+    std::string add;
+    if (check.proxy_command) {
+      // Only the ProxyCommand reaches the host: let OpenSSH run it once.
+      add = fmt::format("ssh -o StrictHostKeyChecking=accept-new -o UserKnownHostsFile={} {} true", file, host);
+    } else {
+      // Through a jump host, the scan runs there.
+      const std::string via = check.jump_host.empty() ? "" : fmt::format("ssh {} ", check.jump_host);
+      add = check.address.empty() || check.address == name
+                ? fmt::format("{}ssh-keyscan -p {} {} >> {}", via, check.port, name, file)
+                : fmt::format("{}ssh-keyscan -p {} {} | sed 's/^[^ ]*/{}/' >> {}", via, check.port, check.address,
+                              recorded_name, file);
+    }
+    throw LaunchError(
+        host, fmt::format("{}: REFUSED: the {} host key ({}) of {} is not in {} and StrictHostKeyChecking is "
+                          "yes ({}); add it with: {}",
+                          host, type.name, fingerprint, recorded_name, join_files(files), check.policy_source, add));
   }
   if (type.knownhost_bits == LIBSSH2_KNOWNHOST_KEY_UNKNOWN) {
     throw LaunchError(host, fmt::format("{}: host key of an unknown type; cannot record it in {}", host, target));

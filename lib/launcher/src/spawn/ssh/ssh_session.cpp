@@ -4,6 +4,7 @@
 #include "hvd/common/net.h"
 #include "hvd/launcher/spawn/agent.h"
 #include "hvd/launcher/spawn/ssh/ssh_known_hosts.h"
+#include "hvd/launcher/spawn/ssh/ssh_proxy.h"
 
 #include <fcntl.h>
 #include <libssh2.h>
@@ -175,9 +176,32 @@ std::unique_ptr<Session> Session::open(const SessionOptions& options, Deadline d
     const Deadline ct = Deadline::after(options.connect_timeout);
     if (ct.at() < deadline.at()) connect_deadline = ct;
   }
-  s->fd_ = connect_tcp(target, options.port, connect_deadline, cancel, &s->peer_, &s->location_, options.host);
-  set_liveness_checks(s->fd_.get(), options.keepalive);
-  spdlog::debug("{}: TCP connected", s->peer_);
+  if (!options.proxy_command.empty()) {
+    s->proxy_ = start_proxy_command(options.host, options.proxy_command, &s->fd_);
+    s->peer_ = fmt::format("{} (through its ProxyCommand)", options.host);
+    s->location_ = " (through its ProxyCommand)";
+  } else if (!options.jump_hosts.empty()) {
+    // The last jump host is reached through the ones before it (as `ssh -J
+    // a,b` reaches b through a), else as its own configuration says.
+    SessionOptions jo = options.jump_hosts.back();
+    if (options.jump_hosts.size() > 1) {
+      jo.proxy_command.clear();
+      jo.jump_hosts.assign(options.jump_hosts.begin(), options.jump_hosts.end() - 1);
+    }
+    std::unique_ptr<Session> jump;
+    try {
+      jump = Session::open(jo, deadline, cancel);
+    } catch (const LaunchError& e) {
+      throw LaunchError(options.host, fmt::format("{}: jump host {}", options.host, e.what()));
+    }
+    s->proxy_ = start_jump_relay(options.host, std::move(jump), target, options.port, deadline, cancel, &s->fd_);
+    s->peer_ = fmt::format("{} ({}:{} through {})", options.host, target, options.port, jo.host);
+    s->location_ = fmt::format(" ({}:{} through {})", target, options.port, jo.host);
+  } else {
+    s->fd_ = connect_tcp(target, options.port, connect_deadline, cancel, &s->peer_, &s->location_, options.host);
+    set_liveness_checks(s->fd_.get(), options.keepalive);
+    spdlog::debug("{}: TCP connected", s->peer_);
+  }
   s->handshake(connect_deadline);
   HostKeyCheck check;
   check.host = options.host;
@@ -187,6 +211,8 @@ std::unique_ptr<Session> Session::open(const SessionOptions& options, Deadline d
   check.known_hosts_files = options.known_hosts_files;
   check.policy = options.host_key_policy;
   check.policy_source = options.host_key_policy_source;
+  if (!options.jump_hosts.empty()) check.jump_host = options.jump_hosts.back().host;
+  check.proxy_command = !options.proxy_command.empty();
   verify_host_key(s->session_, check);
   s->authenticate(deadline);
   spdlog::debug("{}: authenticated as {}", s->peer_, options.user);
@@ -213,7 +239,19 @@ short Session::wanted_events() const {
   return ev == 0 ? POLLIN : ev;
 }
 
+std::string SessionOptions::proxy_description() const {
+  if (!proxy_command.empty()) return "ProxyCommand";
+  if (!jump_hosts.empty()) return "ProxyJump " + jump_hosts.back().host;
+  return "";
+}
+
 std::string Session::connection_error() const {
+  if (proxy_ != nullptr) {
+    // What the proxy knows first: the jump host's connection, or the
+    // command's end.
+    std::string p = proxy_->problem(false);
+    if (!p.empty()) return p;
+  }
   int err = socket_errno_.load(std::memory_order_relaxed);
   if (err == ETIMEDOUT) {
     return fmt::format("no answer for about {} s (TCP keepalive gave up)", 4 * options_.keepalive.count());
@@ -245,8 +283,24 @@ void Session::handshake(Deadline deadline) {
   libssh2_session_callback_set(session_, LIBSSH2_CALLBACK_RECV, reinterpret_cast<void*>(&SessionAccess::recv_hook));
   libssh2_session_callback_set(session_, LIBSSH2_CALLBACK_SEND, reinterpret_cast<void*>(&SessionAccess::send_hook));
   libssh2_session_set_blocking(session_, 0);
-  int rc = run(deadline, "the SSH handshake", [&] { return libssh2_session_handshake(session_, fd_.get()); });
-  if (rc != 0) fail(fmt::format("SSH handshake failed: {}", last_error()));
+  int rc = 0;
+  try {
+    rc = run(deadline, "the SSH handshake", [&] { return libssh2_session_handshake(session_, fd_.get()); });
+  } catch (const LaunchError&) {
+    // A proxy that ended says why (its exit status, the jump host's error).
+    if (proxy_ != nullptr) {
+      if (std::string p = proxy_->problem(false); !p.empty()) fail(p + " during the SSH handshake");
+    }
+    throw;
+  }
+  if (rc != 0) {
+    if (proxy_ != nullptr) {
+      // The connection's end came from the proxy's side: it may be ending.
+      const bool ended = socket_errno_.load(std::memory_order_relaxed) == ECONNRESET;
+      if (std::string p = proxy_->problem(ended); !p.empty()) fail(p + " during the SSH handshake");
+    }
+    fail(fmt::format("SSH handshake failed: {}", last_error()));
+  }
 }
 
 bool Session::try_key_file(const std::string& path, Deadline deadline, std::string* note) {
@@ -384,6 +438,10 @@ void Session::close(const char* reason) {
     session_ = nullptr;
   }
   fd_.reset();
+  if (proxy_ != nullptr) {
+    proxy_->stop();
+    proxy_.reset();
+  }
 }
 
 }  // namespace hvd::launcher::ssh

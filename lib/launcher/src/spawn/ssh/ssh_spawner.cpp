@@ -150,21 +150,43 @@ class HostRunner {
   std::atomic<bool> stopping_{false};
 
   /// This host's connection settings: flags, then ssh_config, then defaults.
-  ssh::SessionOptions session_options(const std::string& host) {
-    if (!config_error_.empty()) throw LaunchError(host, fmt::format("{}: {}", host, config_error_));
+  ssh::SessionOptions session_options(const std::string& host) { return session_options_for(host, host, nullptr, 0); }
+
+  /// Jump hosts are resolved like any host, with the user and port their
+  /// ProxyJump entry names (as OpenSSH's `ssh -J`: -i, -p and the user flag
+  /// are the destination's only). `target` names the host being connected
+  /// to, for messages.
+  ssh::SessionOptions session_options_for(const std::string& host, const std::string& target, const ssh::JumpHost* jump,
+                                          int depth, bool jump_own_proxy = true) {
+    constexpr int kMaxJumpDepth = 8;
+    if (!config_error_.empty()) throw LaunchError(target, fmt::format("{}: {}", target, config_error_));
+    if (depth > kMaxJumpDepth) {
+      throw LaunchError(target,
+                        fmt::format("{}: ProxyJump goes more than {} jump hosts deep (a loop? a `Host *` block with "
+                                    "ProxyJump matches its jump host {} too: exclude it, e.g. `Host * !{}`)",
+                                    target, kMaxJumpDepth, host, host));
+    }
     ssh::TokenValues tokens;
     tokens.home = options_.home;
     tokens.local_user = ssh::default_user();
-    tokens.remote_user = options_.user.value_or(tokens.local_user);
-    tokens.user_from_flag = options_.user.has_value();
     tokens.local_host = local_hostname();
-    tokens.port = options_.port.value_or(22);
-    tokens.port_from_flag = options_.port.has_value();
+    if (jump == nullptr) {
+      tokens.remote_user = options_.user.value_or(tokens.local_user);
+      tokens.user_from_flag = options_.user.has_value();
+      tokens.port = options_.port.value_or(22);
+      tokens.port_from_flag = options_.port.has_value();
+    } else {
+      tokens.remote_user = jump->user.empty() ? tokens.local_user : jump->user;
+      tokens.user_from_flag = !jump->user.empty();
+      tokens.port = jump->port != 0 ? jump->port : 22;
+      tokens.port_from_flag = jump->port != 0;
+    }
     ssh::HostConfig hc;
     try {
       hc = config_.resolve(host, tokens);
     } catch (const InvalidArgument& e) {
-      throw LaunchError(host, fmt::format("{}: {}", host, e.what()));
+      throw LaunchError(target, jump == nullptr ? fmt::format("{}: {}", host, e.what())
+                                                : fmt::format("{}: jump host {}: {}", target, host, e.what()));
     }
     // One line per keyword line, however many hosts it applies to.
     for (const auto& line : hc.unsupported) {
@@ -175,9 +197,29 @@ class HostRunner {
     ssh::SessionOptions so;
     so.host = host;
     so.hostname = hc.hostname.value_or("");
-    so.port = options_.port ? *options_.port : hc.port.value_or(22);
-    so.user = options_.user ? *options_.user : hc.user.value_or(ssh::default_user());
-    so.identity_file = options_.identity_file;
+    if (jump == nullptr) {
+      so.port = options_.port ? *options_.port : hc.port.value_or(22);
+      so.user = options_.user ? *options_.user : hc.user.value_or(ssh::default_user());
+      so.identity_file = options_.identity_file;
+    } else {
+      so.port = jump->port != 0 ? jump->port : hc.port.value_or(22);
+      so.user = !jump->user.empty() ? jump->user : hc.user.value_or(ssh::default_user());
+    }
+    if (jump != nullptr && !jump_own_proxy) {
+      // A later hop of a ProxyJump list is reached through the hop before
+      // it, whatever its own configuration says (ssh -J a,b).
+    } else if (hc.proxy_command) {
+      so.proxy_command = *hc.proxy_command;
+    } else {
+      for (std::size_t i = 0; i < hc.proxy_jump.size(); ++i) {
+        so.jump_hosts.push_back(
+            session_options_for(hc.proxy_jump[i].host, target, &hc.proxy_jump[i], depth + 1, i == 0));
+      }
+    }
+    if (!so.proxy_command.empty() || !so.jump_hosts.empty()) {
+      spdlog::debug("{}: ssh_config: reached through {} ({})", host, so.proxy_description(),
+                    ssh::tilde_path(hc.proxy_where, options_.home));
+    }
     so.identity_files = hc.identity_files;
     so.identities_only = hc.identities_only.value_or(false);
     so.identity_agent = hc.identity_agent;

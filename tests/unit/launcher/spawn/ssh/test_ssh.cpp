@@ -17,6 +17,9 @@
 
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 using namespace hvd::launcher;
@@ -198,6 +201,76 @@ TEST_CASE("ssh: Session: a silent server times out at the deadline", "[ssh]") {
   auto took = Clock::now() - t0;
   CHECK(took >= milliseconds(900));
   CHECK(took < milliseconds(2000));
+}
+
+namespace {
+/// Whether a process whose command line holds `marker` is alive (a zombie
+/// counts: nobody reaped it).
+bool process_with(const std::string& marker) {
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos || name == std::to_string(::getpid())) continue;
+    std::ifstream f(e.path() / "cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (cmd.find(marker) != std::string::npos) return true;
+  }
+  return false;
+}
+}  // namespace
+
+TEST_CASE("ssh: Session: a ProxyCommand that exits is named with its status, and reaped", "[ssh][proxy]") {
+  ssh::SessionOptions o = loopback_options(22);
+  o.host = "node7";
+  o.proxy_command = "sh -c 'exit 5' hvd-proxy-exit-test";
+  auto t0 = Clock::now();
+  CHECK_THROWS_WITH(ssh::Session::open(o, Deadline::after(milliseconds(5000))),
+                    "node7: its ProxyCommand exited with status 5 during the SSH handshake (through its ProxyCommand)");
+  CHECK(Clock::now() - t0 < milliseconds(2000));
+  CHECK_FALSE(process_with("hvd-proxy-exit-test"));
+}
+
+TEST_CASE("ssh: Session: a ProxyCommand's stdin and stdout carry the connection", "[ssh][proxy]") {
+  // The command relays to a server speaking garbage: the handshake fails on
+  // what the server said, through the command.
+  Listener l([](int c) {
+    const char junk[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
+    ssize_t n = ::write(c, junk, sizeof junk - 1);
+    (void)n;
+    ::usleep(300 * 1000);
+  });
+  ssh::SessionOptions o = loopback_options(l.port());
+  o.host = "node8";
+  o.proxy_command = fmt::format(
+      "python3 -c 'import socket,sys; s=socket.create_connection((\"127.0.0.1\",{})); "
+      "sys.stdout.buffer.write(s.recv(100)); sys.stdout.flush(); sys.stdin.read()' hvd-proxy-relay-test",
+      l.port());
+  try {
+    ssh::Session::open(o, Deadline::after(milliseconds(5000)));
+    FAIL("handshake succeeded");
+  } catch (const LaunchError& e) {
+    std::string msg = e.what();
+    CAPTURE(msg);
+    CHECK(msg.rfind("node8: ", 0) == 0);
+    CHECK(msg.find("handshake") != std::string::npos);
+    CHECK(msg.find("(through its ProxyCommand)") != std::string::npos);
+    CHECK(msg.find("exited") == std::string::npos);
+  }
+  // (A relay that could not connect would have exited: "its ProxyCommand exited ...".)
+  // The session closed its end: the command (waiting for stdin's end) is
+  // gone, reaped.
+  CHECK_FALSE(process_with("hvd-proxy-relay-test"));
+}
+
+TEST_CASE("ssh: Session: a ProxyCommand that never answers is stopped at the deadline", "[ssh][proxy]") {
+  ssh::SessionOptions o = loopback_options(22);
+  o.host = "node9";
+  o.proxy_command = "sh -c 'sleep 30.4217; :' hvd-proxy-silent-test";
+  auto t0 = Clock::now();
+  CHECK_THROWS_WITH(ssh::Session::open(o, Deadline::after(milliseconds(1000))),
+                    "node9: timed out after 1 s during the SSH handshake (through its ProxyCommand)");
+  CHECK(Clock::now() - t0 < milliseconds(3000));  // 1 s, then SIGTERM after 0.3 s
+  CHECK_FALSE(process_with("hvd-proxy-silent-test"));
+  CHECK_FALSE(process_with("30.4217"));  // the command's own child: its group was stopped
 }
 
 TEST_CASE("ssh: Session: cancel aborts a pending handshake", "[ssh]") {

@@ -2,13 +2,16 @@
 /// OpenSSH client configuration (ssh_config(5)) for the keys that decide how
 /// hvdrun connects to a host: `Host` blocks, `Include`, `HostName`, `Port`,
 /// `User`, `IdentityFile`, `IdentitiesOnly`, `IdentityAgent`,
-/// `StrictHostKeyChecking`, `UserKnownHostsFile`, `HostKeyAlias` and
-/// `ConnectTimeout` (docs/ssh.md has the full story).
+/// `StrictHostKeyChecking`, `UserKnownHostsFile`, `HostKeyAlias`,
+/// `ConnectTimeout`, `ProxyJump` and `ProxyCommand` (docs/ssh.md has the
+/// full story).
 ///
 /// OpenSSH's rules are kept:
 ///  * files are read in order (~/.ssh/config, then /etc/ssh/ssh_config) and,
 ///    for each keyword, the FIRST value obtained for the host wins; only
 ///    `IdentityFile` accumulates (every line adds a key, in order);
+///    `ProxyJump` and `ProxyCommand` compete: whichever comes first wins,
+///    and `none` in either means a direct connection;
 ///  * a `Host` line holds several patterns (`*`, `?` wildcards, `!negation`);
 ///    it matches when one plain pattern matches the host name as given (the
 ///    alias, not the HostName) and no negated pattern does; keywords before
@@ -27,7 +30,7 @@
 ///  * keywords are case-insensitive, `Keyword=value` works, arguments may be
 ///    double-quoted.
 /// Keywords that would change how the connection is made but that hvdrun
-/// does not implement (ProxyJump, ProxyCommand, ...) give one warning each
+/// does not implement (CertificateFile, AddressFamily, ...) give one warning each
 /// when they apply to a host; cosmetic ones (ForwardX11, LogLevel, ...) are
 /// listed under --verbose.
 #include <chrono>
@@ -59,6 +62,9 @@ bool match_host_line(const std::string& host, const std::vector<std::string>& pa
 /// '=' after the keyword; double quotes group). Comment and blank lines give
 /// an empty vector. Throws hvd::InvalidArgument on an unterminated quote.
 std::vector<std::string> split_config_line(const std::string& line);
+/// What follows the keyword and its separator (whitespace or '='), as
+/// written, trailing blanks cut.
+std::string config_line_rest(const std::string& line);
 
 /// An ssh_config time (OpenSSH's convtime): "30", "30s", "1m30s", "2h";
 /// nullopt if invalid.
@@ -87,6 +93,19 @@ struct TokenValues {
 /// naming the token for an unknown or truncated one.
 std::string expand_tokens(const std::string& text, const TokenValues& values);
 
+/// One hop of a ProxyJump list: `[user@]host[:port]` or
+/// `ssh://[user@]host[:port]` (an IPv6 address in brackets).
+struct JumpHost {
+  std::string user;  // empty: the jump host's own configuration decides
+  std::string host;  // an alias: resolved through the configuration like any host
+  int port = 0;  // 0: the jump host's own configuration decides
+  /// "user@host:port" as written
+  std::string text;
+};
+
+/// Parses one ProxyJump hop; nullopt (with `why`) if it is not one.
+std::optional<JumpHost> parse_jump_host(const std::string& text, std::string* why);
+
 /// One `Match` line's criteria (all must hold).
 struct MatchBlock {
   enum class Kind { All, Canonical, Final, Exec, Host, OriginalHost, User, LocalUser };
@@ -107,6 +126,9 @@ struct ConfigEntry {
   std::string keyword;  // lower case
   std::string keyword_as_written;
   std::vector<std::string> args;
+  /// The line after the keyword and its separator, as written (trailing
+  /// blanks cut): ProxyCommand's command.
+  std::string rest;
   std::string file;
   int line = 0;
   /// Every `Host` line (outer file's block, then the included file's block)
@@ -141,9 +163,17 @@ struct HostConfig {
   std::optional<HostKeyPolicy> host_key_policy;
   std::string host_key_policy_where;  // "file:line" of the StrictHostKeyChecking that won
   std::vector<std::string> known_hosts_files;  // UserKnownHostsFile, expanded
+  /// ProxyCommand, tokens expanded (%h is the HostName, %p the port, %r
+  /// the user, %n the alias): run with the user's shell, its stdin and
+  /// stdout carry the SSH connection. Unset: none.
+  std::optional<std::string> proxy_command;
+  /// ProxyJump: the hops, outermost first (the host is reached through the
+  /// last, which is reached through the one before, ...). Empty: none.
+  std::vector<JumpHost> proxy_jump;
+  std::string proxy_where;  // "file:line" of the ProxyJump / ProxyCommand that won
   /// One line per keyword hvdrun does not implement although it would
-  /// change the connection ("~/.ssh/config:7: ProxyJump is not supported by
-  /// hvdrun; ignored").
+  /// change the connection ("~/.ssh/config:7: CertificateFile is not
+  /// supported by hvdrun (...); ignored").
   std::vector<std::string> unsupported;
   /// One line per keyword that does not matter to hvdrun (for --verbose).
   std::vector<std::string> ignored;
@@ -199,5 +229,14 @@ class SshConfig {
 /// it). For code that must route to a host before connecting (the driver
 /// address).
 std::string configured_hostname(const std::string& alias);
+
+/// configured_hostname, and how the host is reached: "" directly, else
+/// "ProxyJump bastion" / "ProxyCommand" (so the driver address cannot be
+/// routed to it with certainty).
+struct ConfiguredRoute {
+  std::string hostname;
+  std::string proxy;
+};
+ConfiguredRoute configured_route(const std::string& alias);
 
 }  // namespace hvd::launcher::ssh

@@ -34,6 +34,11 @@ struct HostKeyCheck {
   /// the line.
   std::string address;
   int port = 22;  // non-22 ports are recorded as "[host]:port"
+  /// The host is reached through ProxyJump (the last jump host's name) or a
+  /// ProxyCommand: ssh-keyscan from here cannot reach it, so the hint
+  /// scans from the jump host, or connects once with OpenSSH.
+  std::string jump_host;
+  bool proxy_command = false;
   std::vector<std::string> known_hosts_files;  // first: where new keys go
   HostKeyPolicy policy = HostKeyPolicy::AcceptNew;
   /// Where the policy comes from, for messages: "--ssh-strict-host-key-checking",

@@ -28,6 +28,10 @@
 // libssh2's opaque types, so that users of this header need not include it.
 struct _LIBSSH2_SESSION;
 
+namespace hvd::launcher::ssh {
+class Proxy;
+}
+
 #include "hvd/launcher/process/shell.h"
 
 namespace hvd::launcher::ssh {
@@ -89,11 +93,22 @@ struct SessionOptions {
   std::string host_key_policy_source = "hvdrun's default";
   /// Liveness interval (set_liveness_checks).
   std::chrono::seconds keepalive{5};
+  /// ssh_config ProxyCommand (tokens expanded): the connection is the
+  /// command's stdin and stdout (ssh_proxy.h). Empty: none.
+  std::string proxy_command;
+  /// ssh_config ProxyJump: the jump hosts' own options, outermost first;
+  /// the last one is connected to (through the ones before it, else as its
+  /// own options say) and opens the connection to `hostname`:`port`. Empty:
+  /// none. At most one of proxy_command and jump_hosts is set.
+  std::vector<SessionOptions> jump_hosts;
+  /// How the host is reached, for messages: "" (directly), "ProxyCommand",
+  /// "ProxyJump bastion".
+  std::string proxy_description() const;
 };
 
 /// A connected, verified and authenticated libssh2 session in non-blocking
-/// mode. Not thread-safe (libssh2 sessions are not): after open() returns,
-/// only one thread at a time may use it.
+/// mode, over a TCP connection or through a proxy (ssh_proxy.h). Not thread-safe (libssh2 sessions are not): after
+/// open() returns, only one thread at a time may use it.
 class Session {
  public:
   /// Connect, handshake, verify the host key, authenticate -- all before
@@ -159,6 +174,7 @@ class Session {
   std::string peer_;
   std::string location_;  // " (198.18.0.9:22)" or "" -- appended to messages
   UniqueFd fd_;
+  std::unique_ptr<Proxy> proxy_;  // ProxyCommand or ProxyJump: what carries fd_'s bytes
   _LIBSSH2_SESSION* session_ = nullptr;
   Clock::time_point started_;
   std::atomic<int> socket_errno_{0};  // last failure seen by the socket hooks

@@ -1,0 +1,51 @@
+#pragma once
+/// What carries an SSH connection that is not a direct TCP connection
+/// (ssh_config ProxyCommand and ProxyJump). Either way the SSH session gets
+/// one end of a socketpair, so libssh2 and the spawner's poll() loops see a
+/// socket as they would for a direct connection:
+///  * ProxyCommand: the command's stdin and stdout are the other end;
+///  * ProxyJump: a direct-tcpip channel of an SSH session with the jump host,
+///    relayed to the other end by a thread of its own (that thread alone
+///    uses the jump host's session).
+#include "hvd/common/io.h"
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+namespace hvd::launcher::ssh {
+
+class Session;
+
+class Proxy {
+ public:
+  virtual ~Proxy() = default;
+  /// Why the proxy stopped carrying the connection, in words that follow
+  /// "<host>: " ("its ProxyCommand exited with status 255", "jump host
+  /// bastion: connection closed by the remote host"); "" while it works.
+  /// `wait`: give a proxy that is ending a moment (up to 1 s) to say why.
+  virtual std::string problem(bool wait = false) = 0;
+  /// Stops it (bounded: about a second at most) and releases what it
+  /// holds. Idempotent; the destructor calls it.
+  virtual void stop() = 0;
+};
+
+/// Runs `command` as OpenSSH runs a ProxyCommand: `$SHELL -c "exec
+/// <command>"` (/bin/sh without $SHELL), stdin and stdout one end of a
+/// socketpair whose other end is returned in `connection`, stderr hvdrun's.
+/// It runs in a process group of its own: a Ctrl-C on the terminal must not
+/// cut the connection before hvdrun has stopped the workers through it.
+/// stop() sends SIGTERM to its group, SIGKILL after 1 s, and reaps it.
+/// Throws LaunchError ("<host>: ProxyCommand could not be started: ...").
+std::unique_ptr<Proxy> start_proxy_command(const std::string& host, const std::string& command, UniqueFd* connection);
+
+/// Opens a direct-tcpip channel from `jump` (open, authenticated) to
+/// `to_host`:`to_port` before `deadline` and relays it to a socketpair whose
+/// other end is returned in `connection`. The relay owns `jump` from then
+/// on. Throws LaunchError ("<host>: jump host <jump>: could not connect to
+/// <to_host>:<to_port> (...)").
+std::unique_ptr<Proxy> start_jump_relay(const std::string& host, std::unique_ptr<Session> jump,
+                                        const std::string& to_host, int to_port, Deadline deadline,
+                                        const std::atomic<bool>* cancel, UniqueFd* connection);
+
+}  // namespace hvd::launcher::ssh
