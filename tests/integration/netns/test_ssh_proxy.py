@@ -26,6 +26,10 @@ Cases:
                     jump host): one line each, exit 3; no route from here to a
                     proxied host: one line naming --network-interface, exit 2;
                     a strict host-key refusal's hint scans from the jump host.
+  proxy_jump_volume_and_loss
+                    80,000 lines through the jump host, all in order; the
+                    jump host's sshd sessions killed mid-job: the loss names
+                    the jump host, exit 3, nothing left behind.
   proxy_command     ProxyCommand `ssh -W %h:%p` through the jump host (real
                     OpenSSH as the proxy): the job runs; the proxy processes
                     are gone after the job; a failing command (exit 7, its
@@ -276,6 +280,61 @@ def case_proxy_jump_errors(hosts):
     check(f"add it with: ssh {a} ssh-keyscan -p 22 {inner(hosts, 1)} >> " in errs[0],
           "strict-b: the hint does not scan from the jump host", errs[0])
     print(f"proxy_jump_errors: ok (unreachable behind the jump host: {took:.1f} s)")
+
+
+def case_proxy_jump_volume_and_loss(hosts):
+    """Through the jump host: 4 ranks print 20,000 lines each (the relay's
+    flow control: nothing lost, nothing reordered); then the jump host's
+    sshd session is killed mid-job: the loss is reported naming the jump
+    host, hvdrun exits 3 within seconds, and the workers behind the jump
+    host are stopped by their sshd (ClientAliveInterval 1)."""
+    setup_topology(hosts)
+    key = install_key(hosts)
+    a = hosts.addrs[0]
+    write_config(hosts, (
+        "Host worker-b\n"
+        f"    HostName {inner(hosts, 1)}\n"
+        "Host worker-c\n"
+        f"    HostName {inner(hosts, 2)}\n"
+        "Host worker-*\n"
+        f"    ProxyJump {a}\n") + common_config(hosts, key))
+    n = 20000
+    cmd = f'seq -f "$HOROVOD_RANK-%g-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" {n}'
+    p, took = run_hvdrun(hosts, ["-np", "4", "-H", "worker-b:2,worker-c:2", "sh", "-c", cmd])
+    check(p.returncode == 0, f"volume: exited {p.returncode}", p.stderr[-2000:])
+    lines = p.stdout.splitlines()
+    for rank in range(4):
+        got = [l for l in lines if l.startswith(f"[{rank}]<stdout>:")]
+        want = [f"[{rank}]<stdout>:{rank}-{i}-" + "x" * 48 for i in range(1, n + 1)]
+        check(got == want, f"volume: rank {rank}: {len(got)} lines, want {n} in order")
+    # The jump host's sessions die mid-job.
+    proc = subprocess.Popen([ARGS.hvdrun, "-np", "2", "-H", "worker-b:1,worker-c:1", "sleep", "301"],
+                            env=env_for(hosts), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len([1 for _, _, c in hosts.leftovers() if c == "sleep 301"]) < 2:
+            time.sleep(0.1)
+        check(len([1 for _, _, c in hosts.leftovers() if c == "sleep 301"]) == 2, "the workers did not start")
+        sessions = [pid for pid in netns_hosts.ns_pids(hosts.namespaces[0])
+                    if netns_hosts.proc_cmdline(pid).startswith("sshd: root")]
+        check(sessions, "no sshd session on the jump host")
+        t0 = time.monotonic()
+        for pid in sessions:
+            os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=30)
+        lost_after = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    check(proc.returncode == 3, f"loss: exited {proc.returncode}, want 3", err)
+    check(re.search(rf"lost: SSH connection to worker-[bc] lost: jump host {re.escape(a)}: connection closed", err),
+          "loss: the rank was not reported lost naming the jump host", err)
+    check(lost_after < 5, f"loss: noticed after {lost_after:.1f} s")
+    left = hosts.wait_no_leftovers(10)
+    check(not left, "processes left behind the jump host after it was lost", left)
+    print(f"proxy_jump_volume_and_loss: ok ({4 * n} lines in {took:.1f} s; loss noticed after {lost_after:.1f} s)")
 
 
 def case_proxy_command(hosts):
