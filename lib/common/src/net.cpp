@@ -126,16 +126,42 @@ Resolution resolve(const std::string& host, uint16_t port, Deadline deadline, co
 
 ConnectResult connect_tcp(const std::string& host, uint16_t port, Deadline deadline, const ConnectOptions& options) {
   ConnectResult out;
-  Resolution resolved = resolve(host, port, deadline);
+  ResolveOptions ro;
+  ro.family = options.family;
+  Resolution resolved = resolve(host, port, deadline, ro);
   if (!resolved.ok()) {
     out.status = resolved.timed_out ? ConnectResult::Status::TimedOut : ConnectResult::Status::ResolveFailed;
     out.resolve_error = std::move(resolved.error);
     return out;
   }
+  std::vector<Address> local;
+  if (!options.bind_address.empty()) {
+    ResolveOptions lo;
+    lo.numeric_only = true;
+    lo.passive = true;
+    local = resolve(options.bind_address, 0, deadline, lo).addresses;
+    if (local.empty()) {
+      out.status = ConnectResult::Status::Failed;
+      out.error = EADDRNOTAVAIL;
+      return out;
+    }
+  }
   for (const Address& a : resolved.addresses) {
     out.address = a;
+    const Address* bind_to = nullptr;
+    for (const Address& l : local) {
+      if (l.family() == a.family()) bind_to = &l;
+    }
+    if (!local.empty() && bind_to == nullptr) {
+      out.error = EAFNOSUPPORT;  // the bind address is of the other family
+      continue;
+    }
     UniqueFd fd(::socket(a.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!fd) {
+      out.error = errno;
+      continue;
+    }
+    if (bind_to != nullptr && ::bind(fd.get(), bind_to->get(), bind_to->length()) != 0) {
       out.error = errno;
       continue;
     }

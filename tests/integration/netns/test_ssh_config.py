@@ -9,7 +9,7 @@ Cases:
   config_alias      ~/.ssh/config Host patterns map aliases to netns
                     addresses with HostName, Port, User, IdentityFile; a Match
                     block hvdrun cannot evaluate (localnetwork) warns once
-                    with file:line and is skipped; AddressFamily and
+                    with file:line and is skipped; BindInterface and
                     CertificateFile warn once per config line; ForwardX11 is
                     listed under --verbose only; a bad Port fails with
                     file:line.
@@ -33,7 +33,8 @@ Cases:
   unreachable_address
                     the unreachable-host message carries the address and port,
                     as docs/ssh.md shows; ssh_config ConnectTimeout ends the
-                    attempt after its time, well before --start-timeout.
+                    attempt after its time, well before --start-timeout;
+                    ConnectionAttempts 2 tries again a second later.
 
 Without root or `ip netns` every case prints "SKIPPED: needs root and ip
 netns" and exits 77.
@@ -112,7 +113,7 @@ def case_config_alias(hosts):
         "    HostName {a}\n"
         "Host worker-1\n"
         "    HostName {b}\n"
-        "    AddressFamily inet\n"
+        "    BindInterface eth0\n"
         "Match localnetwork 10.0.0.0/8\n"
         "    Port 1\n"
         "Host *\n"
@@ -130,14 +131,14 @@ def case_config_alias(hosts):
         check(f"[{h}]:2222 ssh-ed25519 " in known, f"[{h}]:2222 not recorded", known)
     check("worker-" not in known, "the alias was recorded instead of the HostName", known)
     # One warning for the Match block hvdrun cannot evaluate (localnetwork),
-    # naming file:line, its block skipped (Port 1 would fail); one for AddressFamily
+    # naming file:line, its block skipped (Port 1 would fail); one for BindInterface
     # (it applies to worker-1 only); the cosmetic ForwardX11 only under --verbose.
     match = [l for l in p.stderr.splitlines() if "Match" in l and "not supported" in l]
     check(len(match) == 1 and "~/.ssh/config:13:" in match[0] and "skipped" in match[0],
           "want one Match warning naming ~/.ssh/config:13", p.stderr)
-    family = [l for l in p.stderr.splitlines() if "AddressFamily" in l]
-    check(len(family) == 1 and "not supported" in family[0] and "~/.ssh/config:12:" in family[0]
-          and "worker-1" in family[0], "want one AddressFamily warning", p.stderr)
+    iface = [l for l in p.stderr.splitlines() if "BindInterface" in l]
+    check(len(iface) == 1 and "not supported" in iface[0] and "~/.ssh/config:12:" in iface[0]
+          and "worker-1" in iface[0], "want one BindInterface warning", p.stderr)
     # CertificateFile applies to both hosts: still one line.
     cert = [l for l in p.stderr.splitlines() if "CertificateFile" in l]
     check(len(cert) == 1 and "~/.ssh/config:7:" in cert[0], "want one CertificateFile warning for two hosts",
@@ -439,6 +440,16 @@ def case_unreachable_address(hosts):
     check(re.match(rf"^hvdrun: error: node3: connection timed out after 1 s \({re.escape(bad)}:22\)$", errs[0]),
           "ConnectTimeout 1 did not end the connection after 1 s", errs[0])
     check(took < 3.5, f"node3: took {took:.1f} s with ConnectTimeout 1")
+    # ConnectionAttempts 2: a second attempt a second after the first one
+    # timed out, each bounded by ConnectTimeout; the line counts them.
+    write_config(hosts, f"Host node4\n    HostName {bad}\n    ConnectTimeout 1\n    ConnectionAttempts 2\n")
+    p, took = run_hvdrun(hosts, ["-i", hosts.key, "-np", "1", "-H", "node4:1", "--start-timeout", "20", "true"])
+    errs4 = error_lines(p.stderr)
+    check(p.returncode == 3 and len(errs4) == 1, f"node4: exited {p.returncode}, want 3 and one error", p.stderr)
+    check(re.match(rf"^hvdrun: error: node4: (connection timed out after 1 s|no route to host) "
+                   rf"\({re.escape(bad)}:22; 2 attempts\)$", errs4[0]), "ConnectionAttempts 2: not two attempts",
+          errs4[0])
+    check(1.0 < took < 5.5, f"node4: took {took:.1f} s for 2 attempts (at most 1 s each), 1 s apart")
     print(f"unreachable_address: ok: {errs[0]}")
 
 

@@ -2,11 +2,14 @@
 
 #include "hvd/common/error.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <netinet/in.h>
 #include <pwd.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,10 +48,7 @@ const std::map<std::string, const char*>& unsupported_keywords() {
   static const std::map<std::string, const char*> table = {
       {"proxyusefdpass", "a ProxyCommand's stdin and stdout carry the connection"},
       {"certificatefile", "no certificate authentication"},
-      {"addressfamily", "every address of the host is tried"},
-      {"bindaddress", "the kernel chooses the source address"},
       {"bindinterface", "the kernel chooses the source address"},
-      {"connectionattempts", "one attempt per address, within --start-timeout"},
       {"ciphers", "libssh2's defaults are used"},
       {"kexalgorithms", "libssh2's defaults are used"},
       {"macs", "libssh2's defaults are used"},
@@ -179,6 +179,9 @@ bool is_implemented(const std::string& kw) {
                                              "hostkeyalias",
                                              "connecttimeout",
                                              "proxyjump",
+                                             "addressfamily",
+                                             "bindaddress",
+                                             "connectionattempts",
                                              "proxycommand",
                                              "stricthostkeychecking",
                                              "userknownhostsfile"};
@@ -855,6 +858,36 @@ HostConfig SshConfig::resolve_impl(const std::string& alias, const TokenValues& 
       out.connect_timeout_where = e.where();
     } else if (kw == "hostkeyalias") {
       out.host_key_alias = lower(need_arg(e));  // as OpenSSH: lower case, no tokens
+    } else if (kw == "addressfamily") {
+      const std::string v = lower(need_arg(e));
+      if (v == "any") {
+        out.address_family = AF_UNSPEC;
+      } else if (v == "inet") {
+        out.address_family = AF_INET;
+      } else if (v == "inet6") {
+        out.address_family = AF_INET6;
+      } else {
+        throw InvalidArgument(fmt::format("{}: AddressFamily '{}' must be any, inet or inet6", e.where(), e.args[0]));
+      }
+    } else if (kw == "bindaddress") {
+      const std::string& v = need_arg(e);
+      unsigned char buf[sizeof(in6_addr)];
+      if (::inet_pton(AF_INET, v.c_str(), buf) != 1 && ::inet_pton(AF_INET6, v.c_str(), buf) != 1) {
+        throw InvalidArgument(
+            fmt::format("{}: BindAddress '{}' must be an IPv4 or IPv6 address (hvdrun does not look up local names)",
+                        e.where(), v));
+      }
+      out.bind_address = v;
+    } else if (kw == "connectionattempts") {
+      const std::string& v = need_arg(e);
+      const bool ok = !v.empty() && v.size() <= 4 && std::all_of(v.begin(), v.end(), [](char c) {
+        return std::isdigit(static_cast<unsigned char>(c));
+      });
+      if (!ok || std::stoi(v) < 1) {
+        throw InvalidArgument(
+            fmt::format("{}: ConnectionAttempts '{}' must be a number of attempts (1 or more)", e.where(), v));
+      }
+      out.connection_attempts = std::stoi(v);
     } else if (kw == "proxycommand") {
       need_arg(e);
       if (e.args.size() == 1 && lower(e.args[0]) == "none") return;  // a direct connection

@@ -2,6 +2,7 @@
 #include "hvd/common/error.h"
 #include "hvd/launcher/hosts/ssh_config.h"
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -453,7 +454,7 @@ TEST_CASE("ssh_config: unsupported keywords warn per applying key - cosmetic one
   auto cfg = parse(
       "Host certified\n"
       "  CertificateFile ~/.ssh/id_ed25519-cert.pub\n"
-      "  AddressFamily inet\n"
+      "  BindInterface eth1\n"
       "Host direct\n"
       "  CertificateFile none\n"
       "Host *\n"
@@ -469,7 +470,7 @@ TEST_CASE("ssh_config: unsupported keywords warn per applying key - cosmetic one
   HostConfig b = cfg.resolve("certified", tokens());
   REQUIRE(b.unsupported.size() == 2);
   CHECK_THAT(b.unsupported[0], Catch::StartsWith("/home/alice/.ssh/config:2: CertificateFile is not supported"));
-  CHECK_THAT(b.unsupported[1], Catch::StartsWith("/home/alice/.ssh/config:3: AddressFamily is not supported"));
+  CHECK_THAT(b.unsupported[1], Catch::StartsWith("/home/alice/.ssh/config:3: BindInterface is not supported"));
   CHECK(b.ignored.size() == 4);
   HostConfig d = cfg.resolve("direct", tokens());
   CHECK(d.unsupported.empty());  // "CertificateFile none" asks for nothing
@@ -536,6 +537,29 @@ TEST_CASE("ssh_config: ProxyJump resolves to hops, outermost first, and competes
   HostConfig d = cfg.resolve("other", tokens());
   REQUIRE(d.proxy_jump.size() == 1);
   CHECK(d.proxy_jump[0].host == "default-gate");
+}
+
+TEST_CASE("ssh_config: AddressFamily, BindAddress, ConnectionAttempts", "[ssh][config]") {
+  auto cfg = parse(
+      "Host v4\n  AddressFamily inet\n  BindAddress 10.0.0.5\n  ConnectionAttempts 4\n"
+      "Host v6\n  AddressFamily INET6\n  BindAddress fd00::5\n"
+      "Host *\n  AddressFamily any\n");
+  HostConfig a = cfg.resolve("v4", tokens());
+  CHECK(a.address_family == AF_INET);
+  CHECK(a.bind_address == "10.0.0.5");
+  CHECK(a.connection_attempts == 4);
+  CHECK(a.unsupported.empty());
+  HostConfig b = cfg.resolve("v6", tokens());
+  CHECK(b.address_family == AF_INET6);
+  CHECK(b.bind_address == "fd00::5");
+  CHECK_FALSE(b.connection_attempts.has_value());
+  CHECK(cfg.resolve("other", tokens()).address_family == AF_UNSPEC);
+  CHECK_THROWS_WITH(parse("Host x\n  AddressFamily ipx\n").resolve("x", tokens()),
+                    Catch::Contains("config:2: AddressFamily 'ipx' must be any, inet or inet6"));
+  CHECK_THROWS_WITH(parse("Host x\n  BindAddress eth0.example\n").resolve("x", tokens()),
+                    Catch::Contains("config:2: BindAddress 'eth0.example' must be an IPv4 or IPv6 address"));
+  CHECK_THROWS_WITH(parse("Host x\n  ConnectionAttempts 0\n").resolve("x", tokens()),
+                    Catch::Contains("config:2: ConnectionAttempts '0' must be a number of attempts"));
 }
 
 TEST_CASE("ssh_config: ProxyJump and ProxyCommand errors name file:line", "[ssh][config]") {

@@ -83,6 +83,13 @@ struct ConnectOptions {
   const std::atomic<bool>* cancel = nullptr;
   /// TCP_NODELAY on the connected socket (every user sends small requests).
   bool no_delay = true;
+  /// AF_UNSPEC (every address), or AF_INET / AF_INET6: only that family's
+  /// addresses are tried (ssh_config AddressFamily).
+  int family = AF_UNSPEC;
+  /// A local address literal to bind before connecting (ssh_config
+  /// BindAddress); empty: the kernel chooses. Addresses of the other family
+  /// are skipped; a bind that fails is that address's error.
+  std::string bind_address;
 };
 
 struct ConnectResult {

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 namespace hvd::launcher::ssh {
 
@@ -82,37 +83,61 @@ std::string describe_connect_errno(int err) {
 }
 
 UniqueFd connect_tcp(const std::string& host, int port, Deadline deadline, const std::atomic<bool>* cancel,
-                     std::string* peer_description, std::string* location, const std::string& name_in) {
+                     std::string* peer_description, std::string* location, const std::string& name_in,
+                     const TcpSettings& settings) {
   using Status = net::ConnectResult::Status;
   const std::string& name = name_in.empty() ? host : name_in;
-  const auto started = Clock::now();
   net::ConnectOptions options;
   options.cancel = cancel;
-  net::ConnectResult r = net::connect_tcp(host, static_cast<uint16_t>(port), deadline, options);
+  options.family = settings.family;
+  options.bind_address = settings.bind_address;
+  const int attempts = std::max(1, settings.attempts);
   const std::string via = host == name ? "" : fmt::format(" (HostName {})", host);
-  if (r.status == Status::ResolveFailed) {
-    throw LaunchError(name, fmt::format("{}: name does not resolve{} ({})", name, via, r.resolve_error));
-  }
-  if (r.address.empty()) {  // the name lookup itself did not finish
-    const std::string cause = r.status == Status::Cancelled
-                                  ? "cancelled"
-                                  : fmt::format("name lookup timed out after {}", seconds_text(Clock::now() - started));
-    throw LaunchError(name, fmt::format("{}: {}{}", name, cause, via));
-  }
-  // Messages start with "<name>: " (callers and users grep for the host);
-  // the address and port always follow, as in docs/ssh.md.
-  const std::string addr = r.address.host_port();
-  const std::string where = fmt::format(" ({})", addr);
-  auto msg = [&](const std::string& cause) { return fmt::format("{}: {}{}", name, cause, where); };
-  switch (r.status) {
-    case Status::Connected:
+  for (int attempt = 1;; ++attempt) {
+    const auto started = Clock::now();
+    Deadline attempt_deadline = deadline;
+    if (settings.per_attempt.count() > 0) {
+      const Deadline ct = Deadline::after(settings.per_attempt);
+      if (ct.at() < deadline.at()) attempt_deadline = ct;
+    }
+    net::ConnectResult r = net::connect_tcp(host, static_cast<uint16_t>(port), attempt_deadline, options);
+    if (r.status == Status::ResolveFailed) {
+      throw LaunchError(name, fmt::format("{}: name does not resolve{} ({})", name, via, r.resolve_error));
+    }
+    if (r.address.empty()) {  // the name lookup itself did not finish
+      const std::string cause = r.status == Status::Cancelled ? "cancelled"
+                                                              : fmt::format("name lookup timed out after {}",
+                                                                            seconds_text(Clock::now() - started));
+      throw LaunchError(name, fmt::format("{}: {}{}", name, cause, via));
+    }
+    // Messages start with "<name>: " (callers and users grep for the host);
+    // the address and port always follow, as in docs/ssh.md.
+    const std::string addr = r.address.host_port();
+    const std::string tries = attempt > 1 ? fmt::format("; {} attempts", attempt) : "";
+    auto msg = [&](const std::string& cause) { return fmt::format("{}: {} ({}{})", name, cause, addr, tries); };
+    if (r.status == Status::Connected) {
       if (peer_description != nullptr) *peer_description = fmt::format("{} ({})", name, addr);
-      if (location != nullptr) *location = where;
+      if (location != nullptr) *location = fmt::format(" ({})", addr);
       return std::move(r.fd);
-    case Status::Cancelled: throw LaunchError(name, msg("cancelled"));
-    case Status::TimedOut:
-      throw LaunchError(name, msg(fmt::format("connection timed out after {}", seconds_text(Clock::now() - started))));
-    default: throw LaunchError(name, msg(describe_connect_errno(r.error)));
+    }
+    if (r.status == Status::Cancelled) throw LaunchError(name, msg("cancelled"));
+    const std::string cause =
+        r.status == Status::TimedOut
+            ? fmt::format("connection timed out after {}", seconds_text(Clock::now() - started))
+            : (r.error == EAFNOSUPPORT && !settings.bind_address.empty()
+                   ? fmt::format("no address of the BindAddress {}'s family", settings.bind_address)
+                   : describe_connect_errno(r.error));
+    // ConnectionAttempts: again after a second (OpenSSH's rhythm), while
+    // the overall deadline allows.
+    if (attempt >= attempts || Clock::now() + std::chrono::seconds(1) >= deadline.at()) {
+      throw LaunchError(name, msg(cause));
+    }
+    spdlog::debug("{}: attempt {} of {}: {}; again in 1 s", name, attempt, attempts, msg(cause));
+    const auto resume = Clock::now() + std::chrono::seconds(1);
+    while (Clock::now() < resume) {
+      if (cancelled(cancel)) throw LaunchError(name, msg("cancelled"));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
   }
 }
 
@@ -169,13 +194,6 @@ std::unique_ptr<Session> Session::open(const SessionOptions& options, Deadline d
   ensure_libssh2_initialized();
   std::unique_ptr<Session> s(new Session(options, cancel));
   const std::string& target = options.hostname.empty() ? options.host : options.hostname;
-  // ssh_config ConnectTimeout bounds the connection and the handshake, as
-  // OpenSSH's does; the caller's deadline still holds.
-  Deadline connect_deadline = deadline;
-  if (options.connect_timeout.count() > 0) {
-    const Deadline ct = Deadline::after(options.connect_timeout);
-    if (ct.at() < deadline.at()) connect_deadline = ct;
-  }
   if (!options.proxy_command.empty()) {
     s->proxy_ = start_proxy_command(options.host, options.proxy_command, &s->fd_);
     s->peer_ = fmt::format("{} (through its ProxyCommand)", options.host);
@@ -198,11 +216,23 @@ std::unique_ptr<Session> Session::open(const SessionOptions& options, Deadline d
     s->peer_ = fmt::format("{} ({}:{} through {})", options.host, target, options.port, jo.host);
     s->location_ = fmt::format(" ({}:{} through {})", target, options.port, jo.host);
   } else {
-    s->fd_ = connect_tcp(target, options.port, connect_deadline, cancel, &s->peer_, &s->location_, options.host);
+    TcpSettings tcp;
+    tcp.family = options.address_family;
+    tcp.bind_address = options.bind_address;
+    tcp.attempts = options.connection_attempts;
+    tcp.per_attempt = options.connect_timeout;
+    s->fd_ = connect_tcp(target, options.port, deadline, cancel, &s->peer_, &s->location_, options.host, tcp);
     set_liveness_checks(s->fd_.get(), options.keepalive);
     spdlog::debug("{}: TCP connected", s->peer_);
   }
-  s->handshake(connect_deadline);
+  // ssh_config ConnectTimeout bounds each connection attempt and the
+  // handshake, as OpenSSH's does; the caller's deadline still holds.
+  Deadline handshake_deadline = deadline;
+  if (options.connect_timeout.count() > 0) {
+    const Deadline ct = Deadline::after(options.connect_timeout);
+    if (ct.at() < deadline.at()) handshake_deadline = ct;
+  }
+  s->handshake(handshake_deadline);
   HostKeyCheck check;
   check.host = options.host;
   check.known_name = options.host_key_alias.empty() ? target : options.host_key_alias;

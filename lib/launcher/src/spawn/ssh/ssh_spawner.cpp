@@ -225,6 +225,9 @@ class HostRunner {
     so.identity_agent = hc.identity_agent;
     so.host_key_alias = hc.host_key_alias.value_or("");
     so.connect_timeout = hc.connect_timeout.value_or(std::chrono::seconds(0));
+    so.address_family = hc.address_family.value_or(0);
+    so.bind_address = hc.bind_address.value_or("");
+    so.connection_attempts = hc.connection_attempts.value_or(1);
     so.home = options_.home;
     if (!options_.known_hosts_file.empty()) {
       so.known_hosts_files = {options_.known_hosts_file};

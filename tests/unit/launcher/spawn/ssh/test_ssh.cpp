@@ -167,6 +167,72 @@ TEST_CASE("ssh: connect_tcp succeeds against a listener", "[ssh]") {
   CHECK(peer.find(std::to_string(l.port())) != std::string::npos);
 }
 
+TEST_CASE("ssh: connect_tcp: ConnectionAttempts tries again a second later", "[ssh]") {
+  // Bound but not listening: refused, until the listen() 1.3 s later.
+  hvd::UniqueFd srv(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(srv.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(srv.get(), reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.sin_port);
+  ssh::TcpSettings one;
+  CHECK_THROWS_WITH(
+      ssh::connect_tcp("127.0.0.1", port, Deadline::after(milliseconds(5000)), nullptr, nullptr, nullptr, "", one),
+      fmt::format("127.0.0.1: connection refused (127.0.0.1:{})", port));
+  ssh::TcpSettings two;
+  two.attempts = 2;
+  auto t0 = Clock::now();
+  CHECK_THROWS_WITH(
+      ssh::connect_tcp("127.0.0.1", port, Deadline::after(milliseconds(5000)), nullptr, nullptr, nullptr, "", two),
+      fmt::format("127.0.0.1: connection refused (127.0.0.1:{}; 2 attempts)", port));
+  CHECK(Clock::now() - t0 >= milliseconds(950));  // one second apart
+  std::thread later([&] {
+    std::this_thread::sleep_for(milliseconds(1300));
+    ::listen(srv.get(), 4);
+  });
+  ssh::TcpSettings three;
+  three.attempts = 3;
+  hvd::UniqueFd fd;
+  CHECK_NOTHROW(fd = ssh::connect_tcp("127.0.0.1", port, Deadline::after(milliseconds(10000)), nullptr, nullptr,
+                                      nullptr, "", three));
+  CHECK(fd);
+  later.join();
+}
+
+TEST_CASE("ssh: connect_tcp: AddressFamily and BindAddress", "[ssh]") {
+  std::string seen_peer;
+  Listener l([&](int c) {
+    sockaddr_in peer{};
+    socklen_t len = sizeof peer;
+    ::getpeername(c, reinterpret_cast<sockaddr*>(&peer), &len);
+    char buf[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &peer.sin_addr, buf, sizeof buf);
+    seen_peer = buf;
+  });
+  ssh::TcpSettings v6;
+  v6.family = AF_INET6;  // an IPv4 literal has no IPv6 address
+  CHECK_THROWS_WITH(
+      ssh::connect_tcp("127.0.0.1", l.port(), Deadline::after(milliseconds(2000)), nullptr, nullptr, nullptr, "", v6),
+      Catch::StartsWith("127.0.0.1: name does not resolve"));
+  ssh::TcpSettings bound;
+  bound.family = AF_INET;
+  bound.bind_address = "127.0.0.2";  // all of 127/8 is local on Linux
+  hvd::UniqueFd fd = ssh::connect_tcp("127.0.0.1", l.port(), Deadline::after(milliseconds(2000)), nullptr, nullptr,
+                                      nullptr, "", bound);
+  CHECK(fd);
+  fd.reset();
+  for (int i = 0; i < 100 && seen_peer.empty(); ++i) std::this_thread::sleep_for(milliseconds(10));
+  CHECK(seen_peer == "127.0.0.2");
+  // A bind address of the other family: no address can be tried.
+  ssh::TcpSettings other;
+  other.bind_address = "::1";
+  CHECK_THROWS_WITH(
+      ssh::connect_tcp("127.0.0.1", 9, Deadline::after(milliseconds(2000)), nullptr, nullptr, nullptr, "", other),
+      "127.0.0.1: no address of the BindAddress ::1's family (127.0.0.1:9)");
+}
+
 TEST_CASE("ssh: Session: a server that speaks garbage fails the handshake quickly", "[ssh]") {
   Listener l([](int c) {
     const char junk[] = "HTTP/1.1 400 Bad Request\r\n\r\n";

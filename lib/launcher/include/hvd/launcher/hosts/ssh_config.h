@@ -3,8 +3,8 @@
 /// hvdrun connects to a host: `Host` blocks, `Include`, `HostName`, `Port`,
 /// `User`, `IdentityFile`, `IdentitiesOnly`, `IdentityAgent`,
 /// `StrictHostKeyChecking`, `UserKnownHostsFile`, `HostKeyAlias`,
-/// `ConnectTimeout`, `ProxyJump` and `ProxyCommand` (docs/ssh.md has the
-/// full story).
+/// `ConnectTimeout`, `ConnectionAttempts`, `AddressFamily`, `BindAddress`,
+/// `ProxyJump` and `ProxyCommand` (docs/ssh.md has the full story).
 ///
 /// OpenSSH's rules are kept:
 ///  * files are read in order (~/.ssh/config, then /etc/ssh/ssh_config) and,
@@ -159,6 +159,13 @@ struct HostConfig {
   /// ConnectTimeout: bounds the TCP connection and the SSH handshake (0: no
   /// bound of its own); --start-timeout bounds them in any case.
   std::optional<std::chrono::seconds> connect_timeout;
+  /// AddressFamily: AF_UNSPEC (any), AF_INET or AF_INET6.
+  std::optional<int> address_family;
+  /// BindAddress: the local address literal connections start from.
+  std::optional<std::string> bind_address;
+  /// ConnectionAttempts: TCP connection tries, one second apart (OpenSSH's
+  /// rhythm), within --start-timeout.
+  std::optional<int> connection_attempts;
   std::string connect_timeout_where;  // "file:line" (the spawner logs it under --verbose)
   std::optional<HostKeyPolicy> host_key_policy;
   std::string host_key_policy_where;  // "file:line" of the StrictHostKeyChecking that won

@@ -54,9 +54,18 @@ std::string describe_connect_errno(int err);
 /// `host`) is how the user wrote the host (an ssh_config alias whose HostName
 /// is `host`). `cancel`, when set and true, aborts early (another host
 /// already failed, or hvdrun is stopping).
+/// ssh_config's say in connect_tcp: the address family, a local address to
+/// start from, and how many attempts (one second apart, each bounded by
+/// `per_attempt` when set) before the last failure is thrown.
+struct TcpSettings {
+  int family = 0;  // AF_UNSPEC
+  std::string bind_address;
+  int attempts = 1;
+  std::chrono::seconds per_attempt{0};
+};
 UniqueFd connect_tcp(const std::string& host, int port, Deadline deadline, const std::atomic<bool>* cancel = nullptr,
                      std::string* peer_description = nullptr, std::string* location = nullptr,
-                     const std::string& name = "");
+                     const std::string& name = "", const TcpSettings& settings = {});
 
 /// Makes the kernel notice a dead peer: TCP keepalive probes after
 /// `interval` of silence, every `interval`, three unanswered -> the socket
@@ -85,6 +94,14 @@ struct SessionOptions {
   /// ssh_config ConnectTimeout (0: none): the TCP connection and the SSH
   /// handshake end by then, or by open()'s deadline if that comes first.
   std::chrono::seconds connect_timeout{0};
+  /// ssh_config AddressFamily (AF_UNSPEC, AF_INET, AF_INET6) and BindAddress
+  /// ("" : the kernel's choice).
+  int address_family = 0;
+  std::string bind_address;
+  /// ssh_config ConnectionAttempts: a failed TCP connection (refused,
+  /// unreachable, ConnectTimeout) is tried again after a second, this many
+  /// times in all, within open()'s deadline.
+  int connection_attempts = 1;
   std::vector<std::string> identity_files;
   bool identities_only = false;
   std::string home;  // for ~/.ssh defaults and messages
