@@ -135,22 +135,22 @@ ConnectResult connect_tcp(const std::string& host, uint16_t port, Deadline deadl
     return out;
   }
   std::vector<Address> local;
-  if (!options.bind_address.empty()) {
+  for (const std::string& b : options.bind_addresses) {
     ResolveOptions lo;
     lo.numeric_only = true;
     lo.passive = true;
-    local = resolve(options.bind_address, 0, deadline, lo).addresses;
-    if (local.empty()) {
-      out.status = ConnectResult::Status::Failed;
-      out.error = EADDRNOTAVAIL;
-      return out;
-    }
+    for (Address& l : resolve(b, 0, deadline, lo).addresses) local.push_back(std::move(l));
+  }
+  if (!options.bind_addresses.empty() && local.empty()) {
+    out.status = ConnectResult::Status::Failed;
+    out.error = EADDRNOTAVAIL;
+    return out;
   }
   for (const Address& a : resolved.addresses) {
     out.address = a;
     const Address* bind_to = nullptr;
     for (const Address& l : local) {
-      if (l.family() == a.family()) bind_to = &l;
+      if (bind_to == nullptr && l.family() == a.family()) bind_to = &l;
     }
     if (!local.empty() && bind_to == nullptr) {
       out.error = EAFNOSUPPORT;  // the bind address is of the other family

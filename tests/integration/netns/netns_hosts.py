@@ -113,6 +113,7 @@ def cleanup_pid(pid):
         if re.fullmatch(rf"hvdt{pid}[a-z]", name):
             _kill_namespace(name)
     run("ip", "link", "del", f"hvdb{pid}", check=False)
+    run("ip", "link", "del", f"hvdd{pid}", check=False)  # add_dummy's veth pair (an extra local address)
 
 
 def cleanup_stale():
@@ -123,7 +124,7 @@ def cleanup_stale():
         if m:
             seen.add(int(m.group(1)))
     for line in run("ip", "-o", "link", "show", check=False).stdout.splitlines():
-        m = re.search(r"\bhvdb(\d+)\b", line)
+        m = re.search(r"\bhvd[bd](\d+)\b", line)
         if m:
             seen.add(int(m.group(1)))
     for pid in seen:
@@ -158,6 +159,8 @@ class NetnsHosts:
         self._set_subnet(1 + self.pid % 250)
         self.namespaces = [f"hvdt{self.pid}{chr(ord('a') + i)}" for i in range(count)]
         self.bridge = f"hvdb{self.pid}"
+        self.dummy = f"hvdd{self.pid}"  # add_dummy(): one end of a veth pair
+        self.dummy_made = False
         self.tmp = None
         self.sshd = []  # Popen per namespace
         self._up = False
@@ -338,6 +341,20 @@ class NetnsHosts:
                                  root, cfg, log, name, hosts],
                                 stdin=subprocess.DEVNULL)
 
+    def add_dummy(self, address):
+        """An extra interface in this (the root) namespace holding `address`
+        (/32), removed at teardown (and by cleanup_stale after a SIGKILL):
+        a local address that is not the bridge's. The hosts route to it
+        through the bridge's gateway address. A veth pair with both ends
+        here (not every kernel has the dummy driver)."""
+        run("ip", "link", "add", self.dummy, "type", "veth", "peer", "name", f"hvde{self.pid}")
+        self.dummy_made = True
+        run("ip", "addr", "add", f"{address}/32", "dev", self.dummy)
+        run("ip", "link", "set", self.dummy, "up")
+        run("ip", "link", "set", f"hvde{self.pid}", "up")
+        for ns in self.namespaces:
+            run("ip", "netns", "exec", ns, "ip", "route", "add", f"{address}/32", "via", self.gateway)
+
     def hostname(self, i):
         """Host i's own host name (own_hostnames=True or hostnames=...)."""
         if self.hostnames:
@@ -434,6 +451,8 @@ class NetnsHosts:
         for ns in self.namespaces:
             _kill_namespace(ns)
         run("ip", "link", "del", self.bridge, check=False)
+        if self.dummy_made:
+            run("ip", "link", "del", self.dummy, check=False)
         if self.tmp and os.environ.get("HVD_NETNS_KEEP_TMP") != "1":
             shutil.rmtree(self.tmp, ignore_errors=True)
 

@@ -9,7 +9,7 @@ Cases:
   config_alias      ~/.ssh/config Host patterns map aliases to netns
                     addresses with HostName, Port, User, IdentityFile; a Match
                     block hvdrun cannot evaluate (localnetwork) warns once
-                    with file:line and is skipped; BindInterface and
+                    with file:line and is skipped; Tunnel and
                     CertificateFile warn once per config line; ForwardX11 is
                     listed under --verbose only; a bad Port fails with
                     file:line.
@@ -35,6 +35,10 @@ Cases:
                     as docs/ssh.md shows; ssh_config ConnectTimeout ends the
                     attempt after its time, well before --start-timeout;
                     ConnectionAttempts 2 tries again a second later.
+  bind_source       BindAddress (a second address of the bridge) and
+                    BindInterface (a dummy interface's address): each sshd
+                    logs the login from that address; BindAddress wins; a
+                    missing interface fails with file:line.
 
 Without root or `ip netns` every case prints "SKIPPED: needs root and ip
 netns" and exits 77.
@@ -113,7 +117,7 @@ def case_config_alias(hosts):
         "    HostName {a}\n"
         "Host worker-1\n"
         "    HostName {b}\n"
-        "    BindInterface eth0\n"
+        "    Tunnel yes\n"
         "Match localnetwork 10.0.0.0/8\n"
         "    Port 1\n"
         "Host *\n"
@@ -131,14 +135,14 @@ def case_config_alias(hosts):
         check(f"[{h}]:2222 ssh-ed25519 " in known, f"[{h}]:2222 not recorded", known)
     check("worker-" not in known, "the alias was recorded instead of the HostName", known)
     # One warning for the Match block hvdrun cannot evaluate (localnetwork),
-    # naming file:line, its block skipped (Port 1 would fail); one for BindInterface
+    # naming file:line, its block skipped (Port 1 would fail); one for Tunnel
     # (it applies to worker-1 only); the cosmetic ForwardX11 only under --verbose.
     match = [l for l in p.stderr.splitlines() if "Match" in l and "not supported" in l]
     check(len(match) == 1 and "~/.ssh/config:13:" in match[0] and "skipped" in match[0],
           "want one Match warning naming ~/.ssh/config:13", p.stderr)
-    iface = [l for l in p.stderr.splitlines() if "BindInterface" in l]
-    check(len(iface) == 1 and "not supported" in iface[0] and "~/.ssh/config:12:" in iface[0]
-          and "worker-1" in iface[0], "want one BindInterface warning", p.stderr)
+    tunnel = [l for l in p.stderr.splitlines() if "Tunnel" in l]
+    check(len(tunnel) == 1 and "not supported" in tunnel[0] and "~/.ssh/config:12:" in tunnel[0]
+          and "worker-1" in tunnel[0], "want one Tunnel warning", p.stderr)
     # CertificateFile applies to both hosts: still one line.
     cert = [l for l in p.stderr.splitlines() if "CertificateFile" in l]
     check(len(cert) == 1 and "~/.ssh/config:7:" in cert[0], "want one CertificateFile warning for two hosts",
@@ -451,6 +455,34 @@ def case_unreachable_address(hosts):
           errs4[0])
     check(1.0 < took < 5.5, f"node4: took {took:.1f} s for 2 attempts (at most 1 s each), 1 s apart")
     print(f"unreachable_address: ok: {errs[0]}")
+
+
+def case_bind_source(hosts):
+    """ssh_config BindAddress and BindInterface: each host's sshd sees the
+    connection come from the configured local address; a BindInterface
+    that does not exist fails with one line naming file:line (exit 3)."""
+    a, b = hosts.addrs
+    bound, iface_addr = f"{hosts.subnet}.250", f"{hosts.subnet}.251"
+    run_ip = netns_hosts.run
+    run_ip("ip", "addr", "add", f"{bound}/24", "dev", hosts.bridge)  # a second address of the bridge
+    hosts.add_dummy(iface_addr)
+    write_config(hosts, (
+        f"Host node-a\n    HostName {a}\n    BindAddress {bound}\n    BindInterface {hosts.dummy}\n"
+        f"Host node-b\n    HostName {b}\n    BindInterface {hosts.dummy}\n"
+        f"Host node-bad\n    HostName {a}\n    BindInterface hvdnosuch0\n"))
+    p, took = run_hvdrun(hosts, ["-i", hosts.key, "-np", "2", "-H", "node-a:1,node-b:1", "true"])
+    check(p.returncode == 0, f"exited {p.returncode}", p.stderr)
+    logins = lambda i, addr: re.search(rf"Accepted publickey for root from {re.escape(addr)} port", hosts.sshd_log(i))
+    check(logins(0, bound), f"node-a: the login did not come from the BindAddress {bound} (it wins over "
+          "BindInterface)", hosts.sshd_log(0))
+    check(logins(1, iface_addr), f"node-b: the login did not come from {hosts.dummy}'s {iface_addr}",
+          hosts.sshd_log(1))
+    p, _ = run_hvdrun(hosts, ["-i", hosts.key, "-np", "1", "-H", "node-bad:1", "true"])
+    errs = error_lines(p.stderr)
+    check(p.returncode == 3 and len(errs) == 1, f"node-bad: exited {p.returncode}, want 3 and one error", p.stderr)
+    check(re.match(r"^hvdrun: error: node-bad: ~/\.ssh/config:10: BindInterface hvdnosuch0: no such interface",
+                   errs[0]), "node-bad: the line does not name file:line and the interface", errs[0])
+    print(f"bind_source: ok ({took:.1f} s)")
 
 
 CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}

@@ -48,7 +48,6 @@ const std::map<std::string, const char*>& unsupported_keywords() {
   static const std::map<std::string, const char*> table = {
       {"proxyusefdpass", "a ProxyCommand's stdin and stdout carry the connection"},
       {"certificatefile", "no certificate authentication"},
-      {"bindinterface", "the kernel chooses the source address"},
       {"ciphers", "libssh2's defaults are used"},
       {"kexalgorithms", "libssh2's defaults are used"},
       {"macs", "libssh2's defaults are used"},
@@ -181,6 +180,7 @@ bool is_implemented(const std::string& kw) {
                                              "proxyjump",
                                              "addressfamily",
                                              "bindaddress",
+                                             "bindinterface",
                                              "connectionattempts",
                                              "proxycommand",
                                              "stricthostkeychecking",
@@ -878,6 +878,9 @@ HostConfig SshConfig::resolve_impl(const std::string& alias, const TokenValues& 
                         e.where(), v));
       }
       out.bind_address = v;
+    } else if (kw == "bindinterface") {
+      out.bind_interface = need_arg(e);
+      out.bind_interface_where = e.where();
     } else if (kw == "connectionattempts") {
       const std::string& v = need_arg(e);
       const bool ok = !v.empty() && v.size() <= 4 && std::all_of(v.begin(), v.end(), [](char c) {

@@ -454,7 +454,7 @@ TEST_CASE("ssh_config: unsupported keywords warn per applying key - cosmetic one
   auto cfg = parse(
       "Host certified\n"
       "  CertificateFile ~/.ssh/id_ed25519-cert.pub\n"
-      "  BindInterface eth1\n"
+      "  Tunnel yes\n"
       "Host direct\n"
       "  CertificateFile none\n"
       "Host *\n"
@@ -470,7 +470,7 @@ TEST_CASE("ssh_config: unsupported keywords warn per applying key - cosmetic one
   HostConfig b = cfg.resolve("certified", tokens());
   REQUIRE(b.unsupported.size() == 2);
   CHECK_THAT(b.unsupported[0], Catch::StartsWith("/home/alice/.ssh/config:2: CertificateFile is not supported"));
-  CHECK_THAT(b.unsupported[1], Catch::StartsWith("/home/alice/.ssh/config:3: BindInterface is not supported"));
+  CHECK_THAT(b.unsupported[1], Catch::StartsWith("/home/alice/.ssh/config:3: Tunnel is not supported"));
   CHECK(b.ignored.size() == 4);
   HostConfig d = cfg.resolve("direct", tokens());
   CHECK(d.unsupported.empty());  // "CertificateFile none" asks for nothing
@@ -542,7 +542,8 @@ TEST_CASE("ssh_config: ProxyJump resolves to hops, outermost first, and competes
 TEST_CASE("ssh_config: AddressFamily, BindAddress, ConnectionAttempts", "[ssh][config]") {
   auto cfg = parse(
       "Host v4\n  AddressFamily inet\n  BindAddress 10.0.0.5\n  ConnectionAttempts 4\n"
-      "Host v6\n  AddressFamily INET6\n  BindAddress fd00::5\n"
+      "Host v6\n  AddressFamily INET6\n  BindAddress fd00::5\n  BindInterface eth7\n"
+      "Host if\n  BindInterface eth7\n"
       "Host *\n  AddressFamily any\n");
   HostConfig a = cfg.resolve("v4", tokens());
   CHECK(a.address_family == AF_INET);
@@ -553,6 +554,9 @@ TEST_CASE("ssh_config: AddressFamily, BindAddress, ConnectionAttempts", "[ssh][c
   CHECK(b.address_family == AF_INET6);
   CHECK(b.bind_address == "fd00::5");
   CHECK_FALSE(b.connection_attempts.has_value());
+  CHECK(b.bind_interface == "eth7");  // read; BindAddress wins in the spawner, as in OpenSSH
+  HostConfig i = cfg.resolve("if", tokens());
+  CHECK((i.bind_interface == "eth7" && !i.bind_address && i.bind_interface_where == "/home/alice/.ssh/config:10"));
   CHECK(cfg.resolve("other", tokens()).address_family == AF_UNSPEC);
   CHECK_THROWS_WITH(parse("Host x\n  AddressFamily ipx\n").resolve("x", tokens()),
                     Catch::Contains("config:2: AddressFamily 'ipx' must be any, inet or inet6"));

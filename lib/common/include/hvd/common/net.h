@@ -86,10 +86,12 @@ struct ConnectOptions {
   /// AF_UNSPEC (every address), or AF_INET / AF_INET6: only that family's
   /// addresses are tried (ssh_config AddressFamily).
   int family = AF_UNSPEC;
-  /// A local address literal to bind before connecting (ssh_config
-  /// BindAddress); empty: the kernel chooses. Addresses of the other family
-  /// are skipped; a bind that fails is that address's error.
-  std::string bind_address;
+  /// Local address literals to bind before connecting (ssh_config
+  /// BindAddress, or BindInterface's addresses); each peer address uses the
+  /// first of its family, and is skipped when there is none (error
+  /// EAFNOSUPPORT); empty: the kernel chooses. A bind that fails is that
+  /// address's error.
+  std::vector<std::string> bind_addresses;
 };
 
 struct ConnectResult {

@@ -90,7 +90,7 @@ UniqueFd connect_tcp(const std::string& host, int port, Deadline deadline, const
   net::ConnectOptions options;
   options.cancel = cancel;
   options.family = settings.family;
-  options.bind_address = settings.bind_address;
+  options.bind_addresses = settings.bind_addresses;
   const int attempts = std::max(1, settings.attempts);
   const std::string via = host == name ? "" : fmt::format(" (HostName {})", host);
   for (int attempt = 1;; ++attempt) {
@@ -121,12 +121,11 @@ UniqueFd connect_tcp(const std::string& host, int port, Deadline deadline, const
       return std::move(r.fd);
     }
     if (r.status == Status::Cancelled) throw LaunchError(name, msg("cancelled"));
-    const std::string cause =
-        r.status == Status::TimedOut
-            ? fmt::format("connection timed out after {}", seconds_text(Clock::now() - started))
-            : (r.error == EAFNOSUPPORT && !settings.bind_address.empty()
-                   ? fmt::format("no address of the BindAddress {}'s family", settings.bind_address)
-                   : describe_connect_errno(r.error));
+    const std::string cause = r.status == Status::TimedOut
+                                  ? fmt::format("connection timed out after {}", seconds_text(Clock::now() - started))
+                                  : (r.error == EAFNOSUPPORT && !settings.bind_addresses.empty()
+                                         ? fmt::format("no address of the same family as the {}", settings.bind_source)
+                                         : describe_connect_errno(r.error));
     // ConnectionAttempts: again after a second (OpenSSH's rhythm), while
     // the overall deadline allows.
     if (attempt >= attempts || Clock::now() + std::chrono::seconds(1) >= deadline.at()) {
@@ -218,7 +217,8 @@ std::unique_ptr<Session> Session::open(const SessionOptions& options, Deadline d
   } else {
     TcpSettings tcp;
     tcp.family = options.address_family;
-    tcp.bind_address = options.bind_address;
+    tcp.bind_addresses = options.bind_addresses;
+    tcp.bind_source = options.bind_source;
     tcp.attempts = options.connection_attempts;
     tcp.per_attempt = options.connect_timeout;
     s->fd_ = connect_tcp(target, options.port, deadline, cancel, &s->peer_, &s->location_, options.host, tcp);

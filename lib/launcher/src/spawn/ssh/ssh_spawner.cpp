@@ -8,6 +8,7 @@
 #include "hvd/launcher/spawn/ssh/ssh_spawner.h"
 
 #include "hvd/common/error.h"
+#include "hvd/launcher/hosts/network.h"
 #include "hvd/launcher/spawn/agent.h"
 #include "hvd/launcher/spawn/agent_client.h"
 #include "hvd/launcher/spawn/local_spawner.h"
@@ -226,7 +227,30 @@ class HostRunner {
     so.host_key_alias = hc.host_key_alias.value_or("");
     so.connect_timeout = hc.connect_timeout.value_or(std::chrono::seconds(0));
     so.address_family = hc.address_family.value_or(0);
-    so.bind_address = hc.bind_address.value_or("");
+    if (hc.bind_address) {
+      so.bind_addresses = {*hc.bind_address};
+      so.bind_source = "BindAddress " + *hc.bind_address;
+    } else if (hc.bind_interface) {
+      // As OpenSSH: the interface's addresses (IPv4 first, then routable
+      // IPv6), each connection starting from the one of its family.
+      std::vector<std::string> v6;
+      for (const auto& a : local_interface_addresses()) {
+        if (a.interface != *hc.bind_interface) continue;
+        if (!a.ipv6) {
+          so.bind_addresses.push_back(a.address);
+        } else if (a.address.rfind("fe80", 0) != 0) {
+          v6.push_back(a.address);
+        }
+      }
+      so.bind_addresses.insert(so.bind_addresses.end(), v6.begin(), v6.end());
+      if (so.bind_addresses.empty()) {
+        throw LaunchError(
+            target, fmt::format("{}: {}: BindInterface {}: no such interface with an address on this "
+                                "machine (or it is down)",
+                                target, ssh::tilde_path(hc.bind_interface_where, options_.home), *hc.bind_interface));
+      }
+      so.bind_source = "BindInterface " + *hc.bind_interface;
+    }
     so.connection_attempts = hc.connection_attempts.value_or(1);
     so.home = options_.home;
     if (!options_.known_hosts_file.empty()) {

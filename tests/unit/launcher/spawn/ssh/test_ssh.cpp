@@ -218,7 +218,7 @@ TEST_CASE("ssh: connect_tcp: AddressFamily and BindAddress", "[ssh]") {
       Catch::StartsWith("127.0.0.1: name does not resolve"));
   ssh::TcpSettings bound;
   bound.family = AF_INET;
-  bound.bind_address = "127.0.0.2";  // all of 127/8 is local on Linux
+  bound.bind_addresses = {"::1", "127.0.0.2"};  // the one of the peer's family; all of 127/8 is local
   hvd::UniqueFd fd = ssh::connect_tcp("127.0.0.1", l.port(), Deadline::after(milliseconds(2000)), nullptr, nullptr,
                                       nullptr, "", bound);
   CHECK(fd);
@@ -227,10 +227,11 @@ TEST_CASE("ssh: connect_tcp: AddressFamily and BindAddress", "[ssh]") {
   CHECK(seen_peer == "127.0.0.2");
   // A bind address of the other family: no address can be tried.
   ssh::TcpSettings other;
-  other.bind_address = "::1";
+  other.bind_addresses = {"::1"};
+  other.bind_source = "BindAddress ::1";
   CHECK_THROWS_WITH(
       ssh::connect_tcp("127.0.0.1", 9, Deadline::after(milliseconds(2000)), nullptr, nullptr, nullptr, "", other),
-      "127.0.0.1: no address of the BindAddress ::1's family (127.0.0.1:9)");
+      "127.0.0.1: no address of the same family as the BindAddress ::1 (127.0.0.1:9)");
 }
 
 TEST_CASE("ssh: Session: a server that speaks garbage fails the handshake quickly", "[ssh]") {

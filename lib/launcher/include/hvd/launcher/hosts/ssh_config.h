@@ -4,6 +4,7 @@
 /// `User`, `IdentityFile`, `IdentitiesOnly`, `IdentityAgent`,
 /// `StrictHostKeyChecking`, `UserKnownHostsFile`, `HostKeyAlias`,
 /// `ConnectTimeout`, `ConnectionAttempts`, `AddressFamily`, `BindAddress`,
+/// `BindInterface`,
 /// `ProxyJump` and `ProxyCommand` (docs/ssh.md has the full story).
 ///
 /// OpenSSH's rules are kept:
@@ -163,6 +164,10 @@ struct HostConfig {
   std::optional<int> address_family;
   /// BindAddress: the local address literal connections start from.
   std::optional<std::string> bind_address;
+  /// BindInterface: connections start from this interface's address (when
+  /// no BindAddress is set).
+  std::optional<std::string> bind_interface;
+  std::string bind_interface_where;  // "file:line"
   /// ConnectionAttempts: TCP connection tries, one second apart (OpenSSH's
   /// rhythm), within --start-timeout.
   std::optional<int> connection_attempts;

@@ -59,7 +59,8 @@ std::string describe_connect_errno(int err);
 /// `per_attempt` when set) before the last failure is thrown.
 struct TcpSettings {
   int family = 0;  // AF_UNSPEC
-  std::string bind_address;
+  std::vector<std::string> bind_addresses;
+  std::string bind_source;  // for messages: "BindAddress ::1", "BindInterface eth1"
   int attempts = 1;
   std::chrono::seconds per_attempt{0};
 };
@@ -94,10 +95,12 @@ struct SessionOptions {
   /// ssh_config ConnectTimeout (0: none): the TCP connection and the SSH
   /// handshake end by then, or by open()'s deadline if that comes first.
   std::chrono::seconds connect_timeout{0};
-  /// ssh_config AddressFamily (AF_UNSPEC, AF_INET, AF_INET6) and BindAddress
-  /// ("" : the kernel's choice).
+  /// ssh_config AddressFamily (AF_UNSPEC, AF_INET, AF_INET6), and the
+  /// local addresses of BindAddress or BindInterface (empty: the kernel's
+  /// choice; bind_source names the keyword for messages).
   int address_family = 0;
-  std::string bind_address;
+  std::vector<std::string> bind_addresses;
+  std::string bind_source;
   /// ssh_config ConnectionAttempts: a failed TCP connection (refused,
   /// unreachable, ConnectTimeout) is tried again after a second, this many
   /// times in all, within open()'s deadline.
