@@ -19,6 +19,10 @@ Cases:
                     address connect; `ProxyJump none` in an earlier block
                     beats a later ProxyJump (direct: fails); Ctrl-C stops
                     every worker on every host (no leftovers).
+  proxy_jump_elastic
+                    elastic mode over aliases behind the jump host: a job on
+                    both; a long one drops worker-c when the discovery
+                    script stops listing it, worker-b goes on; Ctrl-C.
   proxy_jump_chain  ProxyJump a,b to reach c (b reaches c, a does not): c's
                     sshd saw b connect, b's saw a; user@host:port forms.
   proxy_jump_errors the jump host refusing the port, a worker address the jump
@@ -192,6 +196,62 @@ def case_proxy_jump(hosts):
     left = hosts.wait_no_leftovers(5)
     check(not left, "processes left on the hosts after Ctrl-C", left)
     print(f"proxy_jump: ok (job {took:.1f} s, direct attempt {took2:.1f} s, Ctrl-C stopped in {stop:.1f} s)")
+
+
+def case_proxy_jump_elastic(hosts):
+    """Elastic mode through the jump host: a discovery script lists the
+    aliases behind it; the job forms on both and ends; then the script
+    drops one: the other goes on alone (a new world), no leftovers."""
+    setup_topology(hosts)
+    key = install_key(hosts)
+    a = hosts.addrs[0]
+    write_config(hosts, (
+        "Host worker-b\n"
+        f"    HostName {inner(hosts, 1)}\n"
+        "Host worker-c\n"
+        f"    HostName {inner(hosts, 2)}\n"
+        "Host worker-*\n"
+        f"    ProxyJump {a}\n") + common_config(hosts, key))
+    listing = os.path.join(hosts.tmp, "hosts.txt")
+    with open(listing, "w") as f:
+        f.write("worker-b:1\nworker-c:1\n")
+    script = os.path.join(hosts.tmp, "discover.sh")
+    with open(script, "w") as f:
+        f.write(f"#!/bin/sh\ncat {listing}\n")
+    os.chmod(script, 0o755)
+    p, took = run_hvdrun(hosts, ["-np", "2", "--min-np", "1", "--max-np", "2", "--host-discovery-script", script,
+                                 "python3", "-c", WORKER])
+    check(p.returncode == 0, f"elastic: exited {p.returncode}", p.stdout, p.stderr)
+    check(f"on {inner(hosts, 1)}/32" in p.stdout and f"on {inner(hosts, 2)}/32" in p.stdout,
+          "elastic: the ranks did not run on both workers behind the jump host", p.stdout, p.stderr)
+    # A long job; worker-c leaves the listing: hvdrun drops it and goes on.
+    proc = subprocess.Popen([ARGS.hvdrun, "--verbose", "-np", "2", "--min-np", "1", "--max-np", "2",
+                             "--host-discovery-script", script, "sleep", "302"],
+                            env=env_for(hosts), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len([1 for _, _, c in hosts.leftovers() if c == "sleep 302"]) < 2:
+            time.sleep(0.1)
+        check(len([1 for _, _, c in hosts.leftovers() if c == "sleep 302"]) == 2, "elastic: the workers did not start")
+        with open(listing, "w") as f:
+            f.write("worker-b:1\n")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and [1 for ns, _, c in hosts.leftovers()
+                                               if c == "sleep 302" and ns == hosts.namespaces[2]]:
+            time.sleep(0.1)
+        gone = not [1 for ns, _, c in hosts.leftovers() if c == "sleep 302" and ns == hosts.namespaces[2]]
+        alive = [1 for ns, _, c in hosts.leftovers() if c == "sleep 302" and ns == hosts.namespaces[1]]
+        check(gone and alive, "elastic: worker-c was not dropped while worker-b went on", hosts.leftovers())
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    check(proc.returncode == 130, f"elastic: Ctrl-C exited {proc.returncode}, want 130", err)
+    check(not hosts.wait_no_leftovers(5), "elastic: processes left on the hosts", hosts.leftovers())
+    print(f"proxy_jump_elastic: ok ({took:.1f} s)")
 
 
 def case_proxy_jump_chain(hosts):
