@@ -127,6 +127,22 @@ def local_proxies(marker):
     return out
 
 
+def start_sleepers(hosts, args, seconds):
+    """hvdrun ARGS sleep SECONDS in the background, once both workers'
+    `sleep` runs (20 s at most; killed and a Failure otherwise)."""
+    proc = subprocess.Popen([ARGS.hvdrun, *args, "sleep", seconds], env=env_for(hosts), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    running = lambda: len([1 for _, _, c in hosts.leftovers() if c == f"sleep {seconds}"])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and running() < 2:
+        time.sleep(0.1)
+    if running() != 2:
+        proc.kill()
+        proc.communicate()
+        check(False, "the workers did not start", hosts.leftovers())
+    return proc
+
+
 def common_config(hosts, key):
     return ("Host *\n"
             f"    IdentityFile {key}\n"
@@ -180,14 +196,7 @@ def case_proxy_jump(hosts):
           p2.stderr)
     # Ctrl-C while the workers run: every worker stops, on every host; no
     # relay is left.
-    proc = subprocess.Popen([ARGS.hvdrun, "-np", "2", "-H", "worker-b:1,worker-c:1", "sleep", "300"],
-                            env=env_for(hosts), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and len([1 for _, _, c in hosts.leftovers() if c == "sleep 300"]) < 2:
-        time.sleep(0.1)
-    check(len([1 for _, _, c in hosts.leftovers() if c == "sleep 300"]) == 2, "the workers did not start",
-          hosts.leftovers())
+    proc = start_sleepers(hosts, ["-np", "2", "-H", "worker-b:1,worker-c:1"], "300")
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=20)
@@ -225,22 +234,13 @@ def case_proxy_jump_elastic(hosts):
     check(f"on {inner(hosts, 1)}/32" in p.stdout and f"on {inner(hosts, 2)}/32" in p.stdout,
           "elastic: the ranks did not run on both workers behind the jump host", p.stdout, p.stderr)
     # A long job; worker-c leaves the listing: hvdrun drops it and goes on.
-    proc = subprocess.Popen([ARGS.hvdrun, "--verbose", "-np", "2", "--min-np", "1", "--max-np", "2",
-                             "--host-discovery-script", script, "sleep", "302"],
-                            env=env_for(hosts), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)
+    proc = start_sleepers(hosts, ["--verbose", "-np", "2", "--min-np", "1", "--max-np", "2",
+                                  "--host-discovery-script", script], "302")
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and len([1 for _, _, c in hosts.leftovers() if c == "sleep 302"]) < 2:
-            time.sleep(0.1)
-        check(len([1 for _, _, c in hosts.leftovers() if c == "sleep 302"]) == 2, "elastic: the workers did not start")
         with open(listing, "w") as f:
             f.write("worker-b:1\n")
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and [1 for ns, _, c in hosts.leftovers()
-                                               if c == "sleep 302" and ns == hosts.namespaces[2]]:
-            time.sleep(0.1)
-        gone = not [1 for ns, _, c in hosts.leftovers() if c == "sleep 302" and ns == hosts.namespaces[2]]
+        on_c = lambda: [1 for ns, _, c in hosts.leftovers() if c == "sleep 302" and ns == hosts.namespaces[2]]
+        gone = not netns_hosts.wait_until_empty(on_c, 20)
         alive = [1 for ns, _, c in hosts.leftovers() if c == "sleep 302" and ns == hosts.namespaces[1]]
         check(gone and alive, "elastic: worker-c was not dropped while worker-b went on", hosts.leftovers())
         proc.send_signal(signal.SIGINT)
@@ -368,14 +368,8 @@ def case_proxy_jump_volume_and_loss(hosts):
         want = [f"[{rank}]<stdout>:{rank}-{i}-" + "x" * 48 for i in range(1, n + 1)]
         check(got == want, f"volume: rank {rank}: {len(got)} lines, want {n} in order")
     # The jump host's sessions die mid-job.
-    proc = subprocess.Popen([ARGS.hvdrun, "-np", "2", "-H", "worker-b:1,worker-c:1", "sleep", "301"],
-                            env=env_for(hosts), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)
+    proc = start_sleepers(hosts, ["-np", "2", "-H", "worker-b:1,worker-c:1"], "301")
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and len([1 for _, _, c in hosts.leftovers() if c == "sleep 301"]) < 2:
-            time.sleep(0.1)
-        check(len([1 for _, _, c in hosts.leftovers() if c == "sleep 301"]) == 2, "the workers did not start")
         sessions = [pid for pid in netns_hosts.ns_pids(hosts.namespaces[0])
                     if netns_hosts.proc_cmdline(pid).startswith("sshd: root")]
         check(sessions, "no sshd session on the jump host")
@@ -433,7 +427,7 @@ def case_proxy_command(hosts):
     errs = error_lines(p.stderr)
     check(p.returncode == 3 and len(errs) == 1, f"failing: exited {p.returncode}, want 3 and one error", p.stderr)
     check("the bastion is down" in p.stderr, "failing: the command's stderr was not shown", p.stderr)
-    check(re.match(r"^hvdrun: error: failing: its ProxyCommand exited with status 7 during the SSH handshake "
+    check(re.match(r"^hvdrun: error: failing: its ProxyCommand exited with code 7 during the SSH handshake "
                    r"\(through its ProxyCommand\)$", errs[0]), "failing: the line does not give the status", errs[0])
     # A command that never answers: the start timeout, then it is killed.
     p, took2 = run_hvdrun(hosts, ["-np", "1", "-H", "hanging:1", "--start-timeout", "2", "true"])

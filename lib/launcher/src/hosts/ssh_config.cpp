@@ -1,17 +1,15 @@
 #include "hvd/launcher/hosts/ssh_config.h"
 
 #include "hvd/common/error.h"
+#include "hvd/launcher/process/shell.h"
+#include "hvd/launcher/process/subprocess.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <glob.h>
 #include <netinet/in.h>
 #include <pwd.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -27,9 +25,6 @@
 #include <mutex>
 #include <set>
 #include <sstream>
-#include <thread>
-
-extern char** environ;
 
 namespace hvd::launcher::ssh {
 
@@ -273,52 +268,22 @@ bool run_match_exec(const std::string& command, std::string* problem) {
       return it->second.first;
     }
   }
-  const char* sh = std::getenv("SHELL");
-  const std::string shell = sh != nullptr && *sh != '\0' ? sh : "/bin/sh";
-  posix_spawn_file_actions_t fa;
-  posix_spawnattr_t attr;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  posix_spawnattr_setpgroup(&attr, 0);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  std::string arg0 = shell, arg1 = "-c", arg2 = command;
-  char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
-  pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, shell.c_str(), &fa, &attr, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
   bool ok = false;
   std::string why;
-  if (rc != 0) {
-    why = fmt::format("could not be run ({}: {})", shell, std::strerror(rc));
-  } else {
-    const auto deadline = std::chrono::steady_clock::now() + kMatchExecTimeout;
-    int status = 0;
-    for (;;) {
-      const pid_t w = ::waitpid(pid, &status, WNOHANG);
-      if (w == pid) {
-        ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        break;
-      }
-      if (w < 0 && errno != EINTR) {
-        why = fmt::format("could not be waited for ({})", std::strerror(errno));
-        break;
-      }
-      if (std::chrono::steady_clock::now() >= deadline) {
-        ::kill(-pid, SIGKILL);
-        ::waitpid(pid, &status, 0);
-        why = fmt::format("did not finish within {} s (killed)", kMatchExecTimeout.count());
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  SpawnOptions so;
+  so.argv = user_shell_argv(command);
+  so.stdin_fd = ChildFd::dev_null();
+  so.stdout_fd = ChildFd::dev_null();  // stderr: hvdrun's, as OpenSSH
+  try {
+    Subprocess p = Subprocess::spawn(so);
+    if (const auto status = p.reap_until(Deadline::after(kMatchExecTimeout))) {
+      ok = exit_status_of(*status) == 0;
+    } else {
+      p.kill_group_and_reap();
+      why = fmt::format("did not finish within {} s (killed)", kMatchExecTimeout.count());
     }
+  } catch (const std::exception& e) {  // SpawnError, IoError (fork)
+    why = fmt::format("could not be run ({})", e.what());
   }
   std::lock_guard<std::mutex> lock(mu);
   cache.emplace(command, std::make_pair(ok, why));
@@ -759,12 +724,18 @@ HostConfig SshConfig::resolve(const std::string& alias, const TokenValues& token
   return resolve_impl(alias, tokens, false);
 }
 
-std::string SshConfig::resolve_hostname(const std::string& alias, const TokenValues& tokens) const {
+HostConfig SshConfig::resolve_lenient(const std::string& alias, const TokenValues& tokens) const {
   try {
-    return resolve_impl(alias, tokens, true).hostname.value_or(alias);
+    return resolve_impl(alias, tokens, true);
   } catch (const std::exception&) {
-    return alias;  // e.g. HostName itself with an unknown token
+    HostConfig out;  // e.g. HostName itself with an unknown token
+    out.alias = alias;
+    return out;
   }
+}
+
+std::string SshConfig::resolve_hostname(const std::string& alias, const TokenValues& tokens) const {
+  return resolve_lenient(alias, tokens).hostname.value_or(alias);
 }
 
 HostConfig SshConfig::resolve_impl(const std::string& alias, const TokenValues& tokens, bool lenient) const {
@@ -1079,32 +1050,16 @@ ConfiguredRoute configured_route(const std::string& alias) {
     TokenValues t;
     t.home = home;
     t.local_user = default_user();
-    r.hostname = config.resolve_hostname(alias, t);
-    try {
-      HostConfig hc = config.resolve(alias, t);
-      if (hc.proxy_command) r.proxy = "ProxyCommand";
-      if (!hc.proxy_jump.empty()) r.proxy = "ProxyJump " + hc.proxy_jump.back().text;
-    } catch (const std::exception&) {
-      // a bad value elsewhere: the spawner reports it when it connects
-    }
-  } catch (const std::exception&) {
-  }
-  return r;
-}
-
-std::string configured_hostname(const std::string& alias) {
-  const std::string home = default_home();
-  try {
-    SshConfig config = SshConfig::load({home + "/.ssh/config", "/etc/ssh/ssh_config"}, home, nullptr);
-    TokenValues t;
-    t.home = home;
-    t.local_user = default_user();
     // The spawner resolves the host the same way (Match blocks included); a
     // bad value of another keyword is the spawner's to report.
-    return config.resolve_hostname(alias, t);
+    const HostConfig hc = config.resolve_lenient(alias, t);
+    r.hostname = hc.hostname.value_or(alias);
+    if (hc.proxy_command) r.proxy = "ProxyCommand";
+    if (!hc.proxy_jump.empty()) r.proxy = "ProxyJump " + hc.proxy_jump.back().text;
   } catch (const std::exception&) {
-    return alias;
+    // an unreadable file: the spawner reports it
   }
+  return r;
 }
 
 }  // namespace hvd::launcher::ssh

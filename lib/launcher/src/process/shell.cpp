@@ -5,6 +5,7 @@
 #include "hvd/common/error.h"
 
 #include <cctype>
+#include <cstdlib>
 #include <cstring>
 
 namespace hvd::launcher {
@@ -82,6 +83,11 @@ std::vector<std::string> split_shell_words(const std::string& text, const std::s
   }
   if (in_word) words.push_back(std::move(word));
   return words;
+}
+
+std::vector<std::string> user_shell_argv(const std::string& command) {
+  const char* sh = std::getenv("SHELL");
+  return {sh != nullptr && *sh != '\0' ? sh : "/bin/sh", "-c", command};
 }
 
 }  // namespace hvd::launcher

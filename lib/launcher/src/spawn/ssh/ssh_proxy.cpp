@@ -1,18 +1,16 @@
 // ProxyCommand and ProxyJump (contract in ssh_proxy.h).
 #include "hvd/launcher/spawn/ssh/ssh_proxy.h"
 
-#include "hvd/launcher/process/signals.h"
+#include "hvd/launcher/process/shell.h"
+#include "hvd/launcher/process/status.h"
+#include "hvd/launcher/process/subprocess.h"
 #include "hvd/launcher/spawn/spawner.h"
 #include "hvd/launcher/spawn/ssh/ssh_session.h"
 
-#include <fcntl.h>
 #include <libssh2.h>
 #include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -24,8 +22,6 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
-
-extern char** environ;
 
 namespace hvd::launcher::ssh {
 
@@ -41,10 +37,9 @@ std::pair<UniqueFd, UniqueFd> make_socketpair(const std::string& host, const cha
   return {UniqueFd(fds[0]), UniqueFd(fds[1])};
 }
 
-std::string status_text(int status) {
-  if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return fmt::format("was killed by {}", signal_name(WTERMSIG(status)));
-  return "ended";
+/// "exited with code 7", "killed by SIGTERM (status 143)", ... (process/status.h).
+std::string status_text(int wait_status) {
+  return describe_status(exit_status_of(wait_status), signal_of(wait_status));
 }
 
 // ---------------------------------------------------------------------------
@@ -52,62 +47,29 @@ std::string status_text(int status) {
 
 class CommandProxy : public Proxy {
  public:
-  CommandProxy(pid_t pid, std::string command) : pid_(pid), command_(std::move(command)) {}
+  CommandProxy(Subprocess process, std::string command) : process_(std::move(process)), command_(std::move(command)) {}
   ~CommandProxy() override { stop(); }
 
   std::string problem(bool wait) override {
     std::lock_guard<std::mutex> lock(mu_);
-    const auto until = std::chrono::steady_clock::now() + (wait ? 1s : 0s);
-    for (;;) {
-      reap_locked(false);
-      if (reaped_ || std::chrono::steady_clock::now() >= until) break;
-      std::this_thread::sleep_for(10ms);
-    }
-    if (!reaped_) return "";
-    return fmt::format("its ProxyCommand {}", status_text(status_));
+    const auto status = wait ? process_.reap_until(Deadline::after(1s)) : process_.try_reap();
+    if (!status) return "";
+    return fmt::format("its ProxyCommand {}", status_text(*status));
   }
 
   void stop() override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (reaped_ || pid_ <= 0) return;
+    if (!process_.valid() || process_.reaped()) return;
     // Without its connection (the session closed its end) a proxy such as
-    // `ssh -W` ends by itself; give it a moment, then signal its group.
-    auto wait_for = [&](std::chrono::milliseconds d) {
-      const auto until = std::chrono::steady_clock::now() + d;
-      while (!reap_locked(false) && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
-      return reaped_;
-    };
-    if (wait_for(300ms)) return;
-    ::kill(-pid_, SIGTERM);
-    if (wait_for(1000ms)) return;
-    ::kill(-pid_, SIGKILL);
-    reap_locked(true);
+    // `ssh -W` ends by itself; give it a moment, then stop its group.
+    if (!process_.reap_until(Deadline::after(300ms))) process_.terminate_group(1000ms);
+    spdlog::debug("ProxyCommand '{}' {}", command_, status_text(process_.wait_status()));
   }
 
  private:
-  bool reap_locked(bool block) {
-    if (reaped_) return true;
-    int status = 0;
-    pid_t w;
-    do {
-      w = ::waitpid(pid_, &status, block ? 0 : WNOHANG);
-    } while (w < 0 && errno == EINTR);
-    if (w == pid_) {
-      reaped_ = true;
-      status_ = status;
-      spdlog::debug("ProxyCommand '{}' {}", command_, status_text(status));
-    } else if (w < 0) {
-      reaped_ = true;  // not ours to wait for any more (ECHILD)
-      status_ = 0;
-    }
-    return reaped_;
-  }
-
   std::mutex mu_;
-  pid_t pid_;
+  Subprocess process_;
   std::string command_;
-  bool reaped_ = false;
-  int status_ = 0;
 };
 
 // ---------------------------------------------------------------------------
@@ -256,34 +218,20 @@ class JumpRelay : public Proxy {
 
 std::unique_ptr<Proxy> start_proxy_command(const std::string& host, const std::string& command, UniqueFd* connection) {
   auto [ours, theirs] = make_socketpair(host, "ProxyCommand");
-  const char* sh = std::getenv("SHELL");
-  const std::string shell = sh != nullptr && *sh != '\0' ? sh : "/bin/sh";
-  posix_spawn_file_actions_t fa;
-  posix_spawnattr_t attr;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, theirs.get(), 0);
-  posix_spawn_file_actions_adddup2(&fa, theirs.get(), 1);
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  posix_spawnattr_setpgroup(&attr, 0);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  std::string arg0 = shell, arg1 = "-c", arg2 = "exec " + command;
-  char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
-  pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, shell.c_str(), &fa, &attr, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) {
-    throw LaunchError(host,
-                      fmt::format("{}: ProxyCommand could not be started ({}: {})", host, shell, std::strerror(rc)));
+  SpawnOptions so;
+  so.argv = user_shell_argv("exec " + command);
+  so.stdin_fd = ChildFd::from(theirs.get());
+  so.stdout_fd = ChildFd::from(theirs.get());  // stderr: hvdrun's, as OpenSSH
+  Subprocess process;
+  try {
+    process = Subprocess::spawn(so);
+  } catch (const std::exception& e) {  // SpawnError, IoError (fork)
+    throw LaunchError(host, fmt::format("{}: ProxyCommand could not be started ({})", host, e.what()));
   }
+  const pid_t pid = process.pid();
   spdlog::debug("{}: ProxyCommand '{}' started (pid {})", host, command, pid);
   *connection = std::move(ours);
-  return std::make_unique<CommandProxy>(pid, command);
+  return std::make_unique<CommandProxy>(std::move(process), command);
 }
 
 std::unique_ptr<Proxy> start_jump_relay(const std::string& host, std::unique_ptr<Session> jump,

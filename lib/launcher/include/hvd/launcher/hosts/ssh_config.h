@@ -216,6 +216,9 @@ class SshConfig {
   /// line whose value hvdrun cannot use is passed over (the spawner reports
   /// it when it connects).
   std::string resolve_hostname(const std::string& alias, const TokenValues& tokens) const;
+  /// `resolve` passing over what it cannot use in the same way; never
+  /// throws (at worst only `alias` is set).
+  HostConfig resolve_lenient(const std::string& alias, const TokenValues& tokens) const;
 
   const std::vector<ConfigEntry>& entries() const { return entries_; }
 
@@ -235,16 +238,13 @@ class SshConfig {
   std::vector<ConfigEntry> entries_;
 };
 
-/// The address hvdrun's SSH spawner would connect to for `alias`: the
+/// How hvdrun's SSH spawner would reach `alias`, for code that must route
+/// to a host before connecting (the driver address): `hostname` is the
 /// HostName of ~/.ssh/config or /etc/ssh/ssh_config ($HOME's), else `alias`
-/// itself. Never throws (an unusable file gives `alias`; the spawner reports
-/// it). For code that must route to a host before connecting (the driver
-/// address).
-std::string configured_hostname(const std::string& alias);
-
-/// configured_hostname, and how the host is reached: "" directly, else
-/// "ProxyJump bastion" / "ProxyCommand" (so the driver address cannot be
-/// routed to it with certainty).
+/// itself; `proxy` is "" (directly), else "ProxyJump bastion" /
+/// "ProxyCommand" (so the driver address cannot be routed to it with
+/// certainty). Never throws (an unusable file gives `alias` and ""; the
+/// spawner reports it).
 struct ConfiguredRoute {
   std::string hostname;
   std::string proxy;

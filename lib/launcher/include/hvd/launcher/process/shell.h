@@ -21,4 +21,8 @@ std::string shell_join(const std::vector<std::string>& words);
 /// an unterminated quote.
 std::vector<std::string> split_shell_words(const std::string& text, const std::string& flag = "--mpi-args");
 
+/// The argv that runs `command` with the user's shell, as OpenSSH runs a
+/// ProxyCommand or a `Match exec`: {$SHELL (else /bin/sh), "-c", command}.
+std::vector<std::string> user_shell_argv(const std::string& command);
+
 }  // namespace hvd::launcher

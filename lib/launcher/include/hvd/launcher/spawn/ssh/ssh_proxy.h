@@ -21,7 +21,7 @@ class Proxy {
  public:
   virtual ~Proxy() = default;
   /// Why the proxy stopped carrying the connection, in words that follow
-  /// "<host>: " ("its ProxyCommand exited with status 255", "jump host
+  /// "<host>: " ("its ProxyCommand exited with code 255", "jump host
   /// bastion: connection closed by the remote host"); "" while it works.
   /// `wait`: give a proxy that is ending a moment (up to 1 s) to say why.
   virtual std::string problem(bool wait = false) = 0;
