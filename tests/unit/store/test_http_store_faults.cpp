@@ -247,8 +247,9 @@ TEST_CASE("http faults: a crowd of idle connections leaves the process its descr
   server.start();
   const int made = crowd.attack(server.port());
   CHECK(made > 300);
-  std::this_thread::sleep_for(300ms);
-  // The server holds a bounded share of what is left.
+  // The server holds a bounded share of what is left, once it has worked
+  // through the crowd (under ASan on a loaded machine that took over 0.3 s).
+  for (int i = 0; i < 30 && server.connection_count() > 100; ++i) std::this_thread::sleep_for(100ms);
   CHECK(server.connection_count() <= 100);
   // The rest of the process (hvdrun spawning agents) can still open descriptors.
   std::vector<int> pipes;
