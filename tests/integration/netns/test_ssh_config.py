@@ -485,6 +485,115 @@ def case_bind_source(hosts):
     print(f"bind_source: ok ({took:.1f} s)")
 
 
+def case_host_keys_and_algorithms(hosts):
+    """A host with two host keys (ed25519 and ECDSA, as Debian's sshd has):
+    the type the known_hosts files record is asked for first (as OpenSSH
+    does), GlobalKnownHostsFile is read, and Ciphers / MACs / KexAlgorithms
+    / HostKeyAlgorithms reach the handshake."""
+    a = hosts.addrs[0]
+    key = install_key(hosts)
+    ecdsa = os.path.join(hosts.tmp, "host_key_ecdsa")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-N", "", "-C", "ecdsa", "-f", ecdsa], check=True)
+    # sshd offers both keys; it accepts only what the cases below ask for.
+    hosts.restart_sshd(0, extra=f"HostKey {ecdsa}\nCiphers aes256-ctr,aes128-ctr\nMACs hmac-sha2-256,hmac-sha2-512\n"
+                                "KexAlgorithms curve25519-sha256,diffie-hellman-group14-sha256\n")
+    ed_pub = " ".join(hosts.host_pub_key().split()[:2])
+    with open(ecdsa + ".pub") as f:
+        ec_pub = " ".join(f.read().split()[:2])
+    ec_print = subprocess.run(["ssh-keygen", "-lf", ecdsa + ".pub"], stdout=subprocess.PIPE, text=True,
+                              check=True).stdout.split()[1]
+    base = f"Host pod-a\n    HostName {a}\nHost *\n    IdentityFile {key}\n    StrictHostKeyChecking yes\n"
+    run_args = ["-np", "1", "-H", "pod-a:1", "echo", "reached"]
+    os.makedirs(os.path.dirname(hosts.known_hosts), exist_ok=True)
+
+    # 1. Only the ed25519 key is recorded (what OpenSSH negotiates and
+    # records): libssh2 alone would ask for ECDSA first and be refused.
+    with open(hosts.known_hosts, "w") as f:
+        f.write(f"{a} {ed_pub}\n")
+    openssh = subprocess.run(["ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+                              "-o", f"UserKnownHostsFile={hosts.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
+                              "-i", key, a, "true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             timeout=30, env=env_for(hosts), stdin=subprocess.DEVNULL)
+    check(openssh.returncode == 0, f"OpenSSH itself refused the file: {openssh.returncode}", openssh.stderr)
+    write_config(hosts, base)
+    p, _ = run_hvdrun(hosts, run_args)
+    check(p.returncode == 0 and "reached" in p.stdout, f"ed25519 recorded, strict: exited {p.returncode}", p.stderr)
+    check(known_hosts(hosts) == f"{a} {ed_pub}\n", "known_hosts changed", known_hosts(hosts))
+    # Only the ECDSA key recorded: that one is asked for.
+    with open(hosts.known_hosts, "w") as f:
+        f.write(f"{a} {ec_pub}\n")
+    p, _ = run_hvdrun(hosts, run_args)
+    check(p.returncode == 0, f"ecdsa recorded, strict: exited {p.returncode}", p.stderr)
+
+    # 2. GlobalKnownHostsFile: read (a match there accepts), never written.
+    site = os.path.join(hosts.tmp, "ssh_known_hosts")
+    with open(site, "w") as f:
+        f.write(f"# the site's file\n{a} {ed_pub}\n")
+    os.unlink(hosts.known_hosts)
+    write_config(hosts, base + f"    GlobalKnownHostsFile {site}\n")
+    p, _ = run_hvdrun(hosts, run_args)
+    check(p.returncode == 0, f"key in the global file: exited {p.returncode}", p.stderr)
+    check(not os.path.exists(hosts.known_hosts), "a known_hosts file was written")
+    check(open(site).read() == f"# the site's file\n{a} {ed_pub}\n", "the global file was modified")
+    # Without it (the default /etc/ssh/ssh_known_hosts lacks the host): refused, naming the user file.
+    write_config(hosts, base)
+    p, _ = run_hvdrun(hosts, run_args)
+    check(p.returncode == 3 and "is not in" in p.stderr and hosts.known_hosts in p.stderr,
+          f"no recorded key: exited {p.returncode}", p.stderr)
+    # A different key in the global file: refused, naming its file and line.
+    other = os.path.join(hosts.tmp, "other_ecdsa")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-N", "", "-f", other], check=True)
+    with open(other + ".pub") as f:
+        other_pub = " ".join(f.read().split()[:2])
+    with open(site, "w") as f:
+        f.write(f"# the site's file\n{a} {other_pub}\n")
+    write_config(hosts, base + f"    GlobalKnownHostsFile {site}\n")
+    p, _ = run_hvdrun(hosts, run_args)
+    errs = error_lines(p.stderr)
+    check(p.returncode == 3 and len(errs) == 1 and f"{site}:2" in errs[0] and ec_print in errs[0]
+          and "differs" in errs[0], f"changed key in the global file: exited {p.returncode}", p.stderr)
+
+    # 3. HostKeyAlgorithms as an explicit list wins over the recorded type
+    # (as in OpenSSH): ed25519 is asked for although ECDSA is recorded.
+    with open(hosts.known_hosts, "w") as f:
+        f.write(f"{a} {ec_pub}\n")
+    write_config(hosts, base.replace("yes", "accept-new") + "    GlobalKnownHostsFile none\n"
+                 "    HostKeyAlgorithms ssh-ed25519\n")
+    p, _ = run_hvdrun(hosts, run_args)
+    check(p.returncode == 0 and "permanently added the ssh-ed25519 host key" in p.stderr,
+          f"HostKeyAlgorithms ssh-ed25519: exited {p.returncode}", p.stderr)
+    check(known_hosts(hosts) == f"{a} {ec_pub}\n{a} {ed_pub}\n", "the ed25519 key was not appended",
+          known_hosts(hosts))
+
+    # 4. Ciphers, MACs, KexAlgorithms reach libssh2: a list the server
+    # refuses fails the handshake, one it accepts works.
+    base_ok = base + "    GlobalKnownHostsFile none\n"
+    for kw, refused, accepted in (("Ciphers", "aes192-ctr", "^aes256-ctr"),
+                                  ("MACs", "hmac-sha1", "hmac-sha1,hmac-sha2-512"),
+                                  ("KexAlgorithms", "ecdh-sha2-nistp256", "-ecdh-*")):
+        write_config(hosts, base_ok + f"    {kw} {refused}\n")
+        p, _ = run_hvdrun(hosts, run_args)
+        errs = error_lines(p.stderr)
+        check(p.returncode == 3 and len(errs) == 1 and "SSH handshake failed" in errs[0],
+              f"{kw} {refused} (refused by sshd): exited {p.returncode}", p.stderr)
+        write_config(hosts, base_ok + f"    {kw} {accepted}\n")
+        p, _ = run_hvdrun(hosts, run_args)
+        check(p.returncode == 0, f"{kw} {accepted}: exited {p.returncode}", p.stderr)
+
+    # 5. Names libssh2 lacks: left out with one warning; nothing left: one error line.
+    write_config(hosts, base_ok + "    Ciphers chacha20-poly1305@openssh.com,aes256-ctr\n")
+    p, _ = run_hvdrun(hosts, ["-np", "2", "-H", "pod-a:2", "echo", "reached"])
+    warn = [l for l in p.stderr.splitlines() if "not offered by hvdrun's SSH library" in l]
+    check(p.returncode == 0 and len(warn) == 1 and "chacha20-poly1305@openssh.com" in warn[0]
+          and "config:7" in warn[0], f"a name libssh2 lacks: exited {p.returncode}", p.stderr)
+    write_config(hosts, base_ok + "    Ciphers chacha20-poly1305@openssh.com\n")
+    p, _ = run_hvdrun(hosts, run_args)
+    errs = error_lines(p.stderr)
+    check(p.returncode == 3 and len(errs) == 1 and "offers none of these" in errs[0] and "aes256-ctr" in errs[0],
+          f"no cipher left: exited {p.returncode}", p.stderr)
+    print("host_keys_and_algorithms: ok")
+
+
 CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 

@@ -43,10 +43,6 @@ const std::map<std::string, const char*>& unsupported_keywords() {
   static const std::map<std::string, const char*> table = {
       {"proxyusefdpass", "a ProxyCommand's stdin and stdout carry the connection"},
       {"certificatefile", "no certificate authentication"},
-      {"ciphers", "libssh2's defaults are used"},
-      {"kexalgorithms", "libssh2's defaults are used"},
-      {"macs", "libssh2's defaults are used"},
-      {"hostkeyalgorithms", "libssh2's defaults are used"},
       {"pubkeyacceptedalgorithms", "libssh2's defaults are used"},
       {"pubkeyacceptedkeytypes", "libssh2's defaults are used"},
       {"casignaturealgorithms", "no certificate authentication"},
@@ -54,8 +50,7 @@ const std::map<std::string, const char*>& unsupported_keywords() {
       {"hostbasedauthentication", "hvdrun authenticates with public keys only"},
       {"pubkeyauthentication", "hvdrun authenticates with public keys only"},
       {"preferredauthentications", "hvdrun authenticates with public keys only"},
-      {"globalknownhostsfile", "only UserKnownHostsFile is read"},
-      {"knownhostscommand", "only UserKnownHostsFile is read"},
+      {"knownhostscommand", "only the known_hosts files are read"},
       {"revokedhostkeys", "no revocation list support"},
       {"verifyhostkeydns", "no SSHFP lookups"},
       {"canonicalizehostname", "host names are used as given (or as HostName says)"},
@@ -179,7 +174,12 @@ bool is_implemented(const std::string& kw) {
                                              "connectionattempts",
                                              "proxycommand",
                                              "stricthostkeychecking",
-                                             "userknownhostsfile"};
+                                             "userknownhostsfile",
+                                             "globalknownhostsfile",
+                                             "ciphers",
+                                             "macs",
+                                             "kexalgorithms",
+                                             "hostkeyalgorithms"};
   return keys.count(kw) != 0;
 }
 
@@ -744,6 +744,7 @@ HostConfig SshConfig::resolve_impl(const std::string& alias, const TokenValues& 
   std::set<std::string> seen;  // keywords whose first value was taken
   std::vector<const ConfigEntry*> identity_entries;
   const ConfigEntry* known_hosts_entry = nullptr;
+  const ConfigEntry* global_known_hosts_entry = nullptr;
   const ConfigEntry* hostname_entry = nullptr;
   const ConfigEntry* agent_entry = nullptr;
   const ConfigEntry* proxy_command_entry = nullptr;
@@ -815,6 +816,21 @@ HostConfig SshConfig::resolve_impl(const std::string& alias, const TokenValues& 
     } else if (kw == "userknownhostsfile") {
       need_arg(e);
       known_hosts_entry = &e;
+    } else if (kw == "globalknownhostsfile") {
+      need_arg(e);
+      global_known_hosts_entry = &e;
+    } else if (kw == "ciphers" || kw == "macs" || kw == "kexalgorithms" || kw == "hostkeyalgorithms") {
+      const std::string& v = need_arg(e);
+      if (e.args.size() > 1) {
+        throw InvalidArgument(fmt::format("{}: {} takes one comma-separated list (no blanks), not {} words",
+                                          e.where(), e.keyword_as_written, e.args.size()));
+      }
+      AlgorithmSetting a;
+      a.keyword = e.keyword_as_written;
+      a.value = v;
+      a.where = e.where();
+      a.user_file = !tokens.home.empty() && e.file.rfind(tokens.home + "/", 0) == 0;
+      out.algorithms[kw] = a;
     } else if (kw == "identityagent") {
       need_arg(e);
       agent_entry = &e;
@@ -1013,6 +1029,18 @@ HostConfig SshConfig::resolve_impl(const std::string& alias, const TokenValues& 
       }
     }
     if (out.known_hosts_files.empty()) out.known_hosts_files.push_back("/dev/null");
+  }
+  if (global_known_hosts_entry != nullptr) {
+    out.global_known_hosts_files.emplace();
+    for (const auto& a : global_known_hosts_entry->args) {
+      if (lower(a) == "none") continue;
+      try {
+        out.global_known_hosts_files->push_back(expand_tilde(expand_tokens(a, t), t.home));
+      } catch (const InvalidArgument& ex) {
+        throw InvalidArgument(
+            fmt::format("{}: GlobalKnownHostsFile {}", global_known_hosts_entry->where(), ex.what()));
+      }
+    }
   }
   if (proxy_command_entry != nullptr) {
     // The rest of the line as written is the command (quotes included), as

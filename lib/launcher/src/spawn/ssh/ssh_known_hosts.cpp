@@ -126,6 +126,51 @@ std::string join_files(const std::vector<std::string>& files) {
 
 }  // namespace
 
+namespace {
+
+/// Every file the check reads: the user's, then the global ones.
+std::vector<std::string> files_read(const HostKeyCheck& check) {
+  std::vector<std::string> files = check.known_hosts_files;
+  files.insert(files.end(), check.global_known_hosts_files.begin(), check.global_known_hosts_files.end());
+  return files;
+}
+
+/// The files for messages: the user's, and the global ones that exist.
+std::vector<std::string> files_named(const HostKeyCheck& check) {
+  std::vector<std::string> files = check.known_hosts_files;
+  for (const auto& f : check.global_known_hosts_files) {
+    if (::access(f.c_str(), F_OK) == 0) files.push_back(f);
+  }
+  return files;
+}
+
+std::string recorded_name_of(const HostKeyCheck& check) {
+  const std::string& name = check.known_name.empty() ? check.host : check.known_name;
+  return check.port == 22 ? name : fmt::format("[{}]:{}", name, check.port);
+}
+
+}  // namespace
+
+std::vector<int> recorded_key_types(LIBSSH2_SESSION* session, const HostKeyCheck& check) {
+  const std::string& name = check.known_name.empty() ? check.host : check.known_name;
+  KnownHosts all = new_collection(session);
+  for (const auto& file : files_read(check)) {
+    for (const auto& line : read_lines(file)) add_line(all.get(), line);
+  }
+  // libssh2 answers MISMATCH when the host is recorded with a key of the
+  // asked type that differs from the one given: a key no entry can hold
+  // tells whether the type is recorded at all (hashed entries included).
+  static const char kNoKey[] = "\x01";
+  std::vector<int> types;
+  for (int t : {LIBSSH2_KNOWNHOST_KEY_ECDSA_256, LIBSSH2_KNOWNHOST_KEY_ECDSA_384, LIBSSH2_KNOWNHOST_KEY_ECDSA_521,
+                LIBSSH2_KNOWNHOST_KEY_ED25519, LIBSSH2_KNOWNHOST_KEY_SSHRSA, LIBSSH2_KNOWNHOST_KEY_SSHDSS}) {
+    const int mask = LIBSSH2_KNOWNHOST_TYPE_PLAIN | LIBSSH2_KNOWNHOST_KEYENC_RAW | t;
+    const int rc = libssh2_knownhost_checkp(all.get(), name.c_str(), check.port, kNoKey, 1, mask, nullptr);
+    if (rc == LIBSSH2_KNOWNHOST_CHECK_MISMATCH || rc == LIBSSH2_KNOWNHOST_CHECK_MATCH) types.push_back(t);
+  }
+  return types;
+}
+
 void verify_host_key(LIBSSH2_SESSION* session, const HostKeyCheck& check) {
   // One check at a time in this process: hosts connect in parallel, and two
   // connections to one new host (a jump host every worker goes through) must
@@ -135,9 +180,10 @@ void verify_host_key(LIBSSH2_SESSION* session, const HostKeyCheck& check) {
   std::lock_guard<std::mutex> check_lock(check_mu);
   const std::string& host = check.host;
   const std::string& name = check.known_name.empty() ? check.host : check.known_name;
-  std::vector<std::string> files = check.known_hosts_files;
-  if (files.empty())
+  if (check.known_hosts_files.empty())
     throw LaunchError(host, fmt::format("{}: no known_hosts file to check the host key against", host));
+  const std::vector<std::string> files = files_read(check);
+  const std::vector<std::string> named = files_named(check);
   std::size_t key_len = 0;
   int raw_type = 0;
   const char* key = libssh2_session_hostkey(session, &key_len, &raw_type);
@@ -145,7 +191,7 @@ void verify_host_key(LIBSSH2_SESSION* session, const HostKeyCheck& check) {
   const KeyType type = key_type(raw_type);
   const int mask = LIBSSH2_KNOWNHOST_TYPE_PLAIN | LIBSSH2_KNOWNHOST_KEYENC_RAW | type.knownhost_bits;
   const std::string fingerprint = host_key_fingerprint(session);
-  const std::string recorded_name = check.port == 22 ? name : fmt::format("[{}]:{}", name, check.port);
+  const std::string recorded_name = recorded_name_of(check);
 
   std::vector<std::vector<std::string>> lines;
   KnownHosts all = new_collection(session);
@@ -159,12 +205,12 @@ void verify_host_key(LIBSSH2_SESSION* session, const HostKeyCheck& check) {
   }
   int rc = libssh2_knownhost_checkp(all.get(), name.c_str(), check.port, key, key_len, mask, nullptr);
   if (rc == LIBSSH2_KNOWNHOST_CHECK_MATCH) {
-    spdlog::debug("{}: host key {} matches {}", host, type.name, join_files(files));
+    spdlog::debug("{}: host key {} matches {}", host, type.name, join_files(named));
     return;
   }
   if (rc == LIBSSH2_KNOWNHOST_CHECK_MISMATCH) {
     // Find the offending line: check each line on its own.
-    std::string where = join_files(files);
+    std::string where = join_files(named);
     std::string where_file = files.front();
     bool found = false;
     for (std::size_t f = 0; f < files.size() && !found; ++f) {
@@ -196,9 +242,9 @@ void verify_host_key(LIBSSH2_SESSION* session, const HostKeyCheck& check) {
                     check.port == 22 ? name : fmt::format("'{}'", recorded_name), where_file));
   }
   if (rc != LIBSSH2_KNOWNHOST_CHECK_NOTFOUND) {
-    throw LaunchError(host, fmt::format("{}: could not check the host key against {}", host, join_files(files)));
+    throw LaunchError(host, fmt::format("{}: could not check the host key against {}", host, join_files(named)));
   }
-  const std::string& target = files.front();
+  const std::string& target = check.known_hosts_files.front();
   if (check.policy == HostKeyPolicy::Yes) {
     // Under a HostKeyAlias the scanned line names the address: rename it.
     const std::string file = target == "/dev/null" ? "~/.ssh/known_hosts" : target;
@@ -217,7 +263,7 @@ void verify_host_key(LIBSSH2_SESSION* session, const HostKeyCheck& check) {
     throw LaunchError(
         host, fmt::format("{}: REFUSED: the {} host key ({}) of {} is not in {} and StrictHostKeyChecking is "
                           "yes ({}); add it with: {}",
-                          host, type.name, fingerprint, recorded_name, join_files(files), check.policy_source, add));
+                          host, type.name, fingerprint, recorded_name, join_files(named), check.policy_source, add));
   }
   if (type.knownhost_bits == LIBSSH2_KNOWNHOST_KEY_UNKNOWN) {
     throw LaunchError(host, fmt::format("{}: host key of an unknown type; cannot record it in {}", host, target));

@@ -3,6 +3,7 @@
 #include "hvd/common/error.h"
 #include "hvd/common/net.h"
 #include "hvd/launcher/spawn/agent.h"
+#include "hvd/launcher/spawn/ssh/ssh_algorithms.h"
 #include "hvd/launcher/spawn/ssh/ssh_known_hosts.h"
 #include "hvd/launcher/spawn/ssh/ssh_proxy.h"
 
@@ -232,17 +233,18 @@ std::unique_ptr<Session> Session::open(const SessionOptions& options, Deadline d
     const Deadline ct = Deadline::after(options.connect_timeout);
     if (ct.at() < deadline.at()) handshake_deadline = ct;
   }
-  s->handshake(handshake_deadline);
   HostKeyCheck check;
   check.host = options.host;
   check.known_name = options.host_key_alias.empty() ? target : options.host_key_alias;
   check.address = target;
   check.port = options.port;
   check.known_hosts_files = options.known_hosts_files;
+  check.global_known_hosts_files = options.global_known_hosts_files;
   check.policy = options.host_key_policy;
   check.policy_source = options.host_key_policy_source;
   if (!options.jump_hosts.empty()) check.jump_host = options.jump_hosts.back().host;
   check.proxy_command = !options.proxy_command.empty();
+  s->handshake(handshake_deadline, check);
   verify_host_key(s->session_, check);
   s->authenticate(deadline);
   spdlog::debug("{}: authenticated as {}", s->peer_, options.user);
@@ -307,12 +309,45 @@ void Session::wait_socket(Deadline deadline, const char* what) {
   }
 }
 
-void Session::handshake(Deadline deadline) {
+void Session::set_method(int method, const std::string& names, const char* keyword) {
+  if (names.empty()) return;
+  if (libssh2_session_method_pref(session_, method, names.c_str()) != 0) {
+    fail(fmt::format("{} {}: refused by the SSH library: {}", keyword, names, last_error()));
+  }
+}
+
+void Session::handshake(Deadline deadline, const HostKeyCheck& check) {
   session_ = libssh2_session_init_ex(nullptr, nullptr, nullptr, this);
   if (session_ == nullptr) fail("could not create an SSH session (out of memory?)");
   libssh2_session_callback_set(session_, LIBSSH2_CALLBACK_RECV, reinterpret_cast<void*>(&SessionAccess::recv_hook));
   libssh2_session_callback_set(session_, LIBSSH2_CALLBACK_SEND, reinterpret_cast<void*>(&SessionAccess::send_hook));
   libssh2_session_set_blocking(session_, 0);
+  // ssh_config's algorithm lists (already resolved against libssh2), and
+  // the host key types the known_hosts files hold for this host first, as
+  // OpenSSH orders them: a host recorded with its ssh-ed25519 key (what
+  // OpenSSH negotiates) is checked against that key, not refused or
+  // recorded a second time under the ECDSA key libssh2 would ask for first.
+  set_method(LIBSSH2_METHOD_KEX, options_.kex_algorithms, "KexAlgorithms");
+  set_method(LIBSSH2_METHOD_CRYPT_CS, options_.ciphers, "Ciphers");
+  set_method(LIBSSH2_METHOD_CRYPT_SC, options_.ciphers, "Ciphers");
+  set_method(LIBSSH2_METHOD_MAC_CS, options_.macs, "MACs");
+  set_method(LIBSSH2_METHOD_MAC_SC, options_.macs, "MACs");
+  std::vector<std::string> host_key_algs = options_.host_key_algorithms.empty()
+                                               ? libssh2_algorithms(AlgorithmKind::HostKey)
+                                               : split_names(options_.host_key_algorithms);
+  if (options_.host_key_known_order) {
+    const std::vector<int> known = recorded_key_types(session_, check);
+    if (!known.empty()) {
+      std::vector<std::string> ordered = prefer_known_types(host_key_algs, known);
+      if (ordered != host_key_algs) {
+        spdlog::debug("{}: host key algorithms, recorded types first: {}", options_.host, join_names(ordered));
+        host_key_algs = std::move(ordered);
+      }
+    }
+  }
+  if (!options_.host_key_algorithms.empty() || host_key_algs != libssh2_algorithms(AlgorithmKind::HostKey)) {
+    set_method(LIBSSH2_METHOD_HOSTKEY, join_names(host_key_algs), "HostKeyAlgorithms");
+  }
   int rc = 0;
   try {
     rc = run(deadline, "the SSH handshake", [&] { return libssh2_session_handshake(session_, fd_.get()); });

@@ -12,6 +12,7 @@
 #include "hvd/launcher/spawn/agent.h"
 #include "hvd/launcher/spawn/agent_client.h"
 #include "hvd/launcher/spawn/local_spawner.h"
+#include "hvd/launcher/spawn/ssh/ssh_algorithms.h"
 #include "hvd/launcher/spawn/ssh/ssh_session.h"
 
 #include <libssh2.h>
@@ -260,6 +261,14 @@ class HostRunner {
     } else {
       so.known_hosts_files = {options_.home + "/.ssh/known_hosts"};
     }
+    if (!options_.known_hosts_file.empty()) {
+      // The only file (tests): no global ones either.
+    } else if (hc.global_known_hosts_files) {
+      so.global_known_hosts_files = *hc.global_known_hosts_files;
+    } else {
+      so.global_known_hosts_files = {"/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2"};
+    }
+    apply_algorithms(hc, target, so);
     if (options_.strict_host_key_checking) {
       so.host_key_policy = ssh::HostKeyPolicy::Yes;
       so.host_key_policy_source = "--ssh-strict-host-key-checking";
@@ -277,6 +286,56 @@ class HostRunner {
                     ssh::tilde_path(hc.connect_timeout_where, options_.home));
     }
     return so;
+  }
+
+  /// ssh_config's Ciphers, MACs, KexAlgorithms and HostKeyAlgorithms,
+  /// resolved against what libssh2 offers (ssh_algorithms.h). Names it
+  /// lacks are left out with one line per configuration line (a warning
+  /// from your own files, --verbose from system ones such as a crypto
+  /// policy); a list left empty fails the host (exit 3).
+  void apply_algorithms(const ssh::HostConfig& hc, const std::string& target, ssh::SessionOptions& so) {
+    using ssh::AlgorithmKind;
+    for (const auto& [kw, kind] : {std::pair<const char*, AlgorithmKind>{"kexalgorithms", AlgorithmKind::Kex},
+                                   {"hostkeyalgorithms", AlgorithmKind::HostKey},
+                                   {"ciphers", AlgorithmKind::Cipher},
+                                   {"macs", AlgorithmKind::Mac}}) {
+      auto it = hc.algorithms.find(kw);
+      if (it == hc.algorithms.end()) continue;
+      const ssh::AlgorithmSetting& a = it->second;
+      const std::vector<std::string>& offered = ssh::libssh2_algorithms(kind);
+      const ssh::AlgorithmList list = ssh::assemble_algorithms(a.value, offered);
+      const std::string where = ssh::tilde_path(a.where, options_.home);
+      if (!list.error.empty()) {
+        throw LaunchError(target, fmt::format("{}: {}: {} {}", target, where, a.keyword, list.error));
+      }
+      if (list.names.empty()) {
+        throw LaunchError(target, fmt::format("{}: {}: {} {}: hvdrun's SSH library ({}) offers none of these; it "
+                                              "offers {}",
+                                              target, where, a.keyword, a.value, ssh::libssh2_version_text(),
+                                              ssh::join_names(offered, ", ")));
+      }
+      if (!list.not_offered.empty()) {
+        const std::string line =
+            fmt::format("{}: {}: {} not offered by hvdrun's SSH library ({}); left out", where, a.keyword,
+                        ssh::join_names(list.not_offered, ", "), ssh::libssh2_version_text());
+        if (a.user_file) {
+          warn_once(line);
+        } else {
+          debug_once(line);
+        }
+      }
+      debug_once(fmt::format("{}: {} {} gives {}", where, a.keyword, a.value, ssh::join_names(list.names)));
+      const std::string names = ssh::join_names(list.names);
+      switch (kind) {
+        case AlgorithmKind::Kex: so.kex_algorithms = names; break;
+        case AlgorithmKind::HostKey:
+          so.host_key_algorithms = names;
+          so.host_key_known_order = list.from_default;
+          break;
+        case AlgorithmKind::Cipher: so.ciphers = names; break;
+        case AlgorithmKind::Mac: so.macs = names; break;
+      }
+    }
   }
 
   /// Runs `command` on the host in a channel of its own and returns its

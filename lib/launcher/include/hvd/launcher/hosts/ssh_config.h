@@ -35,6 +35,7 @@
 /// when they apply to a host; cosmetic ones (ForwardX11, LogLevel, ...) are
 /// listed under --verbose.
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -143,6 +144,17 @@ struct ConfigEntry {
   std::string where() const;
 };
 
+/// One algorithm list keyword (Ciphers, MACs, KexAlgorithms,
+/// HostKeyAlgorithms), applied when connecting (spawn/ssh/ssh_algorithms.h).
+struct AlgorithmSetting {
+  std::string keyword;  // as written
+  std::string value;  // OpenSSH syntax: "a,b", "+a", "-a*", "^a"
+  std::string where;  // "file:line"
+  /// From a file under $HOME (names libssh2 lacks are warned about; from a
+  /// system file, e.g. a distribution's crypto policy, only under --verbose).
+  bool user_file = false;
+};
+
 /// What the configuration says about one host. Unset fields: not configured.
 struct HostConfig {
   std::string alias;  // the host as given
@@ -175,6 +187,12 @@ struct HostConfig {
   std::optional<HostKeyPolicy> host_key_policy;
   std::string host_key_policy_where;  // "file:line" of the StrictHostKeyChecking that won
   std::vector<std::string> known_hosts_files;  // UserKnownHostsFile, expanded
+  /// GlobalKnownHostsFile, expanded (read, never written; `none`: empty).
+  /// Unset: /etc/ssh/ssh_known_hosts and /etc/ssh/ssh_known_hosts2.
+  std::optional<std::vector<std::string>> global_known_hosts_files;
+  /// Lower-case keyword ("ciphers", "macs", "kexalgorithms",
+  /// "hostkeyalgorithms") -> its first value.
+  std::map<std::string, AlgorithmSetting> algorithms;
   /// ProxyCommand, tokens expanded (%h is the HostName, %p the port, %r
   /// the user, %n the alias): run with the user's shell, its stdin and
   /// stdout carry the SSH connection. Unset: none.

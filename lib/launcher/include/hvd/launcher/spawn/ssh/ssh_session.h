@@ -16,6 +16,7 @@
 #include "hvd/launcher/hosts/ssh_config.h"
 #include "hvd/launcher/plan/job_plan.h"
 #include "hvd/launcher/spawn/spawner.h"
+#include "hvd/launcher/spawn/ssh/ssh_known_hosts.h"
 
 #include <atomic>
 #include <chrono>
@@ -109,6 +110,19 @@ struct SessionOptions {
   bool identities_only = false;
   std::string home;  // for ~/.ssh defaults and messages
   std::vector<std::string> known_hosts_files;  // checked; new keys go to the first
+  /// GlobalKnownHostsFile (default /etc/ssh/ssh_known_hosts and
+  /// ssh_known_hosts2): checked, never written.
+  std::vector<std::string> global_known_hosts_files;
+  /// ssh_config KexAlgorithms, HostKeyAlgorithms, Ciphers, MACs, resolved
+  /// against libssh2 (ssh_algorithms.h): comma-separated names; empty:
+  /// libssh2's default.
+  std::string kex_algorithms;
+  std::string host_key_algorithms;
+  std::string ciphers;
+  std::string macs;
+  /// HostKeyAlgorithms was not an explicit list: the types the known_hosts
+  /// files hold for the host are asked for first (as OpenSSH does).
+  bool host_key_known_order = true;
   HostKeyPolicy host_key_policy = HostKeyPolicy::AcceptNew;
   std::string host_key_policy_source = "hvdrun's default";
   /// Liveness interval (set_liveness_checks).
@@ -183,7 +197,11 @@ class Session {
 
  private:
   Session(SessionOptions options, const std::atomic<bool>* cancel);
-  void handshake(Deadline deadline);
+  /// Sets the algorithm preferences (ssh_config's lists; the host key
+  /// types `check`'s files record first), then runs the SSH handshake.
+  void handshake(Deadline deadline, const HostKeyCheck& check);
+  /// libssh2_session_method_pref; a refusal fails the connection.
+  void set_method(int method, const std::string& names, const char* keyword);
   void authenticate(Deadline deadline);
   bool try_key_file(const std::string& path, Deadline deadline, std::string* note);
   bool try_agent(const std::string& socket_path, Deadline deadline, std::string* note);
