@@ -288,7 +288,7 @@ class NetnsHosts:
             return []
         return ["unshare", "--mount", "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"', self.etc_hosts]
 
-    def _start_sshd(self, i, host_key=None, extra=""):
+    def _start_sshd(self, i, host_key=None, extra="", max_startups="100:30:200"):
         host_key = host_key or os.path.join(self.tmp, "host_key")
         # sshd takes the first SetEnv line only: a case's SetEnv variables
         # join ours on one line.
@@ -313,7 +313,7 @@ class NetnsHosts:
                 "UsePAM no\n"
                 "PasswordAuthentication no\n"
                 "KbdInteractiveAuthentication no\n"
-                "MaxStartups 100:30:200\n"
+                f"MaxStartups {max_startups}\n"
                 "MaxSessions 64\n"
                 f"ClientAliveInterval {self.client_alive_interval}\n"
                 "ClientAliveCountMax 3\n"
@@ -361,10 +361,11 @@ class NetnsHosts:
             return self.hostnames[i]
         return f"hvdhost-{chr(ord('a') + i)}"
 
-    def restart_sshd(self, i, new_host_key=False, extra=""):
+    def restart_sshd(self, i, new_host_key=False, extra="", max_startups="100:30:200"):
         """Restarts host i's sshd, optionally with a freshly generated host key
-        (a recreated pod) and extra sshd_config lines. Returns the new host
-        key's public line when one was made."""
+        (a recreated pod), extra sshd_config lines and another MaxStartups
+        (sshd takes a keyword's first line: extra cannot change it). Returns
+        the new host key's public line when one was made."""
         p = self.sshd[i]
         p.kill()
         p.wait(timeout=5)
@@ -375,7 +376,7 @@ class NetnsHosts:
             run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "recreated", "-f", key)
             with open(key + ".pub") as f:
                 pub = f.read().strip()
-        self.sshd[i] = self._start_sshd(i, host_key=key, extra=extra)
+        self.sshd[i] = self._start_sshd(i, host_key=key, extra=extra, max_startups=max_startups)
         self._wait_port(self.addrs[i], 22)
         self._wait_port(self.addrs[i], 2222)
         return pub

@@ -23,6 +23,10 @@ Cases:
                     elastic mode over aliases behind the jump host: a job on
                     both; a long one drops worker-c when the discovery
                     script stops listing it, worker-b goes on; Ctrl-C.
+  proxy_jump_shared eight hosts behind a jump host with MaxStartups 1: one
+                    login to it, a channel per host; a host it cannot reach
+                    (SYN dropped) fails alone, the others go through a
+                    second session.
   proxy_jump_chain  ProxyJump a,b to reach c (b reaches c, a does not): c's
                     sshd saw b connect, b's saw a; user@host:port forms.
   proxy_jump_errors the jump host refusing the port, a worker address the jump
@@ -252,6 +256,67 @@ def case_proxy_jump_elastic(hosts):
     check(proc.returncode == 130, f"elastic: Ctrl-C exited {proc.returncode}, want 130", err)
     check(not hosts.wait_no_leftovers(5), "elastic: processes left on the hosts", hosts.leftovers())
     print(f"proxy_jump_elastic: ok ({took:.1f} s)")
+
+
+def case_proxy_jump_shared(hosts):
+    """Eight hosts (aliases of the two workers) behind a jump host whose
+    sshd takes one unauthenticated connection at a time (MaxStartups 1):
+    one login to the jump host, a channel per host. A host the jump host
+    cannot reach (its SYN is dropped) holds its session's one channel open;
+    the others go on through a second session: only the dead host fails."""
+    setup_topology(hosts)
+    key = install_key(hosts)
+    a = hosts.addrs[0]
+    hosts.restart_sshd(0, max_startups="1")
+    x = hosts.subnet.split(".")[2]
+    dead = f"198.19.{x}.99"
+    # Host 1 does not forward: what the jump host sends it for `dead` is dropped, unanswered.
+    ns_run(hosts, 0, "ip", "route", "add", f"{dead}/32", "via", hosts.addrs[1])
+    aliases = [f"worker-{w}{n}" for w in "bc" for n in range(1, 5)]
+    write_config(hosts, "".join(f"Host worker-b{n}\n    HostName {inner(hosts, 1)}\n"
+                                f"Host worker-c{n}\n    HostName {inner(hosts, 2)}\n" for n in range(1, 5)) +
+                 f"Host dead-x\n    HostName {dead}\n"
+                 "Host worker-* dead-x\n    ProxyJump jumphost\n"
+                 f"Host jumphost\n    HostName {a}\n" + common_config(hosts, key))
+    logins = lambda: (connections_from(hosts, 0, hosts.gateway), connections_from(hosts, 1, a),
+                      connections_from(hosts, 2, a))
+    before = logins()
+    p, took = run_hvdrun(hosts, ["-np", "8", "-H", ",".join(f"{h}:1" for h in aliases), "python3", "-c", WORKER])
+    check(p.returncode == 0, f"8 hosts: exited {p.returncode}", p.stdout, p.stderr)
+    for i in (1, 2):
+        n = sum(1 for l in p.stdout.splitlines() if l.endswith(f"on {inner(hosts, i)}/32"))
+        check(n == 4, f"{n} ranks ran on worker {i}, want 4", p.stdout)
+    after = logins()
+    check(after[0] - before[0] == 1, f"{after[0] - before[0]} logins to the jump host, want 1", hosts.sshd_log(0))
+    check(after[1] - before[1] == 4 and after[2] - before[2] == 4,
+          f"logins from the jump host to the workers: {after[1] - before[1]}, {after[2] - before[2]}, want 4 each")
+
+    # The dead host: one line naming it, at --start-timeout; the others
+    # reached their sshd. Whether its open is the one ahead of theirs in the
+    # shared session depends on which host's thread logs in first: when it
+    # is (two logins to the jump host: the others moved to a second
+    # session), they must not wait behind it. Up to four jobs, until that
+    # order came up once; every job must hold the rest.
+    stuck_seen, runs, took2 = False, 0, 0.0
+    while not stuck_seen and runs < 4:
+        runs += 1
+        before = logins()
+        p, took2 = run_hvdrun(hosts, ["-np", "3", "-H", "dead-x:1,worker-b1:1,worker-c1:1", "--start-timeout", "5",
+                                      "true"])
+        errs = error_lines(p.stderr)
+        check(p.returncode == 3 and len(errs) == 1 and "dead-x" in errs[0] and f"{dead}:22" in errs[0] and
+              "timed out" in errs[0], f"dead host: exited {p.returncode}, want 3 and one line naming it", p.stderr)
+        check(took2 < 12, f"the dead host's job took {took2:.1f} s (--start-timeout 5)")
+        after = logins()
+        check(after[1] - before[1] == 1 and after[2] - before[2] == 1,
+              "the hosts beside the dead one were held back", p.stderr, hosts.sshd_log(1), hosts.sshd_log(2))
+        check(after[0] - before[0] in (1, 2), f"{after[0] - before[0]} logins to the jump host, want 1 or 2",
+              hosts.sshd_log(0))
+        stuck_seen = after[0] - before[0] == 2
+        check(not hosts.wait_no_leftovers(5), "processes left on the hosts", hosts.leftovers())
+    print(f"proxy_jump_shared: the dead host's open {'held the first session' if stuck_seen else 'came last'} "
+          f"(job {runs} of at most 4)")
+    print(f"proxy_jump_shared: ok (8 hosts {took:.1f} s, dead host {took2:.1f} s)")
 
 
 def case_proxy_jump_chain(hosts):

@@ -206,13 +206,7 @@ std::unique_ptr<Session> Session::open(const SessionOptions& options, Deadline d
       jo.proxy_command.clear();
       jo.jump_hosts.assign(options.jump_hosts.begin(), options.jump_hosts.end() - 1);
     }
-    std::unique_ptr<Session> jump;
-    try {
-      jump = Session::open(jo, deadline, cancel);
-    } catch (const LaunchError& e) {
-      throw LaunchError(options.host, fmt::format("{}: jump host {}", options.host, e.what()));
-    }
-    s->proxy_ = start_jump_relay(options.host, std::move(jump), target, options.port, deadline, cancel, &s->fd_);
+    s->proxy_ = connect_through_jump_host(options.host, jo, target, options.port, deadline, cancel, &s->fd_);
     s->peer_ = fmt::format("{} ({}:{} through {})", options.host, target, options.port, jo.host);
     s->location_ = fmt::format(" ({}:{} through {})", target, options.port, jo.host);
   } else {
@@ -488,18 +482,24 @@ void Session::close(const char* reason) {
       pollfd p{fd_.get(), POLLOUT, 0};
       ::poll(&p, 1, 10);
     }
-    for (int i = 0; i < 100; ++i) {
-      int rc = libssh2_session_free(session_);
-      if (rc != LIBSSH2_ERROR_EAGAIN) break;
-      if (d.expired()) {
-        // Give up on a clean free: switch to blocking with a short timeout
-        // so the free completes rather than leaking the session.
-        libssh2_session_set_timeout(session_, 100);
-        libssh2_session_set_blocking(session_, 1);
+    // libssh2_session_free can keep answering EAGAIN (a channel whose open
+    // the server never confirmed waits for a close reply that cannot come):
+    // past the deadline the socket is shut down, so that libssh2 sees the
+    // connection gone and frees everything without talking to the peer.
+    bool freed = false;
+    for (int dead_tries = 0; dead_tries <= 10;) {
+      if (libssh2_session_free(session_) != LIBSSH2_ERROR_EAGAIN) {
+        freed = true;
+        break;
       }
-      pollfd p{fd_.get(), POLLIN | POLLOUT, 0};
+      if (d.expired()) {
+        if (dead_tries++ == 0) ::shutdown(fd_.get(), SHUT_RDWR);
+        continue;
+      }
+      pollfd p{fd_.get(), wanted_events(), 0};
       ::poll(&p, 1, 10);
     }
+    if (!freed) spdlog::warn("{}: the SSH session could not be freed (its memory is leaked)", peer_);
     session_ = nullptr;
   }
   fd_.reset();

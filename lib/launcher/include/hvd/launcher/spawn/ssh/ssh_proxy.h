@@ -6,7 +6,7 @@
 ///  * ProxyCommand: the command's stdin and stdout are the other end;
 ///  * ProxyJump: a direct-tcpip channel of an SSH session with the jump host,
 ///    relayed to the other end by a thread of its own (that thread alone
-///    uses the jump host's session).
+///    uses the jump host's session, shared by every host behind it).
 #include "hvd/common/io.h"
 
 #include <atomic>
@@ -39,13 +39,22 @@ class Proxy {
 /// Throws LaunchError ("<host>: ProxyCommand could not be started: ...").
 std::unique_ptr<Proxy> start_proxy_command(const std::string& host, const std::string& command, UniqueFd* connection);
 
-/// Opens a direct-tcpip channel from `jump` (open, authenticated) to
-/// `to_host`:`to_port` before `deadline` and relays it to a socketpair whose
-/// other end is returned in `connection`. The relay owns `jump` from then
-/// on. Throws LaunchError ("<host>: jump host <jump>: could not connect to
+/// Connects to `to_host`:`to_port` through the jump host `jump` (ssh_config
+/// ProxyJump) before `deadline`: a direct-tcpip channel of an SSH session
+/// with the jump host, relayed to a socketpair whose other end is returned
+/// in `connection`. Hosts behind one jump host share one session with it
+/// (one login, whatever the number of hosts: a bastion's MaxStartups
+/// counts concurrent unauthenticated connections), opened by the first
+/// host that needs it; hosts arriving meanwhile wait for it, and share its
+/// failure. libssh2 opens one channel at a time per session: while an open
+/// has been pending for 500 ms (a target the jump host cannot reach), the
+/// next host opens a session of its own. The session is closed when the
+/// last host's proxy is stopped. Throws LaunchError ("<host>: jump host
+/// <jump>: ...", "<host>: jump host <jump> could not connect to
 /// <to_host>:<to_port> (...)").
-std::unique_ptr<Proxy> start_jump_relay(const std::string& host, std::unique_ptr<Session> jump,
-                                        const std::string& to_host, int to_port, Deadline deadline,
-                                        const std::atomic<bool>* cancel, UniqueFd* connection);
+struct SessionOptions;
+std::unique_ptr<Proxy> connect_through_jump_host(const std::string& host, const SessionOptions& jump,
+                                                 const std::string& to_host, int to_port, Deadline deadline,
+                                                 const std::atomic<bool>* cancel, UniqueFd* connection);
 
 }  // namespace hvd::launcher::ssh
