@@ -1,5 +1,7 @@
 #include "hvd/common/text.h"
 
+#include <cstdint>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -72,6 +74,47 @@ std::string closest_word(std::string_view word, const std::vector<std::string>& 
     }
   }
   return best;
+}
+
+std::optional<std::string> base64_decode(std::string_view text) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  std::string clean;
+  clean.reserve(text.size());
+  for (char c : text) {
+    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') clean.push_back(c);
+  }
+  if (clean.size() % 4 != 0) return std::nullopt;
+  std::string out;
+  out.reserve(clean.size() / 4 * 3);
+  for (std::size_t i = 0; i < clean.size(); i += 4) {
+    const bool last = i + 4 == clean.size();
+    int v[4];
+    int pad = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char c = clean[i + static_cast<std::size_t>(k)];
+      if (c == '=' && last && k >= 2) {
+        ++pad;
+        v[k] = 0;
+        continue;
+      }
+      if (pad > 0) return std::nullopt;  // a character after padding
+      v[k] = value(c);
+      if (v[k] < 0) return std::nullopt;
+    }
+    const uint32_t n = (static_cast<uint32_t>(v[0]) << 18) | (static_cast<uint32_t>(v[1]) << 12) |
+                       (static_cast<uint32_t>(v[2]) << 6) | static_cast<uint32_t>(v[3]);
+    out.push_back(static_cast<char>((n >> 16) & 0xff));
+    if (pad < 2) out.push_back(static_cast<char>((n >> 8) & 0xff));
+    if (pad < 1) out.push_back(static_cast<char>(n & 0xff));
+  }
+  return out;
 }
 
 }  // namespace hvd

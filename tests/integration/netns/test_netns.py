@@ -468,6 +468,75 @@ def case_agent_and_default_keys(hosts):
     print("agent_and_default_keys: ok")
 
 
+def case_agent_identity_order(hosts):
+    """OpenSSH's key order: an IdentityFile's key that ssh-agent holds is
+    used through the agent (its file is passphrase-protected), before the
+    agent's other keys (the sshd allows 3 tries: 6 other keys come first in
+    the agent), with or without IdentitiesOnly, and with -i. Real OpenSSH
+    is run against the same setup for comparison."""
+    a = hosts.addrs[0]
+    hosts.restart_sshd(0, extra="MaxAuthTries 3\n")
+    ssh_dir = os.path.join(hosts.home, ".ssh")
+    os.makedirs(ssh_dir, mode=0o700, exist_ok=True)
+    sock = os.path.join(hosts.tmp, "agent2.sock")
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        end = time.monotonic() + 5
+        while not os.path.exists(sock):
+            check(time.monotonic() < end, "ssh-agent did not start")
+            time.sleep(0.05)
+        agent_env = dict(os.environ, SSH_AUTH_SOCK=sock)
+        # Six keys the server does not know, loaded first; then the right
+        # one, whose file is then locked with a passphrase and loses its .pub.
+        for n in range(6):
+            other = os.path.join(hosts.tmp, f"other{n}")
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", other], check=True)
+            subprocess.run(["ssh-add", "-q", other], env=agent_env, check=True, stderr=subprocess.DEVNULL)
+        key = os.path.join(ssh_dir, "cluster")
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
+        with open(key + ".pub") as f, open(os.path.join(hosts.tmp, "authorized_keys"), "a") as out:
+            out.write(f.read())
+        subprocess.run(["ssh-add", "-q", key], env=agent_env, check=True, stderr=subprocess.DEVNULL)
+        subprocess.run(["ssh-keygen", "-q", "-p", "-P", "", "-N", "a long passphrase", "-f", key], check=True,
+                       stdout=subprocess.DEVNULL)
+        os.unlink(key + ".pub")
+        cfg = os.path.join(ssh_dir, "config")
+        run_env = env_for(hosts, SSH_AUTH_SOCK=sock)
+
+        def openssh(config=cfg):
+            return subprocess.run(["ssh", "-F", config, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+                                   "-o", f"UserKnownHostsFile={hosts.known_hosts}", a, "true"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30, env=run_env,
+                                  stdin=subprocess.DEVNULL)
+
+        for only in ("", "    IdentitiesOnly yes\n"):
+            with open(cfg, "w") as f:
+                f.write(f"Host {a}\n    IdentityFile {key}\n{only}")
+            o = openssh()
+            check(o.returncode == 0, f"OpenSSH itself failed ({only.strip() or 'IdentityFile'})", o.stderr)
+            p, _ = run_hvdrun(hosts, ["-np", "1", "-H", f"{a}:1", "echo", "in"], key="", env=run_env)
+            check(p.returncode == 0 and "in" in p.stdout,
+                  f"IdentityFile in the agent{' + ' + only.strip() if only else ''}: exited {p.returncode}", p.stderr)
+        # -i names the locked file: the agent's copy is used.
+        os.unlink(cfg)
+        p, _ = run_hvdrun(hosts, ["-np", "1", "-H", f"{a}:1", "echo", "in"], key=key, env=run_env)
+        check(p.returncode == 0, f"-i with the key in the agent: exited {p.returncode}", p.stderr)
+        # No IdentityFile: the agent's keys in its order; the server hangs
+        # up after 3 (OpenSSH fails the same way). One line that says why.
+        o = openssh("/dev/null")
+        check(o.returncode != 0 and "Too many authentication failures" in o.stderr,
+              "OpenSSH was expected to fail on MaxAuthTries", o.stderr)
+        p, _ = run_hvdrun(hosts, ["-np", "1", "-H", f"{a}:1", "true"], key="", env=run_env)
+        errs = [l for l in p.stderr.splitlines() if "error" in l]
+        check(p.returncode == 3 and len(errs) == 1 and "authentication failed" in errs[0] and
+              "MaxAuthTries" in errs[0] and "IdentitiesOnly yes" in errs[0], f"many keys: exited {p.returncode}",
+              p.stderr)
+    finally:
+        agent.kill()
+        agent.wait()
+    print(f"agent_identity_order: ok; with the agent's keys alone: {errs[0]}")
+
+
 def case_collective_allreduce(hosts):
     """Issue 3: a 2-host x 2-slot job of the collective test program. Ranks
     rendezvous through hvdrun's store (reached over the test subnet) and run

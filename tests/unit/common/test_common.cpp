@@ -114,3 +114,16 @@ TEST_CASE("text: closest_word suggests a near candidate and nothing for a far on
   CHECK(hvd::closest_word("-x", flags).empty());  // short words need a close match: -x is not -H
   CHECK(hvd::closest_word("anything", {}).empty());
 }
+
+TEST_CASE("base64_decode: RFC 4648 with padding, blanks skipped, anything else refused", "[common][text]") {
+  CHECK(hvd::base64_decode("") == std::string());
+  CHECK(hvd::base64_decode("Zg==") == std::string("f"));
+  CHECK(hvd::base64_decode("Zm8=") == std::string("fo"));
+  CHECK(hvd::base64_decode("Zm9v") == std::string("foo"));
+  CHECK(hvd::base64_decode("Zm9v\nYmFy\r\n") == std::string("foobar"));
+  CHECK(hvd::base64_decode("AAEC/w==") == std::string("\x00\x01\x02\xff", 4));
+  CHECK_FALSE(hvd::base64_decode("Zm9"));  // length
+  CHECK_FALSE(hvd::base64_decode("Zm9*"));  // alphabet
+  CHECK_FALSE(hvd::base64_decode("Zg==Zm9v"));  // padding in the middle
+  CHECK_FALSE(hvd::base64_decode("Z==="));  // too much padding
+}

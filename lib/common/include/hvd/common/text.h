@@ -5,6 +5,7 @@
 /// through these, no input can start or forge a line ("\n[0]<stdout>: ...")
 /// or carry a terminal escape sequence, and none can flood the terminal.
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,5 +32,10 @@ std::string one_line(std::string_view message, std::size_t max_bytes = 4096);
 /// word's length (none for up to 2 letters, at most 1 up to 4, 2 up to 8, else 3); ties
 /// go to the earlier candidate. Empty when none is close.
 std::string closest_word(std::string_view word, const std::vector<std::string>& candidates);
+
+/// Standard base64 (RFC 4648, with `=` padding) decoded; blanks and line
+/// breaks are skipped. nullopt for anything else: a character outside the
+/// alphabet, a length that is not a multiple of 4, padding in the middle.
+std::optional<std::string> base64_decode(std::string_view text);
 
 }  // namespace hvd

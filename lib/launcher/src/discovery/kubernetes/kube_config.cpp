@@ -2,7 +2,6 @@
 #include "hvd/launcher/discovery/kubernetes/kube_config.h"
 
 #include <fmt/format.h>
-#include <openssl/evp.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cstdlib>
@@ -12,6 +11,7 @@
 #include <sstream>
 
 #include "hvd/common/error.h"
+#include "hvd/common/text.h"
 
 namespace hvd::launcher::kube {
 
@@ -46,19 +46,9 @@ std::string resolve_path(const std::string& path, const std::string& file) {
 }
 
 std::string base64_decode(const std::string& text, const std::string& what) {
-  std::string clean;
-  for (char c : text) {
-    if (c != '\n' && c != '\r' && c != ' ' && c != '\t') clean.push_back(c);
-  }
-  if (clean.size() % 4 != 0) throw InvalidArgument(fmt::format("{} is not valid base64", what));
-  std::string out(clean.size() / 4 * 3, '\0');
-  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                                reinterpret_cast<const unsigned char*>(clean.data()), static_cast<int>(clean.size()));
-  if (n < 0) throw InvalidArgument(fmt::format("{} is not valid base64", what));
-  size_t pad = 0;
-  while (pad < 2 && pad < clean.size() && clean[clean.size() - 1 - pad] == '=') ++pad;
-  out.resize(static_cast<size_t>(n) - pad);
-  return out;
+  std::optional<std::string> out = hvd::base64_decode(text);
+  if (!out) throw InvalidArgument(fmt::format("{} is not valid base64", what));
+  return *out;
 }
 
 std::string trim(const std::string& s) {

@@ -1,9 +1,11 @@
 #include "hvd/launcher/spawn/ssh/ssh_session.h"
 
 #include "hvd/common/error.h"
+#include "hvd/common/text.h"
 #include "hvd/common/net.h"
 #include "hvd/launcher/spawn/agent.h"
 #include "hvd/launcher/spawn/ssh/ssh_algorithms.h"
+#include "hvd/launcher/spawn/ssh/ssh_identities.h"
 #include "hvd/launcher/spawn/ssh/ssh_known_hosts.h"
 #include "hvd/launcher/spawn/ssh/ssh_proxy.h"
 
@@ -174,6 +176,20 @@ struct SessionAccess {
     }
     return n;
   }
+  /// SSH_MSG_DISCONNECT from the server ("Too many authentication
+  /// failures"): kept for the failure message.
+  static LIBSSH2_DISCONNECT_FUNC(disconnect_hook) {
+    (void)session;
+    (void)reason;
+    (void)language;
+    (void)language_len;
+    if (abstract != nullptr && *abstract != nullptr) {
+      auto* s = static_cast<Session*>(*abstract);
+      s->disconnect_message_ = message != nullptr && message_len > 0
+                                   ? std::string(message, static_cast<std::size_t>(message_len))
+                                   : std::string("no reason given");
+    }
+  }
   static LIBSSH2_SEND_FUNC(send_hook) {
     ssize_t n = ::send(socket, buffer, length, flags | MSG_NOSIGNAL);
     if (n < 0) {
@@ -315,6 +331,8 @@ void Session::handshake(Deadline deadline, const HostKeyCheck& check) {
   if (session_ == nullptr) fail("could not create an SSH session (out of memory?)");
   libssh2_session_callback_set(session_, LIBSSH2_CALLBACK_RECV, reinterpret_cast<void*>(&SessionAccess::recv_hook));
   libssh2_session_callback_set(session_, LIBSSH2_CALLBACK_SEND, reinterpret_cast<void*>(&SessionAccess::send_hook));
+  libssh2_session_callback_set(session_, LIBSSH2_CALLBACK_DISCONNECT,
+                               reinterpret_cast<void*>(&SessionAccess::disconnect_hook));
   libssh2_session_set_blocking(session_, 0);
   // ssh_config's algorithm lists (already resolved against libssh2), and
   // the host key types the known_hosts files hold for this host first, as
@@ -377,40 +395,51 @@ bool Session::try_key_file(const std::string& path, Deadline deadline, std::stri
   return false;
 }
 
-bool Session::try_agent(const std::string& socket_path, Deadline deadline, std::string* note) {
-  LIBSSH2_AGENT* agent = libssh2_agent_init(session_);
-  if (agent == nullptr) return false;
-  libssh2_agent_set_identity_path(agent, socket_path.c_str());
-  struct Guard {
-    LIBSSH2_AGENT* a;
-    bool connected = false;
-    ~Guard() {
-      if (connected) libssh2_agent_disconnect(a);
-      libssh2_agent_free(a);
-    }
-  } guard{agent};
-  if (libssh2_agent_connect(agent) != 0) {
-    *note = " (not reachable)";
-    return false;
+namespace {
+
+/// An ssh-agent connection and its keys, listed once.
+struct AgentKeys {
+  LIBSSH2_AGENT* agent = nullptr;
+  bool connected = false;
+  std::vector<libssh2_agent_publickey*> keys;
+  std::string note;  // " (not reachable)", ...
+  ~AgentKeys() {
+    if (connected) libssh2_agent_disconnect(agent);
+    if (agent != nullptr) libssh2_agent_free(agent);
   }
-  guard.connected = true;
-  if (libssh2_agent_list_identities(agent) != 0) {
-    *note = " (could not list identities)";
-    return false;
+  std::vector<std::string> blobs() const {
+    std::vector<std::string> out;
+    for (auto* k : keys) out.emplace_back(reinterpret_cast<const char*>(k->blob), k->blob_len);
+    return out;
+  }
+};
+
+void list_agent_keys(LIBSSH2_SESSION* session, const std::string& socket_path, AgentKeys& out) {
+  out.agent = libssh2_agent_init(session);
+  if (out.agent == nullptr) {
+    out.note = " (could not be used)";
+    return;
+  }
+  libssh2_agent_set_identity_path(out.agent, socket_path.c_str());
+  if (libssh2_agent_connect(out.agent) != 0) {
+    out.note = " (not reachable)";
+    return;
+  }
+  out.connected = true;
+  if (libssh2_agent_list_identities(out.agent) != 0) {
+    out.note = " (could not list identities)";
+    return;
   }
   libssh2_agent_publickey* prev = nullptr;
   libssh2_agent_publickey* id = nullptr;
-  int count = 0;
-  while (libssh2_agent_get_identity(agent, &id, prev) == 0) {
-    ++count;
-    int rc = run(deadline, "ssh-agent authentication",
-                 [&] { return libssh2_agent_userauth(agent, options_.user.c_str(), id); });
-    if (rc == 0) return true;
+  while (libssh2_agent_get_identity(out.agent, &id, prev) == 0) {
+    out.keys.push_back(id);
     prev = id;
   }
-  if (count == 0) *note = " (no identities)";
-  return false;
+  if (out.keys.empty()) out.note = " (no identities)";
 }
+
+}  // namespace
 
 void Session::authenticate(Deadline deadline) {
   const std::string& user = options_.user;
@@ -431,45 +460,82 @@ void Session::authenticate(Deadline deadline) {
                     user, methods));
   }
 
+  // The identity files: -i alone, else ssh_config's IdentityFile lines,
+  // else the default names (those that exist).
   std::vector<std::string> tried;
-  if (options_.identity_file) {
-    const std::string& path = *options_.identity_file;
-    if (!file_exists(path)) {
-      fail(fmt::format("identity file {} (-i) does not exist", path));
+  std::vector<IdentityFile> files;
+  const bool from_flag = options_.identity_file.has_value();
+  if (from_flag) {
+    if (!file_exists(*options_.identity_file)) {
+      fail(fmt::format("identity file {} (-i) does not exist", *options_.identity_file));
     }
-    std::string note;
-    if (try_key_file(path, deadline, &note)) return;
-    tried.push_back(tilde_path(path, options_.home) + note);
+    files.push_back({*options_.identity_file, std::nullopt});
   } else {
-    // The agent: IdentityAgent's socket ("" for none), else $SSH_AUTH_SOCK.
-    const char* env_sock = std::getenv("SSH_AUTH_SOCK");
-    const std::string sock = options_.identity_agent ? *options_.identity_agent : env_sock ? env_sock : "";
-    if (!sock.empty() && !options_.identities_only) {
-      std::string note;
-      if (try_agent(sock, deadline, &note)) return;
-      tried.push_back((options_.identity_agent ? "ssh-agent at " + tilde_path(sock, options_.home) : "ssh-agent") +
-                      note);
-    }
-    std::vector<std::string> keys = options_.identity_files;
-    const bool from_config = !keys.empty();
+    const bool from_config = !options_.identity_files.empty();
+    std::vector<std::string> paths = options_.identity_files;
     if (!from_config) {
-      for (const char* name : {"id_ed25519", "id_ecdsa", "id_rsa"}) keys.push_back(options_.home + "/.ssh/" + name);
+      for (const char* name : {"id_ed25519", "id_ecdsa", "id_rsa"}) paths.push_back(options_.home + "/.ssh/" + name);
     }
-    for (const std::string& path : keys) {
-      if (!file_exists(path)) {
-        if (from_config) tried.push_back(tilde_path(path, options_.home) + " (missing)");
-        continue;
+    for (const std::string& path : paths) {
+      if (file_exists(path)) {
+        files.push_back({path, std::nullopt});
+      } else if (from_config) {
+        tried.push_back(tilde_path(path, options_.home) + " (missing)");
       }
+    }
+  }
+  for (auto& f : files) f.blob = identity_public_blob(f.path);
+  // The agent: IdentityAgent's socket ("" for none), else $SSH_AUTH_SOCK.
+  // Under IdentitiesOnly (and with -i) it is still asked for the identity
+  // files' own keys, as OpenSSH asks it.
+  const char* env_sock = std::getenv("SSH_AUTH_SOCK");
+  const std::string sock = options_.identity_agent ? *options_.identity_agent : env_sock ? env_sock : "";
+  const std::string agent_name =
+      options_.identity_agent ? "ssh-agent at " + tilde_path(sock, options_.home) : std::string("ssh-agent");
+  const bool agent_others = !from_flag && !options_.identities_only;
+  AgentKeys agent;
+  if (!sock.empty()) list_agent_keys(session_, sock, agent);
+  const std::vector<AuthStep> steps = order_identities(agent.blobs(), files, agent_others);
+  int agent_tried = 0;
+  for (const AuthStep& step : steps) {
+    if (step.kind == AuthStep::Kind::Agent) {
+      libssh2_agent_publickey* id = agent.keys[step.agent_index];
+      const int rc = run(deadline, "ssh-agent authentication",
+                         [&] { return libssh2_agent_userauth(agent.agent, user.c_str(), id); });
+      if (rc == 0) return;
+      if (step.for_file) {
+        tried.push_back(tilde_path(files[step.file_index].path, options_.home) + " (through " + agent_name + ")");
+      } else {
+        ++agent_tried;
+      }
+    } else {
       std::string note;
+      const std::string& path = files[step.file_index].path;
       if (try_key_file(path, deadline, &note)) return;
       tried.push_back(tilde_path(path, options_.home) + note);
+    }
+    const bool hung_up = !disconnect_message_.empty() || socket_errno_.load(std::memory_order_relaxed) != 0;
+    if (hung_up) break;  // the server hung up (MaxAuthTries): what is left cannot be tried
+  }
+  if (agent_others && !sock.empty()) {
+    if (agent_tried > 0) {
+      tried.insert(tried.begin(), fmt::format("{} ({} key{})", agent_name, agent_tried, agent_tried == 1 ? "" : "s"));
+    } else if (!agent.note.empty()) {
+      tried.insert(tried.begin(), agent_name + agent.note);
     }
   }
   std::string list;
   for (const auto& t : tried) list += (list.empty() ? "" : ", ") + t;
   if (list.empty()) list = "no keys: no -i, no ssh-agent, no ~/.ssh/id_ed25519, id_ecdsa or id_rsa";
-  throw LaunchError(options_.host,
-                    fmt::format("{}: SSH authentication failed for user {} (tried {})", options_.host, user, list));
+  std::string hint;
+  if (!disconnect_message_.empty() || socket_errno_.load(std::memory_order_relaxed) != 0) {
+    hint = fmt::format(
+        " -- the server closed the connection{} (too many keys offered for its MaxAuthTries? name the key with "
+        "IdentityFile and IdentitiesOnly yes in ~/.ssh/config)",
+        disconnect_message_.empty() ? std::string() : ": " + hvd::shown(disconnect_message_));
+  }
+  throw LaunchError(options_.host, fmt::format("{}: SSH authentication failed for user {} (tried {}){}",
+                                               options_.host, user, list, hint));
 }
 
 void Session::close(const char* reason) {

@@ -204,7 +204,6 @@ class Session {
   void set_method(int method, const std::string& names, const char* keyword);
   void authenticate(Deadline deadline);
   bool try_key_file(const std::string& path, Deadline deadline, std::string* note);
-  bool try_agent(const std::string& socket_path, Deadline deadline, std::string* note);
   [[noreturn]] void fail(const std::string& what) const;
 
   SessionOptions options_;
@@ -217,6 +216,7 @@ class Session {
   Clock::time_point started_;
   std::atomic<int> socket_errno_{0};  // last failure seen by the socket hooks
   std::atomic<uint64_t> bytes_received_{0};
+  std::string disconnect_message_;  // the server's SSH_MSG_DISCONNECT text (set by libssh2's callback)
 
   friend struct SessionAccess;
 };
