@@ -517,6 +517,18 @@ def case_agent_identity_order(hosts):
             p, _ = run_hvdrun(hosts, ["-np", "1", "-H", f"{a}:1", "echo", "in"], key="", env=run_env)
             check(p.returncode == 0 and "in" in p.stdout,
                   f"IdentityFile in the agent{' + ' + only.strip() if only else ''}: exited {p.returncode}", p.stderr)
+        # The public key alone names the identity (a hardware token's or
+        # 1Password's agent: no private key file at all).
+        token = os.path.join(hosts.tmp, "token.pub")
+        with open(token, "w") as f:
+            f.write(subprocess.run(["ssh-keygen", "-y", "-P", "a long passphrase", "-f", key], check=True,
+                                   stdout=subprocess.PIPE, text=True).stdout)
+        with open(cfg, "w") as f:
+            f.write(f"Host {a}\n    IdentityFile {token}\n    IdentitiesOnly yes\n")
+        o = openssh()
+        check(o.returncode == 0, "OpenSSH itself failed (IdentityFile KEY.pub)", o.stderr)
+        p, _ = run_hvdrun(hosts, ["-np", "1", "-H", f"{a}:1", "echo", "in"], key="", env=run_env)
+        check(p.returncode == 0, f"IdentityFile KEY.pub + IdentitiesOnly: exited {p.returncode}", p.stderr)
         # -i names the locked file: the agent's copy is used.
         os.unlink(cfg)
         p, _ = run_hvdrun(hosts, ["-np", "1", "-H", f"{a}:1", "echo", "in"], key=key, env=run_env)

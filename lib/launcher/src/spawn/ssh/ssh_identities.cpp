@@ -78,8 +78,12 @@ std::optional<std::string> identity_public_blob(const std::string& path) {
   if (std::optional<std::string> pub = read_small(path + ".pub")) {
     if (std::optional<std::string> blob = blob_of_public_line(*pub)) return blob;
   }
-  if (std::optional<std::string> priv = read_small(path)) return blob_of_openssh_private(*priv);
-  return std::nullopt;
+  std::optional<std::string> text = read_small(path);
+  if (!text) return std::nullopt;
+  if (text->find("PRIVATE KEY-----") != std::string::npos) return blob_of_openssh_private(*text);
+  // A public key named as the identity (`IdentityFile ~/.ssh/key.pub`, the
+  // private half in an agent such as 1Password's or a hardware token's).
+  return blob_of_public_line(*text);
 }
 
 std::vector<AuthStep> order_identities(const std::vector<std::string>& agent_blobs,

@@ -74,6 +74,12 @@ TEST_CASE("ssh identities: the public key of an identity file", "[ssh][identitie
     std::filesystem::remove(k + ".pub");
     CHECK(identity_public_blob(k) == want);
   }
+  SECTION("a public key named as the identity (its private half in an agent)") {
+    const std::string k = d.make("token", "-t ed25519");
+    const std::string want = pub_blob(k);
+    std::filesystem::remove(k);
+    CHECK(identity_public_blob(k + ".pub") == want);
+  }
   SECTION("a PEM key without FILE.pub, a missing file, garbage: unknown") {
     const std::string k = d.make("pem", "-t rsa -b 2048 -m PEM", "password");
     std::filesystem::remove(k + ".pub");

@@ -11,7 +11,9 @@
 ///
 /// An identity file's public key comes from FILE.pub, else from the private
 /// key file itself when it is in OpenSSH's own format (whose public key is
-/// stored unencrypted, as OpenSSH reads it).
+/// stored unencrypted, as OpenSSH reads it), else from FILE itself when it
+/// is a public key (`IdentityFile ~/.ssh/key.pub` selects an agent's key
+/// whose private half is nowhere on disk).
 #include <cstddef>
 #include <optional>
 #include <string>
