@@ -26,7 +26,7 @@ Cases:
   proxy_jump_shared eight hosts behind a jump host with MaxStartups 1: one
                     login to it, a channel per host; a host it cannot reach
                     (SYN dropped) fails alone, the others go through a
-                    second session.
+                    second session after 2 s.
   proxy_jump_chain  ProxyJump a,b to reach c (b reaches c, a does not): c's
                     sshd saw b connect, b's saw a; user@host:port forms.
   proxy_jump_errors the jump host refusing the port, a worker address the jump
@@ -287,7 +287,9 @@ def case_proxy_jump_shared(hosts):
         n = sum(1 for l in p.stdout.splitlines() if l.endswith(f"on {inner(hosts, i)}/32"))
         check(n == 4, f"{n} ranks ran on worker {i}, want 4", p.stdout)
     after = logins()
-    check(after[0] - before[0] == 1, f"{after[0] - before[0]} logins to the jump host, want 1", hosts.sshd_log(0))
+    # One; a second only when a channel open took over 2 s (a loaded machine).
+    check(after[0] - before[0] in (1, 2), f"{after[0] - before[0]} logins to the jump host for 8 hosts, want 1",
+          hosts.sshd_log(0))
     check(after[1] - before[1] == 4 and after[2] - before[2] == 4,
           f"logins from the jump host to the workers: {after[1] - before[1]}, {after[2] - before[2]}, want 4 each")
 
@@ -301,12 +303,12 @@ def case_proxy_jump_shared(hosts):
     while not stuck_seen and runs < 4:
         runs += 1
         before = logins()
-        p, took2 = run_hvdrun(hosts, ["-np", "3", "-H", "dead-x:1,worker-b1:1,worker-c1:1", "--start-timeout", "5",
+        p, took2 = run_hvdrun(hosts, ["-np", "3", "-H", "dead-x:1,worker-b1:1,worker-c1:1", "--start-timeout", "8",
                                       "true"])
         errs = error_lines(p.stderr)
         check(p.returncode == 3 and len(errs) == 1 and "dead-x" in errs[0] and f"{dead}:22" in errs[0] and
               "timed out" in errs[0], f"dead host: exited {p.returncode}, want 3 and one line naming it", p.stderr)
-        check(took2 < 12, f"the dead host's job took {took2:.1f} s (--start-timeout 5)")
+        check(took2 < 16, f"the dead host's job took {took2:.1f} s (--start-timeout 8)")
         after = logins()
         check(after[1] - before[1] == 1 and after[2] - before[2] == 1,
               "the hosts beside the dead one were held back", p.stderr, hosts.sshd_log(1), hosts.sshd_log(2))

@@ -112,8 +112,10 @@ struct OpenRequest {
 };
 
 /// How long an open may hold a hub's one open slot before hosts queued
-/// behind it, and new ones, go to another session with the jump host.
-constexpr auto kStuckOpen = 500ms;
+/// behind it, and new ones, go to another session with the jump host. An
+/// open to a live host takes milliseconds; on a loaded machine it can take
+/// a few hundred, and each second session is one more login.
+constexpr auto kStuckOpen = 2s;
 
 /// One authenticated session with a jump host, shared by every host
 /// reached through it, and the thread that alone uses it: it opens the

@@ -47,7 +47,7 @@ std::unique_ptr<Proxy> start_proxy_command(const std::string& host, const std::s
 /// counts concurrent unauthenticated connections), opened by the first
 /// host that needs it; hosts arriving meanwhile wait for it, and share its
 /// failure. libssh2 opens one channel at a time per session: while an open
-/// has been pending for 500 ms (a target the jump host cannot reach), the
+/// has been pending for 2 s (a target the jump host cannot reach), the
 /// next host opens a session of its own. The session is closed when the
 /// last host's proxy is stopped. Throws LaunchError ("<host>: jump host
 /// <jump>: ...", "<host>: jump host <jump> could not connect to
