@@ -65,6 +65,21 @@ def assert_no_leftovers(hosts, timeout, context):
     check(not left, f"{context}: processes left in the namespaces after {timeout} s", left)
 
 
+def start_agent(hosts, name):
+    """A real ssh-agent on a socket in the test's directory, once it
+    listens: (process, socket path). The caller kills it."""
+    sock = os.path.join(hosts.tmp, name)
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    end = time.monotonic() + 5
+    while not os.path.exists(sock):
+        if time.monotonic() >= end:
+            agent.kill()
+            agent.wait()
+            check(False, "ssh-agent did not start")
+        time.sleep(0.05)
+    return agent, sock
+
+
 # ---------------------------------------------------------------------------
 # cases
 
@@ -419,13 +434,8 @@ def case_agent_and_default_keys(hosts):
     """Without -i: ssh-agent first ($SSH_AUTH_SOCK, or ~/.ssh/config's
     IdentityAgent; `IdentityAgent none`: no agent), then ~/.ssh/id_ed25519."""
     a = hosts.addrs[0]
-    sock = os.path.join(hosts.tmp, "agent.sock")
-    agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    agent, sock = start_agent(hosts, "agent.sock")
     try:
-        end = time.monotonic() + 5
-        while not os.path.exists(sock):
-            check(time.monotonic() < end, "ssh-agent did not start")
-            time.sleep(0.05)
         subprocess.run(["ssh-add", "-q", hosts.key], env=dict(os.environ, SSH_AUTH_SOCK=sock), check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         p, _ = run_hvdrun(hosts, ["-np", "1", "-H", f"{a}:1", "echo", "via-agent"], key="",
@@ -478,13 +488,8 @@ def case_agent_identity_order(hosts):
     hosts.restart_sshd(0, extra="MaxAuthTries 3\n")
     ssh_dir = os.path.join(hosts.home, ".ssh")
     os.makedirs(ssh_dir, mode=0o700, exist_ok=True)
-    sock = os.path.join(hosts.tmp, "agent2.sock")
-    agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    agent, sock = start_agent(hosts, "agent2.sock")
     try:
-        end = time.monotonic() + 5
-        while not os.path.exists(sock):
-            check(time.monotonic() < end, "ssh-agent did not start")
-            time.sleep(0.05)
         agent_env = dict(os.environ, SSH_AUTH_SOCK=sock)
         # Six keys the server does not know, loaded first; then the right
         # one, whose file is then locked with a passphrase and loses its .pub.

@@ -154,6 +154,17 @@ def common_config(hosts, key):
             "    StrictHostKeyChecking accept-new\n")
 
 
+def workers_behind(hosts, jump):
+    """Aliases worker-b and worker-c for the workers' inner addresses,
+    both reached through ProxyJump `jump`."""
+    return ("Host worker-b\n"
+            f"    HostName {inner(hosts, 1)}\n"
+            "Host worker-c\n"
+            f"    HostName {inner(hosts, 2)}\n"
+            "Host worker-*\n"
+            f"    ProxyJump {jump}\n")
+
+
 # ---------------------------------------------------------------------------
 # cases
 
@@ -218,13 +229,7 @@ def case_proxy_jump_elastic(hosts):
     setup_topology(hosts)
     key = install_key(hosts)
     a = hosts.addrs[0]
-    write_config(hosts, (
-        "Host worker-b\n"
-        f"    HostName {inner(hosts, 1)}\n"
-        "Host worker-c\n"
-        f"    HostName {inner(hosts, 2)}\n"
-        "Host worker-*\n"
-        f"    ProxyJump {a}\n") + common_config(hosts, key))
+    write_config(hosts, workers_behind(hosts, a) + common_config(hosts, key))
     listing = os.path.join(hosts.tmp, "hosts.txt")
     with open(listing, "w") as f:
         f.write("worker-b:1\nworker-c:1\n")
@@ -418,13 +423,7 @@ def case_proxy_jump_volume_and_loss(hosts):
     setup_topology(hosts)
     key = install_key(hosts)
     a = hosts.addrs[0]
-    write_config(hosts, (
-        "Host worker-b\n"
-        f"    HostName {inner(hosts, 1)}\n"
-        "Host worker-c\n"
-        f"    HostName {inner(hosts, 2)}\n"
-        "Host worker-*\n"
-        f"    ProxyJump {a}\n") + common_config(hosts, key))
+    write_config(hosts, workers_behind(hosts, a) + common_config(hosts, key))
     n = 20000
     cmd = f'seq -f "$HOROVOD_RANK-%g-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" {n}'
     p, took = run_hvdrun(hosts, ["-np", "4", "-H", "worker-b:2,worker-c:2", "sh", "-c", cmd])

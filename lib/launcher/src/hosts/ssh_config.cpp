@@ -734,10 +734,6 @@ HostConfig SshConfig::resolve_lenient(const std::string& alias, const TokenValue
   }
 }
 
-std::string SshConfig::resolve_hostname(const std::string& alias, const TokenValues& tokens) const {
-  return resolve_lenient(alias, tokens).hostname.value_or(alias);
-}
-
 HostConfig SshConfig::resolve_impl(const std::string& alias, const TokenValues& tokens, bool lenient) const {
   HostConfig out;
   out.alias = alias;

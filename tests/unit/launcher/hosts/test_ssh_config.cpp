@@ -423,7 +423,7 @@ TEST_CASE("ssh_config: HostKeyAlias is taken as written, in lower case", "[ssh][
   CHECK_FALSE(cfg.resolve("other", tokens()).host_key_alias.has_value());
 }
 
-TEST_CASE("ssh_config: resolve_hostname passes over values hvdrun cannot use", "[ssh][config]") {
+TEST_CASE("ssh_config: resolve_lenient passes over values hvdrun cannot use", "[ssh][config]") {
   // The driver address is chosen by routing to the HostName before any
   // connection: a bad Port is the spawner's to report, not a reason to
   // route to the alias.
@@ -434,8 +434,8 @@ TEST_CASE("ssh_config: resolve_hostname passes over values hvdrun cannot use", "
       "Match exec \"true %k\"\n"
       "  HostName 10.9.9.9\n");
   CHECK_THROWS_WITH(cfg.resolve("n1", tokens()), Catch::Contains("config:2: Port 'not-a-port'"));
-  CHECK(cfg.resolve_hostname("n1", tokens()) == "10.1.1.1");
-  CHECK(cfg.resolve_hostname("n2", tokens()) == "n2");  // the bad exec line does not apply
+  CHECK(cfg.resolve_lenient("n1", tokens()).hostname.value_or("n1") == "10.1.1.1");
+  CHECK(cfg.resolve_lenient("n2", tokens()).hostname.value_or("n2") == "n2");  // the bad exec line does not apply
 }
 
 TEST_CASE("ssh_config: Match inside an Included file holds together with the including Host", "[ssh][config]") {

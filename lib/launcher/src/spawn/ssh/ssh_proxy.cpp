@@ -85,7 +85,6 @@ class CommandProxy : public Proxy {
 /// One host's connection through the jump host: a direct-tcpip channel and
 /// the socketpair end it is relayed to. Fields are the hub's (its mutex).
 struct Link {
-  std::string host;
   LIBSSH2_CHANNEL* channel = nullptr;
   UniqueFd pair;
   std::string to_channel, to_pair;
@@ -137,7 +136,6 @@ class JumpHub {
     if (thread_.joinable()) thread_.join();
   }
 
-  const std::string& name() const { return name_; }
   bool dead() {
     std::lock_guard<std::mutex> lock(mu_);
     return dead_;
@@ -264,7 +262,6 @@ class JumpHub {
     opens_.pop_front();
     r->finished = true;
     auto l = std::make_shared<Link>();
-    l->host = r->host;
     l->channel = ch;
     int fds[2];
     if (r->abandoned || ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {

@@ -23,6 +23,7 @@
 #include <spdlog/spdlog.h>
 
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <condition_variable>
@@ -295,10 +296,9 @@ class HostRunner {
   /// policy); a list left empty fails the host (exit 3).
   void apply_algorithms(const ssh::HostConfig& hc, const std::string& target, ssh::SessionOptions& so) {
     using ssh::AlgorithmKind;
-    for (const auto& [kw, kind] : {std::pair<const char*, AlgorithmKind>{"kexalgorithms", AlgorithmKind::Kex},
-                                   {"hostkeyalgorithms", AlgorithmKind::HostKey},
-                                   {"ciphers", AlgorithmKind::Cipher},
-                                   {"macs", AlgorithmKind::Mac}}) {
+    for (AlgorithmKind kind : {AlgorithmKind::Kex, AlgorithmKind::HostKey, AlgorithmKind::Cipher, AlgorithmKind::Mac}) {
+      std::string kw = ssh::algorithm_keyword(kind);  // HostConfig::algorithms is keyed in lower case
+      for (auto& c : kw) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
       auto it = hc.algorithms.find(kw);
       if (it == hc.algorithms.end()) continue;
       const ssh::AlgorithmSetting& a = it->second;

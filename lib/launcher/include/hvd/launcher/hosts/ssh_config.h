@@ -230,12 +230,9 @@ class SshConfig {
   /// hvd::InvalidArgument ("file:line: Port 'x' is not a port number") for
   /// an invalid value of a keyword hvdrun implements.
   HostConfig resolve(const std::string& alias, const TokenValues& tokens) const;
-  /// The HostName `resolve` would give (else `alias`), never throwing: a
-  /// line whose value hvdrun cannot use is passed over (the spawner reports
-  /// it when it connects).
-  std::string resolve_hostname(const std::string& alias, const TokenValues& tokens) const;
-  /// `resolve` passing over what it cannot use in the same way; never
-  /// throws (at worst only `alias` is set).
+  /// `resolve`, passing over a line whose value hvdrun cannot use (the
+  /// spawner reports it when it connects); never throws (at worst only
+  /// `alias` is set).
   HostConfig resolve_lenient(const std::string& alias, const TokenValues& tokens) const;
 
   const std::vector<ConfigEntry>& entries() const { return entries_; }
