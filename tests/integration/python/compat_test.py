@@ -58,7 +58,7 @@ from horovod.common import util  # noqa: E402
 for name in ("EXTENSIONS", "get_ext_suffix", "get_extension_full_path", "check_extension", "extension_available",
              "gpu_available", "mpi_built", "gloo_built", "nccl_built", "ddl_built", "ccl_built", "env",
              "get_average_backwards_compatibility_fun", "num_rank_is_power_2", "split_list", "is_iterable",
-             "is_version_greater_equal_than"):
+             "is_version_greater_equal_than", "_cache"):
     check(hasattr(util, name), f"horovod.common.util.{name}")
 check(absent("horovod.common.util", "check_installed_version"), "check_installed_version is left out")
 check(util.EXTENSIONS == ["torch"], "one extension: torch")
@@ -78,6 +78,17 @@ check(util.split_list(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]], "split_
 check([util.num_rank_is_power_2(n) for n in (0, 1, 2, 3, 4, 6, 8)] == [False, True, True, False, True, False, True],
       "num_rank_is_power_2")
 check(util.is_iterable([1]) and not util.is_iterable(3), "is_iterable")
+calls = []
+
+
+@util._cache
+def probe(a, b=0):
+    calls.append((a, b))
+    return len(calls)
+
+
+check([probe(1), probe(1), probe(1, b=2), probe(1, b=2), probe(2)] == [1, 1, 2, 2, 3] and len(calls) == 3,
+      f"_cache runs once per distinct arguments: {calls}")
 os.environ["HVD_COMPAT_KEPT"] = "old"
 os.environ.pop("HVD_COMPAT_NEW", None)
 with util.env(HVD_COMPAT_KEPT="new", HVD_COMPAT_NEW="set", HVD_COMPAT_NONE=None):

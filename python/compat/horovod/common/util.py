@@ -5,7 +5,8 @@ What hvdcomm has is answered by hvdcomm: it provides one framework
 extension, horovod.torch, so ``EXTENSIONS`` is ``['torch']`` and every other
 framework is "not built". Left out, so importing them fails:
 ``check_installed_version`` (Horovod's record of the framework versions it
-was compiled against; hvdcomm links no framework) and the private helpers."""
+was compiled against; hvdcomm links no framework) and the private helpers
+other than ``_cache`` (Horovod's own tests/test_common.py import it)."""
 import os
 import subprocess
 import sys
@@ -54,23 +55,40 @@ def extension_available(ext_base_name, verbose=False):
     return ok
 
 
-_gpu_cache = {}
+def _cache(f):
+    """Memoizes ``f`` on its arguments (positional, and keyword in any order):
+    the first call with given arguments runs ``f``, later ones return that
+    result. Arguments must be hashable. Horovod's helper of the same name,
+    which its code and tests use for probes that are costly to repeat."""
+    results = {}
+
+    def wrapper(*args, **kwargs):
+        key = (args, frozenset(kwargs.items()))
+        if key not in results:
+            results[key] = f(*args, **kwargs)
+        return results[key]
+
+    wrapper.__name__ = getattr(f, "__name__", "wrapper")
+    wrapper.__doc__ = getattr(f, "__doc__", None)
+    return wrapper
+
+
+@_cache
+def _torch_sees_gpu():
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return probe.returncode == 0 and probe.stdout.strip() == "True"
 
 
 def gpu_available(ext_base_name, verbose=False):
     """Whether the framework sees a GPU: for ``torch``,
-    ``torch.cuda.is_available()``, asked in a child process as Horovod does
-    (so this process does not initialize CUDA); False for other frameworks."""
-    if ext_base_name not in _gpu_cache:
-        ok = False
-        if ext_base_name == "torch":
-            probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-            ok = probe.returncode == 0 and probe.stdout.strip() == "True"
-        _gpu_cache[ext_base_name] = ok
+    ``torch.cuda.is_available()``, asked once in a child process as Horovod
+    does (so this process does not initialize CUDA); False for other
+    frameworks."""
+    ok = ext_base_name == "torch" and _torch_sees_gpu()
     if verbose:
-        print(f"Extension {ext_base_name} {'was' if _gpu_cache[ext_base_name] else 'was NOT'} running with GPU.")
-    return _gpu_cache[ext_base_name]
+        print(f"Extension {ext_base_name} {'was' if ok else 'was NOT'} running with GPU.")
+    return ok
 
 
 def _built(fact, verbose):
