@@ -46,6 +46,28 @@ class BadInput(unittest.TestCase):
         self.assertEqual(rc, 2, err)
         self.assertEqual(err, "hvdrun: error: hostfile '%s' is a directory, not a file of host[:slots] lines\n" % d)
 
+    def test_dry_run_names_a_host_the_ssh_config_cannot_reach(self):
+        """--dry-run resolves each remote host as a launch would (nothing is
+        connected): a host ~/.ssh/config makes unreachable fails it with
+        launch's line and exit 3, after the report."""
+        with tempfile.TemporaryDirectory() as home:
+            os.makedirs(os.path.join(home, ".ssh"))
+            with open(os.path.join(home, ".ssh", "config"), "w") as f:
+                f.write("Host far\n    HostName 198.18.7.7\n    User trainer\n    Port 2022\nHost broken\n    Port x\n")
+            env = dict(os.environ, HOME=home)
+            env.pop("SSH_AUTH_SOCK", None)
+            t0 = time.monotonic()
+            p = subprocess.run([HVDRUN, "--dry-run", "-np", "3", "-H", "localhost:1,far:1,broken:1", "true"],
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=20)
+            took = time.monotonic() - t0
+        self.assertEqual(p.returncode, 3, p.stderr)
+        line = "broken: %s/.ssh/config:6: Port 'x' is not a port number (1-65535)" % home
+        self.assertEqual(p.stderr, "hvdrun: error: %s\n" % line)
+        self.assertIn("  localhost: this machine\n", p.stdout)
+        self.assertIn("  far: ssh trainer@198.18.7.7 port 2022\n", p.stdout)
+        self.assertIn("  broken: cannot be reached: %s\n" % line[len("broken: "):], p.stdout)
+        self.assertLess(took, 10.0)
+
 
 if __name__ == "__main__":
     result = unittest.main(exit=False, verbosity=2).result

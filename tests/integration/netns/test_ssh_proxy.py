@@ -194,6 +194,25 @@ def case_proxy_jump(hosts):
           "want one line per host key recorded (the jump host's too), nothing else", p.stderr)
     p1, _ = run_hvdrun(hosts, ["-np", "2", "-H", "worker-b:1,worker-c:1", "true"])
     check(p1.returncode == 0 and p1.stderr == "", "a second job through ProxyJump is not quiet", p1.stderr)
+    # --dry-run says how each host is reached -- the route the jobs above
+    # took -- and connects to nothing.
+    logins = [connections_from(hosts, i, a) for i in (1, 2)]
+    jump_logins = len(re.findall("Accepted publickey", hosts.sshd_log(0)))
+    pd, _ = run_hvdrun(hosts, ["--dry-run", "-np", "3", "-H", "worker-b:1,worker-c:1,direct-b:1", "true"])
+    check(pd.returncode == 0 and pd.stderr == "", f"dry run: exited {pd.returncode}", pd.stderr)
+    reached = pd.stdout[pd.stdout.find("how each host would be reached"):]
+    cfg = "~/.ssh/config"  # hvdrun runs with HOME=hosts.home
+    for name, i in (("worker-b", 1), ("worker-c", 2)):
+        want = (f"  {name}: ssh root@{inner(hosts, i)} port 22\n"
+                f"    through ProxyJump ({cfg}:")
+        check(want in reached, f"dry run: want {want!r}", reached)
+    check(reached.count(f"      jumphost: ssh root@{a} port 22\n") == 2, "dry run: the jump host's address", reached)
+    check(f"  direct-b: ssh root@{inner(hosts, 1)} port 22\n    keys:" in reached,
+          "dry run: ProxyJump none is a direct connection", reached)
+    check("keys: IdentityFile ~/.ssh/cluster_key" in reached, "dry run: the configured key", reached)
+    check([connections_from(hosts, i, a) for i in (1, 2)] == logins and
+          len(re.findall("Accepted publickey", hosts.sshd_log(0))) == jump_logins,
+          "the dry run connected to a host", hosts.sshd_log(0))
     for i in (1, 2):
         check(connections_from(hosts, i, a) >= 1, f"host {i}'s sshd saw no connection from the jump host {a}",
               hosts.sshd_log(i))

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <future>
 
 namespace hvd::launcher {
 
@@ -27,6 +28,16 @@ ElasticLook look_once(HostSource& source, int np) {
               [](const kube::PodHost& a, const kube::PodHost& b) { return kube::natural_less(a.pod, b.pod); });
   }
   return look;
+}
+
+std::vector<HostReach> reach_hosts(DefaultSpawnerFactory& spawners, const std::vector<HostSpec>& hosts) {
+  std::vector<std::future<HostReach>> asked;
+  for (const auto& h : hosts) {
+    asked.push_back(std::async(std::launch::async, [&spawners, name = h.name] { return spawners.reach(name); }));
+  }
+  std::vector<HostReach> out;
+  for (auto& a : asked) out.push_back(a.get());
+  return out;
 }
 
 namespace {
@@ -73,6 +84,7 @@ std::string render_text(const DryRunReport& r) {
   if (r.oci_worker)
     out += fmt::format("would register {} in {}\n", format_host(HostSpec{r.oci_worker->address, r.oci_worker->slots}),
                        r.oci_worker->dir);
+  if (r.reach) out += render_reach_text(*r.reach);
   if (r.launcher) {
     out += *r.launcher == "srun" ? std::string("launcher: srun --overlap for every other host\n")
                                  : fmt::format("launcher: srun --overlap on {}; ssh elsewhere\n",
@@ -93,9 +105,10 @@ std::string render_json(const DryRunReport& r) {
   if (r.plan) body = render_dry_run(*r.plan, *r.plan_options, DryRunFormat::Json);
   if (r.mpirun) body = *r.mpirun;
   if (r.elastic) body = elastic_json(*r.elastic).dump(2) + "\n";
-  if (!r.platform && !r.launcher) return body;
-  nlohmann::json j = body.empty() ? nlohmann::json::object() : nlohmann::json::parse(body);
-  if (r.platform) j["platform"] = nlohmann::json::parse(platform::render_platform_json(*r.platform));
+  if (!r.platform && !r.launcher && !r.reach) return body;
+  nlohmann::ordered_json j = body.empty() ? nlohmann::ordered_json::object() : nlohmann::ordered_json::parse(body);
+  if (r.reach) j["reached"] = nlohmann::ordered_json::parse(render_reach_json(*r.reach));
+  if (r.platform) j["platform"] = nlohmann::ordered_json::parse(platform::render_platform_json(*r.platform));
   if (r.launcher) j["launcher"] = {{"kind", *r.launcher}, {"srun_nodes", r.srun_nodes}};
   return j.dump(2) + "\n";
 }

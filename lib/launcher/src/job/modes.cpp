@@ -129,6 +129,10 @@ int dry_run_mode(JobDecision& d) {
   } else if (options.elastic.enabled) {
     // One look at the host source: what a job would find now.
     report.elastic = look_once(*d.source, options.num_proc.value_or(1));
+    if (!d.platform) {
+      DefaultSpawnerFactory spawners(spawner_options(options));
+      report.reach = reach_hosts(spawners, report.elastic->hosts);
+    }
   } else {
     // The plan first: a usage error is reported before mpirun is probed.
     plan = plan_from_source(options, *d.source, d.launch);
@@ -143,9 +147,23 @@ int dry_run_mode(JobDecision& d) {
     } else {
       report.plan = &plan;
       report.plan_options = &options;
+      if (!d.platform) {
+        DefaultSpawnerFactory spawners(spawner_options(options));
+        report.reach = reach_hosts(spawners, plan.hosts);
+      }
     }
   }
   std::fputs(render_dry_run_report(report, options.dry_run).c_str(), stdout);
+  // A host the configuration does not let hvdrun reach fails the dry run as
+  // it would fail the launch (after the whole report).
+  if (report.reach) {
+    for (const auto& h : *report.reach) {
+      if (h.ssh && !h.ssh->options) {
+        std::fflush(stdout);
+        throw JobError(exit_code::kLaunch, h.ssh->error);
+      }
+    }
+  }
   return exit_code::kOk;
 }
 

@@ -220,6 +220,7 @@ class HostRunner {
       }
     }
     if (!so.proxy_command.empty() || !so.jump_hosts.empty()) {
+      so.proxy_where = ssh::tilde_path(hc.proxy_where, options_.home);
       spdlog::debug("{}: ssh_config: reached through {} ({})", host, so.proxy_description(),
                     ssh::tilde_path(hc.proxy_where, options_.home));
     }
@@ -696,29 +697,33 @@ class HostRunner {
   }
 };
 
+/// The options, the agent command and the configuration files, as a
+/// spawner and a dry run (describe_ssh_route) both read them.
+void configure(HostRunner& runner, SshSpawnerOptions options) {
+  SshSpawnerOptions& o = runner.options_;
+  o = std::move(options);
+  if (o.home.empty()) o.home = ssh::default_home();
+  if (const char* over = std::getenv("HVDRUN_REMOTE_AGENT"); over != nullptr && *over != '\0') {
+    runner.remote_command_override_ = over;
+  } else if (!o.agent_command.empty()) {
+    runner.agent_argv_ = o.agent_command;
+  } else {
+    runner.agent_argv_ = {local_agent_path()};
+  }
+  const std::vector<std::string> files =
+      o.config_files ? *o.config_files : std::vector<std::string>{o.home + "/.ssh/config", "/etc/ssh/ssh_config"};
+  std::vector<std::string> warnings;
+  try {
+    runner.config_ = ssh::SshConfig::load(files, o.home, &warnings);
+  } catch (const InvalidArgument& e) {
+    runner.config_error_ = e.what();  // reported by launch(), for each host
+  }
+  for (const auto& w : warnings) warn_once(ssh::tilde_path(w, o.home));
+}
+
 class SshSpawner final : public Spawner {
  public:
-  explicit SshSpawner(SshSpawnerOptions options) {
-    SshSpawnerOptions& o = runner_->options_;
-    o = std::move(options);
-    if (o.home.empty()) o.home = ssh::default_home();
-    if (const char* over = std::getenv("HVDRUN_REMOTE_AGENT"); over != nullptr && *over != '\0') {
-      runner_->remote_command_override_ = over;
-    } else if (!o.agent_command.empty()) {
-      runner_->agent_argv_ = o.agent_command;
-    } else {
-      runner_->agent_argv_ = {local_agent_path()};
-    }
-    const std::vector<std::string> files =
-        o.config_files ? *o.config_files : std::vector<std::string>{o.home + "/.ssh/config", "/etc/ssh/ssh_config"};
-    std::vector<std::string> warnings;
-    try {
-      runner_->config_ = ssh::SshConfig::load(files, o.home, &warnings);
-    } catch (const InvalidArgument& e) {
-      runner_->config_error_ = e.what();  // reported by launch(), for each host
-    }
-    for (const auto& w : warnings) warn_once(ssh::tilde_path(w, o.home));
-  }
+  explicit SshSpawner(SshSpawnerOptions options) { configure(*runner_, std::move(options)); }
 
   ~SshSpawner() override { shutdown(); }
 
@@ -884,6 +889,21 @@ class SshSpawner final : public Spawner {
 
 std::unique_ptr<Spawner> make_ssh_spawner(const SshSpawnerOptions& options) {
   return std::make_unique<SshSpawner>(options);
+}
+
+SshRoute describe_ssh_route(const SshSpawnerOptions& options, const std::string& host) {
+  HostRunner runner;
+  configure(runner, options);
+  SshRoute route;
+  route.host = host;
+  try {
+    route.options = runner.session_options(host);
+  } catch (const LaunchError& e) {  // what launch() would report for this host
+    route.error = e.what();
+  } catch (const Error& e) {
+    route.error = e.what();
+  }
+  return route;
 }
 
 }  // namespace hvd::launcher

@@ -462,6 +462,56 @@ TEST_CASE("ssh: SshSpawner: ssh_config aliases, HostName and Port - -p wins over
   ::unlink(broken.c_str());
 }
 
+TEST_CASE("ssh: describe_ssh_route resolves a host as launch() does, without connecting", "[ssh][config]") {
+  const int file_port = closed_port();
+  const std::string cfg = write_temp(fmt::format(
+      "Host bastion\n  HostName 127.0.0.9\n  User hopper\n  Port 2200\n"
+      "Host pod-*\n  HostName 127.0.0.1\n  Port {}\n  User trainer\n  ProxyJump bastion,admin@second:2201\n"
+      "  IdentityFile /nonexistent/key\n  IdentitiesOnly yes\n  StrictHostKeyChecking yes\n"
+      "Host direct\n  HostName 127.0.0.1\n  Port {}\n"
+      "Host badport\n  Port x\n",
+      file_port, file_port));
+  SshSpawnerOptions o;
+  o.home = "/nonexistent";
+  o.agent_command = {"/bin/false"};
+  o.config_files = std::vector<std::string>{cfg};
+
+  const SshRoute pod = describe_ssh_route(o, "pod-0");
+  REQUIRE(pod.options);
+  CHECK(pod.error.empty());
+  CHECK(pod.options->hostname == "127.0.0.1");
+  CHECK(pod.options->port == file_port);
+  CHECK(pod.options->user == "trainer");
+  CHECK(pod.options->identity_files == std::vector<std::string>{"/nonexistent/key"});
+  CHECK(pod.options->identities_only);
+  CHECK(pod.options->host_key_policy == ssh::HostKeyPolicy::Yes);
+  CHECK(pod.options->host_key_policy_source == cfg + ":12");
+  CHECK(pod.options->proxy_where == cfg + ":9");
+  REQUIRE(pod.options->jump_hosts.size() == 2);
+  CHECK(pod.options->jump_hosts[0].hostname == "127.0.0.9");  // its own Host block
+  CHECK(pod.options->jump_hosts[0].user == "hopper");
+  CHECK(pod.options->jump_hosts[0].port == 2200);
+  CHECK(pod.options->jump_hosts[1].host == "second");  // user and port from the ProxyJump entry
+  CHECK(pod.options->jump_hosts[1].user == "admin");
+  CHECK(pod.options->jump_hosts[1].port == 2201);
+
+  // The address is the one launch() connects to.
+  const SshRoute direct = describe_ssh_route(o, "direct");
+  REQUIRE(direct.options);
+  CHECK(launch_error(o, "direct") ==
+        fmt::format("direct: connection refused ({}:{})", direct.options->hostname, direct.options->port));
+  // -p wins over the file, for the route as for launch().
+  o.port = closed_port();
+  CHECK(describe_ssh_route(o, "direct").options->port == *o.port);
+  CHECK(launch_error(o, "direct") == fmt::format("direct: connection refused (127.0.0.1:{})", *o.port));
+  // A host the configuration does not let launch() reach: launch()'s own line.
+  const SshRoute bad = describe_ssh_route(o, "badport");
+  CHECK_FALSE(bad.options);
+  CHECK(bad.error == launch_error(o, "badport"));
+  CHECK_THAT(bad.error, Catch::StartsWith("badport: " + cfg + ":17: Port 'x'"));
+  ::unlink(cfg.c_str());
+}
+
 TEST_CASE("ssh: SshSpawner: cancel_launch stops a launch stuck in the handshake within a second", "[ssh]") {
   Listener l(stay_silent);
   SshSpawnerOptions o;

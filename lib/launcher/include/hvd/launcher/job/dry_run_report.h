@@ -11,6 +11,7 @@
 #include "hvd/launcher/hosts/hosts.h"
 #include "hvd/launcher/options/options.h"
 #include "hvd/launcher/plan/job_plan.h"
+#include "hvd/launcher/spawn/spawner_factory.h"
 
 #include <optional>
 #include <string>
@@ -60,7 +61,17 @@ struct DryRunReport {
   /// Text: one "launcher: ..." line after the body; JSON: "launcher".
   std::optional<std::string> launcher;
   std::vector<std::string> srun_nodes;
+  /// How each host of the plan (or of the elastic look) would be reached:
+  /// this machine, srun or SSH with its resolved settings (spawn/
+  /// spawner_factory.h). Set for hvdrun's own launches (not mpirun's, not a
+  /// platform's). Text: a section after the body when some host is not this
+  /// machine; JSON: "reached".
+  std::optional<std::vector<HostReach>> reach;
 };
+
+/// `spawners.reach` for each host, asked in parallel (each may resolve its
+/// name, bounded in time).
+std::vector<HostReach> reach_hosts(DefaultSpawnerFactory& spawners, const std::vector<HostSpec>& hosts);
 
 /// The dry run's output, `format` Text or Json. Text: the platform block,
 /// the OCI header, then the body (placement, mpirun command, elastic look

@@ -135,6 +135,9 @@ struct SessionOptions {
   /// own options say) and opens the connection to `hostname`:`port`. Empty:
   /// none. At most one of proxy_command and jump_hosts is set.
   std::vector<SessionOptions> jump_hosts;
+  /// Where the ProxyJump or ProxyCommand was configured ("~/.ssh/config:7"),
+  /// for messages.
+  std::string proxy_where;
   /// How the host is reached, for messages: "" (directly), "ProxyCommand",
   /// "ProxyJump bastion".
   std::string proxy_description() const;

@@ -35,6 +35,7 @@
 ///  * cancel_launch() (another thread, e.g. on SIGINT) makes a launch()
 ///    that is still connecting throw within about 100 ms.
 #include "hvd/launcher/spawn/spawner.h"
+#include "hvd/launcher/spawn/ssh/ssh_session.h"
 
 #include <chrono>
 #include <memory>
@@ -70,5 +71,18 @@ struct SshSpawnerOptions {
 };
 
 std::unique_ptr<Spawner> make_ssh_spawner(const SshSpawnerOptions& options);
+
+/// How launch() would reach `host`, resolved as it resolves it (the flags,
+/// then ssh_config) without connecting: --dry-run's "reached" section.
+/// `options` is unset and `error` holds launch()'s line for this host when
+/// the configuration does not let it be reached (a bad Port, a ProxyJump
+/// loop, a missing BindInterface, an algorithm list left empty, ...).
+/// Configuration warnings are logged as launch() logs them.
+struct SshRoute {
+  std::string host;
+  std::optional<ssh::SessionOptions> options;
+  std::string error;
+};
+SshRoute describe_ssh_route(const SshSpawnerOptions& options, const std::string& host);
 
 }  // namespace hvd::launcher
