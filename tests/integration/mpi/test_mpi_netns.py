@@ -160,7 +160,53 @@ def case_hvdrun(hosts, args):
     return failures
 
 
-CASES = {"driver": case_driver, "hvdrun": case_hvdrun}
+def case_mpich(hosts, args):
+    """The same command line with MPICH's mpiexec (Hydra) as `mpirun`:
+    hvdrun turns -i/-p into `-bootstrap ssh -bootstrap-exec-args "-p 2222
+    -i KEY"`, Hydra's ssh starts its proxy on both hosts with exactly that,
+    and the ranks form the job from PMI_* through hvdrun's store."""
+    a, b = hosts.addrs
+    env, _ = prepare(hosts)
+    bindir = os.path.join(hosts.tmp, "bin")
+    os.makedirs(bindir, exist_ok=True)
+    with open(os.path.join(bindir, "ssh"), "w") as f:
+        f.write("#!/bin/sh\n"
+                f"exec /usr/bin/ssh -o UserKnownHostsFile={hosts.known_hosts} -o StrictHostKeyChecking=yes "
+                "-o BatchMode=yes \"$@\"\n")
+    with open(os.path.join(bindir, "mpirun"), "w") as f:
+        f.write("#!/bin/sh\nexec /usr/bin/mpiexec.hydra \"$@\"\n")  # Hydra finds its proxy beside this path
+    for name in ("ssh", "mpirun"):
+        os.chmod(os.path.join(bindir, name), stat.S_IRWXU)
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "/usr/bin:/bin")
+    out_dir = os.path.join(hosts.tmp, "out")
+    argv = [args.hvdrun, "--mpi", "-np", "2", "-H", f"{a}:1,{b}:1", "-i", hosts.key, "-p", str(SSH_PORT),
+            "--output-filename", out_dir, args.allreduce]
+    failures = []
+    p = run(argv, env, hosts=hosts)
+    if p.returncode != 0:
+        failures.append(f"hvdrun --mpi (MPICH) exited {p.returncode}")
+    for r, addr in enumerate((a, b)):
+        try:
+            with open(os.path.join(out_dir, f"rank.{r}", "stdout")) as f:
+                text = re.sub(r"^\[\d+\] ", "", f.read(), flags=re.M)
+        except OSError as e:
+            failures.append(f"rank {r}'s output file: {e}")
+            continue
+        for pattern in (rf"rank {r} of 2: allreduce ok", rf"rank {r} of 2: local 0/1 cross {r}/2",
+                        rf"rank {r} of 2: address {re.escape(addr)}\b"):
+            if not re.search(pattern, text):
+                failures.append(f"rank {r}: missing '{pattern}' in {text!r}")
+    for i, addr in enumerate((a, b)):
+        log = hosts.sshd_log(i)
+        if not re.search(rf"on {re.escape(addr)} port {SSH_PORT}\b", log) or "Accepted publickey for root" not in log:
+            failures.append(f"sshd on {addr} did not accept the key on port {SSH_PORT}:\n{log[-2000:]}")
+    print(f"hvdrun --mpi with MPICH: {'ok' if not failures else 'FAILED'} (exit {p.returncode})")
+    if failures:
+        failures.append(f"command: {argv}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+    return failures
+
+
+CASES = {"driver": case_driver, "hvdrun": case_hvdrun, "mpich": case_mpich}
 
 
 def main():
@@ -171,11 +217,14 @@ def main():
     ap.add_argument("--hvdrun")
     ap.add_argument("case", nargs="?", default="driver", choices=sorted(CASES))
     args = ap.parse_args()
-    needed = {"driver": ("driver", "probe"), "hvdrun": ("hvdrun",)}[args.case]
+    needed = {"driver": ("driver", "probe"), "hvdrun": ("hvdrun",), "mpich": ("hvdrun",)}[args.case]
     missing = [f"--{n}" for n in needed if not getattr(args, n)]
     if missing:
         ap.error(f"case {args.case} needs {' '.join(missing)}")
     skip_unless_available()
+    if args.case == "mpich" and not os.access("/usr/bin/mpiexec.hydra", os.X_OK):
+        print("SKIPPED: no MPICH (/usr/bin/mpiexec.hydra); scripts/setup.sh installs mpich")
+        return 77
     with NetnsHosts(count=2, own_hostnames=True) as hosts:
         failures = CASES[args.case](hosts, args)
         left = hosts.wait_no_leftovers(5)

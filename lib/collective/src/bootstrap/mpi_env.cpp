@@ -127,6 +127,13 @@ hvd_mpi_bootstrap_broadcast_v1_fn load_plugin(std::string& why) {
   return nullptr;
 }
 
+/// The file the plug-in's function was loaded from.
+std::string plugin_path(hvd_mpi_bootstrap_broadcast_v1_fn fn) {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(fn), &info) != 0 && info.dli_fname != nullptr) return info.dli_fname;
+  return kMpiBootstrapLibrary;
+}
+
 std::string broadcast(hvd_mpi_bootstrap_broadcast_v1_fn fn, const WorldInfo& w, const std::string& payload) {
   std::vector<char> buf(kBroadcastBytes, '\0');
   std::copy_n(payload.begin(), std::min<std::size_t>(payload.size(), kBroadcastBytes - 1), buf.begin());
@@ -136,8 +143,18 @@ std::string broadcast(hvd_mpi_bootstrap_broadcast_v1_fn fn, const WorldInfo& w, 
     throw IoError(fmt::format("MPI bootstrap failed: {}", err));
   }
   if (rank != w.rank || size != w.size) {
-    throw InvalidArgument(fmt::format("MPI_COMM_WORLD says rank {} of {} but {} says rank {} of {}", rank, size,
-                                      w.source, w.rank, w.size));
+    // A plug-in built against one MPI (Debian's: Open MPI) in a job another
+    // MPI started (MPICH's mpiexec): its MPI_Init finds no job and makes a
+    // world of one.
+    const std::string hint =
+        size == 1 && w.size > 1
+            ? fmt::format(": the MPI bootstrap plug-in ({}) uses another MPI library than the one that started this "
+                          "job; start the job with hvdrun --mpi, or set HVD_MASTER_ADDR, HVD_MASTER_PORT and "
+                          "HVD_MASTER_SECRET, or point {} at a plug-in built against this MPI",
+                          plugin_path(fn), kMpiBootstrapLibraryEnv)
+            : std::string();
+    throw InvalidArgument(fmt::format("MPI_COMM_WORLD says rank {} of {} but {} says rank {} of {}{}", rank, size,
+                                      w.source, w.rank, w.size, hint));
   }
   return std::string(buf.data());
 }

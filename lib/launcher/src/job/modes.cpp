@@ -7,6 +7,8 @@
 #include "hvd/launcher/job/dry_run_report.h"
 #include "hvd/launcher/job/platform_follower.h"
 #include "hvd/launcher/job/platform_leader.h"
+#include "hvd/common/job_env.h"
+#include "hvd/launcher/hosts/network.h"
 #include "hvd/launcher/plan/plan.h"
 #include "hvd/launcher/plan/worker_env.h"
 #include "hvd/launcher/process/report.h"
@@ -137,7 +139,15 @@ int dry_run_mode(JobDecision& d) {
     // The plan first: a usage error is reported before mpirun is probed.
     plan = plan_from_source(options, *d.source, d.launch);
     if (d.launch == LaunchMode::Mpirun) {
-      const auto job_env = mpi_job_env(options, current_environment());
+      auto job_env = mpi_job_env(options, current_environment());
+      // The address the store would listen on, as the job would choose it
+      // (the command line may carry it: MPICH's -localhost); the port
+      // exists only once it listens.
+      try {
+        job_env[job_env::kRendezvousAddr] = choose_driver_address(options.network_interfaces, plan.hosts);
+      } catch (const std::exception&) {
+        // The job would fail here; the dry run shows the placeholder.
+      }
       try {
         report.mpirun = render_mpi_dry_run(d.mpirun ? *d.mpirun : probe_mpirun(), options, plan, job_env,
                                            ::geteuid() == 0, options.dry_run);

@@ -9,6 +9,7 @@
 #include "hvd/launcher/process/shell.h"
 #include "hvd/launcher/spawn/mpi/mpi_launch.h"
 #include "hvd/launcher/spawn/mpi/mpi_spawner.h"
+#include "hvd/launcher/supervise/output.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -36,7 +37,19 @@ int mpi_job(JobServices& job, const Options& options, const JobPlan& plan,
     throw JobError(exit_code::kLaunch, e.what());
   }
   // No output router: mpirun multiplexes the ranks' output itself (and
-  // honours --output-filename through its own flag).
+  // honours --output-filename through its own flag). Its directories are
+  // made here first: Open MPI 4.1 hangs when it cannot make the directory,
+  // and Hydra (MPICH, Intel MPI) makes none and aborts on the first line a
+  // rank writes (mpi_launch.h: mpi_output_directories).
+  if (options.output_filename) {
+    try {
+      for (const auto& dir : mpi_output_directories(info, *options.output_filename, plan.workers.size())) {
+        make_output_directories(dir);
+      }
+    } catch (const IoError& e) {
+      throw JobError(exit_code::kUsage, std::string("--output-filename: ") + e.what());
+    }
+  }
   job.open_events();
   // Ranks may be on any host mpirun reaches; when every host is local the
   // address is 127.0.0.1 and the store stays on loopback.
@@ -46,8 +59,10 @@ int mpi_job(JobServices& job, const Options& options, const JobPlan& plan,
   std::map<std::string, std::string> exported = job_env;
   for (const auto& [k, v] : job.rendezvous_env(driver_addr)) exported[k] = v;
   std::vector<std::string> cmd;
+  std::map<std::string, std::string> launcher_env;
   try {
     cmd = build_mpirun_command(info, options, plan, exported, geteuid() == 0);
+    launcher_env = mpirun_launcher_env(info, options);
   } catch (const InvalidArgument& e) {
     throw JobError(exit_code::kUsage, e.what());
   }
@@ -57,6 +72,7 @@ int mpi_job(JobServices& job, const Options& options, const JobPlan& plan,
   mpirun.argv = cmd;
   mpirun.env = current_environment();
   for (const auto& [k, v] : exported) mpirun.env[k] = v;
+  for (const auto& [k, v] : launcher_env) mpirun.env[k] = v;
   // Open MPI refuses root without these even when the flag is given by an
   // older mpirun; harmless elsewhere.
   if (geteuid() == 0 && info.impl == MpiImpl::OpenMpi) {

@@ -110,6 +110,13 @@ constexpr std::size_t kMaxTailLineChars = 512;
 
 }  // namespace
 
+void make_output_directories(const std::string& path) {
+  for (std::size_t pos = path.find('/', 1); pos != std::string::npos; pos = path.find('/', pos + 1)) {
+    make_directory(path.substr(0, pos));
+  }
+  make_directory(path);
+}
+
 // ------------------------------------------------------------------ writer
 
 /// One of hvdrun's streams, written by its own thread from a bounded queue.
@@ -237,11 +244,7 @@ OutputRouter::OutputRouter(OutputOptions options) : options_(std::move(options))
   try {
     if (options_.directory) {
       const std::string& dir = *options_.directory;
-      // mkdir -p for the top directory (horovodrun's _mkdir_p).
-      for (std::size_t pos = dir.find('/', 1); pos != std::string::npos; pos = dir.find('/', pos + 1)) {
-        make_directory(dir.substr(0, pos));
-      }
-      make_directory(dir);
+      make_output_directories(dir);  // horovodrun's _mkdir_p
       for (int rank = 0; rank < options_.num_workers && !options_.lazy_worker_dirs; ++rank) {
         std::string rank_dir = fmt::format("{}/rank.{}", dir, padded_rank(rank, options_.num_workers));
         make_directory(rank_dir);

@@ -63,6 +63,26 @@ MpiImpl detect_mpi_impl(const std::string& version_output) {
   return MpiImpl::Unknown;
 }
 
+std::string mpi_version_line(const std::string& version_output) {
+  auto trimmed = [](std::string line) {
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+    std::size_t start = 0;
+    while (start < line.size() && std::isspace(static_cast<unsigned char>(line[start]))) ++start;
+    return line.substr(start);
+  };
+  const std::string first = trimmed(version_output.substr(0, version_output.find('\n')));
+  if (first.rfind("HYDRA build details", 0) != 0) return first;
+  std::size_t pos = 0;
+  while (pos < version_output.size()) {
+    const std::size_t nl = version_output.find('\n', pos);
+    const std::string line = trimmed(version_output.substr(pos, nl == std::string::npos ? nl : nl - pos));
+    if (line.rfind("Version:", 0) == 0) return "HYDRA " + trimmed(line.substr(8));
+    if (nl == std::string::npos) break;
+    pos = nl + 1;
+  }
+  return first;
+}
+
 MpiArgsWithoutMpirun interpret_mpi_args_without_mpirun(const std::vector<std::string>& words) {
   MpiArgsWithoutMpirun out;
   for (const auto& word : words) {
@@ -193,9 +213,32 @@ std::vector<std::string> build_mpirun_command(const MpiInfo& info, const Options
       add({"-hosts", join(with_slots, ",")});
       add_binding({"-bind-to", "none", "-map-by", "slot"});
     }
-    if (!ssh.empty()) add({"-bootstrap", "ssh", "-bootstrap-exec-args", ssh});
+    if (!ssh.empty()) {
+      if (info.impl == MpiImpl::IntelMpi) {
+        add({"-bootstrap", "ssh", "-bootstrap-exec-args", ssh});
+      } else {
+        // MPICH's Hydra has no -bootstrap-exec-args (Intel MPI's, which
+        // horovodrun passes to both): the ssh words go in mpirun's
+        // HYDRA_LAUNCHER_EXTRA_ARGS (mpirun_launcher_env).
+        add({"-launcher", "ssh"});
+      }
+    }
+    if (info.impl == MpiImpl::Mpich) {
+      // Hydra's proxies call back to mpirun at its host name, which the
+      // other hosts may not resolve (pods, network namespaces): give them
+      // the address hvdrun's store listens on, which they reach. Not when
+      // every rank is on this machine (the store is on loopback), nor when
+      // --mpi-args sets it.
+      auto addr = extra_env.find(job_env::kRendezvousAddr);
+      const bool loopback = addr == extra_env.end() || addr->second.rfind("127.", 0) == 0 || addr->second == "::1";
+      const bool user_set = options.mpi_args && options.mpi_args->find("-localhost") != std::string::npos;
+      if (!loopback && !user_set) add({"-localhost", addr->second});
+    }
     if (!options.network_interfaces.empty()) add({"-iface", options.network_interfaces.front()});
-    if (options.output_filename) add({"-outfile-pattern", *options.output_filename + "/rank.%r/stdout"});
+    if (options.output_filename) {
+      add({"-outfile-pattern", *options.output_filename + "/rank.%r/stdout", "-errfile-pattern",
+           *options.output_filename + "/rank.%r/stderr"});
+    }
     if (!names_exported.empty()) add({"-genvlist", join(names_exported, ",")});
   }
   if (options.mpi_args) {
@@ -203,6 +246,30 @@ std::vector<std::string> build_mpirun_command(const MpiInfo& info, const Options
   }
   cmd.insert(cmd.end(), options.command.begin(), options.command.end());
   return cmd;
+}
+
+std::map<std::string, std::string> mpirun_launcher_env(const MpiInfo& info, const Options& options) {
+  if (info.impl != MpiImpl::Mpich || (!options.ssh_port && !options.ssh_identity_file)) return {};
+  // Hydra splits the value at blanks and passes no quotes on.
+  if (options.ssh_identity_file && options.ssh_identity_file->find_first_of(" \t") != std::string::npos) {
+    throw InvalidArgument(fmt::format(
+        "-i '{}': MPICH's mpirun passes ssh options split at blanks (HYDRA_LAUNCHER_EXTRA_ARGS), so the identity "
+        "file's path must not contain one; use a path without blanks (e.g. a symbolic link)",
+        *options.ssh_identity_file));
+  }
+  std::vector<std::string> words;
+  if (options.ssh_port) words.push_back(fmt::format("-p {}", *options.ssh_port));
+  if (options.ssh_identity_file) words.push_back("-i " + *options.ssh_identity_file);
+  return {{"HYDRA_LAUNCHER_EXTRA_ARGS", join(words, " ")}};
+}
+
+std::vector<std::string> mpi_output_directories(const MpiInfo& info, const std::string& dir, std::size_t np) {
+  if (info.impl == MpiImpl::OpenMpi) return {dir};
+  std::vector<std::string> out;
+  out.reserve(np);
+  // Hydra's %r is the rank without padding.
+  for (std::size_t r = 0; r < np; ++r) out.push_back(fmt::format("{}/rank.{}", dir, r));
+  return out;
 }
 
 std::string render_mpi_dry_run(const MpiInfo& info, const Options& options, const JobPlan& plan,
@@ -215,6 +282,7 @@ std::string render_mpi_dry_run(const MpiInfo& info, const Options& options, cons
   env.emplace(job_env::kRendezvousPort, "<store port>");
   env[job_env::kSecret] = "<job secret>";
   std::vector<std::string> cmd = build_mpirun_command(info, options, plan, env, running_as_root);
+  const std::map<std::string, std::string> launcher_env = mpirun_launcher_env(info, options);
   auto shown = [](const std::string& name, const std::string& value) {
     return is_secret_name(name) || name == job_env::kSecret ? std::string("<hidden>") : value;
   };
@@ -228,6 +296,7 @@ std::string render_mpi_dry_run(const MpiInfo& info, const Options& options, cons
     nlohmann::json env_json = nlohmann::json::object();
     for (const auto& [name, value] : env) env_json[name] = shown(name, value);
     j["env"] = env_json;
+    if (!launcher_env.empty()) j["mpirun_env"] = launcher_env;
     return j.dump(2) + "\n";
   }
   std::vector<std::string> quoted;
@@ -235,6 +304,9 @@ std::string render_mpi_dry_run(const MpiInfo& info, const Options& options, cons
   std::string out = fmt::format("# {} ({}), {} rank{}\n", mpi_impl_name(info.impl), info.version_line,
                                 plan.workers.size(), plan.workers.size() == 1 ? "" : "s");
   out += join(quoted, " ") + "\n";
+  for (const auto& [name, value] : launcher_env) {
+    out += fmt::format("# in mpirun's environment only (its ssh options): {}={}\n", name, shell_quote(value));
+  }
   out += "# exported to every rank through mpirun's environment:\n";
   for (const auto& [name, value] : env) {
     std::string v = shown(name, value);

@@ -200,11 +200,7 @@ MpiInfo identify_mpirun(const std::string& mpirun, Deadline deadline) {
   MpiInfo info;
   info.mpirun = mpirun;
   info.impl = detect_mpi_impl(text);
-  std::size_t nl = text.find('\n');
-  info.version_line = text.substr(0, nl);
-  while (!info.version_line.empty() && std::isspace(static_cast<unsigned char>(info.version_line.back()))) {
-    info.version_line.pop_back();
-  }
+  info.version_line = mpi_version_line(text);
   const int code = exit_status_of(status);
   if (code != 0) {
     throw InvalidArgument(fmt::format("'{} --version' failed with status {}: {}", mpirun, code, info.version_line));

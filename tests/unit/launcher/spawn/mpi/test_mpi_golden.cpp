@@ -56,7 +56,7 @@ std::string render_case(const std::string& text) {
     if (key == "version") {
       std::string out = read_file(std::string(HVD_MPI_GOLDEN_DIR) + "/" + value);
       info.impl = detect_mpi_impl(out);
-      info.version_line = out.substr(0, out.find('\n'));
+      info.version_line = mpi_version_line(out);
     } else if (key == "hosts") {
       std::stringstream hs(value);
       std::string item;

@@ -135,9 +135,57 @@ TEST_CASE("mpi: MPICH uses Hydra flags and -genvlist", "[mpi]") {
   o.network_interfaces = {"eth0"};
   auto cmd = build_mpirun_command(info_for(MpiImpl::Mpich), o, plan_for({{"h1", 2}, {"h2", 1}}, 3),
                                   {{"HVDRUN_SECRET", "s3cr3t"}, {"B", "2"}}, true);
+  // MPICH's Hydra has no -bootstrap-exec-args (Intel MPI's): the ssh words
+  // go in mpirun's HYDRA_LAUNCHER_EXTRA_ARGS, not on the command line.
   CHECK(joined(cmd) ==
-        "mpirun -l -np 3 -hosts h1:2,h2:1 -bind-to none -map-by slot -bootstrap ssh -bootstrap-exec-args -p 2222 "
+        "mpirun -l -np 3 -hosts h1:2,h2:1 -bind-to none -map-by slot -launcher ssh "
         "-iface eth0 -genvlist B,HVDRUN_SECRET python3 train.py --lr 0.1");
+  o.ssh_identity_file = "/home/u/.ssh/id_ed25519";
+  CHECK(mpirun_launcher_env(info_for(MpiImpl::Mpich), o) ==
+        std::map<std::string, std::string>{{"HYDRA_LAUNCHER_EXTRA_ARGS", "-p 2222 -i /home/u/.ssh/id_ed25519"}});
+  CHECK(mpirun_launcher_env(info_for(MpiImpl::IntelMpi), o).empty());
+  CHECK(mpirun_launcher_env(info_for(MpiImpl::OpenMpi), o).empty());
+  CHECK(mpirun_launcher_env(info_for(MpiImpl::Mpich), basic_options()).empty());
+  // Hydra splits that variable at blanks: a path with one is refused.
+  o.ssh_identity_file = "/home/u/my keys/id";
+  CHECK_THROWS_WITH(mpirun_launcher_env(info_for(MpiImpl::Mpich), o),
+                    Catch::Contains("must not contain one"));
+}
+
+TEST_CASE("mpi: MPICH gets -localhost with the store's address when ranks are on other hosts", "[mpi]") {
+  const JobPlan plan = plan_for({{"h1", 1}, {"h2", 1}}, 2);
+  auto line = [&](const std::string& addr, const Options& o) {
+    return joined(build_mpirun_command(info_for(MpiImpl::Mpich), o, plan, {{"HOROVOD_GLOO_RENDEZVOUS_ADDR", addr}},
+                                       false));
+  };
+  CHECK(line("198.18.0.1", basic_options()).find("-map-by slot -localhost 198.18.0.1 -genvlist") != std::string::npos);
+  CHECK(line("127.0.0.1", basic_options()).find("-localhost") == std::string::npos);  // every rank here
+  Options own = basic_options();
+  own.mpi_args = "-localhost node0";
+  CHECK(line("198.18.0.1", own).find("-localhost 198.18.0.1") == std::string::npos);  // the user's wins
+  CHECK(line("198.18.0.1", own).find("-localhost node0") != std::string::npos);
+  // Open MPI and Intel MPI: not theirs.
+  for (auto impl : {MpiImpl::OpenMpi}) {
+    CHECK(joined(build_mpirun_command(info_for(impl), basic_options(), plan,
+                                      {{"HOROVOD_GLOO_RENDEZVOUS_ADDR", "198.18.0.1"}}, false))
+              .find("-localhost") == std::string::npos);
+  }
+}
+
+TEST_CASE("mpi: the version line of Hydra's --version", "[mpi]") {
+  CHECK(mpi_version_line("HYDRA build details:\n    Version:                                 4.0.2\n"
+                         "    Release Date:                            Thu Apr  7 12:34:45 CDT 2022\n") ==
+        "HYDRA 4.0.2");
+  CHECK(mpi_version_line("mpirun (Open MPI) 4.1.4\n\nReport bugs to http://www.open-mpi.org/community/help/\n") ==
+        "mpirun (Open MPI) 4.1.4");
+  CHECK(mpi_version_line("HYDRA build details:\n") == "HYDRA build details:");
+}
+
+TEST_CASE("mpi: --output-filename directories made before mpirun", "[mpi]") {
+  CHECK(mpi_output_directories(info_for(MpiImpl::OpenMpi), "/o", 3) == std::vector<std::string>{"/o"});
+  CHECK(mpi_output_directories(info_for(MpiImpl::Mpich), "/o", 3) ==
+        std::vector<std::string>{"/o/rank.0", "/o/rank.1", "/o/rank.2"});
+  CHECK(mpi_output_directories(info_for(MpiImpl::IntelMpi), "/o", 1) == std::vector<std::string>{"/o/rank.0"});
 }
 
 TEST_CASE("mpi: Intel MPI uses -ppn and rejects uneven slots", "[mpi]") {

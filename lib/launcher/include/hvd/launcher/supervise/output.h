@@ -74,6 +74,11 @@ std::string asctime_now();
 /// rank.0 .. rank.9 for 10 workers, rank.00 .. rank.10 for 11.
 std::string padded_rank(int rank, int num_workers);
 
+/// mkdir -p: `path` and the directories above it (0755). Throws IoError
+/// "cannot create output directory 'P': REASON" (also when P exists and is
+/// not a directory).
+void make_output_directories(const std::string& path);
+
 struct OutputOptions {
   /// Number of ranks; ranks are 0..num_workers-1.
   int num_workers = 1;

@@ -44,6 +44,11 @@ struct MpiInfo {
 /// "HYDRA" -> MPICH). Pure. IBM Spectrum MPI reports as Unknown (unsupported).
 MpiImpl detect_mpi_impl(const std::string& version_output);
 
+/// The line that names the version, for messages: the first line of the
+/// output, except for Hydra's "HYDRA build details:" header, where it is
+/// "HYDRA <its Version: field>" ("HYDRA 4.0.2"). Pure.
+std::string mpi_version_line(const std::string& version_output);
+
 /// Runs `<mpirun> --version` (stdin /dev/null, output captured) and
 /// classifies it. Throws hvd::InvalidArgument with one actionable line:
 ///  - "mpirun not found on PATH; install Open MPI or drop --mpi"
@@ -69,6 +74,20 @@ MpiInfo identify_mpirun(const std::string& mpirun = "mpirun",
 std::map<std::string, std::string> mpi_job_env(const Options& options,
                                                const std::map<std::string, std::string>& launcher_env);
 
+/// Variables for mpirun's own environment (not exported to the ranks):
+/// for MPICH with -p or -i, HYDRA_LAUNCHER_EXTRA_ARGS="-p P -i KEY", the
+/// words Hydra's ssh launcher adds (it has no -bootstrap-exec-args, which
+/// is Intel MPI's). Throws InvalidArgument for an -i path with a blank
+/// (Hydra splits the value at blanks). Empty otherwise. Pure.
+std::map<std::string, std::string> mpirun_launcher_env(const MpiInfo& info, const Options& options);
+
+/// The directories --output-filename DIR needs on this machine before
+/// mpirun starts: DIR for Open MPI (it makes the rest, but hangs when it
+/// cannot make DIR); DIR/rank.0 .. DIR/rank.<np-1> for Hydra (MPICH, Intel
+/// MPI), which writes every rank's output here, where mpirun runs, into
+/// -outfile-pattern's files without making their directories. Pure.
+std::vector<std::string> mpi_output_directories(const MpiInfo& info, const std::string& dir, std::size_t np);
+
 /// The exact mpirun argv (argv[0] is info.mpirun). Pure.
 ///  Open MPI:  mpirun [--allow-run-as-root] --tag-output -np N -H h1:2,h2:2
 ///             <binding> -mca pml ob1 -mca btl ^openib
@@ -77,8 +96,9 @@ std::map<std::string, std::string> mpi_job_env(const Options& options,
 ///             [-mca btl_tcp_if_include IF1,IF2] [--output-filename DIR]
 ///             -x NAME... <--mpi-args split shell-style> <command>
 ///  MPICH:     mpirun -l -np N -hosts h1:2,h2:2 <binding>
-///             [-bootstrap ssh -bootstrap-exec-args "-p P -i KEY"] [-iface IF]
-///             [-outfile-pattern DIR/rank.%r/stdout] -genvlist A,B <mpi-args> <command>
+///             [-launcher ssh (-p/-i: mpirun_launcher_env)] [-iface IF]
+///             [-outfile-pattern DIR/rank.%r/stdout -errfile-pattern DIR/rank.%r/stderr]
+///             -genvlist A,B <mpi-args> <command>
 ///  Intel MPI: mpirun -l -np N -ppn S -hosts h1,h2 (every host needs the same
 ///             slot count, else InvalidArgument) [--binding-args words] [-bootstrap ssh
 ///             -bootstrap-exec-args "..."] [-iface IF] [-outfile-pattern ...]
