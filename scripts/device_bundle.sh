@@ -16,6 +16,9 @@
 # (the ctest 'gpu' label's tests, paths made relative to the bundle and the
 # repository) and env.sh (PATH, LD_LIBRARY_PATH, PYTHONPATH). Everything is
 # stripped; the script fails if the bundle reaches HVD_BUNDLE_MAX_MIB (48).
+# With HVD_HOROVOD_REPO (a Horovod clone), also horovod-tests/: Horovod's
+# test_torch.py and the pure-Python packages it imports
+# (scripts/device_horovod_suite.sh runs it with the GPU machine's torch).
 #
 # Variables: HVD_BUNDLE_DIR (output), HVD_BUNDLE_BUILD_DIR (build tree,
 # default <repo>/build-device), HVD_BUNDLE_PYTHON (the 3.12 interpreter
@@ -124,6 +127,30 @@ export LD_LIBRARY_PATH="$HVD_BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$HVD_BUNDLE/python${PYTHONPATH:+:$PYTHONPATH}"
 SH
 git -C "$ROOT" describe --always --dirty >"$OUT/COMMIT" 2>/dev/null || echo unknown >"$OUT/COMMIT"
+
+# Horovod's own PyTorch tests, for scripts/device_horovod_suite.sh to run with
+# the GPU machine's torch (2.x there, 1.13 here): exported from a Horovod
+# clone when HVD_HOROVOD_REPO names one (a work tree or a bare mirror), never
+# part of this repository. With them, the pure-Python packages they import
+# (pytest and its own, mock, cloudpickle, packaging), copied from this
+# machine's /usr/lib/python3/dist-packages: the suite puts them after the
+# GPU machine's own packages, so they only fill what it lacks.
+if [ -n "${HVD_HOROVOD_REPO:-}" ]; then
+  HT="$OUT/horovod-tests"
+  mkdir -p "$HT/parallel" "$HT/utils" "$HT/pylib"
+  git -C "$HVD_HOROVOD_REPO" show HEAD:test/parallel/test_torch.py >"$HT/parallel/test_torch.py" ||
+    die "HVD_HOROVOD_REPO=$HVD_HOROVOD_REPO: no test/parallel/test_torch.py at HEAD"
+  git -C "$HVD_HOROVOD_REPO" show HEAD:test/utils/common.py >"$HT/utils/common.py"
+  git -C "$HVD_HOROVOD_REPO" describe --always --tags HEAD >"$HT/COMMIT" 2>/dev/null ||
+    git -C "$HVD_HOROVOD_REPO" rev-parse --short HEAD >"$HT/COMMIT"
+  for m in pytest _pytest pluggy iniconfig py py.py attr attrs packaging mock cloudpickle; do
+    src="/usr/lib/python3/dist-packages/$m"
+    [ -e "$src" ] || continue
+    cp -r "$src" "$HT/pylib/"
+  done
+  find "$HT/pylib" -name __pycache__ -type d -prune -exec rm -rf {} +
+  echo "device_bundle: Horovod's test_torch.py ($(cat "$HT/COMMIT")) and $(ls "$HT/pylib" | wc -l) pure-Python test packages"
+fi
 
 kib=$(du -sk "$OUT" | cut -f1)
 echo "device_bundle: $OUT: $((kib / 1024)) MiB ($kib KiB), $(find "$OUT" -type f | wc -l) files; libraries: $(cd "$OUT/lib" && ls | tr '\n' ' ')"

@@ -21,7 +21,10 @@
 #      as 2 and 4 processes at once on the GPU; the reduce kernel's
 #      bandwidth in one process (cuda_check --reduce-bandwidth, about 10 s);
 #   4. the targets: every test green, 256 MiB bus bandwidth against the copy
-#      rate, faster than Gloo at every size, 4 KiB under 50 us.
+#      rate, faster than Gloo at every size, 4 KiB under 50 us;
+#   5. when the bundle has horovod-tests/: Horovod's test_torch.py with this
+#      machine's torch (scripts/device_horovod_suite.sh: -np 2 on the CPU,
+#      -np 1 on the GPU; at most 100 s each), reported apart.
 # Writes RESULTS_DIR/device_results.md (tables and the test summary) and
 # RESULTS_DIR/device_check.log (everything). Exits 0 only when every test
 # passed (none skipped, but for the NCCL tests that need more GPUs than the
@@ -213,5 +216,15 @@ if small:
           f"{'met' if small['device_time_us'] < 50 else 'NOT met'}")
 PY
 say ""
-say "device check: tests rc $tests_rc, benchmark rc $bench_rc, $(( $(date +%s) - t0 )) s"
+
+# --- 5. Horovod's own PyTorch tests with this machine's torch ----------------
+# (scripts/device_horovod_suite.sh; only when the bundle carries them:
+# device_bundle.sh with HVD_HOROVOD_REPO). Reported, not part of the exit
+# status: the check is the GPU tests and the benchmark.
+suite_rc="-"
+if [ -d "$BUNDLE/horovod-tests" ]; then
+  HVD_DEVICE_PYTHON="$PY" "$ROOT/scripts/device_horovod_suite.sh" "$RES" "$RES_DIR" 2>>"$LOG"
+  suite_rc=$?
+fi
+say "device check: tests rc $tests_rc, benchmark rc $bench_rc, Horovod suite rc $suite_rc, $(( $(date +%s) - t0 )) s"
 [ "$tests_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ]
