@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <set>
 
 namespace hvd::launcher {
@@ -258,6 +259,11 @@ std::map<std::string, std::string> mpirun_launcher_env(const MpiInfo& info, cons
         *options.ssh_identity_file));
   }
   std::vector<std::string> words;
+  // What the environment already asks of Hydra's ssh (the Kubeflow MPI
+  // operator's MPICH launcher sets it) is kept, before -p/-i.
+  if (const char* inherited = std::getenv("HYDRA_LAUNCHER_EXTRA_ARGS"); inherited != nullptr && *inherited != '\0') {
+    words.emplace_back(inherited);
+  }
   if (options.ssh_port) words.push_back(fmt::format("-p {}", *options.ssh_port));
   if (options.ssh_identity_file) words.push_back("-i " + *options.ssh_identity_file);
   return {{"HYDRA_LAUNCHER_EXTRA_ARGS", join(words, " ")}};

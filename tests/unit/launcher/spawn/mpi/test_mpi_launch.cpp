@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+
 #include <algorithm>
 
 using namespace hvd::launcher;
@@ -146,6 +148,12 @@ TEST_CASE("mpi: MPICH uses Hydra flags and -genvlist", "[mpi]") {
   CHECK(mpirun_launcher_env(info_for(MpiImpl::IntelMpi), o).empty());
   CHECK(mpirun_launcher_env(info_for(MpiImpl::OpenMpi), o).empty());
   CHECK(mpirun_launcher_env(info_for(MpiImpl::Mpich), basic_options()).empty());
+  // A value hvdrun inherits is kept, before -p/-i.
+  ::setenv("HYDRA_LAUNCHER_EXTRA_ARGS", "-o StrictHostKeyChecking=no", 1);
+  CHECK(mpirun_launcher_env(info_for(MpiImpl::Mpich), o) ==
+        std::map<std::string, std::string>{
+            {"HYDRA_LAUNCHER_EXTRA_ARGS", "-o StrictHostKeyChecking=no -p 2222 -i /home/u/.ssh/id_ed25519"}});
+  ::unsetenv("HYDRA_LAUNCHER_EXTRA_ARGS");
   // Hydra splits that variable at blanks: a path with one is refused.
   o.ssh_identity_file = "/home/u/my keys/id";
   CHECK_THROWS_WITH(mpirun_launcher_env(info_for(MpiImpl::Mpich), o),

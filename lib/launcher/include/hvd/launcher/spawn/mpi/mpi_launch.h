@@ -77,8 +77,9 @@ std::map<std::string, std::string> mpi_job_env(const Options& options,
 /// Variables for mpirun's own environment (not exported to the ranks):
 /// for MPICH with -p or -i, HYDRA_LAUNCHER_EXTRA_ARGS="-p P -i KEY", the
 /// words Hydra's ssh launcher adds (it has no -bootstrap-exec-args, which
-/// is Intel MPI's). Throws InvalidArgument for an -i path with a blank
-/// (Hydra splits the value at blanks). Empty otherwise. Pure.
+/// is Intel MPI's), after the value hvdrun's own environment has (kept:
+/// e.g. the Kubeflow MPI operator's). Throws InvalidArgument for an -i path
+/// with a blank (Hydra splits the value at blanks). Empty otherwise.
 std::map<std::string, std::string> mpirun_launcher_env(const MpiInfo& info, const Options& options);
 
 /// The directories --output-filename DIR needs on this machine before
