@@ -61,6 +61,10 @@ cmake --build "$BUILD" -j"$(nproc)" --target hvdrun hvdrun_agent hvdbench hvd_co
 rm -rf "$OUT"
 cmake --install "$BUILD" --strip >/dev/null
 rm -rf "$OUT/share"  # man pages and docs: not needed on the GPU machine
+# The MPICH plug-in (built where libmpich-dev is installed) serves plain
+# MPICH mpiexec jobs; the device check runs none, and it would bring MPICH's
+# libraries along.
+rm -f "$OUT"/lib/libhvd_mpi_bootstrap_mpich.so
 install -m 755 -s "$BUILD/tests/integration/cuda/cuda_check" "$OUT/bin/cuda_check"
 
 # Shared libraries a base system lacks: everything ldd resolves outside the

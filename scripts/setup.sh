@@ -19,11 +19,12 @@ PKGS=(
 # and slurmctld services, which the tests neither need nor touch.
 # HVD_SKIP_SLURM=1 leaves them out (the image's builder stage).
 if [ "${HVD_SKIP_SLURM:-0}" != 1 ]; then PKGS+=(slurm-wlm munge); fi
-# mpich: a second, real MPI for tests/integration/mpi/test_mpich.py
-# (`hvdrun --mpi` with MPICH's mpiexec). Open MPI stays the machine's mpirun
-# and the one CMake builds the MPI plug-in with (its alternatives priority is
-# higher). HVD_SKIP_TEST_MPI=1 leaves it out (the image's builder stage).
-if [ "${HVD_SKIP_TEST_MPI:-0}" != 1 ]; then PKGS+=(mpich); fi
+# mpich and libmpich-dev: a second, real MPI for tests/integration/mpi/
+# test_mpich.py (`hvdrun --mpi` with MPICH's mpiexec, and plain mpiexec
+# through the MPI plug-in built against MPICH). Open MPI stays the machine's
+# mpirun and the MPI CMake finds (its alternatives priority is higher).
+# HVD_SKIP_TEST_MPI=1 leaves them out (the image's builder stage).
+if [ "${HVD_SKIP_TEST_MPI:-0}" != 1 ]; then PKGS+=(mpich libmpich-dev); fi
 # kubectl for the Kubernetes tests and the image's discover_hosts.sh: Debian's
 # kubernetes-client, unless a kubectl is on PATH already (the package's file
 # would conflict with it).

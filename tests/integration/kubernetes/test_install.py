@@ -112,7 +112,8 @@ class InstallTest(unittest.TestCase):
         for sc in scripts(builder):
             self.assertTrue(os.access(os.path.join(REPO, sc), os.X_OK), sc)
         self.assertEqual(scripts(builder), ["scripts/setup.sh", "conf/docker/install_cuda.sh", "scripts/install.sh"])
-        self.assertIn("HVD_SKIP_K8S_TOOLS=1 HVD_SKIP_CONTAINER_ENGINE=1 HVD_SKIP_SLURM=1 scripts/setup.sh", runs(builder)[0])
+        self.assertIn("HVD_SKIP_K8S_TOOLS=1 HVD_SKIP_CONTAINER_ENGINE=1 HVD_SKIP_SLURM=1 HVD_SKIP_TEST_MPI=1 scripts/setup.sh",
+                      runs(builder)[0])
         self.assertIn("DESTDIR=/opt/hvdrun/stage scripts/install.sh /tmp/hvdrun-build /usr/local", runs(builder)[2])
         # The build tree is removed in the RUN that made it (a later RUN would
         # leave it in a layer); the runtime stage never sees it anyway.

@@ -179,18 +179,36 @@ class Mpich(unittest.TestCase):
         self.check_probe(rc, out, err, 3, "HVD_MASTER_ADDR")
         self.assert_nothing_left()
 
-    def test_plain_mpiexec_without_master_addr_names_the_way_out(self):
-        rc, out, err, took = self.run_cmd([HYDRA, "-np", "2", PROBE], timeout=30)
+    def test_plain_mpiexec_plugin(self):
+        # The plug-in built against MPICH (libmpich-dev): rank 0's store
+        # address and secret go out through MPI_Bcast; a second init reuses it.
+        rc, out, err, _ = self.run_cmd([HYDRA, "-np", "3", PROBE, "--rounds", "2"])
+        self.check_probe(rc, out, err, 3, "MPI")
+        self.assertEqual(out.count("roundtrip ok"), 6, out)
+        rc, out, err, _ = self.run_cmd([HYDRA, "-np", "4", ALLREDUCE])
+        self.assertEqual(rc, 0, f"stdout:\n{out}\nstderr:\n{err}")
+        for r in range(4):
+            self.assertIn(f"rank {r} of 4: allreduce ok", out)
+        self.assert_nothing_left()
+
+    def test_plain_mpiexec_wrong_plugin_names_the_way_out(self):
+        # The default plug-in is Open MPI's: under MPICH its MPI_Init sees a
+        # world of one. Each rank says so, naming the ways out.
+        plugin = os.environ.get("HVD_MPI_OMPI_PLUGIN")
+        self.assertTrue(plugin and os.path.exists(plugin), plugin)
+        env = dict(self.env, HVD_MPI_BOOTSTRAP_LIB=plugin)
+        rc, out, err, took = self.run_cmd([HYDRA, "-np", "2", PROBE], env=env, timeout=30)
         self.assertNotEqual(rc, 0)
         lines = [l for l in err.splitlines() if l.startswith("probe: error:")]
         self.assertEqual(len(lines), 2, err)
         for line in lines:
-            self.assertIn("PMI_* (MPICH/Intel MPI) says rank", line)
-            self.assertIn("uses another MPI library than the one that started this job; start the job with "
-                          "hvdrun --mpi, or set HVD_MASTER_ADDR, HVD_MASTER_PORT and HVD_MASTER_SECRET", line)
+            self.assertIn("MPI_COMM_WORLD says rank 0 of 1 but PMI_* (MPICH/Intel MPI) says rank", line)
+            self.assertIn(f"the MPI bootstrap plug-in ({plugin}) uses another MPI library than the one that started "
+                          "this job; start the job with hvdrun --mpi, or set HVD_MASTER_ADDR, HVD_MASTER_PORT and "
+                          "HVD_MASTER_SECRET, or point HVD_MPI_BOOTSTRAP_LIB at a plug-in built against this MPI",
+                          line)
         self.assertLess(took, 20)
         self.assert_nothing_left()
-
 
 if __name__ == "__main__":
     result = unittest.main(exit=False, verbosity=2).result

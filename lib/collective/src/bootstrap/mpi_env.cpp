@@ -97,19 +97,29 @@ std::string advertised_address(const WorldInfo& w) {
   return a.empty() ? "127.0.0.1" : a;
 }
 
-/// The plug-in's broadcast, or nullptr with the reason in `why`.
-hvd_mpi_bootstrap_broadcast_v1_fn load_plugin(std::string& why) {
+/// The plug-in's broadcast, or nullptr with the reason in `why`. A job that
+/// Hydra started (MPICH's mpiexec: PMI_* variables) tries the plug-in built
+/// against MPICH first, when it was built (libmpich-dev beside the default
+/// MPI), then the default one.
+hvd_mpi_bootstrap_broadcast_v1_fn load_plugin(const WorldInfo& w, std::string& why) {
   std::vector<std::string> candidates;
   if (auto path = env::get(kMpiBootstrapLibraryEnv); path && !path->empty()) {
     candidates.push_back(*path);
   } else {
+    std::vector<std::string> names;
+    if (w.source.rfind("PMI_", 0) == 0) names.push_back(kMpiBootstrapMpichLibrary);
+    names.push_back(kMpiBootstrapLibrary);
     Dl_info self{};
+    std::string dir;
     if (dladdr(reinterpret_cast<void*>(&load_plugin), &self) != 0 && self.dli_fname != nullptr) {
       std::string me = self.dli_fname;
       auto slash = me.rfind('/');
-      if (slash != std::string::npos) candidates.push_back(me.substr(0, slash + 1) + kMpiBootstrapLibrary);
+      if (slash != std::string::npos) dir = me.substr(0, slash + 1);
     }
-    candidates.push_back(kMpiBootstrapLibrary);
+    for (const auto& name : names) {
+      if (!dir.empty()) candidates.push_back(dir + name);
+      candidates.push_back(name);
+    }
   }
   for (const auto& path : candidates) {
     // RTLD_GLOBAL: Open MPI's own components resolve symbols of libmpi
@@ -261,7 +271,7 @@ JobStore find_job_store(const WorldInfo& w) {
     if (js.secret.empty()) js.secret = env::get_or(job_env::kMasterSecret, "");
     if (js.secret.empty()) {
       std::string why;
-      auto fn = load_plugin(why);
+      auto fn = load_plugin(w, why);
       if (fn == nullptr) {
         throw InvalidArgument(fmt::format(
             "HVD_MASTER_ADDR is set but no job secret: set HVD_MASTER_SECRET to the same random value on every rank "
@@ -281,7 +291,7 @@ JobStore find_job_store(const WorldInfo& w) {
     return js;
   }
   std::string why;
-  auto fn = load_plugin(why);
+  auto fn = load_plugin(w, why);
   if (fn == nullptr) {
     throw InvalidArgument(fmt::format(
         "started by an MPI launcher ({}, size {}) without hvdrun: set HVD_MASTER_ADDR and HVD_MASTER_PORT, run "

@@ -126,6 +126,9 @@ std::optional<BootstrapResult> bootstrap_from_mpi_env(std::chrono::milliseconds 
 /// Name of the plug-in and the variable that overrides where it is loaded
 /// from (default: next to libhvd_collective.so, then the loader's path).
 inline constexpr const char* kMpiBootstrapLibrary = "libhvd_mpi_bootstrap.so";
+/// The plug-in built against MPICH (when its development files are there
+/// beside the default MPI), tried first in a job that Hydra started.
+inline constexpr const char* kMpiBootstrapMpichLibrary = "libhvd_mpi_bootstrap_mpich.so";
 inline constexpr const char* kMpiBootstrapLibraryEnv = "HVD_MPI_BOOTSTRAP_LIB";
 
 }  // namespace hvd::collective
