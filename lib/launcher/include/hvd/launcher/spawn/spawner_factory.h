@@ -4,6 +4,7 @@
 /// class, so the elastic runner's unit tests hand it fakes.
 #include "hvd/launcher/options/options.h"
 #include "hvd/launcher/spawn/spawner.h"
+#include "hvd/launcher/spawn/host_reach.h"
 #include "hvd/launcher/spawn/ssh/ssh_spawner.h"
 
 #include <chrono>
@@ -47,14 +48,6 @@ struct SpawnerOptions {
 /// The spawner options from hvdrun's.
 SpawnerOptions spawner_options(const Options& options);
 
-/// How the workers of one host would be started: what make() would build
-/// for it, resolved without starting or connecting anything (--dry-run).
-struct HostReach {
-  enum class Kind { Local, Srun, Ssh } kind = Kind::Local;
-  std::string host;
-  std::optional<SshRoute> ssh;  ///< Kind::Ssh
-};
-
 /// The real factory: local agents (`hvdrun --agent`) or SSH, as `options`
 /// say. Answers of is_local are cached per host name.
 class DefaultSpawnerFactory final : public SpawnerFactory {
@@ -74,11 +67,5 @@ class DefaultSpawnerFactory final : public SpawnerFactory {
   std::mutex mutex_;
   std::map<std::string, bool> local_;
 };
-
-/// --dry-run's "reached" section. Text: nothing when every host is this
-/// machine, else one block per host (the SSH ones with user, address, port,
-/// proxy hops, keys and host key policy); JSON: one object per host.
-std::string render_reach_text(const std::vector<HostReach>& hosts);
-std::string render_reach_json(const std::vector<HostReach>& hosts);
 
 }  // namespace hvd::launcher
