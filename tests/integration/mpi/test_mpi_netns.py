@@ -115,6 +115,17 @@ def case_driver(hosts, args):
     return failures
 
 
+def sshd_refusals(hosts):
+    """A line per host whose sshd did not accept the key on SSH_PORT (the
+    -i/-p that hvdrun passed on to the MPI's ssh)."""
+    out = []
+    for i, addr in enumerate(hosts.addrs):
+        log = hosts.sshd_log(i)
+        if not re.search(rf"on {re.escape(addr)} port {SSH_PORT}\b", log) or "Accepted publickey for root" not in log:
+            out.append(f"sshd on {addr} did not accept the key on port {SSH_PORT}:\n{log[-2000:]}")
+    return out
+
+
 def case_hvdrun(hosts, args):
     """The user's command line. ssh itself reads known_hosts from the
     passwd home directory, not $HOME, so an `ssh` first on PATH adds the
@@ -147,10 +158,7 @@ def case_hvdrun(hosts, args):
                 failures.append(f"missing '{pattern}'")
     if p.returncode != 0:
         failures.append(f"hvdrun --mpi exited {p.returncode}")
-    for i, addr in enumerate((a, b)):
-        log = hosts.sshd_log(i)
-        if not re.search(rf"on {re.escape(addr)} port {SSH_PORT}\b", log) or "Accepted publickey for root" not in log:
-            failures.append(f"sshd on {addr} did not accept the key on port {SSH_PORT}:\n{log[-2000:]}")
+    failures += sshd_refusals(hosts)
     print(f"hvdrun --mpi: {'ok' if not failures else 'FAILED'} (exit {p.returncode})")
     for line in out.splitlines():
         if re.match(r"rank \d of 2: (address|local)", line):
@@ -196,10 +204,7 @@ def case_mpich(hosts, args):
                         rf"rank {r} of 2: address {re.escape(addr)}\b"):
             if not re.search(pattern, text):
                 failures.append(f"rank {r}: missing '{pattern}' in {text!r}")
-    for i, addr in enumerate((a, b)):
-        log = hosts.sshd_log(i)
-        if not re.search(rf"on {re.escape(addr)} port {SSH_PORT}\b", log) or "Accepted publickey for root" not in log:
-            failures.append(f"sshd on {addr} did not accept the key on port {SSH_PORT}:\n{log[-2000:]}")
+    failures += sshd_refusals(hosts)
     print(f"hvdrun --mpi with MPICH: {'ok' if not failures else 'FAILED'} (exit {p.returncode})")
     if failures:
         failures.append(f"command: {argv}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
