@@ -5,6 +5,7 @@ workers, scripts), wherever it was reparented to.
 
     sys.path.insert(0, <tests/integration>)
     from procs import processes_with_token, token_processes, processes_mentioning
+    from procs import kill_token_processes, wait_token_processes_gone
 """
 import os
 
@@ -76,3 +77,25 @@ def read_lines_timed(proc):
     for t in readers:
         t.start()
     return out, err, cv, readers
+
+
+def kill_token_processes(token):
+    """SIGKILL to every process token_processes() finds (a test's clean-up)."""
+    import signal
+    for pid in processes_with_token(token):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def wait_token_processes_gone(token, seconds=5.0):
+    """The pids still holding the token after waiting up to `seconds` for
+    them to go ([] once none is left)."""
+    import time
+    deadline = time.monotonic() + seconds
+    while True:
+        left = processes_with_token(token)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.1)

@@ -20,7 +20,7 @@ import time
 import unittest
 import uuid
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from procs import processes_with_token  # noqa: E402
+from procs import processes_with_token, wait_token_processes_gone  # noqa: E402
 
 HVDRUN = os.environ.get("HVDRUN", "hvdrun")
 PROBE = os.environ.get("HVD_MPI_PROBE", "mpi_store_probe")
@@ -181,13 +181,7 @@ class MpiRun(unittest.TestCase):
             p.kill()
             self.fail("launcher did not exit within 20 s of SIGINT")
         self.assertEqual(rc, 130)
-        left = []
-        for _ in range(100):
-            left = processes_with_token(self.token)
-            if not left:
-                break
-            time.sleep(0.1)
-        self.assertEqual(left, [], "processes left behind")
+        self.assertEqual(wait_token_processes_gone(self.token, 10), [], "processes left behind")
 
     def dry_run(self, kind):
         self.env["MY_TOKEN_SECRET"] = "do-not-print-me"

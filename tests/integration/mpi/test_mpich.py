@@ -20,7 +20,6 @@ Run one case: HVDRUN=... HVD_MPI_PROBE=... python3 test_mpich.py Mpich.test_hvdr
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -29,7 +28,7 @@ import time
 import unittest
 import uuid
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from procs import processes_with_token  # noqa: E402
+from procs import kill_token_processes, wait_token_processes_gone  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_mpi import MpiRun  # noqa: E402  (its Ctrl-C check, shared)
 
@@ -66,11 +65,7 @@ class Mpich(unittest.TestCase):
         self.env = env
 
     def tearDown(self):
-        for pid in processes_with_token(self.token):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_token_processes(self.token)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def run_cmd(self, argv, env=None, timeout=45):
@@ -83,13 +78,7 @@ class Mpich(unittest.TestCase):
         return [HVDRUN, "--mpi", "-np", str(np), "-H", f"localhost:{np}", *args]
 
     def assert_nothing_left(self):
-        left = []
-        for _ in range(50):
-            left = processes_with_token(self.token)
-            if not left:
-                break
-            time.sleep(0.1)
-        self.assertEqual(left, [], "processes left behind")
+        self.assertEqual(wait_token_processes_gone(self.token), [], "processes left behind")
 
     def check_probe(self, rc, out, err, np, mode):
         self.assertEqual(rc, 0, f"stdout:\n{out}\nstderr:\n{err}")
