@@ -340,6 +340,28 @@ def case_srun_pmi2(c):
     print("srun_pmi2: ok: 6 ranks started by srun --mpi=pmi2 alone, no sshd on any node")
 
 
+def case_srun_pmi2_plugin(c):
+    """No hvdrun and no HVD_MASTER_*: `srun --mpi=pmi2` alone, the job formed
+    through the MPI plug-in built against MPICH (its PMI client speaks
+    Slurm's PMI-2; docs/mpi.md#workers-started-by-mpi): rank 0's store
+    address and secret go out in an MPI_Bcast."""
+    check(not c.hosts.sshd, "this case's nodes must run no sshd")
+    hello_dir = os.path.dirname(ARGS.hello)
+    p = c.run(["srun", "-N3", "--ntasks-per-node=2", "--mpi=pmi2", "./" + os.path.basename(ARGS.hello)],
+              timeout=90, cwd=hello_dir)
+    check(p.returncode == 0, f"srun exited {p.returncode}", p.stdout, p.stderr, c.logs())
+    hellos = sorted(hello_lines(p.stdout))
+    check([(r, s) for r, s, _ in hellos] == [(r, 6) for r in range(6)], "want one job of 6 ranks", p.stdout,
+          p.stderr)
+    check([h for _, _, h in hellos] == [n for n in c.names for _ in range(2)], "want 2 ranks per node", hellos)
+    for what in ("allreduce", "allgather", "broadcast"):
+        check(sorted(re.findall(rf"rank (\d+): {what} ok", p.stdout)) == [str(r) for r in range(6)],
+              f"want every rank's {what} ok", p.stdout)
+    assert_clean(c, 5, "after the job")
+    print("srun_pmi2_plugin: ok: 6 ranks started by srun --mpi=pmi2 alone, no HVD_MASTER_*, through the MPICH "
+          "plug-in")
+
+
 def case_failing_rank(c):
     job_script(c, "job.sh", "hvdrun sh -c '[ \"$HOROVOD_RANK\" = 4 ] && { sleep 1; exit 3; }; exec sleep 120'")
     t0 = time.monotonic()
@@ -467,9 +489,14 @@ def main():
     ap.add_argument("--no-ssh", action="store_true", help="no sshd on any node: workers start through srun")
     ap.add_argument("--ssh-launcher", action="store_true",
                     help="sshd on the nodes and HVDRUN_LAUNCHER=ssh: workers of other nodes start over SSH")
+    ap.add_argument("--mpich-plugin", default="",
+                    help="libhvd_mpi_bootstrap_mpich.so, when built (srun_pmi2_plugin skips without it)")
     ap.add_argument("case", choices=sorted(CASES))
     ARGS = ap.parse_args()
     skip_unless_available()
+    if ARGS.case == "srun_pmi2_plugin" and not os.path.isfile(ARGS.mpich_plugin):
+        print("SKIPPED: no MPI plug-in built against MPICH (install libmpich-dev: scripts/setup.sh)", flush=True)
+        return 77
     for path in (ARGS.hvdrun, ARGS.hello, ARGS.trainer):
         check(os.access(path, os.X_OK), f"{path} is not executable (build it)")
     if ARGS.case == "sbatch_torch" and subprocess.run([sys.executable, "-c", "import torch"],
@@ -480,7 +507,7 @@ def main():
     env = {"PYTHONPATH": ARGS.pythonpath, "HVD_TRAINER_STEPS": "300", "HVD_TRAINER_STEP_MS": "40"}
     if ARGS.ssh_launcher:
         env["HVDRUN_LAUNCHER"] = "ssh"
-    with SlurmCluster(nodes=3, cpus=2, kill_wait=KILL_WAIT, ssh=not ARGS.no_ssh and ARGS.case != "srun_pmi2", path_prepend=[os.path.dirname(ARGS.hvdrun)],
+    with SlurmCluster(nodes=3, cpus=2, kill_wait=KILL_WAIT, ssh=not ARGS.no_ssh and not ARGS.case.startswith("srun_pmi2"), path_prepend=[os.path.dirname(ARGS.hvdrun)],
                       env=env) as c:
         try:
             CASES[ARGS.case](c)
