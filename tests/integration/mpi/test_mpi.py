@@ -223,6 +223,22 @@ class MpiRun(unittest.TestCase):
         self.assertEqual(rc, 3, err)
         self.assertIn("mpirun not found on PATH; install Open MPI or drop --mpi", err)
 
+    def test_hvdrun_mpi_output_filename(self):
+        # hvdrun makes the directory (two levels that do not exist) before
+        # mpirun starts; Open MPI writes DIR/1/rank.N/{stdout,stderr}.
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            out_dir = os.path.join(d, "logs", "job")
+            argv = [HVDRUN, "--mpi", "-np", "2", "-H", "localhost:2", "--output-filename", out_dir,
+                    "sh", "-c", "echo out-$OMPI_COMM_WORLD_RANK; echo err-$OMPI_COMM_WORLD_RANK >&2"]
+            rc, out, err = self.run_cmd(argv)
+            self.assertEqual(rc, 0, err)
+            for r in range(2):
+                for stream in ("stdout", "stderr"):
+                    with open(os.path.join(out_dir, "1", f"rank.{r}", stream)) as f:
+                        self.assertIn(f"{stream[3:]}-{r}", f.read())
+        self.assertEqual(processes_with_token(self.token), [])
+
     def test_hvdrun_mpi_events_file(self):
         # --events-file under --mpi (docs/cli.md): job_start with the MPI
         # implementation, the one mpirun process as "rank 0", job_end with
