@@ -188,7 +188,7 @@ def case_mpich(hosts, args):
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "/usr/bin:/bin")
     out_dir = os.path.join(hosts.tmp, "out")
     argv = [args.hvdrun, "--mpi", "-np", "2", "-H", f"{a}:1,{b}:1", "-i", hosts.key, "-p", str(SSH_PORT),
-            "--output-filename", out_dir, args.allreduce]
+            "--ssh-strict-host-key-checking", "--output-filename", out_dir, args.allreduce]
     failures = []
     p = run(argv, env, hosts=hosts)
     if p.returncode != 0:

@@ -149,8 +149,9 @@ int dry_run_mode(JobDecision& d) {
         // The job would fail here; the dry run shows the placeholder.
       }
       try {
-        report.mpirun = render_mpi_dry_run(d.mpirun ? *d.mpirun : probe_mpirun(), options, plan, job_env,
-                                           ::geteuid() == 0, options.dry_run);
+        const MpiInfo info = d.mpirun ? *d.mpirun : probe_mpirun();
+        for (const auto& line : mpi_unapplied_options(info, options)) spdlog::warn("{}", line);
+        report.mpirun = render_mpi_dry_run(info, options, plan, job_env, ::geteuid() == 0, options.dry_run);
       } catch (const Error& e) {  // no/unsupported mpirun, uneven Intel MPI slots, bad --mpi-args
         throw JobError(exit_code::kLaunch, e.what());
       }

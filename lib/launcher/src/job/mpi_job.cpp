@@ -41,6 +41,7 @@ int mpi_job(JobServices& job, const Options& options, const JobPlan& plan,
   // made here first: Open MPI 4.1 hangs when it cannot make the directory,
   // and Hydra (MPICH, Intel MPI) makes none and aborts on the first line a
   // rank writes (mpi_launch.h: mpi_output_directories).
+  for (const auto& line : mpi_unapplied_options(info, options)) spdlog::warn("{}", line);
   if (options.output_filename) {
     try {
       for (const auto& dir : mpi_output_directories(info, *options.output_filename, plan.workers.size())) {

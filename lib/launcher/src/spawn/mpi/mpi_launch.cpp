@@ -18,6 +18,9 @@ namespace hvd::launcher {
 
 namespace {
 
+/// --ssh-strict-host-key-checking for the MPI's own ssh.
+constexpr const char* kStrictHostKeys = "-o StrictHostKeyChecking=yes";
+
 // horovodrun adds these for Open MPI on 64+ hosts: the rsh tree spawn and
 // its concurrency limit misbehave on big clusters.
 constexpr std::size_t kLargeClusterHosts = 64;
@@ -38,6 +41,7 @@ std::string ssh_args(const Options& options) {
   std::vector<std::string> args;
   if (options.ssh_port) args.push_back(fmt::format("-p {}", *options.ssh_port));
   if (options.ssh_identity_file) args.push_back("-i " + shell_quote(*options.ssh_identity_file));
+  if (options.ssh_strict_host_key_checking) args.emplace_back(kStrictHostKeys);
   return join(args, " ");
 }
 
@@ -250,7 +254,10 @@ std::vector<std::string> build_mpirun_command(const MpiInfo& info, const Options
 }
 
 std::map<std::string, std::string> mpirun_launcher_env(const MpiInfo& info, const Options& options) {
-  if (info.impl != MpiImpl::Mpich || (!options.ssh_port && !options.ssh_identity_file)) return {};
+  if (info.impl != MpiImpl::Mpich ||
+      (!options.ssh_port && !options.ssh_identity_file && !options.ssh_strict_host_key_checking)) {
+    return {};
+  }
   // Hydra splits the value at blanks and passes no quotes on.
   if (options.ssh_identity_file && options.ssh_identity_file->find_first_of(" \t") != std::string::npos) {
     throw InvalidArgument(fmt::format(
@@ -266,7 +273,29 @@ std::map<std::string, std::string> mpirun_launcher_env(const MpiInfo& info, cons
   }
   if (options.ssh_port) words.push_back(fmt::format("-p {}", *options.ssh_port));
   if (options.ssh_identity_file) words.push_back("-i " + *options.ssh_identity_file);
+  if (options.ssh_strict_host_key_checking) words.emplace_back(kStrictHostKeys);
   return {{"HYDRA_LAUNCHER_EXTRA_ARGS", join(words, " ")}};
+}
+
+std::vector<std::string> mpi_unapplied_options(const MpiInfo& info, const Options& options) {
+  std::vector<std::string> out;
+  const bool hydra = info.impl == MpiImpl::Mpich || info.impl == MpiImpl::IntelMpi;
+  if (hydra && options.prefix_output_with_timestamp) {
+    out.push_back(fmt::format("--prefix-output-with-timestamp: {}'s mpirun has no option to timestamp lines (its -l "
+                              "labels them with the rank); ignored",
+                              mpi_impl_name(info.impl)));
+  }
+  if (hydra && options.network_interfaces.size() > 1) {
+    std::vector<std::string> rest(options.network_interfaces.begin() + 1, options.network_interfaces.end());
+    out.push_back(fmt::format("--network-interface: {}'s mpirun takes one interface (-iface {}); {} ignored",
+                              mpi_impl_name(info.impl), options.network_interfaces.front(), join(rest, ",")));
+  }
+  if (options.ssh_keepalive != Options{}.ssh_keepalive) {
+    out.push_back(fmt::format("--ssh-keepalive {}: it paces hvdrun's own SSH connections; under --mpi the MPI's "
+                              "ssh reaches the hosts (set ServerAliveInterval in ~/.ssh/config); ignored",
+                              options.ssh_keepalive.count()));
+  }
+  return out;
 }
 
 std::vector<std::string> mpi_output_directories(const MpiInfo& info, const std::string& dir, std::size_t np) {

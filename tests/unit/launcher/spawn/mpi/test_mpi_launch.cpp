@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cstdlib>
 
 #include <algorithm>
@@ -178,6 +179,38 @@ TEST_CASE("mpi: MPICH gets -localhost with the store's address when ranks are on
                                       {{"HOROVOD_GLOO_RENDEZVOUS_ADDR", "198.18.0.1"}}, false))
               .find("-localhost") == std::string::npos);
   }
+}
+
+TEST_CASE("mpi: --ssh-strict-host-key-checking reaches the MPI's ssh", "[mpi]") {
+  Options o = basic_options();
+  o.ssh_strict_host_key_checking = true;
+  const JobPlan plan = plan_for({{"h1", 1}, {"h2", 1}}, 2);
+  CHECK(joined(build_mpirun_command(info_for(MpiImpl::OpenMpi), o, plan, {}, false))
+            .find("-mca plm_rsh_args -o StrictHostKeyChecking=yes") != std::string::npos);
+  CHECK(mpirun_launcher_env(info_for(MpiImpl::Mpich), o) ==
+        std::map<std::string, std::string>{{"HYDRA_LAUNCHER_EXTRA_ARGS", "-o StrictHostKeyChecking=yes"}});
+  CHECK(joined(build_mpirun_command(info_for(MpiImpl::Mpich), o, plan, {}, false)).find("-launcher ssh") !=
+        std::string::npos);
+  CHECK(joined(build_mpirun_command(info_for(MpiImpl::IntelMpi), o, plan, {}, false))
+            .find("-bootstrap-exec-args -o StrictHostKeyChecking=yes") != std::string::npos);
+}
+
+TEST_CASE("mpi: options an mpirun cannot carry out are named, one line each", "[mpi]") {
+  Options o = basic_options();
+  CHECK(mpi_unapplied_options(info_for(MpiImpl::Mpich), o).empty());
+  o.prefix_output_with_timestamp = true;
+  o.network_interfaces = {"eth0", "ib0"};
+  CHECK(mpi_unapplied_options(info_for(MpiImpl::OpenMpi), o).empty());  // --timestamp-output, btl_tcp_if_include
+  const auto lines = mpi_unapplied_options(info_for(MpiImpl::Mpich), o);
+  REQUIRE(lines.size() == 2);
+  CHECK_THAT(lines[0], Catch::StartsWith("--prefix-output-with-timestamp: MPICH's mpirun has no option"));
+  CHECK(lines[1] == "--network-interface: MPICH's mpirun takes one interface (-iface eth0); ib0 ignored");
+  CHECK(mpi_unapplied_options(info_for(MpiImpl::IntelMpi), o).size() == 2);
+  Options k = basic_options();
+  k.ssh_keepalive = std::chrono::seconds(7);
+  const auto keep = mpi_unapplied_options(info_for(MpiImpl::OpenMpi), k);
+  REQUIRE(keep.size() == 1);
+  CHECK_THAT(keep[0], Catch::StartsWith("--ssh-keepalive 7: it paces hvdrun's own SSH connections"));
 }
 
 TEST_CASE("mpi: the version line of Hydra's --version", "[mpi]") {

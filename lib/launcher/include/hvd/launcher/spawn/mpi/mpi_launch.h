@@ -82,6 +82,12 @@ std::map<std::string, std::string> mpi_job_env(const Options& options,
 /// with a blank (Hydra splits the value at blanks). Empty otherwise.
 std::map<std::string, std::string> mpirun_launcher_env(const MpiInfo& info, const Options& options);
 
+/// One line per hvdrun option this MPI's mpirun cannot carry out, for a
+/// warning: --prefix-output-with-timestamp and a second --network-interface
+/// with Hydra (MPICH, Intel MPI); a --ssh-keepalive other than the default
+/// with any (it paces hvdrun's own SSH connections). Pure.
+std::vector<std::string> mpi_unapplied_options(const MpiInfo& info, const Options& options);
+
 /// The directories --output-filename DIR needs on this machine before
 /// mpirun starts: DIR for Open MPI (it makes the rest, but hangs when it
 /// cannot make DIR); DIR/rank.0 .. DIR/rank.<np-1> for Hydra (MPICH, Intel
@@ -93,7 +99,7 @@ std::vector<std::string> mpi_output_directories(const MpiInfo& info, const std::
 ///  Open MPI:  mpirun [--allow-run-as-root] --tag-output -np N -H h1:2,h2:2
 ///             <binding> -mca pml ob1 -mca btl ^openib
 ///             [-mca plm_rsh_no_tree_spawn true -mca plm_rsh_num_concurrent H (>= 64 hosts)]
-///             [--timestamp-output] [-mca plm_rsh_args "-p P -i KEY"]
+///             [--timestamp-output] [-mca plm_rsh_args "-p P -i KEY -o StrictHostKeyChecking=yes"]
 ///             [-mca btl_tcp_if_include IF1,IF2] [--output-filename DIR]
 ///             -x NAME... <--mpi-args split shell-style> <command>
 ///  MPICH:     mpirun -l -np N -hosts h1:2,h2:2 <binding>
