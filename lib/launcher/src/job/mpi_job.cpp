@@ -36,21 +36,6 @@ int mpi_job(JobServices& job, const Options& options, const JobPlan& plan,
   } catch (const Error& e) {
     throw JobError(exit_code::kLaunch, e.what());
   }
-  // No output router: mpirun multiplexes the ranks' output itself (and
-  // honours --output-filename through its own flag). Its directories are
-  // made here first: Open MPI 4.1 hangs when it cannot make the directory,
-  // and Hydra (MPICH, Intel MPI) makes none and aborts on the first line a
-  // rank writes (mpi_launch.h: mpi_output_directories).
-  for (const auto& line : mpi_unapplied_options(info, options)) spdlog::warn("{}", line);
-  if (options.output_filename) {
-    try {
-      for (const auto& dir : mpi_output_directories(info, *options.output_filename, plan.workers.size())) {
-        make_output_directories(dir);
-      }
-    } catch (const IoError& e) {
-      throw JobError(exit_code::kUsage, std::string("--output-filename: ") + e.what());
-    }
-  }
   job.open_events();
   // Ranks may be on any host mpirun reaches; when every host is local the
   // address is 127.0.0.1 and the store stays on loopback.
@@ -66,6 +51,22 @@ int mpi_job(JobServices& job, const Options& options, const JobPlan& plan,
     launcher_env = mpirun_launcher_env(info, options);
   } catch (const InvalidArgument& e) {
     throw JobError(exit_code::kUsage, e.what());
+  }
+  for (const auto& line : mpi_unapplied_options(info, options)) spdlog::warn("{}", line);
+  // No output router: mpirun multiplexes the ranks' output itself (and
+  // honours --output-filename through its own flag). Its directories are
+  // made here first (after the command line, so a usage error leaves
+  // nothing behind): Open MPI 4.1 hangs when it cannot make the directory,
+  // and Hydra (MPICH, Intel MPI) makes none and aborts on the first line a
+  // rank writes (mpi_launch.h: mpi_output_directories).
+  if (options.output_filename) {
+    try {
+      for (const auto& dir : mpi_output_directories(info, *options.output_filename, plan.workers.size())) {
+        make_output_directories(dir);
+      }
+    } catch (const IoError& e) {
+      throw JobError(exit_code::kUsage, std::string("--output-filename: ") + e.what());
+    }
   }
   WorkerSpec mpirun;
   mpirun.label = "mpirun";

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 namespace hvd::launcher {
 
@@ -25,43 +24,28 @@ std::string address(const ssh::SessionOptions& o) {
 /// keys (not under IdentitiesOnly or -i), then the files from disk.
 std::string keys_text(const ssh::SessionOptions& o) {
   const std::string& home = o.home;
-  const char* env_sock = std::getenv("SSH_AUTH_SOCK");
+  const ssh::IdentitySources sources = ssh::identity_sources(o);
   std::string agent;  // "" when no agent would be asked
   std::string no_agent;  // why an agent that is configured would not be
-  if (o.identity_agent) {
-    if (!o.identity_agent->empty()) agent = "ssh-agent at " + ssh::tilde_path(*o.identity_agent, home);
-    if (!o.identity_agent->empty() && ::access(o.identity_agent->c_str(), F_OK) != 0) {
-      no_agent = fmt::format(" (no ssh-agent: IdentityAgent {} does not exist)", *o.identity_agent);
-      agent.clear();
+  if (!sources.agent_socket.empty()) {
+    const std::string& sock = sources.agent_socket;
+    if (::access(sock.c_str(), F_OK) != 0) {
+      no_agent = fmt::format(" (no ssh-agent: {} {} does not exist)",
+                             sources.agent_from_config ? "IdentityAgent" : "$SSH_AUTH_SOCK", sock);
+    } else {
+      agent = sources.agent_from_config ? "ssh-agent at " + ssh::tilde_path(sock, home)
+                                        : std::string("ssh-agent ($SSH_AUTH_SOCK)");
     }
-  } else if (env_sock != nullptr && *env_sock != '\0') {
-    agent = "ssh-agent ($SSH_AUTH_SOCK)";
-    if (::access(env_sock, F_OK) != 0) {
-      no_agent = fmt::format(" (no ssh-agent: $SSH_AUTH_SOCK {} does not exist)", env_sock);
-      agent.clear();
-    }
-  }
-  if (o.identity_file) {
-    return fmt::format("-i {}{}, only that key{}{}", ssh::tilde_path(*o.identity_file, home),
-                       ::access(o.identity_file->c_str(), F_OK) == 0 ? "" : " (missing)",
-                       agent.empty() ? "" : "; through " + agent + " when it holds it", no_agent);
   }
   std::vector<std::string> files;
-  const bool configured = !o.identity_files.empty();
-  if (configured) {
-    for (const auto& f : o.identity_files) {
-      files.push_back(ssh::tilde_path(f, home) + (::access(f.c_str(), F_OK) == 0 ? "" : " (missing)"));
-    }
-  } else {
-    for (const char* name : {"id_ed25519", "id_ecdsa", "id_rsa"}) {
-      const std::string path = home + "/.ssh/" + name;
-      if (::access(path.c_str(), F_OK) == 0) files.push_back(ssh::tilde_path(path, home));
-    }
+  for (const auto& f : sources.files) files.push_back(ssh::tilde_path(f.path, home) + (f.exists ? "" : " (missing)"));
+  if (sources.from_flag) {
+    return fmt::format("-i {}, only that key{}{}", files.front(),
+                       agent.empty() ? "" : "; through " + agent + " when it holds it", no_agent);
   }
-  const std::string listed = files.empty() ? (configured ? std::string("no identity file")
-                                                         : std::string("no default key file (~/.ssh/id_ed25519, "
-                                                                       "id_ecdsa, id_rsa)"))
-                                           : (configured ? "IdentityFile " : "") + fmt::format("{}", fmt::join(files, ", "));
+  const std::string listed =
+      files.empty() ? std::string("no default key file (~/.ssh/id_ed25519, id_ecdsa, id_rsa)")
+                    : (sources.from_config ? "IdentityFile " : "") + fmt::format("{}", fmt::join(files, ", "));
   if (o.identities_only) {
     return listed + ", only those (IdentitiesOnly)" +
            (agent.empty() ? "" : "; through " + agent + " when it holds them") + no_agent;

@@ -441,6 +441,30 @@ void list_agent_keys(LIBSSH2_SESSION* session, const std::string& socket_path, A
 
 }  // namespace
 
+IdentitySources identity_sources(const SessionOptions& o) {
+  IdentitySources out;
+  auto add = [&out](const std::string& path) { out.files.push_back({path, file_exists(path)}); };
+  if (o.identity_file) {
+    out.from_flag = true;
+    add(*o.identity_file);
+  } else if (!o.identity_files.empty()) {
+    out.from_config = true;
+    for (const auto& path : o.identity_files) add(path);
+  } else {
+    for (const char* name : {"id_ed25519", "id_ecdsa", "id_rsa"}) {
+      const std::string path = o.home + "/.ssh/" + name;
+      if (file_exists(path)) add(path);
+    }
+  }
+  if (o.identity_agent) {
+    out.agent_socket = *o.identity_agent;
+    out.agent_from_config = true;
+  } else if (const char* env_sock = std::getenv("SSH_AUTH_SOCK")) {
+    out.agent_socket = env_sock;
+  }
+  return out;
+}
+
 void Session::authenticate(Deadline deadline) {
   const std::string& user = options_.user;
   char* methods = nullptr;
@@ -460,38 +484,24 @@ void Session::authenticate(Deadline deadline) {
                     user, methods));
   }
 
-  // The identity files: -i alone, else ssh_config's IdentityFile lines,
-  // else the default names (those that exist).
+  const IdentitySources sources = identity_sources(options_);
+  const bool from_flag = sources.from_flag;
   std::vector<std::string> tried;
   std::vector<IdentityFile> files;
-  const bool from_flag = options_.identity_file.has_value();
-  if (from_flag) {
-    if (!file_exists(*options_.identity_file)) {
-      fail(fmt::format("identity file {} (-i) does not exist", *options_.identity_file));
-    }
-    files.push_back({*options_.identity_file, std::nullopt});
-  } else {
-    const bool from_config = !options_.identity_files.empty();
-    std::vector<std::string> paths = options_.identity_files;
-    if (!from_config) {
-      for (const char* name : {"id_ed25519", "id_ecdsa", "id_rsa"}) paths.push_back(options_.home + "/.ssh/" + name);
-    }
-    for (const std::string& path : paths) {
-      if (file_exists(path)) {
-        files.push_back({path, std::nullopt});
-      } else if (from_config) {
-        tried.push_back(tilde_path(path, options_.home) + " (missing)");
-      }
+  for (const auto& f : sources.files) {
+    if (f.exists) {
+      files.push_back({f.path, identity_public_blob(f.path)});
+    } else if (from_flag) {
+      fail(fmt::format("identity file {} (-i) does not exist", f.path));
+    } else {
+      tried.push_back(tilde_path(f.path, options_.home) + " (missing)");
     }
   }
-  for (auto& f : files) f.blob = identity_public_blob(f.path);
-  // The agent: IdentityAgent's socket ("" for none), else $SSH_AUTH_SOCK.
-  // Under IdentitiesOnly (and with -i) it is still asked for the identity
-  // files' own keys, as OpenSSH asks it.
-  const char* env_sock = std::getenv("SSH_AUTH_SOCK");
-  const std::string sock = options_.identity_agent ? *options_.identity_agent : env_sock ? env_sock : "";
+  // Under IdentitiesOnly (and with -i) the agent is still asked for the
+  // identity files' own keys, as OpenSSH asks it.
+  const std::string& sock = sources.agent_socket;
   const std::string agent_name =
-      options_.identity_agent ? "ssh-agent at " + tilde_path(sock, options_.home) : std::string("ssh-agent");
+      sources.agent_from_config ? "ssh-agent at " + tilde_path(sock, options_.home) : std::string("ssh-agent");
   const bool agent_others = !from_flag && !options_.identities_only;
   AgentKeys agent;
   if (!sock.empty()) list_agent_keys(session_, sock, agent);

@@ -143,6 +143,24 @@ struct SessionOptions {
   std::string proxy_description() const;
 };
 
+/// Where public-key authentication takes its keys from, as
+/// Session::authenticate does, read once for it and for --dry-run: -i alone,
+/// else ssh_config's IdentityFile lines (missing ones listed as such), else
+/// the default ~/.ssh/id_ed25519, id_ecdsa, id_rsa that exist; and the
+/// ssh-agent socket (IdentityAgent; `none` gives ""; else $SSH_AUTH_SOCK).
+struct IdentitySources {
+  struct File {
+    std::string path;
+    bool exists = false;
+  };
+  bool from_flag = false;  ///< -i
+  bool from_config = false;  ///< IdentityFile lines
+  std::vector<File> files;  ///< in order; default names only when they exist
+  std::string agent_socket;  ///< "" when no agent is to be asked
+  bool agent_from_config = false;  ///< IdentityAgent named it
+};
+IdentitySources identity_sources(const SessionOptions& options);
+
 /// A connected, verified and authenticated libssh2 session in non-blocking
 /// mode, over a TCP connection or through a proxy (ssh_proxy.h). Not thread-safe (libssh2 sessions are not): after
 /// open() returns, only one thread at a time may use it.
