@@ -13,6 +13,12 @@ Cases (one CTest entry each):
                   the WORKER, allreduce sum 3); both runs exit 0;
   failing_rank    the entry script exits 3 on rank 1 (the WORKER's host):
                   the MAIN exits 3 and so does the WORKER (the job's status);
+  job_over_unseen the WORKER is stopped (SIGSTOP) once registered; the MAIN's
+                  job forms over its registration, fails (3) and ends, and
+                  MAIN.json is gone before the WORKER looks again: continued,
+                  the WORKER exits 3 at once, from the status that names its
+                  run, not after START_TIMEOUT (the race of a job that fails
+                  within one of the WORKER's 250 ms looks);
   no_main         a WORKER alone with START_TIMEOUT=2 exits 6 naming the
                   shared directory, and unregisters;
   main_killed     the MAIN is killed (-9) while the WORKER follows it: the
@@ -23,6 +29,7 @@ ip netns or without torch for /usr/bin/python3.
 """
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -181,6 +188,36 @@ def case_failing_rank(hosts, pair):
     check("the MAIN's job ended with status 3" in werr, "the WORKER did not name the job's status", *details)
 
 
+def case_job_over_unseen(hosts, pair):
+    b = hosts.addrs[1]
+    extra = {"OCI__ENTRY_SCRIPT_ARGS": f"--fail-on-host {b}"}
+    worker = pair.start(1, "WORKER", **extra)
+    end = time.monotonic() + 20
+    while time.monotonic() < end and not pair.registered() and worker.poll() is None:
+        time.sleep(0.05)
+    check(pair.registered() != [], "the WORKER never registered")
+    with open(f"/proc/{worker.pid}/comm") as f:
+        comm = f.read().strip()
+    check(comm.startswith("hvdrun"), f"the WORKER's process is {comm}, not hvdrun (the entrypoint execs it)")
+    os.kill(worker.pid, signal.SIGSTOP)
+    try:
+        main = pair.start(0, "MAIN", **extra)
+        mcode, mout, merr = pair.finish(main, 60)
+        details = (f"MAIN stdout:\n{mout[-3000:]}", f"MAIN stderr:\n{merr[-6000:]}")
+        check(mcode == 3, f"the MAIN exited {mcode}, not the failed rank's 3", *details)
+        check(not os.path.exists(os.path.join(pair.work, "Undefined", "hvdrun", "MAIN.json")),
+              "MAIN.json is still there after the MAIN ended", *details)
+    finally:
+        os.kill(worker.pid, signal.SIGCONT)
+    t0 = time.monotonic()
+    wcode, wout, werr = pair.finish(worker, 20)
+    took = time.monotonic() - t0
+    check(wcode == 3, f"the WORKER exited {wcode}, not the job's status 3", werr)
+    check("the MAIN's job ended with status 3" in werr, "the WORKER did not name the job's status", werr)
+    check(took < 5, f"the WORKER took {took:.1f} s to see the status")
+    check(pair.registered() == [], f"the WORKER did not unregister: {pair.registered()}")
+
+
 def case_no_main(hosts, pair):
     t0 = time.monotonic()
     worker = pair.start(1, "WORKER", START_TIMEOUT="2")
@@ -217,7 +254,8 @@ def case_main_killed(hosts, pair):
     check(pair.registered() == [], f"the WORKER did not unregister: {pair.registered()}")
 
 
-CASES = {"compose_pair": case_compose_pair, "failing_rank": case_failing_rank, "no_main": case_no_main,
+CASES = {"compose_pair": case_compose_pair, "failing_rank": case_failing_rank,
+         "job_over_unseen": case_job_over_unseen, "no_main": case_no_main,
          "main_killed": case_main_killed}
 
 

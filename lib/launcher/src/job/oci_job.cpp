@@ -145,17 +145,19 @@ int run_main(const Options& flags, const OciConfig& config, const std::string& a
                  options.elastic.min_np.value_or(1) == 1 ? "" : "s");
     Heartbeat heartbeat(kOciHeartbeatInterval, [&] { registry.write_leader(address, run); });
     int code = exit_code::kInternal;
+    shared_dir::SharedDirHostSource source(registry, self);
     try {
-      shared_dir::SharedDirHostSource source(registry, self);
       code = run_elastic_job(options, source);
     } catch (...) {
       heartbeat.stop();
-      registry.write_status(run, exit_code::kInternal);
+      registry.write_status(run, exit_code::kInternal, source.tokens_seen());
       registry.remove_leader();
       throw;
     }
     heartbeat.stop();
-    registry.write_status(run, code);
+    // The status names the workers the job listed: one whose whole job
+    // ended between two of its looks never saw MAIN.json, and finds it so.
+    registry.write_status(run, code, source.tokens_seen());
     registry.remove_leader();  // after the status: a follower looks for the status first
     return code;
   } catch (const IoError& e) {
@@ -187,9 +189,10 @@ int run_worker(const Options& options, const OciConfig& config, const std::strin
         port);
   }
   SignalGuard signals;  // before the heartbeat thread: it inherits the mask
+  const std::string token = random_secret(8);  // this run's, named by the MAIN's status
   try {
     registry.create_directories();
-    registry.register_worker(config.run_id, self);
+    registry.register_worker(config.run_id, self, token);
   } catch (const IoError& e) {
     throw JobError(exit_code::kLaunch, e.what());
   }
@@ -198,7 +201,7 @@ int run_worker(const Options& options, const OciConfig& config, const std::strin
     const std::string& name;
     ~Unregister() { registry.unregister_worker(name); }
   } unregister{registry, config.run_id};
-  Heartbeat heartbeat(kOciHeartbeatInterval, [&] { registry.register_worker(config.run_id, self); });
+  Heartbeat heartbeat(kOciHeartbeatInterval, [&] { registry.register_worker(config.run_id, self, token); });
   spdlog::info("OCI WORKER: registered {} in {}; waiting up to {} s for the MAIN (START_TIMEOUT)", format_host(self),
                registry.dir(), config.start_timeout.count());
 
@@ -222,6 +225,13 @@ int run_worker(const Options& options, const OciConfig& config, const std::strin
         following = leader;
         spdlog::info("following the MAIN at {} (run {})", leader->address, leader->run);
         continue;
+      }
+      // A job can form and end between two looks (a rank failing at
+      // once): its MAIN.json is gone, but its status names this run.
+      if (auto ended = registry.read_status_naming(token)) {
+        spdlog::info("the MAIN's job ended with status {} (run {}, over before this WORKER saw its MAIN.json)",
+                     ended->second, ended->first);
+        return ended->second;
       }
       if (std::chrono::steady_clock::now() - started > config.start_timeout) {
         throw JobError(

@@ -78,6 +78,8 @@ std::optional<WorkerEntry> parse_worker(const std::string& text, std::string& wh
   }
   e.host = HostSpec{parsed.host.name, static_cast<int>(slots->get<long>())};
   e.heartbeat = heartbeat->get<double>();
+  auto token = j.find("token");
+  if (token != j.end() && token->is_string()) e.token = token->get<std::string>();
   return e;
 }
 
@@ -135,8 +137,9 @@ void Registry::remove(const std::string& name) const {
 
 double Registry::skew_limit() const { return std::chrono::duration<double>(stale_after_).count(); }
 
-void Registry::register_worker(const std::string& name, const HostSpec& host) const {
+void Registry::register_worker(const std::string& name, const HostSpec& host, const std::string& token) const {
   json j = {{"address", host.name}, {"slots", host.slots}, {"heartbeat", clock_()}};
+  if (!token.empty()) j["token"] = token;
   write_atomically(kWorkerPrefix + name + ".json", j.dump() + "\n");
 }
 
@@ -267,8 +270,8 @@ std::string Registry::describe_age(const Leader& leader) const {
 
 void Registry::remove_leader() const { remove(kLeaderFile); }
 
-void Registry::write_status(const std::string& run, int status) const {
-  json j = {{"run", run}, {"status", status}};
+void Registry::write_status(const std::string& run, int status, const std::set<std::string>& workers) const {
+  json j = {{"run", run}, {"status", status}, {"workers", workers}};
   write_atomically(kStatusFile, j.dump() + "\n");
 }
 
@@ -292,6 +295,29 @@ std::optional<int> Registry::read_status(const std::string& run, std::string* pr
   } catch (const json::exception&) {
     return std::nullopt;
   }
+}
+
+std::optional<std::pair<std::string, int>> Registry::read_status_naming(const std::string& token) const {
+  if (token.empty()) return std::nullopt;
+  OwnedFile file;
+  try {
+    file = read(kStatusFile);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  if (file.status != OwnedFile::Status::Ok) return std::nullopt;
+  try {
+    const json j = json::parse(file.text);
+    auto workers = j.find("workers");
+    if (workers == j.end() || !workers->is_array()) return std::nullopt;
+    for (const auto& w : *workers) {
+      if (w.is_string() && w.get<std::string>() == token) {
+        return std::make_pair(j.at("run").get<std::string>(), j.at("status").get<int>());
+      }
+    }
+  } catch (const json::exception&) {
+  }
+  return std::nullopt;
 }
 
 SharedDirHostSource::SharedDirHostSource(const Registry& registry, HostSpec self)
@@ -329,8 +355,14 @@ DiscoveryResult SharedDirHostSource::discover() {
       continue;
     }
     r.hosts.push_back(w.host);
+    if (!w.token.empty()) tokens_.insert(w.token);
   }
   return r;
+}
+
+std::set<std::string> SharedDirHostSource::tokens_seen() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return tokens_;
 }
 
 }  // namespace hvd::launcher::shared_dir

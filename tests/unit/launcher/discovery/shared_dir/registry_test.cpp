@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -154,6 +155,32 @@ TEST_CASE("shared_dir: the host source lists this host first, then fresh workers
   f.registry.unregister_worker("w1");
   CHECK(source.discover().hosts == std::vector<HostSpec>{{"10.0.0.2", 2}});
   CHECK(source.describe().find(f.registry.dir()) != std::string::npos);
+}
+
+TEST_CASE("shared_dir: the status names the tokens of the workers the job listed", "[shared_dir]") {
+  // A worker whose whole job formed and ended between two of its looks never
+  // saw MAIN.json: it finds the job's status by its own run's token.
+  Fixture f;
+  SharedDirHostSource source(f.registry, HostSpec{"10.0.0.2", 1});
+  f.registry.register_worker("w1", HostSpec{"10.0.0.3", 1}, "tok-w1");
+  f.registry.register_worker("w2", HostSpec{"10.0.0.4", 1});  // a file without a token (an older hvdrun)
+  REQUIRE(source.discover().hosts.size() == 3);
+  f.registry.unregister_worker("w1");
+  CHECK(source.discover().hosts.size() == 2);
+  CHECK(source.tokens_seen() == std::set<std::string>{"tok-w1"});  // listed once is enough
+  f.registry.write_status("run1", 3, source.tokens_seen());
+  const auto ended = f.registry.read_status_naming("tok-w1");
+  REQUIRE(ended);
+  CHECK(ended->first == "run1");
+  CHECK(ended->second == 3);
+  CHECK(f.registry.read_status("run1") == 3);
+  CHECK_FALSE(f.registry.read_status_naming("tok-other"));  // a later worker run is not named
+  CHECK_FALSE(f.registry.read_status_naming(""));
+  // A status without "workers" (an older hvdrun's) names nobody.
+  f.root.write("job/hvdrun/MAIN_status.json", "{\"run\": \"run0\", \"status\": 0}");
+  CHECK_FALSE(f.registry.read_status_naming("tok-w1"));
+  f.root.write("job/hvdrun/MAIN_status.json", "{\"run\": \"run0\", \"status\": 0, \"workers\": \"tok-w1\"}");
+  CHECK_FALSE(f.registry.read_status_naming("tok-w1"));
 }
 
 TEST_CASE("shared_dir: an unwritable directory is an IoError naming it", "[shared_dir]") {

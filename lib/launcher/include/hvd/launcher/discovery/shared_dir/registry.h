@@ -21,11 +21,15 @@
 /// sticky bit warned about once.
 ///
 /// Layout of the directory:
-///   WORKER_<run>.json   {"address": "10.0.0.3", "slots": 1, "heartbeat": 1764100000.5}
+///   WORKER_<run>.json   {"address": "10.0.0.3", "slots": 1, "heartbeat": 1764100000.5,
+///                        "token": "<random, one per worker run>"}
 ///   MAIN.json           {"address": "10.0.0.2", "run": "<id>", "heartbeat": ...}; removed
 ///                       once the status is written, so that a worker of a later run of
 ///                       the job never follows a leader that has ended
-///   MAIN_status.json    {"run": "<id>", "status": 0}
+///   MAIN_status.json    {"run": "<id>", "status": 0, "workers": ["<token>", ...]}: the
+///                       tokens of the workers the leader's job listed, so that a worker
+///                       whose whole job ended between two of its looks (it never saw
+///                       MAIN.json) still finds the job's status
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -51,6 +55,7 @@ struct WorkerEntry {
   std::string file;  ///< the file's name in the directory
   HostSpec host;
   double heartbeat = 0;
+  std::string token;  ///< the worker run's token ("" when its file has none)
 };
 
 /// What one look at the directory found.
@@ -84,8 +89,9 @@ class Registry {
   /// write it (with the sticky bit). A missing directory is fine.
   void check_directory() const;
 
-  /// Writes (or refreshes) WORKER_<name>.json. Throws IoError.
-  void register_worker(const std::string& name, const HostSpec& host) const;
+  /// Writes (or refreshes) WORKER_<name>.json; `token` (random, one per
+  /// worker run) is what the leader's status names it by. Throws IoError.
+  void register_worker(const std::string& name, const HostSpec& host, const std::string& token = "") const;
   /// Removes WORKER_<name>.json (gone already is fine).
   void unregister_worker(const std::string& name) const;
   /// The fresh, well-formed worker entries; the others in `ignored`. Throws
@@ -108,11 +114,16 @@ class Registry {
   /// Removes MAIN.json (the leader's job ended; its status is written).
   void remove_leader() const;
 
-  /// Writes MAIN_status.json for `run`. Throws IoError.
-  void write_status(const std::string& run, int status) const;
+  /// Writes MAIN_status.json for `run`, naming the tokens of the workers
+  /// the job listed. Throws IoError.
+  void write_status(const std::string& run, int status, const std::set<std::string>& workers = {}) const;
   /// The status written for `run`; nullopt when none is (or one of another
   /// run); `problem` says why a file there is not trusted, when given.
   std::optional<int> read_status(const std::string& run, std::string* problem = nullptr) const;
+  /// The status written by any run whose job listed the worker `token`
+  /// (with that run's id); nullopt when none names it. An empty token
+  /// matches nothing.
+  std::optional<std::pair<std::string, int>> read_status_naming(const std::string& token) const;
 
  private:
   SharedDirectory open_dir() const;
@@ -137,11 +148,14 @@ class SharedDirHostSource final : public HostSource {
   SharedDirHostSource(const Registry& registry, HostSpec self);
   DiscoveryResult discover() override;
   std::string describe() const override;
+  /// The tokens of every worker a discover() listed so far.
+  std::set<std::string> tokens_seen() const;
 
  private:
   const Registry& registry_;
   HostSpec self_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
+  std::set<std::string> tokens_;
   std::map<std::string, std::string> reported_;  ///< file -> the reason last reported
 };
 
