@@ -1,5 +1,6 @@
 #include "hvd/common/env.h"
 #include "hvd/common/error.h"
+#include "hvd/common/horovod_switches.h"
 #include "hvd/common/io.h"
 #include "hvd/common/secret.h"
 #include "hvd/common/text.h"
@@ -10,6 +11,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <map>
+#include <optional>
 #include <thread>
 
 using namespace hvd;
@@ -126,4 +129,31 @@ TEST_CASE("base64_decode: RFC 4648 with padding, blanks skipped, anything else r
   CHECK_FALSE(hvd::base64_decode("Zm9*"));  // alphabet
   CHECK_FALSE(hvd::base64_decode("Zg==Zm9v"));  // padding in the middle
   CHECK_FALSE(hvd::base64_decode("Z==="));  // too much padding
+}
+
+TEST_CASE("horovod_switches: Horovod's switch reading and the launcher's subset", "[horovod_switches]") {
+  using hvd::horovod_switches::switched_on;
+  CHECK(switched_on(std::string("1")));
+  CHECK(switched_on(std::string("7abc")));  // strtol reads the leading digits, as Horovod
+  CHECK_FALSE(switched_on(std::string("0")));
+  CHECK_FALSE(switched_on(std::string("true")));
+  CHECK_FALSE(switched_on(std::string("-1")));
+  CHECK_FALSE(switched_on(std::nullopt));
+  std::map<std::string, std::string> env = {{"HOROVOD_CONTROLLER", "mpi"},
+                                            {"HOROVOD_ENABLE_XLA_OPS", "1"},
+                                            {"HOROVOD_BATCH_D2D_MEMCOPIES", ""}};
+  auto get = [&](const char* name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  };
+  auto all = hvd::horovod_switches::unhonoured(get);
+  REQUIRE(all.size() == 3);  // an empty BATCH_D2D_MEMCOPIES reads as 0: off, as in Horovod
+  CHECK(all[0].variable == "HOROVOD_CONTROLLER");
+  CHECK(all[0].value == "mpi");
+  CHECK(all[1].variable == "HOROVOD_BATCH_D2D_MEMCOPIES");
+  CHECK(all[2].variable == "HOROVOD_ENABLE_XLA_OPS");
+  auto launcher = hvd::horovod_switches::unhonoured(get, /*for_launcher=*/true);
+  REQUIRE(launcher.size() == 2);  // hvdrun sets the controller itself
+  CHECK(launcher[0].variable == "HOROVOD_BATCH_D2D_MEMCOPIES");
 }

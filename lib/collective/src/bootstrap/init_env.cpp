@@ -7,6 +7,7 @@
 
 #include "hvd/common/env.h"
 #include "hvd/common/error.h"
+#include "hvd/common/horovod_switches.h"
 #include "hvd/common/job_env.h"
 #include "hvd/common/logging.h"
 #include "hvd/common/net.h"
@@ -257,6 +258,9 @@ std::vector<std::string> ignored_settings_warnings() {
   ignored(job_env::kAutotuneGaussianProcessNoise,
           switched_on(job_env::kAutotune) && !env::get_or(job_env::kAutotuneGaussianProcessNoise, "").empty(),
           "autotune searches a grid of settings, not by Bayesian optimisation: there is no Gaussian process");
+  for (const auto& u : horovod_switches::unhonoured([](const char* name) { return env::get(name); })) {
+    out.push_back(fmt::format("{}={} is ignored: {}", u.variable, u.value, u.why));
+  }
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "hvd/common/error.h"
+#include "hvd/common/horovod_switches.h"
 #include "hvd/common/job_env.h"
 #include "hvd/launcher/options/flags.h"
 
@@ -162,14 +163,7 @@ std::optional<std::string> user_value(const std::string& name, const Options& op
 }
 
 /// Horovod reads its switches with strtol(...) > 0.
-bool switched_on(const std::optional<std::string>& value) {
-  if (!value) return false;
-  try {
-    return std::stol(*value) > 0;
-  } catch (const std::exception&) {
-    return false;
-  }
-}
+using horovod_switches::switched_on;
 
 }  // namespace
 
@@ -233,6 +227,12 @@ std::vector<std::string> ineffective_setting_warnings(const Options& options, co
   if (t.num_nccl_streams && *t.num_nccl_streams != 1) streams.push_back(row_name("--num-nccl-streams"));
   report(streams, job_env::kNumNcclStreams, t.num_nccl_streams.has_value(), not_one,
          "the collective library's NCCL path uses one stream");
+
+  // Horovod switches no flag sets, given in the environment or by -x/--env.
+  for (const auto& u : horovod_switches::unhonoured(
+           [&](const char* name) { return user_value(name, options, launcher_env); }, /*for_launcher=*/true)) {
+    lines.push_back(fmt::format("{}={} has no effect yet: {}; ignored", u.variable, u.value, u.why));
+  }
   return lines;
 }
 

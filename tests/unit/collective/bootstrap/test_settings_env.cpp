@@ -254,7 +254,10 @@ TEST_CASE("ignored_settings_warnings: one line per variable set but not honoured
   EnvScope env;
   for (const char* v :
        {"HOROVOD_AUTOTUNE", "HOROVOD_AUTOTUNE_LOG", "HOROVOD_TIMELINE", "HOROVOD_HIERARCHICAL_ALLREDUCE",
-        "HOROVOD_HIERARCHICAL_ALLGATHER", "HOROVOD_TORUS_ALLREDUCE", "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"}) {
+        "HOROVOD_HIERARCHICAL_ALLGATHER", "HOROVOD_TORUS_ALLREDUCE", "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE",
+        "HOROVOD_CONTROLLER", "HOROVOD_CPU_OPERATIONS", "HOROVOD_CCL_CACHE", "HOROVOD_ADASUM_MPI_CHUNK_SIZE",
+        "HOROVOD_DISABLE_GROUP_FUSION", "HOROVOD_BATCH_D2D_MEMCOPIES", "HOROVOD_ENABLE_ASYNC_COMPLETION",
+        "HOROVOD_ENABLE_XLA_OPS"}) {
     env.unset(v);
   }
   CHECK(ignored_settings_warnings().empty());
@@ -278,4 +281,47 @@ TEST_CASE("ignored_settings_warnings: one line per variable set but not honoured
     CHECK(contains(l, "(issue 20)"));
     CHECK(l.find('\n') == std::string::npos);
   }
+}
+
+TEST_CASE("ignored_settings_warnings: Horovod switches the library does not act on", "[settings][log]") {
+  EnvScope env;
+  const std::vector<const char*> names = {
+      "HOROVOD_TORUS_ALLREDUCE",       "HOROVOD_AUTOTUNE",           "HOROVOD_CONTROLLER",
+      "HOROVOD_CPU_OPERATIONS",        "HOROVOD_CCL_CACHE",          "HOROVOD_ADASUM_MPI_CHUNK_SIZE",
+      "HOROVOD_DISABLE_GROUP_FUSION",  "HOROVOD_BATCH_D2D_MEMCOPIES", "HOROVOD_ENABLE_ASYNC_COMPLETION",
+      "HOROVOD_ENABLE_XLA_OPS",        "HOROVOD_DISABLE_NVTX_RANGES", "HOROVOD_MPI_THREADS_DISABLE"};
+  for (const char* v : names) env.unset(v);
+  // Set to what Horovod does anyway (or what holds here): no line.
+  env.set("HOROVOD_CONTROLLER", "gloo");
+  env.set("HOROVOD_CPU_OPERATIONS", "GLOO");  // Horovod compares without case
+  env.set("HOROVOD_CCL_CACHE", "0");
+  env.set("HOROVOD_DISABLE_GROUP_FUSION", "0");
+  env.set("HOROVOD_BATCH_D2D_MEMCOPIES", "1");  // Horovod's default: batched copies
+  env.set("HOROVOD_ENABLE_ASYNC_COMPLETION", "false");  // strtol: 0, off
+  env.set("HOROVOD_ENABLE_XLA_OPS", "0");
+  env.set("HOROVOD_DISABLE_NVTX_RANGES", "1");  // no NVTX ranges are emitted: it holds
+  env.set("HOROVOD_MPI_THREADS_DISABLE", "1");  // no MPI threads are started: it holds
+  CHECK(ignored_settings_warnings().empty());
+
+  env.set("HOROVOD_CONTROLLER", "mpi");
+  env.set("HOROVOD_CPU_OPERATIONS", "ccl");
+  env.set("HOROVOD_CCL_CACHE", "1");
+  env.set("HOROVOD_ADASUM_MPI_CHUNK_SIZE", "1048576");
+  env.set("HOROVOD_DISABLE_GROUP_FUSION", "1");
+  env.set("HOROVOD_BATCH_D2D_MEMCOPIES", "0");
+  env.set("HOROVOD_ENABLE_ASYNC_COMPLETION", "1");
+  env.set("HOROVOD_ENABLE_XLA_OPS", "2");
+  const auto lines = ignored_settings_warnings();
+  REQUIRE(lines.size() == 8);
+  const std::vector<std::string> starts = {
+      "HOROVOD_CONTROLLER=mpi is ignored: ",           "HOROVOD_CPU_OPERATIONS=ccl is ignored: ",
+      "HOROVOD_CCL_CACHE=1 is ignored: ",              "HOROVOD_ADASUM_MPI_CHUNK_SIZE=1048576 is ignored: ",
+      "HOROVOD_DISABLE_GROUP_FUSION=1 is ignored: ",   "HOROVOD_BATCH_D2D_MEMCOPIES=0 is ignored: ",
+      "HOROVOD_ENABLE_ASYNC_COMPLETION=1 is ignored: ", "HOROVOD_ENABLE_XLA_OPS=2 is ignored: "};
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    CHECK(lines[i].rfind(starts[i], 0) == 0);
+    CHECK(lines[i].find('\n') == std::string::npos);
+  }
+  CHECK(contains(lines[5], "batched-copy kernels"));
+  CHECK(contains(lines[7], "no TensorFlow binding"));
 }

@@ -247,6 +247,17 @@ TEST_CASE("ineffective settings: HOROVOD_* variables the user sets for workers w
                  "HOROVOD_TORUS_ALLREDUCE=1 has no effect yet: the collective library has no torus allreduce; ignored",
                  "HOROVOD_NUM_NCCL_STREAMS=4 has no effect yet: the collective library's NCCL path uses one stream; "
                  "ignored"});
+  // Horovod switches no flag sets: from the environment or -x. The
+  // controller and CPU operations are hvdrun's to set (gloo), not reported.
+  auto sw = ineffective_setting_warnings(
+      parse_ok({"-np", "1", "-x", "HOROVOD_ENABLE_XLA_OPS=1", "-x", "HOROVOD_BATCH_D2D_MEMCOPIES=0", "cmd"}),
+      {{"HOROVOD_DISABLE_GROUP_FUSION", "1"}, {"HOROVOD_CPU_OPERATIONS", "mpi"}, {"HOROVOD_CONTROLLER", "mpi"},
+       {"HOROVOD_ENABLE_ASYNC_COMPLETION", "0"}});
+  REQUIRE(sw.size() == 3);
+  CHECK(sw[0].rfind("HOROVOD_DISABLE_GROUP_FUSION=1 has no effect yet: a grouped op is one op per tensor", 0) == 0);
+  CHECK(sw[1].rfind("HOROVOD_BATCH_D2D_MEMCOPIES=0 has no effect yet: ", 0) == 0);
+  CHECK(sw[2] == "HOROVOD_ENABLE_XLA_OPS=1 has no effect yet: there is no TensorFlow binding, so there are no XLA "
+                 "ops; ignored");
   // A flag names itself even when the variable is set as well.
   auto both = ineffective_setting_warnings(parse_ok({"-np", "1", "--torus-allreduce", "cmd"}),
                                            {{"HOROVOD_TORUS_ALLREDUCE", "1"}});
