@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 
+#include "hvd/common/job_env.h"
+
 namespace hvd::horovod_switches {
 
 namespace {
@@ -23,10 +25,10 @@ struct Switch {
 };
 
 constexpr Switch kSwitches[] = {
-    {"HOROVOD_CONTROLLER", When::NotGloo, false,
+    {job_env::kController, When::NotGloo, false,
      "the collective library coordinates through hvdrun's store and its own links (as Horovod's gloo controller); it "
      "does not use MPI"},
-    {"HOROVOD_CPU_OPERATIONS", When::NotGloo, false,
+    {job_env::kCpuOperations, When::NotGloo, false,
      "the collective library's CPU operations run over its own TCP and shared-memory links (as Horovod's gloo); it "
      "has no MPI or oneCCL operations"},
     {"HOROVOD_CCL_CACHE", When::On, true, "the collective library has no oneCCL operations"},
