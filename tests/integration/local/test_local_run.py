@@ -182,6 +182,35 @@ class LocalRun(unittest.TestCase):
         finally:
             shutil.rmtree(d)
 
+    def test_output_filename_on_a_full_disk(self):
+        # A full file system under --output-filename (a 64 KiB tmpfs): the
+        # job goes on and ends 0, every line still reaches the terminal, and
+        # hvdrun says once per file which one it stopped writing, and why.
+        if os.geteuid() != 0:
+            self.skipTest("needs root to mount a small tmpfs")
+        d = tempfile.mkdtemp(prefix="hvd_fulldisk_")
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", d]).returncode != 0:
+            os.rmdir(d)
+            self.skipTest("cannot mount a tmpfs here")
+        try:
+            target = os.path.join(d, "logs")
+            code, out, err = run(["-np", "2", "-H", "localhost:2", "--output-filename", target] +
+                                 sh('seq 1 30000; echo "done $HOROVOD_RANK" >&2'), timeout=60)
+            self.assertEqual(code, 0, err)
+            for r in range(2):
+                self.assertEqual(out.count("[%d]<stdout>:" % r), 30000)
+                self.assertIn("[%d]<stderr>:done %d\n" % (r, r), err)
+            lines = [ln for ln in err.splitlines() if "stopped writing it" in ln]
+            full = [ln for ln in lines if "No space left on device" in ln]
+            self.assertEqual(len(lines), len(full), lines)
+            for r in range(2):
+                mine = [ln for ln in full if "rank %d: cannot write %s/rank.%d/std" % (r, target, r) in ln]
+                self.assertTrue(1 <= len(mine) <= 2, lines)  # stdout, and stderr once it is full too
+                self.assertEqual(len(mine), len(set(mine)), lines)  # each file named once
+        finally:
+            subprocess.run(["umount", d])
+            os.rmdir(d)
+
     def test_closed_stdout_does_not_kill_the_job(self):
         # `hvdrun ... | head -1`: the reader goes away; the job still ends normally.
         job = Job(["-np", "2", "-H", "localhost:2"] + sh("seq 1 200000; exit 0"))

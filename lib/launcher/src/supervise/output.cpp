@@ -227,6 +227,7 @@ struct OutputRouter::RankState {
   LineSplitter err;
   UniqueFd out_file;
   UniqueFd err_file;
+  std::string file_dir;  // where out_file and err_file are, for messages
   std::deque<std::string> tail;
   bool tail_open = false;  // last tail entry is a partial line still growing
   bool finished = false;
@@ -251,6 +252,7 @@ OutputRouter::OutputRouter(OutputOptions options) : options_(std::move(options))
         RankState& st = state(rank);
         st.out_file = open_output_file(rank_dir + "/stdout");
         st.err_file = open_output_file(rank_dir + "/stderr");
+        st.file_dir = rank_dir;
       }
     }
   } catch (...) {
@@ -341,6 +343,7 @@ OutputRouter::RankState& OutputRouter::state(int rank) {
         make_directory(dir);
         it->second->out_file = open_output_file(dir + "/stdout");
         it->second->err_file = open_output_file(dir + "/stderr");
+        it->second->file_dir = dir;
       } catch (const std::exception& e) {
         spdlog::warn("--output-filename: {}", e.what());
       }
@@ -398,7 +401,10 @@ void OutputRouter::write(int rank, Stream stream, const char* data, std::size_t 
     try {
       write_all(file.get(), data, len);
     } catch (const IoError& e) {
-      spdlog::warn("rank {}: cannot write to --output-filename file ({}); stopped writing it", rank, e.what());
+      // The terminal copy goes on: the job is not stopped for its log file.
+      spdlog::warn("rank {}: cannot write {}/{} (--output-filename: {}); stopped writing it, the terminal still gets "
+                   "the output",
+                   rank, st.file_dir, stream == Stream::Stdout ? "stdout" : "stderr", e.what());
       file.reset();
     }
   }
