@@ -189,7 +189,10 @@ int run_worker(const Options& options, const OciConfig& config, const std::strin
         port);
   }
   SignalGuard signals;  // before the heartbeat thread: it inherits the mask
-  const std::string token = random_secret(8);  // this run's, named by the MAIN's status
+  // This run's token, named by the MAIN's status. 8 hex digits, so that the
+  // status of a job of 4096 workers (the most a listing looks at) stays
+  // well under the 64 KiB a registry file may have.
+  const std::string token = random_secret(4);
   try {
     registry.create_directories();
     registry.register_worker(config.run_id, self, token);

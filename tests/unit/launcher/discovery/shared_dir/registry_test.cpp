@@ -176,6 +176,16 @@ TEST_CASE("shared_dir: the status names the tokens of the workers the job listed
   CHECK(f.registry.read_status("run1") == 3);
   CHECK_FALSE(f.registry.read_status_naming("tok-other"));  // a later worker run is not named
   CHECK_FALSE(f.registry.read_status_naming(""));
+  // The status of a job of 4096 workers (the most a listing looks at) with
+  // their 8-hex-digit tokens is still a file a reader accepts (<= 64 KiB).
+  std::set<std::string> many;
+  for (int i = 0; i < 4096; ++i) many.insert(fmt::format("{:08x}", 0x10000000 + i));
+  f.registry.write_status("run2", 5, many);
+  CHECK(fs::file_size(f.registry.dir() + "/MAIN_status.json") < 65536);
+  CHECK(f.registry.read_status("run2") == 5);
+  const auto last = f.registry.read_status_naming(fmt::format("{:08x}", 0x10000000 + 4095));
+  REQUIRE(last);
+  CHECK(last->second == 5);
   // A status without "workers" (an older hvdrun's) names nobody.
   f.root.write("job/hvdrun/MAIN_status.json", "{\"run\": \"run0\", \"status\": 0}");
   CHECK_FALSE(f.registry.read_status_naming("tok-w1"));
