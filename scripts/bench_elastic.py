@@ -58,6 +58,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -159,6 +160,7 @@ class Job:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)  # the discovery file's directory
 
 
 def first_after(job, t0, v0, cond):

@@ -45,8 +45,10 @@ launch to exit of the whole job (which includes its first allreduce).
     sudo /usr/bin/python3 scripts/bench_scaling.py --np 1 --hosts 1,2,4,8 --slots 4
 """
 import argparse
+import atexit
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -99,7 +101,9 @@ def fmt_ratio(a, b):
 
 
 def build_mpi_hello(mpicc):
-    out = os.path.join(tempfile.mkdtemp(prefix="hvd-bench-"), "bench_mpi_hello")
+    d = tempfile.mkdtemp(prefix="hvd-bench-")
+    atexit.register(shutil.rmtree, d, True)  # nothing left behind in $TMPDIR
+    out = os.path.join(d, "bench_mpi_hello")
     subprocess.run([mpicc, "-O2", "-o", out, os.path.join(HERE, "bench_mpi_hello.c")], check=True)
     return out
 

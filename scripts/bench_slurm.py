@@ -19,7 +19,9 @@ machine's load average is printed with the table. Needs root, ip netns,
 slurm-wlm, munge and Open MPI (mpicc).
 """
 import argparse
+import atexit
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -49,7 +51,9 @@ def main():
     args.build = os.path.abspath(args.build)  # salloc runs the command from the cluster's own directory
     hvdrun = os.path.join(args.build, "apps", "hvdrun", "hvdrun")
     hello = os.path.join(args.build, "apps", "examples", "hello_allreduce")
-    mpi_hello = os.path.join(tempfile.mkdtemp(prefix="hvd-bench-slurm-"), "bench_mpi_hello")
+    d = tempfile.mkdtemp(prefix="hvd-bench-slurm-")
+    atexit.register(shutil.rmtree, d, True)  # nothing left behind in $TMPDIR
+    mpi_hello = os.path.join(d, "bench_mpi_hello")
     subprocess.run([args.mpicc, "-O2", "-o", mpi_hello, os.path.join(HERE, "bench_mpi_hello.c")], check=True)
     alloc = ["salloc", f"-N{args.nodes}", f"--ntasks-per-node={args.per_node}"]
     commands = {

@@ -16,8 +16,10 @@ discovery script and the expectations are those of elastic_common.py
 PASS/FAIL per scenario; exit 1 if any failed. docs/python.md has the results.
 """
 import argparse
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,6 +35,7 @@ A = ap.parse_args()
 BUILD = os.path.abspath(A.build)
 HVDRUN = os.path.join(BUILD, "apps/hvdrun/horovodrun")
 WORK = tempfile.mkdtemp(prefix="hvd-elastic-scenarios-")
+atexit.register(shutil.rmtree, WORK, True)  # nothing left behind in $TMPDIR
 SCRIPT = os.path.join(WORK, "elastic_torch_main.py")
 with open(SCRIPT, "w") as f:
     f.write(subprocess.run(["git", "-C", A.horovod, "show", "HEAD:test/integration/data/elastic_torch_main.py"],

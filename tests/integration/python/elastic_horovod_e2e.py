@@ -14,6 +14,7 @@ rendezvous count) and hvdrun's exit; the failing one must end within 20 s
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -57,6 +58,7 @@ def run(name, schedule, trainer_args, np=2, max_np=4, timeout=60):
         rc, out = None, (e.stdout or b"").decode() + (e.stderr or b"").decode()
     took = time.monotonic() - t0
     lines = [json.loads(x) for x in open(log)] if os.path.exists(log) else []
+    shutil.rmtree(d, ignore_errors=True)  # nothing left behind in $TMPDIR
     return rc, lines, out, took
 
 
