@@ -20,29 +20,28 @@ enum class When {
 struct Switch {
   const char* variable;
   When when;
-  bool launcher;  ///< hvdrun reports it too
   const char* why;
 };
 
 constexpr Switch kSwitches[] = {
-    {job_env::kController, When::NotGloo, false,
+    {job_env::kController, When::NotGloo,
      "the collective library coordinates through hvdrun's store and its own links (as Horovod's gloo controller); it "
      "does not use MPI"},
-    {job_env::kCpuOperations, When::NotGloo, false,
+    {job_env::kCpuOperations, When::NotGloo,
      "the collective library's CPU operations run over its own TCP and shared-memory links (as Horovod's gloo); it "
      "has no MPI or oneCCL operations"},
-    {"HOROVOD_CCL_CACHE", When::On, true, "the collective library has no oneCCL operations"},
-    {"HOROVOD_ADASUM_MPI_CHUNK_SIZE", When::NonEmpty, true,
+    {"HOROVOD_CCL_CACHE", When::On, "the collective library has no oneCCL operations"},
+    {"HOROVOD_ADASUM_MPI_CHUNK_SIZE", When::NonEmpty,
      "Adasum runs over the collective library's own links, not MPI, so there is no MPI chunk size"},
-    {"HOROVOD_DISABLE_GROUP_FUSION", When::On, true,
+    {"HOROVOD_DISABLE_GROUP_FUSION", When::On,
      "a grouped op is one op per tensor in the collective library, fused with any others by the fusion threshold "
      "(the results are the same)"},
-    {"HOROVOD_BATCH_D2D_MEMCOPIES", When::Off, true,
+    {"HOROVOD_BATCH_D2D_MEMCOPIES", When::Off,
      "the collective library's CUDA path always packs and unpacks its fusion buffer with batched-copy kernels"},
-    {"HOROVOD_ENABLE_ASYNC_COMPLETION", When::On, true,
+    {"HOROVOD_ENABLE_ASYNC_COMPLETION", When::On,
      "device-buffer handles of the collective library complete after a host-side wait for its stream "
      "(docs/cuda.md)"},
-    {"HOROVOD_ENABLE_XLA_OPS", When::On, true, "there is no TensorFlow binding, so there are no XLA ops"},
+    {"HOROVOD_ENABLE_XLA_OPS", When::On, "there is no TensorFlow binding, so there are no XLA ops"},
 };
 
 bool asks(When when, const std::string& v) {
@@ -65,10 +64,13 @@ bool switched_on(const std::optional<std::string>& value) {
   return value && std::strtol(value->c_str(), nullptr, 10) > 0;
 }
 
-std::vector<Unhonoured> unhonoured(const Lookup& get, bool for_launcher) {
+bool set_by_hvdrun(const std::string& variable) {
+  return variable == job_env::kController || variable == job_env::kCpuOperations;
+}
+
+std::vector<Unhonoured> unhonoured(const Lookup& get) {
   std::vector<Unhonoured> out;
   for (const Switch& s : kSwitches) {
-    if (for_launcher && !s.launcher) continue;
     const auto value = get(s.variable);
     if (value && asks(s.when, *value)) out.push_back({s.variable, *value, s.why});
   }

@@ -28,12 +28,12 @@ IGNORED = {
 LIBRARY_ONLY = {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "ccl"}
 
 
-def run(extra, launcher=True):
+def run(extra, launcher=True, flags=()):
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOROVOD_") and not k.startswith("HVDRUN_")}
     env.update(PYTHONPATH=pythonpath, **extra)
     argv = [sys.executable, "-c", WORKER]
     if launcher:
-        argv = [hvdrun, "-np", "2", "-H", "localhost:2"] + argv
+        argv = [hvdrun, "-np", "2", "-H", "localhost:2", *flags] + argv
     p = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=50)
     if p.returncode != 0:
         raise SystemExit(f"{argv[0]} exited {p.returncode}:\n{p.stdout}")
@@ -102,6 +102,12 @@ with tempfile.TemporaryDirectory() as tmp:
     # autotune acts: rank 0 started Horovod's CSV log (no sample in a job this short)
     if not os.path.exists(autotune_log) or not open(autotune_log).read().startswith("hierarchical_allreduce,"):
         failures.append(f"HOROVOD_AUTOTUNE_LOG={autotune_log} was not written")
+    # -x gives the workers another controller than hvdrun's gloo: hvdrun says
+    # it once, the ranks stay quiet
+    xlines = run({}, flags=["-x", "HOROVOD_CONTROLLER=mpi"])
+    hits = [ln for ln in xlines if "HOROVOD_CONTROLLER=mpi" in ln]
+    if len(hits) != 1 or "[hvdrun]" not in hits[0] or "no effect" not in hits[0]:
+        failures.append(f"-x HOROVOD_CONTROLLER=mpi: expected one hvdrun line, got {hits}")
     # unset: not a word about them
     quiet = [ln for ln in run({}) + run({}, launcher=False) if "is ignored" in ln or "no effect" in ln]
     if quiet:

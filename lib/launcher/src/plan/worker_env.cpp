@@ -228,9 +228,17 @@ std::vector<std::string> ineffective_setting_warnings(const Options& options, co
   report(streams, job_env::kNumNcclStreams, t.num_nccl_streams.has_value(), not_one,
          "the collective library's NCCL path uses one stream");
 
-  // Horovod switches no flag sets, given in the environment or by -x/--env.
-  for (const auto& u : horovod_switches::unhonoured(
-           [&](const char* name) { return user_value(name, options, launcher_env); }, /*for_launcher=*/true)) {
+  // Horovod switches no flag sets, given in the environment or by -x; the
+  // ones hvdrun sets itself (gloo) reach the workers only by -x.
+  auto reaching_workers = [&](const char* name) -> std::optional<std::string> {
+    if (horovod_switches::set_by_hvdrun(name)) {
+      const bool exported = std::any_of(options.env_exports.begin(), options.env_exports.end(),
+                                        [&](const std::string& item) { return item.substr(0, item.find('=')) == name; });
+      if (!exported) return std::nullopt;
+    }
+    return user_value(name, options, launcher_env);
+  };
+  for (const auto& u : horovod_switches::unhonoured(reaching_workers)) {
     lines.push_back(fmt::format("{}={} has no effect yet: {}; ignored", u.variable, u.value, u.why));
   }
   return lines;

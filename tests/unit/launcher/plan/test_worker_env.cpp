@@ -248,7 +248,8 @@ TEST_CASE("ineffective settings: HOROVOD_* variables the user sets for workers w
                  "HOROVOD_NUM_NCCL_STREAMS=4 has no effect yet: the collective library's NCCL path uses one stream; "
                  "ignored"});
   // Horovod switches no flag sets: from the environment or -x. The
-  // controller and CPU operations are hvdrun's to set (gloo), not reported.
+  // controller and CPU operations are hvdrun's to set (gloo): a value in the
+  // environment never reaches the workers (no line), one given by -x does.
   auto sw = ineffective_setting_warnings(
       parse_ok({"-np", "1", "-x", "HOROVOD_ENABLE_XLA_OPS=1", "-x", "HOROVOD_BATCH_D2D_MEMCOPIES=0", "cmd"}),
       {{"HOROVOD_DISABLE_GROUP_FUSION", "1"}, {"HOROVOD_CPU_OPERATIONS", "mpi"}, {"HOROVOD_CONTROLLER", "mpi"},
@@ -258,6 +259,13 @@ TEST_CASE("ineffective settings: HOROVOD_* variables the user sets for workers w
   CHECK(sw[1].rfind("HOROVOD_BATCH_D2D_MEMCOPIES=0 has no effect yet: ", 0) == 0);
   CHECK(sw[2] == "HOROVOD_ENABLE_XLA_OPS=1 has no effect yet: there is no TensorFlow binding, so there are no XLA "
                  "ops; ignored");
+  auto x_controller = ineffective_setting_warnings(
+      parse_ok({"-np", "1", "-x", "HOROVOD_CONTROLLER=mpi", "-x", "HOROVOD_CPU_OPERATIONS", "cmd"}),
+      {{"HOROVOD_CPU_OPERATIONS", "ccl"}});
+  REQUIRE(x_controller.size() == 2);
+  CHECK(x_controller[0].rfind("HOROVOD_CONTROLLER=mpi has no effect yet: ", 0) == 0);
+  // -x NAME forwards hvdrun's own value of NAME, in place of gloo.
+  CHECK(x_controller[1].rfind("HOROVOD_CPU_OPERATIONS=ccl has no effect yet: ", 0) == 0);
   // A flag names itself even when the variable is set as well.
   auto both = ineffective_setting_warnings(parse_ok({"-np", "1", "--torus-allreduce", "cmd"}),
                                            {{"HOROVOD_TORUS_ALLREDUCE", "1"}});

@@ -10,7 +10,8 @@
 /// Not here: Horovod switches whose effect holds trivially in this library
 /// (HOROVOD_DISABLE_NVTX_RANGES: it emits no NVTX ranges;
 /// HOROVOD_MPI_THREADS_DISABLE: it starts no MPI threads), and the ones
-/// hvdrun sets (hvd/common/job_env.h), which hvdrun reports from its flags.
+/// hvdrun sets from its flags (hvd/common/job_env.h), which hvdrun reports
+/// by flag.
 #include <functional>
 #include <optional>
 #include <string>
@@ -30,10 +31,14 @@ struct Unhonoured {
 using Lookup = std::function<std::optional<std::string>(const char*)>;
 
 /// The switches `get` has set so that Horovod would act on them, in a fixed
-/// order. `for_launcher`: leave out HOROVOD_CONTROLLER and
-/// HOROVOD_CPU_OPERATIONS, which hvdrun sets itself ("gloo"; dropped under
-/// --mpi), so a user's value never reaches a worker.
-std::vector<Unhonoured> unhonoured(const Lookup& get, bool for_launcher = false);
+/// order. HOROVOD_CONTROLLER and HOROVOD_CPU_OPERATIONS are hvdrun's to set
+/// ("gloo"; dropped under --mpi): hvdrun's lookup gives only a value from -x
+/// for them, the one way a user's value reaches the workers.
+std::vector<Unhonoured> unhonoured(const Lookup& get);
+
+/// Whether hvdrun sets `variable` for its workers itself (the controller and
+/// the CPU operations), so only -x can give it another value.
+bool set_by_hvdrun(const std::string& variable);
 
 /// Horovod's reading of a switch: strtol(value, 10) > 0.
 bool switched_on(const std::optional<std::string>& value);
