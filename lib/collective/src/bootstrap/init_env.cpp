@@ -82,13 +82,8 @@ std::vector<int> core_ids(const std::string& text) {
   return cores;
 }
 
-/// Horovod's switches: strtol(value) > 0.
-bool switched_on(const char* name) {
-  auto v = env::get(name);
-  if (!v) return false;
-  auto n = env::parse_int(*v);
-  return n && *n > 0;
-}
+/// Horovod's switches: strtol(value) > 0, read as hvdrun reads them.
+bool switched_on(const char* name) { return horovod_switches::switched_on(env::get(name)); }
 
 std::string join_ints(const std::vector<int>& values) {
   std::string out;

@@ -145,11 +145,11 @@ std::string row_name(const char* flag) {
   return row->config_key.empty() ? row->name() : fmt::format("{} ({})", row->name(), row->config_key);
 }
 
-/// The value the workers get for `name` from the user directly: the last
-/// -x for it, else hvdrun's environment (HOROVOD_* is always forwarded).
-std::optional<std::string> user_value(const std::string& name, const Options& options, const EnvMap& launcher_env) {
+/// The value the last -x for `name` gives the workers (-x NAME forwards
+/// hvdrun's own); nullopt when no -x names it.
+std::optional<std::string> exported_value(const std::string& name, const Options& options,
+                                          const EnvMap& launcher_env) {
   std::optional<std::string> value;
-  if (auto it = launcher_env.find(name); it != launcher_env.end()) value = it->second;
   for (const auto& item : options.env_exports) {
     const size_t eq = item.find('=');
     if (item.substr(0, eq) != name) continue;
@@ -160,6 +160,14 @@ std::optional<std::string> user_value(const std::string& name, const Options& op
     }
   }
   return value;
+}
+
+/// The value the workers get for `name` from the user directly: the last
+/// -x for it, else hvdrun's environment (HOROVOD_* is always forwarded).
+std::optional<std::string> user_value(const std::string& name, const Options& options, const EnvMap& launcher_env) {
+  if (auto value = exported_value(name, options, launcher_env)) return value;
+  if (auto it = launcher_env.find(name); it != launcher_env.end()) return it->second;
+  return std::nullopt;
 }
 
 /// Horovod reads its switches with strtol(...) > 0.
@@ -230,13 +238,9 @@ std::vector<std::string> ineffective_setting_warnings(const Options& options, co
 
   // Horovod switches no flag sets, given in the environment or by -x; the
   // ones hvdrun sets itself (gloo) reach the workers only by -x.
-  auto reaching_workers = [&](const char* name) -> std::optional<std::string> {
-    if (horovod_switches::set_by_hvdrun(name)) {
-      const bool exported = std::any_of(options.env_exports.begin(), options.env_exports.end(),
-                                        [&](const std::string& item) { return item.substr(0, item.find('=')) == name; });
-      if (!exported) return std::nullopt;
-    }
-    return user_value(name, options, launcher_env);
+  auto reaching_workers = [&](const char* name) {
+    return horovod_switches::set_by_hvdrun(name) ? exported_value(name, options, launcher_env)
+                                                   : user_value(name, options, launcher_env);
   };
   for (const auto& u : horovod_switches::unhonoured(reaching_workers)) {
     lines.push_back(fmt::format("{}={} has no effect yet: {}; ignored", u.variable, u.value, u.why));

@@ -275,7 +275,7 @@ void Registry::write_status(const std::string& run, int status, const std::set<s
   write_atomically(kStatusFile, j.dump() + "\n");
 }
 
-std::optional<int> Registry::read_status(const std::string& run, std::string* problem) const {
+std::optional<std::string> Registry::status_text(std::string* problem) const {
   OwnedFile file;
   try {
     file = read(kStatusFile);
@@ -288,8 +288,14 @@ std::optional<int> Registry::read_status(const std::string& run, std::string* pr
     return std::nullopt;
   }
   if (file.status != OwnedFile::Status::Ok) return std::nullopt;
+  return std::move(file.text);
+}
+
+std::optional<int> Registry::read_status(const std::string& run, std::string* problem) const {
+  const auto text = status_text(problem);
+  if (!text) return std::nullopt;
   try {
-    const json j = json::parse(file.text);
+    const json j = json::parse(*text);
     if (j.at("run").get<std::string>() != run) return std::nullopt;
     return j.at("status").get<int>();
   } catch (const json::exception&) {
@@ -299,15 +305,10 @@ std::optional<int> Registry::read_status(const std::string& run, std::string* pr
 
 std::optional<std::pair<std::string, int>> Registry::read_status_naming(const std::string& token) const {
   if (token.empty()) return std::nullopt;
-  OwnedFile file;
+  const auto text = status_text(nullptr);
+  if (!text) return std::nullopt;
   try {
-    file = read(kStatusFile);
-  } catch (const Error&) {
-    return std::nullopt;
-  }
-  if (file.status != OwnedFile::Status::Ok) return std::nullopt;
-  try {
-    const json j = json::parse(file.text);
+    const json j = json::parse(*text);
     auto workers = j.find("workers");
     if (workers == j.end() || !workers->is_array()) return std::nullopt;
     for (const auto& w : *workers) {

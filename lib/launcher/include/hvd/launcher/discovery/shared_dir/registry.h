@@ -128,6 +128,9 @@ class Registry {
  private:
   SharedDirectory open_dir() const;
   OwnedFile read(const std::string& name) const;
+  /// MAIN_status.json's text when it is there and trusted; `problem` says
+  /// why a file there is not, when given.
+  std::optional<std::string> status_text(std::string* problem) const;
   void write_atomically(const std::string& name, const std::string& text) const;
   /// Unlinks `name`; gone already is fine, a failure is one warning.
   void remove(const std::string& name) const;
